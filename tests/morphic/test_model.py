@@ -158,3 +158,31 @@ def test_training_with_first_order_utilities_runs_and_reaches_the_blocks():
     loss, _ = model.training_loss(*batch())
     loss.backward()
     assert model.layers[1].blocks[1].w1.weight.grad.abs().sum() > 0
+
+
+def test_generation_supports_top_p_and_beam_search_and_the_widest_beam_is_exhaustive():
+    model = small_model().eval()
+    ids, _ = batch()
+    prompt = ids[:, :4]
+    assert torch.equal(model.generate(prompt, 3, num_beams=1), model.generate(prompt, 3))
+    g = torch.Generator().manual_seed(0)
+    nucleus = model.generate(prompt, 3, do_sample=True, top_p=1e-6, generator=g)
+    torch.testing.assert_close(nucleus, model.generate(prompt, 3))  # top-p → the argmax only
+    # With as many beams as tokens, two steps of beam search are an exhaustive search.
+    vocab = model.vocab_size
+    beam = model.generate(prompt, 2, num_beams=vocab)
+    with torch.no_grad():
+        for b in range(prompt.shape[0]):
+            best, best_seq = float("-inf"), None
+            for a in range(vocab):
+                for c in range(vocab):
+                    seq = torch.cat([prompt[b], torch.tensor([a, c])])[None]
+                    logp = torch.log_softmax(model(seq[:, :-1])[0, -2:], -1)
+                    score = float(logp[0, a] + logp[1, c])
+                    if score > best:
+                        best, best_seq = score, seq[0]
+            torch.testing.assert_close(beam[b], best_seq)
+    with pytest.raises(ValueError, match="top_p"):
+        model.generate(prompt, 2, do_sample=True, top_p=1.5)
+    with pytest.raises(ValueError, match="num_beams"):
+        model.generate(prompt, 2, num_beams=0)

@@ -1,6 +1,7 @@
 """Morphic graded transformer: tools as typed morphisms with utility-aware routing (004).
 
-See docs/morphic.md. Layering: this package imports torch and itself only.
+See docs/morphic.md. Layering: this package imports torch, itself, and the decoding loop
+of graded.transformer.generation.
 """
 
 from graded.morphic.attention_block import GradeTypedAttention

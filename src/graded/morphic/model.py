@@ -201,32 +201,39 @@ class MorphicTransformer(nn.Module):
     @torch.no_grad()
     def generate(
         self, input_ids: Tensor, max_new_tokens: int, *, do_sample: bool = False,
-        temperature: float = 1.0, top_k: int | None = None, eos_token_id: int | None = None,
-        generator: torch.Generator | None = None,
+        temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+        num_beams: int = 1, length_penalty: float = 1.0, eos_token_id: int | None = None,
+        pad_token_id: int | None = None, generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Append ``max_new_tokens`` tokens; routing uses context logits only (no targets)."""
+        """Append up to ``max_new_tokens`` tokens; routing uses context logits only (no targets).
+
+        Greedy, sampled (temperature, top-k, top-p) or beam search, through the decoding loop of
+        ``graded.transformer.generation``. There is no KV cache: routing pools the causal context,
+        so each step reruns the model on the last ``max_len`` tokens. Prompts are unpadded.
+        Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
+        """
+        from graded.transformer import generation
+
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be a (B, T) tensor, got "
+                             f"{tuple(getattr(input_ids, 'shape', ()))}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        out = input_ids
-        done = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
-        for _ in range(max_new_tokens):
-            logits = self(out[:, -self.max_len:])[:, -1] / temperature
-            if top_k is not None:
-                kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            if do_sample:
-                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
-            else:
-                nxt = logits.argmax(-1, keepdim=True)
-            if eos_token_id is not None:
-                nxt = torch.where(done.unsqueeze(1), torch.full_like(nxt, eos_token_id), nxt)
-                done |= nxt.squeeze(1) == eos_token_id
-            out = torch.cat([out, nxt], dim=1)
-            if eos_token_id is not None and bool(done.all()):
-                break
-        return out
+        if max_new_tokens == 0:
+            return input_ids
+
+        def step(ids: Tensor, kpm: Tensor, cache: None) -> Tensor:
+            return self(ids[:, -self.max_len:])
+
+        kpm = torch.zeros(input_ids.shape, dtype=torch.bool, device=input_ids.device)
+        with torch.no_grad():
+            return generation.decode(
+                step, input_ids, kpm, max_new_tokens, n_layers=len(self.layers),
+                do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
+                use_cache=False, generator=generator, length_penalty=length_penalty)
 
 
 def routing_agreement(router: Router, utility_logits: Tensor | None, context_logits: Tensor,

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from graded.transformer.cache import KVCache
 
-__all__ = ["filter_logits", "generate", "generate_seq2seq", "select_next"]
+__all__ = ["decode", "filter_logits", "generate", "generate_seq2seq", "select_next"]
 
 Step = Callable[[Tensor, Tensor, "KVCache | None"], Tensor]
 
@@ -73,12 +73,15 @@ def _check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None) -
         )
 
 
-def _run(
+def decode(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
     n_layers: int, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
     num_beams: int, eos_token_id: int | None, pad_token_id: int | None, use_cache: bool,
     generator: torch.Generator | None, length_penalty: float,
 ) -> Tensor:
+    """The decoding loop shared by the models: ``step(ids, key_padding_mask, cache)`` returns
+    logits (B, T, V) for the tokens it is given (all of them, or only the new one when a cache is
+    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
@@ -239,7 +242,7 @@ def generate(
         return model(ids, mask if bool(mask.any()) or cache is not None else None, cache=cache)
 
     try:
-        return _run(step, input_ids, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
+        return decode(step, input_ids, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                     num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                     use_cache=use_cache, generator=generator, length_penalty=length_penalty)
@@ -280,7 +283,7 @@ def generate_seq2seq(
 
         _check_prompt(start, max_new_tokens, _table_max_len(model.config))
         kpm = torch.zeros_like(start, dtype=torch.bool)
-        return _run(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
+        return decode(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     **_generation_kwargs(kwargs))
     finally:
         model.train(was_training)

@@ -115,6 +115,9 @@ def test_morphic_model_trains_through_its_training_loss_and_gets_its_diagnostics
     assert main(["train", str(path)]) == 0
     run = tmp_path / "runs" / "tiny"
     assert "routing_entropy" in read_metrics(run)["train"]  # reported by training_loss
+    for extra in ([], ["--num-beams", "3"], ["--sample", "--top-p", "0.9"]):
+        assert main(["generate", str(run), "--prompt", "( [", "--max-new-tokens", "3",
+                     *extra]) == 0
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
     assert (tmp_path / "rep" / "morphic_tiny" / "report.json").exists()
     assert "Morphic diagnostics" in (tmp_path / "rep" / "report.md").read_text()

@@ -124,3 +124,25 @@ def test_utilities_are_invariant_under_conjugation_with_a_transported_readout():
     u = exact_utilities(z, cands, es, sp, w, b, targets)
     u_hat = exact_utilities(z_hat, cands_hat, es, sp, w * d, b, targets)
     torch.testing.assert_close(u, u_hat, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_gradients():
+    """The first backward pass consumes the forward buffer in place; a second one recomputes it."""
+    from graded.morphic.utilities import _EdgeUtility
+
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(5, 9, generator=g)
+    delta = torch.randn(5, 2, generator=g, requires_grad=True)
+    w_h = torch.randn(9, 2, generator=g, requires_grad=True)
+    y = torch.randint(0, 9, (5,), generator=g)
+    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y)
+    weights = torch.randn(5, generator=g)
+    first = torch.autograd.grad(u, (delta, w_h), weights, retain_graph=True)
+    second = torch.autograd.grad(u, (delta, w_h), weights)
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b)
+    naive = (torch.log_softmax(base + delta @ w_h.T, -1).gather(-1, y[:, None]).squeeze(-1)
+             - torch.log_softmax(base, -1).gather(-1, y[:, None]).squeeze(-1))
+    torch.testing.assert_close(u, naive)
+    for a, b in zip(first, torch.autograd.grad(naive, (delta, w_h), weights)):
+        torch.testing.assert_close(a, b)

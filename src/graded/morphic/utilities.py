@@ -61,26 +61,37 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
 class _EdgeUtility(torch.autograd.Function):
     """u = log softmax(ℓ + δ W_hᵀ)[y] − log softmax(ℓ)[y] for one edge, fused.
 
-    Forward: one ``addmm`` forms ℓ + Δ, one log-sum-exp. Backward, with p⁺ = softmax(ℓ + Δ) and
-    p = softmax(ℓ): ∂u/∂(ℓ + Δ) = e_y − p⁺ (one exp pass and a scatter, instead of autograd's
-    gather backward plus log-softmax backward), pulled back through the product to δ and W_h,
-    and ∂u/∂ℓ (the direct path through log softmax(ℓ)) = p − p⁺.
+    Forward: one ``addmm`` forms ℓ⁺ = ℓ + Δ; its row maxima m, then e = exp(ℓ⁺ − m) in place and
+    s = Σ e, so log softmax(ℓ⁺)[y] = ℓ⁺_y − m − log s. Backward, with p⁺ = e / s and
+    p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺, formed in place in the buffer e (no exponential and no
+    (N, V) allocation: on CPU, fresh (N, V) buffers cost more than the arithmetic), pulled back
+    through the product to δ and W_h, and ∂u/∂ℓ (the direct path through log softmax(ℓ)) = p − p⁺.
+    The buffer is consumed by the first backward pass; a second one (``retain_graph=True``,
+    gradcheck) recomputes it from the saved inputs.
     """
 
     @staticmethod
     def forward(ctx, base, lse_base, delta, w_h, y):
         plus = torch.addmm(base, delta, w_h.T)  # (N, V)
-        lse = torch.logsumexp(plus, dim=-1, keepdim=True)
+        m = plus.amax(dim=-1, keepdim=True)
         yy = y.unsqueeze(-1)
-        u = (plus.gather(-1, yy) - lse) - (base.gather(-1, yy) - lse_base)
-        ctx.save_for_backward(plus, lse, base, lse_base, delta, w_h, y)
+        num = plus.gather(-1, yy)
+        e = plus.sub_(m).exp_()
+        s = e.sum(dim=-1, keepdim=True)
+        u = (num - m - s.log()) - (base.gather(-1, yy) - lse_base)
+        ctx.save_for_backward(base, lse_base, delta, w_h, y)
+        ctx.m, ctx.s, ctx.e = m, s, e  # intermediates, neither input nor output
         return u.squeeze(-1)
 
     @staticmethod
     def backward(ctx, grad):
-        plus, lse, base, lse_base, delta, w_h, y = ctx.saved_tensors
+        base, lse_base, delta, w_h, y = ctx.saved_tensors
+        e = ctx.e
+        if e is None:  # second backward pass over a retained graph
+            e = torch.addmm(base, delta, w_h.T).sub_(ctx.m).exp_()
+        ctx.e = None
         g = grad.unsqueeze(-1)  # (N, 1)
-        grad_plus = plus.sub(lse).exp_().mul_(-g)  # −g p⁺
+        grad_plus = e.mul_(-g / ctx.s)  # −g p⁺
         grad_plus.scatter_add_(-1, y.unsqueeze(-1), g)  # + g e_y
         grad_base = grad_delta = grad_w = None
         if ctx.needs_input_grad[0]:
@@ -91,6 +102,12 @@ class _EdgeUtility(torch.autograd.Function):
         if ctx.needs_input_grad[3]:
             grad_w = grad_plus.T @ delta
         return grad_base, None, grad_delta, grad_w, None
+
+
+def _log_sum_exp(x: Tensor) -> Tensor:
+    """Row log-sum-exp (N, 1) with one temporary, ``torch.logsumexp`` makes several on CPU."""
+    m = x.amax(dim=-1, keepdim=True)
+    return m + x.sub(m).exp_().sum(dim=-1, keepdim=True).log_()
 
 
 def exact_utilities(
@@ -104,7 +121,7 @@ def exact_utilities(
         return z.new_zeros(*z.shape[:-1], len(edges))
     base = zv @ weight.T if bias is None else torch.addmm(bias, zv, weight.T)  # (N, V)
     with torch.no_grad():
-        lse_base = torch.logsumexp(base, dim=-1, keepdim=True)
+        lse_base = _log_sum_exp(base)
     cols = []
     for e, cand in zip(edges, cands):
         s = space.slices[e.dest]

@@ -8,9 +8,14 @@ B·T tokens. Compared, with the variants interleaved repetition by repetition (m
 2. |E| = 8: the same utility layer against the paper-exact 004 App. B layer
    (``graded.morphic.reference.PaperGradedLayer``: batch-mean routing, one full readout pass per
    edge). Target: ours >= 10x faster.
+3. The utility engine alone at |E| = 8, forward only (App. B detaches its utilities): App. B's
+   |E| + 1 readout passes against ``exact_utilities`` (one readout pass, then per edge an
+   (N, d_h) x (d_h, V) product and a log-sum-exp). ``--engine-grades`` repeats it for more,
+   smaller grades at the same |E|, where the gap widens (D / d_h grows).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py            # full size, B·T = 4096
     .venv/bin/python benchmarks/morphic.py --quick                     # tiny smoke run
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py --engine-grades 16 32
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ import time
 import torch
 from torch.nn import functional as F
 
-from graded.morphic import EdgeSet, Grade, GradedSpace, LinearBlock, MorphicLayer, UtilityProbe
+from graded.morphic import (
+    EdgeSet,
+    Grade,
+    GradedSpace,
+    LinearBlock,
+    MorphicLayer,
+    UtilityProbe,
+    exact_utilities,
+)
 from graded.morphic.objective import utility_penalty
 from graded.morphic.reference import PaperGradedLayer, paper_lm_loss
 
@@ -82,6 +95,53 @@ class PaperStep:
         loss.backward()
 
 
+class PaperEngine:
+    """App. B's utilities alone: L_base and one full readout pass per edge (forward)."""
+
+    def __init__(self, step: PaperStep) -> None:
+        self.step = step
+
+    def __call__(self, z, targets) -> None:
+        st = self.step
+        flat, y = z.detach().flatten(0, 1), targets.flatten()
+        zd = {g: flat[:, st.space.slices[g]] for g in st.grades}
+        with torch.no_grad():
+            base = st.lm_loss(zd, y)
+            for g, h in st.layer.E:
+                plus = dict(zd)
+                plus[h] = st.layer.phi[f"{h}|{g}"](zd[g])
+                _ = base - st.lm_loss(plus, y)
+
+
+class OurEngine:
+    """Our exact utilities alone, for every token and edge (forward)."""
+
+    def __init__(self, step: OurStep) -> None:
+        self.step = step
+
+    def __call__(self, z, targets) -> None:
+        layer, ro = self.step.layer, self.step.readout
+        with torch.no_grad():
+            zz = z.detach()
+            cands = layer.candidates(zz)
+            exact_utilities(zz, cands, layer.edges, layer.space, ro.weight, ro.bias, targets)
+
+
+def engine_ratio(grades: int, dim: int, args) -> dict:
+    space = make_space(grades, dim)
+    z = torch.randn(args.batch, args.seq, space.total_dim)
+    targets = torch.randint(0, args.vocab, (args.batch, args.seq))
+    pairs = make_edges(space, 8)
+    variants = {
+        "paper_engine": PaperEngine(PaperStep(space, pairs, args.vocab, rank=args.rank)),
+        "our_engine": OurEngine(OurStep(space, pairs, args.vocab, utilities=True,
+                                        rank=args.rank)),
+    }
+    med = time_interleaved(variants, z, targets, args.reps, args.warmup)
+    return {"grades": grades, "dim_per_grade": dim, "median_seconds": med,
+            "paper_over_ours": med["paper_engine"] / med["our_engine"]}
+
+
 def time_interleaved(variants: dict, z, targets, reps: int, warmup: int) -> dict[str, float]:
     times: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(warmup + reps):
@@ -106,6 +166,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine-grades", type=int, nargs="*", default=[],
+                    help="also time the utility engines alone with this many grades (|E| = 8)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
     args = ap.parse_args()
     if args.quick:
@@ -123,12 +185,14 @@ def main() -> None:
         "E8_paper_exact": PaperStep(space, pairs8, args.vocab, rank=args.rank),
     }
     med = time_interleaved(variants, z, targets, args.reps, args.warmup)
+    engines = [engine_ratio(g, args.dim, args) for g in [args.grades, *args.engine_grades]]
     result = {
         "tokens": args.batch * args.seq, "grades": args.grades, "dim_per_grade": args.dim,
         "vocab": args.vocab, "threads": args.threads, "reps": args.reps,
         "median_seconds": med,
         "utilities_over_no_utilities_E4": med["E4_utilities"] / med["E4_no_utilities"],
         "paper_over_ours_E8": med["E8_paper_exact"] / med["E8_utilities"],
+        "utility_engine_paper_over_ours_E8": engines,
         "targets": {"utilities_over_no_utilities_E4": "<= 2", "paper_over_ours_E8": ">= 10"},
     }
     print(json.dumps(result, indent=2))

@@ -149,12 +149,16 @@ def test_sigint_during_graded_train_saves_and_resume_finishes(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "graded.cli", "train", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     run = tmp_path / "runs" / "tiny"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    # Wait until training is under way (the handler is installed by then); a loaded machine may
+    # take long to import torch, and a SIGINT during the import would test nothing.
+    deadline, started = time.monotonic() + 300, False
+    while not started and time.monotonic() < deadline and proc.poll() is None:
         csv = run / "metrics.csv"
-        if csv.exists() and csv.read_text().count("\n") > 3:
-            break
+        started = csv.exists() and csv.read_text().count("\n") > 3
         time.sleep(0.05)
+    if not started:
+        proc.kill()
+        pytest.fail(f"training did not start within 300 s: {proc.communicate()[1][-2000:]}")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

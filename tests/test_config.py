@@ -150,3 +150,22 @@ def test_split_the_task_cannot_make_is_rejected_before_training():
     with pytest.raises(ConfigError, match=r"task\.split: a size split is not meaningful for task "
                                           "'modular'"):
         validate_config({"task": {"name": "modular", "split": "size"}})
+
+
+def test_the_schema_offers_exactly_the_split_kinds_of_the_tasks():
+    from typing import get_args
+
+    from graded.config import TaskSection
+    from graded.tasks.base import SPLIT_KINDS
+
+    assert get_args(TaskSection.model_fields["split"].annotation) == SPLIT_KINDS
+
+
+def test_family_split_is_checked_before_training():
+    with pytest.raises(ConfigError, match=r"task\.split: a family split is not meaningful for "
+                                          "task 'dyck'"):
+        validate_config({"task": {"name": "dyck", "split": "family"}})
+    options = {"graph_families": ["tree", "cycle"], "test_families": ["grid"]}
+    with pytest.raises(ConfigError, match=r"task\.split: test_families \['grid'\] are not among"):
+        validate_config({"task": {"name": "graph_properties", "split": "family",
+                                  "options": options}})

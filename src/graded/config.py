@@ -67,7 +67,7 @@ class ConfigError(ValueError):
 class TaskSection(Strict):
     name: str = Field(description="a task of graded.tasks (graded train --help lists them)")
     options: dict[str, Any] = Field(default_factory=dict, description="the task's options")
-    split: Literal["random", "size", "relabelled"] = "random"
+    split: Literal["random", "size", "family", "relabelled"] = "random"
     n_train: int = Field(2000, ge=1)
     n_eval: int = Field(500, ge=1)
     data_seed: int | None = Field(None, ge=0, description="seed of the data (default: seed)")
@@ -296,6 +296,8 @@ def check_semantics(cfg: RunConfig, source: str = "<dict>") -> None:
     try:
         if cfg.task.split == "size":
             task.size_configs()
+        elif cfg.task.split == "family":
+            task.family_configs()
         elif cfg.task.split == "relabelled":
             from graded.tasks import Task
 
@@ -346,9 +348,11 @@ def build_task(cfg: RunConfig):
 
 
 def _max_len(cfg: RunConfig, task: Any) -> int:
-    """The longest sequence the run sees (a size split tests on longer objects, 003 §3.2)."""
-    if cfg.task.split == "size":
-        return max(t.max_len for t in (task, *task.size_configs()))
+    """The longest sequence the run sees (a size split tests on longer objects, 003 §3.2;
+    a family split may too)."""
+    if cfg.task.split in ("size", "family"):
+        parts = task.size_configs() if cfg.task.split == "size" else task.family_configs()
+        return max(t.max_len for t in (task, *parts))
     return task.max_len
 
 

@@ -1,9 +1,15 @@
-"""Split helpers: partitions, size thresholds, relabelled splits through make_split."""
+"""Split helpers: partitions, size thresholds, families, relabelled splits through make_split."""
 
 import pytest
 import torch
 
-from graded.evaluation import make_split, random_split, sequence_lengths, size_split
+from graded.evaluation import (
+    family_split,
+    make_split,
+    random_split,
+    sequence_lengths,
+    size_split,
+)
 from graded.tasks import TaskDataset, get_task
 
 
@@ -42,4 +48,39 @@ def test_make_split_relabelled_dyck_keeps_the_words_balanced_and_renames_types()
     assert not torch.equal(test.inputs, plain.inputs)
     assert torch.equal(train.inputs, task.generate(30, seed=0).inputs)  # canonical = as drawn
     with pytest.raises(ValueError, match="split kind must be one of"):
+        make_split(task, "by_colour")
+    with pytest.raises(ValueError, match="family split is not meaningful for task "
+                                         "'dyck_recognition'"):
         make_split(task, "family")
+
+
+def test_family_split_holds_out_exactly_the_test_families():
+    data = _toy()
+    ids = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 3])
+    train, test = family_split(data, ids, test_families={1, 3})
+    assert test.targets.tolist() == [1, 4, 7, 9]
+    assert train.targets.tolist() == [0, 2, 3, 5, 6, 8]
+    names = ["tree", "cycle"] * 5
+    train, test = family_split(data, names, ["cycle"])
+    assert train.targets.tolist() == [0, 2, 4, 6, 8] and test.targets.tolist() == [1, 3, 5, 7, 9]
+
+
+def test_family_split_rejects_absent_families_an_empty_train_side_and_bad_lengths():
+    data = _toy()
+    names = ["tree", "cycle"] * 5
+    with pytest.raises(ValueError, match=r"test families \['grid'\] do not occur"):
+        family_split(data, names, ["grid"])
+    with pytest.raises(ValueError, match="leaving no training family"):
+        family_split(data, names, ["tree", "cycle"])
+    with pytest.raises(ValueError, match=r"one family per example \(10\), got 3"):
+        family_split(data, names[:3], ["tree"])
+
+
+def test_family_split_of_a_graph_dataset_matches_the_task_family_split():
+    task = get_task("graph_properties", test_families=("cycle",))
+    data = task.generate(60, seed=0)
+    train, test = family_split(data, data.tensors["family"], [task.families().index("cycle")])
+    assert len(train) + len(test) == 60
+    assert set(test.tensors["family"].tolist()) == {task.families().index("cycle")}
+    _, task_test = make_split(task, "family", 10, 10, seed=0)
+    assert set(task_test.tensors["family"].tolist()) == {task.families().index("cycle")}

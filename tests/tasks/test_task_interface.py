@@ -13,6 +13,7 @@ SMALL = {
     "dyck_recognition": {"max_length": 16},
     "modular": {"p": 11},
     "multiscale": {"length": 32, "bands": ((1, 2), (4, 6), (9, 14)), "num_points": 8},
+    "graph_properties": {"max_vertices": 7},
 }
 KEYS_BY_KIND = {
     "lm": {"inputs", "targets", "loss_mask", "key_padding_mask"},
@@ -31,7 +32,7 @@ def test_registry_lists_every_task_of_the_issue():
     assert set(available_tasks()) >= {
         "polynomials", "polynomial_regression", "weighted_projective",
         "weighted_projective_pair", "listops", "dyck", "dyck_recognition", "modular",
-        "multiscale",
+        "multiscale", "graph_properties",
     }
 
 
@@ -163,3 +164,11 @@ def test_size_split_trains_on_smaller_objects_than_it_tests(name):
 def test_meaningless_splits_raise_naming_the_task(name):
     with pytest.raises(ValueError, match=f"size split is not meaningful for task '{name}'"):
         small_task(name).split("size", 5, 5)
+
+
+@pytest.mark.parametrize("name", [n for n in available_tasks() if n != "graph_properties"])
+def test_tasks_without_families_refuse_a_family_split_naming_the_task(name):
+    task = small_task(name)
+    assert task.families() == ()
+    with pytest.raises(ValueError, match=f"family split is not meaningful for task '{name}'"):
+        task.split("family", 5, 5)

@@ -22,7 +22,13 @@ from graded.evaluation.metrics import (
     task_metrics,
     token_accuracy,
 )
-from graded.evaluation.splits import make_split, random_split, sequence_lengths, size_split
+from graded.evaluation.splits import (
+    family_split,
+    make_split,
+    random_split,
+    sequence_lengths,
+    size_split,
+)
 
 __all__ = [
     "HIGHER_IS_BETTER",
@@ -31,6 +37,7 @@ __all__ = [
     "baseline_predictions",
     "compute_metric",
     "exact_match",
+    "family_split",
     "features",
     "knn_classify",
     "knn_regress",

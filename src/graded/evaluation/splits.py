@@ -2,12 +2,15 @@
 
 003 §3.2: "the train-test split is also part of the experiment". A random split tests
 interpolation; a split by size (train on small objects, test on larger ones) tests whether a
-size-robust rule was learned; a relabelled split (train on canonical copies, test on isomorphic
-ones) tests whether the symmetry was learned. ``make_split`` asks a task for one of them; the
-dataset-level helpers split an existing dataset.
+size-robust rule was learned; a split by family (train on some graph families, test on the
+others) tests whether the rule transfers to objects from another generator; a relabelled split
+(train on canonical copies, test on isomorphic ones) tests whether the symmetry was learned.
+``make_split`` asks a task for one of them; the dataset-level helpers split an existing dataset.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import Tensor
@@ -54,3 +57,29 @@ def size_split(data: TaskDataset, threshold: int, sizes: Tensor | None = None
         raise ValueError(f"threshold {threshold} leaves an empty side: sizes range over "
                          f"[{int(sizes.min())}, {int(sizes.max())}]")
     return data.subset(small), data.subset(large)
+
+
+def family_split(data: TaskDataset, family_ids: Tensor | Sequence[object],
+                 test_families: Collection[object]) -> tuple[TaskDataset, TaskDataset]:
+    """Train on the examples whose family is not in ``test_families``, test on the others.
+
+    ``family_ids`` gives each example's family: a (N,) tensor of ints (as the ``family`` tensor
+    of a task with families, indices into ``task.families()``) or a sequence of names;
+    ``test_families`` holds values of the same kind. A held-out family absent from
+    ``family_ids``, or either side being empty, raises.
+    """
+    ids = family_ids.tolist() if isinstance(family_ids, Tensor) else list(family_ids)
+    if len(ids) != len(data):
+        raise ValueError(f"family_ids must give one family per example ({len(data)}), "
+                         f"got {len(ids)}")
+    held_out = set(test_families)
+    missing = sorted(map(str, held_out - set(ids)))
+    if missing:
+        raise ValueError(f"test families {missing} do not occur in the data; its families are "
+                         f"{sorted(map(str, set(ids)))}")
+    test = [i for i, f in enumerate(ids) if f in held_out]
+    train = [i for i, f in enumerate(ids) if f not in held_out]
+    if not train:
+        raise ValueError(f"test families {sorted(map(str, held_out))} cover every example, "
+                         "leaving no training family")
+    return data.subset(train), data.subset(test)

@@ -7,6 +7,7 @@ See ``docs/tasks.md`` for every task's format, grades and metric.
 
 from graded.tasks.base import IGNORE_INDEX, Task, TaskDataset, Vocab
 from graded.tasks.dyck import DyckLM, DyckRecognition
+from graded.tasks.graphs import GraphProperties
 from graded.tasks.listops import ListOps
 from graded.tasks.modular import ModularArithmetic
 from graded.tasks.multiscale import MultiScaleSignals
@@ -23,6 +24,7 @@ __all__ = [
     "TASKS",
     "DyckLM",
     "DyckRecognition",
+    "GraphProperties",
     "ListOps",
     "ModularArithmetic",
     "MultiScaleSignals",

@@ -2,7 +2,7 @@
 
 Every task is a dataclass whose fields are its configuration. ``generate(n, seed)`` returns a
 :class:`TaskDataset` of tensors; ``split(kind, ...)`` returns a train and a test set made by one
-of the split types of 003 §3.2 (random, by size, relabelled).
+of the split types of 003 §3.2 (random, by size, by family, relabelled).
 
 Tensor conventions (the trainer relies on these keys):
 
@@ -32,7 +32,7 @@ from torch import Tensor
 
 IGNORE_INDEX = -100
 KINDS = ("lm", "classification", "regression", "seq2seq")
-SPLIT_KINDS = ("random", "size", "relabelled")
+SPLIT_KINDS = ("random", "size", "family", "relabelled")
 GRADED_OBJECTS = ("positions", "tokens", "features", "vocabulary", "none")
 
 
@@ -170,7 +170,7 @@ class Task(abc.ABC):
       (coordinates of real input features), ``"vocabulary"`` or ``"none"``.
 
     Subclasses implement ``_generate(n, seed)``, ``grades`` and, where meaningful,
-    ``size_configs`` and ``relabel``.
+    ``size_configs``, ``families`` with ``family_configs``, and ``relabel``.
     """
 
     name: ClassVar[str] = "task"
@@ -211,6 +211,17 @@ class Task(abc.ABC):
     def size_configs(self) -> tuple[Task, Task]:
         """Configurations generating small (train) and large (test) objects (003 §3.2)."""
         raise ValueError(f"a size split is not meaningful for task {self.name!r}")
+
+    def families(self) -> tuple[str, ...]:
+        """Names of the families of objects this task can draw from (003 §3.2: a family split
+        trains on some graph families and tests on others); empty for a task without families.
+        A task with families puts a ``family`` tensor (N,) of indices into this tuple in its
+        data."""
+        return ()
+
+    def family_configs(self) -> tuple[Task, Task]:
+        """Configurations drawing from the training families and from the held-out ones."""
+        raise ValueError(f"a family split is not meaningful for task {self.name!r}")
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """The same objects under a label-preserving bijection of the inputs (003 §3.2)."""
@@ -256,6 +267,8 @@ class Task(abc.ABC):
 
         - ``"random"``: one pool of ``n_train + n_test`` examples, partitioned at random;
         - ``"size"``: train on small objects, test on larger ones (``size_configs``);
+        - ``"family"``: train on some families of objects, test on held-out ones
+          (``family_configs``);
         - ``"relabelled"``: train on canonical copies (``canonicalize``), test on fresh objects
           presented under a label-preserving bijection (``relabel``).
         """
@@ -267,9 +280,10 @@ class Task(abc.ABC):
             pool = self.generate(n_train + n_test, seed)
             perm = torch.randperm(n_train + n_test, generator=torch.Generator().manual_seed(seed))
             return pool.subset(perm[:n_train]), pool.subset(perm[n_train:])
-        if kind == "size":
-            small, large = self.size_configs()
-            return small.generate(n_train, seed), large.generate(n_test, seed + 1)
+        if kind in ("size", "family"):
+            train_task, test_task = (self.size_configs() if kind == "size"
+                                     else self.family_configs())
+            return train_task.generate(n_train, seed), test_task.generate(n_test, seed + 1)
         train = self.canonicalize(self.generate(n_train, seed))
         test = self.relabel(self.generate(n_test, seed + 1), seed + 2)
         return train, test

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from graded.tasks.base import (
+    SPLIT_KINDS,
     Task,
     TaskDataset,
     Vocab,
@@ -140,9 +141,9 @@ class ModularArithmetic(Task):
 
         ``"relabelled"`` presents the test pairs under an automorphism (``relabel``).
         """
-        check_choice("split kind", kind, ("random", "relabelled", "size"))
-        if kind == "size":
-            return super().split(kind)
+        check_choice("split kind", kind, SPLIT_KINDS)
+        if kind in ("size", "family"):
+            return super().split(kind)  # raises: the table has no sizes or families
         total = self.table()[0].shape[0]
         if n_train is None:
             n_train = max(1, min(total - 1, round(self.train_fraction * total)))

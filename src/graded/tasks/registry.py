@@ -6,6 +6,7 @@ from typing import Any
 
 from graded.tasks.base import Task
 from graded.tasks.dyck import DyckLM, DyckRecognition
+from graded.tasks.graphs import GraphProperties
 from graded.tasks.listops import ListOps
 from graded.tasks.modular import ModularArithmetic
 from graded.tasks.multiscale import MultiScaleSignals
@@ -29,6 +30,7 @@ TASKS: dict[str, type[Task]] = {
         DyckRecognition,
         ModularArithmetic,
         MultiScaleSignals,
+        GraphProperties,
     )
 }
 

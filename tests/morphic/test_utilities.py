@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torch.nn import functional as F
 
@@ -146,3 +147,27 @@ def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_
     torch.testing.assert_close(u, naive)
     for a, b in zip(first, torch.autograd.grad(naive, (delta, w_h), weights)):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0, -300.0])
+def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_nats(scale):
+    """Rows whose exponentials over- or underflow without a shift are redone with their maxima."""
+    from graded.morphic.utilities import _EdgeUtility
+
+    g = torch.Generator().manual_seed(8)
+    base = torch.randn(6, 11, generator=g)
+    base = base - base.amax(-1, keepdim=True)  # as exact_utilities passes it
+    delta = torch.randn(6, 2, generator=g) * scale
+    delta[0] = 0.0  # one row on the fast path in every case
+    delta.requires_grad_(True)
+    w_h = torch.rand(11, 2, generator=g).requires_grad_(True)
+    y = torch.randint(0, 11, (6,), generator=g)
+    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y)
+    naive = (torch.log_softmax(base + delta @ w_h.T, -1).gather(-1, y[:, None]).squeeze(-1)
+             - torch.log_softmax(base, -1).gather(-1, y[:, None]).squeeze(-1))
+    assert torch.isfinite(u).all()
+    torch.testing.assert_close(u, naive, rtol=1e-5, atol=1e-4)
+    weights = torch.randn(6, generator=g)
+    for a, b in zip(torch.autograd.grad(u, (delta, w_h), weights),
+                    torch.autograd.grad(naive, (delta, w_h), weights)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)

@@ -58,29 +58,44 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
     return valid, zv, cands, yv, weight, bias
 
 
+# The fast path exponentiates ℓ⁺ without a per-row shift (the caller shifts ℓ so that its row
+# maxima are 0); rows whose sum of exponentials leaves [_LOW, _HIGH] are redone with their own
+# maxima, so the result is exact whatever ℓ⁺ is.
+_LOW, _HIGH = 2.0**-40, 2.0**100
+
+
 class _EdgeUtility(torch.autograd.Function):
     """u = log softmax(ℓ + δ W_hᵀ)[y] − log softmax(ℓ)[y] for one edge, fused.
 
-    Forward: one ``addmm`` forms ℓ⁺ = ℓ + Δ; its row maxima m, then e = exp(ℓ⁺ − m) in place and
-    s = Σ e, so log softmax(ℓ⁺)[y] = ℓ⁺_y − m − log s. Backward, with p⁺ = e / s and
-    p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺, formed in place in the buffer e (no exponential and no
-    (N, V) allocation: on CPU, fresh (N, V) buffers cost more than the arithmetic), pulled back
-    through the product to δ and W_h, and ∂u/∂ℓ (the direct path through log softmax(ℓ)) = p − p⁺.
-    The buffer is consumed by the first backward pass; a second one (``retain_graph=True``,
-    gradcheck) recomputes it from the saved inputs.
+    Forward: one ``addmm`` forms ℓ⁺ = ℓ + Δ; e = exp(ℓ⁺) in place and s = Σ e, so
+    log softmax(ℓ⁺)[y] = ℓ⁺_y − log s. ``exact_utilities`` passes ℓ with row maxima 0, so this is
+    safe unless Δ moves a row by tens of nats; such rows (s outside [2⁻⁴⁰, 2¹⁰⁰]) are recomputed
+    shifted by their own maxima c, and then log softmax(ℓ⁺)[y] = ℓ⁺_y − c − log s.
+    Backward, with p⁺ = e / s and p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺, formed in place in the buffer
+    e (no exponential and no (N, V) allocation: on CPU, fresh (N, V) buffers cost more than the
+    arithmetic done in them), pulled back through the product to δ and W_h, and ∂u/∂ℓ (the direct
+    path through log softmax(ℓ)) = p − p⁺. The buffer is consumed by the first backward pass; a
+    second one (``retain_graph=True``, gradcheck) recomputes it from the saved inputs.
     """
 
     @staticmethod
     def forward(ctx, base, lse_base, delta, w_h, y):
         plus = torch.addmm(base, delta, w_h.T)  # (N, V)
-        m = plus.amax(dim=-1, keepdim=True)
         yy = y.unsqueeze(-1)
         num = plus.gather(-1, yy)
-        e = plus.sub_(m).exp_()
+        e = plus.exp_()
         s = e.sum(dim=-1, keepdim=True)
-        u = (num - m - s.log()) - (base.gather(-1, yy) - lse_base)
+        shift = torch.zeros_like(s)
+        bad = ~((s >= _LOW) & (s <= _HIGH))  # also catches inf and nan
+        if bool(bad.any()):
+            rows = bad.squeeze(-1).nonzero().squeeze(-1)
+            again = torch.addmm(base[rows], delta[rows], w_h.T)
+            c = again.amax(dim=-1, keepdim=True)
+            again.sub_(c).exp_()
+            e[rows], s[rows], shift[rows] = again, again.sum(dim=-1, keepdim=True), c
+        u = (num - shift - s.log()) - (base.gather(-1, yy) - lse_base)
         ctx.save_for_backward(base, lse_base, delta, w_h, y)
-        ctx.m, ctx.s, ctx.e = m, s, e  # intermediates, neither input nor output
+        ctx.shift, ctx.s, ctx.e = shift, s, e  # intermediates, neither input nor output
         return u.squeeze(-1)
 
     @staticmethod
@@ -88,7 +103,7 @@ class _EdgeUtility(torch.autograd.Function):
         base, lse_base, delta, w_h, y = ctx.saved_tensors
         e = ctx.e
         if e is None:  # second backward pass over a retained graph
-            e = torch.addmm(base, delta, w_h.T).sub_(ctx.m).exp_()
+            e = torch.addmm(base, delta, w_h.T).sub_(ctx.shift).exp_()
         ctx.e = None
         g = grad.unsqueeze(-1)  # (N, 1)
         grad_plus = e.mul_(-g / ctx.s)  # −g p⁺
@@ -104,12 +119,6 @@ class _EdgeUtility(torch.autograd.Function):
         return grad_base, None, grad_delta, grad_w, None
 
 
-def _log_sum_exp(x: Tensor) -> Tensor:
-    """Row log-sum-exp (N, 1) with one temporary, ``torch.logsumexp`` makes several on CPU."""
-    m = x.amax(dim=-1, keepdim=True)
-    return m + x.sub(m).exp_().sum(dim=-1, keepdim=True).log_()
-
-
 def exact_utilities(
     z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet, space: GradedSpace, weight: Tensor,
     bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100, attach: str = "phi",
@@ -120,8 +129,9 @@ def exact_utilities(
     if zv.shape[0] == 0:
         return z.new_zeros(*z.shape[:-1], len(edges))
     base = zv @ weight.T if bias is None else torch.addmm(bias, zv, weight.T)  # (N, V)
-    with torch.no_grad():
-        lse_base = _log_sum_exp(base)
+    with torch.no_grad():  # row maxima to 0: log softmax is shift-invariant, see _EdgeUtility
+        base.sub_(base.amax(dim=-1, keepdim=True))
+        lse_base = base.exp().sum(dim=-1, keepdim=True).log_()
     cols = []
     for e, cand in zip(edges, cands):
         s = space.slices[e.dest]

@@ -137,12 +137,14 @@ def engine_ratio(grades: int, dim: int, args) -> dict:
         "our_engine": OurEngine(OurStep(space, pairs, args.vocab, utilities=True,
                                         rank=args.rank)),
     }
-    med = time_interleaved(variants, z, targets, args.reps, args.warmup)
-    return {"grades": grades, "dim_per_grade": dim, "median_seconds": med,
-            "paper_over_ours": med["paper_engine"] / med["our_engine"]}
+    times = time_interleaved(variants, z, targets, args.reps, args.warmup)
+    return {"grades": grades, "dim_per_grade": dim, "median_seconds": medians(times),
+            "paper_over_ours": paired_ratio(times, "paper_engine", "our_engine")}
 
 
-def time_interleaved(variants: dict, z, targets, reps: int, warmup: int) -> dict[str, float]:
+def time_interleaved(variants: dict, z, targets, reps: int, warmup: int
+                     ) -> dict[str, list[float]]:
+    """Seconds per repetition of every variant, the variants run back to back in each one."""
     times: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(warmup + reps):
         for name, step in variants.items():
@@ -152,7 +154,20 @@ def time_interleaved(variants: dict, z, targets, reps: int, warmup: int) -> dict
             dt = time.perf_counter() - t0
             if i >= warmup:
                 times[name].append(dt)
+    return times
+
+
+def medians(times: dict[str, list[float]]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def paired_ratio(times: dict[str, list[float]], num: str, den: str) -> dict[str, float]:
+    """Ratio of medians, and the quartiles of the per-repetition ratios (robust to load drift,
+    since both variants of a repetition ran seconds apart)."""
+    per_rep = [a / b for a, b in zip(times[num], times[den])]
+    q1, q2, q3 = statistics.quantiles(per_rep, n=4) if len(per_rep) > 1 else per_rep * 3
+    return {"ratio_of_medians": statistics.median(times[num]) / statistics.median(times[den]),
+            "per_repetition_quartiles": [q1, q2, q3]}
 
 
 def main() -> None:
@@ -184,14 +199,14 @@ def main() -> None:
         "E8_utilities": OurStep(space, pairs8, args.vocab, utilities=True, rank=args.rank),
         "E8_paper_exact": PaperStep(space, pairs8, args.vocab, rank=args.rank),
     }
-    med = time_interleaved(variants, z, targets, args.reps, args.warmup)
+    times = time_interleaved(variants, z, targets, args.reps, args.warmup)
     engines = [engine_ratio(g, args.dim, args) for g in [args.grades, *args.engine_grades]]
     result = {
         "tokens": args.batch * args.seq, "grades": args.grades, "dim_per_grade": args.dim,
         "vocab": args.vocab, "threads": args.threads, "reps": args.reps,
-        "median_seconds": med,
-        "utilities_over_no_utilities_E4": med["E4_utilities"] / med["E4_no_utilities"],
-        "paper_over_ours_E8": med["E8_paper_exact"] / med["E8_utilities"],
+        "median_seconds": medians(times),
+        "utilities_over_no_utilities_E4": paired_ratio(times, "E4_utilities", "E4_no_utilities"),
+        "paper_over_ours_E8": paired_ratio(times, "E8_paper_exact", "E8_utilities"),
         "utility_engine_paper_over_ours_E8": engines,
         "targets": {"utilities_over_no_utilities_E4": "<= 2", "paper_over_ours_E8": ">= 10"},
     }

@@ -70,12 +70,12 @@ class _EdgeUtility(torch.autograd.Function):
     Forward: one ``addmm`` forms ℓ⁺ = ℓ + Δ; e = exp(ℓ⁺) in place and s = Σ e, so
     log softmax(ℓ⁺)[y] = ℓ⁺_y − log s. ``exact_utilities`` passes ℓ with row maxima 0, so this is
     safe unless Δ moves a row by tens of nats; such rows (s outside [2⁻⁴⁰, 2¹⁰⁰]) are recomputed
-    shifted by their own maxima c, and then log softmax(ℓ⁺)[y] = ℓ⁺_y − c − log s.
-    Backward, with p⁺ = e / s and p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺, formed in place in the buffer
-    e (no exponential and no (N, V) allocation: on CPU, fresh (N, V) buffers cost more than the
-    arithmetic done in them), pulled back through the product to δ and W_h, and ∂u/∂ℓ (the direct
-    path through log softmax(ℓ)) = p − p⁺. The buffer is consumed by the first backward pass; a
-    second one (``retain_graph=True``, gradcheck) recomputes it from the saved inputs.
+    shifted by their own maxima c, and then log softmax(ℓ⁺)[y] = ℓ⁺_y − c − log s. The only
+    (N, V) buffer is e: on CPU a fresh (N, V) buffer costs more than the arithmetic done in it.
+    Backward, with p⁺ = e / s and p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺. Its row scaling commutes with
+    the product, so ∂u/∂δ = −(g/s) ⊙ (e W_h) + g ⊙ W_h[y] reads e once in one matrix product and
+    never writes it; ∂u/∂W_h = eᵀ(−(g/s) ⊙ δ) plus g δ added to the rows y; ∂u/∂ℓ (the direct
+    path through log softmax(ℓ)) = p − p⁺.
     """
 
     @staticmethod
@@ -94,28 +94,21 @@ class _EdgeUtility(torch.autograd.Function):
             again.sub_(c).exp_()
             e[rows], s[rows], shift[rows] = again, again.sum(dim=-1, keepdim=True), c
         u = (num - shift - s.log()) - (base.gather(-1, yy) - lse_base)
-        ctx.save_for_backward(base, lse_base, delta, w_h, y)
-        ctx.shift, ctx.s, ctx.e = shift, s, e  # intermediates, neither input nor output
+        ctx.save_for_backward(base, lse_base, delta, w_h, y, e, s)
         return u.squeeze(-1)
 
     @staticmethod
     def backward(ctx, grad):
-        base, lse_base, delta, w_h, y = ctx.saved_tensors
-        e = ctx.e
-        if e is None:  # second backward pass over a retained graph
-            e = torch.addmm(base, delta, w_h.T).sub_(ctx.shift).exp_()
-        ctx.e = None
+        base, lse_base, delta, w_h, y, e, s = ctx.saved_tensors
         g = grad.unsqueeze(-1)  # (N, 1)
-        grad_plus = e.mul_(-g / ctx.s)  # −g p⁺
-        grad_plus.scatter_add_(-1, y.unsqueeze(-1), g)  # + g e_y
+        scale = -g / s  # ∂u/∂ℓ⁺ = scale ⊙ e + g e_y
         grad_base = grad_delta = grad_w = None
         if ctx.needs_input_grad[0]:
-            grad_base = base.sub(lse_base).exp_().mul_(g).add_(grad_plus)
-            grad_base.scatter_add_(-1, y.unsqueeze(-1), -g)  # g (p − p⁺)
+            grad_base = torch.addcmul(base.sub(lse_base).exp_().mul_(g), e, scale)  # g(p − p⁺)
         if ctx.needs_input_grad[2]:
-            grad_delta = grad_plus @ w_h
+            grad_delta = torch.addcmul(g * w_h[y], e @ w_h, scale)
         if ctx.needs_input_grad[3]:
-            grad_w = grad_plus.T @ delta
+            grad_w = (e.T @ (delta * scale)).index_add_(0, y, g * delta)
         return grad_base, None, grad_delta, grad_w, None
 
 

@@ -89,7 +89,8 @@ def test_mean_per_token_utility_equals_the_paper_layer_batch_utility():
         torch.testing.assert_close(ours[0, :, i].mean(), aux["utilities"][e], atol=1e-5, rtol=1e-5)
 
 
-def test_fused_edge_utility_gradients_pass_gradcheck_in_float64():
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_fused_edge_utility_gradients_pass_gradcheck_in_float64(chunk):
     from graded.morphic.utilities import _EdgeUtility
 
     g = torch.Generator().manual_seed(5)
@@ -99,7 +100,8 @@ def test_fused_edge_utility_gradients_pass_gradcheck_in_float64():
     y = torch.randint(0, 5, (6,), generator=g)
 
     def f(b, d, w):
-        return _EdgeUtility.apply(b, torch.logsumexp(b, -1, keepdim=True).detach(), d, w, y)
+        return _EdgeUtility.apply(b, torch.logsumexp(b, -1, keepdim=True).detach(), d, w, y,
+                                  chunk)
 
     assert torch.autograd.gradcheck(f, (base, delta, w_h))
 
@@ -128,7 +130,7 @@ def test_utilities_are_invariant_under_conjugation_with_a_transported_readout():
 
 
 def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_gradients():
-    """The first backward pass consumes the forward buffer in place; a second one recomputes it."""
+    """The backward pass reads the saved exponentials without writing them."""
     from graded.morphic.utilities import _EdgeUtility
 
     g = torch.Generator().manual_seed(7)
@@ -136,7 +138,7 @@ def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_
     delta = torch.randn(5, 2, generator=g, requires_grad=True)
     w_h = torch.randn(9, 2, generator=g, requires_grad=True)
     y = torch.randint(0, 9, (5,), generator=g)
-    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y)
+    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y, None)
     weights = torch.randn(5, generator=g)
     first = torch.autograd.grad(u, (delta, w_h), weights, retain_graph=True)
     second = torch.autograd.grad(u, (delta, w_h), weights)
@@ -149,8 +151,9 @@ def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("chunk", [None, 4])
 @pytest.mark.parametrize("scale", [1.0, 300.0, -300.0])
-def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_nats(scale):
+def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_nats(scale, chunk):
     """Rows whose exponentials over- or underflow without a shift are redone with their maxima."""
     from graded.morphic.utilities import _EdgeUtility
 
@@ -162,7 +165,7 @@ def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_n
     delta.requires_grad_(True)
     w_h = torch.rand(11, 2, generator=g).requires_grad_(True)
     y = torch.randint(0, 11, (6,), generator=g)
-    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y)
+    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y, chunk)
     naive = (torch.log_softmax(base + delta @ w_h.T, -1).gather(-1, y[:, None]).squeeze(-1)
              - torch.log_softmax(base, -1).gather(-1, y[:, None]).squeeze(-1))
     assert torch.isfinite(u).all()
@@ -171,3 +174,42 @@ def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_n
     for a, b in zip(torch.autograd.grad(u, (delta, w_h), weights),
                     torch.autograd.grad(naive, (delta, w_h), weights)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_chunked_recomputation_equals_saved_exponentials_and_is_chosen_above_the_memory_limit(
+        monkeypatch):
+    import graded.morphic.utilities as U
+
+    torch.manual_seed(9)
+    sp = GradedSpace([Grade(f"g{i}", 3, i) for i in range(3)])
+    es = EdgeSet.explicit(sp, [("g0", "g1"), ("g1", "g1"), ("g2", "g0")])
+    z = torch.randn(2, 5, sp.total_dim, requires_grad=True)
+    w = torch.randn(7, sp.total_dim, requires_grad=True)
+    b = torch.randn(7, requires_grad=True)
+    targets = torch.randint(0, 7, (2, 5))
+    targets[0, 1] = -100
+    blocks = [torch.nn.Linear(3, 3, bias=False) for _ in es]
+    parts = sp.split(z)
+
+    def grads(**kw):
+        cands = [blk(parts[e.source]) for blk, e in zip(blocks, es)]
+        u = exact_utilities(z, cands, es, sp, w, b, targets, attach="all", **kw)
+        gs = torch.autograd.grad((u * torch.arange(u.numel()).view_as(u)).sum(),
+                                 (z, w, b, *(blk.weight for blk in blocks)))
+        return u, gs
+
+    u_saved, g_saved = grads()
+    for kw in ({"chunk_rows": 1}, {"chunk_rows": 4}):
+        u, gs = grads(**kw)
+        torch.testing.assert_close(u, u_saved)
+        for a, c in zip(gs, g_saved):
+            torch.testing.assert_close(a, c)
+    calls = []
+    original = U._EdgeUtility.apply
+    monkeypatch.setattr(U._EdgeUtility, "apply", lambda *a: calls.append(a[-1]) or original(*a))
+    monkeypatch.setattr(U, "SAVED_BYTES_LIMIT", 0)
+    u, _ = grads()
+    torch.testing.assert_close(u, u_saved)
+    assert calls and all(c == U._CHUNK_ELEMENTS // 7 for c in calls)
+    with pytest.raises(ValueError, match="chunk_rows"):
+        grads(chunk_rows=0)

@@ -64,6 +64,30 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
 _LOW, _HIGH = 2.0**-40, 2.0**100
 
 
+# Saved exponentials of all edges above this many bytes: recompute them in row chunks instead.
+SAVED_BYTES_LIMIT = 1 << 30
+_CHUNK_ELEMENTS = 1 << 18  # rows per chunk × V when recomputing (about 1 MB in float32)
+
+
+def _edge_rows(base: Tensor, delta: Tensor, w_h: Tensor, yy: Tensor
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """For rows of one edge: e = exp(ℓ⁺ − c) with ℓ⁺ = ℓ + δ W_hᵀ in one (rows, V) buffer, s = Σ e,
+    the row shifts c (0 on the fast path) and log softmax(ℓ⁺)[y] = ℓ⁺_y − c − log s."""
+    plus = torch.addmm(base, delta, w_h.T)
+    num = plus.gather(-1, yy)
+    e = plus.exp_()
+    s = e.sum(dim=-1, keepdim=True)
+    shift = torch.zeros_like(s)
+    bad = ~((s >= _LOW) & (s <= _HIGH))  # also catches inf and nan
+    if bool(bad.any()):
+        rows = bad.squeeze(-1).nonzero().squeeze(-1)
+        again = torch.addmm(base[rows], delta[rows], w_h.T)
+        c = again.amax(dim=-1, keepdim=True)
+        again.sub_(c).exp_()
+        e[rows], s[rows], shift[rows] = again, again.sum(dim=-1, keepdim=True), c
+    return e, s, shift, num - shift - s.log()
+
+
 class _EdgeUtility(torch.autograd.Function):
     """u = log softmax(ℓ + δ W_hᵀ)[y] − log softmax(ℓ)[y] for one edge, fused.
 
@@ -76,47 +100,65 @@ class _EdgeUtility(torch.autograd.Function):
     the product, so ∂u/∂δ = −(g/s) ⊙ (e W_h) + g ⊙ W_h[y] reads e once in one matrix product and
     never writes it; ∂u/∂W_h = eᵀ(−(g/s) ⊙ δ) plus g δ added to the rows y; ∂u/∂ℓ (the direct
     path through log softmax(ℓ)) = p − p⁺.
+
+    ``chunk`` None saves e for the backward pass (fastest); an int recomputes e there in chunks
+    of that many rows, so no (N, V) buffer outlives the forward pass (for large vocabularies).
     """
 
     @staticmethod
-    def forward(ctx, base, lse_base, delta, w_h, y):
-        plus = torch.addmm(base, delta, w_h.T)  # (N, V)
+    def forward(ctx, base, lse_base, delta, w_h, y, chunk):
+        n = base.shape[0]
         yy = y.unsqueeze(-1)
-        num = plus.gather(-1, yy)
-        e = plus.exp_()
-        s = e.sum(dim=-1, keepdim=True)
-        shift = torch.zeros_like(s)
-        bad = ~((s >= _LOW) & (s <= _HIGH))  # also catches inf and nan
-        if bool(bad.any()):
-            rows = bad.squeeze(-1).nonzero().squeeze(-1)
-            again = torch.addmm(base[rows], delta[rows], w_h.T)
-            c = again.amax(dim=-1, keepdim=True)
-            again.sub_(c).exp_()
-            e[rows], s[rows], shift[rows] = again, again.sum(dim=-1, keepdim=True), c
-        u = (num - shift - s.log()) - (base.gather(-1, yy) - lse_base)
-        ctx.save_for_backward(base, lse_base, delta, w_h, y, e, s)
+        if chunk is None:
+            e, s, shift, log_p_plus = _edge_rows(base, delta, w_h, yy)
+            saved = (e,)
+        else:
+            s, shift, log_p_plus = (base.new_empty(n, 1) for _ in range(3))
+            for i in range(0, n, chunk):
+                r = slice(i, i + chunk)
+                _, s[r], shift[r], log_p_plus[r] = _edge_rows(base[r], delta[r], w_h, yy[r])
+            saved = ()
+        u = log_p_plus - (base.gather(-1, yy) - lse_base)
+        ctx.chunk = chunk
+        ctx.save_for_backward(base, lse_base, delta, w_h, y, s, shift, *saved)
         return u.squeeze(-1)
 
     @staticmethod
     def backward(ctx, grad):
-        base, lse_base, delta, w_h, y, e, s = ctx.saved_tensors
+        base, lse_base, delta, w_h, y, s, shift, *saved = ctx.saved_tensors
+        n, chunk = base.shape[0], ctx.chunk or base.shape[0]
+        need_base, _, need_delta, need_w, _, _ = ctx.needs_input_grad
         g = grad.unsqueeze(-1)  # (N, 1)
-        scale = -g / s  # ∂u/∂ℓ⁺ = scale ⊙ e + g e_y
-        grad_base = grad_delta = grad_w = None
-        if ctx.needs_input_grad[0]:
-            grad_base = torch.addcmul(base.sub(lse_base).exp_().mul_(g), e, scale)  # g(p − p⁺)
-        if ctx.needs_input_grad[2]:
-            grad_delta = torch.addcmul(g * w_h[y], e @ w_h, scale)
-        if ctx.needs_input_grad[3]:
-            grad_w = (e.T @ (delta * scale)).index_add_(0, y, g * delta)
-        return grad_base, None, grad_delta, grad_w, None
+        grad_base = torch.empty_like(base) if need_base else None
+        grad_delta = torch.empty_like(delta) if need_delta else None
+        grad_w = torch.zeros_like(w_h) if need_w else None
+        for i in range(0, n, chunk):
+            r = slice(i, i + chunk)
+            e = saved[0] if saved else torch.addmm(base[r], delta[r], w_h.T).sub_(shift[r]).exp_()
+            scale = -g[r] / s[r]  # ∂u/∂ℓ⁺ = scale ⊙ e + g e_y
+            if need_base:  # g (p − p⁺)
+                torch.addcmul(base[r].sub(lse_base[r]).exp_().mul_(g[r]), e, scale,
+                              out=grad_base[r])
+            if need_delta:
+                torch.addcmul(g[r] * w_h[y[r]], e @ w_h, scale, out=grad_delta[r])
+            if need_w:
+                grad_w.addmm_(e.T, delta[r] * scale).index_add_(0, y[r], g[r] * delta[r])
+        return grad_base, None, grad_delta, grad_w, None, None
 
 
 def exact_utilities(
     z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet, space: GradedSpace, weight: Tensor,
     bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100, attach: str = "phi",
+    chunk_rows: int | None = None,
 ) -> Tensor:
-    """ΔL (B, T, |E|), exact, for every token and edge at once."""
+    """ΔL (B, T, |E|), exact, for every token and edge at once.
+
+    The backward pass needs exp(ℓ⁺) of every edge. They are saved when they fit in
+    ``SAVED_BYTES_LIMIT`` bytes (|E|·N·V floats), and otherwise recomputed in chunks of about
+    2¹⁸ / V rows; ``chunk_rows`` forces recomputation in chunks of that many rows.
+    """
+    if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
+        raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
     valid, zv, cands, yv, weight, bias = _prepare(
         z, candidates, edges, space, weight, bias, targets, ignore_index, attach)
     if zv.shape[0] == 0:
@@ -125,10 +167,13 @@ def exact_utilities(
     with torch.no_grad():  # row maxima to 0: log softmax is shift-invariant, see _EdgeUtility
         base.sub_(base.amax(dim=-1, keepdim=True))
         lse_base = base.exp().sum(dim=-1, keepdim=True).log_()
+    if chunk_rows is None and len(edges) * base.numel() * base.element_size() > SAVED_BYTES_LIMIT:
+        chunk_rows = max(1, _CHUNK_ELEMENTS // base.shape[1])
     cols = []
     for e, cand in zip(edges, cands):
         s = space.slices[e.dest]
-        cols.append(_EdgeUtility.apply(base, lse_base, cand - zv[:, s], weight[:, s], yv))
+        cols.append(_EdgeUtility.apply(base, lse_base, cand - zv[:, s], weight[:, s], yv,
+                                       chunk_rows))
     return _scatter_valid(torch.stack(cols, dim=1), valid, z)
 
 

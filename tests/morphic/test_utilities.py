@@ -101,7 +101,7 @@ def test_fused_edge_utility_gradients_pass_gradcheck_in_float64(chunk):
 
     def f(b, d, w):
         return _EdgeUtility.apply(b, torch.logsumexp(b, -1, keepdim=True).detach(), d, w, y,
-                                  chunk)
+                                  chunk, 1 << 30)
 
     assert torch.autograd.gradcheck(f, (base, delta, w_h))
 
@@ -138,7 +138,8 @@ def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_
     delta = torch.randn(5, 2, generator=g, requires_grad=True)
     w_h = torch.randn(9, 2, generator=g, requires_grad=True)
     y = torch.randint(0, 9, (5,), generator=g)
-    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y, None)
+    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y, None,
+                           1 << 30)
     weights = torch.randn(5, generator=g)
     first = torch.autograd.grad(u, (delta, w_h), weights, retain_graph=True)
     second = torch.autograd.grad(u, (delta, w_h), weights)
@@ -151,10 +152,13 @@ def test_fused_edge_utility_backward_twice_over_a_retained_graph_gives_the_same_
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("needs", ["delta", "delta_and_w"])
 @pytest.mark.parametrize("chunk", [None, 4])
 @pytest.mark.parametrize("scale", [1.0, 300.0, -300.0])
-def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_nats(scale, chunk):
-    """Rows whose exponentials over- or underflow without a shift are redone with their maxima."""
+def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_nats(
+        scale, chunk, needs):
+    """Rows whose exponentials over- or underflow without a shift are redone with their maxima;
+    with only δ needing a gradient the backward pass uses p⁺W_h from the forward pass."""
     from graded.morphic.utilities import _EdgeUtility
 
     g = torch.Generator().manual_seed(8)
@@ -163,20 +167,22 @@ def test_fused_edge_utility_is_exact_when_the_edge_moves_logits_by_hundreds_of_n
     delta = torch.randn(6, 2, generator=g) * scale
     delta[0] = 0.0  # one row on the fast path in every case
     delta.requires_grad_(True)
-    w_h = torch.rand(11, 2, generator=g).requires_grad_(True)
+    w_h = torch.rand(11, 2, generator=g).requires_grad_(needs == "delta_and_w")
     y = torch.randint(0, 11, (6,), generator=g)
-    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y, chunk)
+    u = _EdgeUtility.apply(base, torch.logsumexp(base, -1, keepdim=True), delta, w_h, y, chunk,
+                           1 << 30)
     naive = (torch.log_softmax(base + delta @ w_h.T, -1).gather(-1, y[:, None]).squeeze(-1)
              - torch.log_softmax(base, -1).gather(-1, y[:, None]).squeeze(-1))
     assert torch.isfinite(u).all()
     torch.testing.assert_close(u, naive, rtol=1e-5, atol=1e-4)
     weights = torch.randn(6, generator=g)
-    for a, b in zip(torch.autograd.grad(u, (delta, w_h), weights),
-                    torch.autograd.grad(naive, (delta, w_h), weights)):
+    inputs = (delta, w_h) if needs == "delta_and_w" else (delta,)
+    for a, b in zip(torch.autograd.grad(u, inputs, weights),
+                    torch.autograd.grad(naive, inputs, weights)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
-def test_chunked_recomputation_equals_saved_exponentials_and_is_chosen_above_the_memory_limit(
+def test_chunked_paths_equal_the_unchunked_ones_and_are_chosen_above_the_memory_limits(
         monkeypatch):
     import graded.morphic.utilities as U
 
@@ -191,25 +197,35 @@ def test_chunked_recomputation_equals_saved_exponentials_and_is_chosen_above_the
     blocks = [torch.nn.Linear(3, 3, bias=False) for _ in es]
     parts = sp.split(z)
 
-    def grads(**kw):
+    def grads(attach, **kw):
         cands = [blk(parts[e.source]) for blk, e in zip(blocks, es)]
-        u = exact_utilities(z, cands, es, sp, w, b, targets, attach="all", **kw)
-        gs = torch.autograd.grad((u * torch.arange(u.numel()).view_as(u)).sum(),
-                                 (z, w, b, *(blk.weight for blk in blocks)))
-        return u, gs
+        u = exact_utilities(z, cands, es, sp, w, b, targets, attach=attach, **kw)
+        wrt = [blk.weight for blk in blocks] + ([z, w, b] if attach == "all" else [])
+        return u, torch.autograd.grad((u * torch.arange(u.numel()).view_as(u)).sum(), wrt)
 
-    u_saved, g_saved = grads()
-    for kw in ({"chunk_rows": 1}, {"chunk_rows": 4}):
-        u, gs = grads(**kw)
-        torch.testing.assert_close(u, u_saved)
-        for a, c in zip(gs, g_saved):
-            torch.testing.assert_close(a, c)
-    calls = []
-    original = U._EdgeUtility.apply
-    monkeypatch.setattr(U._EdgeUtility, "apply", lambda *a: calls.append(a[-1]) or original(*a))
-    monkeypatch.setattr(U, "SAVED_BYTES_LIMIT", 0)
-    u, _ = grads()
-    torch.testing.assert_close(u, u_saved)
-    assert calls and all(c == U._CHUNK_ELEMENTS // 7 for c in calls)
+    rows_seen = []
+    original = U._edge_rows
+    monkeypatch.setattr(U, "_edge_rows", lambda base, *a: rows_seen.append(base.shape[0])
+                        or original(base, *a))
+    for attach in ("phi", "all"):
+        u_ref, g_ref = grads(attach)
+        assert set(rows_seen) == {9}  # the 9 valid tokens in one piece
+        for kw in ({"chunk_rows": 1}, {"chunk_rows": 4}):
+            u, gs = grads(attach, **kw)
+            torch.testing.assert_close(u, u_ref)
+            for a, c in zip(gs, g_ref):
+                torch.testing.assert_close(a, c)
+        # above the limits the rows are cut into chunks of _CHUNK_ELEMENTS // V = 2
+        limit = "_TEMP_BYTES_LIMIT" if attach == "phi" else "SAVED_BYTES_LIMIT"
+        with monkeypatch.context() as mp:
+            mp.setattr(U, limit, 0)
+            mp.setattr(U, "_CHUNK_ELEMENTS", 14)
+            rows_seen.clear()
+            u, gs = grads(attach)
+            assert set(rows_seen) == {2, 1}
+            torch.testing.assert_close(u, u_ref)
+            for a, c in zip(gs, g_ref):
+                torch.testing.assert_close(a, c)
+        rows_seen.clear()
     with pytest.raises(ValueError, match="chunk_rows"):
-        grads(chunk_rows=0)
+        grads("phi", chunk_rows=0)

@@ -64,9 +64,12 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
 _LOW, _HIGH = 2.0**-40, 2.0**100
 
 
-# Saved exponentials of all edges above this many bytes: recompute them in row chunks instead.
+# Memory limits: the exponentials e of all edges are saved for the backward pass (when it needs
+# them) up to SAVED_BYTES_LIMIT bytes, and recomputed there in row chunks above it; a temporary
+# e larger than _TEMP_BYTES_LIMIT is formed in row chunks. A chunk holds about _CHUNK_ELEMENTS.
 SAVED_BYTES_LIMIT = 1 << 30
-_CHUNK_ELEMENTS = 1 << 18  # rows per chunk × V when recomputing (about 1 MB in float32)
+_TEMP_BYTES_LIMIT = 1 << 28
+_CHUNK_ELEMENTS = 1 << 22
 
 
 def _edge_rows(base: Tensor, delta: Tensor, w_h: Tensor, yy: Tensor
@@ -88,6 +91,10 @@ def _edge_rows(base: Tensor, delta: Tensor, w_h: Tensor, yy: Tensor
     return e, s, shift, num - shift - s.log()
 
 
+def _chunks(n: int, rows: int):
+    return (slice(i, i + rows) for i in range(0, n, rows))
+
+
 class _EdgeUtility(torch.autograd.Function):
     """u = log softmax(ℓ + δ W_hᵀ)[y] − log softmax(ℓ)[y] for one edge, fused.
 
@@ -95,45 +102,55 @@ class _EdgeUtility(torch.autograd.Function):
     log softmax(ℓ⁺)[y] = ℓ⁺_y − log s. ``exact_utilities`` passes ℓ with row maxima 0, so this is
     safe unless Δ moves a row by tens of nats; such rows (s outside [2⁻⁴⁰, 2¹⁰⁰]) are recomputed
     shifted by their own maxima c, and then log softmax(ℓ⁺)[y] = ℓ⁺_y − c − log s. The only
-    (N, V) buffer is e: on CPU a fresh (N, V) buffer costs more than the arithmetic done in it.
-    Backward, with p⁺ = e / s and p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺. Its row scaling commutes with
-    the product, so ∂u/∂δ = −(g/s) ⊙ (e W_h) + g ⊙ W_h[y] reads e once in one matrix product and
-    never writes it; ∂u/∂W_h = eᵀ(−(g/s) ⊙ δ) plus g δ added to the rows y; ∂u/∂ℓ (the direct
-    path through log softmax(ℓ)) = p − p⁺.
+    (N, V) buffer is e: on CPU fresh (N, V) buffers cost more than the arithmetic done in them.
 
-    ``chunk`` None saves e for the backward pass (fastest); an int recomputes e there in chunks
-    of that many rows, so no (N, V) buffer outlives the forward pass (for large vocabularies).
+    Backward, with p⁺ = e / s and p = softmax(ℓ): ∂u/∂ℓ⁺ = e_y − p⁺, so
+    ∂u/∂δ = g ⊙ (W_h[y] − p⁺W_h). When only δ needs a gradient (``attach="phi"``, the default)
+    the forward pass computes m = p⁺W_h (N, d_h) while e is still in cache and frees e: the
+    backward pass is then one gather. Otherwise ∂u/∂W_h = g-weighted (e_y − p⁺)ᵀδ and
+    ∂u/∂ℓ = g (p − p⁺) need e itself, which is saved, or recomputed in row chunks when the saved
+    buffers would pass ``budget`` bytes (or when ``chunk`` rows are forced).
     """
 
     @staticmethod
-    def forward(ctx, base, lse_base, delta, w_h, y, chunk):
-        n = base.shape[0]
+    def forward(ctx, base, lse_base, delta, w_h, y, chunk, budget):
+        n, row_bytes = base.shape[0], base.shape[1] * base.element_size()
+        need_base, _, need_delta, need_w, _, _, _ = ctx.needs_input_grad
+        light = not (need_base or need_w)
+        if chunk is None and n * row_bytes > (_TEMP_BYTES_LIMIT if light else budget):
+            chunk = max(1, _CHUNK_ELEMENTS // base.shape[1])
+        rows = chunk or n
         yy = y.unsqueeze(-1)
-        if chunk is None:
-            e, s, shift, log_p_plus = _edge_rows(base, delta, w_h, yy)
-            saved = (e,)
-        else:
-            s, shift, log_p_plus = (base.new_empty(n, 1) for _ in range(3))
-            for i in range(0, n, chunk):
-                r = slice(i, i + chunk)
-                _, s[r], shift[r], log_p_plus[r] = _edge_rows(base[r], delta[r], w_h, yy[r])
-            saved = ()
+        s, shift, log_p_plus = (base.new_empty(n, 1) for _ in range(3))
+        m = base.new_empty(n, w_h.shape[1]) if light and need_delta else None
+        saved = ()
+        for r in _chunks(n, rows):
+            e, s[r], shift[r], log_p_plus[r] = _edge_rows(base[r], delta[r], w_h, yy[r])
+            if m is not None:
+                torch.mm(e, w_h, out=m[r]).div_(s[r])  # p⁺ W_h
+            elif not light and chunk is None:
+                saved = (e,)
         u = log_p_plus - (base.gather(-1, yy) - lse_base)
-        ctx.chunk = chunk
-        ctx.save_for_backward(base, lse_base, delta, w_h, y, s, shift, *saved)
+        ctx.light, ctx.rows = light, rows
+        if light:
+            ctx.save_for_backward(w_h, y, m)
+        else:
+            ctx.save_for_backward(base, lse_base, delta, w_h, y, s, shift, *saved)
         return u.squeeze(-1)
 
     @staticmethod
     def backward(ctx, grad):
-        base, lse_base, delta, w_h, y, s, shift, *saved = ctx.saved_tensors
-        n, chunk = base.shape[0], ctx.chunk or base.shape[0]
-        need_base, _, need_delta, need_w, _, _ = ctx.needs_input_grad
         g = grad.unsqueeze(-1)  # (N, 1)
+        if ctx.light:
+            w_h, y, m = ctx.saved_tensors
+            grad_delta = None if m is None else g * (w_h[y] - m)
+            return None, None, grad_delta, None, None, None, None
+        base, lse_base, delta, w_h, y, s, shift, *saved = ctx.saved_tensors
+        need_base, _, need_delta, need_w, _, _, _ = ctx.needs_input_grad
         grad_base = torch.empty_like(base) if need_base else None
         grad_delta = torch.empty_like(delta) if need_delta else None
         grad_w = torch.zeros_like(w_h) if need_w else None
-        for i in range(0, n, chunk):
-            r = slice(i, i + chunk)
+        for r in _chunks(base.shape[0], ctx.rows):
             e = saved[0] if saved else torch.addmm(base[r], delta[r], w_h.T).sub_(shift[r]).exp_()
             scale = -g[r] / s[r]  # ∂u/∂ℓ⁺ = scale ⊙ e + g e_y
             if need_base:  # g (p − p⁺)
@@ -143,7 +160,7 @@ class _EdgeUtility(torch.autograd.Function):
                 torch.addcmul(g[r] * w_h[y[r]], e @ w_h, scale, out=grad_delta[r])
             if need_w:
                 grad_w.addmm_(e.T, delta[r] * scale).index_add_(0, y[r], g[r] * delta[r])
-        return grad_base, None, grad_delta, grad_w, None, None
+        return grad_base, None, grad_delta, grad_w, None, None, None
 
 
 def exact_utilities(
@@ -153,9 +170,10 @@ def exact_utilities(
 ) -> Tensor:
     """ΔL (B, T, |E|), exact, for every token and edge at once.
 
-    The backward pass needs exp(ℓ⁺) of every edge. They are saved when they fit in
-    ``SAVED_BYTES_LIMIT`` bytes (|E|·N·V floats), and otherwise recomputed in chunks of about
-    2¹⁸ / V rows; ``chunk_rows`` forces recomputation in chunks of that many rows.
+    Memory: with ``attach="phi"`` nothing of size (N, V) outlives an edge's forward pass. With
+    ``attach="all"`` the exponentials of every edge (|E|·N·V floats) are saved for the backward
+    pass up to ``SAVED_BYTES_LIMIT`` bytes and recomputed there in row chunks above it.
+    ``chunk_rows`` forces row chunks of that size everywhere (tests, tight memory).
     """
     if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
         raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
@@ -167,13 +185,12 @@ def exact_utilities(
     with torch.no_grad():  # row maxima to 0: log softmax is shift-invariant, see _EdgeUtility
         base.sub_(base.amax(dim=-1, keepdim=True))
         lse_base = base.exp().sum(dim=-1, keepdim=True).log_()
-    if chunk_rows is None and len(edges) * base.numel() * base.element_size() > SAVED_BYTES_LIMIT:
-        chunk_rows = max(1, _CHUNK_ELEMENTS // base.shape[1])
+    budget = SAVED_BYTES_LIMIT // len(edges)
     cols = []
     for e, cand in zip(edges, cands):
         s = space.slices[e.dest]
         cols.append(_EdgeUtility.apply(base, lse_base, cand - zv[:, s], weight[:, s], yv,
-                                       chunk_rows))
+                                       chunk_rows, budget))
     return _scatter_valid(torch.stack(cols, dim=1), valid, z)
 
 

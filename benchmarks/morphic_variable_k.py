@@ -7,6 +7,7 @@ logits ℓ̃ (which need the targets). ``--tool external`` swaps the internal ad
 calculator wrapped as Enc ∘ calculator ∘ Dec (a non-differentiable block).
 
     OMP_NUM_THREADS=2 nice .venv/bin/python benchmarks/morphic_variable_k.py --tool both
+    .venv/bin/python benchmarks/morphic_variable_k.py --quick     # smoke run
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--report", default=None, help="write diagnostics (PNG + JSON) here")
+    ap.add_argument("--quick", action="store_true", help="20 steps, to check the script runs")
     args = ap.parse_args()
+    if args.quick:
+        args.steps = 20
     torch.set_num_threads(args.threads)
     tools = ["internal", "external"] if args.tool == "both" else [args.tool]
     for tool in tools:

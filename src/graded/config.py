@@ -294,10 +294,8 @@ def check_semantics(cfg: RunConfig, source: str = "<dict>") -> None:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid config {source}:\n  {where}: {exc}") from None
     try:
-        if cfg.task.split == "size":
-            task.size_configs()
-        elif cfg.task.split == "family":
-            task.family_configs()
+        if cfg.task.split in ("size", "family"):
+            task.split_configs(cfg.task.split)
         elif cfg.task.split == "relabelled":
             from graded.tasks import Task
 
@@ -351,8 +349,7 @@ def _max_len(cfg: RunConfig, task: Any) -> int:
     """The longest sequence the run sees (a size split tests on longer objects, 003 §3.2;
     a family split may too)."""
     if cfg.task.split in ("size", "family"):
-        parts = task.size_configs() if cfg.task.split == "size" else task.family_configs()
-        return max(t.max_len for t in (task, *parts))
+        return max(t.max_len for t in (task, *task.split_configs(cfg.task.split)))
     return task.max_len
 
 

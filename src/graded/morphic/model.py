@@ -41,6 +41,7 @@ from graded.morphic.objective import (
 )
 from graded.morphic.router import Router
 from graded.morphic.state import GradedSpace
+from graded.transformer import generation
 
 
 @dataclass
@@ -212,28 +213,19 @@ class MorphicTransformer(nn.Module):
         so each step reruns the model on the last ``max_len`` tokens. Prompts are unpadded.
         Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
         """
-        from graded.transformer import generation
-
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be a (B, T) tensor, got "
-                             f"{tuple(getattr(input_ids, 'shape', ()))}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        generation.check_prompt(input_ids, max_new_tokens, None)  # no max_len: a sliding window
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        if max_new_tokens == 0:
-            return input_ids
 
         def step(ids: Tensor, kpm: Tensor, cache: None) -> Tensor:
             return self(ids[:, -self.max_len:])
 
         kpm = torch.zeros(input_ids.shape, dtype=torch.bool, device=input_ids.device)
-        with torch.no_grad():
-            return generation.decode(
-                step, input_ids, kpm, max_new_tokens, n_layers=len(self.layers),
-                do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
-                use_cache=False, generator=generator, length_penalty=length_penalty)
+        return generation.decode(
+            step, input_ids, kpm, max_new_tokens, n_layers=len(self.layers), do_sample=do_sample,
+            temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
+            eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=False,
+            generator=generator, length_penalty=length_penalty)
 
 
 def routing_agreement(router: Router, utility_logits: Tensor | None, context_logits: Tensor,

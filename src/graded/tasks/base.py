@@ -223,6 +223,14 @@ class Task(abc.ABC):
         """Configurations drawing from the training families and from the held-out ones."""
         raise ValueError(f"a family split is not meaningful for task {self.name!r}")
 
+    def split_configs(self, kind: str) -> tuple[Task, Task]:
+        """The train and test configurations of a split by ``"size"`` or ``"family"``."""
+        if kind == "size":
+            return self.size_configs()
+        if kind == "family":
+            return self.family_configs()
+        raise ValueError(f"only 'size' and 'family' splits have configurations, got {kind!r}")
+
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """The same objects under a label-preserving bijection of the inputs (003 §3.2)."""
         raise ValueError(f"a relabelled split is not meaningful for task {self.name!r}")
@@ -281,8 +289,7 @@ class Task(abc.ABC):
             perm = torch.randperm(n_train + n_test, generator=torch.Generator().manual_seed(seed))
             return pool.subset(perm[:n_train]), pool.subset(perm[n_train:])
         if kind in ("size", "family"):
-            train_task, test_task = (self.size_configs() if kind == "size"
-                                     else self.family_configs())
+            train_task, test_task = self.split_configs(kind)
             return train_task.generate(n_train, seed), test_task.generate(n_test, seed + 1)
         train = self.canonicalize(self.generate(n_train, seed))
         test = self.relabel(self.generate(n_test, seed + 1), seed + 2)

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from graded.transformer.cache import KVCache
 
-__all__ = ["decode", "filter_logits", "generate", "generate_seq2seq", "select_next"]
+__all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq", "select_next"]
 
 Step = Callable[[Tensor, Tensor, "KVCache | None"], Tensor]
 
@@ -58,7 +58,9 @@ def select_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def _check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None) -> None:
+def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None) -> None:
+    """A (batch, length) integer prompt, max_new_tokens >= 0, and room for them in ``max_len``
+    (None: no limit)."""
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"input_ids must be an integer tensor of shape (batch, length), got "
@@ -84,6 +86,8 @@ def decode(
     kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if max_new_tokens == 0:
+        return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
     if num_beams > 1:
         if do_sample:
@@ -233,7 +237,7 @@ def generate(
     """Continue ``input_ids`` (B, T) with a decoder-only LM; returns (B, T + n) ids where
     n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
     (default: the EOS id, or 0)."""
-    _check_prompt(input_ids, max_new_tokens, _table_max_len(model.config))
+    check_prompt(input_ids, max_new_tokens, _table_max_len(model.config))
     kpm = _defaults(key_padding_mask, input_ids)
     was_training = model.training
     model.eval()
@@ -260,7 +264,7 @@ def generate_seq2seq(
     **kwargs: object,
 ) -> Tensor:
     """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n)."""
-    _check_prompt(src_ids, 0, None)
+    check_prompt(src_ids, 0, None)
     was_training = model.training
     model.eval()
     try:
@@ -281,7 +285,7 @@ def generate_seq2seq(
             return model.decode(ids, mem, tgt_key_padding_mask=mask if cache is None else None,
                                 src_key_padding_mask=src_mask, cache=cache)
 
-        _check_prompt(start, max_new_tokens, _table_max_len(model.config))
+        check_prompt(start, max_new_tokens, _table_max_len(model.config))
         kpm = torch.zeros_like(start, dtype=torch.bool)
         return decode(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     **_generation_kwargs(kwargs))

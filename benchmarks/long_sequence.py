@@ -335,10 +335,9 @@ def write_report(args, results: dict, errors: dict, out: Path) -> str:
 
 
 def plot(args, results: dict, errors: dict, out: Path) -> None:
-    import matplotlib
+    from graded.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(results)
 
@@ -356,8 +355,7 @@ def plot(args, results: dict, errors: dict, out: Path) -> None:
         ax.set(xlabel="sequence length T", ylabel="seconds", title=f"time, {label}")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-        fig.savefig(out / f"time_{key}.png", dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / f"time_{key}.png", dpi=120)
     fig, ax = plt.subplots(figsize=(7, 5))
     for name, row in results.items():
         ts = [t for t in args.lengths if isinstance(row.get(t, {}).get("memory"), dict)]
@@ -367,8 +365,7 @@ def plot(args, results: dict, errors: dict, out: Path) -> None:
     ax.set(xlabel="sequence length T", ylabel="MiB", title="peak RSS growth, forward + backward")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    fig.savefig(out / "memory.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "memory.png", dpi=120)
     first = next(iter(errors.values()))
     sweeps = [n for n in first if len(first[n]["values"]) > 1]
     fig, axes = plt.subplots(1, len(sweeps), figsize=(3 * len(sweeps), 3), squeeze=False)
@@ -380,8 +377,7 @@ def plot(args, results: dict, errors: dict, out: Path) -> None:
         ax.set(title=name, xlabel=first[name]["knob"], ylabel="relative error")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(out / "approximation_error.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "approximation_error.png", dpi=120)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

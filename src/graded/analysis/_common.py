@@ -10,6 +10,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graded import plotting
+from graded.plotting import pyplot
+
 __all__ = ["Inputs", "eval_mode", "input_length", "pyplot", "run_model", "save_figure"]
 
 # What a diagnostic feeds the model: one tensor (token ids or features), or a tuple of
@@ -39,26 +42,11 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
         model.train(was_training)
 
 
-def pyplot():
-    """matplotlib.pyplot on the non-interactive Agg backend (imported lazily)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def save_figure(fig: Any, out_dir: str | Path, filename: str) -> Path:
     """Save ``fig`` as ``out_dir/filename`` (a PNG), close it and return the path."""
     if not filename.endswith(".png"):
         raise ValueError(f"plots are PNG files: filename must end in '.png', got {filename!r}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / filename
-    fig.savefig(path, dpi=80)
-    pyplot().close(fig)
-    return path
+    return plotting.save_figure(fig, Path(out_dir) / filename, dpi=80)
 
 
 def check_weights(weights: Tensor, name: str = "weights", *, min_dim: int = 1) -> None:

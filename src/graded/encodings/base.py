@@ -179,16 +179,6 @@ class Codec(ABC, Generic[T]):
         return True
 
 
-def check_int(value: Any, name: str, minimum: int | None = None) -> int:
-    """``value`` as an int; ``TypeError``/``ValueError`` naming ``name`` otherwise."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def parse_token_int(token: str, lo: int, hi: int, what: str) -> int:
     """The value of ``token`` if it is a canonical decimal in [lo, hi], else DecodeError."""
     if (

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from graded.checks import check_int
 from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
-    check_int,
     parse_token_int,
     tokens_to_bits,
 )
@@ -66,10 +66,10 @@ def as_adjacency(obj: Any, n: int | None = None) -> np.ndarray:
 
 def adjacency_from_edges(n: int, edges: Iterable[tuple[int, int]]) -> np.ndarray:
     """Adjacency matrix of the graph on 0..n-1 with the given (0-indexed) edges."""
-    n = check_int(n, "n", minimum=0)
+    n = check_int("n", n, minimum=0)
     adj = np.zeros((n, n), dtype=np.int64)
     for edge in edges:
-        u, v = (check_int(x, "vertex", minimum=0) for x in edge)
+        u, v = (check_int("vertex", x, minimum=0) for x in edge)
         if u >= n or v >= n:
             raise ValueError(f"edge {edge} has a vertex outside 0..{n - 1}")
         if u == v:
@@ -86,7 +86,7 @@ def edges_of(adj: Any) -> list[tuple[int, int]]:
 
 class _GraphCodec(Codec[np.ndarray]):
     def __init__(self, n: int) -> None:
-        self.n = check_int(n, "n", minimum=0)
+        self.n = check_int("n", n, minimum=0)
 
 
 class AdjacencyCodec(_GraphCodec):
@@ -156,7 +156,7 @@ class EdgeListCodec(_GraphCodec):
 
     def __init__(self, n: int, start: int = 1) -> None:
         super().__init__(n)
-        self.start = check_int(start, "start", minimum=0)
+        self.start = check_int("start", start, minimum=0)
 
     @property
     def tokens(self) -> tuple[str, ...]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from graded.encodings.base import Codec, DecodeError, check_int
+from graded.checks import check_int
+from graded.encodings.base import Codec, DecodeError
 
 SIGNS = ("+", "-")
 
@@ -27,7 +28,7 @@ class IntegerCodec(Codec[int]):
     """
 
     def __init__(self, base: int = 10, reverse: bool = False) -> None:
-        self.base = check_int(base, "base", minimum=2)
+        self.base = check_int("base", base, minimum=2)
         self.reverse = bool(reverse)
 
     @property
@@ -36,7 +37,7 @@ class IntegerCodec(Codec[int]):
 
     def digits(self, value: int) -> list[int]:
         """Digits of ``|value|``, most significant first (``[0]`` for zero)."""
-        value = abs(check_int(value, "value"))
+        value = abs(check_int("value", value))
         out = []
         while True:
             value, d = divmod(value, self.base)
@@ -46,7 +47,7 @@ class IntegerCodec(Codec[int]):
         return out[::-1]
 
     def encode(self, obj: int) -> list[str]:
-        value = check_int(obj, "integer")
+        value = check_int("integer", obj)
         digits = self.digits(value)
         if self.reverse:
             digits = digits[::-1]

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from graded.encodings.base import Codec, DecodeError, bits_to_tokens, check_int, tokens_to_bits
+from graded.checks import check_int
+from graded.encodings.base import Codec, DecodeError, bits_to_tokens, tokens_to_bits
 from graded.encodings.integers import IntegerCodec
 
 
@@ -28,8 +29,8 @@ class MatrixCodec(Codec[np.ndarray]):
     """
 
     def __init__(self, rows: int, cols: int, entries: IntegerCodec | None = None) -> None:
-        self.rows = check_int(rows, "rows", minimum=0)
-        self.cols = check_int(cols, "cols", minimum=0)
+        self.rows = check_int("rows", rows, minimum=0)
+        self.cols = check_int("cols", cols, minimum=0)
         if entries is not None and not isinstance(entries, IntegerCodec):
             raise TypeError(f"entries must be an IntegerCodec or None, got {entries!r}")
         self.entries = entries

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from graded.checks import check_int
 from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
-    check_int,
     parse_token_int,
     tokens_to_bits,
 )
@@ -34,7 +34,7 @@ def check_permutation(obj: Sequence[int], n: int) -> Permutation:
     """``obj`` as a tuple if it is a permutation of 1..n; ``ValueError``/``TypeError`` otherwise."""
     if isinstance(obj, (str, bytes)) or not isinstance(obj, Sequence):
         raise TypeError(f"a permutation must be a sequence of integers, got {obj!r}")
-    perm = tuple(check_int(x, "permutation entry") for x in obj)
+    perm = tuple(check_int("permutation entry", x) for x in obj)
     if len(perm) != n:
         raise ValueError(f"permutation {perm} has length {len(perm)}, expected {n}")
     if sorted(perm) != list(range(1, n + 1)):
@@ -52,7 +52,7 @@ def _check_no_repeats(values: Sequence[int], what: str) -> None:
 
 class _PermutationCodec(Codec[Permutation]):
     def __init__(self, n: int) -> None:
-        self.n = check_int(n, "n", minimum=0)
+        self.n = check_int("n", n, minimum=0)
 
 
 class PermutationOneLineCodec(_PermutationCodec):

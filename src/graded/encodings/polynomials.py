@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import product
 
-from graded.encodings.base import Codec, DecodeError, check_int
+from graded.checks import check_int
+from graded.encodings.base import Codec, DecodeError
 from graded.encodings.integers import IntegerCodec
 
 Polynomial = dict[tuple[int, ...], int]
@@ -30,8 +31,8 @@ def monomials(n_vars: int, max_degree: int) -> list[tuple[int, ...]]:
 
     For 2 variables and degree 2: (0,0), (1,0), (0,1), (2,0), (1,1), (0,2).
     """
-    n_vars = check_int(n_vars, "n_vars", minimum=1)
-    max_degree = check_int(max_degree, "max_degree", minimum=0)
+    n_vars = check_int("n_vars", n_vars, minimum=1)
+    max_degree = check_int("max_degree", max_degree, minimum=0)
     out = [e for e in product(range(max_degree + 1), repeat=n_vars) if sum(e) <= max_degree]
     return sorted(out, key=lambda e: (sum(e), tuple(-x for x in e)))
 
@@ -49,8 +50,8 @@ def normalize_polynomial(poly: Mapping[tuple[int, ...], int], n_vars: int) -> Po
     for exponent, coeff in poly.items():
         if not isinstance(exponent, tuple) or len(exponent) != n_vars:
             raise ValueError(f"exponent {exponent!r} must be a tuple of {n_vars} integers")
-        exp = tuple(check_int(e, "exponent", minimum=0) for e in exponent)
-        c = check_int(coeff, f"coefficient of {exponent}")
+        exp = tuple(check_int("exponent", e, minimum=0) for e in exponent)
+        c = check_int(f"coefficient of {exponent}", coeff)
         if c != 0:
             out[exp] = c
     return out
@@ -69,8 +70,8 @@ class SparsePolynomialCodec(Codec[Polynomial]):
     """
 
     def __init__(self, n_vars: int, max_exponent: int = 9, base: int = 10) -> None:
-        self.n_vars = check_int(n_vars, "n_vars", minimum=1)
-        self.max_exponent = check_int(max_exponent, "max_exponent", minimum=0)
+        self.n_vars = check_int("n_vars", n_vars, minimum=1)
+        self.max_exponent = check_int("max_exponent", max_exponent, minimum=0)
         self.coefficients = IntegerCodec(base)
 
     @property

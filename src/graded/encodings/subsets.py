@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from graded.checks import check_int
 from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
-    check_int,
     parse_token_int,
     tokens_to_bits,
 )
@@ -23,13 +23,13 @@ from graded.encodings.base import (
 
 class _SubsetCodec(Codec[frozenset[int]]):
     def __init__(self, n: int, start: int = 1) -> None:
-        self.n = check_int(n, "n", minimum=0)
-        self.start = check_int(start, "start", minimum=0)
+        self.n = check_int("n", n, minimum=0)
+        self.start = check_int("start", start, minimum=0)
 
     def _check(self, obj: Iterable[int]) -> list[int]:
         if isinstance(obj, (str, bytes)) or not isinstance(obj, Iterable):
             raise TypeError(f"a subset must be a set of integers, got {obj!r}")
-        elements = sorted({check_int(x, "subset element") for x in obj})
+        elements = sorted({check_int("subset element", x) for x in obj})
         for x in elements:
             if not self.start <= x < self.start + self.n:
                 raise ValueError(

@@ -15,7 +15,8 @@ from collections.abc import Collection, Sequence
 import torch
 from torch import Tensor
 
-from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, check_int
+from graded.checks import check_int
+from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset
 
 
 def make_split(task: Task, kind: str = "random", n_train: int = 1000, n_test: int = 1000,

@@ -125,10 +125,9 @@ def edge_ablation(model: MorphicTransformer, batches: Iterable[Batch]) -> list[d
 
 
 def _plot_histograms(after, before, path: Path) -> None:
-    import matplotlib
+    from graded.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     n = len(after)
     fig, axes = plt.subplots(1, n, figsize=(4 * n, 3), squeeze=False)
@@ -140,15 +139,13 @@ def _plot_histograms(after, before, path: Path) -> None:
         ax.set_title(f"layer {li}: ΔL")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def _plot_calibration(cal: list[dict], path: Path) -> None:
-    import matplotlib
+    from graded.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     n = len(cal)
     fig, axes = plt.subplots(1, n, figsize=(4 * n, 3), squeeze=False)
@@ -163,23 +160,20 @@ def _plot_calibration(cal: list[dict], path: Path) -> None:
         ax.set_title(f"layer {li}")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def _plot_ablation(rows: list[dict], path: Path) -> None:
-    import matplotlib
+    from graded.plotting import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(rows)), 3))
     ax.bar([f"L{r['layer']}:{r['edge']}" for r in rows], [r["delta"] for r in rows])
     ax.set_ylabel("Δ loss when edge off")
     ax.tick_params(axis="x", rotation=60)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def write_report(

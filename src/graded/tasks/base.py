@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from graded.checks import check_int
+
 IGNORE_INDEX = -100
 KINDS = ("lm", "classification", "regression", "seq2seq")
 SPLIT_KINDS = ("random", "size", "family", "relabelled")
@@ -297,34 +299,6 @@ class Task(abc.ABC):
 
 
 # ---- validation helpers ---------------------------------------------------------------------
-def check_int(name: str, value: Any, *, minimum: int | None = None,
-              maximum: int | None = None) -> None:
-    """Raise TypeError/ValueError naming ``name`` unless ``value`` is an int in range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-
-
-def check_float(name: str, value: Any, *, minimum: float | None = None,
-                maximum: float | None = None, strict_min: bool = False) -> None:
-    """Raise TypeError/ValueError naming ``name`` unless ``value`` is a real number in range."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    if minimum is not None and (value <= minimum if strict_min else value < minimum):
-        op = ">" if strict_min else ">="
-        raise ValueError(f"{name} must be {op} {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-
-
-def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
-
-
 def pad_sequences(seqs: Sequence[Sequence[int]], length: int, pad_value: int) -> Tensor:
     """A (N, length) long tensor of right-padded integer sequences."""
     out = torch.full((len(seqs), length), pad_value, dtype=torch.long)

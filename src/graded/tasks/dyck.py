@@ -19,16 +19,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graded.tasks.base import (
-    IGNORE_INDEX,
-    Task,
-    TaskDataset,
-    Vocab,
-    check_float,
-    check_int,
-    lm_tensors,
-    pad_sequences,
-)
+from graded.checks import check_float, check_int
+from graded.tasks.base import IGNORE_INDEX, Task, TaskDataset, Vocab, lm_tensors, pad_sequences
 
 SMALL_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("<", ">"))
 

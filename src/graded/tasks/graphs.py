@@ -52,17 +52,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graded.checks import check_choice, check_float, check_int
 from graded.encodings.canonical import MAX_CANONICAL_VERTICES, canonical_graph
 from graded.encodings.graphs import EdgeListCodec, adjacency_from_edges
-from graded.tasks.base import (
-    Task,
-    TaskDataset,
-    Vocab,
-    check_choice,
-    check_float,
-    check_int,
-    pad_sequences,
-)
+from graded.tasks.base import Task, TaskDataset, Vocab, pad_sequences
 
 FAMILIES = ("erdos_renyi", "tree", "cycle", "complete_bipartite", "regular", "grid")
 TARGETS = ("bipartite", "connected", "triangles", "max_degree", "edges")

@@ -22,14 +22,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graded.tasks.base import (
-    Task,
-    TaskDataset,
-    Vocab,
-    check_float,
-    check_int,
-    pad_sequences,
-)
+from graded.checks import check_float, check_int
+from graded.tasks.base import Task, TaskDataset, Vocab, pad_sequences
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"

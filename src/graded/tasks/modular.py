@@ -15,15 +15,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graded.tasks.base import (
-    SPLIT_KINDS,
-    Task,
-    TaskDataset,
-    Vocab,
-    check_choice,
-    check_float,
-    check_int,
-)
+from graded.checks import check_choice, check_float, check_int
+from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, Vocab
 
 OPERATIONS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "quad": "^"}
 

@@ -16,7 +16,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graded.tasks.base import Task, TaskDataset, check_choice, check_float, check_int
+from graded.checks import check_choice, check_float, check_int
+from graded.tasks.base import Task, TaskDataset
 
 REPRESENTATIONS = ("spectral", "time")
 TARGETS = ("component", "amplitude")

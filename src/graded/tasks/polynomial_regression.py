@@ -14,7 +14,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graded.tasks.base import Task, TaskDataset, check_choice, check_float, check_int
+from graded.checks import check_choice, check_float, check_int
+from graded.tasks.base import Task, TaskDataset
 
 TARGETS = ("graded_energy", "linear")
 

@@ -20,16 +20,8 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from graded.tasks.base import (
-    IGNORE_INDEX,
-    Task,
-    TaskDataset,
-    Vocab,
-    check_choice,
-    check_int,
-    lm_tensors,
-    pad_sequences,
-)
+from graded.checks import check_choice, check_int
+from graded.tasks.base import IGNORE_INDEX, Task, TaskDataset, Vocab, lm_tensors, pad_sequences
 
 OPERATIONS = {"product": "*", "composition": "o"}
 MAX_VOCAB = 20_000

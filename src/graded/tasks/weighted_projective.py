@@ -29,7 +29,8 @@ import torch
 from torch import Tensor
 
 from graded.algebra import GradedSpace
-from graded.tasks.base import Task, TaskDataset, check_choice, check_float
+from graded.checks import check_choice, check_float
+from graded.tasks.base import Task, TaskDataset
 
 INVARIANTS = ("normal_form", "igusa")
 NEGATIVES = ("perturbed", "independent")

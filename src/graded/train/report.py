@@ -12,18 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graded.plotting import pyplot, save_figure
 from graded.train.logging import read_grades, read_metrics
 
 Series = list[tuple[int, float]]
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -42,7 +34,7 @@ def plot_curves(
     log_y: bool = False,
 ) -> Path:
     """One line per group: the mean over its series (runs/seeds) with a ±1 std band."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for label, runs in groups.items():
         runs = [r for r in runs if r]
@@ -67,8 +59,7 @@ def plot_curves(
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, dpi=110)
     return out
 
 

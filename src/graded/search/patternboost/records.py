@@ -101,10 +101,9 @@ def plot_metrics(
     path: str | os.PathLike, rows: Sequence[dict[str, Any]], title: str, optimum: float | None
 ) -> None:
     """Best and mean score per round, with the invalid fraction of samples on a second axis."""
-    import matplotlib
+    from graded.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -144,10 +143,9 @@ def plot_comparison(
     colour per method."""
     if x not in METRIC_FIELDS:
         raise ValueError(f"x must be one of {METRIC_FIELDS}, got {x!r}")
-    import matplotlib
+    from graded.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     methods = list(dict.fromkeys(label.split(",")[0] for label in runs))

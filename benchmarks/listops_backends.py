@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import machine, table
 
 from graded.config import build_run, validate_config
-from graded.evaluation import run_baselines
+from graded.kinds import run_baselines
 
 BACKENDS = ["full", "chunked", "sliding_window", "dilated", "block_sparse", "bigbird",
             "linear", "performer", "linformer", "lsh"]

@@ -240,3 +240,33 @@ def test_demo_report_tables_come_from_the_results(tmp_path):
     assert "| EGT | not run: diverged: loss became nan |" in text
     assert "| *mean* (simple baseline) | 0.000 ± 0.000 |" in text
     assert (tmp_path / "polynomial_regression_eval_r2.png").exists()
+
+
+@pytest.mark.parametrize(("sig", "workers"), [(signal.SIGINT, 2), (signal.SIGTERM, 2),
+                                            (signal.SIGTERM, 1)])
+def test_a_signal_to_the_demo_main_process_alone_stops_it_within_10_s(tmp_path, sig, workers):
+    out = tmp_path / "demo"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "graded.cli", "demo", "--seeds", "1",
+                             "--workers", str(workers), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline, started = time.monotonic() + 300, False
+    while not started and time.monotonic() < deadline and proc.poll() is None:
+        started = any(p.read_text().count("\n") > 3 for p in out.glob("*/*/metrics.csv"))
+        time.sleep(0.05)
+    if not started:
+        proc.kill()
+        pytest.fail(f"the demo did not start training within 300 s: {proc.communicate()[1]}")
+    sent = time.monotonic()
+    proc.send_signal(sig)  # to the main process only, not its process group
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("graded demo did not stop within 10 s of the signal")
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, err
+    assert "interrupted:" in err and "runs finished" in err
+    # the runs in progress wrote a checkpoint and say how to resume them from the CLI
+    assert "resume with: graded train --resume" in err
+    assert list(out.glob("*/*/checkpoints/step_*"))

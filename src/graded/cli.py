@@ -113,7 +113,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     metrics = evaluate(model, test.tensors, task.kind, batch_size=cfg.train.eval_batch_size)
     out: dict[str, Any] = {"checkpoint": str(ckpt), "step": meta["step"], "metrics": metrics}
     if args.baselines:
-        from graded.evaluation import run_baselines
+        from graded.kinds import run_baselines
 
         out["baselines"] = run_baselines(train, test)
     atomic_write_text(run_dir / "eval.json", json.dumps(out, indent=2, default=str))
@@ -121,43 +121,55 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_NEW_TOKENS = 32
+
+
+def _new_token_budget(model: Any, kind: str, prompt_len: int, requested: int | None) -> int:
+    """Tokens to generate: ``requested``, or :data:`DEFAULT_NEW_TOKENS` cut to what fits in the
+    model's ``max_len`` (models with position tables cannot go past it). ValueError naming the
+    numbers when nothing fits or ``requested`` does not."""
+    from graded.transformer.generation import position_limit
+
+    limit = position_limit(getattr(model, "config", None))
+    if limit is None:
+        return DEFAULT_NEW_TOKENS if requested is None else requested
+    used = 1 if kind == "seq2seq" else prompt_len  # a decoder starts at BOS, an LM after the prompt
+    room = limit - used
+    what = "the start token" if kind == "seq2seq" else f"the prompt's {prompt_len} tokens"
+    if room < 1:
+        raise ValueError(f"--prompt: {what} leave no room in the model's max_len={limit}; "
+                         f"use a prompt of at most {limit - 1} tokens")
+    if requested is None:
+        return min(DEFAULT_NEW_TOKENS, room)
+    if requested > room:
+        raise ValueError(f"--max-new-tokens {requested} does not fit: {what} leave room for "
+                         f"{room} in the model's max_len={limit}")
+    return requested
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
+    from graded.kinds import as_kind
+
     run_dir = Path(args.run)
-    try:
-        _, task, model, _, _ = _load_run(run_dir, args.checkpoint)
-    except (FileNotFoundError, ValueError) as exc:
-        return _fail(str(exc))
+    _, task, model, _, _ = _load_run(run_dir, args.checkpoint)
     if task.vocab is None:
         return _fail(f"task {task.name} has real-valued inputs; generate needs a token task")
     try:
         ids = torch.tensor([task.vocab.encode(args.prompt)])
     except ValueError as exc:
-        return _fail(f"--prompt: {exc}")
-    info = task.info()
+        return _fail(f"--prompt {args.prompt!r}: {exc}")
+    if ids.shape[1] == 0:
+        return _fail("--prompt is empty: give at least one token of the task's vocabulary")
+    kind = as_kind(task.kind, model)
+    new_tokens = _new_token_budget(model, kind.name, ids.shape[1], args.max_new_tokens)
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p, "num_beams": args.num_beams,
                 "generator": torch.Generator().manual_seed(args.seed)}
-    eos = info.get("eos_id")
-    if task.kind == "lm":
-        out = model.generate(ids, args.max_new_tokens, eos_token_id=eos,
-                             pad_token_id=task.vocab.pad_id, **sampling)
-        print(task.vocab.decode_str(out[0]))
-        return 0
-    if task.kind == "seq2seq":
-        out = model.generate(ids, args.max_new_tokens, bos_token_id=info["bos_id"],
-                             eos_token_id=eos, pad_token_id=task.vocab.pad_id, **sampling)
-        print(task.vocab.decode_str(out[0]))
-        return 0
     with torch.no_grad():
-        logits = model(ids)[0]
-    if task.kind == "classification":
-        probs = logits.softmax(-1)
-        best = int(probs.argmax())
-        print(json.dumps({"class": best, "probabilities": [round(float(p), 4) for p in probs]}))
-    else:
-        print(json.dumps({"prediction": logits.tolist()}))
+        out = kind.generate(model, task, ids, new_tokens, **sampling)
+    print(out if isinstance(out, str) else json.dumps(out))
     return 0
 
 
@@ -240,10 +252,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from graded.demo import run_demo
+    from graded.demo import DemoInterrupted, run_demo
 
-    report = run_demo(out_dir=Path(args.out), seeds=args.seeds, quick=args.quick,
-                      workers=args.workers)
+    try:
+        report = run_demo(out_dir=Path(args.out), seeds=args.seeds, quick=args.quick,
+                          workers=args.workers)
+    except DemoInterrupted as exc:
+        print(f"graded demo: {exc}; their run folders are under {args.out}/<task>/; "
+              "run `graded demo` again for the report", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"report: {report}")
     return 0
 
@@ -256,6 +273,40 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- parser
+
+
+def _at_least(minimum: int):
+    """An argparse type: an int >= ``minimum`` (argparse turns the error into exit code 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def _float_in(text: str, ok: Any, expected: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    return _float_in(text, lambda v: v > 0 and v != float("inf"), "a finite number > 0")
+
+
+def _probability(text: str) -> float:
+    return _float_in(text, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -308,13 +359,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run folder")
     p.add_argument("--prompt", required=True, help="space-separated tokens of the task vocabulary")
     p.add_argument("--checkpoint", default="best", help="'best', 'latest' or a folder path")
-    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens to add")
+    p.add_argument("--max-new-tokens", type=_at_least(1), default=None,
+                   help=f"tokens to add (default: {DEFAULT_NEW_TOKENS}, or fewer where the "
+                   "model's max_len leaves less room)")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass")
-    p.add_argument("--num-beams", type=int, default=1, help="beam search width (1 = off)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--temperature", type=_positive_float, default=1.0,
+                   help="sampling temperature (> 0)")
+    p.add_argument("--top-k", type=_at_least(1), default=None,
+                   help="sample from the k likeliest tokens")
+    p.add_argument("--top-p", type=_probability, default=None,
+                   help="nucleus sampling mass, in (0, 1]")
+    p.add_argument("--num-beams", type=_at_least(1), default=1, help="beam search width (1 = off)")
+    p.add_argument("--seed", type=_at_least(0), default=0, help="sampling seed")
     p.set_defaults(handler=cmd_generate)
 
     p = sub.add_parser("bench", help="run scripts of benchmarks/ by name", formatter_class=fmt)
@@ -335,8 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "and an EGT (learnable grades, 000 Alg. 5.1/7.1) on two graded tasks "
                        "with several seeds, next to simple baselines; write OUT/report.md.")
     p.add_argument("--out", default="runs/demo", help="output folder")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per model and task")
-    p.add_argument("--workers", type=int, default=2, help="runs trained in parallel processes")
+    p.add_argument("--seeds", type=_at_least(1), default=3, help="seeds per model and task")
+    p.add_argument("--workers", type=_at_least(1), default=2,
+                   help="runs trained in parallel processes")
     p.add_argument("--quick", action="store_true", help="a much smaller smoke-test budget")
     p.set_defaults(handler=cmd_demo)
 
@@ -364,6 +421,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except USER_ERRORS as exc:
+        if os.environ.get("GRADED_TRACEBACK"):
+            raise
+        return _fail(_one_line(exc))
+
+
+# What a user's input can cause (a bad value, a missing, unreadable or corrupt file, a diverged
+# run): reported in one line with exit code 2; GRADED_TRACEBACK=1 shows the traceback instead.
+USER_ERRORS = (ValueError, OSError, FloatingPointError)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, PermissionError) and exc.filename:
+        return f"cannot write or read {exc.filename}: permission denied"
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"{exc.filename} does not exist"
+    return str(exc) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ idle machine).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -85,8 +86,9 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
     """Train one (task, model, seed) run in this process; return its figures (or its error)."""
     import torch
 
-    from graded.config import build_run, validate_config
+    from graded.config import build_run, dump_config, validate_config
     from graded.evaluation import compute_metric
+    from graded.train.checkpoint import atomic_write_text
     from graded.train.objectives import predict
 
     torch.set_num_threads(1)
@@ -98,10 +100,12 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     try:
-        parts = build_run(cfg, run_dir)
+        parts = build_run(cfg, run_dir, resume_command=f"graded train --resume {run_dir}")
     except (ImportError, NotImplementedError) as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", dump_config(cfg))  # eval, report, --resume
     began = time.perf_counter()
     try:
         result = parts.trainer.fit()
@@ -109,6 +113,9 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
         out["error"] = f"diverged: {exc}"
         return out
     out["train_s"] = time.perf_counter() - began
+    if result.interrupted:
+        out["interrupted"] = True
+        return out
     pred = predict(parts.model, parts.test.tensors, parts.task.kind)
     out["metric_name"] = parts.task.metric
     out["metric"] = compute_metric(parts.task.metric, pred, parts.test)
@@ -121,7 +128,7 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
 def baselines_for(task: str, seed: int, out_dir: Path, quick: bool) -> dict[str, float]:
     """The simple baselines' headline metric on the split of ``seed``."""
     from graded.config import build_data, build_task, validate_config
-    from graded.evaluation import run_baselines
+    from graded.kinds import run_baselines
 
     cfg = validate_config(run_config(task, "baseline", seed, out_dir, quick))
     task_obj = build_task(cfg)
@@ -138,30 +145,184 @@ def _thread_lock_for_tqdm() -> None:
     tqdm.set_lock(threading.RLock())
 
 
+class DemoInterrupted(Exception):
+    """SIGINT or SIGTERM stopped the demo; ``results`` holds the runs that finished."""
+
+    def __init__(self, results: list[dict[str, Any]], total: int) -> None:
+        super().__init__(f"interrupted: {len(results)} of {total} runs finished")
+        self.results = results
+        self.total = total
+
+
+# Set in a worker process by SIGINT/SIGTERM. While a trainer trains, it handles the signals
+# itself (it finishes the step and writes a checkpoint); anywhere else in a worker (building a
+# run, idle) the signal abandons what it was doing, which has written no checkpoint yet.
+_WORKER_STOP = False
+
+
+def _worker_signal(signum: int, frame: Any) -> None:
+    global _WORKER_STOP
+    _WORKER_STOP = True
+    raise KeyboardInterrupt
+
+
+def _worker_init() -> None:
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _worker_signal)
+
+
+def _train_or_skip(job: dict[str, Any]) -> dict[str, Any]:
+    """:func:`train_one` unless this worker was told to stop; a run the trainer interrupted
+    stops the worker too."""
+    global _WORKER_STOP
+    skipped = {**{k: job[k] for k in ("task", "model", "seed")}, "skipped": True}
+    if _WORKER_STOP:
+        return skipped
+    try:
+        out = train_one(job)
+    except KeyboardInterrupt:
+        return skipped
+    if out.get("interrupted"):
+        _WORKER_STOP = True
+    return out
+
+
+class _MainStop:
+    """SIGINT/SIGTERM in the demo's main process: the first asks every worker to stop (each
+    finishes its step and writes a checkpoint), a second SIGINT aborts at once."""
+
+    def __init__(self, *, in_process: bool = False) -> None:
+        self.flag = False
+        self.aborted = False
+        self.in_process = in_process  # runs train here: a signal outside training abandons it
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        import multiprocessing as mp
+        import signal
+
+        if self.flag and signum == signal.SIGINT:
+            self.aborted = True
+        if not self.flag:
+            print("\nstopping the demo: every run in progress finishes its step and writes a "
+                  "checkpoint (Ctrl-C again to abort at once)", file=sys.stderr, flush=True)
+        self.flag = True
+        for child in mp.active_children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL if self.aborted else signal.SIGTERM)
+        if self.in_process:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _MainStop:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
 def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     from tqdm.auto import tqdm
 
     _thread_lock_for_tqdm()
-    results = []
+    results: list[dict[str, Any]] = []
     bar = tqdm(total=len(jobs), unit="run", desc="demo", dynamic_ncols=True, file=sys.stderr)
 
     def note(r: dict[str, Any]) -> None:
+        if r.get("skipped") or r.get("interrupted"):
+            return
         results.append(r)
         bar.update(1)
         what = r.get("error") or f"{r['metric_name']}={r['metric']:.4f} in {r['train_s']:.0f}s"
         bar.write(f"  {r['task']:<22} {r['model']:<8} seed {r['seed']}: {what}")
 
-    if workers <= 1:
-        for job in jobs:
-            note(train_one(job))
-    else:
-        import multiprocessing as mp
-
-        with mp.get_context("spawn").Pool(workers) as pool:
-            for r in pool.imap_unordered(train_one, jobs):
+    with _MainStop(in_process=workers <= 1) as stop:
+        if workers <= 1:
+            for job in jobs:
+                try:
+                    r = train_one(job)  # the trainer turns a signal into an interrupted run
+                except KeyboardInterrupt:  # a signal while no trainer was training
+                    break
                 note(r)
+                if stop.flag or r.get("interrupted"):
+                    stop.flag = True
+                    break
+        else:
+            _run_pool(jobs, workers, stop, note)
     bar.close()
+    if stop.flag:
+        raise DemoInterrupted(results, len(jobs))
     return results
+
+
+def _worker_loop(conn: Any) -> None:
+    """A demo worker: train the jobs it receives until it receives None."""
+    _worker_init()
+    with contextlib.suppress(KeyboardInterrupt, EOFError, BrokenPipeError):
+        while (job := conn.recv()) is not None:
+            conn.send(_train_or_skip(job))
+
+
+def _run_pool(jobs: list[dict[str, Any]], workers: int, stop: _MainStop, note: Any) -> None:
+    """Jobs in ``workers`` spawned processes, each fed through a pipe of its own (so a killed
+    worker cannot leave a shared queue locked). On a stop signal the workers finish their step,
+    write a checkpoint and exit; any still alive after ``STOP_GRACE_S`` seconds are killed
+    (checkpoints are written atomically, so nothing is left half-written)."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    queue = list(jobs)
+    idle, busy, procs = [], {}, []
+    for _ in range(min(workers, len(jobs))):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_loop, args=(child,), daemon=True)
+        proc.start()
+        child.close()
+        procs.append(proc)
+        idle.append(parent)
+    deadline = None
+    try:
+        while busy or (queue and not stop.flag):
+            while idle and queue and not stop.flag:
+                conn = idle.pop()
+                conn.send(queue.pop(0))
+                busy[conn] = True
+            for conn in wait(list(busy), timeout=0.1):
+                try:
+                    note(conn.recv())
+                except EOFError as exc:  # the worker died
+                    if not stop.flag:
+                        raise RuntimeError("a demo worker process died") from exc
+                busy.pop(conn)
+                idle.append(conn)
+            if stop.flag:
+                deadline = deadline or time.monotonic() + STOP_GRACE_S
+                if stop.aborted or time.monotonic() > deadline:
+                    break
+    finally:
+        for conn in idle:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        end = time.monotonic() + (0.0 if stop.aborted else 1.0)
+        for proc in procs:
+            proc.join(timeout=max(0.0, end - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+STOP_GRACE_S = 6.0
 
 
 def run_demo(
@@ -324,4 +485,5 @@ def write_demo_report(out_dir: Path, results: list[dict[str, Any]],
     return report
 
 
-__all__ = ["MODELS", "TASKS", "run_config", "run_demo", "train_one", "write_demo_report"]
+__all__ = ["MODELS", "TASKS", "DemoInterrupted", "run_config", "run_demo", "train_one",
+           "write_demo_report"]

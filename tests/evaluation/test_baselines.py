@@ -11,9 +11,9 @@ from graded.evaluation import (
     majority_class,
     mean_predictor,
     ridge_regression,
-    run_baselines,
 )
 from graded.evaluation.baselines import bigram, features, positional_majority
+from graded.kinds import run_baselines
 from graded.tasks import IGNORE_INDEX, TaskDataset, available_tasks, get_task
 
 

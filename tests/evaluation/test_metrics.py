@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from graded.evaluation import accuracy, compute_metric, exact_match, mse, r2, task_metrics
+from graded.evaluation import accuracy, compute_metric, exact_match, mae, mse, r2
 from graded.tasks import IGNORE_INDEX, TaskDataset
 
 
@@ -24,10 +24,11 @@ def test_token_metrics_ignore_unscored_positions():
     assert exact_match(pred, targets) == 0.5
 
 
-def test_mse_and_r2_by_hand():
+def test_mse_mae_and_r2_by_hand():
     y = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
     p = torch.tensor([[1.0], [2.0], [3.0], [5.0]])
     assert mse(p, y) == pytest.approx(0.25)
+    assert mae(torch.tensor([[0.0], [2.0], [3.0], [6.0]]), y) == pytest.approx(3 / 4)
     assert r2(p, y) == pytest.approx(1 - 1 / 5)  # SS_tot = 2.25 + 0.25 + 0.25 + 2.25
     assert r2(torch.full_like(y, 2.5), y) == pytest.approx(0.0)
     two = torch.tensor([[1.0, 7.0], [3.0, 7.0]])
@@ -55,6 +56,16 @@ def test_compute_metric_uses_the_metric_mask_only_for_masked_token_accuracy():
     del data.tensors["metric_mask"]
     with pytest.raises(ValueError, match="needs a 'metric_mask'"):
         compute_metric("masked_token_accuracy", pred, data)
-    assert task_metrics("lm") == ("token_accuracy", "exact_match")
     with pytest.raises(ValueError, match="unknown metric 'f1'"):
         compute_metric("f1", pred, data)
+
+
+def test_compute_metric_takes_a_dict_of_tensors_as_well_as_a_dataset():
+    tensors = {"inputs": torch.zeros(2, 3, dtype=torch.long),
+               "targets": torch.tensor([[1, 2, IGNORE_INDEX], [0, 1, 1]]),
+               "loss_mask": torch.tensor([[True, True, False], [False, True, True]])}
+    pred = torch.tensor([[1, 0, 0], [1, 1, 1]])
+    data = TaskDataset(tensors, task="t", kind="lm")
+    for name in ("token_accuracy", "exact_match"):
+        assert compute_metric(name, pred, tensors) == compute_metric(name, pred, data)
+    assert compute_metric("token_accuracy", pred, tensors) == pytest.approx(3 / 4)

@@ -115,21 +115,38 @@ def test_lm_evaluation_ignores_padding_targets():
     assert masked["token_accuracy"] == got["token_accuracy"]
 
 
-def test_model_with_training_loss_is_trained_through_it(tmp_path):
+def test_morphic_protocol_model_is_trained_through_its_training_loss_with_its_mask(tmp_path):
     calls = []
 
-    class Morphic(TinyClassifier):
-        def training_loss(self, inputs, targets):
-            calls.append(inputs.shape[0])
-            logits = self(inputs)
-            return torch.nn.functional.cross_entropy(logits, targets), {"extra": 1.5}
+    class ToyMorphic(torch.nn.Module):  # follows graded.kinds.MorphicModel
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(12, 12)
 
+        def forward(self, input_ids, key_padding_mask=None):
+            return self.embed(input_ids)
+
+        def training_loss(self, input_ids, targets, key_padding_mask=None):
+            calls.append((input_ids.shape[0], key_padding_mask is not None))
+            loss = torch.nn.functional.cross_entropy(self(input_ids).flatten(0, 1),
+                                                     targets.flatten())
+            return loss, {"extra": 1.5, "loss": -1.0}
+
+        def generate(self, input_ids, max_new_tokens, **sampling):
+            return input_ids
+
+    data = make_data(32, 1)
+    lm = {"inputs": data["inputs"], "targets": data["inputs"].roll(-1, 1),
+          "key_padding_mask": torch.zeros_like(data["inputs"], dtype=torch.bool)}
     opts = TrainOptions(steps=3, batch_size=8, eval_every=3, log_every=1, progress=False,
                         tensorboard=False, device="cpu")
-    Trainer(Morphic(), make_data(32, 1), make_data(16, 2), kind="classification", options=opts,
-            run_dir=tmp_path).fit()
-    assert calls == [8, 8, 8]
-    assert [v for _, v in read_metrics(tmp_path)["train"]["extra"]] == [1.5, 1.5, 1.5]
+    trainer = Trainer(ToyMorphic(), lm, lm, kind="lm", options=opts, run_dir=tmp_path)
+    assert trainer.kind.architecture == "morphic"
+    trainer.fit()
+    assert calls == [(8, True)] * 3
+    logged = read_metrics(tmp_path)["train"]
+    assert [v for _, v in logged["extra"]] == [1.5, 1.5, 1.5]
+    assert all(v > 0 for _, v in logged["loss"])  # the trainer's loss, not the model's "loss"
 
 
 def test_bad_batch_size_is_rejected_naming_the_values(tmp_path):
@@ -168,7 +185,8 @@ def test_graded_model_with_recipe_resumes_with_identical_losses(tmp_path, gradin
 @pytest.mark.parametrize("task_name", ["dyck", "polynomials", "multiscale", "listops"])
 def test_evaluate_agrees_with_graded_evaluation_metrics(task_name):
     from graded.config import build_model, build_task, validate_config
-    from graded.evaluation import compute_metric, task_metrics
+    from graded.evaluation import compute_metric
+    from graded.kinds import get_kind
     from graded.train.objectives import predict
 
     cfg = validate_config({"task": {"name": task_name},
@@ -180,8 +198,7 @@ def test_evaluate_agrees_with_graded_evaluation_metrics(task_name):
     model = build_model(cfg, task)
     got = evaluate(model, data.tensors, task.kind, batch_size=16)
     pred = predict(model, data.tensors, task.kind, batch_size=16)
-    metrics = list(task_metrics(task.kind))
-    if "metric_mask" in data:
-        metrics.append("masked_token_accuracy")
+    metrics = get_kind(task.kind).metrics_for(data)
+    assert ("masked_token_accuracy" in metrics) == ("metric_mask" in data)
     for metric in metrics:
         assert got[metric] == pytest.approx(compute_metric(metric, pred, data), abs=1e-6), metric

@@ -1,8 +1,10 @@
-"""A tiny task and model for trainer tests, also runnable as a script (subprocess/torchrun tests).
+"""Tiny tasks and models for trainer tests, also runnable as a script (subprocess/torchrun tests).
 
 Run as a script it trains once (the torchrun test launches it on two processes).
-Task: token sequences of length 8 over 12 symbols; the class is (sum of tokens) mod 3.
-Model: embedding, dropout, mean pooling, two linear layers (dropout makes RNG state matter).
+Classification task: token sequences of length 8 over 12 symbols; the class is (sum of tokens)
+mod 3. Model: embedding, dropout, mean pooling, two linear layers (dropout makes RNG state
+matter). With ``--task dyck`` or ``--task polynomials``: that registered language-model task
+(padded rows, different scored-token counts per row) and a one-layer transformer LM.
 """
 
 from __future__ import annotations
@@ -15,10 +17,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from graded.kinds import get_kind
+from graded.tasks import get_task
 from graded.train.options import TrainOptions
 from graded.train.trainer import Trainer
+from graded.transformer import TransformerConfig
 
 VOCAB, LENGTH, CLASSES = 12, 8, 3
+LM_TASKS = {"dyck": {"max_length": 12}, "polynomials": {"max_degree": 2}}
+OPTIONS = {"steps": 12, "batch_size": 16, "lr": 3e-3, "eval_every": 4, "log_every": 2,
+           "progress": False, "tensorboard": False, "device": "cpu", "warmup_steps": 2}
 
 
 def make_data(n: int, seed: int) -> dict[str, torch.Tensor]:
@@ -44,12 +52,23 @@ def make_trainer(run_dir: Path, *, seed: int = 0, dropout: float = 0.1, resume_c
                  **options) -> Trainer:
     torch.manual_seed(seed)
     model = TinyClassifier(dropout=dropout)
-    opts = {"steps": 12, "batch_size": 16, "lr": 3e-3, "eval_every": 4, "log_every": 2,
-            "progress": False, "tensorboard": False, "device": "cpu", "warmup_steps": 2}
-    opts.update(options)
     return Trainer(model, make_data(96, seed + 1), make_data(48, seed + 2),
-                   kind="classification", options=TrainOptions(**opts), run_dir=run_dir,
-                   seed=seed, resume_command=resume_command)
+                   kind="classification", options=TrainOptions(**{**OPTIONS, **options}),
+                   run_dir=run_dir, seed=seed, resume_command=resume_command)
+
+
+def make_lm_trainer(run_dir: Path, task_name: str, *, seed: int = 0, **options) -> Trainer:
+    """A one-layer transformer LM on 96 examples of a registered LM task (no dropout)."""
+    task = get_task(task_name, **LM_TASKS[task_name])
+    train, test = task.split("random", 96, 32, seed=seed + 1)
+    info = task.info()
+    torch.manual_seed(seed)
+    config = TransformerConfig(vocab_size=info["vocab_size"], d_model=16, n_heads=2, n_layers=1,
+                               d_ff=32, max_len=task.max_len, positional="learned",
+                               pad_id=info["pad_id"])
+    kind = get_kind(task.kind)
+    return Trainer(kind.build_model(config, task), train.tensors, test.tensors, kind=kind,
+                   options=TrainOptions(**{**OPTIONS, **options}), run_dir=run_dir, seed=seed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,9 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--losses", type=Path, default=None)
     parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--task", choices=sorted(LM_TASKS), default=None)
+    parser.add_argument("--grad-accum", type=int, default=1)
     args = parser.parse_args(argv)
-    trainer = make_trainer(args.run_dir, steps=args.steps, batch_size=args.batch_size,
-                           dropout=args.dropout, eval_every=args.eval_every)
+    common = {"steps": args.steps, "batch_size": args.batch_size, "eval_every": args.eval_every,
+              "grad_accum": args.grad_accum}
+    if args.task is None:
+        trainer = make_trainer(args.run_dir, dropout=args.dropout, **common)
+    else:
+        trainer = make_lm_trainer(args.run_dir, args.task, **common)
     result = trainer.fit()
     trainer.close()
     if args.losses is not None and trainer.ctx.is_main:

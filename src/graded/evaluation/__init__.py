@@ -1,15 +1,16 @@
 """Evaluation harness: metrics, the split types of 003 §3.2 and baselines run beside models."""
 
 from graded.evaluation.baselines import (
-    baseline_predictions,
+    classification_baselines,
     features,
     knn_classify,
     knn_regress,
     logistic_regression,
     majority_class,
     mean_predictor,
+    regression_baselines,
     ridge_regression,
-    run_baselines,
+    sequence_baselines,
 )
 from graded.evaluation.metrics import (
     HIGHER_IS_BETTER,
@@ -17,9 +18,9 @@ from graded.evaluation.metrics import (
     accuracy,
     compute_metric,
     exact_match,
+    mae,
     mse,
     r2,
-    task_metrics,
     token_accuracy,
 )
 from graded.evaluation.splits import (
@@ -34,7 +35,7 @@ __all__ = [
     "HIGHER_IS_BETTER",
     "METRICS",
     "accuracy",
-    "baseline_predictions",
+    "classification_baselines",
     "compute_metric",
     "exact_match",
     "family_split",
@@ -42,16 +43,17 @@ __all__ = [
     "knn_classify",
     "knn_regress",
     "logistic_regression",
+    "mae",
     "majority_class",
     "make_split",
     "mean_predictor",
     "mse",
     "r2",
     "random_split",
+    "regression_baselines",
     "ridge_regression",
-    "run_baselines",
+    "sequence_baselines",
     "sequence_lengths",
     "size_split",
-    "task_metrics",
     "token_accuracy",
 ]

@@ -15,6 +15,10 @@ a test one:
 Features (``features``): real inputs are flattened (padding is zero); token inputs are one-hot
 per position, flattened, or bag-of-tokens counts (each divided by the length) when the one-hot
 would exceed ``max_onehot`` columns.
+
+Each task kind of :mod:`graded.kinds` picks its family (:func:`sequence_baselines`,
+:func:`classification_baselines`, :func:`regression_baselines`);
+:func:`graded.kinds.run_baselines` scores them with the task's metric.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graded.evaluation.metrics import compute_metric
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
 
 MAX_ONEHOT = 4096
@@ -171,28 +174,30 @@ def positional_majority(train: TaskDataset, test: TaskDataset, vocab_size: int) 
     return counts.argmax(-1).expand(test.targets.shape[0], t).clone()
 
 
-def _current_tokens(data: TaskDataset) -> Tensor:
+def _current_tokens(data: TaskDataset, encoder_decoder: bool) -> Tensor:
     """The token each target follows: ``inputs`` (lm) or ``decoder_inputs`` (seq2seq)."""
-    return data.tensors["decoder_inputs"] if data.kind == "seq2seq" else data.inputs
+    return data.tensors["decoder_inputs"] if encoder_decoder else data.inputs
 
 
-def bigram(train: TaskDataset, test: TaskDataset, vocab_size: int) -> Tensor:
+def bigram(train: TaskDataset, test: TaskDataset, vocab_size: int, *,
+           encoder_decoder: bool = False) -> Tensor:
     """The most frequent scored train target after each current (decoder) input token."""
     keep = train.targets != IGNORE_INDEX
     counts = torch.zeros(vocab_size, vocab_size, dtype=torch.long)
-    counts.index_put_((_current_tokens(train)[keep], train.targets[keep]),
+    counts.index_put_((_current_tokens(train, encoder_decoder)[keep], train.targets[keep]),
                       torch.ones(int(keep.sum()), dtype=torch.long), accumulate=True)
-    return counts.argmax(-1)[_current_tokens(test)]
+    return counts.argmax(-1)[_current_tokens(test, encoder_decoder)]
 
 
-def prompt_nearest_neighbour(train: TaskDataset, test: TaskDataset, vocab_size: int) -> Tensor:
+def prompt_nearest_neighbour(train: TaskDataset, test: TaskDataset, vocab_size: int, *,
+                             encoder_decoder: bool = False) -> Tensor:
     """Copy the targets of the train example whose prompt (lm: inputs at unscored positions;
     seq2seq: the source) is nearest in one-hot Hamming distance."""
     t = test.targets.shape[1]
     pad_id = int(test.info.get("pad_id") or 0)
 
     def prompt(d: TaskDataset) -> Tensor:
-        if d.kind == "seq2seq":
+        if encoder_decoder:
             x = _align(d.inputs, max(train.inputs.shape[1], test.inputs.shape[1]), pad_id)
         else:
             x = _align(d.inputs, t, pad_id)
@@ -209,49 +214,46 @@ def _padding(data: TaskDataset) -> Tensor:
     return torch.zeros(data.inputs.shape[:2], dtype=torch.bool) if pad is None else pad
 
 
-# ---- the harness ---------------------------------------------------------------------------
-def baseline_predictions(train: TaskDataset, test: TaskDataset, *, k: int = 5
-                         ) -> dict[str, Tensor]:
-    """Test predictions of every baseline for the datasets' kind, keyed by baseline name."""
-    if train.kind != test.kind:
-        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
-    n = len(test)
-    if train.kind in ("lm", "seq2seq"):
-        v = _vocab_size(train, test)
-        out = {"majority": positional_majority(train, test, v), "bigram": bigram(train, test, v)}
-        has_prompt = train.kind == "seq2seq" or bool(
-            ((train.targets == IGNORE_INDEX) & ~_padding(train)).any())
-        if has_prompt:  # a task scored on every token (Dyck) has no prompt to match
-            out["knn"] = prompt_nearest_neighbour(train, test, v)
-        return out
+# ---- per kind (graded.kinds chooses; graded.kinds.run_baselines scores) ----------------------
+def sequence_baselines(train: TaskDataset, test: TaskDataset, *, encoder_decoder: bool
+                       ) -> dict[str, Tensor]:
+    """Next-token (``encoder_decoder=False``) or seq2seq test predictions: positional
+    majority, bigram and, when there is a prompt to match, the prompt's nearest neighbour."""
+    v = _vocab_size(train, test)
+    out = {"majority": positional_majority(train, test, v),
+           "bigram": bigram(train, test, v, encoder_decoder=encoder_decoder)}
+    has_prompt = encoder_decoder or bool(
+        ((train.targets == IGNORE_INDEX) & ~_padding(train)).any())
+    if has_prompt:  # a task scored on every token (Dyck) has no prompt to match
+        out["knn"] = prompt_nearest_neighbour(train, test, v, encoder_decoder=encoder_decoder)
+    return out
+
+
+def _standard_features(train: TaskDataset, test: TaskDataset) -> tuple[Tensor, Tensor]:
     v = None if train.inputs.is_floating_point() else _vocab_size(train, test)
     length = max(train.inputs.shape[1], test.inputs.shape[1])
-    xtr, xte = standardize(features(train, vocab_size=v, length=length),
-                           features(test, vocab_size=v, length=length))
-    if train.kind == "classification":
-        c = train.info.get("num_outputs") or int(max(train.targets.max(), test.targets.max())) + 1
-        return {
-            "majority": majority_class(train.targets, n),
-            "logistic": logistic_regression(xtr, train.targets, xte, num_classes=c),
-            "knn": knn_classify(xtr, train.targets, xte, k=k, num_classes=c),
-        }
-    if train.kind == "regression":
-        return {
-            "mean": mean_predictor(train.targets, n),
-            "ridge": ridge_regression(xtr, train.targets, xte),
-            "knn": knn_regress(xtr, train.targets, xte, k=k),
-        }
-    raise ValueError(f"no baselines for task kind {train.kind!r}")
+    return standardize(features(train, vocab_size=v, length=length),
+                       features(test, vocab_size=v, length=length))
 
 
-def run_baselines(train: TaskDataset, test: TaskDataset, *, metric: str | None = None,
-                  k: int = 5) -> dict[str, float]:
-    """Score every baseline on ``test`` after fitting on ``train``: {baseline name: metric}.
+def classification_baselines(train: TaskDataset, test: TaskDataset, *, k: int = 5
+                             ) -> dict[str, Tensor]:
+    """Test predictions of the majority class, logistic regression and k-NN."""
+    xtr, xte = _standard_features(train, test)
+    c = train.info.get("num_outputs") or int(max(train.targets.max(), test.targets.max())) + 1
+    return {
+        "majority": majority_class(train.targets, len(test)),
+        "logistic": logistic_regression(xtr, train.targets, xte, num_classes=c),
+        "knn": knn_classify(xtr, train.targets, xte, k=k, num_classes=c),
+    }
 
-    ``metric`` defaults to the task's headline metric (``train.info["metric"]``).
-    """
-    metric = metric or train.info.get("metric")
-    if metric is None:
-        raise ValueError("no metric given and the dataset does not name one")
-    preds = baseline_predictions(train, test, k=k)
-    return {name: compute_metric(metric, p, test) for name, p in preds.items()}
+
+def regression_baselines(train: TaskDataset, test: TaskDataset, *, k: int = 5
+                         ) -> dict[str, Tensor]:
+    """Test predictions of the train mean, ridge regression and k-NN."""
+    xtr, xte = _standard_features(train, test)
+    return {
+        "mean": mean_predictor(train.targets, len(test)),
+        "ridge": ridge_regression(xtr, train.targets, xte),
+        "knn": knn_regress(xtr, train.targets, xte, k=k),
+    }

@@ -1,4 +1,4 @@
-"""Metrics: accuracy, token accuracy, exact match, MSE and R² (003 §3.2 "how to tell").
+"""Metrics: accuracy, token accuracy, exact match, MSE, MAE and R² (003 §3.2 "how to tell").
 
 Predictions are class ids (long) or logits/scores with one more trailing dimension than the
 targets (then the argmax is taken); regression predictions have the targets' shape.
@@ -6,7 +6,7 @@ targets (then the argmax is taken); regression predictions have the targets' sha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -72,6 +72,12 @@ def mse(predictions: Tensor, targets: Tensor) -> float:
     return float(((predictions.double() - targets.double()) ** 2).mean())
 
 
+def mae(predictions: Tensor, targets: Tensor) -> float:
+    """Mean absolute error over all entries."""
+    _same_shape(predictions, targets)
+    return float((predictions.double() - targets.double()).abs().mean())
+
+
 def r2(predictions: Tensor, targets: Tensor) -> float:
     """Coefficient of determination 1 - SS_res/SS_tot, per output column, averaged.
 
@@ -102,14 +108,17 @@ METRICS: dict[str, Callable[..., float]] = {
     "masked_token_accuracy": token_accuracy,
     "exact_match": exact_match,
     "mse": mse,
+    "mae": mae,
     "r2": r2,
 }
 HIGHER_IS_BETTER = {"accuracy": True, "token_accuracy": True, "masked_token_accuracy": True,
-                    "exact_match": True, "mse": False, "r2": True}
+                    "exact_match": True, "mse": False, "mae": False, "r2": True}
 
 
-def compute_metric(name: str, predictions: Tensor, data: TaskDataset) -> float:
-    """Metric ``name`` of predictions on a ``TaskDataset``, with the task's masks.
+def compute_metric(name: str, predictions: Tensor,
+                   data: TaskDataset | Mapping[str, Tensor]) -> float:
+    """Metric ``name`` of predictions on a ``TaskDataset`` (or its dict of tensors), with the
+    task's masks.
 
     ``token_accuracy``, ``exact_match`` and ``accuracy`` use ``loss_mask`` (the scored
     targets, as the trainer's evaluation does); ``masked_token_accuracy`` uses the dataset's
@@ -117,24 +126,14 @@ def compute_metric(name: str, predictions: Tensor, data: TaskDataset) -> float:
     """
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; available: {sorted(METRICS)}")
-    targets = data.targets
-    if name in ("mse", "r2"):
+    tensors = data.tensors if isinstance(data, TaskDataset) else data
+    targets = tensors["targets"]
+    if name in ("mse", "mae", "r2"):
         return METRICS[name](predictions, targets)
-    mask = data.get("loss_mask")
+    mask = tensors.get("loss_mask")
     if name == "masked_token_accuracy":
-        mask = data.get("metric_mask")
+        mask = tensors.get("metric_mask")
         if mask is None:
             raise ValueError(f"masked_token_accuracy needs a 'metric_mask' tensor; the dataset "
-                             f"has {data.keys()}")
+                             f"has {sorted(tensors)}")
     return METRICS[name](predictions, targets, mask)
-
-
-def task_metrics(kind: str) -> tuple[str, ...]:
-    """The metrics reported for a task kind."""
-    if kind in ("lm", "seq2seq"):
-        return ("token_accuracy", "exact_match")
-    if kind == "classification":
-        return ("accuracy",)
-    if kind == "regression":
-        return ("r2", "mse")
-    raise ValueError(f"unknown task kind {kind!r}")

@@ -2,10 +2,18 @@
 
 The protocol the trainer and CLI rely on:
 
-- ``model(input_ids) -> logits`` (B, T, V): evaluation; routes with context logits only.
-- ``model.training_loss(input_ids, targets) -> (loss, metrics)``: the only entry point that
-  takes targets; computes utilities, L_GT and the router-distillation term.
+- ``model(input_ids, key_padding_mask=None) -> logits`` (B, T, V): evaluation; routes with
+  context logits only.
+- ``model.training_loss(input_ids, targets, key_padding_mask=None) -> (loss, metrics)``: the
+  only entry point that takes targets; computes utilities, L_GT and the router-distillation
+  term. The loss is a mean over the scored tokens (targets != ``ignore_index``).
 - ``model.generate(input_ids, max_new_tokens, ...)``: context-only routing, greedy or sampled.
+
+This is the protocol :class:`graded.kinds.MorphicModel`. Padding: every block and the router read
+only positions s ≤ t (causal attention, causal pooling of the strictly earlier states, per-token
+updates), so padding after a row's last real token (right padding, which every task makes) cannot
+change the outputs at its real tokens, and the loss skips it through the ``ignore_index``
+targets. Padding before a real token would be read by it: such a ``key_padding_mask`` is refused.
 
 The readout is linear (no final norm), so the exact utility formula of ``utilities.py`` holds at
 every layer; each layer's utilities use the shared readout on that layer's state (the logit-lens
@@ -141,8 +149,12 @@ class MorphicTransformer(nn.Module):
         return self.readout(z), traces
 
     # -------------------------------------------------------------- protocol
-    def forward(self, input_ids: Tensor) -> Tensor:
-        """Logits (B, T, V) with context-only routing; no targets exist on this path."""
+    def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Logits (B, T, V) with context-only routing; no targets exist on this path.
+
+        ``key_padding_mask`` (B, T), True = padding, must be right padding (module docstring).
+        """
+        check_right_padding(key_padding_mask, input_ids)
         return self._run(input_ids, None, stochastic=False)[0]
 
     @torch.no_grad()
@@ -164,9 +176,12 @@ class MorphicTransformer(nn.Module):
             raise ValueError(f"targets shape {tuple(targets.shape)} must equal input_ids shape "
                              f"{tuple(input_ids.shape)}")
 
-    def training_loss(self, input_ids: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """L_GT plus router distillation; ``targets`` are next-token ids aligned with positions."""
+    def training_loss(self, input_ids: Tensor, targets: Tensor,
+                      key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+        """L_GT plus router distillation, a mean over the scored tokens; ``targets`` are
+        next-token ids aligned with positions (``ignore_index`` on padding)."""
         self._check_targets(input_ids, targets)
+        check_right_padding(key_padding_mask, input_ids)
         obj = self.objective
         logits, traces = self._run(input_ids, targets, stochastic=self.training)
         lm = F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
@@ -226,6 +241,23 @@ class MorphicTransformer(nn.Module):
             temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
             eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=False,
             generator=generator, length_penalty=length_penalty)
+
+
+def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> None:
+    """A bool (B, T) mask whose padding (True) only follows each row's real tokens."""
+    if key_padding_mask is None:
+        return
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be bool (True = padding), got "
+                        f"{key_padding_mask.dtype}")
+    if key_padding_mask.shape != input_ids.shape:
+        raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}; expected "
+                         f"input_ids' shape {tuple(input_ids.shape)}")
+    inner = key_padding_mask[:, :-1] & ~key_padding_mask[:, 1:]  # padding, then a real token
+    if bool(inner.any()):
+        row = int(inner.any(1).nonzero()[0])
+        raise ValueError(f"key_padding_mask row {row} has padding before a real token; the "
+                         "morphic model is causal and takes right padding only")
 
 
 def routing_agreement(router: Router, utility_logits: Tensor | None, context_logits: Tensor,

@@ -33,7 +33,6 @@ from torch import Tensor
 from graded.checks import check_int
 
 IGNORE_INDEX = -100
-KINDS = ("lm", "classification", "regression", "seq2seq")
 SPLIT_KINDS = ("random", "size", "family", "relabelled")
 GRADED_OBJECTS = ("positions", "tokens", "features", "vocabulary", "none")
 
@@ -107,8 +106,8 @@ class TaskDataset(torch.utils.data.Dataset):
                  info: dict[str, Any] | None = None) -> None:
         if "inputs" not in tensors or "targets" not in tensors:
             raise ValueError(f"a task dataset needs 'inputs' and 'targets', got {sorted(tensors)}")
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if not isinstance(kind, str) or not kind:  # the names: graded.kinds.KIND_NAMES
+            raise ValueError(f"kind must be a task kind name, got {kind!r}")
         n = {k: v.shape[0] for k, v in tensors.items()}
         if len(set(n.values())) != 1:
             raise ValueError(f"all tensors need the same number of examples, got {n}")
@@ -164,8 +163,8 @@ class Task(abc.ABC):
 
     Class attributes a task sets:
 
-    - ``name``: registry name; ``kind``: one of ``KINDS``; ``metric``: the headline metric
-      (a name in ``graded.evaluation.metrics.METRICS``);
+    - ``name``: registry name; ``kind``: one of ``graded.kinds.KIND_NAMES``; ``metric``: the
+      headline metric (a name in ``graded.evaluation.metrics.METRICS``);
     - ``graded_object``: what the grading tuple ``grades`` grades: ``"positions"`` (token
       positions of a fixed format), ``"tokens"`` (a data-dependent grade per token, given per
       example in ``token_grades``; ``grades`` then lists the possible values), ``"features"``

@@ -5,6 +5,12 @@ environment) it joins the process group and returns the rank's view; otherwise i
 single-process context, so the same training code runs in both settings. Every rank computes
 the same global batch order (:mod:`graded.train.data`) and takes its own slice of each batch, the
 role ``DistributedSampler`` plays for map-style datasets. Logging and checkpoints happen on rank 0.
+
+DDP averages gradients over ranks, which equals the one-process gradient only when every rank's
+loss weighs the same. Ranks of a language-model batch hold different numbers of scored tokens,
+so the trainer all-reduces the step's item count first (:func:`sum_across`) and each rank
+minimises ``world_size × (its loss sum) / (global count)``: DDP's mean of these is the
+gradient of the global token mean, the one-process objective.
 """
 
 from __future__ import annotations
@@ -39,9 +45,20 @@ def resolve_device(name: str) -> torch.device:
     """``"auto"`` picks CUDA when available, else CPU; other names are checked."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {name!r} is not a device: expected 'auto', 'cpu', 'cuda' or "
+                         "'cuda:N'") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r} is not supported: expected 'auto', 'cpu', 'cuda' or "
+                         "'cuda:N'")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available; use 'cpu'")
+    if device.type == "cuda" and device.index is not None \
+            and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         "device(s)")
     return device
 
 
@@ -69,13 +86,24 @@ def teardown(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
-def mean_across(ctx: DistContext, value: torch.Tensor) -> torch.Tensor:
-    """The mean of ``value`` over ranks (the value itself in one process)."""
+def sum_across(ctx: DistContext, value: int | float | torch.Tensor) -> int | float:
+    """The sum of a number over ranks (the number itself in one process); ints stay exact."""
     if not ctx.distributed:
-        return value
-    out = value.detach().clone().to(ctx.device)
+        return value.item() if isinstance(value, torch.Tensor) else value
+    dtype = torch.int64 if isinstance(value, int) else torch.float64
+    out = torch.as_tensor(value, dtype=dtype).detach().clone().to(ctx.device)
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out / ctx.world_size
+    return out.item()
+
+
+def sum_values_across(ctx: DistContext, values: dict[str, float]) -> dict[str, float]:
+    """Each value summed over ranks (every rank must hold the same keys)."""
+    if not ctx.distributed or not values:
+        return values
+    keys = sorted(values)
+    out = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return dict(zip(keys, out.tolist()))
 
 
 def any_across(ctx: DistContext, flag: bool) -> bool:

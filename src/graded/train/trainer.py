@@ -1,12 +1,14 @@
 """The training loop: AdamW with a recipe's parameter groups, exact resume, Ctrl-C, DDP.
 
-One :class:`Trainer` drives any model of the kinds in :mod:`graded.train.objectives`, and any
-model with a ``training_loss`` method. What it does at each optimizer step (000 Algorithms 5.1
+One :class:`Trainer` drives any model of a task kind of :mod:`graded.kinds` (the morphic models
+through their ``training_loss``). What it does at each optimizer step (000 Algorithms 5.1
 and 7.1 when a graded recipe is chosen):
 
 1. take the step's global batch (a pure function of ``(seed, step)``, :mod:`graded.train.data`),
    this rank's share of it, split into ``grad_accum`` micro-batches;
-2. accumulate gradients of ``loss + recipe.regularization(model)`` (DDP syncs on the last one);
+2. accumulate gradients of the step's loss, the mean over all its items (tokens, rows or
+   elements) on every rank (:meth:`Trainer._train_step`), plus ``recipe.regularization(model)``
+   once (DDP syncs on the last micro-batch);
 3. clip the gradient norm, step AdamW and the learning-rate schedule;
 4. call ``recipe.on_step`` (λ annealing, the grade learning-rate bound) and log what it returns
    (it is also called once before the first step, with ``step = 0``);
@@ -35,18 +37,12 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
 from graded.train.checkpoint import CheckpointManager, load_checkpoint
 from graded.train.data import StepSampler, dataset_size, take
 from graded.train.logging import RunLogger
-from graded.train.objectives import (
-    TrainingLossAdapter,
-    check_kind,
-    count_items,
-    evaluate,
-    needs_adapter,
-    training_loss,
-)
+from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
 from graded.train.options import TrainOptions
 from graded.train.schedules import make_scheduler
@@ -128,7 +124,8 @@ def _in_main_thread() -> bool:
 class Trainer:
     """Train ``model`` on ``train_data`` and evaluate on ``eval_data`` (dicts of tensors).
 
-    Parameters: ``kind`` is the task kind ("lm", "classification", "regression", "seq2seq");
+    Parameters: ``kind`` is a task kind of :mod:`graded.kinds`, or its name ("lm",
+    "classification", "regression", "seq2seq"; the morphic LM kind for a morphic model);
     ``options`` a :class:`TrainOptions`; ``run_dir`` the run folder (created); ``seed`` fixes
     initial RNG state and data order; ``recipe`` a recipe name or object (None = plain AdamW);
     ``config`` a JSON-able dict saved in every checkpoint; ``resume_command`` the command printed
@@ -141,7 +138,7 @@ class Trainer:
         train_data: Mapping[str, torch.Tensor],
         eval_data: Mapping[str, torch.Tensor] | None,
         *,
-        kind: str,
+        kind: str | TaskKind,
         options: TrainOptions | None = None,
         run_dir: str | Path,
         seed: int = 0,
@@ -149,7 +146,7 @@ class Trainer:
         config: dict[str, Any] | None = None,
         resume_command: str | None = None,
     ) -> None:
-        self.kind = check_kind(kind)
+        self.kind = as_kind(kind, model)
         self.opts = options or TrainOptions()
         self.run_dir = Path(run_dir)
         self.seed = seed
@@ -168,8 +165,7 @@ class Trainer:
             self.optimizer, self.opts.schedule, warmup_steps=self.opts.warmup_steps,
             total_steps=self.opts.steps, min_ratio=self.opts.min_lr_ratio,
         )
-        core = TrainingLossAdapter(self.model) if needs_adapter(self.model) else self.model
-        self.step_module = D.wrap_model(core, self.ctx)
+        self.step_module = D.wrap_model(self.kind.training_module(self.model), self.ctx)
         self.sampler = StepSampler(
             dataset_size(self.train_data), self.opts.batch_size, seed=seed,
             grad_accum=self.opts.grad_accum, world_size=self.ctx.world_size, rank=self.ctx.rank,
@@ -190,7 +186,7 @@ class Trainer:
         return {
             "step": step,
             "seed": self.seed,
-            "kind": self.kind,
+            "kind": self.kind.name,
             "data_position": {"epoch": step // self.sampler.steps_per_epoch,
                               "batch": step % self.sampler.steps_per_epoch},
             "scheduler": self.scheduler.state_dict(),  # lr_lambdas are plain functions: None
@@ -223,36 +219,42 @@ class Trainer:
     # ----------------------------------------------------------------- loop
 
     def _train_step(self, step: int) -> tuple[float, dict[str, float], int]:
+        """One optimizer step; its objective is the mean loss over every item (token, row or
+        element) of the global batch, however it is split into ranks and micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
-        micro = self.sampler.micro_batches(step)
+        batches = [take(self.train_data, idx, self.ctx.device)
+                   for idx in self.sampler.micro_batches(step)]
+        count = max(D.sum_across(self.ctx, sum(self.kind.loss_count(b) for b in batches)), 1)
+        scale = self.ctx.world_size / count  # × world_size undoes DDP's mean over ranks
         total = torch.zeros((), device=self.ctx.device)
         reg_total = 0.0
         extra: dict[str, float] = {}
         items = 0
-        for i, idx in enumerate(micro):
-            batch = take(self.train_data, idx, self.ctx.device)
-            items += count_items(batch, self.kind)
-            last = i == len(micro) - 1
+        for i, batch in enumerate(batches):
+            items += self.kind.count_items(batch)
+            last = i == len(batches) - 1
             sync = contextlib.nullcontext()
             if self.ctx.distributed and not last:
                 sync = self.step_module.no_sync()
             with sync:
-                loss, extra = training_loss(
-                    self.step_module, batch, self.kind, label_smoothing=self.opts.label_smoothing
-                )
-                objective = loss
-                if self.recipe is not None:
+                part = self.kind.loss(self.step_module, batch,
+                                      label_smoothing=self.opts.label_smoothing)
+                objective = part.total * scale
+                if self.recipe is not None and last:  # a function of the weights: once a step
                     reg = self.recipe.regularization(self.model)
-                    objective = loss + reg
-                    reg_total += float(reg.detach()) / len(micro)
-                (objective / len(micro)).backward()
-            total += loss.detach() / len(micro)
+                    objective = objective + reg
+                    reg_total = float(reg.detach())
+                objective.backward()
+            total += part.total.detach()
+            for k, v in part.metrics.items():
+                extra[k] = extra.get(k, 0.0) + v * part.count / count
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         clip = self.opts.clip_norm if self.opts.clip_norm is not None else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
         self.optimizer.step()
         self.scheduler.step()
-        loss_value = float(D.mean_across(self.ctx, total))
+        loss_value = float(D.sum_across(self.ctx, total)) / count
+        extra = D.sum_values_across(self.ctx, extra)
         if not math.isfinite(loss_value):
             raise FloatingPointError(
                 f"training loss became {loss_value} at step {step + 1}; lower lr (now "

@@ -210,7 +210,7 @@ def _defaults(key_padding_mask: Tensor | None, input_ids: Tensor) -> Tensor:
     return key_padding_mask
 
 
-def _table_max_len(config: object) -> int | None:
+def position_limit(config: object) -> int | None:
     """Models with position tables cannot go past max_len; RoPE/ALiBi/none can."""
     if getattr(config, "positional", None) in ("sinusoidal", "sinusoidal1", "learned"):
         return config.max_len
@@ -237,7 +237,7 @@ def generate(
     """Continue ``input_ids`` (B, T) with a decoder-only LM; returns (B, T + n) ids where
     n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
     (default: the EOS id, or 0)."""
-    check_prompt(input_ids, max_new_tokens, _table_max_len(model.config))
+    check_prompt(input_ids, max_new_tokens, position_limit(model.config))
     kpm = _defaults(key_padding_mask, input_ids)
     was_training = model.training
     model.eval()
@@ -285,7 +285,7 @@ def generate_seq2seq(
             return model.decode(ids, mem, tgt_key_padding_mask=mask if cache is None else None,
                                 src_key_padding_mask=src_mask, cache=cache)
 
-        check_prompt(start, max_new_tokens, _table_max_len(model.config))
+        check_prompt(start, max_new_tokens, position_limit(model.config))
         kpm = torch.zeros_like(start, dtype=torch.bool)
         return decode(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     **_generation_kwargs(kwargs))

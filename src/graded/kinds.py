@@ -1,0 +1,440 @@
+"""Task kinds: batch keys, model factory, forward, loss, metrics, baselines and generation.
+
+A task kind says what a batch holds and how a model meets it (the tensors are those of
+:mod:`graded.tasks.base`):
+
+============== =========================================== ========================= ===========
+kind           inputs (+ ``key_padding_mask``)             targets                   loss counts
+============== =========================================== ========================= ===========
+lm             ``inputs`` (B,T) ids                        (B,T), -100 = ignore      tokens
+seq2seq        ``inputs`` (B,S), ``decoder_inputs`` (B,T)  (B,T), -100 = ignore      tokens
+classification ``inputs`` (B,T) ids or (B,T,F) features    (B,) class ids            rows
+regression     ``inputs`` (B,T) ids or (B,T,F) features    (B,) or (B,K) floats      elements
+============== =========================================== ========================= ===========
+
+Every kind returns its training loss as a sum and the number of items summed (:class:`LossSum`),
+so a caller averages by count over any batches it likes: the trainer's step objective is the
+mean over every token of the global batch, whatever the split into ranks and micro-batches.
+Losses are cross-entropy (002 §6, with the label smoothing of 002 §6.4) or squared error; the
+metrics are those of :mod:`graded.evaluation.metrics`, computed once on the predictions
+collected over all batches. ``forward`` never reads the targets.
+
+A morphic LM (004) is an LM whose model follows :class:`MorphicModel`: it is trained through
+its own ``training_loss`` (the LM loss plus its router terms, 004 §4.3) and evaluated through
+``model(inputs, key_padding_mask)`` like any LM.
+
+Adding a kind is adding one subclass of :class:`TaskKind` here with a new ``name`` (or a new
+``architecture`` for an existing name); it registers itself (docs/training.md, "How to extend").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graded.evaluation import baselines as B
+from graded.evaluation.metrics import compute_metric
+from graded.tasks.base import IGNORE_INDEX, TaskDataset
+
+Batch = Mapping[str, Tensor]
+
+
+@runtime_checkable
+class MorphicModel(Protocol):
+    """A model trained through its own loss (the morphic models of 004, :mod:`graded.morphic`).
+
+    ``forward`` returns (B, T, V) logits from the inputs alone; ``training_loss`` returns the
+    loss to minimise, a mean over the scored (target != ignore) tokens, and float metrics;
+    both honour ``key_padding_mask`` (True = padding).
+    """
+
+    def forward(self, input_ids: Tensor, key_padding_mask: Tensor | None = None) -> Tensor: ...
+
+    def training_loss(self, input_ids: Tensor, targets: Tensor,
+                      key_padding_mask: Tensor | None = None
+                      ) -> tuple[Tensor, dict[str, float]]: ...
+
+    def generate(self, input_ids: Tensor, max_new_tokens: int, **sampling: Any) -> Tensor: ...
+
+
+@dataclass
+class LossSum:
+    """A loss summed over ``count`` items (tokens, rows or elements) and extra float metrics.
+
+    ``total`` keeps its graph; ``total / count`` is the mean (:attr:`mean`).
+    """
+
+    total: Tensor
+    count: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> Tensor:
+        return self.total / max(self.count, 1)
+
+
+_REGISTRY: dict[tuple[str, str], TaskKind] = {}
+
+
+class TaskKind:
+    """Base of the task kinds; a subclass with a ``name`` registers itself for :func:`get_kind`."""
+
+    name: ClassVar[str] = ""
+    architecture: ClassVar[str] = "transformer"
+    input_keys: ClassVar[tuple[str, ...]] = ("inputs",)
+    optional_keys: ClassVar[tuple[str, ...]] = ("key_padding_mask", "token_grades")
+    metric_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            _REGISTRY[(cls.name, cls.architecture)] = cls()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, architecture={self.architecture!r})"
+
+    # ---- batches -----------------------------------------------------------------------
+    @property
+    def required_keys(self) -> tuple[str, ...]:
+        """The keys every training batch has: the model inputs and ``targets``."""
+        return (*self.input_keys, "targets")
+
+    def check_batch(self, batch: Batch, *, targets: bool = True) -> None:
+        """ValueError naming the missing keys when ``batch`` lacks a required one (only the
+        input keys when ``targets`` is False)."""
+        need = self.required_keys if targets else self.input_keys
+        missing = [k for k in need if k not in batch]
+        if missing:
+            raise ValueError(f"a {self.name!r} batch needs keys {list(need)}; "
+                             f"missing {missing}, got {sorted(batch)}")
+
+    def count_items(self, batch: Batch) -> int:
+        """Input tokens in ``batch``, padding excluded (the tokens/s figure)."""
+        return _tokens(batch["inputs"], batch.get("key_padding_mask"))
+
+    # ---- model -------------------------------------------------------------------------
+    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        """The kind's model for ``task`` from ``model_config``; ``pooling`` is used by the
+        encoder kinds (classification, regression) only."""
+        raise NotImplementedError(f"{self!r} has no model factory")
+
+    def training_module(self, model: nn.Module) -> nn.Module:
+        """The module whose ``forward`` the training step calls (what DDP wraps)."""
+        return model
+
+    def forward(self, model: nn.Module, batch: Batch) -> Tensor:
+        """The model's output on ``batch``; ``key_padding_mask`` is passed when present."""
+        self.check_batch(batch, targets=False)
+        mask = batch.get("key_padding_mask")
+        return model(batch["inputs"]) if mask is None else model(batch["inputs"], mask)
+
+    # ---- loss --------------------------------------------------------------------------
+    def loss_count(self, batch: Batch) -> int:
+        """How many items the loss of ``batch`` sums over."""
+        raise NotImplementedError
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
+                    ) -> LossSum:
+        """The summed loss of a model ``output`` against ``batch["targets"]``."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0) -> LossSum:
+        """The training loss of ``model`` on ``batch`` as a sum and a count."""
+        self.check_batch(batch)
+        return self.output_loss(self.forward(model, batch), batch,
+                                label_smoothing=label_smoothing)
+
+    # ---- evaluation --------------------------------------------------------------------
+    def prediction(self, output: Tensor, batch: Batch) -> Tensor:
+        """What the metrics read from an output: class or token ids (argmax)."""
+        return output.argmax(-1)
+
+    def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
+        """The output as :func:`graded.train.predict` returns it (logits, or shaped values)."""
+        return output
+
+    def report(self, loss: float, predictions: Tensor, data: Batch | TaskDataset
+               ) -> dict[str, float]:
+        """``loss`` (the mean over all items) and the kind's metrics on all of ``data``."""
+        return {"loss": loss, **{n: compute_metric(n, predictions, data)
+                                 for n in self.metrics_for(data)}}
+
+    def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
+        """The metrics :meth:`report` gives on ``data``."""
+        return self.metric_names
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        """Test predictions of the kind's trivial predictors (003 §3.2), by baseline name."""
+        raise NotImplementedError(f"{self!r} has no baselines")
+
+    # ---- generation --------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, model: nn.Module, task: Any, ids: Tensor, max_new_tokens: int,
+                 **sampling: Any) -> str | dict[str, Any]:
+        """The model's answer to a one-row prompt ``ids`` (1, T): decoded text for sequence
+        kinds (``sampling``: the options of ``model.generate``), the predicted class and its
+        probabilities or the predicted values for the others (which use neither
+        ``max_new_tokens`` nor ``sampling``)."""
+        _check_one_prompt(ids)
+        out = model(ids)[0]
+        return self._answer(out)
+
+    def _answer(self, out: Tensor) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class LM(TaskKind):
+    """Next-token prediction with a decoder-only model (003 §2)."""
+
+    name = "lm"
+    optional_keys = ("key_padding_mask", "loss_mask", "metric_mask", "token_grades")
+    metric_names = ("token_accuracy", "exact_match")
+
+    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        from graded.transformer import TransformerLM
+
+        return TransformerLM(model_config)
+
+    def loss_count(self, batch: Batch) -> int:
+        return int((batch["targets"] != IGNORE_INDEX).sum())
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
+                    ) -> LossSum:
+        targets = batch["targets"]
+        if output.shape[:-1] != targets.shape:
+            raise ValueError(f"logits {tuple(output.shape)} and targets {tuple(targets.shape)} "
+                             "disagree: logits must be targets.shape + (vocab_size,)")
+        total = F.cross_entropy(output.float().flatten(0, -2), targets.flatten(),
+                                ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing,
+                                reduction="sum")
+        return LossSum(total, self.loss_count(batch))
+
+    def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
+        """Token accuracy and exact match, and ``masked_token_accuracy`` over the positions of
+        ``metric_mask`` when the data has one (e.g. Dyck's closing brackets)."""
+        extra = ("masked_token_accuracy",) if "metric_mask" in data else ()
+        return self.metric_names + extra
+
+    def report(self, loss: float, predictions: Tensor, data: Batch | TaskDataset
+               ) -> dict[str, float]:
+        return {**super().report(loss, predictions, data),
+                "perplexity": math.exp(min(loss, 50.0))}
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        return B.sequence_baselines(train, test, encoder_decoder=False)
+
+    @torch.no_grad()
+    def generate(self, model: nn.Module, task: Any, ids: Tensor, max_new_tokens: int,
+                 **sampling: Any) -> str:
+        _check_one_prompt(ids)
+        out = model.generate(ids, max_new_tokens, eos_token_id=task.info().get("eos_id"),
+                             pad_token_id=task.vocab.pad_id, **self._start(task), **sampling)
+        return task.vocab.decode_str(out[0])
+
+    def _start(self, task: Any) -> dict[str, int]:
+        """What the decoder starts from besides the prompt (nothing: it continues it)."""
+        return {}
+
+
+class Seq2Seq(LM):
+    """Source-to-target translation with an encoder-decoder (002 Ch. 3)."""
+
+    name = "seq2seq"
+    input_keys = ("inputs", "decoder_inputs")
+    optional_keys = ("key_padding_mask", "decoder_key_padding_mask", "loss_mask",
+                     "metric_mask", "token_grades")
+
+    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        from graded.transformer import Seq2SeqTransformer
+
+        return Seq2SeqTransformer(model_config)
+
+    def count_items(self, batch: Batch) -> int:
+        return super().count_items(batch) + _tokens(batch["decoder_inputs"],
+                                                    batch.get("decoder_key_padding_mask"))
+
+    def forward(self, model: nn.Module, batch: Batch) -> Tensor:
+        self.check_batch(batch, targets=False)
+        return model(batch["inputs"], batch["decoder_inputs"],
+                     src_key_padding_mask=batch.get("key_padding_mask"),
+                     tgt_key_padding_mask=batch.get("decoder_key_padding_mask"))
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        return B.sequence_baselines(train, test, encoder_decoder=True)
+
+    def _start(self, task: Any) -> dict[str, int]:
+        """The decoder starts from ``<bos>``; the prompt is the source."""
+        return {"bos_token_id": task.info()["bos_id"]}
+
+
+class Classification(TaskKind):
+    """One class per example from an encoder with pooling."""
+
+    name = "classification"
+    metric_names = ("accuracy",)
+
+    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        from graded.transformer import TransformerClassifier
+
+        return TransformerClassifier(model_config, task.num_outputs, pooling=pooling)
+
+    def loss_count(self, batch: Batch) -> int:
+        return int(batch["targets"].shape[0])
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
+                    ) -> LossSum:
+        targets = batch["targets"]
+        if output.dim() != 2 or output.shape[0] != targets.shape[0] or targets.dim() != 1:
+            raise ValueError(f"classification needs (B, C) logits and (B,) targets, got "
+                             f"{tuple(output.shape)} and {tuple(targets.shape)}")
+        total = F.cross_entropy(output.float(), targets, label_smoothing=label_smoothing,
+                                reduction="sum")
+        return LossSum(total, self.loss_count(batch))
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        return B.classification_baselines(train, test, k=k)
+
+    def _answer(self, out: Tensor) -> dict[str, Any]:
+        probs = out.float().softmax(-1)
+        return {"class": int(probs.argmax()),
+                "probabilities": [round(float(p), 4) for p in probs]}
+
+
+class Regression(Classification):
+    """Real targets from an encoder with pooling; the loss is the squared error."""
+
+    name = "regression"
+    metric_names = ("mse", "mae", "r2")
+
+    def loss_count(self, batch: Batch) -> int:
+        return int(batch["targets"].numel())
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
+                    ) -> LossSum:
+        targets = batch["targets"]
+        total = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
+                           reduction="sum")
+        return LossSum(total, self.loss_count(batch))
+
+    def prediction(self, output: Tensor, batch: Batch) -> Tensor:
+        return self.raw_prediction(output, batch)
+
+    def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
+        targets = batch["targets"]
+        if output.numel() != targets.numel():
+            raise ValueError(f"regression output {tuple(output.shape)} does not match targets "
+                             f"{tuple(targets.shape)}")
+        return output.reshape(targets.shape)
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        return B.regression_baselines(train, test, k=k)
+
+    def _answer(self, out: Tensor) -> dict[str, Any]:
+        return {"prediction": out.tolist()}
+
+
+class MorphicLM(LM):
+    """A morphic LM (004): trained through ``model.training_loss`` (its LM loss plus router
+    terms, each a mean over the scored tokens), evaluated and generated like any LM.
+
+    The loss sum is that mean times the scored-token count; averaging by count over ranks and
+    micro-batches gives the global token mean of every term that is a token mean (Ω's group
+    lasso, a norm over the batch, is not one: it is weighted like the others).
+    """
+
+    architecture = "morphic"
+
+    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        from graded.morphic import build_morphic_model
+
+        return build_morphic_model(model_config)
+
+    def training_module(self, model: nn.Module) -> nn.Module:
+        return _TrainingLoss(model)
+
+    def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0) -> LossSum:
+        if label_smoothing:
+            raise ValueError(f"a morphic LM trains through its own loss: label_smoothing must "
+                             f"be 0, got {label_smoothing}")
+        self.check_batch(batch)
+        call = model.training_loss if isinstance(model, MorphicModel) else model
+        mean, metrics = call(batch["inputs"], batch["targets"], batch.get("key_padding_mask"))
+        n = self.loss_count(batch)
+        extra = {k: float(v) for k, v in (metrics or {}).items() if k != "loss"}
+        return LossSum(mean * n, n, extra)
+
+
+class _TrainingLoss(nn.Module):
+    """Routes ``forward(inputs, targets, mask)`` to ``model.training_loss`` so DDP can wrap it."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: Tensor, targets: Tensor, key_padding_mask: Tensor | None = None
+                ) -> tuple[Tensor, dict[str, float]]:
+        return self.model.training_loss(inputs, targets, key_padding_mask)
+
+
+def _tokens(x: Tensor, mask: Tensor | None) -> int:
+    if mask is not None:
+        return int((~mask).sum())
+    return int(x.shape[0] * (x.shape[1] if x.dim() > 1 else 1))
+
+
+def _check_one_prompt(ids: Tensor) -> None:
+    if ids.dim() < 2 or ids.shape[0] != 1:
+        raise ValueError(f"generate takes one prompt of shape (1, T), got {tuple(ids.shape)}")
+
+
+# The registry: every subclass above with a ``name`` is in it (see ``TaskKind.__init_subclass__``).
+KIND_NAMES: tuple[str, ...] = tuple(dict.fromkeys(name for name, _ in _REGISTRY))
+ARCHITECTURES: tuple[str, ...] = tuple(dict.fromkeys(arch for _, arch in _REGISTRY))
+
+
+def get_kind(name: str, architecture: str = "transformer") -> TaskKind:
+    """The kind object of task kind ``name`` for models of ``architecture``."""
+    if name not in KIND_NAMES:
+        raise ValueError(f"unknown task kind {name!r}; expected one of {KIND_NAMES}")
+    if (name, architecture) not in _REGISTRY:
+        archs = [a for n, a in _REGISTRY if n == name]
+        raise ValueError(f"task kind {name!r} has no {architecture!r} architecture; "
+                         f"available: {archs}")
+    return _REGISTRY[(name, architecture)]
+
+
+def as_kind(kind: str | TaskKind, model: nn.Module | None = None) -> TaskKind:
+    """``kind`` itself, or the kind object of a name: the morphic one when ``model`` follows
+    :class:`MorphicModel` (seen through a DDP wrapper), else the transformer one."""
+    if isinstance(kind, TaskKind):
+        return kind
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a name in {KIND_NAMES} or a TaskKind, got {kind!r}")
+    inner = getattr(model, "module", model)
+    return get_kind(kind, "morphic" if isinstance(inner, MorphicModel) else "transformer")
+
+
+def run_baselines(train: TaskDataset, test: TaskDataset, *, metric: str | None = None,
+                  k: int = 5) -> dict[str, float]:
+    """Score every baseline of the datasets' kind on ``test`` after fitting on ``train``.
+
+    ``metric`` defaults to the task's headline metric (``train.info["metric"]``).
+    """
+    if train.kind != test.kind:
+        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
+    metric = metric or train.info.get("metric")
+    if metric is None:
+        raise ValueError("no metric given and the dataset does not name one")
+    preds = get_kind(train.kind).baselines(train, test, k=k)
+    return {name: compute_metric(metric, p, test) for name, p in preds.items()}

@@ -1,0 +1,130 @@
+"""User-facing failures of the `graded` command line: one line on stderr, exit code 2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graded.cli import DEFAULT_NEW_TOKENS, main
+
+
+def _config(tmp_path: Path, **train) -> Path:
+    cfg = {
+        "name": "tiny",
+        "task": {"name": "dyck", "options": {"max_length": 8, "max_depth": 3},
+                 "n_train": 64, "n_eval": 32},
+        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
+                  "positional": "learned"},
+        "train": {"steps": 2, "batch_size": 16, "warmup_steps": 1, "eval_every": 2,
+                  "log_every": 1, "progress": False, "tensorboard": False, **train},
+        "output": {"dir": str(tmp_path / "runs")},
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("cli_errors")
+    assert main(["train", str(_config(tmp))]) == 0
+    return tmp / "runs" / "tiny"
+
+
+def _max_len(run: Path) -> int:
+    from graded.config import build_task, load_config, transformer_config
+
+    cfg = load_config(run / "config.yaml")
+    return transformer_config(cfg, build_task(cfg)).max_len
+
+
+def _one_error_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("graded: error: "), err
+    assert "Traceback" not in err, err
+    return lines[-1]
+
+
+def test_generate_out_of_the_box_fits_the_models_max_len(run, capsys):
+    max_len = _max_len(run)
+    assert max_len < 2 + DEFAULT_NEW_TOKENS  # the default alone would not fit
+    capsys.readouterr()
+    assert main(["generate", str(run), "--prompt", "( ["]) == 0
+    tokens = capsys.readouterr().out.split()
+    assert tokens[:2] == ["(", "["] and len(tokens) <= max_len
+
+
+def test_generate_refuses_a_prompt_that_fills_max_len(run, capsys):
+    max_len = _max_len(run)
+    prompt = " ".join(["("] * max_len)
+    assert main(["generate", str(run), "--prompt", prompt]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"max_len={max_len}" in line and "--prompt" in line
+
+
+def test_generate_refuses_more_new_tokens_than_fit(run, capsys):
+    max_len = _max_len(run)
+    assert main(["generate", str(run), "--prompt", "(", "--max-new-tokens", str(max_len)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"--max-new-tokens {max_len} does not fit" in line
+    assert f"room for {max_len - 1}" in line
+
+
+def test_generate_names_a_token_outside_the_vocabulary(run, capsys):
+    assert main(["generate", str(run), "--prompt", "( banana"]) == 2
+    assert "banana" in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("--max-new-tokens", "0", "expected an integer >= 1, got 0"),
+    ("--max-new-tokens", "many", "expected an integer, got 'many'"),
+    ("--temperature", "-1", "expected a finite number > 0, got -1.0"),
+    ("--top-p", "1.5", "expected a number in (0, 1], got 1.5"),
+    ("--top-k", "0", "expected an integer >= 1, got 0"),
+    ("--num-beams", "0", "expected an integer >= 1, got 0"),
+])
+def test_generate_argument_out_of_range_is_a_usage_error(run, capsys, option, value, expected):
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", str(run), "--prompt", "(", option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and expected in err and "Traceback" not in err
+
+
+def test_unknown_device_is_a_one_line_error_before_anything_is_written(tmp_path, capsys):
+    path = _config(tmp_path)
+    assert main(["train", str(path), "--set", "train.device=tpu7"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "'tpu7'" in line and "'cpu'" in line
+    assert not (tmp_path / "runs" / "tiny" / "checkpoints").exists()
+
+
+def test_output_folder_that_cannot_be_created_is_a_one_line_error(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    path = _config(tmp_path)
+    assert main(["train", str(path), "--set", f"output.dir={blocker}/runs"]) == 2
+    assert str(blocker) in _one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root ignores folder permissions")
+def test_read_only_output_folder_is_a_one_line_error(tmp_path, capsys):
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        path = _config(tmp_path)
+        assert main(["train", str(path), "--set", f"output.dir={parent}"]) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert str(parent) in line and "permission denied" in line
+    finally:
+        parent.chmod(0o700)
+
+
+def test_eval_of_a_folder_without_a_run_is_a_one_line_error(tmp_path, capsys):
+    assert main(["eval", str(tmp_path)]) == 2
+    assert str(tmp_path) in _one_error_line(capsys.readouterr().err)

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from graded.morphic import (
     EdgeSet,
     Grade,
-    GradedSpace,
+    GradedStateSpace,
     LinearBlock,
     MorphicLayer,
     UtilityProbe,
@@ -41,11 +41,11 @@ from graded.morphic.objective import utility_penalty
 from graded.morphic.reference import PaperGradedLayer, paper_lm_loss
 
 
-def make_space(grades: int, dim: int) -> GradedSpace:
-    return GradedSpace([Grade(f"g{i}", dim, i) for i in range(grades)])
+def make_space(grades: int, dim: int) -> GradedStateSpace:
+    return GradedStateSpace([Grade(f"g{i}", dim, i) for i in range(grades)])
 
 
-def make_edges(space: GradedSpace, n_edges: int) -> list[tuple[str, str]]:
+def make_edges(space: GradedStateSpace, n_edges: int) -> list[tuple[str, str]]:
     """n_edges edges: self-loops first, then shifts g_i → g_{i+1} (wrapping)."""
     labels = list(space.labels)
     pairs = [(g, g) for g in labels]

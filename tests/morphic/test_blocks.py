@@ -12,7 +12,7 @@ from graded.morphic import (
     ExternalTool,
     FixedLinearBlock,
     Grade,
-    GradedSpace,
+    GradedStateSpace,
     GradeTypedAttention,
     GradewiseNorm,
     LinearBlock,
@@ -82,7 +82,7 @@ def test_identity_value_attention_is_a_convex_combination_of_destination_states(
 
 
 def test_gradewise_norm_equals_layer_norm_per_slice():
-    sp = GradedSpace({"a": 3, "b": 5})
+    sp = GradedStateSpace({"a": 3, "b": 5})
     norm = GradewiseNorm(sp, "layer")
     z = torch.randn(4, 8)
     want = torch.cat([F.layer_norm(z[:, :3], (3,)), F.layer_norm(z[:, 3:], (5,))], -1)
@@ -94,7 +94,7 @@ def test_gradewise_norm_equals_layer_norm_per_slice():
 
 
 def banded_space():
-    return GradedSpace([Grade(f"g{i}", 4, i) for i in range(4)])
+    return GradedStateSpace([Grade(f"g{i}", 4, i) for i in range(4)])
 
 
 def test_banded_blocks_share_one_kernel_per_shift():

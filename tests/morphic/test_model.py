@@ -9,7 +9,7 @@ from graded.morphic import (
     EdgeSet,
     FFNBlock,
     Grade,
-    GradedSpace,
+    GradedStateSpace,
     GradeTypedAttention,
     MorphicLayer,
     MorphicObjective,
@@ -20,7 +20,7 @@ from graded.morphic import (
 
 def small_model(mode="soft", update="gated_replace", normalization="dest", objective=None):
     torch.manual_seed(0)
-    sp = GradedSpace([Grade("g0", 4, 0), Grade("g1", 4, 1), Grade("g2", 4, 2)])
+    sp = GradedStateSpace([Grade("g0", 4, 0), Grade("g1", 4, 1), Grade("g2", 4, 2)])
     bb = BandedBlocks(sp, [0, 1])
     l1 = MorphicLayer(sp, bb.edge_set, bb, router={"rank": 4, "mode": mode,
                                                    "normalization": normalization}, update=update)
@@ -107,7 +107,7 @@ def test_bad_inputs_raise_clear_errors():
         model.training_loss(torch.zeros(2, 3, dtype=torch.long),
                             torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="sample_one"):
-        sp = GradedSpace({"a": 2})
+        sp = GradedStateSpace({"a": 2})
         es = EdgeSet.explicit(sp, [("a", "a")])
         MorphicLayer(sp, es, [FFNBlock(2, 2, 2)], update="sample_one")
 

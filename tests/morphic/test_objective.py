@@ -3,7 +3,7 @@ from torch.nn import functional as F
 
 from graded.morphic import (
     EdgeSet,
-    GradedSpace,
+    GradedStateSpace,
     LinearBlock,
     MorphicLayer,
     UtilityProbe,
@@ -16,7 +16,7 @@ from graded.morphic import (
 
 def tiny_layer(train_routing="utility"):
     torch.manual_seed(0)
-    sp = GradedSpace({"a": 2, "b": 3})
+    sp = GradedStateSpace({"a": 2, "b": 3})
     es = EdgeSet.explicit(sp, [("a", "b"), ("b", "b"), ("b", "a")])
     blocks = [LinearBlock(sp.dim(e.source), sp.dim(e.dest)) for e in es]
     layer = MorphicLayer(sp, es, blocks, router={"rank": 3, "init_std": 0.3}, beta=2.0,

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from graded.morphic import EdgeSet, GradedSpace, Router
+from graded.morphic import EdgeSet, GradedStateSpace, Router
 
 
 def setup(**kw):
-    sp = GradedSpace({"a": 3, "b": 4})
+    sp = GradedStateSpace({"a": 3, "b": 4})
     es = EdgeSet.explicit(sp, [("a", "b", "e1"), ("b", "b", "e2"), ("a", "a", "e3")])
     torch.manual_seed(0)
     r = Router(sp, es, rank=5, init_std=0.5, **kw)
@@ -107,7 +107,7 @@ def test_kl_and_entropy_match_the_textbook_formulas():
 
 
 def test_router_rejects_bad_options():
-    sp = GradedSpace({"a": 2})
+    sp = GradedStateSpace({"a": 2})
     es = EdgeSet.explicit(sp, [("a", "a")])
     with pytest.raises(ValueError, match="'sideways'"):
         Router(sp, es, normalization="sideways")
@@ -117,7 +117,7 @@ def test_router_rejects_bad_options():
 
 def test_routing_limits_one_hot_as_temperature_vanishes_and_indicator_for_sharp_gates():
     """004 Prop 4.9 (τ → 0⁺: one-hot at the argmax) and Prop 3.8 (logistic → indicator)."""
-    sp = GradedSpace({"a": 2})
+    sp = GradedStateSpace({"a": 2})
     es = EdgeSet.explicit(sp, [("a", "a", "x"), ("a", "a", "y"), ("a", "a", "z")])
     logits = torch.tensor([[0.3, 0.5, -0.2]])
     cold = Router(sp, es, normalization="global", temperature=1e-3).probabilities(logits)

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from graded.morphic import EdgeSet, Grade, GradedSpace, Router, masked_pair_softmax
+from graded.morphic import EdgeSet, Grade, GradedStateSpace, Router, masked_pair_softmax
 
 
 def space3():
-    return GradedSpace([Grade("a", 2, 0), Grade("b", 3, 1), Grade("c", 4, 2)])
+    return GradedStateSpace([Grade("a", 2, 0), Grade("b", 3, 1), Grade("c", 4, 2)])
 
 
 def test_projections_and_inclusions_satisfy_the_direct_sum_identities():
@@ -31,7 +31,7 @@ def test_replace_swaps_exactly_one_slot():
 
 def test_bad_grades_raise_with_the_bad_value():
     with pytest.raises(ValueError, match="unique"):
-        GradedSpace([Grade("a", 2), Grade("a", 3)])
+        GradedStateSpace([Grade("a", 2), Grade("a", 3)])
     with pytest.raises(ValueError, match="positive"):
         Grade("a", 0)
     with pytest.raises(ValueError, match="'zz'"):

@@ -2,12 +2,12 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from graded.morphic import UPDATE_MODES, EdgeSet, GradedSpace, GradewiseNorm, apply_update
+from graded.morphic import UPDATE_MODES, EdgeSet, GradedStateSpace, GradewiseNorm, apply_update
 
 
 def setup():
     torch.manual_seed(0)
-    sp = GradedSpace({"a": 3, "b": 4, "c": 2})  # c has no incoming edge
+    sp = GradedStateSpace({"a": 3, "b": 4, "c": 2})  # c has no incoming edge
     es = EdgeSet.explicit(sp, [("a", "b"), ("b", "b"), ("c", "a"), ("a", "a")])
     z = torch.randn(2, 3, sp.total_dim)
     cands = [torch.randn(2, 3, sp.dim(e.dest)) for e in es]

@@ -2,13 +2,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from graded.morphic import EdgeSet, Grade, GradedSpace, exact_utilities, first_order_utilities
+from graded.morphic import EdgeSet, Grade, GradedStateSpace, exact_utilities, first_order_utilities
 from graded.morphic.reference import PaperGradedLayer, paper_lm_loss
 
 
 def setup(seed=0):
     torch.manual_seed(seed)
-    sp = GradedSpace([Grade("a", 3), Grade("b", 4), Grade("c", 2)])
+    sp = GradedStateSpace([Grade("a", 3), Grade("b", 4), Grade("c", 2)])
     es = EdgeSet.explicit(sp, [("a", "b", "x"), ("b", "b", "y"), ("c", "a", "z"), ("a", "b", "w")])
     z = torch.randn(2, 5, sp.total_dim)
     cands = [torch.randn(2, 5, sp.dim(e.dest)) for e in es]
@@ -80,7 +80,7 @@ def test_mean_per_token_utility_equals_the_paper_layer_batch_utility():
     zd = {g: torch.randn(n, dims[g]) for g in grades}
     y = torch.randint(0, 6, (n,))
     _, aux = paper(zd, y, paper_lm_loss(head, grades))
-    sp = GradedSpace(dims)
+    sp = GradedStateSpace(dims)
     es = EdgeSet.explicit(sp, pairs)
     z = torch.cat([zd[g] for g in grades], -1)[None]
     cands = [paper.phi[f"{h}|{g}"](zd[g])[None] for g, h in pairs]
@@ -113,7 +113,7 @@ def test_utilities_are_invariant_under_conjugation_with_a_transported_readout():
     from graded.morphic import BandedBlocks, ConjugatedBlocks
 
     torch.manual_seed(6)
-    sp = GradedSpace([Grade(f"g{i}", 3, i) for i in range(3)])
+    sp = GradedStateSpace([Grade(f"g{i}", 3, i) for i in range(3)])
     scales = {g: torch.rand(3) + 0.5 for g in sp.labels}
     conj = ConjugatedBlocks(sp, [0, 1], scales=scales)
     plain = BandedBlocks(sp, [0, 1])
@@ -189,7 +189,7 @@ def test_chunked_paths_equal_the_unchunked_ones_and_are_chosen_above_the_memory_
     import graded.morphic.utilities as U
 
     torch.manual_seed(9)
-    sp = GradedSpace([Grade(f"g{i}", 3, i) for i in range(3)])
+    sp = GradedStateSpace([Grade(f"g{i}", 3, i) for i in range(3)])
     es = EdgeSet.explicit(sp, [("g0", "g1"), ("g1", "g1"), ("g2", "g0")])
     z = torch.randn(2, 5, sp.total_dim, requires_grad=True)
     w = torch.randn(7, sp.total_dim, requires_grad=True)

@@ -201,7 +201,7 @@ def morphic_model():
     import graded.morphic as M
 
     torch.manual_seed(0)
-    sp = M.GradedSpace([M.Grade("g0", 4, 0), M.Grade("g1", 4, 1)])
+    sp = M.GradedStateSpace([M.Grade("g0", 4, 0), M.Grade("g1", 4, 1)])
     es = M.EdgeSet.explicit(sp, [("g0", "g1", "att"), ("g1", "g1", "ffn")])
     blocks = [M.GradeTypedAttention(4, 4, num_heads=2, head_dim=2), M.FFNBlock(4, 4, 8)]
     layer = M.MorphicLayer(sp, es, blocks, router={"rank": 4, "pooling": "attention"})

@@ -20,7 +20,7 @@ from graded.morphic.objective import (
     utility_penalty,
 )
 from graded.morphic.router import Router
-from graded.morphic.state import Grade, GradedSpace
+from graded.morphic.state import Grade, GradedStateSpace
 from graded.morphic.tools import (
     ArgmaxDecoder,
     Calculator,
@@ -28,7 +28,7 @@ from graded.morphic.tools import (
     OneHotEncoder,
     calculator_adder,
 )
-from graded.morphic.training import TrainResult, train_morphic
+from graded.morphic.training import MorphicTrainResult, train_morphic
 from graded.morphic.update import UPDATE_MODES, apply_update
 from graded.morphic.utilities import exact_utilities, first_order_utilities
 
@@ -45,18 +45,18 @@ __all__ = [
     "FixedLinearBlock",
     "Grade",
     "GradeTypedAttention",
-    "GradedSpace",
+    "GradedStateSpace",
     "GradewiseNorm",
     "LayerTrace",
     "LinearBlock",
     "MorphicConfig",
     "MorphicLayer",
     "MorphicObjective",
+    "MorphicTrainResult",
     "MorphicTransformer",
     "OneHotEncoder",
     "RetrievalBlock",
     "Router",
-    "TrainResult",
     "UtilityProbe",
     "apply_update",
     "build_morphic_model",

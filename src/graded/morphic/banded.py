@@ -19,10 +19,10 @@ from torch import Tensor, nn
 
 from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 
-def _equal_dim(space: GradedSpace) -> int:
+def _equal_dim(space: GradedStateSpace) -> int:
     dims = {g.dim for g in space.grades}
     if len(dims) != 1:
         raise ValueError(
@@ -68,7 +68,7 @@ class BandedBlocks(nn.Module):
     """Kernels K_δ shared across g; ``edge_set`` and ``blocks()`` give the layer's edges."""
 
     def __init__(
-        self, space: GradedSpace, shifts: Iterable[int], *, kind: str = "linear",
+        self, space: GradedStateSpace, shifts: Iterable[int], *, kind: str = "linear",
         hidden: int | None = None,
     ) -> None:
         super().__init__()
@@ -97,7 +97,7 @@ class ConjugatedBlocks(BandedBlocks):
     """
 
     def __init__(
-        self, space: GradedSpace, shifts: Iterable[int], *, base: float | None = None,
+        self, space: GradedStateSpace, shifts: Iterable[int], *, base: float | None = None,
         scales: Mapping[str, Tensor] | None = None, kind: str = "linear", hidden: int | None = None,
     ) -> None:
         super().__init__(space, shifts, kind=kind, hidden=hidden)

@@ -24,7 +24,7 @@ from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
-from graded.morphic.state import Grade, GradedSpace
+from graded.morphic.state import Grade, GradedStateSpace
 
 _LAYER_KEYS = {"edges", "banded", "block", "block_options", "router", "update", "pre_norm",
                "eta", "beta", "thresholds", "train_routing"}
@@ -85,7 +85,7 @@ def build_morphic_model(config: MorphicConfig | dict[str, Any]) -> MorphicTransf
         return build_adder_model(task, objective=objective, **opts)
     if not cfg.grades or not cfg.layers:
         raise ValueError("a config without preset needs grades and layers")
-    space = GradedSpace([Grade(g["label"], g["dim"], g.get("index")) for g in cfg.grades])
+    space = GradedStateSpace([Grade(g["label"], g["dim"], g.get("index")) for g in cfg.grades])
     layers = []
     for spec in cfg.layers:
         if ("edges" in spec) == ("banded" in spec):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,12 @@ def _as_edge(item: Edge | Sequence[str]) -> Edge:
 
 
 class EdgeSet:
-    """An ordered list of admissible edges over a ``GradedSpace``; edge order fixes logit order."""
+    """An ordered list of admissible edges over a ``GradedStateSpace``; edge order fixes logit
+    order."""
 
     def __init__(
-        self, space: GradedSpace, edges: Iterable[Edge | Sequence[str]], *, acyclic: bool = False
+        self, space: GradedStateSpace, edges: Iterable[Edge | Sequence[str]], *,
+        acyclic: bool = False,
     ) -> None:
         self.space = space
         self.edges: tuple[Edge, ...] = tuple(_as_edge(e) for e in edges)
@@ -74,15 +76,15 @@ class EdgeSet:
 
     # ------------------------------------------------------------ builders
     @classmethod
-    def explicit(cls, space: GradedSpace, edges: Iterable[Edge | Sequence[str]]) -> EdgeSet:
+    def explicit(cls, space: GradedStateSpace, edges: Iterable[Edge | Sequence[str]]) -> EdgeSet:
         return cls(space, edges)
 
     @classmethod
-    def dag(cls, space: GradedSpace, edges: Iterable[Edge | Sequence[str]]) -> EdgeSet:
+    def dag(cls, space: GradedStateSpace, edges: Iterable[Edge | Sequence[str]]) -> EdgeSet:
         return cls(space, edges, acyclic=True)
 
     @classmethod
-    def banded(cls, space: GradedSpace, shifts: Iterable[int]) -> EdgeSet:
+    def banded(cls, space: GradedStateSpace, shifts: Iterable[int]) -> EdgeSet:
         """𝓔 = {(g, h) : index(h) − index(g) ∈ Δ}; shifts that leave G are dropped (004 §4.1)."""
         shifts = list(shifts)
         if not shifts or not all(isinstance(d, int) for d in shifts):

@@ -20,7 +20,7 @@ from graded.morphic.edges import EdgeSet
 from graded.morphic.norm import GradewiseNorm
 from graded.morphic.objective import utility_augmented_logits
 from graded.morphic.router import Router
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 from graded.morphic.update import UPDATE_MODES, apply_update
 from graded.morphic.utilities import UTILITY_KINDS, compute_utilities
 
@@ -60,7 +60,8 @@ class LayerTrace:
 
 class MorphicLayer(nn.Module):
     def __init__(
-        self, space: GradedSpace, edges: EdgeSet, blocks: Sequence[nn.Module] | BandedBlocks, *,
+        self, space: GradedStateSpace, edges: EdgeSet,
+        blocks: Sequence[nn.Module] | BandedBlocks, *,
         router: Router | dict | None = None, update: str = "gated_replace",
         pre_norm: str | None = None, eta: float = 1.0, beta: float = 5.0,
         thresholds: float | Sequence[float] | Tensor = 0.0, train_routing: str = "utility",

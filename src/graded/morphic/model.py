@@ -48,7 +48,7 @@ from graded.morphic.objective import (
     utility_penalty,
 )
 from graded.morphic.router import Router
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 from graded.transformer import generation
 
 
@@ -74,7 +74,7 @@ class MorphicObjective:
 
 class MorphicTransformer(nn.Module):
     def __init__(
-        self, space: GradedSpace, layers: Sequence[MorphicLayer], vocab_size: int, *,
+        self, space: GradedStateSpace, layers: Sequence[MorphicLayer], vocab_size: int, *,
         max_len: int = 256, positional: str = "learned",
         learned_grades: Sequence[str] | None = None,
         typed_embeddings: Mapping[str, Tensor] | None = None,

@@ -9,13 +9,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 
 class GradewiseNorm(nn.Module):
     """Applies ``kind`` ∈ {"layer", "rms"} to each grade's slice separately."""
 
-    def __init__(self, space: GradedSpace, kind: str = "layer", eps: float = 1e-5) -> None:
+    def __init__(self, space: GradedStateSpace, kind: str = "layer", eps: float = 1e-5) -> None:
         super().__init__()
         if kind not in ("layer", "rms"):
             raise ValueError(f"kind must be 'layer' or 'rms', got {kind!r}")

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from graded.morphic.edges import EdgeSet
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 NORMALIZATIONS = ("global", "dest", "logistic")
 MODES = ("soft", "hard", "gumbel", "reinforce")
@@ -40,7 +40,7 @@ class Route:
 
 class Router(nn.Module):
     def __init__(
-        self, space: GradedSpace, edges: EdgeSet, *, rank: int = 16, pooling: str = "mean",
+        self, space: GradedStateSpace, edges: EdgeSet, *, rank: int = 16, pooling: str = "mean",
         temperature: float = 1.0, normalization: str = "dest", mode: str = "soft",
         affine: bool = True, init_std: float = 0.02, gumbel_temperature: float = 1.0,
     ) -> None:

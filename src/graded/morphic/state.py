@@ -33,10 +33,10 @@ class Grade:
                 f"grade {self.label!r}: index must be an int or None, got {self.index!r}")
 
 
-class GradedSpace:
+class GradedStateSpace:
     """The graded space V = ⊕_g V_g with fixed slice layout (004 Def 2.1).
 
-    ``GradedSpace({"sem": 16, "num": 11})`` or ``GradedSpace([Grade("g0", 8, 0), ...])``.
+    ``GradedStateSpace({"sem": 16, "num": 11})`` or ``GradedStateSpace([Grade("g0", 8, 0), ...])``.
     """
 
     def __init__(self, grades: Mapping[str, int] | Sequence[Grade | tuple]) -> None:
@@ -70,7 +70,7 @@ class GradedSpace:
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{g.label}:{g.dim}" for g in self.grades)
-        return f"GradedSpace({parts})"
+        return f"GradedStateSpace({parts})"
 
     def grade(self, label: str) -> Grade:
         self.check(label)

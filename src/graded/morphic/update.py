@@ -26,7 +26,7 @@ from torch import Tensor
 
 from graded.morphic.edges import EdgeSet
 from graded.morphic.norm import GradewiseNorm
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 UPDATE_MODES = ("gated_replace", "residual_typed", "convex_identity", "eta_step", "simplex_dest",
                 "sample_one", "routed_LN")
@@ -34,7 +34,7 @@ UPDATE_MODES = ("gated_replace", "residual_typed", "convex_identity", "eta_step"
 
 def apply_update(
     mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor, edges: EdgeSet,
-    space: GradedSpace, *, norm: GradewiseNorm | None = None, eta: float = 1.0,
+    space: GradedStateSpace, *, norm: GradewiseNorm | None = None, eta: float = 1.0,
     parts: dict[str, Tensor] | None = None,
 ) -> Tensor:
     """z^{new} under ``mode``; ``parts`` is ``space.split(z)`` when the caller has it already."""

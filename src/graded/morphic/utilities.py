@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from graded.morphic.edges import EdgeSet
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 UTILITY_KINDS = ("exact", "first_order")
 
@@ -164,9 +164,9 @@ class _EdgeUtility(torch.autograd.Function):
 
 
 def exact_utilities(
-    z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet, space: GradedSpace, weight: Tensor,
-    bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100, attach: str = "phi",
-    chunk_rows: int | None = None,
+    z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet, space: GradedStateSpace,
+    weight: Tensor, bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100,
+    attach: str = "phi", chunk_rows: int | None = None,
 ) -> Tensor:
     """ΔL (B, T, |E|), exact, for every token and edge at once.
 
@@ -203,8 +203,9 @@ def _scatter_valid(util: Tensor, valid: Tensor, z: Tensor) -> Tensor:
 
 
 def first_order_utilities(
-    z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet, space: GradedSpace, weight: Tensor,
-    bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100, attach: str = "phi",
+    z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet, space: GradedStateSpace,
+    weight: Tensor, bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100,
+    attach: str = "phi",
 ) -> Tensor:
     """−⟨∇_{z^{(h)}} L, δ_e⟩ (B, T, |E|): one readout gradient per token (004 Lemma 3.10)."""
     valid, zv, cands, yv, weight, bias = _prepare(

@@ -31,7 +31,7 @@ from graded.morphic.blocks import FixedLinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 from graded.morphic.tools import calculator_adder
 
 
@@ -81,7 +81,7 @@ def build_adder_model(
     if tool not in ("internal", "external"):
         raise ValueError(f"tool must be 'internal' or 'external', got {tool!r}")
     p = task.p
-    space = GradedSpace({"sem": sem_dim, "num": p})
+    space = GradedStateSpace({"sem": sem_dim, "num": p})
     copy_edges = EdgeSet.explicit(space, [("sem", "num", "copy")])
     copy = GradeTypedAttention(sem_dim, p, num_heads=1, head_dim=8, identity_values=True)
     layer1 = MorphicLayer(space, copy_edges, [copy], router={"rank": rank}, beta=beta)

@@ -17,7 +17,7 @@ from graded.morphic.blocks import LinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 OPEN, CLOSE, FILL, D0, DPOS = 0, 1, 2, 3, 4
 
@@ -48,7 +48,7 @@ class DyckDepthTask:
 
 def build_dyck_model(task: DyckDepthTask, *, sem_dim: int = 8, stack_dim: int = 2,
                      objective: MorphicObjective | None = None) -> MorphicTransformer:
-    space = GradedSpace({"sem": sem_dim, "stack": stack_dim})
+    space = GradedStateSpace({"sem": sem_dim, "stack": stack_dim})
     edges = EdgeSet.explicit(space, [("sem", "stack", "push_pop"), ("stack", "stack", "keep")])
     push = GradeTypedAttention(sem_dim, stack_dim, num_heads=1, head_dim=4, value_source="source",
                                key_source="source")

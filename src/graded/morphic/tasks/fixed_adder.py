@@ -50,7 +50,7 @@ from graded.morphic.blocks import FixedLinearBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
-from graded.morphic.state import GradedSpace
+from graded.morphic.state import GradedStateSpace
 
 EDGES = (("sem", "num", "copy_in"), ("num", "num", "add"), ("num", "sem", "copy_out"),
          ("sem", "sem", "keep"))
@@ -131,7 +131,7 @@ def build_fixed_adder_model(
     if adder_init not in ("zeros", "default"):
         raise ValueError(f"adder_init must be 'zeros' or 'default', got {adder_init!r}")
     p = task.p
-    space = GradedSpace({"sem": p, "num": p})
+    space = GradedStateSpace({"sem": p, "num": p})
     edges = EdgeSet.explicit(space, EDGES)
     identity = torch.eye(p)
     layers = []

@@ -214,3 +214,11 @@ def test_set_grades_validates_and_copies_in_place():
         g.set_grades([1.0, -1.0, 1.0])
     with pytest.raises(ValueError, match="length 2"):
         g.set_grades([1.0, 1.0])
+
+
+def test_a_grading_used_on_its_own_has_no_role_and_keeps_the_one_it_is_given():
+    g = LinearGrading(3, [0.0, 1.0, 2.0])
+    assert g.role is None and ExponentialGrading(2).role is None
+    torch.testing.assert_close(g(torch.ones(3)), torch.tensor([1.0, 2.0, 3.0]))
+    g.role = "feature"
+    assert g.role == "feature" and LinearGrading(3).role is None  # per instance

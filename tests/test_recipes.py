@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from graded import TransformerConfig, TransformerLM
+from graded.attention.graded import GradedMultiheadAttention
 from graded.train import sequence_cross_entropy
 from graded.train.recipes import anneal_lambda, coordination_penalty, get_recipe, grade_lr_bound
-from graded.transformer.graded import gradings
+from graded.transformer.graded import gradings, head_gradings
 
 
 def lm(grading, **kw):
@@ -45,9 +46,8 @@ def test_lr_bound_formulas():
 
 def test_regularisers_equal_hand_computation():
     model = lm("exponential", grades_per_head=True)
-    gs = gradings(model)
     feature = model.feature_grading
-    head = next(g for n, g in gs.items() if n.endswith("attn.grading"))
+    (head,) = head_gradings(model)
     with torch.no_grad():
         feature.grades.copy_(torch.arange(8.0) / 4)
         head.grades.copy_(torch.tensor([[0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 1.0, 1.0]]))
@@ -59,6 +59,15 @@ def test_regularisers_equal_hand_computation():
     expected = 0.5 * (q**2).sum() + 0.25 * (heads**2).sum() + 2.0 * coord
     assert recipe.regularization(model).item() == pytest.approx(expected.item())
     assert coordination_penalty(torch.ones(4)).item() == 0.0
+
+
+def test_head_penalty_finds_graded_attention_by_role_not_by_attribute_name():
+    """A graded attention held as ``mixer`` (no "attn" in its name) still gets γ′‖q‖²."""
+    mixer = GradedMultiheadAttention(4, 2, "exponential", learnable_grades=True,
+                                     grades=[0.0, 1.0])
+    model = torch.nn.ModuleDict({"mixer": mixer})
+    recipe = get_recipe("egt-alg7.1", gamma=0.5, gamma_heads=0.25, gamma_coord=0.0)
+    assert recipe.regularization(model).item() == pytest.approx(0.25 * 1.0)
 
 
 @pytest.mark.parametrize(("grading", "recipe_name"),

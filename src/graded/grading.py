@@ -120,9 +120,17 @@ def straight_through_floor(x: Tensor, floor: float) -> Tensor:
 
 
 class GradingMap(nn.Module):
-    """Base class of the grading maps: grades storage, validation, forward, initialisers."""
+    """Base class of the grading maps: grades storage, validation, forward, initialisers.
+
+    ``role`` says what the grading acts on inside a model: ``"input"`` (raw input features),
+    ``"feature"`` (the d_model features, shared by the input, feed-forward and output stages)
+    or ``"attention"`` (one layer's head dimension). The graded models and graded attention
+    set it (see :class:`graded.transformer.graded.GradingPlan`); a grading used on its own
+    keeps None.
+    """
 
     grades: Tensor
+    role: str | None = None
 
     def __init__(
         self,

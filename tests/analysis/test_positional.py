@@ -6,7 +6,7 @@ import pytest
 import torch
 from analysis_helpers import is_png, tiny_config
 
-from graded import TransformerLM
+from graded import Seq2SeqTransformer, TransformerLM
 from graded.analysis import (
     attention_maps,
     early_attention_mass,
@@ -14,6 +14,7 @@ from graded.analysis import (
     positional_bias_sweep,
     uniform_early_mass,
 )
+from graded.transformer.blocks import AttentionSublayer
 
 
 def test_early_mass_matches_a_loop():
@@ -69,3 +70,14 @@ def test_sweep_rejects_models_where_alpha_is_undefined(tokens):
 def test_plot_positional_bias_writes_a_png(tmp_path, egt_lm, tokens):
     sweep = positional_bias_sweep(egt_lm, tokens, [0.0, 0.5, 1.0], k=1)
     assert is_png(plot_positional_bias(sweep, tmp_path))
+
+
+def test_seq2seq_sweep_covers_every_self_attention_layer_and_no_cross_attention():
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(tiny_config(grading="linear", n_decoder_layers=1))
+    src, tgt = torch.randint(0, 11, (2, 6)), torch.randint(0, 11, (2, 5))
+    sweep = positional_bias_sweep(model, (src, tgt), [0.0, 0.1], k=1)
+    self_attention = [n for n, m in model.named_modules() if isinstance(m, AttentionSublayer)
+                      and not m.cross]
+    assert sorted(sweep["layers"]) == sorted(f"{n}.attn" for n in self_attention)
+    assert len(sweep["layers"]) == model.config.n_layers + 1

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
+from graded.transformer.models import InputEmbedding
 
 __all__ = ["AttentionCall", "attention_modules", "capture_attention", "embedding_perturbation"]
 
@@ -119,7 +120,7 @@ def _detach(x: Tensor | None) -> Tensor | None:
 
 def _first_embedding(model: nn.Module) -> nn.Module:
     for m in model.modules():
-        if type(m).__name__ == "InputEmbedding":
+        if isinstance(m, InputEmbedding):
             return m.tokens
     raise ValueError(f"{type(model).__name__} has no InputEmbedding: this diagnostic needs a "
                      "graded.transformer model")

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, run_model
 from graded.analysis.capture import embedding_perturbation
+from graded.transformer.graded import feature_grading
 
 __all__ = ["FeatureConcentration", "feature_concentration", "model_feature_concentration"]
 
@@ -85,7 +86,7 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
                                 **model_kwargs: object) -> FeatureConcentration:
     """:func:`feature_concentration` of the model's input vectors (the first token
     embedding's output, which 000 Def 5.19 grades) under its feature grading."""
-    grading = getattr(model, "feature_grading", None)
+    grading = feature_grading(model)
     if grading is None:
         raise ValueError(f"{type(model).__name__} has no feature grading: build it with "
                          "TransformerConfig(grading='linear' or 'exponential')")

@@ -25,6 +25,8 @@ from graded.analysis.positional import plot_positional_bias, positional_bias_swe
 from graded.analysis.rank import DEFAULT_RTOL, attention_rank
 from graded.analysis.trajectories import plot_grade_trajectories
 from graded.analysis.twin import ungraded_twin
+from graded.transformer.graded import feature_grading
+from graded.transformer.models import TransformerStack
 
 __all__ = ["DiagnosticsReport", "default_alphas", "diagnose"]
 
@@ -83,7 +85,7 @@ def diagnose(
     maps = attention_maps(model, inputs, **model_kwargs)
     metrics["entropy/mean"] = _mean([float(attention_entropy(w).mean()) for w in maps.values()])
     rollout = None
-    stacks = sum(1 for m in model.modules() if type(m).__name__ == "TransformerStack")
+    stacks = sum(1 for m in model.modules() if isinstance(m, TransformerStack))
     if stacks == 1 and len({w.shape for w in maps.values()}) == 1:  # one self-attention stack
         rollout = attention_rollout(maps)
         metrics["rollout/entropy"] = float(attention_entropy(rollout).mean())
@@ -113,7 +115,7 @@ def diagnose(
         for a, mass in zip(sweep["alphas"], sweep["mean"]):
             metrics[f"positional/early_mass/alpha={a:.4g}"] = mass
         metrics["positional/uniform"] = sweep["uniform"]
-    if graded and getattr(model, "feature_grading", None) is not None:
+    if graded and feature_grading(model) is not None:
         conc = model_feature_concentration(model, inputs, **model_kwargs)
         metrics.update({f"concentration/{key}": v for key, v in conc.to_dict().items()})
 

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from graded.analysis._common import Inputs, eval_mode, run_model
 from graded.analysis.capture import embedding_perturbation
 from graded.analysis.twin import ungraded_twin
+from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.graded import gradings
 
 __all__ = [
@@ -123,8 +124,7 @@ def lipschitz_bound_factors(model: nn.Module) -> dict[str, float]:
     scales = [g.max_scale() for g in gradings(model).values()]
     s = max(scales) if scales else 1.0
     # N counts every transformer block (encoder and decoder stacks of a seq2seq model).
-    n_layers = sum(1 for m in model.modules()
-                   if type(m).__name__ in ("EncoderBlock", "DecoderBlock"))
+    n_layers = sum(1 for m in model.modules() if isinstance(m, (EncoderBlock, DecoderBlock)))
     exponent = n_layers * config.n_heads + 3
     try:
         factor = s**exponent

@@ -33,6 +33,9 @@ from graded.analysis._common import (
 )
 from graded.analysis.capture import capture_attention
 from graded.grading import ExponentialGrading
+from graded.transformer.blocks import AttentionSublayer
+from graded.transformer.graded import GradedPositions, feature_grading
+from graded.transformer.models import InputEmbedding
 
 __all__ = ["early_attention_mass", "plot_positional_bias", "positional_bias_sweep",
            "uniform_early_mass"]
@@ -63,8 +66,13 @@ def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
     return sum(k / (i + 1) for i in range(k, length)) / (length - k)
 
 
-def _embeddings(model: nn.Module) -> list[nn.Module]:
-    return [m for m in model.modules() if type(m).__name__ == "InputEmbedding"]
+def _embeddings(model: nn.Module) -> list[InputEmbedding]:
+    return [m for m in model.modules() if isinstance(m, InputEmbedding)]
+
+
+def _cross_attention(model: nn.Module) -> set[int]:
+    """Ids of the model's cross-attention modules (their weights are not self-attention)."""
+    return {id(m.attn) for m in model.modules() if isinstance(m, AttentionSublayer) and m.cross}
 
 
 @torch.no_grad()
@@ -85,8 +93,6 @@ def positional_bias_sweep(
     "uniform_by_layer": {name: reference}}``. The reference ignores padding: with a
     ``key_padding_mask`` compare masses between α values rather than with it.
     """
-    from graded.transformer.graded import GradedPositions
-
     config = getattr(model, "config", None)
     kind = getattr(config, "grading", None)
     if kind is None:
@@ -98,12 +104,13 @@ def positional_bias_sweep(
                          f"learned), got positional={config.positional!r}")
     if not alphas:
         raise ValueError("alphas must hold at least one value of α")
-    feature = getattr(model, "feature_grading", None)
+    feature = feature_grading(model)
     base = feature if isinstance(feature, ExponentialGrading) else None
     if kind == "exponential" and base is None:
         raise ValueError("an EGT model without a feature grading has no base λ for its "
                          "positions")
     saved = [e.position_grading for e in embeds]
+    cross = _cross_attention(model)
     layers: dict[str, list[float]] = {}
     uniform: dict[str, float] = {}
     try:
@@ -115,7 +122,7 @@ def positional_bias_sweep(
                                                              input_length(inputs), base)
                     run_model(model, inputs, **model_kwargs)
                 for call in calls:
-                    if "cross_attn" in call.name:
+                    if id(call.module) in cross:
                         continue
                     layers.setdefault(call.name, []).append(
                         early_attention_mass(call.weights, k))

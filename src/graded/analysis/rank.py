@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from graded.analysis._common import Inputs, eval_mode, run_model, to_float64
 from graded.analysis.capture import AttentionCall, capture_attention
 from graded.attention.functional import safe_softmax
+from graded.attention.graded import VARIANTS, grade_heads
 
 __all__ = [
     "CONDITIONS",
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 CONDITIONS = ("ungraded", "graded", "graded_matched")
-VARIANTS = ("scores", "queries_keys", "values", "multi_head")
 DEFAULT_RTOL = 1e-3
 
 
@@ -154,12 +154,12 @@ def graded_score_matrices(
     q64, k64 = to_float64(q), to_float64(k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s0 = q64 @ k64.transpose(-2, -1) * scale
-    if scales is None or variant == "values":
+    if scales is None:
         sg = s0
     else:
         m = _scale_view(to_float64(scales), q64)
-        k_side = k64 * m if variant == "queries_keys" else k64
-        sg = (q64 * m) @ k_side.transpose(-2, -1) * scale
+        qg, kg, _ = grade_heads(variant, lambda x: x * m, q64, k64, k64)
+        sg = qg @ kg.transpose(-2, -1) * scale
     if keep is not None:
         s0 = s0.masked_fill(~keep, 0.0)
         sg = sg.masked_fill(~keep, 0.0)

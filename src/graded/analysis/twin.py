@@ -17,6 +17,7 @@ from torch import nn
 
 from graded.grading import ExponentialGrading, LinearGrading
 from graded.transformer.graded import GradedFeatures, gradings
+from graded.transformer.models import InputEmbedding
 
 __all__ = ["neutral_grade", "ungraded_twin"]
 
@@ -39,7 +40,7 @@ def ungraded_twin(model: nn.Module) -> nn.Module:
     for grading in gradings(twin).values():
         grading.set_grades(grading.grades.detach().clone().fill_(neutral_grade(grading)))
     for m in twin.modules():
-        if hasattr(m, "position_grading"):
+        if isinstance(m, InputEmbedding):
             m.position_grading = None
         if isinstance(m, GradedFeatures):
             m.normalize = False

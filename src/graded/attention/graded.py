@@ -25,6 +25,7 @@ it "distinct grade tuples per head", the property we keep): grades must have sha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -32,9 +33,32 @@ from torch import Tensor, nn
 from graded.attention.multihead import MultiheadAttention
 from graded.grading import ExponentialGrading, LinearGrading
 
-__all__ = ["VARIANTS", "GradedMultiheadAttention", "make_grading"]
+__all__ = [
+    "PER_HEAD_VARIANTS",
+    "VARIANTS",
+    "GradedMultiheadAttention",
+    "grade_heads",
+    "make_grading",
+]
 
 VARIANTS = ("scores", "queries_keys", "values", "multi_head")
+# The variants whose grades are one tuple per head, shape (num_heads, head_dim).
+PER_HEAD_VARIANTS = ("multi_head",)
+
+
+def grade_heads(
+    variant: str, grade: Callable[[Tensor], Tensor], q: Tensor, k: Tensor, v: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-head queries, keys and values after the variant's diagonal grading ``grade``
+    (x ↦ x·m over head_dim), as in the table above. The one place that says what each
+    variant scales: the attention module and the rank diagnostics both call it."""
+    if variant in ("scores", "multi_head"):
+        return grade(q), k, v
+    if variant == "queries_keys":
+        return grade(q), grade(k), v
+    if variant == "values":
+        return q, k, grade(v)
+    raise ValueError(f"unknown graded attention variant {variant!r}; expected one of {VARIANTS}")
 
 
 def make_grading(
@@ -89,10 +113,10 @@ class GradedMultiheadAttention(MultiheadAttention):
         if isinstance(grading, nn.Module):
             module = grading
         else:
-            per_head = variant == "multi_head" and (grades is None or _ndim(grades) == 1)
+            per_head = variant in PER_HEAD_VARIANTS and (grades is None or _ndim(grades) == 1)
             if per_head and grades is not None:
                 raise ValueError(
-                    "variant 'multi_head' needs per-head grades of shape (num_heads, head_dim) = "
+                    f"variant {variant!r} needs per-head grades of shape (num_heads, head_dim) = "
                     f"({num_heads}, {self.head_dim}), got a shared tuple"
                 )
             module = make_grading(
@@ -106,8 +130,10 @@ class GradedMultiheadAttention(MultiheadAttention):
         heads = getattr(module, "num_heads", None)
         if heads is not None and heads != num_heads:
             raise ValueError(f"per-head grades for {heads} heads, but num_heads={num_heads}")
-        if variant == "multi_head" and heads is None:
-            raise ValueError("variant 'multi_head' needs per-head grades (num_heads, head_dim)")
+        if variant in PER_HEAD_VARIANTS and heads is None:
+            raise ValueError(f"variant {variant!r} needs per-head grades (num_heads, head_dim)")
+        if getattr(module, "role", None) is None:
+            module.role = "attention"  # see graded.grading.GradingMap.role
         self.grading = module
         self.register_load_state_dict_post_hook(_tolerate_missing_grading)
 
@@ -116,11 +142,7 @@ class GradedMultiheadAttention(MultiheadAttention):
         return {k: v for k, v in self.state_dict().items() if not k.startswith("grading.")}
 
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        if self.variant in ("scores", "multi_head"):
-            return self.grading(q), k, v
-        if self.variant == "queries_keys":
-            return self.grading(q), self.grading(k), v
-        return q, k, self.grading(v)
+        return grade_heads(self.variant, self.grading, q, k, v)
 
     def extra_repr(self) -> str:
         return f"variant={self.variant!r}"

@@ -63,10 +63,6 @@ def grade_lr_bound(kind: str, q_max: float, lam: float | None = None) -> float:
     raise ValueError(f"kind must be 'linear' or 'exponential', got {kind!r}")
 
 
-def _is_head_grading(name: str) -> bool:
-    return name.endswith("attn.grading")
-
-
 def coordination_penalty(grades: Tensor) -> Tensor:
     """Σ_i ‖q_i − (1/h) Σ_j q_j‖² over the heads (rows) of (h, d_k) grades; 0 if shared."""
     if grades.dim() < 2:
@@ -110,11 +106,11 @@ class Recipe:
         total = torch.zeros((), device=device)
         if self.kind is None:
             return total
-        for name, g in gradings(model).items():
+        for g in gradings(model).values():
             if not g.learnable:
                 continue
             q = g.grades
-            if _is_head_grading(name):
+            if g.role == "attention":  # a head grading (graded.grading.GradingMap.role)
                 if self.gamma_heads:
                     total = total + self.gamma_heads * q.square().sum()
                 if self.gamma_coord:

@@ -9,28 +9,37 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from graded.attention.graded import GradedMultiheadAttention
 from graded.attention.multihead import MultiheadAttention
 from graded.positional import RotaryEmbedding
 from graded.transformer.cache import LayerCache
 from graded.transformer.config import TransformerConfig
+from graded.transformer.graded import GradingPlan, graded_stage, resolve_plan
 from graded.transformer.layers import FeedForward, make_norm
 
-__all__ = ["AttentionSublayer", "DecoderBlock", "EncoderBlock", "make_attention"]
+__all__ = [
+    "AttentionSublayer",
+    "DecoderBlock",
+    "EncoderBlock",
+    "FeedForwardSublayer",
+    "make_attention",
+]
 
 
-def make_attention(config: TransformerConfig) -> MultiheadAttention:
-    """The attention module for a config: graded (000 Def 5.22) when the config grades
-    attention, plain otherwise."""
+def make_attention(config: TransformerConfig, grading: nn.Module | None = None
+                   ) -> MultiheadAttention:
+    """The attention module for a config: graded (000 Def 5.22) with ``grading`` over
+    head_dim and the config's ``grade_attention_variant`` when a grading is given, plain
+    otherwise."""
     attn_dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     kwargs = dict(
         embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
         bias=config.bias, batch_first=True, score=config.attn_score,
         backend=_backend(config),
     )
-    if config.grading is not None and config.grade_attention:
-        from graded.transformer.graded import graded_attention_from_config
-
-        return graded_attention_from_config(config, **kwargs)
+    if grading is not None:
+        return GradedMultiheadAttention(grading=grading, variant=config.grade_attention_variant,
+                                        **kwargs)
     return MultiheadAttention(**kwargs)
 
 
@@ -44,12 +53,16 @@ def _backend(config: TransformerConfig) -> str | nn.Module:
 
 class AttentionSublayer(nn.Module):
     """Self- or cross-attention over batch-first (B, T, d) tensors, with rotary positions and a
-    KV cache slotted between the projection and the attention of :class:`MultiheadAttention`."""
+    KV cache slotted between the projection and the attention of :class:`MultiheadAttention`.
+    Graded (000 Def 5.22) with a head grading of its own from the plan when the config grades
+    attention."""
 
-    def __init__(self, config: TransformerConfig, *, cross: bool = False) -> None:
+    def __init__(self, config: TransformerConfig, *, cross: bool = False,
+                 plan: GradingPlan | None = None) -> None:
         super().__init__()
+        plan = resolve_plan(config, plan)
         self.cross = cross
-        self.attn = make_attention(config)
+        self.attn = make_attention(config, plan.head_grading() if plan is not None else None)
         use_rope = config.positional == "rope" and not cross
         self.rotary = RotaryEmbedding(config.head_dim) if use_rope else None
 
@@ -107,26 +120,30 @@ class _Residual(nn.Module):
         return y if self.norm_first else self.norm(y)
 
 
-class _FeedForwardSublayer(nn.Module):
-    def __init__(self, config: TransformerConfig) -> None:
+class FeedForwardSublayer(nn.Module):
+    """The block's FFN, graded M·Fnn(x) (000 Def 5.23 / 6.15) with the plan's shared feature
+    grading when the config grades it, Fnn(x) otherwise."""
+
+    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
         super().__init__()
+        plan = resolve_plan(config, plan)
         self.ffn = FeedForward(config.d_model, config.ff_dim, config.activation, config.dropout,
                                config.bias)
-        # 000 Def 5.23 / 6.15: graded FFN M·Fnn(x); identity for ungraded models.
-        self.grading: nn.Module = nn.Identity()
+        self.grading = graded_stage(plan, GradingPlan.ffn_stage)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.grading(self.ffn(x))
 
 
 class EncoderBlock(nn.Module):
-    """Bidirectional self-attention then FFN."""
+    """Bidirectional self-attention then FFN, graded as the plan says."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
         super().__init__()
-        self.self_attn = AttentionSublayer(config)
+        plan = resolve_plan(config, plan)
+        self.self_attn = AttentionSublayer(config, plan=plan)
         self.res_attn = _Residual(config)
-        self.ff = _FeedForwardSublayer(config)
+        self.ff = FeedForwardSublayer(config, plan=plan)
         self.res_ff = _Residual(config)
 
     def forward(
@@ -143,15 +160,19 @@ class EncoderBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Causal self-attention, optional cross-attention to an encoder memory, then FFN."""
+    """Causal self-attention, optional cross-attention to an encoder memory, then FFN, graded
+    as the plan says (each attention layer with a head grading of its own)."""
 
-    def __init__(self, config: TransformerConfig, *, cross_attention: bool = False) -> None:
+    def __init__(self, config: TransformerConfig, *, cross_attention: bool = False,
+                 plan: GradingPlan | None = None) -> None:
         super().__init__()
-        self.self_attn = AttentionSublayer(config)
+        plan = resolve_plan(config, plan)
+        self.self_attn = AttentionSublayer(config, plan=plan)
         self.res_attn = _Residual(config)
-        self.cross_attn = AttentionSublayer(config, cross=True) if cross_attention else None
+        self.cross_attn = (AttentionSublayer(config, cross=True, plan=plan) if cross_attention
+                           else None)
         self.res_cross = _Residual(config) if cross_attention else None
-        self.ff = _FeedForwardSublayer(config)
+        self.ff = FeedForwardSublayer(config, plan=plan)
         self.res_ff = _Residual(config)
 
     def forward(

@@ -19,29 +19,43 @@ layer has its own grades q_i over head_dim, shared by its heads or one tuple per
 (``grades_per_head``). With neutral grades (q = 0 for EGT and "shift"; f(q) = 1 in general),
 α = 0 and no normalisation, each stage multiplies by exactly 1 and the graded model equals its
 ungraded twin bit for bit. Normalisation departs from that on purpose (it changes the model).
+
+The gradings are made once, from the config, by a :class:`GradingPlan`, and handed to each
+stage through its constructor (``InputEmbedding(config, plan=plan)``, ``TransformerStack``,
+the blocks, ``AttentionSublayer``, ``FeedForwardSublayer``, the output head). Each grading
+carries its ``role`` ("input", "feature" or "attention"); :func:`gradings`,
+:func:`feature_gradings`, :func:`head_gradings` and :func:`feature_grading` find them by role.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from graded.attention.graded import GradedMultiheadAttention, make_grading
-from graded.grading import ExponentialGrading, LinearGrading
+from graded.attention.graded import PER_HEAD_VARIANTS, make_grading
+from graded.grading import ExponentialGrading, GradingMap
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
+    "ROLES",
     "GradedFeatures",
     "GradedPositions",
+    "GradingPlan",
+    "feature_grading",
     "feature_gradings",
-    "graded_attention_from_config",
+    "graded_stage",
     "gradings",
-    "install_grading",
+    "head_gradings",
+    "hold_plan",
+    "resolve_plan",
 ]
 
-_NEUTRAL = {"shift": 0.0, "abs_shift": 0.0, "identity": 1.0}
+# What a grading of a graded model acts on: the raw input features (feature models only), the
+# d_model features shared by the input, feed-forward and output stages, or one attention
+# layer's head dimension.
+ROLES = ("input", "feature", "attention")
 
 
 def _initial_grades(config: TransformerConfig, dim: int, heads: int | None) -> Tensor | None:
@@ -62,21 +76,6 @@ def _initial_grades(config: TransformerConfig, dim: int, heads: int | None) -> T
         f"TransformerConfig.grade_init={init!r} is invalid: expected 'neutral', 'zeros', "
         "'constant' or 'warm_start'"
     )
-
-
-def _grading(config: TransformerConfig, dim: int, heads: int | None = None) -> nn.Module:
-    return make_grading(
-        config.grading, dim, _initial_grades(config, dim, heads), base=config.grading_base,
-        f=config.grading_f, learnable=config.learnable_grades, num_heads=heads,
-    )
-
-
-def graded_attention_from_config(config: TransformerConfig, **kwargs: Any) -> nn.Module:
-    """A :class:`GradedMultiheadAttention` for one layer of a graded model."""
-    per_head = config.grades_per_head or config.grade_attention_variant == "multi_head"
-    grading = _grading(config, config.head_dim, config.n_heads if per_head else None)
-    return GradedMultiheadAttention(grading=grading, variant=config.grade_attention_variant,
-                                    **kwargs)
 
 
 class GradedFeatures(nn.Module):
@@ -127,55 +126,145 @@ class GradedPositions(nn.Module):
         return pe * self.factors(positions, pe.dtype).unsqueeze(-1)
 
 
-def install_grading(model: nn.Module) -> None:
-    """Turn a model built from a config with ``grading`` set into its LGT/EGT form.
+class GradingPlan:
+    """The gradings of one LGT/EGT model, made from its config (000 §5-6).
 
-    Attention layers were already built graded (:func:`graded_attention_from_config`); this
-    adds the feature grading to the input, positions, feed-forward and output stages. Models
-    over real features get a grading of their own over ``input_dim`` features, initialised from
-    ``config.input_grades`` when given (a task's natural grades).
+    ``feature`` is the grading M over d_model shared by the input, feed-forward and output
+    stages (one module: 000 uses the same M_q in Defs 5.19, 5.23). ``inputs`` is the grading
+    of the input stage: ``feature`` itself for token models; for models over real features a
+    grading of its own over ``input_dim``, initialised from ``config.input_grades`` when given
+    (a task's natural grades). Each call of :meth:`head_grading` makes a new grading for one
+    attention layer. The stage methods return None where the config switches a stage off;
+    constructors take them through :func:`graded_stage`, which falls back to the identity.
+
+    The modules that own a plan (the models, and a standalone encoder or decoder) register
+    ``feature`` as ``feature_grading`` and a separate ``inputs`` as ``input_grading``.
     """
-    config: TransformerConfig = model.config
-    feature = _grading(config, config.d_model)
-    model.feature_grading = feature
-    if config.vocab_size is None:
-        grades = None if config.input_grades is None else torch.tensor(config.input_grades)
-        inputs = make_grading(
-            config.grading, config.input_dim,
-            grades if grades is not None else _initial_grades(config, config.input_dim, None),
-            base=config.grading_base, f=config.grading_f, learnable=config.learnable_grades,
+
+    def __init__(self, config: TransformerConfig) -> None:
+        if config.grading is None:
+            raise ValueError("GradingPlan needs a graded config: TransformerConfig.grading is "
+                             "None; expected 'linear' or 'exponential'")
+        self.config = config
+        self.feature = self._grading(config.d_model, "feature")
+        if config.vocab_size is None:
+            grades = None if config.input_grades is None else torch.tensor(config.input_grades)
+            self.inputs = self._grading(config.input_dim, "input", grades=grades)
+        else:
+            self.inputs = self.feature
+        self.heads: list[GradingMap] = []
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> GradingPlan | None:
+        """The plan of a graded config; None for an ungraded one (``grading=None``)."""
+        return None if config.grading is None else cls(config)
+
+    def _grading(self, dim: int, role: str, *, heads: int | None = None,
+                 grades: Tensor | None = None) -> GradingMap:
+        c = self.config
+        grading = make_grading(
+            c.grading, dim, grades if grades is not None else _initial_grades(c, dim, heads),
+            base=c.grading_base, f=c.grading_f, learnable=c.learnable_grades, num_heads=heads,
         )
-        model.input_grading = inputs
-    else:
-        inputs = feature
-    embeddings = [m for m in model.modules() if type(m).__name__ == "InputEmbedding"]
-    for emb in embeddings:
-        if config.grade_input:
-            emb.input_grading = GradedFeatures(inputs, config.grade_normalize)
-        if config.grade_positions and config.grade_position_alpha > 0:
-            base = feature if isinstance(feature, ExponentialGrading) else None
-            emb.position_grading = GradedPositions(
-                config.grading, config.grade_position_alpha, config.max_len, base
-            )
-    if config.grade_ffn:
-        for m in model.modules():
-            if type(m).__name__ == "_FeedForwardSublayer":
-                m.grading = GradedFeatures(feature, config.grade_normalize)
-    if config.grade_output and hasattr(model, "head"):
-        model.head.grading = feature
+        grading.role = role
+        return grading
+
+    def input_stage(self) -> GradedFeatures | None:
+        """x' = M x, normalised with ``grade_normalize`` (000 Def 5.19)."""
+        if not self.config.grade_input:
+            return None
+        return GradedFeatures(self.inputs, self.config.grade_normalize)
+
+    def position_stage(self) -> GradedPositions | None:
+        """(1 − α t)·Pe or λ^{−α t}·Pe (000 Def 5.21, §6); None when α = 0."""
+        c = self.config
+        if not (c.grade_positions and c.grade_position_alpha > 0):
+            return None
+        base = self.feature if isinstance(self.feature, ExponentialGrading) else None
+        return GradedPositions(c.grading, c.grade_position_alpha, c.max_len, base)
+
+    def head_grading(self) -> GradingMap | None:
+        """A new grading over head_dim for one attention layer (000 Def 5.22), one grade
+        tuple per head with ``grades_per_head`` or a per-head variant."""
+        c = self.config
+        if not c.grade_attention:
+            return None
+        per_head = c.grades_per_head or c.grade_attention_variant in PER_HEAD_VARIANTS
+        grading = self._grading(c.head_dim, "attention", heads=c.n_heads if per_head else None)
+        self.heads.append(grading)
+        return grading
+
+    def ffn_stage(self) -> GradedFeatures | None:
+        """M·Fnn(x), normalised with ``grade_normalize`` (000 Def 5.23, 6.15)."""
+        if not self.config.grade_ffn:
+            return None
+        return GradedFeatures(self.feature, self.config.grade_normalize)
+
+    def output_stage(self) -> GradingMap | None:
+        """M of the graded output z = W_out (M h) + b (000 Def 5.23, 6.15)."""
+        return self.feature if self.config.grade_output else None
+
+    def built(self) -> list[GradingMap]:
+        """Every grading this plan made: feature, a separate input grading, then the heads."""
+        own = [self.feature] if self.inputs is self.feature else [self.feature, self.inputs]
+        return own + self.heads
 
 
-def gradings(model: nn.Module) -> dict[str, LinearGrading | ExponentialGrading]:
-    """Every distinct grading module of a model, by its first qualified name."""
-    found: dict[str, nn.Module] = {}
+def resolve_plan(config: TransformerConfig, plan: GradingPlan | None) -> GradingPlan | None:
+    """``plan`` when a model hands one down, else a new plan for a part built on its own
+    from a graded config (None for an ungraded config)."""
+    return plan if plan is not None else GradingPlan.from_config(config)
+
+
+def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) -> None:
+    """Keep ``plan`` as ``module.grading_plan``; the module that owns it (``register``) also
+    holds its shared gradings, as ``feature_grading`` and, for feature inputs,
+    ``input_grading`` (state-dict keys ``feature_grading.*``, ``input_grading.*``)."""
+    module.grading_plan = plan
+    if plan is None or not register:
+        return
+    module.feature_grading = plan.feature
+    if plan.inputs is not plan.feature:
+        module.input_grading = plan.inputs
+
+
+def graded_stage(plan: GradingPlan | None,
+                 stage: Callable[[GradingPlan], nn.Module | None]) -> nn.Module:
+    """The module ``stage(plan)`` (e.g. ``GradingPlan.ffn_stage``) gives, or the identity for
+    an ungraded model or a stage the config leaves ungraded."""
+    module = stage(plan) if plan is not None else None
+    return module if module is not None else nn.Identity()
+
+
+def gradings(model: nn.Module, role: str | None = None) -> dict[str, GradingMap]:
+    """Every distinct grading module of a model, by its first qualified name; only those of
+    ``role`` (one of :data:`ROLES`) when given."""
+    if role is not None and role not in ROLES:
+        raise ValueError(f"unknown grading role {role!r}; expected one of {ROLES}")
+    found: dict[str, GradingMap] = {}
     seen: set[int] = set()
     for name, m in model.named_modules():
-        if isinstance(m, (LinearGrading, ExponentialGrading)) and id(m) not in seen:
+        if isinstance(m, GradingMap) and id(m) not in seen:
             seen.add(id(m))
-            found[name] = m
+            if role is None or m.role == role:
+                found[name] = m
     return found
 
 
-def feature_gradings(model: nn.Module) -> list[nn.Module]:
-    """The gradings over model features (not attention heads)."""
-    return [m for name, m in gradings(model).items() if not name.endswith("attn.grading")]
+def head_gradings(model: nn.Module) -> list[GradingMap]:
+    """The gradings of attention heads (role ``"attention"``), one per attention layer."""
+    return list(gradings(model, "attention").values())
+
+
+def feature_gradings(model: nn.Module) -> list[GradingMap]:
+    """The gradings over features, every grading that is not an attention head's."""
+    return [g for g in gradings(model).values() if g.role != "attention"]
+
+
+def feature_grading(model: nn.Module) -> GradingMap | None:
+    """The model's shared d_model grading (role ``"feature"``); None for an ungraded model."""
+    found = list(gradings(model, "feature").values())
+    if len(found) > 1:
+        raise ValueError(f"{type(model).__name__} holds {len(found)} feature gradings; "
+                         "expected one (the grading of one GradingPlan)")
+    return found[0] if found else None

@@ -15,6 +15,7 @@ from graded.positional import ALiBi, LearnedPositions, SinusoidalPositions
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
 from graded.transformer.config import TransformerConfig
+from graded.transformer.graded import GradingPlan, graded_stage, hold_plan, resolve_plan
 from graded.transformer.layers import make_norm
 
 __all__ = [
@@ -51,13 +52,14 @@ class InputEmbedding(nn.Module):
 
     ``sinusoidal``/``sinusoidal1``/``learned`` positions are added here; ``rope`` and ``alibi``
     act inside attention; ``none`` adds nothing (the model is then permutation-equivariant,
-    000 Lemma 4.17). Hooks for the graded models: ``input_grading`` (000 Def 5.19) acts on the
-    token embedding, or on the raw features before their projection, and ``position_grading``
-    (000 Def 5.21) on the position vectors.
+    000 Lemma 4.17). Graded stages, from the plan when the config grades them:
+    ``input_grading`` (000 Def 5.19) acts on the token embedding, or on the raw features before
+    their projection, and ``position_grading`` (000 Def 5.21) on the position vectors.
     """
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
         super().__init__()
+        plan = resolve_plan(config, plan)
         self.config = config
         if config.vocab_size is not None:
             self.tokens: nn.Module = nn.Embedding(config.vocab_size, config.d_model)
@@ -72,8 +74,10 @@ class InputEmbedding(nn.Module):
             self.positions = LearnedPositions(config.d_model, config.max_len)
         else:
             self.positions = None
-        self.input_grading: nn.Module = nn.Identity()
-        self.position_grading: nn.Module | None = None
+        self.input_grading = graded_stage(plan, GradingPlan.input_stage)
+        self.position_grading: nn.Module | None = (
+            plan.position_stage() if plan is not None else None
+        )
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, inputs: Tensor, positions: Tensor) -> Tensor:
@@ -108,20 +112,23 @@ class InputEmbedding(nn.Module):
 
 
 class TransformerStack(nn.Module):
-    """``n_layers`` blocks and, for pre-norm, a final normalisation."""
+    """``n_layers`` blocks, graded as the plan says, and, for pre-norm, a final
+    normalisation."""
 
     def __init__(
         self, config: TransformerConfig, n_layers: int, *, causal: bool,
-        cross_attention: bool = False,
+        cross_attention: bool = False, plan: GradingPlan | None = None,
     ) -> None:
         super().__init__()
+        plan = resolve_plan(config, plan)
         self.causal = causal
         if causal:
             self.blocks = nn.ModuleList(
-                DecoderBlock(config, cross_attention=cross_attention) for _ in range(n_layers)
+                DecoderBlock(config, cross_attention=cross_attention, plan=plan)
+                for _ in range(n_layers)
             )
         else:
-            self.blocks = nn.ModuleList(EncoderBlock(config) for _ in range(n_layers))
+            self.blocks = nn.ModuleList(EncoderBlock(config, plan=plan) for _ in range(n_layers))
         self.alibi = ALiBi(config.n_heads) if config.positional == "alibi" else None
         self.final_norm = (
             make_norm(config.norm, config.d_model, config.norm_eps) if config.norm_first
@@ -169,13 +176,19 @@ def _init_weights(module: nn.Module, std: float) -> None:
 
 
 class TransformerEncoder(nn.Module):
-    """Embedding + bidirectional stack: (B, T) ids or (B, T, F) features -> (B, T, d)."""
+    """Embedding + bidirectional stack: (B, T) ids or (B, T, F) features -> (B, T, d).
 
-    def __init__(self, config: TransformerConfig) -> None:
+    Graded in every stage the config asks for: with the model's ``plan``, or, built on its
+    own from a graded config, with a plan of its own (whose gradings it then holds)."""
+
+    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
         super().__init__()
+        owner = plan is None
+        plan = resolve_plan(config, plan)
         self.config = config
-        self.embed = InputEmbedding(config)
-        self.stack = TransformerStack(config, config.n_layers, causal=False)
+        self.embed = InputEmbedding(config, plan=plan)
+        self.stack = TransformerStack(config, config.n_layers, causal=False, plan=plan)
+        hold_plan(self, plan, register=owner)
 
     def forward(
         self, inputs: Tensor, key_padding_mask: Tensor | None = None, *,
@@ -191,16 +204,20 @@ class TransformerEncoder(nn.Module):
 
 
 class TransformerDecoder(nn.Module):
-    """Embedding + causal stack, optionally cross-attending to an encoder memory."""
+    """Embedding + causal stack, optionally cross-attending to an encoder memory; graded as
+    :class:`TransformerEncoder` is."""
 
     def __init__(self, config: TransformerConfig, *, cross_attention: bool,
-                 n_layers: int | None = None) -> None:
+                 n_layers: int | None = None, plan: GradingPlan | None = None) -> None:
         super().__init__()
+        owner = plan is None
+        plan = resolve_plan(config, plan)
         self.config = config
         self.n_layers = n_layers or config.n_layers
-        self.embed = InputEmbedding(config)
+        self.embed = InputEmbedding(config, plan=plan)
         self.stack = TransformerStack(config, self.n_layers, causal=True,
-                                      cross_attention=cross_attention)
+                                      cross_attention=cross_attention, plan=plan)
+        hold_plan(self, plan, register=owner)
 
     def forward(
         self, input_ids: Tensor, key_padding_mask: Tensor | None = None, *,
@@ -234,11 +251,13 @@ def _check_padding(mask: Tensor | None, batch: int, length: int) -> None:
 
 
 class _OutputHead(nn.Module):
-    """Final linear readout; ``grading`` is the graded output layer hook (000 Def 5.23)."""
+    """Final linear readout z = W_out (M h) + b, with the plan's feature grading M when the
+    output is graded (000 Def 5.23, 6.15) and M = I otherwise."""
 
-    def __init__(self, d_model: int, n_out: int, bias: bool) -> None:
+    def __init__(self, d_model: int, n_out: int, bias: bool, *,
+                 plan: GradingPlan | None = None) -> None:
         super().__init__()
-        self.grading: nn.Module = nn.Identity()
+        self.grading = graded_stage(plan, GradingPlan.output_stage)
         self.proj = nn.Linear(d_model, n_out, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -253,12 +272,14 @@ class TransformerLM(nn.Module):
         if config.vocab_size is None:
             raise ValueError("TransformerLM needs config.vocab_size, got None")
         self.config = config
-        self.decoder = TransformerDecoder(config, cross_attention=False)
-        self.head = _OutputHead(config.d_model, config.vocab_size, bias=False)
+        plan = GradingPlan.from_config(config)
+        self.decoder = TransformerDecoder(config, cross_attention=False, plan=plan)
+        self.head = _OutputHead(config.d_model, config.vocab_size, bias=False,
+                                plan=plan)
         _init_weights(self, config.init_std)
         if config.tie_embeddings:
             self.head.proj.weight = self.decoder.embed.tokens.weight
-        _apply_grading(self)
+        hold_plan(self, plan, register=True)
 
     def forward(
         self, input_ids: Tensor, key_padding_mask: Tensor | None = None, *,
@@ -290,15 +311,17 @@ class Seq2SeqTransformer(nn.Module):
         if config.vocab_size is None:
             raise ValueError("Seq2SeqTransformer needs config.vocab_size, got None")
         self.config = config
-        self.encoder = TransformerEncoder(config)
+        plan = GradingPlan.from_config(config)
+        self.encoder = TransformerEncoder(config, plan=plan)
         self.decoder = TransformerDecoder(config, cross_attention=True,
-                                          n_layers=config.n_decoder_layers)
-        self.head = _OutputHead(config.d_model, config.vocab_size, bias=False)
+                                          n_layers=config.n_decoder_layers, plan=plan)
+        self.head = _OutputHead(config.d_model, config.vocab_size, bias=False,
+                                plan=plan)
         _init_weights(self, config.init_std)
         if config.tie_embeddings:
             self.decoder.embed.tokens.weight = self.encoder.embed.tokens.weight
             self.head.proj.weight = self.encoder.embed.tokens.weight
-        _apply_grading(self)
+        hold_plan(self, plan, register=True)
 
     def encode(self, src_ids: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
         return self.encoder(src_ids, src_key_padding_mask)[0]
@@ -352,10 +375,12 @@ class TransformerClassifier(nn.Module):
             raise ValueError(f"num_outputs must be a positive int, got {num_outputs!r}")
         self.config = config
         self.pooling = pooling
-        self.encoder = TransformerEncoder(config)
-        self.head = _OutputHead(config.d_model, num_outputs, bias=True)
+        plan = GradingPlan.from_config(config)
+        self.encoder = TransformerEncoder(config, plan=plan)
+        self.head = _OutputHead(config.d_model, num_outputs, bias=True,
+                                plan=plan)
         _init_weights(self, config.init_std)
-        _apply_grading(self)
+        hold_plan(self, plan, register=True)
 
     def forward(
         self, inputs: Tensor, key_padding_mask: Tensor | None = None, *,
@@ -375,12 +400,3 @@ class TransformerClassifier(nn.Module):
                 pooled = h[torch.arange(h.shape[0], device=h.device), last]
         out = self.head(pooled)
         return (out, weights) if need_weights else out
-
-
-def _apply_grading(model: nn.Module) -> None:
-    """Install the graded stages of 000 §5-6 when the config asks for them."""
-    if model.config.grading is None:
-        return
-    from graded.transformer.graded import install_grading
-
-    install_grading(model)

@@ -1,8 +1,10 @@
 """Transformer models built on :mod:`graded.attention` (SPEC C4), and their graded forms."""
 
+from graded.transformer.blocks import FeedForwardSublayer
 from graded.transformer.cache import KVCache, LayerCache
 from graded.transformer.config import TransformerConfig
 from graded.transformer.generation import filter_logits, generate, generate_seq2seq
+from graded.transformer.graded import GradingPlan
 from graded.transformer.layers import FeedForward, make_norm
 from graded.transformer.models import (
     InputEmbedding,
@@ -15,6 +17,8 @@ from graded.transformer.models import (
 
 __all__ = [
     "FeedForward",
+    "FeedForwardSublayer",
+    "GradingPlan",
     "InputEmbedding",
     "KVCache",
     "LayerCache",

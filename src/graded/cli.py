@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,39 +28,44 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from graded.config import ConfigError, build_run, dump_config, load_config
-    from graded.train.checkpoint import CheckpointManager, atomic_write_text
+    """Train a new run, or continue one with ``--resume``.
+
+    Nothing is written before everything has been checked: the config (a dry build of task,
+    model and recipe), the run folder's lock (a second writer is refused), and for a resume
+    the changes against the run's own config (keys that cannot change mid-run are refused,
+    the others recorded in ``history.jsonl``) and the checkpoint's weights and optimizer state
+    (a damaged newest checkpoint falls back to the newest intact one). See
+    :mod:`graded.train.runs`.
+    """
+    from graded.config import build_run, load_config
 
     resume_dir = Path(args.resume) if args.resume else None
     if args.config is None and resume_dir is None:
         return _fail("train needs a CONFIG file, or --resume RUN")
+    if resume_dir is not None and not (resume_dir / "config.yaml").is_file():
+        return _fail(f"--resume {resume_dir}: not a run folder (no config.yaml)")
     config_path = Path(args.config) if args.config else resume_dir / "config.yaml"
-    try:
-        cfg = load_config(config_path, args.set)
-    except ConfigError as exc:
-        return _fail(str(exc))
+    cfg = load_config(config_path, args.set)
     run_dir = resume_dir or cfg.run_dir()
-    if resume_dir is None and (run_dir / "checkpoints").exists():
-        if not cfg.output.overwrite:
-            return _fail(
-                f"run folder {run_dir} already has checkpoints; resume it with "
-                f"`graded train --resume {run_dir}`, or pass --set output.overwrite=true or "
-                "--set name=<new name>"
-            )
-        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 alone deletes
-            shutil.rmtree(run_dir, ignore_errors=True)
-    if resume_dir is not None and CheckpointManager(run_dir / "checkpoints").latest() is None:
-        return _fail(f"{run_dir} has no checkpoint to resume from")
+    if resume_dir is None and (run_dir / "checkpoints").exists() and not cfg.output.overwrite:
+        return _fail(
+            f"run folder {run_dir} already has checkpoints; resume it with "
+            f"`graded train --resume {run_dir}`, or pass --set output.overwrite=true (which "
+            "removes only what graded wrote there) or --set name=<new name>"
+        )
     parts = build_run(cfg, run_dir, resume_command=f"graded train --resume {run_dir}")
     trainer, task, model = parts.trainer, parts.task, parts.model
-    if trainer.ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.yaml", dump_config(cfg))
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"run {run_dir}: task {task.name} ({task.kind}), {n_params:,} parameters, "
-              f"recipe {cfg.recipe_name()}, {cfg.train.steps} steps", file=sys.stderr)
+    trainer.overwrite = cfg.output.overwrite
     try:
-        result = trainer.fit(resume_from=resume_dir)
+        with trainer.run.lock():
+            if resume_dir is not None:
+                trainer.prepare_resume(resume_dir)  # checks everything, writes nothing
+            if trainer.ctx.is_main:
+                n_params = sum(p.numel() for p in model.parameters())
+                print(f"run {run_dir}: task {task.name} ({task.kind}), {n_params:,} "
+                      f"parameters, recipe {cfg.recipe_name()}, {cfg.train.steps} steps",
+                      file=sys.stderr)
+            result = trainer.fit(resume_from=resume_dir)
     finally:
         trainer.close()
     if trainer.ctx.is_main and not result.interrupted and not result.losses:
@@ -77,24 +81,34 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _load_run(run_dir: Path, which: str):
-    """Config, task, model (weights loaded from the ``which`` checkpoint) of a run folder."""
+    """Config, task, model (weights loaded from the ``which`` checkpoint) of a run folder.
+
+    Only the weights are read (``optimizer.safetensors`` may be absent). ``latest`` falls back to
+    the newest intact checkpoint, saying which it skipped and why; ``best`` or a named folder
+    that does not load is an error naming the file.
+    """
     import torch
 
     from graded.config import build_model, build_task, load_config
     from graded.train.checkpoint import CheckpointManager, load_checkpoint
 
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
     cfg = load_config(run_dir / "config.yaml")
     task = build_task(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, task)
     manager = CheckpointManager(run_dir / "checkpoints")
-    if which in ("best", "latest"):
-        ckpt = (manager.best() or manager.latest()) if which == "best" else manager.latest()
+    if which == "latest":
+        found = manager.find_intact(model)
+        for path, reason in found.skipped:
+            print(f"warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
+        ckpt, meta = found.path, found.meta
     else:
-        ckpt = Path(which)
-    if ckpt is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint")
-    meta = load_checkpoint(ckpt, model, restore_rng=False)
+        ckpt = (manager.best() or manager.latest()) if which == "best" else Path(which)
+        if ckpt is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoint")
+        meta = load_checkpoint(ckpt, model, restore_rng=False)
     model.eval()
     return cfg, task, model, ckpt, meta
 
@@ -103,12 +117,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from graded.config import build_data
     from graded.train.checkpoint import atomic_write_text
     from graded.train.objectives import evaluate
+    from graded.train.runs import RunFolder
 
     run_dir = Path(args.run)
-    try:
-        cfg, task, model, ckpt, meta = _load_run(run_dir, args.checkpoint)
-    except (FileNotFoundError, ValueError) as exc:
-        return _fail(str(exc))
+    cfg, task, model, ckpt, meta = _load_run(run_dir, args.checkpoint)
     train, test = build_data(cfg, task)
     metrics = evaluate(model, test.tensors, task.kind, batch_size=cfg.train.eval_batch_size)
     out: dict[str, Any] = {"checkpoint": str(ckpt), "step": meta["step"], "metrics": metrics}
@@ -116,6 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from graded.kinds import run_baselines
 
         out["baselines"] = run_baselines(train, test)
+    RunFolder(run_dir).record("eval.json")
     atomic_write_text(run_dir / "eval.json", json.dumps(out, indent=2, default=str))
     print(json.dumps(out, indent=2, default=str))
     return 0
@@ -208,47 +221,54 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _morphic_report(run_dir: Path, out: Path) -> Path | None:
     """004 §5.4 diagnostics (utilities, routing, calibration, ablation) of a morphic run, through
     ``graded.morphic.diagnostics.write_report``; None for other runs."""
-    import yaml
-
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    if cfg.get("model", {}).get("architecture") != "morphic":
-        return None
-    try:
-        from graded.morphic.diagnostics import write_report
-    except ImportError:
-        return None
     from graded.config import build_data
+    from graded.morphic.diagnostics import write_report
 
-    parts = _load_run(run_dir, "best")
-    _, test = build_data(parts[0], parts[1])
+    cfg, task, model, _, _ = _load_run(run_dir, "best")
+    if cfg.model.architecture != "morphic":
+        return None
+    _, test = build_data(cfg, task)
     n = min(len(test), 256)
-    batches = [(test.inputs[:n], test.targets[:n])]
     target = out / f"morphic_{run_dir.name}"
-    write_report(parts[2], batches, target)
+    write_report(model, [(test.inputs[:n], test.targets[:n])], target)
     return target
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from graded.config import load_config
     from graded.train.report import write_runs_report
+    from graded.train.runs import RunFolder
 
     runs = [Path(r) for r in args.runs]
     missing = [str(r) for r in runs if not (r / "metrics.json").exists()]
     if missing:
         return _fail(f"not finished run folders (no metrics.json): {missing}")
+    # every check before the first write: a report is written whole or not at all
+    morphic = [r for r in runs if (r / "config.yaml").is_file() and _is_run_config(r)
+               and load_config(r / "config.yaml").model.architecture == "morphic"]
     out = Path(args.out) if args.out else runs[0] / "report"
+    if args.out is None:
+        RunFolder(runs[0]).record("report")
     report = write_runs_report(runs, out)
     extra = []
-    for r in runs:
+    for r in morphic:
         morphic_dir = _morphic_report(r, out)
-        if morphic_dir is not None:
-            link = f"{morphic_dir.name}/report.json"
-            extra.append(f"- {r.name}: [{link}]({link}), utility histograms, calibration and "
-                         "edge ablation PNGs")
+        link = f"{morphic_dir.name}/report.json"
+        extra.append(f"- {r.name}: [{link}]({link}), utility histograms, calibration and "
+                     "edge ablation PNGs")
     if extra:
         with report.open("a", encoding="utf-8") as fh:
             fh.write("\n## Morphic diagnostics (004 §5.4)\n\n" + "\n".join(extra) + "\n")
     print(f"report: {report}")
     return 0
+
+
+def _is_run_config(run_dir: Path) -> bool:
+    """Whether the run was started from a run config (``graded train``, the demo), whose task
+    can be rebuilt, rather than from the Python ``Trainer`` with tensors of the user's."""
+    from graded.config import read_config_file
+
+    return "task" in read_config_file(run_dir / "config.yaml")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -421,15 +441,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except USER_ERRORS as exc:
+    except _user_errors() as exc:
         if os.environ.get("GRADED_TRACEBACK"):
             raise
         return _fail(_one_line(exc))
 
 
-# What a user's input can cause (a bad value, a missing, unreadable or corrupt file, a diverged
-# run): reported in one line with exit code 2; GRADED_TRACEBACK=1 shows the traceback instead.
-USER_ERRORS = (ValueError, OSError, FloatingPointError)
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user's input can cause: a bad value or config (ValueError, which ConfigError and
+    CheckpointError are), a missing, unreadable or unwritable file, a run folder in use or a
+    refused resume (RunError), a diverged run. Reported in one line with exit code 2;
+    GRADED_TRACEBACK=1 shows the traceback instead."""
+    from graded.train.runs import RunError
+
+    return (ValueError, OSError, FloatingPointError, RunError)
 
 
 def _one_line(exc: BaseException) -> str:

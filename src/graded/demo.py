@@ -21,7 +21,6 @@ import contextlib
 import math
 import os
 import platform
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -86,9 +85,8 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
     """Train one (task, model, seed) run in this process; return its figures (or its error)."""
     import torch
 
-    from graded.config import build_run, dump_config, validate_config
+    from graded.config import build_run, validate_config
     from graded.evaluation import compute_metric
-    from graded.train.checkpoint import atomic_write_text
     from graded.train.objectives import predict
 
     torch.set_num_threads(1)
@@ -97,15 +95,14 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
     out = {k: job[k] for k in ("task", "model", "seed")}
     run_dir = cfg.run_dir()
     out["run_dir"] = str(run_dir)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
     try:
         parts = build_run(cfg, run_dir, resume_command=f"graded train --resume {run_dir}")
     except (ImportError, NotImplementedError) as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", dump_config(cfg))  # eval, report, --resume
+    # output.overwrite: a rerun replaces what the library wrote in the run folder, nothing else;
+    # the trainer writes config.yaml, so eval, report and --resume work on demo runs
+    parts.trainer.overwrite = cfg.output.overwrite
     began = time.perf_counter()
     try:
         result = parts.trainer.fit()
@@ -267,10 +264,17 @@ def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
 
 def _worker_loop(conn: Any) -> None:
     """A demo worker: train the jobs it receives until it receives None."""
+    import traceback
+
     _worker_init()
     with contextlib.suppress(KeyboardInterrupt, EOFError, BrokenPipeError):
         while (job := conn.recv()) is not None:
-            conn.send(_train_or_skip(job))
+            try:
+                out = _train_or_skip(job)
+            except Exception:  # a bug, not a result: the main process raises it
+                out = {k: job[k] for k in ("task", "model", "seed")}
+                out["worker_traceback"] = traceback.format_exc()
+            conn.send(out)
 
 
 def _run_pool(jobs: list[dict[str, Any]], workers: int, stop: _MainStop, note: Any) -> None:
@@ -300,10 +304,15 @@ def _run_pool(jobs: list[dict[str, Any]], workers: int, stop: _MainStop, note: A
                 busy[conn] = True
             for conn in wait(list(busy), timeout=0.1):
                 try:
-                    note(conn.recv())
+                    out = conn.recv()
                 except EOFError as exc:  # the worker died
                     if not stop.flag:
                         raise RuntimeError("a demo worker process died") from exc
+                else:
+                    if "worker_traceback" in out:
+                        raise RuntimeError(f"demo run {out['task']}/{out['model']}/seed "
+                                           f"{out['seed']} failed:\n{out['worker_traceback']}")
+                    note(out)
                 busy.pop(conn)
                 idle.append(conn)
             if stop.flag:

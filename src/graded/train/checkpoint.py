@@ -13,24 +13,44 @@ Writes are atomic: the folder is assembled under a temporary name and moved into
 :func:`os.replace`, so a crash or an exception leaves either the previous checkpoints or the new
 one, never a partial folder. Nothing here calls :func:`torch.load`: loading a checkpoint cannot
 execute code. :class:`CheckpointManager` keeps the last ``keep_last`` checkpoints and the best.
+:mod:`graded.train.state_tensors` turns the model, optimiser and RNG states into the files.
+
+Loading checks before it changes anything it can: ``state.json`` records the SHA-256 of both
+tensor files, and a missing, truncated or corrupt file, or weights and optimiser state that do
+not fit the model (keys, shapes, parameter groups), raise :class:`CheckpointError`, whose one-line
+message names the file and the problem. A weights-only load (``optimizer=None,
+restore_rng=False``, for evaluation and generation) reads ``model.safetensors`` and
+``state.json`` only. :meth:`CheckpointManager.find_intact` returns the newest checkpoint that
+loads, with the newer damaged ones and why they were skipped.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from graded.train.state_tensors import (
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_error,
+    jsonable,
+    load_model_state,
+    load_optimizer_state,
+    optimizer_to_flat,
+    read_tensors,
+    restore_rng_state,
+    save_model_state,
+    sha256_of,
+)
 
 STEP_DIR = re.compile(r"^step_(\d{9})$")
 STATE_FILE = "state.json"
@@ -51,122 +71,6 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _jsonable(value: Any) -> Any:
-    """Convert tuples, numpy scalars and 0-d tensors to plain JSON types (TypeError otherwise)."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if isinstance(value, (np.integer, np.floating)):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return value.item()
-    raise TypeError(f"cannot store {type(value).__name__} value {value!r} in a JSON checkpoint")
-
-
-# --------------------------------------------------------------------------- model state
-
-
-def save_model_state(model: torch.nn.Module, path: str | os.PathLike[str]) -> None:
-    """Save ``model.state_dict()`` with shared tensors stored once (aliases in the metadata).
-
-    Tensors are grouped by identity (same storage, offset, shape and stride); the first name of
-    each group is stored, the others map to it. Copies are saved, so no two stored tensors share
-    memory (which safetensors refuses).
-    """
-    state = model.state_dict()
-    canonical: dict[tuple, str] = {}
-    aliases: dict[str, str] = {}
-    tensors: dict[str, torch.Tensor] = {}
-    for name, t in state.items():
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
-               t.dtype, t.device)
-        if t.numel() and key in canonical:
-            aliases[name] = canonical[key]
-            continue
-        canonical[key] = name
-        tensors[name] = t.detach().to("cpu", copy=True).contiguous()
-    save_file(tensors, str(path), metadata={"aliases": json.dumps(aliases)})
-
-
-def load_model_state(model: torch.nn.Module, path: str | os.PathLike[str]) -> None:
-    """Load a file written by :func:`save_model_state` into ``model`` (strict key check)."""
-    with safe_open(str(path), framework="pt") as fh:
-        aliases = json.loads((fh.metadata() or {}).get("aliases", "{}"))
-    tensors = load_file(str(path))
-    for alias, name in aliases.items():
-        tensors[alias] = tensors[name]
-    model.load_state_dict(tensors, strict=True)
-
-
-# --------------------------------------------------------------------------- optimiser state
-
-
-def optimizer_to_flat(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict]:
-    """Split ``optimizer.state_dict()`` into tensors (for safetensors) and a JSON-able rest."""
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, dict[str, Any]] = {}
-    for pid, pstate in state_dict["state"].items():
-        for key, value in pstate.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"state.{pid}.{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars.setdefault(str(pid), {})[key] = _jsonable(value)
-    rest = {"param_groups": _jsonable(state_dict["param_groups"]), "scalars": scalars}
-    return tensors, rest
-
-
-def optimizer_from_flat(tensors: dict[str, torch.Tensor], rest: dict) -> dict[str, Any]:
-    """Inverse of :func:`optimizer_to_flat`: a state dict for ``optimizer.load_state_dict``."""
-    state: dict[int, dict[str, Any]] = {}
-    for name, value in tensors.items():
-        _, pid, key = name.split(".", 2)
-        state.setdefault(int(pid), {})[key] = value
-    for pid, extra in rest["scalars"].items():
-        state.setdefault(int(pid), {}).update(extra)
-    groups = []
-    for group in rest["param_groups"]:
-        group = dict(group)
-        if "betas" in group and isinstance(group["betas"], list):
-            group["betas"] = tuple(group["betas"])
-        groups.append(group)
-    return {"state": state, "param_groups": groups}
-
-
-# --------------------------------------------------------------------------- RNG state
-
-
-def capture_rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The CPU (and CUDA) torch generators as uint8 tensors; Python and NumPy state as JSON."""
-    tensors = {"rng.torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for i, st in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = st
-    version, internal, gauss = random.getstate()
-    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
-    rest = {
-        "python": [version, list(internal), gauss],
-        "numpy": [np_name, np_keys.tolist(), int(np_pos), int(np_has_gauss), float(np_gauss)],
-    }
-    return tensors, rest
-
-
-def restore_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng_state`."""
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = sorted(k for k in tensors if k.startswith("rng.cuda."))
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([tensors[k] for k in cuda])
-    version, internal, gauss = rest["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = rest["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
 # --------------------------------------------------------------------------- one checkpoint
@@ -192,7 +96,7 @@ def save_checkpoint(
     try:
         save_model_state(model, tmp / MODEL_FILE)
         extra_tensors, rng_rest = capture_rng_state()
-        meta: dict[str, Any] = {"format": "graded-checkpoint-1", **_jsonable(state)}
+        meta: dict[str, Any] = {"format": "graded-checkpoint-1", **jsonable(state)}
         meta["rng"] = rng_rest
         if optimizer is not None:
             opt_tensors, opt_rest = optimizer_to_flat(optimizer.state_dict())
@@ -200,6 +104,7 @@ def save_checkpoint(
         else:
             opt_tensors = {}
         save_file({**opt_tensors, **extra_tensors}, str(tmp / OPTIM_FILE))
+        meta["sha256"] = {name: sha256_of(tmp / name) for name in (MODEL_FILE, OPTIM_FILE)}
         atomic_write_text(tmp / STATE_FILE, json.dumps(meta, indent=1, sort_keys=True))
         os.replace(tmp, directory)
     except BaseException:
@@ -209,11 +114,43 @@ def save_checkpoint(
 
 
 def read_checkpoint_state(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON part of a checkpoint (no tensors loaded)."""
+    """The JSON part of a checkpoint (no tensors loaded); :class:`CheckpointError` if unusable."""
     path = Path(directory) / STATE_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{directory} is not a checkpoint folder (no {STATE_FILE})")
-    return json.loads(path.read_text(encoding="utf-8"))
+        raise checkpoint_error(path, f"missing ({directory} is not a checkpoint folder)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise checkpoint_error(path, f"truncated, corrupt or unreadable ({exc})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+        raise checkpoint_error(path, "not a checkpoint state (no integer 'step')")
+    return meta
+
+
+def read_rng_state(
+    directory: str | os.PathLike[str],
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The RNG states stored in a checkpoint, for :func:`restore_rng_state` (only the RNG
+    tensors of ``optimizer.safetensors`` are read)."""
+    directory = Path(directory)
+    meta, path = read_checkpoint_state(directory), directory / OPTIM_FILE
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            names = [k for k in fh.keys() if k.startswith("rng.")]  # noqa: SIM118
+            tensors = {k: fh.get_tensor(k) for k in names}
+    except (SafetensorError, OSError) as exc:
+        raise checkpoint_error(path, f"truncated, corrupt or unreadable ({exc})") from None
+    return _rng_part(directory, tensors, meta)
+
+
+def _rng_part(directory: Path, tensors: dict[str, torch.Tensor],
+              meta: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    rng = {k: v for k, v in tensors.items() if k.startswith("rng.")}
+    if "rng.torch" not in rng:
+        raise checkpoint_error(directory / OPTIM_FILE, "holds no RNG state")
+    if not isinstance(meta.get("rng"), dict):
+        raise checkpoint_error(directory / STATE_FILE, "holds no RNG state")
+    return rng, meta["rng"]
 
 
 def load_checkpoint(
@@ -226,23 +163,39 @@ def load_checkpoint(
     """Load a checkpoint folder into ``model`` (and ``optimizer``); return its JSON state.
 
     Only safetensors and JSON are read: no pickle, so an untrusted checkpoint cannot run code.
+    With ``optimizer=None, restore_rng=False`` (a weights-only load) ``optimizer.safetensors`` is
+    neither needed nor read. Every problem raises :class:`CheckpointError` naming the file.
     """
     directory = Path(directory)
     meta = read_checkpoint_state(directory)
-    load_model_state(model, directory / MODEL_FILE)
-    tensors = load_file(str(directory / OPTIM_FILE))
-    rng_tensors = {k: v for k, v in tensors.items() if k.startswith("rng.")}
+    sums = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    load_model_state(model, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
+    if optimizer is None and not restore_rng:
+        return meta
+    path = directory / OPTIM_FILE
+    if not path.is_file():
+        raise checkpoint_error(path, "missing; it holds the optimizer and RNG state a resume "
+                                     "needs (a weights-only load, restore_rng=False, needs "
+                                     "only model.safetensors and state.json)")
+    tensors, _ = read_tensors(path, sums.get(OPTIM_FILE))
+    rng = _rng_part(directory, tensors, meta)
     if optimizer is not None:
-        if "optimizer" not in meta:
-            raise ValueError(f"checkpoint {directory} has no optimiser state")
-        opt_tensors = {k: v for k, v in tensors.items() if k.startswith("state.")}
-        optimizer.load_state_dict(optimizer_from_flat(opt_tensors, meta["optimizer"]))
+        load_optimizer_state(optimizer, tensors, meta.get("optimizer"), path=path,
+                             state_path=directory / STATE_FILE)
     if restore_rng:
-        restore_rng_state(rng_tensors, meta["rng"])
+        restore_rng_state(*rng)
     return meta
 
 
 # --------------------------------------------------------------------------- rotation
+
+
+class IntactCheckpoint(NamedTuple):
+    """What :meth:`CheckpointManager.find_intact` found."""
+
+    path: Path
+    meta: dict[str, Any]
+    skipped: list[tuple[Path, str]]  # newer checkpoints that did not load, and why
 
 
 class CheckpointManager:
@@ -259,6 +212,40 @@ class CheckpointManager:
 
     def path_for(self, step: int) -> Path:
         return self.root / f"step_{step:09d}"
+
+    def folders(self) -> list[Path]:
+        """Every ``step_<N>`` folder, intact or not, by ascending step."""
+        if not self.root.is_dir():
+            return []
+        found = [c for c in self.root.iterdir() if STEP_DIR.match(c.name) and c.is_dir()]
+        return sorted(found, key=lambda c: c.name)
+
+    def newest_state(self) -> dict[str, Any] | None:
+        """The JSON state of the newest checkpoint whose ``state.json`` reads (None if none)."""
+        for path in reversed(self.folders()):
+            try:
+                return read_checkpoint_state(path)
+            except CheckpointError:
+                continue
+        return None
+
+    def find_intact(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+    ) -> IntactCheckpoint:
+        """Load the newest checkpoint that loads (into ``model`` and ``optimizer``, RNG states
+        untouched), trying older ones when newer ones are damaged; CheckpointError if none."""
+        skipped: list[tuple[Path, str]] = []
+        for path in reversed(self.folders()):
+            try:
+                meta = load_checkpoint(path, model, optimizer, restore_rng=False)
+            except CheckpointError as exc:
+                skipped.append((path, str(exc)))
+                continue
+            return IntactCheckpoint(path, meta, skipped)
+        if not skipped:
+            raise CheckpointError(f"{self.root} holds no checkpoint")
+        raise CheckpointError(f"{self.root} holds no intact checkpoint: "
+                              + "; ".join(reason for _, reason in skipped))
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoints present, ascending (temporary folders ignored)."""

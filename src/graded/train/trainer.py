@@ -39,13 +39,16 @@ import torch
 
 from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
-from graded.train.checkpoint import CheckpointManager, load_checkpoint
+from graded.train.checkpoint import CheckpointManager
 from graded.train.data import StepSampler, dataset_size, take
 from graded.train.logging import RunLogger
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
 from graded.train.options import TrainOptions
+from graded.train.resume import ResumePlan, plan_resume
+from graded.train.runs import RunFolder, open_run, run_view
 from graded.train.schedules import make_scheduler
+from graded.train.state_tensors import jsonable, restore_rng_state
 
 
 class Recipe(Protocol):
@@ -128,8 +131,12 @@ class Trainer:
     "classification", "regression", "seq2seq"; the morphic LM kind for a morphic model);
     ``options`` a :class:`TrainOptions`; ``run_dir`` the run folder (created); ``seed`` fixes
     initial RNG state and data order; ``recipe`` a recipe name or object (None = plain AdamW);
-    ``config`` a JSON-able dict saved in every checkpoint; ``resume_command`` the command printed
-    after an interruption (default: how to resume through the Python API).
+    ``config`` a JSON-able dict saved in every checkpoint and as ``config.yaml``
+    (:meth:`run_config`); ``resume_command`` the command printed after an interruption (default:
+    how to resume through the Python API); ``overwrite`` lets :meth:`fit` replace a run already
+    in ``run_dir`` (only what the library wrote there is removed). Building a trainer writes
+    nothing; ``self.run`` is the run folder's lock, manifest and history
+    (:class:`~graded.train.runs.RunFolder`).
     """
 
     def __init__(
@@ -145,6 +152,7 @@ class Trainer:
         recipe: str | Recipe | None = None,
         config: dict[str, Any] | None = None,
         resume_command: str | None = None,
+        overwrite: bool = False,
     ) -> None:
         self.kind = as_kind(kind, model)
         self.opts = options or TrainOptions()
@@ -171,6 +179,9 @@ class Trainer:
             grad_accum=self.opts.grad_accum, world_size=self.ctx.world_size, rank=self.ctx.rank,
         )
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", self.opts.keep_last)
+        self.overwrite = overwrite
+        self.run = RunFolder(self.run_dir, writer=self.ctx.is_main)
+        self._plan: ResumePlan | None = None
 
     def _param_groups(self) -> list[dict]:
         o = self.opts
@@ -192,7 +203,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),  # lr_lambdas are plain functions: None
             "stopper": stopper,
             "options": self.opts.model_dump(mode="json"),
-            "config": self.config,
+            "config": self.run_config(),
         }
 
     def _save(self, step: int, stopper: dict[str, Any], *, is_best: bool = False) -> Path | None:
@@ -205,16 +216,28 @@ class Trainer:
         D.barrier(self.ctx)
         return path
 
-    def _resume(self, directory: str | Path) -> tuple[int, dict[str, Any]]:
-        directory = Path(directory)
-        if (directory / "checkpoints").is_dir():  # a run folder: take its latest checkpoint
-            latest = CheckpointManager(directory / "checkpoints").latest()
-            if latest is None:
-                raise FileNotFoundError(f"run folder {directory} has no checkpoint to resume from")
-            directory = latest
-        meta = load_checkpoint(directory, self.model, self.optimizer)
-        self.scheduler.load_state_dict(meta["scheduler"])
-        return int(meta["step"]), meta.get("stopper", {})
+    def run_config(self) -> dict[str, Any]:
+        """What ``config.yaml`` holds and every checkpoint stores: the caller's ``config`` (from
+        :mod:`graded.config` a ``RunConfig`` dump) with the options in use; without one, what
+        the trainer knows: task kind, seed, recipe, the model's config and the options."""
+        options = self.opts.model_dump(mode="json")
+        if self.config:
+            return {**self.config, "train": options}
+        to_dict = getattr(getattr(self.model, "config", None), "to_dict", None)
+        model = jsonable(to_dict()) if callable(to_dict) else {"class": type(self.model).__name__}
+        recipe = getattr(self.recipe, "name", type(self.recipe).__name__) if self.recipe else None
+        return {"kind": self.kind.name, "seed": self.seed, "recipe": recipe, "model": model,
+                "train": options}
+
+    def prepare_resume(self, source: str | Path) -> ResumePlan:
+        """Check and load all that resuming from ``source`` (a run folder or a checkpoint folder)
+        needs, writing nothing (:func:`graded.train.resume.plan_resume`): a config key that
+        cannot change raises RunError, no intact checkpoint CheckpointError. The CLI calls it
+        as its preflight; ``fit(resume_from=source)`` then starts from this plan."""
+        now = run_view(self.run_config(), options=self.opts.model_dump(mode="json"),
+                       seed=self.seed, kind=self.kind.name)
+        self._plan = plan_resume(source, self.model, self.optimizer, self.scheduler, now)
+        return self._plan
 
     # ----------------------------------------------------------------- loop
 
@@ -291,24 +314,50 @@ class Trainer:
 
         ``pause_after`` stops after that global step with a checkpoint, as an interruption
         would (for time-sliced jobs); the schedule still spans ``options.steps``.
+
+        The run folder is locked for the call (a second writer gets RunLockedError). A resume
+        is checked in full (:meth:`prepare_resume`) before anything is written; without
+        ``resume_from`` a folder that holds checkpoints is refused (RunError) unless the trainer
+        was built with ``overwrite=True``. See :mod:`graded.train.runs`.
         """
+        with self.run.lock():
+            plan = None
+            if resume_from is not None:
+                plan = self._plan
+                if plan is None or plan.source != Path(resume_from):
+                    plan = self.prepare_resume(resume_from)
+                self._plan = None
+            open_run(self.run, self.run_config(), plan, overwrite=self.overwrite,
+                     existing=bool(self.checkpoints.folders()),
+                     entries=("metrics.csv", "grades.jsonl", "metrics.json", "checkpoints",
+                              "history.jsonl", *(("tensorboard",) if self.opts.tensorboard
+                                                 else ())))
+            result = self._loop(plan, pause_after)
+            status = ("interrupted" if result.interrupted else "early_stopped"
+                      if result.early_stopped else "finished" if result.step >= self.opts.steps
+                      else "paused")
+            self.run.append_history("end", step=result.step, status=status)
+        return result
+
+    def _loop(self, plan: ResumePlan | None, pause_after: int | None) -> TrainResult:
         start, stopper = 0, {"best": None, "bad_evals": 0}
-        if resume_from is not None:
-            start, stopper = self._resume(resume_from)
+        if plan is not None:
+            start, stopper = plan.step, plan.stopper
+            restore_rng_state(*plan.rng)
         else:
             torch.manual_seed(self.seed)
             random.seed(self.seed)
             np.random.seed(self.seed % 2**32)
         main = self.ctx.is_main
         logger = RunLogger(self.run_dir, enabled=main, tensorboard=self.opts.tensorboard,
-                           resume_step=start if resume_from is not None else None)
+                           resume_step=start if plan is not None else None)
         result = TrainResult(step=start, best_metric=stopper.get("best"))
         total = self.opts.steps
         bar = _progress(total, start, enabled=main and self.opts.progress)
         began = time.perf_counter()
         tok_window, t_window = 0, time.perf_counter()
         step = start
-        saved_at = start if resume_from is not None else -1
+        saved_at = start if plan is not None else -1
         self.model.train()
         if self.recipe is not None:
             # Prepares step start+1 (λ annealing, grade-lr bound); idempotent after a resume,

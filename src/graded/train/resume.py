@@ -1,0 +1,85 @@
+"""Resuming a run: everything is checked and loaded before anything is written.
+
+:func:`plan_resume` (called by :meth:`graded.train.trainer.Trainer.prepare_resume`, the CLI's
+preflight) refuses a config that changes a key the resume rule of :mod:`graded.train.runs`
+keeps fixed, before reading any tensor; then loads the newest intact checkpoint into the model
+and optimizer (newer damaged ones are skipped, and listed), its scheduler state, and the peak
+learning rates now configured (:func:`use_peak_lrs`). Its :class:`ResumePlan` is what
+:meth:`Trainer.fit` starts from; the only state it leaves for later is the RNG, restored when the
+first resumed step is about to run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graded.train.checkpoint import (
+    STATE_FILE,
+    CheckpointManager,
+    IntactCheckpoint,
+    load_checkpoint,
+    read_rng_state,
+)
+from graded.train.runs import checked_changes
+from graded.train.state_tensors import checkpoint_error
+
+
+@dataclass
+class ResumePlan:
+    """What :func:`plan_resume` checked and loaded, before anything was written."""
+
+    source: Path  # the run folder or checkpoint folder asked for
+    checkpoint: Path  # the checkpoint loaded: the newest intact one
+    step: int
+    stopper: dict[str, Any]
+    rng: tuple[dict[str, torch.Tensor], dict[str, Any]]
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # newer, damaged checkpoints
+    changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # accepted overrides
+
+
+def use_peak_lrs(optimizer: torch.optim.Optimizer,
+                 scheduler: torch.optim.lr_scheduler.LambdaLR, peaks: list[float]) -> None:
+    """After loading a checkpoint, make ``peaks`` the schedule's base (peak) learning rates, so
+    the next step runs at ``peak × multiplier(step)`` of the schedule as now configured: a new
+    ``lr``, ``grade_lr`` or ``steps`` is used from the resume step on."""
+    scheduler.base_lrs = list(peaks)
+    for group, peak, multiplier in zip(optimizer.param_groups, peaks, scheduler.lr_lambdas):
+        group["initial_lr"] = peak
+        group["lr"] = peak * multiplier(scheduler.last_epoch)
+
+
+def plan_resume(
+    source: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    now: dict[str, Any],
+) -> ResumePlan:
+    """Check and load a resume from ``source`` (a run folder or one checkpoint folder) into
+    ``model``, ``optimizer`` and ``scheduler`` as built for the config ``now`` (a
+    :func:`graded.train.runs.run_view`); write nothing. Raises RunError for a config that cannot
+    resume, CheckpointError when no checkpoint loads."""
+    source = Path(source)
+    peaks = list(scheduler.base_lrs)  # as built from the options now
+    if (source / "checkpoints").is_dir():
+        manager = CheckpointManager(source / "checkpoints")
+        newest = manager.newest_state()
+        if newest is not None:  # refuse a changed config before reading any tensor
+            checked_changes(source, newest, now)
+        found = manager.find_intact(model, optimizer)
+    else:
+        found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
+                                                         restore_rng=False), [])
+    changes = checked_changes(source, found.meta, now)
+    try:
+        scheduler.load_state_dict(found.meta["scheduler"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise checkpoint_error(found.path / STATE_FILE,
+                               f"no usable scheduler state ({exc!r})") from None
+    use_peak_lrs(optimizer, scheduler, peaks)
+    return ResumePlan(source, found.path, found.meta["step"], found.meta.get("stopper", {}),
+                      read_rng_state(found.path), found.skipped, changes)

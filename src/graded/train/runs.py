@@ -1,0 +1,330 @@
+"""Run folders that cannot be damaged: one writer at a time, a manifest, a history, resume rules.
+
+A run folder (``output.dir/name/``, or a :class:`~graded.train.trainer.Trainer`'s ``run_dir``)
+holds, besides the files of :mod:`graded.train.logging` and the checkpoints:
+
+- ``run.lock``          held with :func:`fcntl.flock` (exclusive, non-blocking) while a process
+                        writes the run; it holds the writer's pid. A second writer is refused
+                        with :class:`RunLockedError` naming that pid. The kernel drops the lock
+                        when its process ends, so a lock file left by a killed process does not
+                        block; the file is emptied on release.
+- ``.graded-run.json``  the manifest: every entry (file or folder) the library wrote. Overwriting
+                        a run (:meth:`RunFolder.remove_written`) removes those entries and nothing
+                        else, so a user's own files in the folder survive. A folder without a
+                        manifest is taken to hold the entries of :data:`LIBRARY_ENTRIES`.
+- ``history.jsonl``     one JSON line per event: ``start``, ``resume`` (step, checkpoint, damaged
+                        checkpoints skipped), ``override`` (key, old and new value, step) and
+                        ``end`` (step, status).
+
+**The resume rule.** A resumed run continues the same optimisation, so the keys that define it
+cannot change: the task, the model, the seed, the task kind, the recipe, and the training options
+that shape the optimisation or its data order (``batch_size``, ``grad_accum``, ``schedule``,
+``warmup_steps``, ``min_lr_ratio``, ``betas``, ``eps``, ``weight_decay``, ``clip_norm``,
+``label_smoothing``, and ``monitor``/``monitor_mode``, which the best checkpoint was chosen by).
+The keys of :data:`RESUMABLE_KEYS` may change: more (or fewer) ``train.steps``, which re-spans
+the schedule; a new peak ``train.lr`` or ``train.grade_lr``, which is used from the resume step
+on (:func:`graded.train.resume.use_peak_lrs`); how often to evaluate, log and checkpoint;
+``keep_last``, ``progress``, ``tensorboard``, ``eval_batch_size``, ``device``,
+``early_stopping``; ``output.*`` and ``name``.
+:func:`resume_changes` sorts the differences of two configs by that rule; each accepted one is
+recorded in ``history.jsonl``.
+How a resume is checked and loaded before anything is written: :mod:`graded.train.resume`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from graded.train.checkpoint import atomic_write_text
+
+if TYPE_CHECKING:
+    from graded.train.resume import ResumePlan
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: runs are not locked
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_FILE = "run.lock"
+MANIFEST_FILE = ".graded-run.json"
+HISTORY_FILE = "history.jsonl"
+CONFIG_FILE = "config.yaml"
+RESUMABLE_KEYS = ("name", "output", "train.steps", "train.lr", "train.grade_lr",
+                  "train.eval_every", "train.log_every", "train.checkpoint_every",
+                  "train.keep_last", "train.progress", "train.tensorboard",
+                  "train.eval_batch_size", "train.device", "train.early_stopping")
+_ABSENT = object()
+LIBRARY_ENTRIES = ("config.yaml", "metrics.csv", "metrics.json", "grades.jsonl", "tensorboard",
+                   "checkpoints", "history.jsonl", "eval.json", "report")
+
+
+class RunError(RuntimeError):
+    """A run folder cannot be used as asked (in use, already a run, refused change, unwritable)."""
+
+
+class RunLockedError(RunError):
+    """Another process holds the run folder's lock."""
+
+
+class RunFolder:
+    """The lock, manifest and history of the run folder ``path``.
+
+    ``lock()`` is reentrant on one object (a caller may hold it around :meth:`Trainer.fit`, which
+    takes it again); a second object, in this process or another, is refused while it is held.
+    With ``writer=False`` (the ranks of a distributed run that do not write) the lock and every
+    write are no-ops. A write that the file system refuses raises :class:`RunError` naming the
+    folder.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, writer: bool = True) -> None:
+        self.path = Path(path)
+        self.writer = writer
+        self._fd: int | None = None
+        self._depth = 0
+
+    # ----------------------------------------------------------------- lock
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[RunFolder]:
+        """Hold the run lock for the ``with`` block (creating the folder)."""
+        self.acquire()
+        try:
+            yield self
+        finally:
+            self.release()
+
+    @property
+    def locked(self) -> bool:
+        return self._depth > 0
+
+    def acquire(self) -> None:
+        if not self.writer or fcntl is None:
+            return
+        if self._depth:
+            self._depth += 1
+            return
+        with self._writing():
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLockedError(
+                f"run folder {self.path} is in use by process {holder} (it holds "
+                f"{self.path / LOCK_FILE}); wait for that run to end or stop it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd, self._depth = fd, 1
+
+    def release(self) -> None:
+        if not self._depth:
+            return
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn a refused write (read-only folder, a file in the way) into a RunError."""
+        try:
+            yield
+        except OSError as exc:
+            reason = (exc.strerror or type(exc).__name__).lower()
+            raise RunError(f"cannot write to {self.path}: {reason}") from exc
+
+    # ----------------------------------------------------------------- manifest
+
+    def _manifest(self) -> list[str] | None:
+        path = self.path / MANIFEST_FILE
+        if not path.is_file():
+            return None
+        return list(json.loads(path.read_text(encoding="utf-8"))["written"])
+
+    def written(self) -> list[str]:
+        """Entries the library wrote here (from the manifest; :data:`LIBRARY_ENTRIES` without)."""
+        manifest = self._manifest()
+        if manifest is None:
+            return [name for name in LIBRARY_ENTRIES if (self.path / name).exists()]
+        return manifest
+
+    def record(self, *names: str) -> None:
+        """Add entries (names directly inside the folder) to the manifest."""
+        for name in names:
+            if Path(name).name != name or name in ("", ".", "..", LOCK_FILE, MANIFEST_FILE):
+                raise ValueError(f"manifest entries are names inside the run folder, got {name!r}")
+        self._write_manifest(sorted({*(self._manifest() or []), *names}))
+
+    def _write_manifest(self, names: list[str]) -> None:
+        if not self.writer:
+            return
+        with self.lock(), self._writing():
+            text = json.dumps({"format": "graded-run-1", "written": names}, indent=1)
+            atomic_write_text(self.path / MANIFEST_FILE, text + "\n")
+
+    def remove_written(self) -> list[Path]:
+        """Remove every entry the library wrote (nothing else); return the paths removed."""
+        if not self.writer:
+            return []
+        removed = []
+        with self.lock(), self._writing():
+            for name in self.written():
+                path = self.path / name
+                if Path(name).name != name or name in (LOCK_FILE, MANIFEST_FILE):
+                    continue  # a hand-edited manifest cannot reach outside the folder
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                elif path.exists() or path.is_symlink():
+                    path.unlink()
+                else:
+                    continue
+                removed.append(path)
+            self._write_manifest([])
+        return removed
+
+    def write_config(self, config: Mapping[str, Any]) -> bool:
+        """Write ``config.yaml`` from ``config`` unless the caller wrote one (present, not in the
+        manifest); return whether the file was written (an identical one is left alone)."""
+        path = self.path / CONFIG_FILE
+        text = yaml.safe_dump(dict(config), sort_keys=False)
+        if path.exists() and (CONFIG_FILE not in (self._manifest() or [])
+                              or path.read_text(encoding="utf-8") == text):
+            return False
+        if self.writer:
+            self.record(CONFIG_FILE)
+            with self.lock(), self._writing():
+                atomic_write_text(path, text)
+        return self.writer
+
+    # ----------------------------------------------------------------- history
+
+    def append_history(self, event: str, **fields: Any) -> None:
+        """Append one event line to ``history.jsonl``."""
+        if not self.writer:
+            return
+        line = json.dumps({"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           **fields}, default=str)
+        with self.lock(), self._writing(), (self.path / HISTORY_FILE).open("a") as fh:
+            fh.write(line + "\n")
+
+    def history(self) -> list[dict[str, Any]]:
+        """The events of ``history.jsonl``, oldest first."""
+        path = self.path / HISTORY_FILE
+        if not path.is_file():
+            return []
+        return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln]
+
+
+# --------------------------------------------------------------------------- the resume rule
+
+
+def may_change_on_resume(key: str) -> bool:
+    """Whether the dotted config ``key`` may differ on resume (see the module docstring)."""
+    return any(key == k or key.startswith(k + ".") for k in RESUMABLE_KEYS)
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, Mapping) or not data:
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def resume_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any]
+) -> tuple[dict[str, tuple[Any, Any]], dict[str, tuple[Any, Any]]]:
+    """The differences of two nested configs (``config.yaml`` contents) as ``{dotted key: (old,
+    new)}``, split into those a resume accepts and those it refuses (module docstring). A key
+    on one side only is a difference (its other value is shown as ``absent``)."""
+    a, b = _leaves(old), _leaves(new)
+    allowed: dict[str, tuple[Any, Any]] = {}
+    refused: dict[str, tuple[Any, Any]] = {}
+    for key in [*a, *(k for k in b if k not in a)]:
+        before, after = a.get(key, _ABSENT), b.get(key, _ABSENT)
+        if before != after:
+            target = allowed if may_change_on_resume(key) else refused
+            target[key] = (_shown(before), _shown(after))
+    return allowed, refused
+
+
+def _shown(value: Any) -> Any:
+    return "absent" if value is _ABSENT else value
+
+
+def refusal_message(run: str | os.PathLike[str], refused: Mapping[str, tuple[Any, Any]]) -> str:
+    """One line naming each refused key with its old and new value."""
+    changes = "; ".join(f"{k} was {json.dumps(o)}, now {json.dumps(n)}"
+                        for k, (o, n) in refused.items())
+    return (f"cannot resume {run} with a changed config: {changes} (these cannot change "
+            f"mid-run; start a new run for that, or change only {', '.join(RESUMABLE_KEYS)})")
+
+
+def run_view(config: Mapping[str, Any], *, options: Mapping[str, Any], seed: Any,
+             kind: Any) -> dict[str, Any]:
+    """What a resume compares: the run's config with its seed, task kind and train options."""
+    return {**config, "seed": seed, "kind": kind, "train": dict(options)}
+
+
+def checked_changes(
+    run: str | os.PathLike[str], checkpoint_state: Mapping[str, Any], new: Mapping[str, Any]
+) -> dict[str, tuple[Any, Any]]:
+    """The accepted changes from a checkpoint's run to ``new`` (a :func:`run_view`); a refused
+    one raises :class:`RunError` (:func:`refusal_message`)."""
+    old = run_view(checkpoint_state.get("config") or {},
+                   options=checkpoint_state.get("options") or {},
+                   seed=checkpoint_state.get("seed"), kind=checkpoint_state.get("kind"))
+    allowed, refused = resume_changes(old, new)
+    if refused:
+        raise RunError(refusal_message(run, refused))
+    return allowed
+
+
+def open_run(run: RunFolder, config: Mapping[str, Any], plan: ResumePlan | None, *,
+             existing: bool, overwrite: bool, entries: Sequence[str]) -> None:
+    """Ready a run folder (its lock held) for a fresh run (``plan`` None) or a resume: refuse
+    an ``existing`` run unless ``overwrite`` (then remove what the library wrote), record the
+    ``entries`` about to be written, write ``config.yaml`` and the history's events, and say on
+    stderr what was removed or skipped."""
+    if plan is None and existing:
+        if not overwrite:
+            raise RunError(
+                f"run folder {run.path} already holds checkpoints; resume it with "
+                f"fit(resume_from={str(run.path)!r}) or build the Trainer with overwrite=True "
+                "to replace what the library wrote there")
+        removed = run.remove_written()
+        if removed:
+            print(f"overwriting {run.path}: removed " + ", ".join(p.name for p in removed),
+                  file=sys.stderr)
+    if not run.writer:
+        return
+    run.record(*entries)
+    run.write_config(config)
+    if plan is None:
+        run.append_history("start", step=0)
+        return
+    for path, reason in plan.skipped:
+        print(f"warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
+    if plan.skipped:
+        print(f"resuming from {plan.checkpoint} (step {plan.step}), the newest intact "
+              "checkpoint", file=sys.stderr)
+    run.append_history("resume", step=plan.step, checkpoint=str(plan.checkpoint),
+                       skipped=[[str(p), reason] for p, reason in plan.skipped])
+    for key, (old, new) in plan.changes.items():
+        run.append_history("override", key=key, old=old, new=new, step=plan.step)

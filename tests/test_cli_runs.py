@@ -1,0 +1,159 @@
+"""Runs that cannot be damaged, through the command line: resume checks everything before it
+writes, one writer per run folder, damaged checkpoints named and skipped, demo runs usable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from graded.cli import main
+from graded.train.checkpoint import CheckpointManager
+
+HOLD_LOCK = (
+    "import sys\nfrom graded.train.runs import RunFolder\n"
+    "RunFolder(sys.argv[1]).acquire()\nprint('locked', flush=True)\nsys.stdin.read()\n"
+)
+
+
+def _config(tmp_path: Path, name: str = "tiny", *, model: dict | None = None, **train) -> Path:
+    cfg = {
+        "name": name,
+        "task": {"name": "dyck", "options": {"max_length": 8, "max_depth": 3},
+                 "n_train": 64, "n_eval": 32},
+        "model": model or {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
+                           "positional": "learned"},
+        "train": {"steps": 4, "batch_size": 16, "warmup_steps": 1, "eval_every": 2,
+                  "checkpoint_every": 2, "log_every": 1, "progress": False,
+                  "tensorboard": False, **train},
+        "output": {"dir": str(tmp_path / "runs")},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    assert main(["train", str(_config(tmp_path))]) == 0
+    return tmp_path / "runs" / "tiny"
+
+
+def test_resume_with_another_models_config_is_refused_and_leaves_every_file_identical(
+    run, tmp_path, capsys
+):
+    other = _config(tmp_path, "other", model={"d_model": 32, "n_heads": 2, "n_layers": 2,
+                                               "positional": "learned"})
+    before = _hashes(run)
+    capsys.readouterr()
+    assert main(["train", str(other), "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "model.d_model" in err and "16" in err and "32" in err
+    assert _hashes(run) == before
+    # the run is still whole: it evaluates and resumes
+    assert main(["eval", str(run)]) == 0
+    assert main(["train", "--resume", str(run), "--set", "train.steps=6"]) == 0
+
+
+def test_a_change_that_cannot_happen_mid_run_is_refused_by_set(run, capsys):
+    before = _hashes(run)
+    assert main(["train", "--resume", str(run), "--set", "train.batch_size=8"]) == 2
+    assert "train.batch_size" in capsys.readouterr().err
+    assert _hashes(run) == before
+
+
+def test_a_new_learning_rate_on_resume_is_used_and_recorded(run):
+    from graded.train.logging import read_metrics
+
+    assert main(["train", "--resume", str(run), "--set", "train.lr=0.01",
+                 "--set", "train.steps=6", "--set", "train.schedule=constant"]) == 2  # refused
+    assert main(["train", "--resume", str(run), "--set", "train.lr=0.01",
+                 "--set", "train.steps=6"]) == 0
+    overrides = {e["key"]: (e["old"], e["new"]) for e in _history(run)
+                 if e["event"] == "override"}
+    assert overrides["train.lr"] == (0.001, 0.01)
+    assert overrides["train.steps"] == (4, 6)
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["lr"] == 0.01
+    # the logged learning rate after the resume follows the new peak: warmup 1, cosine to 6
+    import math
+
+    lrs = dict(read_metrics(run)["train"]["lr"])
+    for step in (5, 6):  # lr logged after step s is the schedule's value for step s
+        expected = 0.01 * 0.5 * (1 + math.cos(math.pi * (step - 1) / 5))
+        assert lrs[step] == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid(run, capsys):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        before = _hashes(run)
+        assert main(["train", "--resume", str(run), "--set", "train.steps=6"]) == 2
+        err = capsys.readouterr().err
+        assert str(proc.pid) in err and str(run) in err
+        assert _hashes(run) == before
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_damaged_checkpoints_are_named_in_one_line_and_resume_falls_back(run, capsys):
+    manager = CheckpointManager(run / "checkpoints")
+    newest = manager.latest()
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    capsys.readouterr()
+    assert main(["eval", str(run), "--checkpoint", str(newest)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("graded: error: ") and str(weights) in line
+    assert main(["eval", str(run), "--checkpoint", "latest"]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped damaged checkpoint {newest}" in err
+    assert main(["train", "--resume", str(run), "--set", "train.steps=6"]) == 0
+    err = capsys.readouterr().err
+    assert "newest intact checkpoint" in err
+    resumed = [e for e in _history(run) if e["event"] == "resume"][-1]
+    assert resumed["step"] == 2 and str(newest) in json.dumps(resumed["skipped"])
+
+
+def test_eval_and_generate_need_only_the_weights(run, capsys):
+    for ckpt in (run / "checkpoints").glob("step_*"):
+        (ckpt / "optimizer.safetensors").unlink()
+    assert main(["eval", str(run), "--checkpoint", "latest"]) == 0
+    assert main(["generate", str(run), "--prompt", "("]) == 0
+
+
+def test_overwrite_removes_only_what_graded_wrote(run, tmp_path, capsys):
+    (run / "notes.txt").write_text("mine")
+    assert main(["train", str(_config(tmp_path)), "--set", "output.overwrite=true"]) == 0
+    assert (run / "notes.txt").read_text() == "mine"
+    assert "removed" in capsys.readouterr().err
+
+
+def test_report_eval_and_resume_work_on_demo_runs(tmp_path, capsys):
+    from graded.demo import run_demo
+
+    out = tmp_path / "demo"
+    run_demo(out, seeds=1, quick=True, workers=1)
+    run = out / "polynomial_regression" / "LGT-seed0"
+    assert (run / "config.yaml").is_file()
+    assert main(["eval", str(run)]) == 0
+    assert main(["report", str(run)]) == 0
+    steps = json.loads((run / "metrics.json").read_text())["step"]
+    assert main(["train", "--resume", str(run), "--set", f"train.steps={steps + 2}"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["step"] == steps + 2

@@ -1,0 +1,166 @@
+"""Damaged checkpoints: one-line errors naming the file, fallback to the newest intact one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_training import TinyClassifier, make_trainer
+
+from graded.train import checkpoint as ck
+from graded.train.optim import param_groups
+from graded.train.runs import RunFolder
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A run with checkpoints at steps 4 and 8 (never modified: tests damage copies)."""
+    folder = tmp_path_factory.mktemp("run")
+    make_trainer(folder, steps=8).fit()
+    assert ck.CheckpointManager(folder / "checkpoints").steps() == [4, 8]
+    return folder
+
+
+@pytest.fixture
+def copy(run, tmp_path) -> Path:
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def _latest(run: Path) -> Path:
+    return run / "checkpoints" / "step_000000008"
+
+
+def _fresh() -> tuple[TinyClassifier, torch.optim.Optimizer]:
+    model = TinyClassifier()
+    return model, torch.optim.AdamW(param_groups(model, 0.01))  # the groups the trainer uses
+
+
+def _load_error(directory: Path, **kwargs) -> str:
+    model, opt = _fresh()
+    with pytest.raises(ck.CheckpointError) as exc:
+        ck.load_checkpoint(directory, model, kwargs.pop("optimizer", opt), **kwargs)
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def _cut_in_half(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_model_file_is_a_one_line_error_naming_it(copy):
+    path = _latest(copy) / ck.MODEL_FILE
+    _cut_in_half(path)
+    message = _load_error(_latest(copy))
+    assert message.startswith(f"checkpoint file {path}: truncated")
+
+
+def test_a_truncated_optimizer_file_is_a_one_line_error_naming_it(copy):
+    path = _latest(copy) / ck.OPTIM_FILE
+    _cut_in_half(path)
+    assert _load_error(_latest(copy)).startswith(f"checkpoint file {path}: truncated")
+
+
+def test_flipped_header_bytes_are_a_one_line_error_naming_the_file(copy):
+    path = _latest(copy) / ck.MODEL_FILE
+    data = bytearray(path.read_bytes())
+    data[8:12] = b"\xff\xfe\x00\x01"  # the JSON header starts at byte 8
+    path.write_bytes(bytes(data))
+    assert _load_error(_latest(copy)).startswith(f"checkpoint file {path}: ")
+
+
+def test_flipped_tensor_bytes_fail_the_recorded_checksum(copy):
+    path = _latest(copy) / ck.MODEL_FILE
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # inside the last tensor's data: the header still parses
+    path.write_bytes(bytes(data))
+    assert _load_error(_latest(copy)) == (
+        f"checkpoint file {path}: corrupt (its SHA-256 differs from the one state.json records)")
+
+
+def test_garbage_state_json_is_a_one_line_error_naming_it(copy):
+    path = _latest(copy) / ck.STATE_FILE
+    path.write_text('{"step": 8, "sched')
+    assert _load_error(_latest(copy)).startswith(f"checkpoint file {path}: truncated")
+    path.write_text("[1, 2]")
+    assert _load_error(_latest(copy)) == (
+        f"checkpoint file {path}: not a checkpoint state (no integer 'step')")
+
+
+def test_a_model_of_another_width_is_refused_naming_keys_and_shapes(run):
+    wide = TinyClassifier(dim=32)
+    with pytest.raises(ck.CheckpointError) as exc:
+        ck.load_checkpoint(_latest(run), wide, restore_rng=False)
+    message = str(exc.value)
+    assert message.startswith(f"checkpoint file {_latest(run) / ck.MODEL_FILE}: does not fit")
+    assert "embed.weight is (12, 16) in the file, (12, 32) in the model" in message
+    assert "\n" not in message
+
+
+def test_a_mismatch_leaves_the_model_unchanged(run):
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ck.CheckpointError, match=r"missing 0\.weight, 0\.bias; unexpected"):
+        ck.load_checkpoint(_latest(run), model, restore_rng=False)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_optimizer_state_of_other_parameter_groups_is_refused(run):
+    model = TinyClassifier()
+    split = torch.optim.AdamW([{"params": [model.embed.weight]},
+                               {"params": [p for n, p in model.named_parameters()
+                                           if n != "embed.weight"]}])
+    message = _load_error(_latest(run), optimizer=split)
+    assert f"{ck.OPTIM_FILE}: optimizer state for parameter groups of sizes" in message
+
+
+def test_a_missing_optimizer_file_is_named_when_an_optimizer_is_asked_for(copy):
+    path = _latest(copy) / ck.OPTIM_FILE
+    path.unlink()
+    assert _load_error(_latest(copy)).startswith(f"checkpoint file {path}: missing")
+
+
+def test_weights_only_load_works_without_the_optimizer_file(copy, run):
+    (_latest(copy) / ck.OPTIM_FILE).unlink()
+    model = TinyClassifier()
+    meta = ck.load_checkpoint(_latest(copy), model, restore_rng=False)
+    stored = ck.read_tensors(_latest(run) / ck.MODEL_FILE)[0]
+    assert meta["step"] == 8
+    assert all(torch.equal(stored[k], v) for k, v in model.state_dict().items())
+
+
+def test_find_intact_skips_damaged_checkpoints_newest_first(copy):
+    _cut_in_half(_latest(copy) / ck.MODEL_FILE)
+    model, opt = _fresh()
+    found = ck.CheckpointManager(copy / "checkpoints").find_intact(model, opt)
+    assert found.path.name == "step_000000004" and found.meta["step"] == 4
+    assert [p for p, _ in found.skipped] == [_latest(copy)]
+    assert str(_latest(copy) / ck.MODEL_FILE) in found.skipped[0][1]
+
+
+def test_no_intact_checkpoint_is_one_error_listing_each(copy):
+    for step in (4, 8):
+        (copy / "checkpoints" / f"step_{step:09d}" / ck.STATE_FILE).write_text("{")
+    model, opt = _fresh()
+    with pytest.raises(ck.CheckpointError) as exc:
+        ck.CheckpointManager(copy / "checkpoints").find_intact(model, opt)
+    assert "step_000000004" in str(exc.value) and "step_000000008" in str(exc.value)
+
+
+def test_resume_falls_back_to_the_newest_intact_checkpoint_and_says_so(copy, tmp_path, capsys):
+    full = make_trainer(tmp_path / "full", steps=8).fit().losses
+    _cut_in_half(_latest(copy) / ck.MODEL_FILE)
+    capsys.readouterr()
+    resumed = make_trainer(copy, steps=8).fit(resume_from=copy)
+    err = capsys.readouterr().err
+    assert f"warning: skipped damaged checkpoint {_latest(copy)}: checkpoint file" in err
+    assert "resuming from" in err and "step_000000004 (step 4)" in err
+    assert resumed.losses == full[4:]  # continued exactly from step 4
+    event = [e for e in RunFolder(copy).history() if e["event"] == "resume"][-1]
+    assert event["step"] == 4 and event["skipped"][0][0] == str(_latest(copy))
+    ck.load_checkpoint(_latest(copy), TinyClassifier(), restore_rng=False)  # rewritten intact

@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,33 +45,11 @@ from graded.train.logging import RunLogger
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
 from graded.train.options import TrainOptions
+from graded.train.recipes import Recipe, get_recipe
 from graded.train.resume import ResumePlan, plan_resume
 from graded.train.runs import RunFolder, open_run, run_view
 from graded.train.schedules import make_scheduler
 from graded.train.state_tensors import jsonable, restore_rng_state
-
-
-class Recipe(Protocol):
-    """What the trainer needs from a training recipe (:mod:`graded.train.recipes`)."""
-
-    def param_groups(
-        self, model: torch.nn.Module, *, lr: float, weight_decay: float, grade_lr: float | None
-    ) -> list[dict]: ...
-
-    def regularization(self, model: torch.nn.Module) -> torch.Tensor: ...
-
-    def on_step(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, total_steps: int
-    ) -> dict[str, float]: ...
-
-
-def resolve_recipe(recipe: str | Recipe | None) -> Recipe | None:
-    """A recipe object from its name (``graded.train.recipes.get_recipe``), or as given."""
-    if recipe is None or not isinstance(recipe, str):
-        return recipe
-    from graded.train.recipes import get_recipe
-
-    return get_recipe(recipe)
 
 
 @dataclass
@@ -130,7 +108,9 @@ class Trainer:
     Parameters: ``kind`` is a task kind of :mod:`graded.kinds`, or its name ("lm",
     "classification", "regression", "seq2seq"; the morphic LM kind for a morphic model);
     ``options`` a :class:`TrainOptions`; ``run_dir`` the run folder (created); ``seed`` fixes
-    initial RNG state and data order; ``recipe`` a recipe name or object (None = plain AdamW);
+    initial RNG state and data order; ``recipe`` a recipe name or a
+    :class:`~graded.train.recipes.Recipe` (None = plain AdamW; subclass it for a recipe of your
+    own);
     ``config`` a JSON-able dict saved in every checkpoint and as ``config.yaml``
     (:meth:`run_config`); ``resume_command`` the command printed after an interruption (default:
     how to resume through the Python API); ``overwrite`` lets :meth:`fit` replace a run already
@@ -165,7 +145,7 @@ class Trainer:
         dataset_size(self.train_data)
         self.ctx = D.setup(self.opts.device)
         self.model = model.to(self.ctx.device)
-        self.recipe = resolve_recipe(recipe)
+        self.recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
         self.optimizer = torch.optim.AdamW(
             self._param_groups(), lr=self.opts.lr, betas=self.opts.betas, eps=self.opts.eps
         )

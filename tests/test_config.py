@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,118 @@ def test_family_split_is_checked_before_training():
     with pytest.raises(ConfigError, match=r"task\.split: test_families \['grid'\] are not among"):
         validate_config({"task": {"name": "graph_properties", "split": "family",
                                   "options": options}})
+
+
+# --------------------------------------------------------------------------- one typed system
+
+
+def test_validation_builds_the_task_model_config_and_recipe_the_run_uses(tmp_path):
+    from graded.config import build_run
+    from graded.train.recipes import get_recipe
+    from graded.transformer.config import TransformerConfig
+
+    cfg = validate_config({**BASE, "output": {"dir": str(tmp_path)}})
+    assert cfg.built_task.name == "polynomial_regression"
+    assert cfg.built_recipe == get_recipe("lgt-alg5.1")
+    assert isinstance(cfg.built_model_config, TransformerConfig)
+    parts = build_run(cfg)
+    assert parts.task is cfg.built_task
+    assert parts.recipe is cfg.built_recipe and parts.trainer.recipe is cfg.built_recipe
+    assert parts.model.config == cfg.built_model_config
+
+
+def test_a_run_config_built_by_hand_is_dry_built_when_run(tmp_path):
+    from graded.config import RunConfig, build_run
+
+    cfg = RunConfig.model_validate({**BASE, "output": {"dir": str(tmp_path)}})
+    assert cfg.built_task is None
+    parts = build_run(cfg)
+    assert parts.task is cfg.built_task is not None
+
+
+def test_a_recipe_for_another_grading_stays_an_error_for_every_graded_recipe():
+    from graded.train.recipes import RECIPES
+
+    for name, recipe in RECIPES.items():
+        if recipe.kind is None:
+            continue
+        other = {"linear": "exponential", "exponential": "linear"}[recipe.kind]
+        data = {**BASE, "model": {**BASE["model"], "grading": other}, "recipe": name}
+        with pytest.raises(ConfigError, match=f"needs model.grading={recipe.kind}"):
+            validate_config(data)
+
+
+def test_auto_recipe_is_the_recipe_whose_kind_is_the_grading():
+    from graded.train.recipes import RECIPES
+
+    for name, recipe in RECIPES.items():
+        if recipe.kind is not None:
+            cfg = validate_config({**BASE, "model": {**BASE["model"], "grading": recipe.kind}})
+            assert cfg.recipe_name() == name
+
+
+def test_schema_choices_are_the_constants_of_the_owning_modules():
+    from typing import get_args
+
+    from graded.attention.graded import VARIANTS
+    from graded.attention.scores import SCORES
+    from graded.config import RecipeSection, RunConfig, TaskSection, describe_schema
+    from graded.config.schema import ModelSection
+    from graded.grading import GRADINGS, LINEAR_FUNCTIONS
+    from graded.kinds import ARCHITECTURES
+    from graded.positional import POSITIONAL
+    from graded.tasks.base import SPLIT_KINDS
+    from graded.train.recipes import RECIPES
+    from graded.transformer.config import TransformerConfig
+    from graded.transformer.layers import ACTIVATIONS, NORMS
+
+    def literal(model, name):
+        ann = model.model_fields[name].annotation
+        return tuple(a for a in get_args(ann) if a is not type(None))
+
+    def choices(ann):  # Literal[...] or Literal[...] | None
+        inner = [a for a in get_args(ann) if a is not type(None)]
+        return get_args(inner[0]) if len(inner) == 1 and get_args(inner[0]) else tuple(inner)
+
+    assert literal(RecipeSection, "name") == ("auto", *RECIPES)
+    assert literal(TaskSection, "split") == SPLIT_KINDS
+    assert literal(ModelSection, "architecture") == ARCHITECTURES
+    fields = TransformerConfig.model_fields
+    for name, owner in [("positional", POSITIONAL), ("activation", ACTIVATIONS), ("norm", NORMS),
+                        ("attn_score", SCORES), ("grade_attention_variant", VARIANTS),
+                        ("grading_f", LINEAR_FUNCTIONS)]:
+        assert literal(TransformerConfig, name) == owner, name
+    assert choices(fields["grading"].annotation) == GRADINGS
+    assert f"one of {', '.join(('auto', *RECIPES))}" in describe_schema()
+    assert RunConfig.model_fields["recipe"].annotation is RecipeSection
+
+
+def test_registry_choices_are_read_from_the_registry_when_validating():
+    from graded.attention.backends import available_backends
+    from graded.transformer.config import TransformerConfig
+    from graded.transformer.graded import GRADE_INITS
+
+    for backend in available_backends():
+        assert TransformerConfig(attn_backend=backend).attn_backend == backend
+    for init in GRADE_INITS:
+        assert TransformerConfig(grade_init=init).grade_init == init
+    with pytest.raises(ValueError, match=r"grade_init='warm' is invalid: expected one of "
+                                         + re.escape(str(GRADE_INITS))):
+        TransformerConfig(grade_init="warm")
+    with pytest.raises(ValueError, match=r"attn_backend='flash9' is invalid: expected one of"):
+        TransformerConfig(attn_backend="flash9")
+
+
+def test_load_run_config_reads_a_run_folder_through_the_schema(tmp_path):
+    from graded.config import dump_config, load_run_config
+
+    cfg = validate_config({**BASE, "name": "r", "output": {"dir": str(tmp_path)}})
+    cfg.run_dir().mkdir(parents=True)
+    (cfg.run_dir() / "config.yaml").write_text(dump_config(cfg))
+    again = load_run_config(cfg.run_dir())
+    assert again == cfg and again.built_model_config == cfg.built_model_config
+    with pytest.raises(ConfigError, match=r"has no config\.yaml"):
+        load_run_config(tmp_path)
+    (tmp_path / "config.yaml").write_text("task: {name: dyck}\nmodel: {d_modle: 8}\n")
+    with pytest.raises(ConfigError, match=r"model\.d_modle: unknown key"):
+        load_run_config(tmp_path)

@@ -55,7 +55,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     parts = build_run(cfg, run_dir, resume_command=f"graded train --resume {run_dir}")
     trainer, task, model = parts.trainer, parts.task, parts.model
-    trainer.overwrite = cfg.output.overwrite
     try:
         with trainer.run.lock():
             if resume_dir is not None:
@@ -89,12 +88,10 @@ def _load_run(run_dir: Path, which: str):
     """
     import torch
 
-    from graded.config import build_model, build_task, load_config
+    from graded.config import build_model, build_task, load_run_config
     from graded.train.checkpoint import CheckpointManager, load_checkpoint
 
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} is not a run folder (no config.yaml)")
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_run_config(run_dir)
     task = build_task(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, task)
@@ -235,7 +232,7 @@ def _morphic_report(run_dir: Path, out: Path) -> Path | None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from graded.config import load_config
+    from graded.config import load_run_config
     from graded.train.report import write_runs_report
     from graded.train.runs import RunFolder
 
@@ -245,7 +242,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _fail(f"not finished run folders (no metrics.json): {missing}")
     # every check before the first write: a report is written whole or not at all
     morphic = [r for r in runs if (r / "config.yaml").is_file() and _is_run_config(r)
-               and load_config(r / "config.yaml").model.architecture == "morphic"]
+               and load_run_config(r).model.architecture == "morphic"]
     out = Path(args.out) if args.out else runs[0] / "report"
     if args.out is None:
         RunFolder(runs[0]).record("report")

@@ -77,6 +77,8 @@ def run_config(task: str, model: str, seed: int, out_dir: Path, quick: bool) -> 
             "eval_every": max(1, steps // 10), "log_every": max(1, steps // 50),
             "keep_last": 1, "progress": False, "device": "cpu",
         },
+        # a rerun replaces what the library wrote in the run folder, nothing else; the trainer
+        # writes config.yaml there, so eval, report and --resume work on demo runs
         "output": {"dir": str(out_dir / task), "overwrite": True},
     }
 
@@ -100,9 +102,6 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
     except (ImportError, NotImplementedError) as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"
         return out
-    # output.overwrite: a rerun replaces what the library wrote in the run folder, nothing else;
-    # the trainer writes config.yaml, so eval, report and --resume work on demo runs
-    parts.trainer.overwrite = cfg.output.overwrite
     began = time.perf_counter()
     try:
         result = parts.trainer.fit()

@@ -38,6 +38,8 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "GRADINGS",
+    "LINEAR_FUNCTIONS",
     "ExponentialGrading",
     "GradesLike",
     "GradingMap",
@@ -49,6 +51,9 @@ __all__ = [
 GradesLike = Tensor | Sequence[float] | Sequence[Sequence[float]] | float | int
 
 _G = TypeVar("_G", bound="GradingMap")
+# The grading kinds: LinearGrading (LGT, 000 §5) and ExponentialGrading (EGT, 000 §6).
+GRADINGS = ("linear", "exponential")
+# LinearGrading's f (000 Ex. 5.4/5.38): q + 1, |q| + 1, softplus(q), q.
 LINEAR_FUNCTIONS = ("shift", "abs_shift", "softplus", "identity")
 # softplus(q) == 1 at q = log(e - 1): the neutral grade of the softplus map.
 _SOFTPLUS_NEUTRAL = math.log(math.expm1(1.0))

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "POSITIONAL",
     "ALiBi",
     "LearnedPositions",
     "RotaryEmbedding",
@@ -26,6 +27,10 @@ __all__ = [
     "alibi_slopes",
     "sinusoidal_table",
 ]
+
+# The positional encodings a transformer config names (graded.TransformerConfig.positional):
+# sinusoidal 0-indexed (Vaswani et al.) or 1-indexed (003 §2.2), learned, RoPE, ALiBi, none.
+POSITIONAL = ("sinusoidal", "sinusoidal1", "learned", "rope", "alibi", "none")
 
 
 def _inverse_frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:

@@ -1,3 +1,6 @@
+import inspect
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,3 +43,99 @@ def test_unknown_keys_are_rejected_with_their_names():
     bad = {**CONFIG, "layers": [{"banded": [0], "speed": 2}]}
     with pytest.raises(ValueError, match="'speed'"):
         MorphicConfig.from_dict(bad)
+
+
+# --------------------------------------------------------------------------- typed layers
+
+
+def test_a_typo_in_block_options_is_a_validation_error_naming_the_key_and_the_allowed_ones():
+    bad = {**CONFIG, "layers": [{**CONFIG["layers"][0], "block_options": {"hiden": 16}}]}
+    with pytest.raises(ValueError, match=r"layers\.0\.block_options=.* is invalid: expected "
+                                         r"options of a 'ffn' block, not 'hiden' \(did you mean "
+                                         r"'hidden'\?\); allowed keys: activation, bias, hidden"):
+        MorphicConfig.from_dict(bad)
+    attention = {**CONFIG["layers"][1], "block_options": {"hidden": 16}}
+    with pytest.raises(ValueError, match=r"'attention' block, not 'hidden'.*head_dim"):
+        MorphicConfig.from_dict({**CONFIG, "layers": [attention]})
+    with pytest.raises(ValueError, match=r"router: unknown key 'rnak'"):
+        MorphicConfig.from_dict({**CONFIG, "layers": [{"banded": [0], "router": {"rnak": 4}}]})
+
+
+def _keywords(fn, skip):
+    params = inspect.signature(fn).parameters
+    return {n: p.default for n, p in params.items() if n not in ("self", *skip)}
+
+
+def test_option_models_have_exactly_the_constructor_keywords_and_defaults():
+    from graded.morphic import FFNBlock, GradeTypedAttention, LinearBlock, MorphicLayer, Router
+    from graded.morphic.config import (
+        BLOCK_OPTIONS,
+        MorphicLayerSpec,
+        RouterOptions,
+    )
+
+    constructors = {"linear": LinearBlock, "ffn": FFNBlock, "attention": GradeTypedAttention}
+    assert set(BLOCK_OPTIONS) == set(constructors)
+    for kind, options in BLOCK_OPTIONS.items():
+        expected = _keywords(constructors[kind], ("d_in", "d_out", "d_src", "d_dst"))
+        if kind == "ffn":  # the constructor requires hidden; the config defaults it
+            assert expected.pop("hidden") is inspect.Parameter.empty
+            expected["hidden"] = None
+        assert options().model_dump() == expected, kind
+    assert RouterOptions().model_dump() == _keywords(Router, ("space", "edges"))
+    layer = _keywords(MorphicLayer, ("space", "edges", "blocks"))
+    spec = MorphicLayerSpec(banded=[0]).model_dump(exclude={"edges", "banded", "block",
+                                                            "block_options"})
+    assert layer.pop("pre_norm") is None and spec.pop("pre_norm") == "layer"  # documented
+    assert spec == {**layer, "router": None}
+
+
+def test_defaults_are_the_same_in_python_and_in_yaml():
+    import yaml
+
+    from graded.morphic.config import (
+        AttentionBlockOptions,
+        FFNBlockOptions,
+        GradeSpec,
+        MorphicLayerSpec,
+        RouterOptions,
+    )
+
+    text = (Path(__file__).parents[2] / "configs" / "dyck_morphic.yaml").read_text()
+    from_yaml = MorphicConfig.from_dict({**yaml.safe_load(text)["model"]["morphic"],
+                                         "vocab_size": 6, "max_len": 34})
+    in_python = MorphicConfig(
+        vocab_size=6, max_len=34,
+        grades=[GradeSpec(label="g0", dim=32, index=0), GradeSpec(label="g1", dim=32, index=1)],
+        layers=[MorphicLayerSpec(edges=[["g0", "g1", "attend"]], block="attention",
+                                 block_options=AttentionBlockOptions(num_heads=2, head_dim=16),
+                                 router=RouterOptions(rank=8)),
+                MorphicLayerSpec(banded=[0, 1], block="ffn",
+                                 block_options=FFNBlockOptions(hidden=64),
+                                 router=RouterOptions(rank=8))],
+        objective={"utility_weight": 0.1, "omega": "entropy_penalty", "omega_weight": 1e-3})
+    assert in_python == from_yaml
+    models = []
+    for cfg in (from_yaml, in_python):
+        torch.manual_seed(0)
+        models.append(build_morphic_model(cfg))
+    a, b = (m.state_dict() for m in models)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(layer.pre_norm is not None for layer in models[0].layers)
+
+
+def test_variable_addition_preset_takes_the_vocabulary_and_length_of_its_data():
+    from graded.morphic.tasks.adder import VariableAdditionTask
+
+    vocab = VariableAdditionTask(7, [1, 3]).vocab_size  # p + |shifts| + 1 = 10
+    options = {"p": 7, "shifts": [1, 3]}
+    model = build_morphic_model({"preset": "variable_addition", "preset_options": options,
+                                 "vocab_size": vocab, "max_len": 5})
+    assert (model.vocab_size, model.max_len, model.pos.num_embeddings) == (vocab, 5, 5)
+    with pytest.raises(ValueError, match=r"vocab_size=12 is invalid: expected the vocabulary "
+                                         r"of preset 'variable_addition' .*, 10 tokens"):
+        MorphicConfig(preset="variable_addition", preset_options=options, vocab_size=12)
+    with pytest.raises(ValueError, match=r"max_len=2 is invalid: expected at least"):
+        MorphicConfig(preset="variable_addition", max_len=2)
+    with pytest.raises(ValueError, match=r"preset_options=.* not 'tol' \(did you mean 'tool'"):
+        MorphicConfig(preset="variable_addition", preset_options={"tol": "external"})

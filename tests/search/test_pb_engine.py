@@ -1,6 +1,7 @@
 """The PatternBoost loop: run folder contents, resuming, interruption, baselines, parallelism."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -143,3 +144,21 @@ def test_bad_config_values_raise_with_the_field_name():
         tiny(keep=100, database_size=10)
     with pytest.raises(ValueError, match="unknown PatternBoostConfig key"):
         PatternBoostConfig.from_dict({"rounds": 2, "colour": "red"})
+
+
+def test_config_errors_name_the_field_the_value_and_what_is_allowed():
+    from graded.search.patternboost.problems import PROBLEMS
+
+    with pytest.raises(ValueError, match=r"PatternBoostConfig\.problem='nope' is invalid: "
+                                         r"expected one of " + re.escape(str(tuple(sorted(
+                                             PROBLEMS))))):
+        PatternBoostConfig(problem="nope")
+    with pytest.raises(ValueError, match=r"PatternBoostConfig\.model=.* unknown: \['vocab_size'\]"):
+        PatternBoostConfig(model={"d_model": 8, "vocab_size": 3})
+    with pytest.raises(ValueError, match=r"PatternBoostConfig\.database_size=5 is invalid: "
+                                         r"expected at least keep=10"):
+        PatternBoostConfig(keep=10, database_size=5)
+    config = PatternBoostConfig()
+    with pytest.raises(ValueError, match=r"PatternBoostConfig\.rounds=-1 is invalid"):
+        config.rounds = -1
+    assert config.rounds == 20 and PatternBoostConfig.from_dict(config.to_dict()) == config

@@ -1,8 +1,19 @@
 """``MorphicConfig``: a serialisable description of a ``MorphicTransformer`` (for the trainer/CLI).
 
+A :class:`graded._schema.ConfigModel` like every config of the library: the grades, the layers
+(:class:`MorphicLayerSpec`), each layer's router (:class:`RouterOptions`) and block options
+(:class:`LinearBlockOptions`, :class:`FFNBlockOptions` or :class:`AttentionBlockOptions`, by
+``block``) are typed models, so a typo anywhere is a ``ValueError`` naming the key and the
+allowed ones, before any module is built.
+
 Generic models (linear, FFN or grade-typed attention blocks on explicit or banded edges) are
 built from the config alone; the 004 §5.3 tasks with fixed or external tools are named presets
-(``preset="variable_addition"`` with ``preset_options``: p, shifts, tool). Unknown keys raise.
+(``preset="variable_addition"`` with ``preset_options``: p, shifts, tool, ...).
+
+Defaults are the same whether a config is written in Python or YAML. A layer's ``pre_norm``
+defaults to ``"layer"`` (a grade-wise LayerNorm before the blocks, as the YAML configs have
+always been built), not to :class:`MorphicLayer`'s own ``None``, which hand-built layers with
+fixed tools (the presets) keep.
 
 Example (YAML)::
 
@@ -15,60 +26,278 @@ Example (YAML)::
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
+from pydantic import BeforeValidator, Field, SerializeAsAny, model_validator
+from torch import nn
+
+from graded._schema import (
+    ConfigModel,
+    Invalid,
+    Strict,
+    is_number,
+    not_a_key,
+    positive_int,
+    satisfies,
+)
 from graded.morphic.attention_block import GradeTypedAttention
 from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
+from graded.morphic.router import MODES, NORMALIZATIONS, POOLINGS
 from graded.morphic.state import Grade, GradedStateSpace
+from graded.morphic.update import UPDATE_MODES
 
-_LAYER_KEYS = {"edges", "banded", "block", "block_options", "router", "update", "pre_norm",
-               "eta", "beta", "thresholds", "train_routing"}
-BLOCKS = ("linear", "ffn", "attention")
+__all__ = [
+    "BLOCKS",
+    "BLOCK_OPTIONS",
+    "PRESETS",
+    "AttentionBlockOptions",
+    "FFNBlockOptions",
+    "GradeSpec",
+    "LinearBlockOptions",
+    "MorphicConfig",
+    "MorphicLayerSpec",
+    "RouterOptions",
+    "VariableAdditionOptions",
+    "build_morphic_model",
+]
+
+PositiveInt = Annotated[int, positive_int()]
 
 
-@dataclass
-class MorphicConfig:
-    vocab_size: int = 0
-    grades: list[dict[str, Any]] = field(default_factory=list)
-    layers: list[dict[str, Any]] = field(default_factory=list)
-    max_len: int = 256
-    positional: str = "learned"
-    objective: dict[str, Any] = field(default_factory=dict)
-    preset: str | None = None
-    preset_options: dict[str, Any] = field(default_factory=dict)
+class BlockOptions(Strict):
+    """Keyword options of one block kind; :meth:`build` makes the block for one edge."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    @abc.abstractmethod
+    def build(self, d_in: int, d_out: int) -> nn.Module:
+        """The block of an edge from a grade of dimension ``d_in`` to one of ``d_out``."""
 
+
+class LinearBlockOptions(BlockOptions):
+    """:class:`graded.morphic.blocks.LinearBlock`'s options."""
+
+    bias: bool = False
+    init: str = "default"
+
+    def build(self, d_in: int, d_out: int) -> nn.Module:
+        return LinearBlock(d_in, d_out, **self.model_dump())
+
+
+class FFNBlockOptions(BlockOptions):
+    """:class:`graded.morphic.blocks.FFNBlock`'s options; ``hidden`` None is 4·max(d_in, d_out)."""
+
+    hidden: Annotated[int | None, positive_int(optional=True)] = None
+    activation: str = "gelu"
+    bias: bool = False
+
+    def build(self, d_in: int, d_out: int) -> nn.Module:
+        hidden = self.hidden if self.hidden is not None else 4 * max(d_in, d_out)
+        return FFNBlock(d_in, d_out, **{**self.model_dump(), "hidden": hidden})
+
+
+class AttentionBlockOptions(BlockOptions):
+    """:class:`graded.morphic.attention_block.GradeTypedAttention`'s options."""
+
+    num_heads: PositiveInt = 1
+    head_dim: PositiveInt = 16
+    value_source: str = "dest"
+    key_source: str = "dest"
+    identity_values: bool = False
+
+    def build(self, d_in: int, d_out: int) -> nn.Module:
+        return GradeTypedAttention(d_in, d_out, **self.model_dump())
+
+
+# The block kinds a layer spec names, each with its options.
+BLOCK_OPTIONS: dict[str, type[BlockOptions]] = {
+    "linear": LinearBlockOptions, "ffn": FFNBlockOptions, "attention": AttentionBlockOptions,
+}
+BLOCKS = tuple(BLOCK_OPTIONS)
+
+
+class RouterOptions(Strict):
+    """:class:`graded.morphic.router.Router`'s options (004 §4.2)."""
+
+    rank: PositiveInt = 16
+    pooling: Literal[POOLINGS] = "mean"
+    temperature: float = 1.0
+    normalization: Literal[NORMALIZATIONS] = "dest"
+    mode: Literal[MODES] = "soft"
+    affine: bool = True
+    init_std: float = 0.02
+    gumbel_temperature: float = 1.0
+
+
+class GradeSpec(Strict):
+    """One grade V_g of the state space: label, dimension d_g and optional integer index."""
+
+    label: str
+    dim: PositiveInt
+    index: int | None = None
+
+
+def _typed_block_options(data: Any) -> Any:
+    """Read ``block_options`` as the options model of the layer's ``block``."""
+    if not isinstance(data, dict):
+        return data
+    kind = data.get("block", "linear")
+    options = data.get("block_options")
+    model = BLOCK_OPTIONS.get(kind)
+    if model is None or type(options) is model:
+        return data
+    options = {} if options is None else options
+    if isinstance(options, BlockOptions):
+        options = options.model_dump()
+    if not isinstance(options, dict):
+        raise Invalid(f"a mapping of {kind!r} block options", "block_options", options)
+    for key in options:
+        if key not in model.model_fields:
+            error = not_a_key(key, model.model_fields, f"options of a {kind!r} block")
+            raise Invalid(error.expected, "block_options", options)
+    return {**data, "block_options": model(**options)}
+
+
+class MorphicLayerSpec(Strict):
+    """One :class:`MorphicLayer`: its edges (explicit ``[source, dest, name]`` triples or
+    ``banded`` index shifts, 004 §4.1), one block kind for every edge with its options, the
+    router (004 §4.2), the update rule and the routing hyperparameters."""
+
+    edges: list[list[str]] | None = None
+    banded: list[int] | None = None
+    block: Literal[BLOCKS] = "linear"
+    block_options: SerializeAsAny[BlockOptions] = Field(default_factory=LinearBlockOptions)
+    router: RouterOptions | None = None
+    update: Literal[UPDATE_MODES] = "gated_replace"
+    pre_norm: str | None = "layer"
+    eta: float = 1.0
+    beta: Annotated[float, satisfies(lambda v: is_number(v) and v > 0, "a number > 0")] = 5.0
+    thresholds: float | list[float] = 0.0
+    train_routing: str = "utility"
+
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MorphicConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(
-                f"unknown MorphicConfig keys {unknown}; expected some of {sorted(names)}")
-        cfg = cls(**data)
-        for i, layer in enumerate(cfg.layers):
-            bad = sorted(set(layer) - _LAYER_KEYS)
-            if bad:
-                raise ValueError(f"layer {i}: unknown keys {bad}; expected some of "
-                                 f"{sorted(_LAYER_KEYS)}")
-        return cfg
+    def _typed(cls, data: Any) -> Any:
+        return _typed_block_options(data)
+
+    @model_validator(mode="after")
+    def _one_edge_source(self) -> MorphicLayerSpec:
+        if (self.edges is None) == (self.banded is None):
+            raise Invalid("exactly one of 'edges' or 'banded'", "edges", self.edges)
+        for edge in self.edges or []:
+            if len(edge) != 3:
+                raise Invalid("[source, dest, name] triples", "edges", self.edges)
+        return self
+
+    def build(self, space: GradedStateSpace) -> MorphicLayer:
+        edges = (EdgeSet.banded(space, self.banded) if self.banded is not None
+                 else EdgeSet.explicit(space, [tuple(e) for e in self.edges or []]))
+        blocks = [self.block_options.build(space.dim(e.source), space.dim(e.dest))
+                  for e in edges]
+        router = self.router.model_dump() if self.router is not None else None
+        return MorphicLayer(
+            space, edges, blocks, router=router, update=self.update, pre_norm=self.pre_norm,
+            eta=self.eta, beta=self.beta, thresholds=self.thresholds,
+            train_routing=self.train_routing)
 
 
-def _block(kind: str, d_in: int, d_out: int, options: dict[str, Any]):
-    if kind == "linear":
-        return LinearBlock(d_in, d_out, **options)
-    if kind == "ffn":
-        return FFNBlock(d_in, d_out, **{"hidden": 4 * max(d_in, d_out), **options})
-    if kind == "attention":
-        return GradeTypedAttention(d_in, d_out, **options)
-    raise ValueError(f"block must be one of {BLOCKS}, got {kind!r}")
+class VariableAdditionOptions(Strict):
+    """Options of the ``variable_addition`` preset (004 §5.3.1; :mod:`.tasks.adder`)."""
+
+    p: Annotated[int, satisfies(lambda v: isinstance(v, int) and v >= 2, "an int >= 2")] = 11
+    shifts: list[int] = Field(default_factory=lambda: [1, 2, 3, 4])
+    tool: Literal["internal", "external"] = "internal"
+    sem_dim: PositiveInt = 16
+    rank: PositiveInt = 8
+    beta: float = 5.0
+    pooling: Literal[POOLINGS] = "mean"
+    readout_scale: float = 4.0
+
+    sequence_length: ClassVar[int] = 3  # [x, ADD_k, =]
+
+    def task(self) -> Any:
+        from graded.morphic.tasks.adder import VariableAdditionTask
+
+        return VariableAdditionTask(self.p, self.shifts)
+
+
+PRESETS: dict[str, type[VariableAdditionOptions]] = {"variable_addition": VariableAdditionOptions}
+
+
+def _objective(v: Any) -> Any:
+    """Check the objective's keys and values by building it (:class:`MorphicObjective`)."""
+    if not isinstance(v, dict):
+        raise Invalid("a mapping of MorphicObjective fields")
+    known = [f.name for f in dataclasses.fields(MorphicObjective)]
+    for key in v:
+        if key not in known:
+            raise not_a_key(key, known, "MorphicObjective fields")
+    try:
+        MorphicObjective(**v)
+    except (TypeError, ValueError) as exc:
+        raise Invalid(f"MorphicObjective fields ({exc})") from None
+    return v
+
+
+class MorphicConfig(ConfigModel):
+    """A morphic transformer (004): vocabulary, grades, layers, length, positions, objective.
+
+    ``vocab_size`` and ``max_len`` are the data's (a run config sets them from its task);
+    ``max_len`` None is 256 for a generic model and the preset's own length for a preset. A
+    preset fixes its vocabulary: a ``vocab_size`` that differs from it is an error."""
+
+    vocab_size: Annotated[int | None, positive_int(optional=True)] = None
+    grades: list[GradeSpec] = Field(default_factory=list)
+    layers: list[MorphicLayerSpec] = Field(default_factory=list)
+    max_len: Annotated[int | None, positive_int(optional=True)] = None
+    positional: Literal["learned", "none"] = "learned"
+    objective: Annotated[dict[str, Any], BeforeValidator(_objective)] = Field(
+        default_factory=dict)
+    preset: Literal[tuple(PRESETS)] | None = None
+    preset_options: dict[str, Any] = Field(default_factory=dict)
+
+    default_max_len: ClassVar[int] = 256
+
+    @model_validator(mode="after")
+    def _complete(self) -> MorphicConfig:
+        if self.preset is None:
+            if not self.grades or not self.layers:
+                raise Invalid("grades and layers (or a preset)", "layers", ...)
+            if self.vocab_size is None:
+                raise Invalid("a positive integer (required without a preset)", "vocab_size",
+                              None)
+            if self.preset_options:
+                raise Invalid("{} without a preset", "preset_options", self.preset_options)
+            return self
+        if self.grades or self.layers:
+            raise Invalid(f"no grades or layers with preset {self.preset!r} (it builds its "
+                          "own)", "layers", ...)
+        try:
+            options = self.preset_options_model()
+            vocab = options.task().vocab_size
+        except Invalid as exc:
+            raise Invalid(exc.expected, "preset_options", self.preset_options) from None
+        except ValueError as exc:
+            raise Invalid(f"options the preset accepts ({exc})", "preset_options",
+                          self.preset_options) from None
+        if self.vocab_size is not None and self.vocab_size != vocab:
+            raise Invalid(f"the vocabulary of preset {self.preset!r} with these options, "
+                          f"{vocab} tokens", "vocab_size", self.vocab_size)
+        if self.max_len is not None and self.max_len < options.sequence_length:
+            raise Invalid(f"at least the preset's sequence length {options.sequence_length}",
+                          "max_len", self.max_len)
+        return self
+
+    def preset_options_model(self) -> VariableAdditionOptions:
+        """The preset's options, typed (unknown keys raise naming them)."""
+        model = PRESETS[str(self.preset)]
+        for key in self.preset_options:
+            if key not in model.model_fields:
+                raise not_a_key(key, model.model_fields, f"options of preset {self.preset!r}")
+        return model(**self.preset_options)
 
 
 def build_morphic_model(config: MorphicConfig | dict[str, Any]) -> MorphicTransformer:
@@ -76,29 +305,14 @@ def build_morphic_model(config: MorphicConfig | dict[str, Any]) -> MorphicTransf
     cfg = config if isinstance(config, MorphicConfig) else MorphicConfig.from_dict(config)
     objective = MorphicObjective(**cfg.objective)
     if cfg.preset is not None:
-        if cfg.preset != "variable_addition":
-            raise ValueError(f"preset must be 'variable_addition' or None, got {cfg.preset!r}")
-        from graded.morphic.tasks.adder import VariableAdditionTask, build_adder_model
+        from graded.morphic.tasks.adder import build_adder_model
 
-        opts = dict(cfg.preset_options)
-        task = VariableAdditionTask(opts.pop("p", 11), opts.pop("shifts", (1, 2, 3, 4)))
-        return build_adder_model(task, objective=objective, **opts)
-    if not cfg.grades or not cfg.layers:
-        raise ValueError("a config without preset needs grades and layers")
-    space = GradedStateSpace([Grade(g["label"], g["dim"], g.get("index")) for g in cfg.grades])
-    layers = []
-    for spec in cfg.layers:
-        if ("edges" in spec) == ("banded" in spec):
-            raise ValueError(f"a layer needs exactly one of 'edges' or 'banded', got {spec}")
-        edges = (EdgeSet.banded(space, spec["banded"]) if "banded" in spec
-                 else EdgeSet.explicit(space, [tuple(e) for e in spec["edges"]]))
-        kind, opts = spec.get("block", "linear"), spec.get("block_options", {})
-        blocks = [_block(kind, space.dim(e.source), space.dim(e.dest), dict(opts)) for e in edges]
-        layers.append(MorphicLayer(
-            space, edges, blocks, router=spec.get("router"),
-            update=spec.get("update", "gated_replace"), pre_norm=spec.get("pre_norm", "layer"),
-            eta=spec.get("eta", 1.0), beta=spec.get("beta", 5.0),
-            thresholds=spec.get("thresholds", 0.0),
-            train_routing=spec.get("train_routing", "utility")))
-    return MorphicTransformer(space, layers, cfg.vocab_size, max_len=cfg.max_len,
+        opts = cfg.preset_options_model()
+        extra = {} if cfg.max_len is None else {"max_len": cfg.max_len}
+        return build_adder_model(opts.task(), objective=objective, **extra, **opts.model_dump(
+            exclude={"p", "shifts"}))
+    space = GradedStateSpace([Grade(g.label, g.dim, g.index) for g in cfg.grades])
+    layers = [spec.build(space) for spec in cfg.layers]
+    return MorphicTransformer(space, layers, int(cfg.vocab_size or 0),
+                              max_len=cfg.max_len or cfg.default_max_len,
                               positional=cfg.positional, objective=objective)

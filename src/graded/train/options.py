@@ -1,21 +1,20 @@
 """Validated options of one training run (the ``train`` section of a run config).
 
-Pydantic v2 models with ``extra="forbid"``: an unknown key or an impossible value is rejected
-when the options are built, before any work starts. :mod:`graded.config` composes these into the
-full run config; :class:`graded.train.trainer.Trainer` consumes them.
+Pydantic v2 models on the library's strict base (:class:`graded._schema.Strict`): an unknown
+key or an impossible value is rejected when the options are built, before any work starts.
+:mod:`graded.config` composes these into the full run config;
+:class:`graded.train.trainer.Trainer` consumes them.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from graded._schema import Strict  # the shared strict base; importable here as before
 
-class Strict(BaseModel):
-    """Base for config sections: unknown keys are errors, assignments are validated."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+__all__ = ["EarlyStopping", "Strict", "TrainOptions"]
 
 
 class EarlyStopping(Strict):

@@ -1,22 +1,47 @@
-"""Model configuration: one serialisable dataclass for every transformer shape."""
+"""Model configuration: one serialisable config for every transformer shape.
+
+A :class:`graded._schema.ConfigModel` (pydantic v2, unknown keys are errors, assignments are
+validated). Each choice is checked against the constant of the module that implements it:
+:data:`graded.positional.POSITIONAL`, :data:`graded.transformer.layers.ACTIVATIONS` and
+``NORMS``, :data:`graded.attention.scores.SCORES`, the attention backend registry,
+:data:`graded.grading.GRADINGS` and ``LINEAR_FUNCTIONS``,
+:data:`graded.attention.graded.VARIANTS` and :data:`graded.transformer.graded.GRADE_INITS`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from graded._schema import ConfigModel, Invalid, choice, is_number, positive_int, satisfies
+from graded.attention.backends import available_backends
+from graded.attention.graded import VARIANTS
+from graded.attention.scores import SCORES
+from graded.grading import GRADINGS, LINEAR_FUNCTIONS
+from graded.positional import POSITIONAL
+from graded.transformer.layers import ACTIVATIONS, NORMS
 
 __all__ = ["TransformerConfig"]
 
-POSITIONAL = ("sinusoidal", "sinusoidal1", "learned", "rope", "alibi", "none")
-ACTIVATIONS = ("relu", "gelu", "swiglu")
-NORMS = ("layer", "rms")
-SCORES = ("scaled_dot", "dot", "bilinear", "additive")
+
+def _grade_inits() -> tuple[str, ...]:
+    # graded.transformer.graded imports this module: read its constant when validating.
+    from graded.transformer.graded import GRADE_INITS
+
+    return GRADE_INITS
 
 
-@dataclass
-class TransformerConfig:
+def _probability(optional: bool = False) -> BeforeValidator:
+    return satisfies(lambda v: is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1)",
+                     optional=optional)
+
+
+PositiveInt = Annotated[int, positive_int()]
+OptionalPositiveInt = Annotated[int | None, positive_int(optional=True)]
+
+
+class TransformerConfig(ConfigModel):
     """Hyperparameters of a transformer (002 Ch. 3, 6; 003 §2).
 
     ``vocab_size`` is the token vocabulary; set it to None and ``input_dim`` to a feature size
@@ -35,50 +60,54 @@ class TransformerConfig:
     ``grade_position_alpha`` (α of the graded positions) and ``input_grades`` (the natural
     grades of the input features, length ``input_dim``, e.g. a task's grading tuple). See
     :mod:`graded.transformer.graded`.
+
+    Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
+    ...``.
     """
 
-    vocab_size: int | None = 256
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 2
-    d_ff: int | None = None
-    max_len: int = 512
-    dropout: float = 0.0
-    attn_dropout: float | None = None
-    positional: str = "sinusoidal"
-    activation: str = "gelu"
-    norm: str = "layer"
-    norm_eps: float = 1e-5
+    vocab_size: OptionalPositiveInt = 256
+    d_model: PositiveInt = 128
+    n_heads: PositiveInt = 4
+    n_layers: PositiveInt = 2
+    d_ff: OptionalPositiveInt = None
+    max_len: PositiveInt = 512
+    dropout: Annotated[float, _probability()] = 0.0
+    attn_dropout: Annotated[float | None, _probability(optional=True)] = None
+    positional: Annotated[Literal[POSITIONAL], choice(POSITIONAL)] = "sinusoidal"
+    activation: Annotated[Literal[ACTIVATIONS], choice(ACTIVATIONS)] = "gelu"
+    norm: Annotated[Literal[NORMS], choice(NORMS)] = "layer"
+    norm_eps: Annotated[float, satisfies(lambda v: is_number(v) and v > 0,
+                                                "a positive number")] = 1e-5
     norm_first: bool = True
     bias: bool = True
     tie_embeddings: bool = True
-    attn_backend: str = "full"
-    attn_backend_options: dict[str, Any] = field(default_factory=dict)
-    attn_score: str = "scaled_dot"
+    attn_backend: Annotated[str, choice(available_backends)] = "full"
+    attn_backend_options: dict[str, Any] = Field(default_factory=dict)
+    attn_score: Annotated[Literal[SCORES], choice(SCORES)] = "scaled_dot"
     pad_id: int | None = None
-    input_dim: int | None = None
-    n_decoder_layers: int | None = None
+    input_dim: OptionalPositiveInt = None
+    n_decoder_layers: OptionalPositiveInt = None
     init_std: float = 0.02
     # Feature grading (000 §5-7): None, "linear" (LGT) or "exponential" (EGT).
-    grading: str | None = None
-    grading_f: str = "shift"
-    grading_base: float = 2.0
+    grading: Annotated[Literal[GRADINGS] | None, choice(
+        GRADINGS, optional=True, what="None, 'linear' (LGT) or 'exponential' (EGT)")] = None
+    grading_f: Annotated[Literal[LINEAR_FUNCTIONS], choice(LINEAR_FUNCTIONS)] = "shift"
+    grading_base: Annotated[float, satisfies(lambda v: is_number(v) and v > 1.0,
+                                              "a base lambda > 1 (000 Def 6.1)")] = 2.0
     learnable_grades: bool = False
     grades_per_head: bool = False
-    grade_init: str = "neutral"
+    grade_init: Annotated[str, choice(_grade_inits)] = "neutral"
     grade_init_value: float = 0.0
-    grade_attention_variant: str = "scores"
+    grade_attention_variant: Annotated[Literal[VARIANTS], choice(VARIANTS)] = "scores"
     grade_input: bool = True
     grade_positions: bool = True
     grade_attention: bool = True
     grade_ffn: bool = True
     grade_output: bool = True
     grade_normalize: bool = False
-    grade_position_alpha: float = 0.0
+    grade_position_alpha: Annotated[float, satisfies(
+        lambda v: is_number(v) and v >= 0, "a number >= 0")] = 0.0
     input_grades: list[float] | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
 
     @property
     def head_dim(self) -> int:
@@ -88,41 +117,18 @@ class TransformerConfig:
     def ff_dim(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
-    def validate(self) -> None:
-        """Raise ValueError naming the first bad field, its value and what is allowed."""
+    @model_validator(mode="after")
+    def _across_fields(self) -> TransformerConfig:
+        """The checks that involve several fields; each names the field it blames."""
 
         def need(ok: bool, name: str, expected: str) -> None:
             if not ok:
-                raise ValueError(
-                    f"TransformerConfig.{name}={getattr(self, name)!r} is invalid: expected "
-                    f"{expected}"
-                )
+                raise Invalid(expected, name, getattr(self, name))
 
-        def positive_int(name: str, optional: bool = False) -> None:
-            v = getattr(self, name)
-            if optional and v is None:
-                return
-            need(isinstance(v, int) and not isinstance(v, bool) and v > 0, name,
-                 "a positive integer" + (" or None" if optional else ""))
-
-        positive_int("vocab_size", optional=True)
-        positive_int("input_dim", optional=True)
         need(self.vocab_size is not None or self.input_dim is not None, "vocab_size",
              "a vocabulary size, or input_dim for real-valued inputs")
-        for name in ("d_model", "n_heads", "n_layers", "max_len"):
-            positive_int(name)
-        positive_int("d_ff", optional=True)
-        positive_int("n_decoder_layers", optional=True)
         need(self.d_model % self.n_heads == 0, "d_model",
              f"a multiple of n_heads={self.n_heads}")
-        need(0.0 <= self.dropout < 1.0, "dropout", "a probability in [0, 1)")
-        need(self.attn_dropout is None or 0.0 <= self.attn_dropout < 1.0, "attn_dropout",
-             "None or a probability in [0, 1)")
-        need(self.positional in POSITIONAL, "positional", f"one of {POSITIONAL}")
-        need(self.activation in ACTIVATIONS, "activation", f"one of {ACTIVATIONS}")
-        need(self.norm in NORMS, "norm", f"one of {NORMS}")
-        need(self.attn_score in SCORES, "attn_score", f"one of {SCORES}")
-        need(self.norm_eps > 0, "norm_eps", "a positive number")
         need(self.positional not in ("sinusoidal", "sinusoidal1") or self.d_model % 2 == 0,
              "d_model", "an even number for sinusoidal positions")
         need(self.positional != "rope" or self.head_dim % 2 == 0, "d_model",
@@ -130,50 +136,12 @@ class TransformerConfig:
         need(self.pad_id is None or (self.vocab_size is not None
                                      and 0 <= self.pad_id < self.vocab_size),
              "pad_id", f"None or a token id in [0, {self.vocab_size})")
-        need(isinstance(self.attn_backend_options, dict), "attn_backend_options", "a dict")
-        need(self.grading in (None, "linear", "exponential"), "grading",
-             "None, 'linear' (LGT) or 'exponential' (EGT)")
-        need(self.grading_f in ("shift", "abs_shift", "softplus", "identity"), "grading_f",
-             "one of 'shift', 'abs_shift', 'softplus', 'identity'")
-        need(self.grading_base > 1.0, "grading_base", "a base lambda > 1 (000 Def 6.1)")
-        need(self.grade_init in ("neutral", "zeros", "constant", "warm_start"), "grade_init",
-             "one of 'neutral', 'zeros', 'constant', 'warm_start'")
-        need(self.grade_attention_variant in ("scores", "queries_keys", "values", "multi_head"),
-             "grade_attention_variant", "one of 'scores', 'queries_keys', 'values', 'multi_head'")
         need(self.input_grades is None or (self.input_dim is not None
                                            and len(self.input_grades) == self.input_dim),
              "input_grades", f"None or a list of input_dim={self.input_dim} grades (feature "
              "inputs only)")
-        need(self.grade_position_alpha >= 0.0, "grade_position_alpha", "a number >= 0")
         need(self.grading != "linear" or self.grade_position_alpha * (self.max_len - 1) < 1.0,
              "grade_position_alpha",
              f"alpha*(max_len-1) < 1 so that the LGT factor 1 - alpha*t stays positive "
              f"(max_len={self.max_len})")
-
-    # ------------------------------------------------------------------ serialisation
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TransformerConfig:
-        """Build from a dict; unknown keys raise, naming them and the known ones."""
-        if not isinstance(data, dict):
-            raise TypeError(f"TransformerConfig.from_dict expects a dict, got {type(data)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown TransformerConfig key(s) {unknown}; known keys are {sorted(known)}"
-            )
-        return cls(**data)
-
-    def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), **kwargs)
-
-    @classmethod
-    def from_json(cls, text: str) -> TransformerConfig:
-        return cls.from_dict(json.loads(text))
-
-    def replace(self, **changes: Any) -> TransformerConfig:
-        """A copy with some fields changed (validated)."""
-        return TransformerConfig.from_dict({**self.to_dict(), **changes})
+        return self

@@ -39,6 +39,7 @@ from graded.grading import ExponentialGrading, GradingMap
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
+    "GRADE_INITS",
     "ROLES",
     "GradedFeatures",
     "GradedPositions",
@@ -56,6 +57,8 @@ __all__ = [
 # d_model features shared by the input, feed-forward and output stages, or one attention
 # layer's head dimension.
 ROLES = ("input", "feature", "attention")
+# How a new grading's grades start (TransformerConfig.grade_init; see _initial_grades).
+GRADE_INITS = ("neutral", "zeros", "constant", "warm_start")
 
 
 def _initial_grades(config: TransformerConfig, dim: int, heads: int | None) -> Tensor | None:

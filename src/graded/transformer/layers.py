@@ -10,7 +10,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["FeedForward", "make_norm"]
+__all__ = ["ACTIVATIONS", "NORMS", "FeedForward", "make_norm"]
+
+ACTIVATIONS = ("relu", "gelu", "swiglu")  # FeedForward's activation
+NORMS = ("layer", "rms")  # make_norm's kind
 
 
 class FeedForward(nn.Module):
@@ -21,10 +24,8 @@ class FeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu", "swiglu"):
-            raise ValueError(
-                f"unknown activation {activation!r}; expected 'relu', 'gelu' or 'swiglu'"
-            )
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; expected one of {ACTIVATIONS}")
         self.activation = activation
         self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
         self.fc_gate = nn.Linear(d_model, d_ff, bias=bias) if activation == "swiglu" else None
@@ -48,4 +49,4 @@ def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
         return nn.LayerNorm(d_model, eps=eps)
     if kind == "rms":
         return nn.RMSNorm(d_model, eps=eps)
-    raise ValueError(f"unknown norm {kind!r}; expected 'layer' or 'rms'")
+    raise ValueError(f"unknown norm {kind!r}; expected one of {NORMS}")

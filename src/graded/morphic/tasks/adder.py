@@ -76,7 +76,7 @@ class VariableAdditionTask:
 def build_adder_model(
     task: VariableAdditionTask, *, tool: str = "internal", sem_dim: int = 16, rank: int = 8,
     beta: float = 5.0, pooling: str = "mean", readout_scale: float = 4.0,
-    objective: MorphicObjective | None = None,
+    objective: MorphicObjective | None = None, max_len: int = 8,
 ) -> MorphicTransformer:
     if tool not in ("internal", "external"):
         raise ValueError(f"tool must be 'internal' or 'external', got {tool!r}")
@@ -93,7 +93,7 @@ def build_adder_model(
     layer2 = MorphicLayer(space, add_edges, adders, router={"rank": rank, "pooling": pooling},
                           beta=beta)
     return MorphicTransformer(
-        space, [layer1, layer2], task.vocab_size, max_len=8, learned_grades=["sem"],
+        space, [layer1, layer2], task.vocab_size, max_len=max_len, learned_grades=["sem"],
         typed_embeddings={"num": task.typed_digits()},
         readout_init={"num": readout_scale * task.typed_digits()}, objective=objective)
 

@@ -1,10 +1,18 @@
-"""Configuration of a PatternBoost run (003 §3.3) and of its two baselines."""
+"""Configuration of a PatternBoost run (003 §3.3) and of its two baselines.
+
+A :class:`graded._schema.ConfigModel` like every config of the library: unknown keys are errors,
+assignments are validated, and errors read ``PatternBoostConfig.<field>=<value> is invalid:
+expected ...``. Problems come from the registry :data:`.problems.PROBLEMS`; the ``model`` keys
+are :class:`graded.TransformerConfig` fields.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from graded._schema import ConfigModel, Invalid, choice, is_int, is_number, positive_int, satisfies
 
 __all__ = ["MODES", "RESUMABLE_CHANGES", "PatternBoostConfig"]
 
@@ -13,14 +21,39 @@ MODES = ("patternboost", "local-only", "global-only")
 # Fields a resumed run may change: they decide when to stop or how to run, not what is computed.
 RESUMABLE_CHANGES = ("rounds", "time_limit_s", "stop_at", "max_local_search_calls", "workers",
                      "progress")
+# TransformerConfig fields the problem decides (see .model.build_model).
+_DERIVED_MODEL_FIELDS = ("vocab_size", "max_len", "pad_id")
 
 
 def _default_model() -> dict[str, Any]:
     return {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256}
 
 
-@dataclass
-class PatternBoostConfig:
+def _problems() -> list[str]:
+    from .problems import PROBLEMS  # read when validating: problems may be registered later
+
+    return sorted(PROBLEMS)
+
+
+def _model_fields(v: Any) -> Any:
+    from graded.transformer.config import TransformerConfig
+
+    if not isinstance(v, dict):
+        raise Invalid("a dict of TransformerConfig fields")
+    allowed = set(TransformerConfig.model_fields) - set(_DERIVED_MODEL_FIELDS)
+    unknown = sorted(set(v) - allowed)
+    if unknown:
+        raise Invalid(f"TransformerConfig fields other than {list(_DERIVED_MODEL_FIELDS)} (set "
+                      f"by the problem); unknown: {unknown}")
+    return v
+
+
+Positive = Annotated[int, positive_int()]
+AtLeastZero = Annotated[int, satisfies(lambda v: is_int(v) and v >= 0, "an integer >= 0")]
+PositiveNumber = Annotated[float, satisfies(lambda v: is_number(v) and v > 0, "a positive number")]
+
+
+class PatternBoostConfig(ConfigModel):
     """Every setting of a run; saved as config.json in the run folder.
 
     mode: "patternboost" (local search + transformer, 003 §3.3), "local-only" (each round runs
@@ -41,79 +74,38 @@ class PatternBoostConfig:
         of them (wall seconds, a score, a count of local-search calls).
     """
 
-    problem: str = "triangle-free"
-    n: int = 20
-    problem_options: dict[str, Any] = field(default_factory=dict)
-    mode: str = "patternboost"
-    rounds: int = 20
-    initial: int = 2000
-    keep: int = 500
-    database_size: int = 5000
-    samples: int = 1000
-    train_steps: int = 300
-    batch_size: int = 64
-    lr: float = 5e-4
-    weight_decay: float = 0.01
-    model: dict[str, Any] = field(default_factory=_default_model)
-    temperature: float = 1.0
-    top_k: int | None = None
-    workers: int = 1
-    chunk_size: int = 64
-    seed: int = 0
-    time_limit_s: float | None = None
+    problem: Annotated[str, choice(_problems)] = "triangle-free"
+    n: Positive = 20
+    problem_options: dict[str, Any] = Field(default_factory=dict)
+    mode: Annotated[Literal[MODES], choice(MODES)] = "patternboost"
+    rounds: AtLeastZero = 20
+    initial: Positive = 2000
+    keep: Positive = 500
+    database_size: Positive = 5000
+    samples: Positive = 1000
+    train_steps: Positive = 300
+    batch_size: Positive = 64
+    lr: PositiveNumber = 5e-4
+    weight_decay: Annotated[float, satisfies(lambda v: is_number(v) and v >= 0,
+                                             "a number >= 0")] = 0.01
+    model: Annotated[dict[str, Any], BeforeValidator(_model_fields)] = Field(
+        default_factory=_default_model)
+    temperature: PositiveNumber = 1.0
+    top_k: Annotated[int | None, positive_int(optional=True)] = None
+    workers: AtLeastZero = 1
+    chunk_size: Positive = 64
+    seed: Annotated[int, satisfies(is_int, "an integer")] = 0
+    time_limit_s: Annotated[float | None, satisfies(
+        lambda v: is_number(v) and v > 0, "a positive number of seconds", optional=True)] = None
     stop_at: float | None = None
-    max_local_search_calls: int | None = None
+    max_local_search_calls: Annotated[int | None, positive_int(optional=True)] = None
     progress: bool = True
 
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first bad field, its value and what is expected."""
-
-        def need(ok: bool, name: str, expected: str) -> None:
-            if not ok:
-                value = getattr(self, name)
-                raise ValueError(f"PatternBoostConfig.{name}={value!r} is invalid: expected "
-                                 f"{expected}")
-
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        need(self.mode in MODES, "mode", f"one of {MODES}")
-        need(is_int(self.rounds) and self.rounds >= 0, "rounds", "an integer >= 0")
-        for name in ("n", "initial", "keep", "database_size", "samples", "train_steps",
-                     "batch_size", "chunk_size"):
-            need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name,
-                 "a positive integer")
-        need(is_int(self.workers) and self.workers >= 0, "workers", "an integer >= 0")
-        need(is_int(self.seed), "seed", "an integer")
-        need(self.database_size >= self.keep, "database_size", f"at least keep={self.keep}")
-        need(self.lr > 0, "lr", "a positive number")
-        need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
-        need(self.temperature > 0, "temperature", "a positive number")
-        need(self.top_k is None or (is_int(self.top_k) and self.top_k >= 1), "top_k",
-             "None or a positive integer")
-        need(isinstance(self.model, dict), "model", "a dict of TransformerConfig fields")
-        need(isinstance(self.problem_options, dict), "problem_options", "a dict")
-        need(self.time_limit_s is None or self.time_limit_s > 0, "time_limit_s",
-             "None or a positive number of seconds")
-        need(self.max_local_search_calls is None
-             or (is_int(self.max_local_search_calls) and self.max_local_search_calls >= 1),
-             "max_local_search_calls", "None or a positive integer")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PatternBoostConfig:
-        """Build from a dict; unknown keys raise, naming them and the known ones."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown PatternBoostConfig key(s) {unknown}; known keys are "
-                             f"{sorted(known)}")
-        return cls(**data)
+    @model_validator(mode="after")
+    def _database_holds_keep(self) -> PatternBoostConfig:
+        if self.database_size < self.keep:
+            raise Invalid(f"at least keep={self.keep}", "database_size", self.database_size)
+        return self
 
     def differs_from(self, other: PatternBoostConfig) -> list[str]:
         """Names of the fields, other than RESUMABLE_CHANGES, whose values differ."""

@@ -1,0 +1,179 @@
+"""The composition root: task, data, model, recipe and trainer of a run config.
+
+:func:`dry_build` is the last step of validation (:func:`graded.config.validate_config`): it
+builds the task, the model config and the recipe, checks what the schema cannot see (task name
+and options, the split, model fields against the task, recipe against grading) and keeps the
+three objects on the config. :func:`build_run` then makes the run from those very objects: the
+data of the task, the model of the task kind (:func:`graded.kinds.get_kind`) and the trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from graded.config.schema import ConfigError, RunConfig
+
+
+def build_recipe(cfg: RunConfig):
+    """The recipe object (``graded.train.recipes.get_recipe``) with the configured options."""
+    from graded.train.recipes import get_recipe
+
+    return get_recipe(cfg.recipe_name(), **cfg.recipe.options)
+
+
+def build_task(cfg: RunConfig):
+    """The task of ``cfg.task``: the one validation built, or a new one (``get_task``)."""
+    if cfg.built_task is not None:
+        return cfg.built_task
+    from graded.tasks import get_task
+
+    return get_task(cfg.task.name, **cfg.task.options)
+
+
+def _max_len(cfg: RunConfig, task: Any) -> int:
+    """The longest sequence the run sees (a size split tests on longer objects, 003 §3.2;
+    a family split may too)."""
+    if cfg.task.split in ("size", "family"):
+        return max(t.max_len for t in (task, *task.split_configs(cfg.task.split)))
+    return task.max_len
+
+
+def transformer_config(cfg: RunConfig, task: Any):
+    """The :class:`TransformerConfig` of ``cfg.model`` with the task's vocabulary and length."""
+    from graded.transformer.config import TransformerConfig
+
+    info = task.info()
+    fields = cfg.model.transformer_fields()
+    if fields.get("input_grades") == "task":  # the task's natural grades of its input features
+        if info["graded_object"] != "features":
+            raise ValueError(f"input_grades='task' needs a task with graded input features; "
+                             f"task {task.name!r} grades {info['graded_object']!r}")
+        fields["input_grades"] = [float(q) for q in info["grades"]]
+    derived = {
+        "vocab_size": info["vocab_size"],
+        "input_dim": info["input_dim"],
+        "max_len": _max_len(cfg, task),
+        "pad_id": info["pad_id"],
+    }
+    return TransformerConfig.from_dict({**fields, **derived})
+
+
+def morphic_config(cfg: RunConfig, task: Any):
+    """The :class:`graded.morphic.MorphicConfig` of ``cfg.model.morphic`` for ``task``."""
+    from graded.morphic import MorphicConfig
+
+    info = task.info()
+    return MorphicConfig.from_dict({**(cfg.model.morphic or {}),
+                                    "vocab_size": info["vocab_size"],
+                                    "max_len": _max_len(cfg, task)})
+
+
+def _model_config(cfg: RunConfig, task: Any):
+    if cfg.model.architecture == "morphic":
+        if task.kind != "lm":
+            raise ValueError(f"architecture 'morphic' needs a language-modelling task, "
+                             f"task {task.name!r} is {task.kind!r}")
+        return morphic_config(cfg, task)
+    return transformer_config(cfg, task)
+
+
+def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
+    """Build and check the task, model config and recipe of ``cfg`` and keep them on it
+    (``cfg.built_task``, ``built_model_config``, ``built_recipe``); ConfigError otherwise."""
+    from graded.tasks import Task, available_tasks, get_task
+
+    def fail(where: str, exc: Exception | str) -> ConfigError:
+        return ConfigError(f"invalid config {source}:\n  {where}: {exc}")
+
+    where = "task.options" if cfg.task.name in available_tasks() else "task.name"
+    try:
+        task = get_task(cfg.task.name, **cfg.task.options)
+    except (TypeError, ValueError) as exc:
+        raise fail(where, exc) from None
+    try:
+        if cfg.task.split in ("size", "family"):
+            task.split_configs(cfg.task.split)
+        elif cfg.task.split == "relabelled" and type(task).relabel is Task.relabel:
+            raise ValueError(f"a relabelled split is not meaningful for task {task.name!r}")
+    except ValueError as exc:
+        raise fail("task.split", exc) from None
+    try:
+        model_config = _model_config(cfg, task)
+    except (TypeError, ValueError) as exc:
+        raise fail("model", exc) from None
+    try:
+        recipe = build_recipe(cfg)
+    except (TypeError, ValueError) as exc:
+        raise fail("recipe.options", exc) from None
+    grading = getattr(model_config, "grading", None)
+    if recipe.kind is not None and recipe.kind != grading:
+        raise fail("recipe", f"{recipe.name!r} needs model.grading={recipe.kind}, "
+                             f"got {grading!r}")
+    cfg._task, cfg._model_config, cfg._recipe = task, model_config, recipe
+    return cfg
+
+
+def check_semantics(cfg: RunConfig, source: str = "<dict>") -> None:
+    """What the schema cannot check (see :func:`dry_build`, which this runs)."""
+    dry_build(cfg, source)
+
+
+def _built(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its dry-build objects (made now for a RunConfig built by hand)."""
+    return cfg if cfg.built_task is not None else dry_build(cfg)
+
+
+def build_model(cfg: RunConfig, task: Any):
+    """The model for ``task``: an LM, seq2seq model or encoder classifier/regressor (or a
+    morphic LM, 004), made by the task kind (:mod:`graded.kinds`) from the model config."""
+    from graded.kinds import get_kind
+
+    model_config = (cfg.built_model_config if task is cfg.built_task
+                    else _model_config(cfg, task))
+    kind = get_kind(task.kind, cfg.model.architecture)
+    return kind.build_model(model_config, task, pooling=cfg.model.pooling)
+
+
+def build_data(cfg: RunConfig, task: Any):
+    """Train and evaluation :class:`~graded.tasks.TaskDataset` by the configured split
+    (003 §3.2); their ``.tensors`` dicts feed the trainer."""
+    seed = cfg.task.data_seed if cfg.task.data_seed is not None else cfg.seed
+    return task.split(cfg.task.split, cfg.task.n_train, cfg.task.n_eval, seed=seed)
+
+
+@dataclasses.dataclass
+class RunParts:
+    """Everything a run needs, built from its config (see :func:`build_run`)."""
+
+    config: RunConfig
+    task: Any
+    train: Any  # TaskDataset
+    test: Any  # TaskDataset
+    model: Any  # torch.nn.Module
+    trainer: Any  # graded.train.trainer.Trainer
+    recipe: Any = None  # graded.train.recipes.Recipe
+
+
+def build_run(
+    cfg: RunConfig, run_dir: str | Path | None = None, *, resume_command: str | None = None
+) -> RunParts:
+    """Data, model (seeded with ``cfg.seed``) and trainer of a validated config, from the task,
+    model config and recipe its validation built."""
+    import torch
+
+    from graded.train.trainer import Trainer
+
+    cfg = _built(cfg)
+    task = cfg.built_task
+    train, test = build_data(cfg, task)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, task)
+    trainer = Trainer(
+        model, train.tensors, test.tensors, kind=task.kind, options=cfg.train,
+        run_dir=Path(run_dir) if run_dir is not None else cfg.run_dir(), seed=cfg.seed,
+        recipe=cfg.built_recipe, config=cfg.model_dump(mode="json"),
+        resume_command=resume_command, overwrite=cfg.output.overwrite,
+    )
+    return RunParts(cfg, task, train, test, model, trainer, cfg.built_recipe)

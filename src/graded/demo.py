@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graded.train.report import mean_std
+from graded.train.signals import StopSignals
 
 # LGT and EGT start their input grading from the task's natural feature grades (aligned grades);
 # every other grading starts neutral, so at step 0 the rest of each graded model equals the
@@ -185,46 +186,26 @@ def _train_or_skip(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _MainStop:
+class _MainStop(StopSignals):
     """SIGINT/SIGTERM in the demo's main process: the first asks every worker to stop (each
-    finishes its step and writes a checkpoint), a second SIGINT aborts at once."""
+    finishes its step and writes a checkpoint), a second SIGINT kills them at once."""
 
     def __init__(self, *, in_process: bool = False) -> None:
-        self.flag = False
-        self.aborted = False
+        super().__init__()
         self.in_process = in_process  # runs train here: a signal outside training abandons it
-        self._old: dict[int, Any] = {}
 
-    def _handler(self, signum: int, frame: Any) -> None:
+    def on_signal(self, signum: int, first: bool) -> None:
         import multiprocessing as mp
         import signal
 
-        if self.flag and signum == signal.SIGINT:
-            self.aborted = True
-        if not self.flag:
+        if first:
             print("\nstopping the demo: every run in progress finishes its step and writes a "
                   "checkpoint (Ctrl-C again to abort at once)", file=sys.stderr, flush=True)
-        self.flag = True
         for child in mp.active_children():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL if self.aborted else signal.SIGTERM)
         if self.in_process:
             raise KeyboardInterrupt
-
-    def __enter__(self) -> _MainStop:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        import signal
-
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 def _run_jobs(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -49,6 +48,7 @@ from graded.train.recipes import Recipe, get_recipe
 from graded.train.resume import ResumePlan, plan_resume
 from graded.train.runs import RunFolder, open_run, run_view
 from graded.train.schedules import make_scheduler
+from graded.train.signals import StopSignals
 from graded.train.state_tensors import jsonable, restore_rng_state
 
 
@@ -67,39 +67,15 @@ class TrainResult:
     elapsed_s: float = 0.0
 
 
-class _StopSignal:
+class _StopSignal(StopSignals):
     """Turns SIGINT/SIGTERM into a flag checked between steps; a second SIGINT aborts."""
 
-    def __init__(self) -> None:
-        self.flag = False
-        self._old: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.flag and signum == signal.SIGINT:
+    def on_signal(self, signum: int, first: bool) -> None:
+        if self.aborted:
             raise KeyboardInterrupt
-        self.flag = True
-        print(
-            "\nstopping: finishing the current step and writing a checkpoint "
-            "(Ctrl-C again to abort without saving)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def __enter__(self) -> _StopSignal:
-        if hasattr(signal, "SIGTERM") and _in_main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+        if first:
+            print("\nstopping: finishing the current step and writing a checkpoint "
+                  "(Ctrl-C again to abort without saving)", file=sys.stderr, flush=True)
 
 
 class Trainer:

@@ -112,15 +112,35 @@ def test_a_second_writer_is_refused_with_the_holders_pid(run, capsys):
         proc.wait(timeout=30)
 
 
-def test_damaged_checkpoints_are_named_in_one_line_and_resume_falls_back(run, capsys):
-    manager = CheckpointManager(run / "checkpoints")
-    newest = manager.latest()
+def _damage(newest: Path, how: str, tmp_path: Path) -> Path:
+    """Damage the checkpoint folder ``newest``; return the file the error must name."""
     weights = newest / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    if how == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif how == "corrupted":  # bytes of the safetensors header overwritten
+        data = bytearray(weights.read_bytes())
+        data[8:24] = b"\xff" * 16
+        weights.write_bytes(bytes(data))
+    else:  # mismatched: a whole, intact checkpoint of a wider model in its place
+        other = _config(tmp_path, "wide", model={"d_model": 32, "n_heads": 2, "n_layers": 1,
+                                                 "positional": "learned"})
+        assert main(["train", str(other)]) == 0
+        wide = CheckpointManager(tmp_path / "runs" / "wide" / "checkpoints").latest()
+        for name in ("model.safetensors", "optimizer.safetensors", "state.json"):
+            (newest / name).write_bytes((wide / name).read_bytes())
+    return weights
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupted", "mismatched"])
+def test_damaged_checkpoints_are_named_in_one_line_and_resume_falls_back(run, tmp_path, capsys,
+                                                                          how):
+    newest = CheckpointManager(run / "checkpoints").latest()
+    named = _damage(newest, how, tmp_path)
     capsys.readouterr()
     assert main(["eval", str(run), "--checkpoint", str(newest)]) == 2
-    line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith("graded: error: ") and str(weights) in line
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graded: error: "), lines
+    assert str(named) in lines[0]
     assert main(["eval", str(run), "--checkpoint", "latest"]) == 0
     err = capsys.readouterr().err
     assert f"skipped damaged checkpoint {newest}" in err

@@ -42,6 +42,7 @@ from graded.kinds import ARCHITECTURES
 from graded.tasks.base import SPLIT_KINDS
 from graded.train.options import TrainOptions
 from graded.train.recipes import RECIPES as RECIPE_OBJECTS
+from graded.transformer.models import POOLINGS
 
 # Recipe names a config may give: "auto" (follow model.grading) or one of the recipes.
 RECIPES = ("auto", *RECIPE_OBJECTS)
@@ -90,7 +91,7 @@ class ModelSection(BaseModel):
     architecture: Literal[ARCHITECTURES] = Field(
         "transformer", description="transformer (LM/seq2seq/encoder by task kind) or morphic "
         "(004; LM tasks)")
-    pooling: Literal["mean", "first", "last"] = Field(
+    pooling: Literal[POOLINGS] = Field(
         "mean", description="encoder pooling for classification/regression")
     morphic: dict[str, Any] | None = Field(
         None, description="graded.morphic.MorphicConfig fields except vocab_size and max_len")

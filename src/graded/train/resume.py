@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
 from graded.train.checkpoint import (
     STATE_FILE,
@@ -52,6 +53,20 @@ def use_peak_lrs(optimizer: torch.optim.Optimizer,
         group["lr"] = peak * multiplier(scheduler.last_epoch)
 
 
+def _recorded_state(run: Path, now: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's ``config.yaml`` in the shape of a checkpoint's state (None without one). The
+    task kind is not recorded there; the checkpoint actually loaded is checked for it."""
+    path = run / "config.yaml"
+    if not path.is_file():
+        return None
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(config, dict):
+        return None
+    return {"config": config, "options": config.get("train") or {},
+            "seed": config.get("seed", now.get("seed")),
+            "kind": config.get("kind", now.get("kind"))}
+
+
 def plan_resume(
     source: str | Path,
     model: torch.nn.Module,
@@ -67,9 +82,11 @@ def plan_resume(
     peaks = list(scheduler.base_lrs)  # as built from the options now
     if (source / "checkpoints").is_dir():
         manager = CheckpointManager(source / "checkpoints")
-        newest = manager.newest_state()
-        if newest is not None:  # refuse a changed config before reading any tensor
-            checked_changes(source, newest, now)
+        # Refuse a changed config before reading any tensor, against the run's own record
+        # (config.yaml), not the newest checkpoint, which may be the damaged one skipped below.
+        recorded = _recorded_state(source, now) or manager.newest_state()
+        if recorded is not None:
+            checked_changes(source, recorded, now)
         found = manager.find_intact(model, optimizer)
     else:
         found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,

@@ -19,6 +19,7 @@ from graded.transformer.graded import GradingPlan, graded_stage, hold_plan, reso
 from graded.transformer.layers import make_norm
 
 __all__ = [
+    "POOLINGS",
     "InputEmbedding",
     "Seq2SeqTransformer",
     "TransformerClassifier",
@@ -28,6 +29,9 @@ __all__ = [
     "TransformerStack",
     "default_positions",
 ]
+
+# How an encoder classifier/regressor reduces (B, T, d) to (B, d): see TransformerClassifier.
+POOLINGS = ("mean", "first", "last")
 
 
 def default_positions(
@@ -369,8 +373,8 @@ class TransformerClassifier(nn.Module):
 
     def __init__(self, config: TransformerConfig, num_outputs: int, pooling: str = "mean"):
         super().__init__()
-        if pooling not in ("mean", "first", "last"):
-            raise ValueError(f"pooling must be 'mean', 'first' or 'last', got {pooling!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
         if not isinstance(num_outputs, int) or num_outputs <= 0:
             raise ValueError(f"num_outputs must be a positive int, got {num_outputs!r}")
         self.config = config

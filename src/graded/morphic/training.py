@@ -1,10 +1,10 @@
 """A small seeded training loop for morphic models (004 App. B.2 settings: AdamW, clipping).
 
 ``train_morphic`` calls ``model.training_loss(input_ids, targets)``, the same protocol the general
-trainer uses, so a morphic model trained here or there sees the same objective. It exists beside
-:class:`graded.train.Trainer` for one reason: the 004 §5.3 experiments draw a fresh batch from a
-generator at every step (an unbounded stream), where the trainer walks a fixed data set with run
-folders, checkpoints and resume. Runs from config files use the trainer (task kind ``MorphicLM``).
+trainer uses, so a morphic model trained here or there sees the same objective. The 004 §5.3
+experiments draw a fresh batch from a generator at every step, so this runs the stream loop of
+:mod:`graded.train.stream` (shared with PatternBoost); runs from config files use
+:class:`graded.train.Trainer` (task kind ``MorphicLM``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+
+from graded.train.stream import train_on_stream
 
 
 @dataclass
@@ -31,30 +33,25 @@ def train_morphic(
     log_every: int = 50, keep_initial: bool = False,
     stop: Callable[[nn.Module, int], bool] | None = None,
 ) -> MorphicTrainResult:
-    """Train with AdamW and gradient clipping; ``batches(generator)`` returns (input_ids, targets).
+    """Train with AdamW and gradient clipping (:func:`graded.train.stream.train_on_stream`);
+    ``batches(generator)`` returns (input_ids, targets).
 
     ``stop(model, step)`` (checked every ``log_every`` steps) ends training early when it is True.
     """
-    if steps <= 0:
-        raise ValueError(f"steps must be > 0, got {steps}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     result = MorphicTrainResult(initial_model=copy.deepcopy(model) if keep_initial else None)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+    def after_step(step: int, loss: Tensor, metrics: dict[str, float]) -> bool:
+        if step % log_every and step != steps:
+            return False
+        result.history.append({"step": float(step), **metrics})
+        return stop is not None and stop(model, step)
+
     start = time.perf_counter()
-    model.train()
-    for step in range(1, steps + 1):
-        ids, targets = batches(gen)
-        loss, metrics = model.training_loss(ids, targets)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
-        if step % log_every == 0 or step == steps:
-            result.history.append({"step": float(step), **metrics})
-            if stop is not None and stop(model, step):
-                break
-    model.eval()
+    train_on_stream(model, lambda: batches(gen), lambda b: model.training_loss(*b), steps=steps,
+                    optimizer=opt, clip_norm=clip, after_step=after_step)
     result.seconds = time.perf_counter() - start
     return result

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graded.train.stream import train_on_stream
+
 __all__ = ["SpecialTokens", "build_model", "sample_sequences", "train_on_sequences"]
 
 
@@ -105,21 +107,24 @@ def train_on_sequences(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.99)
     )
-    model.train()
     tail = max(1, steps // 10)
-    losses = []
-    for _ in range(steps):
-        rows = torch.randint(len(sequences), (batch_size,), generator=generator)
+    losses: list[float] = []
+
+    def next_batch() -> Tensor:
+        return torch.randint(len(sequences), (batch_size,), generator=generator)
+
+    def loss(rows: Tensor) -> tuple[Tensor, dict[str, float]]:
         logits = model(inputs[rows])  # (B, T, V)
-        loss = nn.functional.cross_entropy(
+        return nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), targets[rows].reshape(-1), ignore_index=-100
-        )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.item())
-    model.eval()
+        ), {}
+
+    def record(step: int, value: Tensor, metrics: dict[str, float]) -> bool:
+        losses.append(value.item())
+        return False
+
+    train_on_stream(model, next_batch, loss, steps=steps, optimizer=optimizer, clip_norm=1.0,
+                    after_step=record)
     return sum(losses[-tail:]) / tail
 
 

@@ -170,6 +170,7 @@ class GradingMap(nn.Module):
             )
         self.dim = dim
         self.learnable = bool(learnable)
+        self.neutral = float(neutral)  # the grade whose scale is 1 (M = I)
         self._validate(t)
         if self.learnable:
             self.grades = nn.Parameter(t)

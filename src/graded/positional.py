@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "POSITIONAL",
+    "TABLE_POSITIONAL",
     "ALiBi",
     "LearnedPositions",
     "RotaryEmbedding",
@@ -31,6 +32,8 @@ __all__ = [
 # The positional encodings a transformer config names (graded.TransformerConfig.positional):
 # sinusoidal 0-indexed (Vaswani et al.) or 1-indexed (003 §2.2), learned, RoPE, ALiBi, none.
 POSITIONAL = ("sinusoidal", "sinusoidal1", "learned", "rope", "alibi", "none")
+# Those added from a table of max_len rows: a model using one cannot see past max_len.
+TABLE_POSITIONAL = ("sinusoidal", "sinusoidal1", "learned")
 
 
 def _inverse_frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:

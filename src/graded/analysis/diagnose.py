@@ -25,6 +25,7 @@ from graded.analysis.positional import plot_positional_bias, positional_bias_swe
 from graded.analysis.rank import DEFAULT_RTOL, attention_rank
 from graded.analysis.trajectories import plot_grade_trajectories
 from graded.analysis.twin import ungraded_twin
+from graded.positional import TABLE_POSITIONAL
 from graded.transformer.graded import feature_grading
 from graded.transformer.models import TransformerStack
 
@@ -106,7 +107,7 @@ def diagnose(
     metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
 
     sweep = None
-    if graded and model.config.positional in ("sinusoidal", "sinusoidal1", "learned"):
+    if graded and model.config.positional in TABLE_POSITIONAL:
         length = input_length(inputs)
         sweep = positional_bias_sweep(model, inputs,
                                       alphas if alphas is not None

@@ -11,7 +11,6 @@ this is exactly the ungraded model with the same weights.
 from __future__ import annotations
 
 import copy
-import math
 
 from torch import nn
 
@@ -23,12 +22,9 @@ __all__ = ["neutral_grade", "ungraded_twin"]
 
 
 def neutral_grade(grading: nn.Module) -> float:
-    """The grade whose scale is 1 for this grading map."""
-    if isinstance(grading, ExponentialGrading):
-        return 0.0
-    if isinstance(grading, LinearGrading):
-        return {"shift": 0.0, "abs_shift": 0.0, "identity": 1.0,
-                "softplus": math.log(math.expm1(1.0))}[grading.f]
+    """The grade whose scale is 1 for this grading map (``GradingMap.neutral``)."""
+    if isinstance(grading, (ExponentialGrading, LinearGrading)):
+        return grading.neutral
     raise TypeError(f"expected a LinearGrading or ExponentialGrading, got "
                     f"{type(grading).__name__}")
 

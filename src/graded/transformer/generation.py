@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from graded.positional import TABLE_POSITIONAL
 from graded.transformer.cache import KVCache
 
 __all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq", "select_next"]
@@ -212,7 +213,7 @@ def _defaults(key_padding_mask: Tensor | None, input_ids: Tensor) -> Tensor:
 
 def position_limit(config: object) -> int | None:
     """Models with position tables cannot go past max_len; RoPE/ALiBi/none can."""
-    if getattr(config, "positional", None) in ("sinusoidal", "sinusoidal1", "learned"):
+    if getattr(config, "positional", None) in TABLE_POSITIONAL:
         return config.max_len
     return None
 

@@ -140,7 +140,7 @@ def _new_token_budget(model: Any, kind: str, prompt_len: int, requested: int | N
     numbers when nothing fits or ``requested`` does not."""
     from graded.transformer.generation import position_limit
 
-    limit = position_limit(getattr(model, "config", None))
+    limit = position_limit(getattr(model, "config", model))
     if limit is None:
         return DEFAULT_NEW_TOKENS if requested is None else requested
     used = 1 if kind == "seq2seq" else prompt_len  # a decoder starts at BOS, an LM after the prompt

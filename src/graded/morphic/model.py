@@ -96,6 +96,7 @@ class MorphicTransformer(nn.Module):
         d = space.total_dim
         self.embed = nn.Embedding(vocab_size, d)
         nn.init.normal_(self.embed.weight, std=0.02)
+        self.positional = positional
         self.pos = nn.Embedding(max_len, d) if positional == "learned" else None
         if self.pos is not None:
             nn.init.normal_(self.pos.weight, std=0.02)
@@ -225,10 +226,12 @@ class MorphicTransformer(nn.Module):
 
         Greedy, sampled (temperature, top-k, top-p) or beam search, through the decoding loop of
         ``graded.transformer.generation``. There is no KV cache: routing pools the causal context,
-        so each step reruns the model on the last ``max_len`` tokens. Prompts are unpadded.
+        so each step reruns the model on the whole sequence. With learned positions the prompt and
+        the new tokens must fit in ``max_len`` (a position past the table has no embedding);
+        without positions each step sees the last ``max_len`` tokens. Prompts are unpadded.
         Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
         """
-        generation.check_prompt(input_ids, max_new_tokens, None)  # no max_len: a sliding window
+        generation.check_prompt(input_ids, max_new_tokens, generation.position_limit(self))
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
 

@@ -212,7 +212,9 @@ def _defaults(key_padding_mask: Tensor | None, input_ids: Tensor) -> Tensor:
 
 
 def position_limit(config: object) -> int | None:
-    """Models with position tables cannot go past max_len; RoPE/ALiBi/none can."""
+    """The longest sequence a model can see: ``max_len`` for positions from a table
+    (sinusoidal, learned), None for RoPE/ALiBi/none. ``config`` is a model config, or any object
+    with ``positional`` and ``max_len`` (a morphic model)."""
     if getattr(config, "positional", None) in TABLE_POSITIONAL:
         return config.max_len
     return None

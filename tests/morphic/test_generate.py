@@ -1,0 +1,21 @@
+"""Morphic generation stays within the positions the model has."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graded.morphic import build_morphic_model
+
+
+def test_generate_refuses_a_prompt_past_max_len_with_learned_positions():
+    model = build_morphic_model({
+        "vocab_size": 6, "max_len": 8,
+        "grades": [{"label": "g0", "dim": 4, "index": 0}, {"label": "g1", "dim": 4, "index": 1}],
+        "layers": [{"banded": [0, 1], "block": "linear"}]})
+    ids = torch.zeros(1, 6, dtype=torch.long)
+    assert model.generate(ids, 2).shape == (1, 8)  # fits exactly
+    with pytest.raises(ValueError, match="max_len=8"):
+        model.generate(ids, 3)
+    with pytest.raises(ValueError, match="max_len=8"):
+        model.generate(torch.zeros(1, 9, dtype=torch.long), 1)

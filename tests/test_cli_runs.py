@@ -177,3 +177,22 @@ def test_report_eval_and_resume_work_on_demo_runs(tmp_path, capsys):
     steps = json.loads((run / "metrics.json").read_text())["step"]
     assert main(["train", "--resume", str(run), "--set", f"train.steps={steps + 2}"]) == 0
     assert json.loads((run / "metrics.json").read_text())["step"] == steps + 2
+
+
+def test_an_edited_config_yaml_is_checked_against_the_checkpoints(run, capsys):
+    path = run / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    cfg["model"]["d_model"] = 32  # cannot change mid-run
+    path.write_text(yaml.safe_dump(cfg))
+    before = _hashes(run)
+    assert main(["train", "--resume", str(run), "--set", "train.steps=6"]) == 2
+    err = capsys.readouterr().err
+    assert "model.d_model was 16, now 32" in err
+    assert _hashes(run) == before
+    cfg["model"]["d_model"] = 16
+    cfg["train"]["lr"] = 0.002  # may change: used and recorded
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["train", "--resume", str(run), "--set", "train.steps=6"]) == 0
+    overrides = {e["key"]: (e["old"], e["new"]) for e in _history(run)
+                 if e["event"] == "override"}
+    assert overrides["train.lr"] == (0.001, 0.002)

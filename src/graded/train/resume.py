@@ -1,9 +1,11 @@
 """Resuming a run: everything is checked and loaded before anything is written.
 
 :func:`plan_resume` (called by :meth:`graded.train.trainer.Trainer.prepare_resume`, the CLI's
-preflight) refuses a config that changes a key the resume rule of :mod:`graded.train.runs`
-keeps fixed, before reading any tensor; then loads the newest intact checkpoint into the model
-and optimizer (newer damaged ones are skipped, and listed), its scheduler state, and the peak
+preflight) checks each checkpoint's config against the new one before reading any of its
+tensors, and loads the newest checkpoint that accepts it (a key the resume rule of
+:mod:`graded.train.runs` keeps fixed refuses it) and that is intact, into the model and
+optimizer (newer damaged or foreign ones are skipped, and listed; when none accepts the config,
+the refusal is the error), its scheduler state, and the peak
 learning rates now configured (:func:`use_peak_lrs`). Its :class:`ResumePlan` is what
 :meth:`Trainer.fit` starts from; the only state it leaves for later is the RNG, restored when the
 first resumed step is about to run.
@@ -16,16 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from graded.train.checkpoint import (
     STATE_FILE,
+    CheckpointError,
     CheckpointManager,
     IntactCheckpoint,
     load_checkpoint,
+    read_checkpoint_state,
     read_rng_state,
 )
-from graded.train.runs import checked_changes
+from graded.train.runs import RunError, checked_changes
 from graded.train.state_tensors import checkpoint_error
 
 
@@ -53,18 +56,32 @@ def use_peak_lrs(optimizer: torch.optim.Optimizer,
         group["lr"] = peak * multiplier(scheduler.last_epoch)
 
 
-def _recorded_state(run: Path, now: dict[str, Any]) -> dict[str, Any] | None:
-    """The run's ``config.yaml`` in the shape of a checkpoint's state (None without one). The
-    task kind is not recorded there; the checkpoint actually loaded is checked for it."""
-    path = run / "config.yaml"
-    if not path.is_file():
-        return None
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if not isinstance(config, dict):
-        return None
-    return {"config": config, "options": config.get("train") or {},
-            "seed": config.get("seed", now.get("seed")),
-            "kind": config.get("kind", now.get("kind"))}
+def _newest_resumable(run: Path, manager: CheckpointManager, model: torch.nn.Module,
+                      optimizer: torch.optim.Optimizer, now: dict[str, Any]) -> IntactCheckpoint:
+    """The newest checkpoint of ``run`` that ``now`` may resume and that loads, newest first.
+
+    Each checkpoint's config is checked against ``now`` before any of its tensors is read. One
+    that refuses it, or that does not load, is skipped and listed (a damaged checkpoint, or one
+    of another run put in this folder); if every checkpoint refuses ``now``, the newest refusal
+    is raised (RunError: the config was changed in a way a run cannot), else CheckpointError.
+    """
+    skipped: list[tuple[Path, str]] = []
+    refusal: RunError | None = None
+    for path in reversed(manager.folders()):
+        try:
+            checked_changes(run, read_checkpoint_state(path), now)
+            meta = load_checkpoint(path, model, optimizer, restore_rng=False)
+        except RunError as exc:
+            refusal = refusal or exc
+            skipped.append((path, f"its run's config differs: {exc}"))
+            continue
+        except CheckpointError as exc:
+            skipped.append((path, str(exc)))
+            continue
+        return IntactCheckpoint(path, meta, skipped)
+    if refusal is not None:  # no checkpoint takes this config: the config is what changed
+        raise refusal
+    return manager.find_intact(model, optimizer)  # raises CheckpointError naming each problem
 
 
 def plan_resume(
@@ -81,13 +98,8 @@ def plan_resume(
     source = Path(source)
     peaks = list(scheduler.base_lrs)  # as built from the options now
     if (source / "checkpoints").is_dir():
-        manager = CheckpointManager(source / "checkpoints")
-        # Refuse a changed config before reading any tensor, against the run's own record
-        # (config.yaml), not the newest checkpoint, which may be the damaged one skipped below.
-        recorded = _recorded_state(source, now) or manager.newest_state()
-        if recorded is not None:
-            checked_changes(source, recorded, now)
-        found = manager.find_intact(model, optimizer)
+        found = _newest_resumable(source, CheckpointManager(source / "checkpoints"), model,
+                                  optimizer, now)
     else:
         found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
                                                          restore_rng=False), [])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_configs import TINY_MODEL, tiny_config
 
 from graded.cli import build_parser, main
 from graded.train.checkpoint import CheckpointManager, load_checkpoint
@@ -21,19 +22,10 @@ SUBCOMMANDS = ["train", "eval", "generate", "bench", "report", "demo", "search"]
 
 
 def _tiny_config(tmp_path: Path, **train) -> Path:
-    cfg = {
-        "name": "tiny",
-        "task": {"name": "dyck", "options": {"max_length": 8, "max_depth": 3},
-                 "n_train": 64, "n_eval": 32},
-        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
-                  "positional": "learned", "grading": "linear", "learnable_grades": True},
-        "train": {"steps": 6, "batch_size": 16, "warmup_steps": 1, "eval_every": 3,
-                  "log_every": 1, "progress": False, **train},
-        "output": {"dir": str(tmp_path / "runs")},
-    }
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    """An LGT with learnable grades, 6 steps, TensorBoard on."""
+    options = {"steps": 6, "eval_every": 3, "tensorboard": True, **train}
+    return tiny_config(tmp_path, model={**TINY_MODEL, "grading": "linear",
+                                        "learnable_grades": True}, **options)
 
 
 def test_top_level_help_lists_every_subcommand(capsys):

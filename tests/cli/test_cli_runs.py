@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_configs import tiny_config
 
 from graded.cli import main
 from graded.train.checkpoint import CheckpointManager
@@ -22,20 +23,9 @@ HOLD_LOCK = (
 
 
 def _config(tmp_path: Path, name: str = "tiny", *, model: dict | None = None, **train) -> Path:
-    cfg = {
-        "name": name,
-        "task": {"name": "dyck", "options": {"max_length": 8, "max_depth": 3},
-                 "n_train": 64, "n_eval": 32},
-        "model": model or {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
-                           "positional": "learned"},
-        "train": {"steps": 4, "batch_size": 16, "warmup_steps": 1, "eval_every": 2,
-                  "checkpoint_every": 2, "log_every": 1, "progress": False,
-                  "tensorboard": False, **train},
-        "output": {"dir": str(tmp_path / "runs")},
-    }
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    """Four steps with a checkpoint every two, so that there is an older one to fall back to."""
+    return tiny_config(tmp_path, name, model=model,
+                       **{"steps": 4, "checkpoint_every": 2, **train})
 
 
 def _hashes(folder: Path) -> dict[str, str]:

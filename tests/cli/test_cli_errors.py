@@ -6,39 +6,22 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
+from cli_configs import tiny_config
 
 from graded.cli import DEFAULT_NEW_TOKENS, main
-
-
-def _config(tmp_path: Path, **train) -> Path:
-    cfg = {
-        "name": "tiny",
-        "task": {"name": "dyck", "options": {"max_length": 8, "max_depth": 3},
-                 "n_train": 64, "n_eval": 32},
-        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
-                  "positional": "learned"},
-        "train": {"steps": 2, "batch_size": 16, "warmup_steps": 1, "eval_every": 2,
-                  "log_every": 1, "progress": False, "tensorboard": False, **train},
-        "output": {"dir": str(tmp_path / "runs")},
-    }
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("cli_errors")
-    assert main(["train", str(_config(tmp))]) == 0
+    assert main(["train", str(tiny_config(tmp))]) == 0
     return tmp / "runs" / "tiny"
 
 
 def _max_len(run: Path) -> int:
-    from graded.config import build_task, load_config, transformer_config
+    from graded.config import load_run_config
 
-    cfg = load_config(run / "config.yaml")
-    return transformer_config(cfg, build_task(cfg)).max_len
+    return load_run_config(run).built_model_config.max_len
 
 
 def _one_error_line(err: str) -> str:
@@ -95,7 +78,7 @@ def test_generate_argument_out_of_range_is_a_usage_error(run, capsys, option, va
 
 
 def test_unknown_device_is_a_one_line_error_before_anything_is_written(tmp_path, capsys):
-    path = _config(tmp_path)
+    path = tiny_config(tmp_path)
     assert main(["train", str(path), "--set", "train.device=tpu7"]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "'tpu7'" in line and "'cpu'" in line
@@ -105,7 +88,7 @@ def test_unknown_device_is_a_one_line_error_before_anything_is_written(tmp_path,
 def test_output_folder_that_cannot_be_created_is_a_one_line_error(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    path = _config(tmp_path)
+    path = tiny_config(tmp_path)
     assert main(["train", str(path), "--set", f"output.dir={blocker}/runs"]) == 2
     assert str(blocker) in _one_error_line(capsys.readouterr().err)
 
@@ -117,7 +100,7 @@ def test_read_only_output_folder_is_a_one_line_error(tmp_path, capsys):
     parent.mkdir()
     parent.chmod(0o500)
     try:
-        path = _config(tmp_path)
+        path = tiny_config(tmp_path)
         assert main(["train", str(path), "--set", f"output.dir={parent}"]) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert str(parent) in line and "permission denied" in line

@@ -72,20 +72,24 @@ def _check_positions(positions: Tensor, max_len: int | None, who: str) -> None:
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal encodings added to embeddings; ``start`` = 0 or 1 (see module doc)."""
+    """Fixed sinusoidal encodings added to embeddings; ``start`` = 0 or 1 (see module doc).
+
+    The table is kept in float64 and the rows taken are cast to ``dtype`` (default: torch's
+    default dtype), so a float64 model gets float64-exact encodings, not float32 values
+    widened."""
 
     def __init__(self, d_model: int, max_len: int, *, start: int = 0, base: float = 10000.0):
         super().__init__()
         if start not in (0, 1):
             raise ValueError(f"start must be 0 or 1, got {start}")
         self.max_len = max_len
-        self.register_buffer("table", sinusoidal_table(max_len, d_model, start=start, base=base),
-                             persistent=False)
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, start=start, base=base,
+                                                       dtype=torch.float64), persistent=False)
 
-    def forward(self, positions: Tensor) -> Tensor:
-        """(…, T) integer positions -> (…, T, d_model) encodings."""
+    def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """(…, T) integer positions -> (…, T, d_model) encodings in ``dtype``."""
         _check_positions(positions, self.max_len, "SinusoidalPositions")
-        return self.table[positions]
+        return self.table[positions].to(dtype or torch.get_default_dtype())
 
 
 class LearnedPositions(nn.Module):
@@ -97,9 +101,10 @@ class LearnedPositions(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)
 
-    def forward(self, positions: Tensor) -> Tensor:
+    def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         _check_positions(positions, self.max_len, "LearnedPositions")
-        return self.embedding(positions)
+        out = self.embedding(positions)
+        return out if dtype is None else out.to(dtype)
 
 
 class RotaryEmbedding(nn.Module):

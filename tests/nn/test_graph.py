@@ -292,3 +292,28 @@ def test_node_classification_example_runs(capsys, monkeypatch):
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert "features only" in out and "gat: test accuracy" in out
+
+
+def test_gatv2_projection_biases_enter_logits_and_messages_as_written():
+    import torch.nn.functional as F
+
+    from graded.nn.graph import GATv2Layer
+
+    torch.manual_seed(0)
+    layer = GATv2Layer(3, 2, heads=1, projection_bias=True, add_self_loops=False,
+                       bias=False).double()
+    with torch.no_grad():
+        layer.lin_l.bias.normal_()
+        layer.lin_r.bias.normal_()
+    x = torch.randn(4, 3, dtype=torch.float64)
+    adj = torch.ones(4, 4, dtype=torch.bool)
+    wl, bl = layer.lin_l.weight, layer.lin_l.bias
+    wr, br = layer.lin_r.weight, layer.lin_r.bias
+    a = layer.att[0]
+    out = torch.zeros(4, 2, dtype=torch.float64)
+    for i in range(4):  # naive loop over nodes and neighbours
+        e = torch.stack([a @ F.leaky_relu(wr @ x[i] + br + wl @ x[j] + bl, 0.2)
+                         for j in range(4)])
+        alpha = torch.softmax(e, 0)
+        out[i] = sum(alpha[j] * (wl @ x[j] + bl) for j in range(4))
+    assert torch.allclose(layer(x, adj), out, atol=1e-12)

@@ -52,6 +52,8 @@ class MultiheadAttention(nn.Module):
     - ``score``: ``"scaled_dot"`` (default), ``"dot"``, ``"bilinear"``, ``"additive"`` or a
       :class:`~graded.attention.scores.Score`.
     - ``max_explicit_elements``: the explicit path refuses larger (B, H, Tq, Tk) tensors.
+    - ``out_bias``: a bias on the output projection (default: as ``bias``, which then covers
+      the Q/K/V projections only when ``out_bias`` is given; torch ties the two).
 
     Departure from torch: ``is_causal=True`` without ``attn_mask`` builds the causal mask
     instead of raising.
@@ -75,6 +77,7 @@ class MultiheadAttention(nn.Module):
         backend_options: dict | None = None,
         score: str | Score = "scaled_dot",
         max_explicit_elements: int = DEFAULT_MAX_EXPLICIT_ELEMENTS,
+        out_bias: bool | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(embed_dim, int) or embed_dim <= 0:
@@ -114,7 +117,7 @@ class MultiheadAttention(nn.Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.modules.linear.NonDynamicallyQuantizableLinear(
-            embed_dim, embed_dim, bias=bias, **factory
+            embed_dim, embed_dim, bias=bias if out_bias is None else out_bias, **factory
         )
         if add_bias_kv:
             self.bias_k = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
@@ -148,6 +151,7 @@ class MultiheadAttention(nn.Module):
             nn.init.xavier_uniform_(self.v_proj_weight)
         if self.in_proj_bias is not None:
             nn.init.constant_(self.in_proj_bias, 0.0)
+        if self.out_proj.bias is not None:
             nn.init.constant_(self.out_proj.bias, 0.0)
         if self.bias_k is not None:
             nn.init.xavier_normal_(self.bias_k)

@@ -170,6 +170,9 @@ class GATv2Layer(_GraphAttention):
 
     Parameters: ``lin_l`` (W_l, neighbours), ``lin_r`` (W_r, queries; the same module as
     ``lin_l`` when ``share_weights``), ``att`` (a, shape (H, F')), optional output ``bias``.
+    ``projection_bias`` gives W_l and W_r biases of their own, zero-initialised (PyG's
+    ``GATv2Conv`` has them): e_ij = aᵀ LeakyReLU(W_r h_i + b_r + W_l h_j + b_l), messages
+    W_l h_j + b_l.
     """
 
     def __init__(
@@ -184,19 +187,23 @@ class GATv2Layer(_GraphAttention):
         add_self_loops: bool = True,
         bias: bool = True,
         share_weights: bool = False,
+        projection_bias: bool = False,
     ) -> None:
         super().__init__(
             in_features, out_features, heads, concat, negative_slope, dropout, add_self_loops, bias
         )
-        self.lin_l = nn.Linear(in_features, heads * out_features, bias=False)
+        self.lin_l = nn.Linear(in_features, heads * out_features, bias=projection_bias)
         self.lin_r = (
             self.lin_l
             if share_weights
-            else nn.Linear(in_features, heads * out_features, bias=False)
+            else nn.Linear(in_features, heads * out_features, bias=projection_bias)
         )
         self.att = nn.Parameter(torch.empty(heads, out_features))
         for p in (self.lin_l.weight, self.lin_r.weight, self.att):
             nn.init.xavier_uniform_(p)
+        for lin in (self.lin_l, self.lin_r):
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
 
     def logits(self, x: Tensor) -> tuple[Tensor, Tensor]:
         zl = self._project(x, self.lin_l)  # W_l h_j: (B, H, N, F')

@@ -34,13 +34,17 @@ def make_attention(config: TransformerConfig, grading: nn.Module | None = None
     attn_dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     kwargs = dict(
         embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
-        bias=config.bias, batch_first=True, score=config.attn_score,
-        backend=_backend(config),
+        bias=_or(config.qkv_bias, config.bias), out_bias=_or(config.out_bias, config.bias),
+        batch_first=True, score=config.attn_score, backend=_backend(config),
     )
     if grading is not None:
         return GradedMultiheadAttention(grading=grading, variant=config.grade_attention_variant,
                                         **kwargs)
     return MultiheadAttention(**kwargs)
+
+
+def _or(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
 
 
 def _backend(config: TransformerConfig) -> str | nn.Module:
@@ -128,7 +132,7 @@ class FeedForwardSublayer(nn.Module):
         super().__init__()
         plan = resolve_plan(config, plan)
         self.ffn = FeedForward(config.d_model, config.ff_dim, config.activation, config.dropout,
-                               config.bias)
+                               _or(config.ffn_bias, config.bias))
         self.grading = graded_stage(plan, GradingPlan.ffn_stage)
 
     def forward(self, x: Tensor) -> Tensor:

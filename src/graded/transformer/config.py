@@ -49,6 +49,13 @@ class TransformerConfig(ConfigModel):
     defaults to ``n_layers`` in seq2seq models. ``positional``: ``sinusoidal`` (0-indexed),
     ``sinusoidal1`` (1-indexed, 003 §2.2), ``learned``, ``rope``, ``alibi`` or ``none``.
     ``norm_first`` selects pre-norm blocks (post-norm as in Vaswani et al. otherwise).
+    ``activation``: ``relu``, ``gelu``, ``gelu_tanh`` (GPT-2's approximation), ``silu`` or the
+    gated ``swiglu``. Switches that reference models need: ``qkv_bias``, ``out_bias`` and
+    ``ffn_bias`` (None: as ``bias``) for the attention input and output projections and the FFN;
+    ``final_norm`` (None: a final norm on pre-norm stacks only, as GPT-2; True adds one to a
+    post-norm stack too, as ``torch.nn.Transformer``); ``embed_scale`` multiplies token
+    embeddings by √d_model (Vaswani et al. §3.4); ``embed_norm`` normalises the summed
+    embeddings (BERT); ``logit_bias`` adds a bias to the LM/seq2seq output layer.
     ``attn_backend`` names the attention backend (see :mod:`graded.attention.backends`).
 
     Grading fields (000 §5-7) select the feature-graded LGT/EGT: ``grading`` is None
@@ -80,6 +87,14 @@ class TransformerConfig(ConfigModel):
                                                 "a positive number")] = 1e-5
     norm_first: bool = True
     bias: bool = True
+    # Architecture switches of reference models (None = follow ``bias`` / the norm placement).
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    ffn_bias: bool | None = None
+    final_norm: bool | None = None
+    embed_scale: bool = False
+    embed_norm: bool = False
+    logit_bias: bool = False
     tie_embeddings: bool = True
     attn_backend: Annotated[str, choice(available_backends)] = "full"
     attn_backend_options: dict[str, Any] = Field(default_factory=dict)

@@ -81,12 +81,16 @@ def decode(
     n_layers: int, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
     num_beams: int, eos_token_id: int | None, pad_token_id: int | None, use_cache: bool,
     generator: torch.Generator | None, length_penalty: float,
+    early_stopping: bool | str = True,
 ) -> Tensor:
     """The decoding loop shared by the models: ``step(ids, key_padding_mask, cache)`` returns
     logits (B, T, V) for the tokens it is given (all of them, or only the new one when a cache is
     kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if early_stopping not in EARLY_STOPPING:
+        raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got "
+                         f"{early_stopping!r}")
     if max_new_tokens == 0:
         return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
@@ -95,7 +99,8 @@ def decode(
             raise ValueError("beam search with do_sample=True is not supported; choose one")
         return _beam_search(step, input_ids, key_padding_mask, max_new_tokens, n_layers=n_layers,
                             num_beams=num_beams, eos_token_id=eos_token_id, pad=pad,
-                            use_cache=use_cache, length_penalty=length_penalty)
+                            use_cache=use_cache, length_penalty=length_penalty,
+                            early_stopping=early_stopping)
     cache = KVCache.empty(n_layers) if use_cache else None
     ids, kpm = input_ids, key_padding_mask
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
@@ -118,14 +123,36 @@ def decode(
     return ids
 
 
+EARLY_STOPPING = (True, False, "never")
+
+
+def _row_done(finished: list[tuple[float, Tensor]], best_running: float, k: int, length: int,
+              max_length: int, length_penalty: float, early_stopping: bool | str) -> bool:
+    """Whether a beam-search row can stop (see :func:`_beam_search`): it holds ``k`` finished
+    hypotheses and, unless ``early_stopping`` is True, none of its running beams (the best has
+    summed log-probability ``best_running`` over ``length`` tokens) can still enter them."""
+    if len(finished) < k:
+        return False
+    if early_stopping is True:
+        return True
+    worst_kept = sorted(score for score, _ in finished)[-k]
+    if early_stopping == "never" and length_penalty > 0:
+        length = max_length
+    return worst_kept >= best_running / length ** length_penalty
+
+
 def _beam_search(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
     n_layers: int, num_beams: int, eos_token_id: int | None, pad: int, use_cache: bool,
-    length_penalty: float,
+    length_penalty: float, early_stopping: bool | str = True,
 ) -> Tensor:
-    """Beam search with early stopping: a row is done once it holds ``num_beams`` finished
-    hypotheses; hypotheses are ranked by log-probability / length**length_penalty, where
-    length counts generated tokens. With one beam this is greedy decoding."""
+    """Beam search. Hypotheses are ranked by log-probability / length**length_penalty, where
+    length counts generated tokens; a row keeps its ``num_beams`` best finished ones. When a row
+    is done (Hugging Face's ``early_stopping``): ``True``, as soon as it holds ``num_beams``
+    finished hypotheses; ``False``, when moreover the best running beam, scored at its current
+    length, cannot beat the worst kept hypothesis; ``"never"``, when it cannot even at the
+    length that scores it best (``max_new_tokens`` for length_penalty > 0). With one beam this is
+    greedy decoding."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -164,8 +191,8 @@ def _beam_search(
                 slot += 1
                 if slot == k:
                     break
-            if len(finished[b]) >= k:
-                done[b] = True
+            done[b] = _row_done(finished[b], float(next_scores[b, 0]), k, t + 1,
+                                max_new_tokens, length_penalty, early_stopping)
         if all(done):
             break
         src = (torch.arange(batch, device=device)[:, None] * k + next_beam).view(-1)
@@ -236,10 +263,12 @@ def generate(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     length_penalty: float = 1.0,
+    early_stopping: bool | str = True,
 ) -> Tensor:
     """Continue ``input_ids`` (B, T) with a decoder-only LM; returns (B, T + n) ids where
     n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
-    (default: the EOS id, or 0)."""
+    (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
+    search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`)."""
     check_prompt(input_ids, max_new_tokens, position_limit(model.config))
     kpm = _defaults(key_padding_mask, input_ids)
     was_training = model.training
@@ -252,7 +281,8 @@ def generate(
         return decode(step, input_ids, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                     num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
-                    use_cache=use_cache, generator=generator, length_penalty=length_penalty)
+                    use_cache=use_cache, generator=generator, length_penalty=length_penalty,
+                    early_stopping=early_stopping)
     finally:
         model.train(was_training)
 
@@ -300,7 +330,7 @@ def _generation_kwargs(kwargs: dict[str, object]) -> dict[str, object]:
     allowed = {
         "do_sample": False, "temperature": 1.0, "top_k": None, "top_p": None, "num_beams": 1,
         "eos_token_id": None, "pad_token_id": None, "use_cache": True, "generator": None,
-        "length_penalty": 1.0,
+        "length_penalty": 1.0, "early_stopping": True,
     }
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:

@@ -1,18 +1,28 @@
 """Feed-forward networks and normalisation layers (002 §3.5-3.6, 003 §2.5).
 
-- :class:`FeedForward`: position-wise FFN ``W_2 σ(W_1 x + b_1) + b_2`` with ReLU or GELU,
-  or the gated SwiGLU form ``W_2 (SiLU(W_1 x) ⊙ W_3 x)`` (Shazeer 2020).
+- :class:`FeedForward`: position-wise FFN ``W_2 σ(W_1 x + b_1) + b_2`` with σ = ReLU, GELU
+  (exact, or its tanh approximation ``gelu_tanh`` as in GPT-2) or SiLU (LLaMA's activation,
+  ungated), or the gated SwiGLU form ``W_2 (SiLU(W_1 x) ⊙ W_3 x)`` (Shazeer 2020).
 - :func:`make_norm`: LayerNorm or RMSNorm (Zhang & Sennrich 2019), both from ``torch.nn``.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["ACTIVATIONS", "NORMS", "FeedForward", "make_norm"]
 
-ACTIVATIONS = ("relu", "gelu", "swiglu")  # FeedForward's activation
+# FeedForward's activation: an elementwise σ, or the gated "swiglu".
+_ELEMENTWISE = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+}
+ACTIVATIONS = (*_ELEMENTWISE, "swiglu")
 NORMS = ("layer", "rms")  # make_norm's kind
 
 
@@ -34,10 +44,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.fc_in(x)
-        if self.activation == "relu":
-            h = F.relu(h)
-        elif self.activation == "gelu":
-            h = F.gelu(h)
+        if self.fc_gate is None:
+            h = _ELEMENTWISE[self.activation](h)
         else:
             h = F.silu(h) * self.fc_gate(x)
         return self.fc_out(self.dropout(h))

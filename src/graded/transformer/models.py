@@ -8,6 +8,8 @@ Every model takes integer token ids (B, T) — or, for encoder models with
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -82,6 +84,10 @@ class InputEmbedding(nn.Module):
         self.position_grading: nn.Module | None = (
             plan.position_stage() if plan is not None else None
         )
+        # √d_model on token embeddings (Vaswani et al. §3.4); a norm of the sum (BERT)
+        self.scale = math.sqrt(config.d_model) if config.embed_scale else 1.0
+        self.norm = (make_norm(config.norm, config.d_model, config.norm_eps)
+                     if config.embed_norm else nn.Identity())
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, inputs: Tensor, positions: Tensor) -> Tensor:
@@ -107,12 +113,14 @@ class InputEmbedding(nn.Module):
             x = self.input_grading(self.tokens(inputs))
         else:  # 000 Def 5.19: the grading acts on the raw features, before the projection
             x = self.tokens(self.input_grading(inputs))
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.positions is not None:
-            pe = self.positions(positions).to(x.dtype)
+            pe = self.positions(positions, dtype=x.dtype)
             if self.position_grading is not None:
                 pe = self.position_grading(pe, positions)
             x = x + pe
-        return self.dropout(x)
+        return self.dropout(self.norm(x))
 
 
 class TransformerStack(nn.Module):
@@ -134,9 +142,9 @@ class TransformerStack(nn.Module):
         else:
             self.blocks = nn.ModuleList(EncoderBlock(config, plan=plan) for _ in range(n_layers))
         self.alibi = ALiBi(config.n_heads) if config.positional == "alibi" else None
+        final = config.norm_first if config.final_norm is None else config.final_norm
         self.final_norm = (
-            make_norm(config.norm, config.d_model, config.norm_eps) if config.norm_first
-            else nn.Identity()
+            make_norm(config.norm, config.d_model, config.norm_eps) if final else nn.Identity()
         )
 
     def forward(
@@ -278,7 +286,7 @@ class TransformerLM(nn.Module):
         self.config = config
         plan = GradingPlan.from_config(config)
         self.decoder = TransformerDecoder(config, cross_attention=False, plan=plan)
-        self.head = _OutputHead(config.d_model, config.vocab_size, bias=False,
+        self.head = _OutputHead(config.d_model, config.vocab_size, bias=config.logit_bias,
                                 plan=plan)
         _init_weights(self, config.init_std)
         if config.tie_embeddings:
@@ -319,7 +327,7 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder = TransformerEncoder(config, plan=plan)
         self.decoder = TransformerDecoder(config, cross_attention=True,
                                           n_layers=config.n_decoder_layers, plan=plan)
-        self.head = _OutputHead(config.d_model, config.vocab_size, bias=False,
+        self.head = _OutputHead(config.d_model, config.vocab_size, bias=config.logit_bias,
                                 plan=plan)
         _init_weights(self, config.init_std)
         if config.tie_embeddings:

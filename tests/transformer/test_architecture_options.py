@@ -137,3 +137,44 @@ def test_beam_without_early_stopping_finds_the_better_longer_hypothesis(mode):
 def test_early_stopping_must_be_one_of_the_three_modes():
     with pytest.raises(ValueError, match="early_stopping must be one of"):
         _beam("sometimes")
+
+
+# ----------------------------------------------------------------------- grouped-query attention
+def test_grouped_query_attention_equals_multi_head_attention_with_shared_key_value_heads():
+    from graded.attention.multihead import MultiheadAttention
+
+    torch.manual_seed(0)
+    e, h, g = 12, 6, 2  # 6 query heads, 2 key/value groups of 3 heads
+    hd = e // h
+    gqa = MultiheadAttention(e, h, batch_first=True, num_kv_heads=g).double()
+    mha = MultiheadAttention(e, h, batch_first=True).double()
+    w, b = gqa.in_proj_weight, gqa.in_proj_bias
+    with torch.no_grad():
+        wq, wk, wv = w.split([e, g * hd, g * hd])
+        bq, bk, bv = b.split([e, g * hd, g * hd])
+        group_of = torch.arange(h) // (h // g)  # head i reads group i // 3
+        rows = (group_of[:, None] * hd + torch.arange(hd)).flatten()
+        mha.in_proj_weight.copy_(torch.cat([wq, wk[rows], wv[rows]]))
+        mha.in_proj_bias.copy_(torch.cat([bq, bk[rows], bv[rows]]))
+        mha.out_proj.load_state_dict(gqa.out_proj.state_dict())
+    x = torch.randn(2, 5, e, dtype=torch.float64)
+    out, _ = gqa(x, x, x, need_weights=False, is_causal=True)
+    ref, _ = mha(x, x, x, need_weights=False, is_causal=True)
+    assert torch.allclose(out, ref, atol=1e-12)
+    assert gqa.in_proj_weight.shape == (e + 2 * g * hd, e)
+
+
+def test_a_grouped_query_lm_caches_only_its_key_value_groups_and_generates_as_without_cache():
+    torch.manual_seed(0)
+    lm = TransformerLM(_cfg(d_model=12, n_heads=6, n_kv_heads=2, positional="rope")).eval()
+    prompt = torch.randint(0, 11, (2, 3))
+    cached = lm.generate(prompt, 5, use_cache=True)
+    assert torch.equal(cached, lm.generate(prompt, 5, use_cache=False))
+    cache = lm.new_cache()
+    lm(prompt, cache=cache)
+    assert cache.layers[0].k.shape[1] == 2  # (B, H_kv, T, head_dim)
+
+
+def test_n_kv_heads_must_divide_n_heads():
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        _cfg(n_heads=2, n_kv_heads=3)

@@ -52,6 +52,9 @@ class MultiheadAttention(nn.Module):
     - ``score``: ``"scaled_dot"`` (default), ``"dot"``, ``"bilinear"``, ``"additive"`` or a
       :class:`~graded.attention.scores.Score`.
     - ``max_explicit_elements``: the explicit path refuses larger (B, H, Tq, Tk) tensors.
+    - ``num_kv_heads``: grouped-query attention (Ainslie et al. 2023): keys and values are
+      projected to ``num_kv_heads`` heads, each shared by ``num_heads / num_kv_heads`` query
+      heads (default: ``num_heads``, ordinary multi-head attention; 1 is multi-query).
     - ``out_bias``: a bias on the output projection (default: as ``bias``, which then covers
       the Q/K/V projections only when ``out_bias`` is given; torch ties the two).
 
@@ -78,6 +81,7 @@ class MultiheadAttention(nn.Module):
         score: str | Score = "scaled_dot",
         max_explicit_elements: int = DEFAULT_MAX_EXPLICIT_ELEMENTS,
         out_bias: bool | None = None,
+        num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(embed_dim, int) or embed_dim <= 0:
@@ -97,13 +101,23 @@ class MultiheadAttention(nn.Module):
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
+        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if not isinstance(kv_heads, int) or kv_heads < 1 or num_heads % kv_heads:
+            raise ValueError(f"num_kv_heads must be a positive divisor of num_heads={num_heads}, "
+                             f"got {num_kv_heads!r}")
+        if kv_heads != num_heads and (not self._qkv_same_embed_dim or add_bias_kv):
+            raise ValueError("grouped-query attention (num_kv_heads < num_heads) needs "
+                             "kdim = vdim = embed_dim and add_bias_kv=False")
+        self.num_kv_heads = kv_heads
+        self.kv_dim = kv_heads * self.head_dim
         self.dropout = dropout
         self.batch_first = batch_first
         self.add_zero_attn = add_zero_attn
         self.max_explicit_elements = max_explicit_elements
 
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            self.in_proj_weight = nn.Parameter(  # rows: queries (E), keys, values (kv_dim each)
+                torch.empty(embed_dim + 2 * self.kv_dim, embed_dim, **factory))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
@@ -113,7 +127,7 @@ class MultiheadAttention(nn.Module):
             self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory))
+            self.in_proj_bias = nn.Parameter(torch.empty(embed_dim + 2 * self.kv_dim, **factory))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.modules.linear.NonDynamicallyQuantizableLinear(
@@ -165,25 +179,37 @@ class MultiheadAttention(nn.Module):
 
         ``key``/``value`` may be None to project the queries only (cached cross-attention).
         """
-        e = self.embed_dim
+        e, kv = self.embed_dim, self.kv_dim
         b = self.in_proj_bias
-        if self._qkv_same_embed_dim and query is key and key is value:
+        grouped = self.num_kv_heads != self.num_heads
+        if self._qkv_same_embed_dim and query is key and key is value and not grouped:
             qkv = F.linear(query, self.in_proj_weight, b)  # (B, T, 3E)
             qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
             return qkv[0], qkv[1], qkv[2]
         if self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+            w_q, w_k, w_v = self.in_proj_weight.split([e, kv, kv])
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        b_q, b_k, b_v = (None, None, None) if b is None else (b[:e], b[e : 2 * e], b[2 * e :])
+        b_q, b_k, b_v = (None, None, None) if b is None else b.split([e, kv, kv])
         q = self.split_heads(F.linear(query, w_q, b_q))
-        k = None if key is None else self.split_heads(F.linear(key, w_k, b_k))
-        v = None if value is None else self.split_heads(F.linear(value, w_v, b_v))
+        k = None if key is None else self.split_heads(F.linear(key, w_k, b_k),
+                                                      self.num_kv_heads)
+        v = None if value is None else self.split_heads(F.linear(value, w_v, b_v),
+                                                        self.num_kv_heads)
         return q, k, v
 
-    def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, E) -> (B, H, T, head_dim)."""
-        return x.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+    def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
+        """(B, T, heads·head_dim) -> (B, heads, T, head_dim); ``heads`` defaults to H."""
+        heads = self.num_heads if heads is None else heads
+        return x.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)
+
+    def expand_kv(self, x: Tensor) -> Tensor:
+        """Keys or values of the ``num_kv_heads`` groups, (B, H_kv, T, d), repeated for the
+        heads of each group: (B, H, T, d), head i using group i // (H / H_kv) (Ainslie et al.
+        2023, as LLaMA's ``repeat_kv``). The identity without grouping."""
+        if x.shape[1] == self.num_heads:
+            return x
+        return x.repeat_interleave(self.num_heads // x.shape[1], dim=1)
 
     def merge(self, heads: Tensor) -> Tensor:
         """(B, H, T, head_dim) -> output projection of the concatenated heads, (B, T, E)."""
@@ -209,8 +235,9 @@ class MultiheadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of per-head tensors. ``attn_mask`` is a keep-mask (``True`` = attend) or an
         additive float mask broadcastable to (B, H, Tq, Tk); ``key_padding_mask`` is (B, Tk)
-        with ``True`` = padding. Returns per-head outputs (B, H, Tq, Dv) and optional weights."""
-        q, k, v = self.transform_heads(q, k, v)
+        with ``True`` = padding. Returns per-head outputs (B, H, Tq, Dv) and optional weights.
+        Keys and values of grouped-query attention come in per group and are repeated here."""
+        q, k, v = self.transform_heads(q, self.expand_kv(k), self.expand_kv(v))
         dropout_p = self.dropout if self.training else 0.0
         if self.backend is not None and not need_weights:
             if attn_mask is not None and attn_mask.dtype != torch.bool:

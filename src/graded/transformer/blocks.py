@@ -35,6 +35,7 @@ def make_attention(config: TransformerConfig, grading: nn.Module | None = None
     kwargs = dict(
         embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
         bias=_or(config.qkv_bias, config.bias), out_bias=_or(config.out_bias, config.bias),
+        num_kv_heads=config.n_kv_heads,
         batch_first=True, score=config.attn_score, backend=_backend(config),
     )
     if grading is not None:

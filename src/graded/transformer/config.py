@@ -49,7 +49,8 @@ class TransformerConfig(ConfigModel):
     defaults to ``n_layers`` in seq2seq models. ``positional``: ``sinusoidal`` (0-indexed),
     ``sinusoidal1`` (1-indexed, 003 §2.2), ``learned``, ``rope``, ``alibi`` or ``none``.
     ``norm_first`` selects pre-norm blocks (post-norm as in Vaswani et al. otherwise).
-    ``activation``: ``relu``, ``gelu``, ``gelu_tanh`` (GPT-2's approximation), ``silu`` or the
+    ``n_kv_heads`` < ``n_heads`` selects grouped-query attention (keys and values shared by
+    groups of heads; 1 = multi-query). ``activation``: ``relu``, ``gelu``, ``gelu_tanh`` (GPT-2's approximation), ``silu`` or the
     gated ``swiglu``. Switches that reference models need: ``qkv_bias``, ``out_bias`` and
     ``ffn_bias`` (None: as ``bias``) for the attention input and output projections and the FFN;
     ``final_norm`` (None: a final norm on pre-norm stacks only, as GPT-2; True adds one to a
@@ -76,6 +77,7 @@ class TransformerConfig(ConfigModel):
     d_model: PositiveInt = 128
     n_heads: PositiveInt = 4
     n_layers: PositiveInt = 2
+    n_kv_heads: OptionalPositiveInt = None
     d_ff: OptionalPositiveInt = None
     max_len: PositiveInt = 512
     dropout: Annotated[float, _probability()] = 0.0
@@ -144,6 +146,8 @@ class TransformerConfig(ConfigModel):
              "a vocabulary size, or input_dim for real-valued inputs")
         need(self.d_model % self.n_heads == 0, "d_model",
              f"a multiple of n_heads={self.n_heads}")
+        need(self.n_kv_heads is None or self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
+             f"None or a divisor of n_heads={self.n_heads} (grouped-query attention)")
         need(self.positional not in ("sinusoidal", "sinusoidal1") or self.d_model % 2 == 0,
              "d_model", "an even number for sinusoidal positions")
         need(self.positional != "rope" or self.head_dim % 2 == 0, "d_model",

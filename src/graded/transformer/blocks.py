@@ -69,7 +69,8 @@ class AttentionSublayer(nn.Module):
         self.cross = cross
         self.attn = make_attention(config, plan.head_grading() if plan is not None else None)
         use_rope = config.positional == "rope" and not cross
-        self.rotary = RotaryEmbedding(config.head_dim) if use_rope else None
+        self.rotary = (RotaryEmbedding(config.head_dim, base=config.rope_base) if use_rope
+                       else None)
 
     def forward(
         self,

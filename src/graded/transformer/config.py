@@ -49,8 +49,9 @@ class TransformerConfig(ConfigModel):
     defaults to ``n_layers`` in seq2seq models. ``positional``: ``sinusoidal`` (0-indexed),
     ``sinusoidal1`` (1-indexed, 003 §2.2), ``learned``, ``rope``, ``alibi`` or ``none``.
     ``norm_first`` selects pre-norm blocks (post-norm as in Vaswani et al. otherwise).
-    ``n_kv_heads`` < ``n_heads`` selects grouped-query attention (keys and values shared by
-    groups of heads; 1 = multi-query). ``activation``: ``relu``, ``gelu``, ``gelu_tanh`` (GPT-2's approximation), ``silu`` or the
+    ``rope_base`` is RoPE's θ (ω_m = θ^{-2m/d}). ``n_kv_heads`` < ``n_heads`` selects
+    grouped-query attention (keys and values shared by groups of heads; 1 = multi-query).
+    ``activation``: ``relu``, ``gelu``, ``gelu_tanh`` (GPT-2's approximation), ``silu`` or the
     gated ``swiglu``. Switches that reference models need: ``qkv_bias``, ``out_bias`` and
     ``ffn_bias`` (None: as ``bias``) for the attention input and output projections and the FFN;
     ``final_norm`` (None: a final norm on pre-norm stacks only, as GPT-2; True adds one to a
@@ -78,6 +79,8 @@ class TransformerConfig(ConfigModel):
     n_heads: PositiveInt = 4
     n_layers: PositiveInt = 2
     n_kv_heads: OptionalPositiveInt = None
+    rope_base: Annotated[float, satisfies(lambda v: is_number(v) and v > 1,
+                                          "a number > 1 (RoPE's θ)")] = 10000.0
     d_ff: OptionalPositiveInt = None
     max_len: PositiveInt = 512
     dropout: Annotated[float, _probability()] = 0.0

@@ -12,10 +12,16 @@ B·T tokens. Compared, with the variants interleaved repetition by repetition (m
    |E| + 1 readout passes against ``exact_utilities`` (one readout pass, then per edge an
    (N, d_h) x (d_h, V) product and a log-sum-exp). ``--engine-grades`` repeats it for more,
    smaller grades at the same |E|, where the gap widens (D / d_h grows).
+4. Sparse execution (issue 17), evaluation forward of one layer: |E| = 16 with top-1 hard routing
+   (global normalisation, ``execution="sparse"``: each block runs on its routed rows only)
+   against the dense soft layer (every block on every token). Target <= 0.35x, with per-edge FFN
+   blocks (hidden 4·d, 004 §4.1.3). With linear d×d blocks the router's context logits (the same
+   in both) cost more than all 16 blocks together, so the ratio there is also reported.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py            # full size, B·T = 4096
     .venv/bin/python benchmarks/morphic.py --quick                     # tiny smoke run
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py --engine-grades 16 32
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py --sparse-only   # comparison 4 only
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from torch.nn import functional as F
 
 from graded.morphic import (
     EdgeSet,
+    FFNBlock,
     Grade,
     GradedStateSpace,
     LinearBlock,
@@ -142,6 +149,41 @@ def engine_ratio(grades: int, dim: int, args) -> dict:
             "paper_over_ours": paired_ratio(times, "paper_engine", "our_engine")}
 
 
+class LayerForward:
+    """One layer's evaluation forward (no autograd), as ``model.evaluate`` runs it."""
+
+    def __init__(self, space, pairs, *, mode: str, execution: str, rank: int, block: str
+                 ) -> None:
+        edges = EdgeSet.explicit(space, pairs)
+        blocks = [LinearBlock(space.dim(g), space.dim(h)) if block == "linear"
+                  else FFNBlock(space.dim(g), space.dim(h), 4 * space.dim(h)) for g, h in pairs]
+        router = {"rank": rank, "mode": mode, "normalization": "global"}
+        self.layer = MorphicLayer(space, edges, blocks, router=router, execution=execution,
+                                  train_routing="context").eval()
+        self.routed_fraction: list[float] = []
+
+    def __call__(self, z, targets) -> None:
+        with torch.no_grad():
+            _, tr = self.layer(z)
+        self.routed_fraction.append(float((tr.alpha != 0).sum()) / tr.alpha[..., 0].numel())
+
+
+def sparse_ratio(space, args, block: str) -> dict:
+    """Top-1 hard sparse against dense soft, |E| = 16, forward at evaluation, interleaved."""
+    pairs = make_edges(space, 16)
+    z = torch.randn(args.batch, args.seq, space.total_dim)
+    targets = torch.randint(0, args.vocab, (args.batch, args.seq))
+    variants = {"E16_top1_sparse": LayerForward(space, pairs, mode="hard", execution="sparse",
+                                                rank=args.rank, block=block),
+                "E16_soft_dense": LayerForward(space, pairs, mode="soft", execution="dense",
+                                               rank=args.rank, block=block)}
+    times = time_interleaved(variants, z, targets, args.reps, args.warmup)
+    fraction = variants["E16_top1_sparse"].routed_fraction
+    return {"block": block, "median_seconds": medians(times),
+            "sparse_over_dense": paired_ratio(times, "E16_top1_sparse", "E16_soft_dense"),
+            "sparse_edges_run_per_token": statistics.mean(fraction)}
+
+
 def time_interleaved(variants: dict, z, targets, reps: int, warmup: int
                      ) -> dict[str, list[float]]:
     """Seconds per repetition of every variant, the variants run back to back in each one."""
@@ -183,6 +225,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine-grades", type=int, nargs="*", default=[],
                     help="also time the utility engines alone with this many grades (|E| = 8)")
+    ap.add_argument("--sparse-only", action="store_true",
+                    help="time only comparison 4 (sparse top-1 against dense soft)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
     args = ap.parse_args()
     if args.quick:
@@ -192,6 +236,13 @@ def main() -> None:
     space = make_space(args.grades, args.dim)
     z = torch.randn(args.batch, args.seq, space.total_dim)
     targets = torch.randint(0, args.vocab, (args.batch, args.seq))
+    if args.sparse_only:
+        sparse = [sparse_ratio(space, args, b) for b in ("ffn", "linear")]
+        print(json.dumps({"tokens": args.batch * args.seq, "grades": args.grades,
+                          "dim_per_grade": args.dim, "threads": args.threads, "reps": args.reps,
+                          "sparse_top1_E16_over_dense_soft": sparse, "target": "<= 0.35 (ffn)"},
+                         indent=2))
+        return
     pairs4, pairs8 = make_edges(space, 4), make_edges(space, 8)
     variants = {
         "E4_utilities": OurStep(space, pairs4, args.vocab, utilities=True, rank=args.rank),
@@ -201,6 +252,7 @@ def main() -> None:
     }
     times = time_interleaved(variants, z, targets, args.reps, args.warmup)
     engines = [engine_ratio(g, args.dim, args) for g in [args.grades, *args.engine_grades]]
+    sparse = [sparse_ratio(space, args, b) for b in ("ffn", "linear")]
     result = {
         "tokens": args.batch * args.seq, "grades": args.grades, "dim_per_grade": args.dim,
         "vocab": args.vocab, "threads": args.threads, "reps": args.reps,
@@ -208,7 +260,9 @@ def main() -> None:
         "utilities_over_no_utilities_E4": paired_ratio(times, "E4_utilities", "E4_no_utilities"),
         "paper_over_ours_E8": paired_ratio(times, "E8_paper_exact", "E8_utilities"),
         "utility_engine_paper_over_ours_E8": engines,
-        "targets": {"utilities_over_no_utilities_E4": "<= 2", "paper_over_ours_E8": ">= 10"},
+        "sparse_top1_E16_over_dense_soft": sparse,
+        "targets": {"utilities_over_no_utilities_E4": "<= 2", "paper_over_ours_E8": ">= 10",
+                    "sparse_top1_E16_over_dense_soft": "<= 0.35"},
     }
     print(json.dumps(result, indent=2))
 

@@ -18,17 +18,20 @@ from graded.morphic import (
 )
 
 
-def small_model(mode="soft", update="gated_replace", normalization="dest", objective=None):
+def small_model(mode="soft", update="gated_replace", normalization="dest", objective=None,
+                train_routing="context"):
     torch.manual_seed(0)
     sp = GradedStateSpace([Grade("g0", 4, 0), Grade("g1", 4, 1), Grade("g2", 4, 2)])
     bb = BandedBlocks(sp, [0, 1])
     l1 = MorphicLayer(sp, bb.edge_set, bb, router={"rank": 4, "mode": mode,
-                                                   "normalization": normalization}, update=update)
+                                                   "normalization": normalization}, update=update,
+                      train_routing=train_routing)
     es = EdgeSet.explicit(sp, [("g0", "g2", "att"), ("g1", "g1", "ffn")])
     blocks = [GradeTypedAttention(4, 4, num_heads=2, head_dim=2, value_source="source"),
               FFNBlock(4, 4, 8)]
     l2 = MorphicLayer(sp, es, blocks, router={"rank": 4, "mode": mode,
-                                              "normalization": normalization}, update=update)
+                                              "normalization": normalization}, update=update,
+                      train_routing=train_routing)
     return MorphicTransformer(sp, [l1, l2], vocab_size=9, max_len=16, objective=objective)
 
 
@@ -127,7 +130,7 @@ def test_training_is_seeded_and_deterministic():
 def test_context_training_routes_by_context_logits_and_utility_training_by_augmented_logits():
     from graded.morphic import UtilityProbe
 
-    model = small_model()
+    model = small_model(train_routing="utility")
     layer = model.layers[0]
     ids, targets = batch()
     z = model.embed_tokens(ids)
@@ -139,9 +142,56 @@ def test_context_training_routes_by_context_logits_and_utility_training_by_augme
     torch.testing.assert_close(tr.routing_logits, tr.context_logits)
 
 
+def test_training_routes_by_context_by_default_in_python_and_yaml_configs():
+    from graded.morphic.config import MorphicLayerSpec
+
+    assert inspect.signature(MorphicLayer).parameters["train_routing"].default == "context"
+    assert MorphicLayerSpec(edges=[["g0", "g1", "e"]]).train_routing == "context"
+    assert all(layer.train_routing == "context" for layer in small_model().layers)
+    from graded.morphic.config import RouterOptions
+
+    assert RouterOptions().stay is True and all(layer.router.stay for layer in small_model().layers)
+
+
+def test_context_agreement_counts_stay_choices_per_routed_group_by_hand():
+    from graded.morphic import Router
+    from graded.morphic.model import routing_agreement
+
+    sp = GradedStateSpace({"a": 2, "b": 2})
+    es = EdgeSet.explicit(sp, [("a", "b", "e1"), ("b", "b", "e2"), ("a", "a", "e3")])
+    u = torch.tensor([[[1.0, -1.0, 2.0], [-1.0, -2.0, -1.0]]])  # (1, 2, 3)
+    c = torch.tensor([[[0.5, 0.2, -1.0], [-3.0, -1.0, -2.0]]])
+    valid = torch.ones(1, 2, dtype=torch.bool)
+    # with stay: token 0: b e1 = e1 (hit), a e3 vs stay (miss); token 1: b stay = stay,
+    # a stay = stay → 3 / 4
+    assert routing_agreement(Router(sp, es), u, c, valid) == pytest.approx(0.75)
+    # without stay a is always-on and not counted: token 0 e1 = e1, token 1 e1 vs e2 → 1 / 2
+    assert routing_agreement(Router(sp, es, stay=False), u, c, valid) == pytest.approx(0.5)
+
+
+def test_utility_routed_training_also_reports_the_context_routed_loss():
+    """loss_context is the cross-entropy of the evaluation path model(ids), recomputed here."""
+    ids, targets = batch()
+    model = small_model(train_routing="utility")
+    _, metrics = model.training_loss(ids, targets)
+    with torch.no_grad():
+        logits = model(ids)
+    want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert metrics["loss_context"] == pytest.approx(float(want), rel=1e-5)
+    # target-aware routing differs from context routing: two different figures
+    assert metrics["lm_loss"] != pytest.approx(metrics["loss_context"], rel=1e-6)
+    # under context routing the training loss is the context-routed loss itself
+    context = small_model()
+    _, metrics = context.training_loss(ids, targets)
+    assert metrics["loss_context"] == metrics["lm_loss"]
+    with torch.no_grad():
+        want = torch.nn.functional.cross_entropy(context(ids).flatten(0, 1), targets.flatten())
+    assert metrics["lm_loss"] == pytest.approx(float(want), rel=1e-5)
+
+
 def test_distillation_term_is_kl_from_the_utility_gibbs_routing_to_the_context_routing():
     obj = MorphicObjective(utility_weight=0.0, omega="none", distill_weight=1.0)
-    model = small_model(objective=obj)
+    model = small_model(objective=obj, train_routing="utility")
     ids, targets = batch()
     _, metrics = model.training_loss(ids, targets)
     with torch.no_grad():

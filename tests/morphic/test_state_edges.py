@@ -65,8 +65,9 @@ def test_masking_puts_zero_mass_outside_the_edge_set():
     alpha = masked_pair_softmax(logits, mask)
     assert torch.all(alpha[:, ~mask] == 0)
     torch.testing.assert_close(alpha.sum((-1, -2)), torch.ones(7))
-    # the edge-list router with global normalisation gives the same distribution on 𝓔
-    router = Router(sp, es, normalization="global")
+    # the edge-list router with global normalisation and no stay option gives the same
+    # distribution on 𝓔
+    router = Router(sp, es, normalization="global", stay=False)
     edge_logits = torch.stack(
         [logits[:, sp.position(e.dest), sp.position(e.source)] for e in es], -1)
     probs = router.probabilities(edge_logits)
@@ -77,7 +78,7 @@ def test_masking_puts_zero_mass_outside_the_edge_set():
 def test_disabled_edges_get_zero_mass_and_the_rest_renormalise():
     sp = space3()
     es = EdgeSet.explicit(sp, [("a", "b"), ("b", "b"), ("c", "b")])
-    router = Router(sp, es)
+    router = Router(sp, es, stay=False)
     logits = torch.randn(4, 5, 3)
     p = router.probabilities(logits, disabled={1})
     assert torch.all(p[..., 1] == 0)

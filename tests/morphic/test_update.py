@@ -1,8 +1,17 @@
+import itertools
+
 import pytest
 import torch
 from torch.nn import functional as F
 
-from graded.morphic import UPDATE_MODES, EdgeSet, GradedStateSpace, GradewiseNorm, apply_update
+from graded.morphic import (
+    UPDATE_MODES,
+    EdgeSet,
+    GradedStateSpace,
+    GradewiseNorm,
+    Router,
+    apply_update,
+)
 
 
 def setup():
@@ -36,8 +45,8 @@ def naive(mode, sp, es, z, cands, alpha, norm=None, eta=0.3):
                 elif mode == "eta_step":
                     parts[h] = zh + eta * sum((a[i] * (cands[i][b, t] - zh) for i in into),
                                               torch.zeros_like(zh))
-                elif mode == "convex_identity":
-                    parts[h] = mix + (1 - a.sum()) * zh
+                elif mode == "convex_identity":  # leftover mass of destination h only
+                    parts[h] = mix + (1 - sum((a[i] for i in into), 0.0)) * zh
                 elif mode == "simplex_dest":
                     parts[h] = mix
                 elif mode == "routed_LN":
@@ -79,3 +88,75 @@ def test_unknown_update_mode_is_rejected():
     sp, es, z, cands, alpha = setup()
     with pytest.raises(ValueError, match="'sideways'"):
         apply_update("sideways", z, cands, alpha, es, sp)
+
+
+def hand_alpha(norm, logits, es):
+    """Soft α under ``norm`` with the default stay option, written out per token and edge."""
+    alpha = torch.zeros_like(logits)
+    for idx in itertools.product(*map(range, logits.shape[:-1])):
+        x = logits[idx]
+        for i, e in enumerate(es):
+            into = [j for j, f in enumerate(es) if f.dest == e.dest]
+            if norm == "dest":
+                alpha[idx][i] = x[i].exp() / (1 + sum(x[j].exp() for j in into))
+            elif norm == "global":
+                alpha[idx][i] = x[i].exp() / (1 + x.exp().sum())
+            else:
+                g = torch.sigmoid(x)
+                closed = torch.prod(torch.stack([1 - g[j] for j in into]))
+                alpha[idx][i] = g[i] / (sum(g[j] for j in into) + closed)
+    return alpha
+
+
+@pytest.mark.parametrize("norm", ["dest", "global", "logistic"])
+@pytest.mark.parametrize("mode", UPDATE_MODES)
+def test_each_update_mode_matches_its_formula_under_each_default_normalisation(mode, norm):
+    sp, es, z, cands, _ = setup()
+    router = Router(sp, es, normalization=norm)
+    logits = torch.randn(2, 3, len(es)) * 2
+    alpha = router.route(logits).weights
+    torch.testing.assert_close(alpha, hand_alpha(norm, logits, es))
+    norm_mod = GradewiseNorm(sp) if mode == "routed_LN" else None
+    got = apply_update(mode, z, cands, alpha, es, sp, norm=norm_mod, eta=0.3)
+    torch.testing.assert_close(got, naive(mode, sp, es, z, cands, alpha, norm_mod), atol=1e-6,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["dest", "global", "logistic"])
+def test_default_gated_replace_keeps_identity_mass_and_is_not_the_bare_mixture(norm):
+    sp, _, z, _, _ = setup()
+    one = EdgeSet.explicit(sp, [("a", "b", "ab"), ("b", "b", "bb"), ("c", "a", "ca")])
+    cands = [torch.randn(2, 3, sp.dim(e.dest)) for e in one]
+    router = Router(sp, one, normalization=norm)
+    alpha = router.route(torch.randn(2, 3, len(one)) * 2).weights
+    got = apply_update("gated_replace", z, cands, alpha, one, sp)
+    for h in one.dests:
+        into = one.incoming(h)
+        stay = 1 - alpha[..., into].sum(-1, keepdim=True)
+        assert torch.all(stay > 0)  # the skip path keeps mass at every token
+        mix = sum(alpha[..., i : i + 1] * cands[i] for i in into)
+        torch.testing.assert_close(sp.project(got, h), mix + stay * sp.project(z, h))
+        assert (sp.project(got, h) - mix).abs().max() > 1e-3
+    # the single edge c -> a into a is routed, not ≡ 1
+    a_edge = alpha[..., one.position("ca")]
+    assert torch.all((a_edge > 0) & (a_edge < 1))
+
+
+@pytest.mark.parametrize("norm", ["dest", "global", "logistic"])
+def test_convex_identity_takes_the_leftover_mass_per_destination(norm):
+    """s_h = 1 − Σ_{e→h} α_e, not 1 − Σ_{e∈𝓔} α_e (−1 under per-destination softmax before)."""
+    sp, es, z, cands, _ = setup()
+    for stay in (True, False):
+        router = Router(sp, es, normalization=norm, stay=stay)
+        alpha = router.route(torch.randn(2, 3, len(es))).weights
+        got = apply_update("convex_identity", z, cands, alpha, es, sp)
+        for h in sp.labels:
+            into = es.incoming(h)
+            leftover = 1 - alpha[..., into].sum(-1, keepdim=True)
+            if norm != "logistic" or stay:
+                assert torch.all(leftover >= 0)
+            mix = sum((alpha[..., i : i + 1] * cands[i] for i in into),
+                      torch.zeros_like(sp.project(z, h)))
+            torch.testing.assert_close(sp.project(got, h), mix + leftover * sp.project(z, h))
+        # slot by slot 004's convex rule is gated_replace
+        torch.testing.assert_close(got, apply_update("gated_replace", z, cands, alpha, es, sp))

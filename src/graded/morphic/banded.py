@@ -47,6 +47,7 @@ class _SharedKernel(nn.Module):
     """
 
     differentiable = True
+    token_local = True
 
     def __init__(
         self, kernel: nn.Module, scale_src: Tensor | None = None, scale_dst: Tensor | None = None

@@ -4,6 +4,9 @@ Every block is called as ``block(x_src, x_dst) -> y`` with x_src = z^{(g)} (B, T
 x_dst = z^{(h)} (B, T, d_h) and y of shape (B, T, d_h). Blocks that are maps of the source only
 ignore ``x_dst``; grade-typed attention (``attention_block.py``) reads both. A block whose
 ``differentiable`` attribute is False (external tools) gets no gradient through its output.
+A block whose ``token_local`` attribute is True computes each token's output from that token's
+rows alone, so a routed layer may run it on the routed rows only (sparse execution, ``layer.py``);
+blocks without it (attention mixes tokens) run on the whole sequence.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class LinearBlock(nn.Module):
     """
 
     differentiable = True
+    token_local = True
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool = False, init: str = "default") -> None:
         super().__init__()
@@ -52,6 +56,7 @@ class FFNBlock(nn.Module):
     """Per-edge FFN φ^{ff}_{h←g} = W_2 σ(W_1 x) (004 §2.1.2, §4.1.3), biases off by default."""
 
     differentiable = True
+    token_local = True
 
     def __init__(
         self, d_in: int, d_out: int, hidden: int, *, activation: str = "gelu", bias: bool = False
@@ -76,6 +81,7 @@ class FixedLinearBlock(nn.Module):
     """
 
     differentiable = True
+    token_local = True
 
     def __init__(self, matrix: Tensor) -> None:
         super().__init__()
@@ -101,6 +107,7 @@ class RetrievalBlock(nn.Module):
     """
 
     differentiable = True
+    token_local = True
 
     def __init__(
         self, keys: Tensor, d_in: int, *, temperature: float = 1.0, learn_query: bool = True

@@ -45,7 +45,7 @@ from graded._schema import (
 from graded.morphic.attention_block import GradeTypedAttention
 from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
-from graded.morphic.layer import MorphicLayer
+from graded.morphic.layer import EXECUTIONS, MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
 from graded.morphic.router import MODES, NORMALIZATIONS, POOLINGS
 from graded.morphic.state import Grade, GradedStateSpace
@@ -130,6 +130,7 @@ class RouterOptions(Strict):
     affine: bool = True
     init_std: float = 0.02
     gumbel_temperature: float = 1.0
+    stay: bool = True
 
 
 class GradeSpec(Strict):
@@ -176,7 +177,8 @@ class MorphicLayerSpec(Strict):
     eta: float = 1.0
     beta: Annotated[float, satisfies(lambda v: is_number(v) and v > 0, "a number > 0")] = 5.0
     thresholds: float | list[float] = 0.0
-    train_routing: str = "utility"
+    execution: Literal[EXECUTIONS] = "auto"
+    train_routing: str = "context"
 
     @model_validator(mode="before")
     @classmethod
@@ -201,7 +203,7 @@ class MorphicLayerSpec(Strict):
         return MorphicLayer(
             space, edges, blocks, router=router, update=self.update, pre_norm=self.pre_norm,
             eta=self.eta, beta=self.beta, thresholds=self.thresholds,
-            train_routing=self.train_routing)
+            execution=self.execution, train_routing=self.train_routing)
 
 
 class VariableAdditionOptions(Strict):

@@ -5,6 +5,20 @@ context; when a ``UtilityProbe`` is given (training only: it holds the targets),
 first-order utilities ΔL_t(e) and ℓ̃_t = ℓ_t + β(ΔL_t − τ_e); routing weights α_t from ℓ̃
 (``train_routing="utility"``, 004's rule) or from ℓ (``"context"``); then the update rule.
 Without a probe the layer cannot see targets and routes by ℓ alone: that is the evaluation path.
+
+Execution (``execution=``). "dense" computes φ_e on every token for every edge, then mixes them by
+α. "sparse" routes first (ℓ needs only z), then for each edge e gathers the rows R_e = {t : α_t(e)
+≠ 0}, runs the block on those rows only and scatters mix_h = Σ_{e→h} α_e φ_e back (the gather /
+scatter of mixture-of-experts layers), so a layer's block cost grows with the number of selected
+edges per token, not with |E|; an external tool sees only its routed tokens. Blocks that are not
+``token_local`` (grade-typed attention mixes tokens) still run on the whole sequence and only
+their routed rows are kept. Sparse needs a router whose α is exactly zero off the selection
+(mode "hard", "gumbel" or "reinforce"), and a probe forces dense (utilities need every φ_e).
+Sparse gives dense's outputs; its gradients equal dense's when α carries no gradient (evaluation,
+REINFORCE samples). Under straight-through α (hard / Gumbel training) dense also sends the router
+the term ∂L/∂α_e = ⟨∂L/∂z_h, φ_e − ·⟩ of unselected edges, which needs their φ_e; sparse sends it
+for selected edges only (the mixture-of-experts estimator). "auto" (default) is sparse exactly
+when it is exact: a non-soft router, no probe, and α without gradient.
 """
 
 from __future__ import annotations
@@ -23,6 +37,8 @@ from graded.morphic.router import Router
 from graded.morphic.state import GradedStateSpace
 from graded.morphic.update import UPDATE_MODES, apply_update
 from graded.morphic.utilities import UTILITY_KINDS, compute_utilities
+
+EXECUTIONS = ("auto", "dense", "sparse")
 
 
 @dataclass
@@ -56,6 +72,7 @@ class LayerTrace:
     utilities: Tensor | None = None
     utility_logits: Tensor | None = None
     log_prob: Tensor | None = None
+    execution: str = "dense"
 
 
 class MorphicLayer(nn.Module):
@@ -64,7 +81,8 @@ class MorphicLayer(nn.Module):
         blocks: Sequence[nn.Module] | BandedBlocks, *,
         router: Router | dict | None = None, update: str = "gated_replace",
         pre_norm: str | None = None, eta: float = 1.0, beta: float = 5.0,
-        thresholds: float | Sequence[float] | Tensor = 0.0, train_routing: str = "utility",
+        thresholds: float | Sequence[float] | Tensor = 0.0, execution: str = "auto",
+        train_routing: str = "context",
     ) -> None:
         super().__init__()
         if isinstance(blocks, BandedBlocks):
@@ -97,6 +115,13 @@ class MorphicLayer(nn.Module):
             raise ValueError(f"thresholds must be a float or {len(edges)} values, got {tau.shape}")
         self.register_buffer("thresholds", tau)
         self.disabled: set[int] = set()
+        if execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {EXECUTIONS}, got {execution!r}")
+        if execution == "sparse" and self.router.mode == "soft":
+            raise ValueError("execution='sparse' needs a router whose weights vanish off the "
+                             "selected edges (mode 'hard', 'gumbel' or 'reinforce'), got "
+                             "mode 'soft'")
+        self.execution = execution
 
     def candidates(self, z: Tensor, parts: dict[str, Tensor] | None = None) -> list[Tensor]:
         """φ_e(z^{(g)}) for every edge, (B, T, d_h) each."""
@@ -110,13 +135,59 @@ class MorphicLayer(nn.Module):
             out.append(y if getattr(block, "differentiable", True) else y.detach())
         return out
 
+    def sparse_mixes(self, z: Tensor, alpha: Tensor, parts: dict[str, Tensor] | None = None
+                     ) -> dict[str, Tensor]:
+        """mix_h = Σ_{e→h} α_e φ_e (B, T, d_h) per destination, each block run on its routed rows.
+
+        Rows R_e = {t : α_t(e) ≠ 0}; φ_e runs on z[R_e] (as (|R_e|, 1, d) token batches) when the
+        block is ``token_local``, on all of z otherwise, and α_e φ_e is scattered back into R_e.
+        """
+        if self.pre_norm is not None:
+            parts = self.space.split(self.pre_norm(z))
+        elif parts is None:
+            parts = self.space.split(z)
+        b, t, _ = z.shape
+        n = b * t
+        flat = {g: x.reshape(n, x.shape[-1]) for g, x in parts.items()}
+        weights = alpha.reshape(n, len(self.edges))
+        # (edge, row) pairs of the selection, edge-major: one nonzero and one sync for all edges
+        edge_row = (weights.detach() != 0).T.nonzero()
+        counts = torch.bincount(edge_row[:, 0], minlength=len(self.edges)).tolist()
+        rows_of = edge_row[:, 1].split(counts)
+        weight_of = weights[edge_row[:, 1], edge_row[:, 0]].unsqueeze(1).split(counts)
+        mixes = {h: z.new_zeros(n, self.space.dim(h)) for h in self.edges.dests}
+        for i, (e, block) in enumerate(zip(self.edges, self.blocks)):
+            rows = rows_of[i]
+            if rows.numel() == 0:
+                continue
+            if getattr(block, "token_local", False):
+                y = block(flat[e.source].index_select(0, rows).unsqueeze(1),
+                          flat[e.dest].index_select(0, rows).unsqueeze(1)).squeeze(1)
+            else:
+                y = block(parts[e.source], parts[e.dest]).reshape(n, -1).index_select(0, rows)
+            if not getattr(block, "differentiable", True):
+                y = y.detach()
+            mixes[e.dest].index_add_(0, rows, weight_of[i] * y)
+        return {h: m.view(b, t, -1) for h, m in mixes.items()}
+
     def forward(
         self, z: Tensor, probe: UtilityProbe | None = None, *, stochastic: bool = False,
         generator: torch.Generator | None = None,
     ) -> tuple[Tensor, LayerTrace]:
         parts = self.space.split(z)
-        cands = self.candidates(z, parts)
         ell = self.router.context_logits(z, parts)
+        if probe is None and self.execution != "dense" and self.router.mode != "soft":
+            route = self.router.route(ell, stochastic=stochastic, disabled=self.disabled,
+                                      generator=generator)
+            if self.execution == "sparse" or not route.weights.requires_grad:
+                mixes = self.sparse_mixes(z, route.weights, parts)
+                z_new = apply_update(self.update, z, [], route.weights, self.edges, self.space,
+                                     norm=self.norm, eta=self.eta, parts=parts, mixes=mixes)
+                return z_new, LayerTrace(ell, ell, route.weights, route.probs,
+                                         log_prob=route.log_prob, execution="sparse")
+        else:
+            route = None
+        cands = self.candidates(z, parts)
         utilities = ell_tilde = None
         logits = ell
         if probe is not None:
@@ -127,8 +198,9 @@ class MorphicLayer(nn.Module):
                                                  self.thresholds.to(ell.dtype))
             if self.train_routing == "utility":
                 logits = ell_tilde
-        route = self.router.route(logits, stochastic=stochastic, disabled=self.disabled,
-                                  generator=generator)
+        if route is None:
+            route = self.router.route(logits, stochastic=stochastic, disabled=self.disabled,
+                                      generator=generator)
         z_new = apply_update(self.update, z, cands, route.weights, self.edges, self.space,
                              norm=self.norm, eta=self.eta, parts=parts)
         trace = LayerTrace(ell, logits, route.weights, route.probs, utilities, ell_tilde,

@@ -180,7 +180,14 @@ class MorphicTransformer(nn.Module):
     def training_loss(self, input_ids: Tensor, targets: Tensor,
                       key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
         """L_GT plus router distillation, a mean over the scored tokens; ``targets`` are
-        next-token ids aligned with positions (``ignore_index`` on padding)."""
+        next-token ids aligned with positions (``ignore_index`` on padding).
+
+        ``metrics["lm_loss"]`` is the LM loss under the training routing;
+        ``metrics["loss_context"]`` is the LM loss under context-only routing, the routing
+        evaluation has: when some layer routes by the utilities (``train_routing="utility"``,
+        which reads the targets and so is optimistic), it is computed by a second,
+        gradient-free pass with ``stochastic=False``;
+        when every layer routes by context it is ``lm_loss`` itself."""
         self._check_targets(input_ids, targets)
         check_right_padding(key_padding_mask, input_ids)
         obj = self.objective
@@ -207,8 +214,17 @@ class MorphicTransformer(nn.Module):
             agree.append(routing_agreement(router, tr.utility_logits, tr.context_logits, valid))
         loss = (lm + obj.utility_weight * penalty + obj.omega_weight * omega
                 + obj.distill_weight * distill + obj.reinforce_weight * reinforce)
+        if any(layer.train_routing == "utility" for layer in self.layers):
+            with torch.no_grad():
+                context_logits = self._run(input_ids, None, stochastic=False)[0]
+                loss_context = float(F.cross_entropy(
+                    context_logits.flatten(0, 1), targets.flatten(),
+                    ignore_index=self.ignore_index))
+        else:
+            loss_context = float(lm.detach())
         metrics = {
             "loss": float(loss.detach()), "lm_loss": float(lm.detach()),
+            "loss_context": loss_context,
             "utility_penalty": float(penalty.detach()), "omega": float(omega.detach()),
             "distill": float(distill.detach()), "routing_entropy": entropy_sum / len(traces),
             "context_agreement": sum(agree) / len(agree),
@@ -265,16 +281,14 @@ def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> N
 
 def routing_agreement(router: Router, utility_logits: Tensor | None, context_logits: Tensor,
                       valid: Tensor) -> float:
-    """Fraction of (valid token, normalisation group) pairs where argmax ℓ̃ = argmax ℓ."""
+    """Fraction of (valid token, routed normalisation group) pairs where argmax ℓ̃ = argmax ℓ,
+    the stay option included (``Router.choices``); always-on groups are not counted."""
     if utility_logits is None:
         return float("nan")
     if router.normalization == "logistic":
         same = ((utility_logits > 0) == (context_logits > 0)).all(-1)
         return float(same[valid].float().mean()) if valid.any() else float("nan")
-    hits = []
-    for idx in router.groups:
-        idx = idx.to(context_logits.device)
-        a = utility_logits.index_select(-1, idx).argmax(-1)
-        b = context_logits.index_select(-1, idx).argmax(-1)
-        hits.append((a == b)[valid].float())
-    return float(torch.cat(hits).mean()) if valid.any() else float("nan")
+    if not router.routed_groups or not valid.any():
+        return float("nan")
+    same = router.choices(utility_logits) == router.choices(context_logits)
+    return float(same[valid].float().mean())

@@ -5,8 +5,23 @@ batch mean, unlike 004 App. B), with u a causal pooling of the strictly earlier 
 t = 0) and v_g a grade-local projection cached per source grade. u and v are affine by default
 (004 App. B has no bias), so the bilinear form also holds a pure-context and a pure-source term.
 
-Normalisation: "global" (softmax over all of 𝓔), "dest" (softmax over the edges into each
-destination, Remark 4.12 iv) or "logistic" (independent gates σ(ℓ/temperature), §3.2).
+Normalisation, with temperature T and, by default (``stay=True``), the identity kept as an option
+so that every update rule with a skip path keeps one (the "stay" option has logit 0, utility 0):
+
+- "dest" (Remark 4.12 iv): for each destination h, a softmax over {e → h} ∪ {stay_h}:
+  α_e = exp(ℓ_e/T) / (1 + Σ_{e'→h} exp(ℓ_{e'}/T)), identity mass
+  s_h = 1 / (1 + Σ_{e'→h} exp(ℓ_{e'}/T)).
+- "global": one softmax over 𝓔 ∪ {stay}: α_e = exp(ℓ_e/T) / (1 + Σ_{e'∈𝓔} exp(ℓ_{e'}/T)); the
+  identity mass of destination h is everything not routed into h, s_h = 1 − Σ_{e→h} α_e.
+- "logistic" (§3.2): gates g_e = σ(ℓ_e/T); the identity is "every gate into h closed":
+  α_e = g_e / D_h, s_h = Π_{e'→h}(1 − g_{e'}) / D_h, D_h = Σ_{e'→h} g_{e'} + Π_{e'→h}(1 − g_{e'});
+  one edge into h gives α_e = g_e exactly.
+
+So under every normalisation Σ_{e→h} α_e + s_h = 1 with s_h > 0 for soft routing; a destination
+with one incoming edge still routes (edge or stay). ``stay=False`` gives 004's kernels without the
+identity (softmax over the edges alone, raw gates α_e = g_e): a destination with one incoming edge
+then has no choice under "dest" (α ≡ 1); it is an *always-on* block, listed in ``always_on``, left
+out of ``routed_groups``, of the entropy and of the REINFORCE log-probability (log 1 = 0).
 Modes: "soft"; "hard" (argmax forward, straight-through gradient: 004's hard mode has none);
 "gumbel" (Gumbel-softmax, straight-through, biased); "reinforce" (a sample per group, no
 pathwise gradient: the objective adds the score-function term, §6.3.1, Remark 4.17). Stochastic
@@ -38,11 +53,23 @@ class Route:
     log_prob: Tensor | None = None
 
 
+def gate_weights(gates: Tensor, groups: list[Tensor]) -> Tensor:
+    """α_e = g_e / (Σ_{e'→h} g_{e'} + Π_{e'→h}(1 − g_{e'})) per destination group (module doc)."""
+    out = torch.empty_like(gates)
+    for idx in groups:
+        idx = idx.to(gates.device)
+        g = gates.index_select(-1, idx)
+        denom = g.sum(-1, keepdim=True) + (1 - g).prod(-1, keepdim=True)
+        out[..., idx] = g / denom
+    return out
+
+
 class Router(nn.Module):
     def __init__(
         self, space: GradedStateSpace, edges: EdgeSet, *, rank: int = 16, pooling: str = "mean",
         temperature: float = 1.0, normalization: str = "dest", mode: str = "soft",
         affine: bool = True, init_std: float = 0.02, gumbel_temperature: float = 1.0,
+        stay: bool = True,
     ) -> None:
         super().__init__()
         if normalization not in NORMALIZATIONS:
@@ -56,10 +83,12 @@ class Router(nn.Module):
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if not isinstance(rank, int) or rank <= 0:
             raise ValueError(f"rank must be a positive int, got {rank!r}")
+        if not isinstance(stay, bool):
+            raise ValueError(f"stay must be True or False, got {stay!r}")
         self.space, self.edges = space, edges
         self.rank, self.pooling, self.temperature = rank, pooling, float(temperature)
         self.normalization, self.mode = normalization, mode
-        self.gumbel_temperature = gumbel_temperature
+        self.gumbel_temperature, self.stay = gumbel_temperature, stay
         self.proj_u = nn.Linear(space.total_dim, rank, bias=affine)
         self.sources = list(dict.fromkeys(e.source for e in edges))
         self.proj_v = nn.ModuleDict({g: nn.Linear(space.dim(g), rank, bias=affine)
@@ -74,7 +103,16 @@ class Router(nn.Module):
             groups = [list(range(len(edges)))]
         else:
             groups = [[i for i, e in enumerate(edges) if e.dest == h] for h in edges.dests]
+        # the edges of each normalisation group (for "logistic": the edges into one destination)
         self.groups = [torch.tensor(g, dtype=torch.long) for g in groups]
+        # the same groups over the extended columns [edges | stay options], one stay per group
+        softmax = normalization != "logistic"
+        self.n_stay = len(groups) if (stay and softmax) else 0
+        self.ext_groups = [torch.tensor(g + ([len(edges) + k] if self.n_stay else []),
+                                        dtype=torch.long) for k, g in enumerate(groups)]
+        choice = [len(g) > 1 for g in self.ext_groups] if softmax else [True] * len(groups)
+        self.routed_groups: list[list[int]] = [g for g, c in zip(groups, choice) if c]
+        self.always_on: list[int] = [g[0] for g, c in zip(groups, choice) if not c]
 
     # ----------------------------------------------------------- context
     def pool(self, z: Tensor, keys: Tensor | None = None) -> Tensor:
@@ -118,56 +156,110 @@ class Router(nn.Module):
         mask[list(disabled)] = True
         return logits.masked_fill(mask, float("-inf"))
 
-    def log_probs(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
-        """log α per edge under the normalisation (log σ for logistic gates); −∞ where disabled."""
-        x = self._mask(logits, disabled) / self.temperature
-        if self.normalization == "logistic":
-            return F.logsigmoid(x)
+    def _extend(self, x: Tensor) -> Tensor:
+        """[x | 0 …]: the stay options' logits (0) appended after the |E| edge columns."""
+        if not self.n_stay:
+            return x
+        return torch.cat([x, x.new_zeros(*x.shape[:-1], self.n_stay)], dim=-1)
+
+    def _ext_log_probs(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
+        """log-probabilities over [edges | stay options], one softmax per group (−∞/NaN for a
+        group whose every option is disabled)."""
+        x = self._extend(self._mask(logits, disabled) / self.temperature)
         out = torch.empty_like(x)
-        for idx in self.groups:
+        for idx in self.ext_groups:
             idx = idx.to(x.device)
             out[..., idx] = torch.log_softmax(x.index_select(-1, idx), dim=-1)
         return out
 
+    def log_probs(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
+        """log K(e) per edge under the normalisation (log σ for logistic gates); −∞ where
+        disabled. With ``stay`` the softmax groups also hold the stay options (not returned)."""
+        if self.normalization == "logistic":
+            return F.logsigmoid(self._mask(logits, disabled) / self.temperature)
+        return self._ext_log_probs(logits, disabled)[..., : len(self.edges)]
+
     def probabilities(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
+        """K(e) per edge: the softmax probabilities, or the gates σ(ℓ/T) for logistic."""
         return self.log_probs(logits, disabled).exp().nan_to_num(0.0)
 
+    def weights_from(self, probs: Tensor) -> Tensor:
+        """The update weights α from per-edge kernel values (soft or 0/1): the probabilities
+        themselves for softmax groups, ``gate_weights`` for logistic gates with ``stay``."""
+        if self.normalization == "logistic" and self.stay:
+            return gate_weights(probs, self.groups)
+        return probs
+
+    def identity_mass(self, alpha: Tensor) -> Tensor:
+        """s_h = 1 − Σ_{e→h} α_e per destination (…, len(edges.dests)), in ``edges.dests`` order:
+        the weight every update rule with a skip path leaves on z^{(h)} (module doc)."""
+        return torch.stack([1 - alpha[..., self.edges.incoming(h)].sum(-1)
+                            for h in self.edges.dests], dim=-1)
+
     def entropy(self, logits: Tensor) -> Tensor:
-        """Routing entropy per token (B, T): Σ_groups H(α_group), or Σ_e H_Bernoulli for gates."""
-        logp = self.log_probs(logits)
-        p = logp.exp()
+        """Routing entropy per token (B, T): Σ over routed groups of H(group, stay included), or
+        Σ_e H_Bernoulli(g_e) for gates. Always-on groups have no choice and add nothing."""
         if self.normalization == "logistic":
-            log1m = F.logsigmoid(-logits / self.temperature)
+            x = logits / self.temperature
+            p, logp, log1m = torch.sigmoid(x), F.logsigmoid(x), F.logsigmoid(-x)
             return -(p * logp + (1 - p) * log1m).sum(-1)
-        return -(p * logp.clamp(min=-1e30)).sum(-1)
+        logp = self._ext_log_probs(logits)
+        h = logits.new_zeros(logits.shape[:-1])
+        for idx, routed in zip(self.ext_groups, self._group_routed()):
+            if routed:
+                lg = logp.index_select(-1, idx.to(logp.device))
+                h = h - (lg.exp() * lg.clamp(min=-1e30)).sum(-1)
+        return h
+
+    def choices(self, logits: Tensor) -> Tensor:
+        """The argmax option of every routed group (…, len(routed_groups)), as a column of
+        [edges | stay options]: the stay option counts as a choice, always-on groups do not."""
+        x = self._extend(logits)
+        picks = [idx.to(x.device)[x.index_select(-1, idx.to(x.device)).argmax(-1)]
+                 for idx, routed in zip(self.ext_groups, self._group_routed()) if routed]
+        return torch.stack(picks, dim=-1)
+
+    def _group_routed(self) -> list[bool]:
+        return [len(g) > 1 or self.normalization == "logistic" for g in self.ext_groups]
 
     def kl(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
-        """KL(α_teacher ‖ α_student) per token (B, T), summed over normalisation groups."""
-        lt, ls = self.log_probs(teacher_logits), self.log_probs(student_logits)
-        pt = lt.exp()
+        """KL(K_teacher ‖ K_student) per token (B, T), summed over normalisation groups (stay
+        options included), or over the Bernoulli gates."""
         if self.normalization == "logistic":
-            lt0 = F.logsigmoid(-teacher_logits / self.temperature)
-            ls0 = F.logsigmoid(-student_logits / self.temperature)
-            return (pt * (lt - ls) + (1 - pt) * (lt0 - ls0)).sum(-1)
-        return (pt * (lt - ls)).sum(-1)
+            xt, xs = teacher_logits / self.temperature, student_logits / self.temperature
+            pt = torch.sigmoid(xt)
+            return (pt * (F.logsigmoid(xt) - F.logsigmoid(xs))
+                    + (1 - pt) * (F.logsigmoid(-xt) - F.logsigmoid(-xs))).sum(-1)
+        lt, ls = self._ext_log_probs(teacher_logits), self._ext_log_probs(student_logits)
+        return (lt.exp() * (lt - ls)).sum(-1)
 
     # ------------------------------------------------------------ routing
     def route(
         self, logits: Tensor, *, stochastic: bool = False, disabled: set[int] | None = None,
         generator: torch.Generator | None = None,
     ) -> Route:
+        """α for the update (``weights``), the kernel K per edge (``probs``) and, for REINFORCE,
+        log K(sample) summed over the routed groups. Hard and Gumbel weights are 0/1 forward with
+        a straight-through gradient; a sampled stay option leaves every edge of its group at 0."""
+        n = len(self.edges)
         probs = self.probabilities(logits, disabled)
         mode = self.mode
         if mode == "soft":
-            return Route(probs, probs)
+            return Route(self.weights_from(probs), probs)
         if mode in ("gumbel", "reinforce") and not stochastic:
             mode = "hard"
+        if self.normalization == "logistic":
+            kernel = probs
+        else:
+            kernel = self._ext_log_probs(logits, disabled).exp().nan_to_num(0.0)
         if mode == "gumbel":
-            return Route(self._gumbel(logits, disabled, generator), probs)
-        hard, log_prob = self._discrete(probs, sample=mode == "reinforce", generator=generator)
+            return Route(self.weights_from(self._gumbel(logits, disabled, generator)[..., :n]),
+                         probs)
+        hard, log_prob = self._discrete(kernel, sample=mode == "reinforce", generator=generator)
+        hard = hard[..., :n]
         if mode == "reinforce":
-            return Route(hard, probs, log_prob)
-        return Route(hard + probs - probs.detach(), probs)
+            return Route(self.weights_from(hard), probs, log_prob)
+        return Route(self.weights_from(hard + probs - probs.detach()), probs)
 
     def _discrete(
         self, probs: Tensor, *, sample: bool, generator: torch.Generator | None
@@ -184,7 +276,7 @@ class Router(nn.Module):
             return hard, log_prob
         hard = torch.zeros_like(p)
         log_prob = torch.zeros(p.shape[:-1], dtype=p.dtype, device=p.device)
-        for idx in self.groups:
+        for idx, routed in zip(self.ext_groups, self._group_routed()):
             idx = idx.to(p.device)
             pg = p.index_select(-1, idx)
             if sample:
@@ -195,20 +287,23 @@ class Router(nn.Module):
                 choice = pg.argmax(-1)
             chosen = idx[choice]
             hard.scatter_(-1, chosen.unsqueeze(-1), 1.0)
-            log_prob = log_prob + probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).clamp_min(
-                1e-12).log()
+            if routed:
+                log_prob = log_prob + probs.gather(-1, chosen.unsqueeze(-1)).squeeze(
+                    -1).clamp_min(1e-12).log()
         return hard, log_prob
 
     def _gumbel(self, logits: Tensor, disabled: set[int] | None,
                 generator: torch.Generator | None) -> Tensor:
         x = self._mask(logits, disabled) / self.temperature
-        g = -torch.empty_like(x).exponential_(generator=generator).log()
         if self.normalization == "logistic":
+            g = -torch.empty_like(x).exponential_(generator=generator).log()
             g2 = -torch.empty_like(x).exponential_(generator=generator).log()
             soft = torch.sigmoid((x + g - g2) / self.gumbel_temperature)
             return (soft > 0.5).to(soft.dtype) + soft - soft.detach()
+        x = self._extend(x)
+        g = -torch.empty_like(x).exponential_(generator=generator).log()
         out = torch.zeros_like(x)
-        for idx in self.groups:
+        for idx in self.ext_groups:
             idx = idx.to(x.device)
             y = F.softmax((x.index_select(-1, idx) + g.index_select(-1, idx))
                           / self.gumbel_temperature, dim=-1).nan_to_num(0.0)

@@ -71,9 +71,12 @@ class ExternalTool(nn.Module):
     """φ_{h←g}(x) = encode(fn(decode(x))) per token, run outside autograd (004 Ex. 3.17).
 
     ``fn`` is called once per distinct decoded value in a call (a finite domain keeps this cheap).
+    ``calls`` counts those calls and ``rows`` the token rows decoded, over the tool's lifetime; a
+    routed layer with sparse execution hands the tool only the tokens routed to it.
     """
 
     differentiable = False
+    token_local = True
 
     def __init__(
         self, fn: Callable[[Any], Any], *, decode: Callable[[Tensor], Tensor],
@@ -84,6 +87,7 @@ class ExternalTool(nn.Module):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         self.fn, self.decode, self.encode, self.name = fn, decode, encode, name
         self.calls = 0
+        self.rows = 0
 
     def forward(self, x_src: Tensor, x_dst: Tensor | None = None) -> Tensor:
         with torch.no_grad():
@@ -92,6 +96,7 @@ class ExternalTool(nn.Module):
             results = torch.tensor([int(self.fn(int(v))) for v in unique.tolist()],
                                    dtype=torch.long, device=values.device)
             self.calls += unique.numel()
+            self.rows += values.numel()
             out = self.encode(results[inverse])
         return out.to(x_src.dtype)
 

@@ -1,17 +1,27 @@
 """Named update rules z ↦ z^{new} of a routed layer (004 has seven, mutually inconsistent; B6).
 
-With candidates φ_e = φ_{h←g}(z^{(g)}) and per-token weights α_e (B, T, |E|), slot h of z^{new}:
+With candidates φ_e = φ_{h←g}(z^{(g)}), per-token weights α_e (B, T, |E|) and the identity mass of
+destination h, s_h = 1 − Σ_{e→h} α_e, slot h of z^{new}:
 
-- ``gated_replace`` (§3.2, default): z^{(h)} + Σ_{e→h} α_e (φ_e − z^{(h)}); keeps the skip path.
+- ``gated_replace`` (§3.2, default): z^{(h)} + Σ_{e→h} α_e (φ_e − z^{(h)})
+  = s_h z^{(h)} + Σ_{e→h} α_e φ_e. The skip path is the identity mass s_h, which the router's
+  normalisation keeps > 0 under soft routing by holding the identity ("stay") as an option of
+  every destination (``Router(stay=True)``, the default; the formulas per normalisation are in
+  :mod:`graded.morphic.router`). A destination with one incoming edge still routes: α_e < 1.
 - ``residual_typed`` (§4.1.1, Prop 4.1): z^{(h)} + Σ_{e→h} α_e (φ_e − 1[g=h] z^{(h)}); self-edges
   replace, shifting edges add. 004 writes it ungated (α ≡ 1), which this equals at α = 1.
-- ``convex_identity`` (§4.1.4): Σ_{e→h} α_e φ_e + (1 − Σ_{e∈𝓔} α_e) z^{(h)}; every grade keeps the
-  global leftover mass of the identity.
+- ``convex_identity`` (§4.1.4): Σ_{e→h} α_e φ_e + s_h z^{(h)}, the leftover mass taken *per
+  destination* under every normalisation (s_h = 1 on grades without an incoming edge). 004's
+  Σ_h α(h) z̃^{(h)} + (1 − Σ_h α(h)) z, with α(h) = Σ_{e→h} α_e the mass routed into h and z̃^{(h)}
+  the state whose slot h holds the routed mixture, is this rule slot by slot, and it coincides
+  with ``gated_replace``. (The earlier global reading 1 − Σ_{e∈𝓔} α_e gave −1 under
+  per-destination softmax and 0 under global softmax.)
 - ``eta_step`` (Thm 4.13): z^{(h)} + η Σ_{e→h} α_e (φ_e − z^{(h)}).
 - ``simplex_dest`` (Def 2.5, §2.4): Σ_{e→h} α_e φ_e, no residual; grades without an incoming edge
-  become 0.
+  become 0 (with a stay option the stay mass goes to 0, not to z^{(h)}).
 - ``sample_one`` (§4.7): z − z^{(h)} + φ_e for one sampled edge e; it is ``gated_replace`` with a
-  one-hot α, which the layer obtains from a sampling router with global normalisation.
+  one-hot α, which the layer obtains from a sampling router with global normalisation (a
+  sampled stay option is α ≡ 0: z unchanged).
 - ``routed_LN`` (§4.2.2, Prop 4.6, App. B): LN_h(z^{(h)} + (Σ_{e→h} α_e φ_e − z^{(h)})) on grades
   with an incoming edge, others unchanged. **The residual cancels**: this is LN_h(Σ α_e φ_e). Kept
   because it is the paper's rule; computed literally so tests can show the cancellation.
@@ -35,29 +45,31 @@ UPDATE_MODES = ("gated_replace", "residual_typed", "convex_identity", "eta_step"
 def apply_update(
     mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor, edges: EdgeSet,
     space: GradedStateSpace, *, norm: GradewiseNorm | None = None, eta: float = 1.0,
-    parts: dict[str, Tensor] | None = None,
+    parts: dict[str, Tensor] | None = None, mixes: dict[str, Tensor] | None = None,
 ) -> Tensor:
-    """z^{new} under ``mode``; ``parts`` is ``space.split(z)`` when the caller has it already."""
+    """z^{new} under ``mode``; ``parts`` is ``space.split(z)`` when the caller has it already.
+
+    ``mixes`` (dest h → Σ_{e→h} α_e φ_e) replaces the sum over ``candidates`` when the caller has
+    formed it already (sparse execution in ``layer.py`` runs each block on its routed rows only).
+    """
     if mode not in UPDATE_MODES:
         raise ValueError(f"update mode must be one of {UPDATE_MODES}, got {mode!r}")
     if mode == "routed_LN" and norm is None:
         raise ValueError("routed_LN needs a GradewiseNorm (norm=...)")
     if alpha.shape[-1] != len(edges):
         raise ValueError(f"alpha has {alpha.shape[-1]} edge weights, expected {len(edges)}")
-    total = alpha.sum(-1, keepdim=True)
     parts = space.split(z) if parts is None else parts
     slots = []
     for h in space.labels:
         zh = parts[h]
         idx = [i for i, e in enumerate(edges) if e.dest == h]
         if not idx:
-            if mode == "convex_identity":
-                zh = (1 - total) * zh
-            elif mode == "simplex_dest":
+            if mode == "simplex_dest":
                 zh = torch.zeros_like(zh)
             slots.append(zh)
             continue
-        mix = sum(alpha[..., i : i + 1] * candidates[i] for i in idx)
+        mix = (mixes[h] if mixes is not None
+               else sum(alpha[..., i : i + 1] * candidates[i] for i in idx))
         mass = alpha[..., idx].sum(-1, keepdim=True)
         if mode in ("gated_replace", "sample_one"):
             new = zh + mix - mass * zh
@@ -68,7 +80,7 @@ def apply_update(
         elif mode == "eta_step":
             new = zh + eta * (mix - mass * zh)
         elif mode == "convex_identity":
-            new = mix + (1 - total) * zh
+            new = mix + (1 - mass) * zh
         elif mode == "simplex_dest":
             new = mix
         else:  # routed_LN, literally as 004 App. B step 5

@@ -15,7 +15,8 @@ edges:
 The program V_sem → V_num →(A_k) V_num → V_sem uses one edge per layer, so it needs three layers:
 copy_in, add, copy_out (``PROGRAM``).
 
-**Update and normalisation.** Routing is global: one softmax over the four edges of a layer. The
+**Update and normalisation.** Routing is global: one softmax over the four edges of a layer, with
+no stay option (``stay=False``: ``keep`` is the identity already). The
 update is ``gated_replace``, z^{(h)} + Σ_{e→h} α_e(φ_e − z^{(h)}). With a one-hot α a layer writes
 only the destination of its edge and leaves the other grade alone, which is what the program needs.
 Layers 1 and 2 must leave ``sem`` alone, and layer 3 must replace ``sem``, not add to it. So
@@ -143,7 +144,8 @@ def build_fixed_adder_model(
                   "copy_out": FixedLinearBlock(identity), "keep": FixedLinearBlock(identity)}
         layers.append(MorphicLayer(
             space, edges, [blocks[e.name] for e in edges], beta=beta,
-            router={"rank": rank, "normalization": "global"}, update="gated_replace",
+            router={"rank": rank, "normalization": "global", "stay": False},
+            update="gated_replace",
             train_routing=train_routing))
     model = NoisyCodeTransformer(
         space, layers, task.vocab_size, positional="none", learned_grades=[],

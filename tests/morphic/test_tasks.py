@@ -123,3 +123,54 @@ def test_write_report_writes_png_and_json_with_ablation_and_calibration(tmp_path
     rows = edge_ablation(model, [(ids, t)])
     assert rows[0]["delta"] > 0
     assert report["ablation"] == rows
+
+
+@pytest.mark.parametrize("kind", ["zero", "random"])
+def test_adder_distractor_is_one_more_num_edge_with_a_fixed_block_that_is_no_adder(kind):
+    task = VariableAdditionTask(5, (1, 2))
+    model = build_adder_model(task, sem_dim=8, rank=4, distractor=kind, distractor_seed=3)
+    layer = model.layers[1]
+    assert [e.name for e in layer.edges] == ["add_1", "add_2", "distractor"]
+    assert all((e.source, e.dest) == ("num", "num") for e in layer.edges)
+    x = torch.eye(5)
+    out = layer.blocks[2](x)  # row d = the block applied to the digit code e_d
+    assert not any(p.requires_grad for p in layer.blocks[2].parameters())
+    for k in task.shifts:
+        assert not torch.allclose(out, torch.roll(torch.eye(5), k, dims=1))
+    if kind == "zero":
+        assert torch.equal(out, torch.zeros(5, 5))
+    else:
+        again = build_adder_model(task, sem_dim=8, rank=4, distractor=kind, distractor_seed=3)
+        other = build_adder_model(task, sem_dim=8, rank=4, distractor=kind, distractor_seed=4)
+        assert torch.equal(again.layers[1].blocks[2](x), out)
+        assert not torch.equal(other.layers[1].blocks[2](x), out)
+    assert set(evaluate_adder(model, task)) == {"answer_accuracy", "routing_accuracy",
+                                                "utility_routing_accuracy"}
+
+
+def test_adder_rejects_an_unknown_distractor():
+    with pytest.raises(ValueError, match=r"distractor must be one of .* got 'noise'"):
+        build_adder_model(VariableAdditionTask(5, (1, 2)), distractor="noise")
+
+
+def test_report_counts_agreement_per_destination_group_and_lists_single_edges_apart(tmp_path):
+    task = VariableAdditionTask(5, (1, 2))
+    torch.manual_seed(0)
+    model = build_adder_model(task, sem_dim=8, rank=4)
+    ids, t, _ = task.all_examples()
+    report = write_report(model, [(ids, t)], tmp_path)
+    copy_layer, add_layer = report["layers"]
+    # layer 1 has one edge (copy): no choice, so no agreement and no calibration
+    assert copy_layer["groups"]["groups"] == [] and copy_layer["context_matches_utility"] is None
+    assert [r["edge"] for r in copy_layer["groups"]["always_on"]] == ["copy"]
+    assert copy_layer["calibration"] is None
+    # layer 2: one group {add_1, add_2}; agreement recounted from the traces by hand
+    _, traces = model.utility_routing(ids, targets=t)
+    valid = t != -100
+    r = model.layers[1].router
+    ctx = r.probabilities(traces[1].context_logits)[valid]
+    utl = r.probabilities(traces[1].utility_logits)[valid]
+    same = sum(int(a.argmax()) == int(b.argmax()) for a, b in zip(ctx, utl)) / len(ctx)
+    assert add_layer["context_matches_utility"] == pytest.approx(same)
+    assert add_layer["groups"]["groups"][0]["edges"] == ["add_1", "add_2"]
+    assert add_layer["calibration"]["context"]["binning"] == "equal_count"

@@ -2,11 +2,21 @@
 
 - utility histograms of ΔL_t(e) before and after training (Thm 5.1 predicts mass moving > 0);
 - routing entropy H_t and thresholded support #{α > ε}, and the smallest set holding 90% mass;
-- edge ablation: evaluation loss change when α(e) ≡ 0 (the remaining edges of the group are
-  renormalised), with context-only routing;
-- calibration: binned routing probability against the realised frequency of ΔL > 0, both for the
-  utility-augmented ℓ̃ (partly tautological: it contains βΔL) and for the context-only ℓ (what
-  evaluation has).
+- per destination group (the edges e → h of a destination h with ≥ 2 incoming edges, the only
+  place where a router chooses *between edges*): agreement of argmax_{e→h} K(ℓ)_e with
+  argmax_{e→h} K(ℓ̃)_e, and entropy and support of the in-group distribution
+  q_e = K_e / Σ_{e'→h} K_{e'}. A destination with one incoming edge is reported apart as
+  always-on: one argmax over one edge always "agrees", so counting it would inflate agreement;
+- edge ablation: evaluation loss change when edge e is disabled in its router (``layer.disabled``:
+  ℓ_e = −∞, so its mass goes to the other options of its group, the stay option included, and a
+  group with no option left routes nothing, leaving z^{(h)} on the skip path) under every routing
+  mode, with the deterministic evaluation routing (``model(ids)``: context logits, argmax for
+  hard / Gumbel / REINFORCE);
+- calibration: routing probability against the realised frequency of ΔL > 0 over equal-count
+  (adaptive) bins, ECE = Σ_b (n_b / N) |mean K in b − frac{ΔL > 0} in b|, for the edges of
+  destination groups, both for the utility-augmented ℓ̃ (partly tautological: it contains βΔL)
+  and for the context-only ℓ (what evaluation has). Fixed-width bins put a confident router's
+  probabilities into the two end bins, and the table says nothing.
 
 Utilities need targets, so the diagnostics read the targets of the given batches; they measure a
 model and are no evaluation path. Every utility here is computed on the states of the
@@ -25,6 +35,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from graded.morphic.edges import EdgeSet
 from graded.morphic.model import MorphicTransformer
 
 Batch = tuple[Tensor, Tensor]
@@ -75,20 +86,95 @@ def routing_sparsity(probs: Tensor, entropy: Tensor, eps: float = 0.05) -> dict[
             .mean()), "support_90": float(cover.float().mean()), "eps": eps}
 
 
-def calibration(probs: Tensor, positive: Tensor, bins: int = 10) -> dict[str, object]:
-    """Reliability table of P(ΔL > 0) against binned routing probability, plus monotonicity."""
+def destination_groups(edges: EdgeSet) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Split the destinations of 𝓔: {h: [e → h]} for h with ≥ 2 incoming edges (a choice between
+    edges) and {h: e} for h with one incoming edge (always-on, no choice between edges)."""
+    choice: dict[str, list[int]] = {}
+    single: dict[str, int] = {}
+    for h in edges.dests:
+        idx = edges.incoming(h)
+        if len(idx) >= 2:
+            choice[h] = idx
+        else:
+            single[h] = idx[0]
+    return choice, single
+
+
+def group_routing(
+    context_probs: Tensor, utility_probs: Tensor, edges: EdgeSet, eps: float = 0.05
+) -> dict[str, object]:
+    """Routing diagnostics per destination group, over N tokens ((N, |E|) kernels K per edge).
+
+    For each h with ≥ 2 incoming edges: ``agreement`` = mean_t 1[argmax_{e→h} K(ℓ_t)_e =
+    argmax_{e→h} K(ℓ̃_t)_e]; ``entropy`` = mean_t −Σ_{e→h} q_e log q_e and ``support_eps`` =
+    mean_t #{e → h : q_e > ε} of the in-group distribution q_e = K(ℓ_t)_e / Σ_{e'→h} K(ℓ_t)_{e'};
+    ``choice_freq`` = how often each edge is the context argmax. The pooled ``agreement`` is the
+    mean over all (token, group) pairs, None when no destination has a choice. Destinations with
+    one incoming edge are listed in ``always_on`` with their mean K and not counted.
+    """
+    if context_probs.shape != utility_probs.shape or context_probs.shape[-1:] != (len(edges),):
+        raise ValueError(f"context_probs {tuple(context_probs.shape)} and utility_probs "
+                         f"{tuple(utility_probs.shape)} must both be (N, {len(edges)})")
+    if not 0 < eps < 1:
+        raise ValueError(f"eps must lie in (0, 1), got {eps}")
+    choice, single = destination_groups(edges)
+    groups, same_all = [], []
+    for h, idx in choice.items():
+        pc, pu = context_probs[:, idx].float(), utility_probs[:, idx].float()
+        pick_c, pick_u = pc.argmax(-1), pu.argmax(-1)
+        same = pick_c == pick_u
+        same_all.append(same)
+        q = pc / pc.sum(-1, keepdim=True).clamp_min(1e-12)
+        ent = -(q * q.clamp_min(1e-30).log()).sum(-1)
+        n = max(len(pc), 1)
+        groups.append({
+            "dest": h, "edges": [edges[i].name for i in idx], "tokens": len(pc),
+            "agreement": float(same.float().mean()) if len(pc) else None,
+            "entropy": float(ent.mean()) if len(pc) else None,
+            "support_eps": float((q > eps).float().sum(-1).mean()) if len(pc) else None,
+            "choice_freq": (torch.bincount(pick_c, minlength=len(idx)).float() / n).tolist(),
+        })
+    pooled = torch.cat(same_all) if same_all else torch.zeros(0, dtype=torch.bool)
+    always_on = [{"dest": h, "edge": edges[i].name,
+                  "mean_prob": float(context_probs[:, i].float().mean())
+                  if len(context_probs) else None} for h, i in single.items()]
+    return {"groups": groups, "always_on": always_on, "eps": eps,
+            "agreement": float(pooled.float().mean()) if pooled.numel() else None}
+
+
+BINNINGS = ("equal_count", "equal_width")
+
+
+def calibration(probs: Tensor, positive: Tensor, bins: int = 10,
+                binning: str = "equal_count") -> dict[str, object]:
+    """Reliability table of P(ΔL > 0) against binned routing probability, ECE and monotonicity.
+
+    ``binning="equal_count"`` (default, adaptive): sort the N probabilities and cut them into
+    ``bins`` consecutive runs whose sizes differ by at most one (``torch.tensor_split``); ties may
+    straddle a cut. ``"equal_width"``: bin b = [b/bins, (b+1)/bins). Empty bins are dropped.
+    ECE = Σ_b (n_b / N) |mean p in b − mean 1[ΔL > 0] in b|; ``monotone``: the frequencies do not
+    decrease from bin to bin.
+    """
+    if not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
+    if binning not in BINNINGS:
+        raise ValueError(f"binning must be one of {BINNINGS}, got {binning!r}")
     p, y = probs.flatten().float(), positive.flatten().float()
-    idx = (p * bins).long().clamp(max=bins - 1)
-    rows = []
-    for b in range(bins):
-        m = idx == b
-        if m.any():
-            rows.append({"bin": b, "count": int(m.sum()), "mean_prob": float(p[m].mean()),
-                         "frac_positive": float(y[m].mean())})
+    if p.shape != y.shape:
+        raise ValueError(f"probs has {p.numel()} entries and positive {y.numel()}; expected "
+                         "the same number")
+    if binning == "equal_count":
+        members = [m for m in torch.tensor_split(p.argsort(stable=True), bins) if m.numel()]
+    else:
+        idx = (p * bins).long().clamp(0, bins - 1)
+        members = [m for b in range(bins) if (m := (idx == b).nonzero().flatten()).numel()]
+    rows = [{"bin": b, "count": int(m.numel()), "lo": float(p[m].min()), "hi": float(p[m].max()),
+             "mean_prob": float(p[m].mean()), "frac_positive": float(y[m].mean())}
+            for b, m in enumerate(members)]
     fr = [r["frac_positive"] for r in rows]
     ece = sum(r["count"] * abs(r["mean_prob"] - r["frac_positive"]) for r in rows) / max(len(p), 1)
-    return {"bins": rows, "monotone": all(a <= b + 1e-9 for a, b in pairwise(fr)),
-            "ece": ece}
+    return {"bins": rows, "binning": binning,
+            "monotone": all(a <= b + 1e-9 for a, b in pairwise(fr)), "ece": ece}
 
 
 @torch.no_grad()
@@ -105,22 +191,33 @@ def evaluation_loss(model: MorphicTransformer, batches: Iterable[Batch]) -> floa
 
 
 @torch.no_grad()
-def edge_ablation(model: MorphicTransformer, batches: Iterable[Batch]) -> list[dict[str, float]]:
-    """Loss increase when each edge is forced off (α(e) ≡ 0, group renormalised)."""
+def edge_ablation(model: MorphicTransformer, batches: Iterable[Batch]) -> list[dict[str, object]]:
+    """Loss increase L(e off) − L when each edge e is disabled in its layer's router.
+
+    ``layer.disabled = {e}`` sets ℓ_e = −∞ in ``Router.route``: soft routing renormalises the
+    rest of e's group (stay option included); hard, Gumbel and REINFORCE routing, evaluated
+    deterministically (argmax, ``stochastic=False``), pick another option of the group, and a
+    group with no option left selects nothing (α ≡ 0, z^{(h)} kept by the skip path). Both losses
+    use the evaluation routing, ``model(ids)`` in eval mode (``evaluation_loss``).
+    """
     batches = list(batches)
     was_training = model.training
     model.eval()
-    base = evaluation_loss(model, batches)
-    rows = []
-    for li, layer in enumerate(model.layers):
-        for ei, edge in enumerate(layer.edges):
-            layer.disabled = {ei}
-            try:
-                loss = evaluation_loss(model, batches)
-            finally:
-                layer.disabled = set()
-            rows.append({"layer": li, "edge": edge.name, "loss": loss, "delta": loss - base})
-    model.train(was_training)
+    try:
+        base = evaluation_loss(model, batches)
+        rows = []
+        for li, layer in enumerate(model.layers):
+            saved = set(layer.disabled)
+            for ei, edge in enumerate(layer.edges):
+                layer.disabled = saved | {ei}
+                try:
+                    loss = evaluation_loss(model, batches)
+                finally:
+                    layer.disabled = saved
+                rows.append({"layer": li, "edge": edge.name, "dest": edge.dest, "loss": loss,
+                             "delta": loss - base})
+    finally:
+        model.train(was_training)
     return rows
 
 
@@ -150,6 +247,11 @@ def _plot_calibration(cal: list[dict], path: Path) -> None:
     n = len(cal)
     fig, axes = plt.subplots(1, n, figsize=(4 * n, 3), squeeze=False)
     for li, ax in enumerate(axes[0]):
+        ax.set_title(f"layer {li}")
+        if cal[li] is None:
+            ax.text(0.5, 0.5, "no destination with\n≥ 2 incoming edges", ha="center",
+                    va="center", transform=ax.transAxes)
+            continue
         for key, label in (("utility", "utility-augmented"), ("context", "context-only")):
             rows = cal[li][key]["bins"]
             ax.plot([r["mean_prob"] for r in rows], [r["frac_positive"] for r in rows], "o-",
@@ -157,7 +259,6 @@ def _plot_calibration(cal: list[dict], path: Path) -> None:
         ax.plot([0, 1], [0, 1], "k:", lw=0.8)
         ax.set_xlabel("routing probability")
         ax.set_ylabel("P(ΔL > 0)")
-        ax.set_title(f"layer {li}")
         ax.legend()
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
@@ -195,15 +296,20 @@ def write_report(
     layers = []
     for li, (stats, layer) in enumerate(zip(after, model.layers)):
         positive = stats["utilities"] > 0
+        groups = group_routing(stats["context_probs"], stats["utility_probs"], layer.edges, eps)
+        # calibration over the edges that compete with another edge for their destination
+        cols = [i for idx in destination_groups(layer.edges)[0].values() for i in idx]
         entry = {
             "edges": [e.name for e in layer.edges],
             "mean_utility": stats["utilities"].mean(0).tolist(),
             "frac_positive_utility": positive.float().mean(0).tolist(),
             "routing": routing_sparsity(stats["context_probs"], stats["entropy"], eps),
-            "calibration": {"utility": calibration(stats["utility_probs"], positive),
-                            "context": calibration(stats["context_probs"], positive)},
-            "context_matches_utility": float((stats["context_probs"].argmax(-1)
-                                              == stats["utility_probs"].argmax(-1)).float().mean()),
+            "groups": groups,
+            "calibration": {"utility": calibration(stats["utility_probs"][:, cols],
+                                                   positive[:, cols]),
+                            "context": calibration(stats["context_probs"][:, cols],
+                                                   positive[:, cols])} if cols else None,
+            "context_matches_utility": groups["agreement"],
         }
         if prior is not None:
             entry["mean_utility_before"] = prior[li]["utilities"].mean(0).tolist()

@@ -286,9 +286,11 @@ class Router(nn.Module):
             else:
                 choice = pg.argmax(-1)
             chosen = idx[choice]
-            hard.scatter_(-1, chosen.unsqueeze(-1), 1.0)
+            # a group whose every option is disabled (all mass 0) selects nothing: α ≡ 0 there
+            live = (pg.sum(-1) > 0).to(p.dtype)
+            hard.scatter_(-1, chosen.unsqueeze(-1), live.unsqueeze(-1))
             if routed:
-                log_prob = log_prob + probs.gather(-1, chosen.unsqueeze(-1)).squeeze(
+                log_prob = log_prob + live * probs.gather(-1, chosen.unsqueeze(-1)).squeeze(
                     -1).clamp_min(1e-12).log()
         return hard, log_prob
 
@@ -308,5 +310,6 @@ class Router(nn.Module):
             y = F.softmax((x.index_select(-1, idx) + g.index_select(-1, idx))
                           / self.gumbel_temperature, dim=-1).nan_to_num(0.0)
             hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
+            hard = hard * (y.detach().sum(-1, keepdim=True) > 0)  # every option disabled: none
             out[..., idx] = hard + y - y.detach()
         return out

@@ -17,6 +17,11 @@ defined relative to a calibrated decoder.
   router must pick the adder from the causal context (the ADD_k token), per token.
 
 Routing accuracy = fraction of "=" positions where argmax α (layer 2) is the adder of the example.
+
+``distractor=`` adds one more edge num ← num to layer 2, named "distractor", after the adders,
+whose block is useless for every example: "zero" (φ ≡ 0) or "random" (a fixed Gaussian matrix
+R/√p, drawn from ``distractor_seed``). A router that learns to leave it unselected makes its
+ablation cost nothing (004 §5.4 edge ablation), the control that ablation needs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from graded.morphic.layer import MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
 from graded.morphic.state import GradedStateSpace
 from graded.morphic.tools import calculator_adder
+
+DISTRACTORS = (None, "zero", "random")
 
 
 class VariableAdditionTask:
@@ -77,25 +84,43 @@ def build_adder_model(
     task: VariableAdditionTask, *, tool: str = "internal", sem_dim: int = 16, rank: int = 8,
     beta: float = 5.0, pooling: str = "mean", readout_scale: float = 4.0,
     objective: MorphicObjective | None = None, max_len: int = 8,
+    distractor: str | None = None, distractor_seed: int = 0,
 ) -> MorphicTransformer:
     if tool not in ("internal", "external"):
         raise ValueError(f"tool must be 'internal' or 'external', got {tool!r}")
+    if distractor not in DISTRACTORS:
+        raise ValueError(f"distractor must be one of {DISTRACTORS}, got {distractor!r}")
     p = task.p
     space = GradedStateSpace({"sem": sem_dim, "num": p})
     copy_edges = EdgeSet.explicit(space, [("sem", "num", "copy")])
     copy = GradeTypedAttention(sem_dim, p, num_heads=1, head_dim=8, identity_values=True)
     layer1 = MorphicLayer(space, copy_edges, [copy], router={"rank": rank}, beta=beta)
-    add_edges = EdgeSet.explicit(space, [("num", "num", f"add_{k}") for k in task.shifts])
+    names = [f"add_{k}" for k in task.shifts] + (["distractor"] if distractor else [])
+    add_edges = EdgeSet.explicit(space, [("num", "num", name) for name in names])
     if tool == "internal":
         adders = [FixedLinearBlock.cyclic_shift(p, k) for k in task.shifts]
     else:
         adders = [calculator_adder(k, p) for k in task.shifts]
+    if distractor is not None:
+        adders = [*adders, distractor_block(p, distractor, distractor_seed)]
     layer2 = MorphicLayer(space, add_edges, adders, router={"rank": rank, "pooling": pooling},
                           beta=beta)
     return MorphicTransformer(
         space, [layer1, layer2], task.vocab_size, max_len=max_len, learned_grades=["sem"],
         typed_embeddings={"num": task.typed_digits()},
         readout_init={"num": readout_scale * task.typed_digits()}, objective=objective)
+
+
+def distractor_block(p: int, kind: str, seed: int = 0) -> FixedLinearBlock:
+    """A useless num ← num block: x ↦ 0 (``"zero"``) or x ↦ R x with R_ij ~ N(0, 1/p) fixed by
+    ``seed`` (``"random"``); the zero map never gives the answer e_{x+k}, a random one only by
+    chance."""
+    if kind == "zero":
+        return FixedLinearBlock(torch.zeros(p, p))
+    if kind == "random":
+        g = torch.Generator().manual_seed(seed)
+        return FixedLinearBlock(torch.randn(p, p, generator=g) / p ** 0.5)
+    raise ValueError(f"distractor kind must be 'zero' or 'random', got {kind!r}")
 
 
 @torch.no_grad()

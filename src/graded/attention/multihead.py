@@ -48,7 +48,11 @@ class MultiheadAttention(nn.Module):
 
     - ``backend``: ``"full"`` (fused SDPA, default), ``"explicit"`` (always materialises the
       weights), a name from :mod:`graded.attention.backends`, or a backend module;
-      ``backend_options`` are passed to the named backend.
+      ``backend_options`` are passed to the named backend. What a backend cannot serve (its
+      :class:`~graded.attention.backends.Capabilities`) is refused, never replaced by dense
+      attention: a custom ``score`` at build time; an additive ``attn_mask`` or
+      ``need_weights=True`` at the call (``need_weights`` defaults to True, as in torch: pass
+      False for the backends that cannot return weights).
     - ``score``: ``"scaled_dot"`` (default), ``"dot"``, ``"bilinear"``, ``"additive"`` or a
       :class:`~graded.attention.scores.Score`.
     - ``max_explicit_elements``: the explicit path refuses larger (B, H, Tq, Tk) tensors.
@@ -141,7 +145,24 @@ class MultiheadAttention(nn.Module):
 
         self.score = make_score(score, num_heads, self.head_dim)
         self.backend_name, self.backend = self._resolve_backend(backend, backend_options or {})
+        self._check_backend()
         self._reset_parameters()
+
+    def _check_backend(self) -> None:
+        """Refuse at build time what the backend cannot serve (its declared capabilities)."""
+        if self.backend is None:
+            return
+        from graded.attention.backends import check_capability
+
+        if not isinstance(self.score, ScaledDotScore):
+            check_capability(self.backend, self.backend_name, "custom_score",
+                             f" (score={type(self.score).__name__})")
+        if getattr(self.backend, "shared_qk", False):
+            raise ValueError(
+                f"attention backend {self.backend_name!r} with shared_qk=True computes keys from "
+                "the queries, so this module's key projection would get no gradient; use "
+                "shared_qk=False (keys from the key projection) in a MultiheadAttention"
+            )
 
     @staticmethod
     def _resolve_backend(
@@ -236,25 +257,42 @@ class MultiheadAttention(nn.Module):
         """Attention of per-head tensors. ``attn_mask`` is a keep-mask (``True`` = attend) or an
         additive float mask broadcastable to (B, H, Tq, Tk); ``key_padding_mask`` is (B, Tk)
         with ``True`` = padding. Returns per-head outputs (B, H, Tq, Dv) and optional weights.
-        Keys and values of grouped-query attention come in per group and are repeated here."""
+        Keys and values of grouped-query attention come in per group and are repeated here.
+        A backend gets the custom score and an additive mask only if its capabilities say it
+        serves them, and returns weights only through its ``forward_with_weights``; otherwise
+        this raises (naming the backends that can). The dense backends with options run this
+        module's exact path, with their ``scale``, for weights, a bias or a custom score."""
         q, k, v = self.transform_heads(q, self.expand_kv(k), self.expand_kv(v))
         dropout_p = self.dropout if self.training else 0.0
-        if self.backend is not None and not need_weights:
-            if attn_mask is not None and attn_mask.dtype != torch.bool:
-                raise ValueError(
-                    f"attention backend {self.backend_name!r} takes boolean masks only, got an "
-                    f"additive mask of dtype {attn_mask.dtype}"
-                )
-            return self.backend(
-                q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                is_causal=is_causal, dropout_p=dropout_p,
-            ), None
+        backend, scale = self.backend, None
+        bias = attn_mask is not None and attn_mask.dtype != torch.bool
+        custom = not isinstance(self.score, ScaledDotScore)
+        from graded.attention.backends import ExplicitBackend, FullBackend, check_capability
+
+        if isinstance(backend, (FullBackend, ExplicitBackend)) and (need_weights or bias
+                                                                     or custom):
+            # the dense backends are served by this module's own exact path, their scale kept
+            scale = backend.scale
+            need_weights = need_weights or isinstance(backend, ExplicitBackend)
+            backend = None
+        if backend is not None:
+            if bias:
+                check_capability(backend, self.backend_name, "attn_bias",
+                                 f" (an additive attn_mask of dtype {attn_mask.dtype})")
+            if need_weights:
+                check_capability(backend, self.backend_name, "attention_weights",
+                                 "; pass need_weights=False")
+            extra = {"score": self.score} if custom else {}
+            call = backend.forward_with_weights if need_weights else backend
+            out = call(q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                       is_causal=is_causal, dropout_p=dropout_p, **extra)
+            return out if need_weights else (out, None)
         if key_padding_mask is not None:
             attn_mask = merge_masks(attn_mask, ~key_padding_mask[:, None, None, :], q.dtype)
         need_weights = need_weights or self.backend_name == "explicit"
         if isinstance(self.score, ScaledDotScore):
             return attention(
-                q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p,
+                q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale,
                 need_weights=need_weights, max_explicit_elements=self.max_explicit_elements,
             )
         fused = self.score.fused_inputs(q, k)

@@ -23,20 +23,21 @@ __all__ = [
     "EncoderBlock",
     "FeedForwardSublayer",
     "make_attention",
+    "require_backend",
 ]
 
 
-def make_attention(config: TransformerConfig, grading: nn.Module | None = None
-                   ) -> MultiheadAttention:
+def make_attention(config: TransformerConfig, grading: nn.Module | None = None, *,
+                   cross: bool = False) -> MultiheadAttention:
     """The attention module for a config: graded (000 Def 5.22) with ``grading`` over
     head_dim and the config's ``grade_attention_variant`` when a grading is given, plain
-    otherwise."""
+    otherwise; on ``cross_attn_backend`` for cross-attention, ``attn_backend`` otherwise."""
     attn_dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     kwargs = dict(
         embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
         bias=_or(config.qkv_bias, config.bias), out_bias=_or(config.out_bias, config.bias),
         num_kv_heads=config.n_kv_heads,
-        batch_first=True, score=config.attn_score, backend=_backend(config),
+        batch_first=True, score=config.attn_score, backend=_backend(config, cross=cross),
     )
     if grading is not None:
         return GradedMultiheadAttention(grading=grading, variant=config.grade_attention_variant,
@@ -48,12 +49,25 @@ def _or(value: bool | None, default: bool) -> bool:
     return default if value is None else value
 
 
-def _backend(config: TransformerConfig) -> str | nn.Module:
-    if config.attn_backend in ("full", "explicit") and not config.attn_backend_options:
-        return config.attn_backend
+def _backend(config: TransformerConfig, *, cross: bool = False) -> str | nn.Module:
+    name = config.cross_attn_backend if cross else config.attn_backend
+    options = config.cross_attn_backend_options if cross else config.attn_backend_options
+    if name in ("full", "explicit") and not options:
+        return name
     from graded.attention.backends import get_backend
 
-    return get_backend(config.attn_backend, **config.attn_backend_options)
+    return get_backend(name, **options)
+
+
+def require_backend(config: TransformerConfig, feature: str, *, cross: bool = False) -> None:
+    """Refuse at build time a block whose backend cannot serve ``feature`` (a
+    :class:`~graded.attention.backends.Capabilities` field), naming the config field."""
+    from graded.attention.backends import backend_capabilities, check_capability
+
+    field = "cross_attn_backend" if cross else "attn_backend"
+    name = getattr(config, field)
+    check_capability(backend_capabilities(name), name, feature,
+                     f" (TransformerConfig.{field}={name!r})")
 
 
 class AttentionSublayer(nn.Module):
@@ -67,7 +81,8 @@ class AttentionSublayer(nn.Module):
         super().__init__()
         plan = resolve_plan(config, plan)
         self.cross = cross
-        self.attn = make_attention(config, plan.head_grading() if plan is not None else None)
+        self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
+                                   cross=cross)
         use_rope = config.positional == "rope" and not cross
         self.rotary = (RotaryEmbedding(config.head_dim, base=config.rope_base) if use_rope
                        else None)
@@ -173,6 +188,9 @@ class DecoderBlock(nn.Module):
                  plan: GradingPlan | None = None) -> None:
         super().__init__()
         plan = resolve_plan(config, plan)
+        require_backend(config, "causal")
+        if cross_attention:
+            require_backend(config, "cross_attention", cross=True)
         self.self_attn = AttentionSublayer(config, plan=plan)
         self.res_attn = _Residual(config)
         self.cross_attn = (AttentionSublayer(config, cross=True, plan=plan) if cross_attention

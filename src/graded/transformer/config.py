@@ -58,7 +58,12 @@ class TransformerConfig(ConfigModel):
     post-norm stack too, as ``torch.nn.Transformer``); ``embed_scale`` multiplies token
     embeddings by √d_model (Vaswani et al. §3.4); ``embed_norm`` normalises the summed
     embeddings (BERT); ``logit_bias`` adds a bias to the LM/seq2seq output layer.
-    ``attn_backend`` names the attention backend (see :mod:`graded.attention.backends`).
+    ``attn_backend`` names the self-attention backend and ``cross_attn_backend`` (default
+    ``"full"``) the cross-attention one of seq2seq decoders (see
+    :mod:`graded.attention.backends`), each with its ``*_options``. A combination a backend
+    cannot serve (``positional="alibi"``, an ``attn_score`` other than ``scaled_dot``) is
+    refused here, naming the backends that can; causal and cross-attention are checked when a
+    decoder is built, attention weights and generation with a cache when asked for.
 
     Grading fields (000 §5-7) select the feature-graded LGT/EGT: ``grading`` is None
     (ungraded), ``"linear"`` or ``"exponential"``; ``grading_f`` (LGT's f), ``grading_base``
@@ -103,6 +108,8 @@ class TransformerConfig(ConfigModel):
     tie_embeddings: bool = True
     attn_backend: Annotated[str, choice(available_backends)] = "full"
     attn_backend_options: dict[str, Any] = Field(default_factory=dict)
+    cross_attn_backend: Annotated[str, choice(available_backends)] = "full"
+    cross_attn_backend_options: dict[str, Any] = Field(default_factory=dict)
     attn_score: Annotated[Literal[SCORES], choice(SCORES)] = "scaled_dot"
     pad_id: int | None = None
     input_dim: OptionalPositiveInt = None
@@ -162,6 +169,19 @@ class TransformerConfig(ConfigModel):
                                            and len(self.input_grades) == self.input_dim),
              "input_grades", f"None or a list of input_dim={self.input_dim} grades (feature "
              "inputs only)")
+        from graded.attention.backends import FEATURES, backend_capabilities, backends_supporting
+
+        def able(field: str, feature: str, why: str) -> None:
+            if not getattr(backend_capabilities(getattr(self, field)), feature):
+                raise Invalid(f"a backend that serves {FEATURES[feature]} ({why}): one of "
+                              f"{', '.join(backends_supporting(feature))}", field,
+                              getattr(self, field))
+
+        if self.positional == "alibi":
+            able("attn_backend", "attn_bias", "positional='alibi'")
+        if self.attn_score != "scaled_dot":
+            able("attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
+            able("cross_attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
         need(self.grading != "linear" or self.grade_position_alpha * (self.max_len - 1) < 1.0,
              "grade_position_alpha",
              f"alpha*(max_len-1) < 1 so that the LGT factor 1 - alpha*t stays positive "

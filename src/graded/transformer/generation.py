@@ -247,6 +247,28 @@ def position_limit(config: object) -> int | None:
     return None
 
 
+def check_cache_support(model: torch.nn.Module) -> None:
+    """Refuse, before any decoding, a KV cache that a self-attention backend of
+    ``model.decoder`` cannot serve (its capabilities lack ``incremental``): one query against
+    the cached keys would not reproduce its pattern. Cross-attention is not checked (its keys
+    are the whole memory at every step, as in the uncached pass)."""
+    from graded.attention.backends import backends_supporting, capabilities_of
+    from graded.attention.multihead import MultiheadAttention
+
+    for name, sub in model.decoder.named_modules():
+        module = getattr(sub, "attn", None)  # an AttentionSublayer's MultiheadAttention
+        if (not isinstance(module, MultiheadAttention) or module.backend is None
+                or getattr(sub, "cross", False)):
+            continue
+        if not capabilities_of(module.backend).incremental:
+            raise ValueError(
+                f"generation with use_cache=True: attention backend {module.backend_name!r} "
+                f"({name}) cannot decode incrementally with a KV cache; pass use_cache=False "
+                "(each step recomputes the whole prefix, exact) or use one of "
+                f"{', '.join(backends_supporting('incremental'))}"
+            )
+
+
 def generate(
     model: torch.nn.Module,
     input_ids: Tensor,
@@ -270,6 +292,8 @@ def generate(
     (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
     search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`)."""
     check_prompt(input_ids, max_new_tokens, position_limit(model.config))
+    if use_cache:
+        check_cache_support(model)
     kpm = _defaults(key_padding_mask, input_ids)
     was_training = model.training
     model.eval()
@@ -298,6 +322,8 @@ def generate_seq2seq(
 ) -> Tensor:
     """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n)."""
     check_prompt(src_ids, 0, None)
+    if kwargs.get("use_cache", True):
+        check_cache_support(model)
     was_training = model.training
     model.eval()
     try:

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import inspect
 
-from graded.attention.backends.base import AttentionBackend
+from graded.attention.backends.base import (
+    FEATURES,
+    AttentionBackend,
+    Capabilities,
+    capabilities_of,
+)
 from graded.attention.backends.chunked import ChunkedBackend, chunked_attention
 from graded.attention.backends.dense import ExplicitBackend, FullBackend
 from graded.attention.backends.linear import LinearBackend, elu_feature_map, kernel_attention
@@ -33,9 +38,11 @@ from graded.attention.backends.performer import (
 from graded.attention.backends.sparse import BigBirdBackend, BlockSparseBackend
 
 __all__ = [
+    "FEATURES",
     "AttentionBackend",
     "BigBirdBackend",
     "BlockSparseBackend",
+    "Capabilities",
     "ChunkedBackend",
     "DilatedBackend",
     "ExplicitBackend",
@@ -46,6 +53,10 @@ __all__ = [
     "PerformerBackend",
     "SlidingWindowBackend",
     "available_backends",
+    "backend_capabilities",
+    "backends_supporting",
+    "capabilities_of",
+    "check_capability",
     "chunked_attention",
     "draw_random_features",
     "elu_feature_map",
@@ -77,6 +88,40 @@ def register_backend(cls: type[AttentionBackend]) -> type[AttentionBackend]:
 def available_backends() -> list[str]:
     """Registered backend names, sorted."""
     return sorted(_REGISTRY)
+
+
+def backend_capabilities(name: str) -> Capabilities:
+    """The declared :class:`Capabilities` of the backend registered as ``name``."""
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown attention backend {name!r}; available: {', '.join(available_backends())}"
+        )
+    return _REGISTRY[name].capabilities
+
+
+def backends_supporting(*features: str) -> list[str]:
+    """Registered backend names whose declared capabilities include every one of ``features``
+    (names of :class:`Capabilities` fields), sorted."""
+    unknown = sorted(set(features) - set(FEATURES))
+    if unknown:
+        raise ValueError(f"unknown backend feature(s) {unknown}; expected names from "
+                         f"{sorted(FEATURES)}")
+    return [n for n in available_backends()
+            if all(getattr(_REGISTRY[n].capabilities, f) for f in features)]
+
+
+def check_capability(backend: object, name: str, feature: str, where: str = "") -> None:
+    """Raise ``ValueError`` if ``backend`` (an instance or class) does not declare ``feature``.
+
+    The message names the backend, the feature (with ``where``, e.g. the config field that
+    asked for it) and the registered backends that can serve it."""
+    if getattr(capabilities_of(backend), feature):
+        return
+    able = backends_supporting(feature)
+    raise ValueError(
+        f"attention backend {name!r} cannot serve {FEATURES[feature]}{where}; backends that "
+        f"can: {', '.join(able) if able else '(none)'}"
+    )
 
 
 def get_backend(name: str, **options: object) -> AttentionBackend:

@@ -15,13 +15,16 @@ fused kernel alone would return NaN there).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "FEATURES",
     "AttentionBackend",
+    "Capabilities",
     "check_inputs",
     "check_self_attention",
     "default_scale",
@@ -30,12 +33,50 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can serve; each backend class states it once, as ``capabilities``.
+
+    ``causal``: ``is_causal=True`` (decoders, LMs); ``cross_attention``: Tq ≠ Tk (seq2seq);
+    ``key_padding_mask``; ``attn_bias``: an additive float bias on the scores (ALiBi,
+    Press et al. 2022); ``custom_score``: a score function other than scaled dot (002 §2.4,
+    passed as ``score=``); ``attention_weights``: ``forward_with_weights`` returns the weights
+    of the attention it computes; ``incremental``: decoding one query at a time against cached
+    keys (Tq = 1 < Tk, causal, bottom-right aligned) equals the full computation.
+    """
+
+    causal: bool = False
+    cross_attention: bool = False
+    key_padding_mask: bool = False
+    attn_bias: bool = False
+    custom_score: bool = False
+    attention_weights: bool = False
+    incremental: bool = False
+
+
+FEATURES: dict[str, str] = {
+    "causal": "causal (decoder) attention",
+    "cross_attention": "cross-attention (query and key lengths differ)",
+    "key_padding_mask": "a key_padding_mask",
+    "attn_bias": "an additive float attention bias (e.g. ALiBi positions)",
+    "custom_score": "a custom score function (attn_score other than 'scaled_dot')",
+    "attention_weights": "attention weights (need_weights=True)",
+    "incremental": "incremental decoding with a KV cache (generate with use_cache=True)",
+}
+
+
 class AttentionBackend(nn.Module):
     """Base class of attention backends: ``forward(q, k, v, *, key_padding_mask, attn_mask,
-    is_causal, dropout_p) -> (B, H, Tq, Dv)``. Subclasses set ``name`` and are registered with
-    :func:`graded.attention.backends.register_backend`."""
+    is_causal, dropout_p) -> (B, H, Tq, Dv)``. Subclasses set ``name`` and ``capabilities``
+    (:class:`Capabilities`) and are registered with
+    :func:`graded.attention.backends.register_backend`. A backend whose capabilities include
+    ``custom_score`` also takes ``score=``; one with ``attn_bias`` takes a float (additive)
+    ``attn_mask``; one with ``attention_weights`` has ``forward_with_weights`` returning
+    ``(output, weights)``. A backend module that does not subclass this and states no
+    capabilities is treated as :data:`UNDECLARED`: causal, cross-attention and padding only."""
 
     name: ClassVar[str] = ""
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     def forward(  # pragma: no cover - interface
         self,
@@ -52,6 +93,18 @@ class AttentionBackend(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
+
+
+UNDECLARED = Capabilities(causal=True, cross_attention=True, key_padding_mask=True)
+
+
+def capabilities_of(backend: object) -> Capabilities:
+    """The declared :class:`Capabilities` of a backend instance or class (:data:`UNDECLARED`
+    for a module that declares none); a :class:`Capabilities` is returned as it is."""
+    if isinstance(backend, Capabilities):
+        return backend
+    caps = getattr(backend, "capabilities", None)
+    return caps if isinstance(caps, Capabilities) else UNDECLARED
 
 
 def default_scale(scale: float | None, head_dim: int) -> float:

@@ -14,12 +14,24 @@ forward never holds a Tq×Tk matrix, and each query chunk is wrapped in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from graded.attention.backends.base import AttentionBackend, check_inputs, default_scale
+from graded.attention.backends.base import (
+    AttentionBackend,
+    Capabilities,
+    check_inputs,
+    default_scale,
+    softmax_rows,
+)
+from graded.attention.backends.dense import dense_keep_mask
+
+if TYPE_CHECKING:
+    from graded.attention.scores import Score
 
 __all__ = ["ChunkedBackend", "chunked_attention"]
 
@@ -35,11 +47,13 @@ def _query_chunk(
     scale: float,
     key_chunk: int,
     dropout_p: float,
+    score: Score | None = None,
 ) -> Tensor:
     """Online-softmax attention of one query chunk ``q`` (B, H, c, D) over all keys.
 
     ``q_offset`` is the absolute position of the chunk's first query (for the causal mask);
-    ``pad`` is (B, Tk) True = padding; ``mask`` the keep-mask rows of this chunk (B|1, H|1, c, Tk).
+    ``pad`` is (B, Tk) True = padding; ``mask`` the rows of this chunk (B|1, H|1, c, Tk) of a
+    keep-mask (bool) or an additive bias (float); ``score`` replaces ``q kᵀ · scale``.
     """
     b, h, c, _ = q.shape
     t_k = k.shape[2]
@@ -52,14 +66,17 @@ def _query_chunk(
         if causal and k0 > last_pos:
             break
         k1 = min(k0 + key_chunk, t_k)
-        s = torch.matmul(q, k[:, :, k0:k1].transpose(-2, -1)) * scale
+        k_b = k[:, :, k0:k1]
+        s = score(q, k_b) if score is not None else torch.matmul(q, k_b.transpose(-2, -1)) * scale
+        if mask is not None and mask.dtype != torch.bool:
+            s = s + mask[..., k0:k1].to(s.dtype)
         keep = None
         if causal:
             keep = torch.arange(k0, k1, device=q.device)[None, :] <= q_pos
         if pad is not None:
             p_keep = ~pad[:, None, None, k0:k1]
             keep = p_keep if keep is None else keep & p_keep
-        if mask is not None:
+        if mask is not None and mask.dtype == torch.bool:
             keep = mask[..., k0:k1] if keep is None else keep & mask[..., k0:k1]
         if keep is not None:
             s = s.masked_fill(~keep, float("-inf"))
@@ -88,9 +105,14 @@ def chunked_attention(
     query_chunk: int = 512,
     key_chunk: int = 512,
     checkpointing: bool = True,
+    score: Score | None = None,
 ) -> Tensor:
     """Exact softmax attention in O(query_chunk · key_chunk) working memory per step.
 
+    Per key block the scores are ``S_b = q k_bᵀ · scale`` or, with a ``score`` module,
+    ``S_b = score(q, k_b)`` (002 §2.4: dot, bilinear q W kᵀ, additive vᵀ tanh(W q + U k));
+    a float ``attn_mask`` is an additive bias added to ``S_b`` (ALiBi), a bool one a keep-mask.
+    Every score acts on one (query, key) pair at a time, so blockwise evaluation is exact.
     Causal alignment is bottom-right. ``checkpointing`` recomputes each query chunk in backward
     (memory O(T·query_chunk) instead of O(Tq·Tk)); it is skipped when no input needs grad.
     """
@@ -108,7 +130,7 @@ def chunked_attention(
         rows = None if attn_mask is None else attn_mask[..., q0:q1, :]
         args = (
             q[:, :, q0:q1], k, v, key_padding_mask, rows, t_k - t_q + q0, is_causal, scale,
-            key_chunk, dropout_p,
+            key_chunk, dropout_p, score,
         )
         if use_ckpt:
             outs.append(checkpoint(_query_chunk, *args, use_reentrant=False))
@@ -127,11 +149,20 @@ class ChunkedBackend(AttentionBackend):
     ``attn_mask`` included) and attention dropout (applied to the unnormalised weights, as in
     FlashAttention; the normaliser uses the undropped sum).
 
+    Also takes an additive float ``attn_mask`` (ALiBi bias) and a ``score`` module, applied
+    block by block (exact, see :func:`chunked_attention`). :meth:`forward_with_weights`
+    returns the weights of this same attention, materialised densely, O(B·H·Tq·Tk), only
+    when asked for.
+
     Options: ``scale`` (default 1/√D), ``query_chunk`` and ``key_chunk`` (block sizes, default
     512), ``checkpointing`` (default True).
     """
 
     name = "chunked"
+    capabilities = Capabilities(
+        causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
+        custom_score=True, attention_weights=True, incremental=True,
+    )
 
     def __init__(
         self,
@@ -159,11 +190,39 @@ class ChunkedBackend(AttentionBackend):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         dropout_p: float = 0.0,
+        score: Score | None = None,
     ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
+        keep = attn_mask
+        if attn_mask is not None and attn_mask.dtype != torch.bool:  # an additive bias
+            keep = torch.ones((), dtype=torch.bool, device=q.device).expand(attn_mask.shape)
+        check_inputs(self.name, q, k, v, key_padding_mask, keep, dropout_p)
         return chunked_attention(
             q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
             is_causal=is_causal, dropout_p=dropout_p, scale=self.scale,
             query_chunk=self.query_chunk, key_chunk=self.key_chunk,
-            checkpointing=self.checkpointing,
+            checkpointing=self.checkpointing, score=score,
         )
+
+    def forward_with_weights(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        dropout_p: float = 0.0,
+        score: Score | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The chunked output and the (B, H, Tq, Tk) weights softmax(S + bias) of the same
+        attention (before dropout), S = q kᵀ · scale or ``score(q, k)``."""
+        out = self.forward(q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                           is_causal=is_causal, dropout_p=dropout_p, score=score)
+        scale = default_scale(self.scale, q.shape[-1])
+        s = score(q, k) if score is not None else torch.matmul(q, k.transpose(-2, -1)) * scale
+        bias = attn_mask is not None and attn_mask.dtype != torch.bool
+        if bias:
+            s = s + attn_mask.to(s.dtype)
+        keep = dense_keep_mask(q, k, key_padding_mask, None if bias else attn_mask, is_causal)
+        return out, softmax_rows(s, keep)

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from graded.attention.backends.base import (
     AttentionBackend,
+    Capabilities,
     check_inputs,
     default_scale,
     softmax_rows,
@@ -52,6 +53,10 @@ class FullBackend(AttentionBackend):
     """
 
     name = "full"
+    capabilities = Capabilities(
+        causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
+        custom_score=True, attention_weights=True, incremental=True,
+    )
 
     def __init__(self, scale: float | None = None) -> None:
         super().__init__()
@@ -98,6 +103,10 @@ class ExplicitBackend(AttentionBackend):
     """
 
     name = "explicit"
+    capabilities = Capabilities(
+        causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
+        custom_score=True, attention_weights=True, incremental=True,
+    )
 
     def __init__(
         self, scale: float | None = None, max_elements: int = 2**27, store_weights: bool = True

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from graded.attention.backends.base import (
     AttentionBackend,
+    Capabilities,
     check_inputs,
     check_self_attention,
     reject_attn_mask,
@@ -89,6 +90,7 @@ class LinearBackend(AttentionBackend):
     """
 
     name = "linear"
+    capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True)
 
     def __init__(
         self, chunk_size: int = 64, eps: float = 1e-6, ignore_dropout: bool = False

@@ -13,7 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graded.attention.backends.base import AttentionBackend, check_inputs, default_scale
+from graded.attention.backends.base import (
+    AttentionBackend,
+    Capabilities,
+    check_inputs,
+    default_scale,
+)
 
 __all__ = ["LinformerBackend"]
 
@@ -37,6 +42,7 @@ class LinformerBackend(AttentionBackend):
     """
 
     name = "linformer"
+    capabilities = Capabilities(cross_attention=True, key_padding_mask=True)
 
     def __init__(
         self,

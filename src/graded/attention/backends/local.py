@@ -13,6 +13,7 @@ from torch import Tensor
 
 from graded.attention.backends.base import (
     AttentionBackend,
+    Capabilities,
     check_inputs,
     check_self_attention,
     default_scale,
@@ -78,6 +79,7 @@ class SlidingWindowBackend(AttentionBackend):
     """
 
     name = "sliding_window"
+    capabilities = Capabilities(causal=True, key_padding_mask=True)
 
     def __init__(
         self, window: int = 128, block_size: int | None = None, scale: float | None = None
@@ -134,6 +136,7 @@ class DilatedBackend(AttentionBackend):
     """
 
     name = "dilated"
+    capabilities = Capabilities(causal=True, key_padding_mask=True)
 
     def __init__(
         self, dilation: int = 8, window: int | None = None, scale: float | None = None

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from graded.attention.backends.base import (
     AttentionBackend,
+    Capabilities,
     check_inputs,
     check_self_attention,
     default_scale,
@@ -50,10 +51,15 @@ def _gather_t(x: Tensor, index: Tensor) -> Tensor:
 
 
 class LSHBackend(AttentionBackend):
-    """Reformer LSH attention (Kitaev et al. 2020, §2–3) on shared QK.
+    """Reformer LSH attention (Kitaev et al. 2020, §2–3).
 
-    The ``k`` argument is ignored: keys are q/‖q‖ (shared-QK attention, their §2), so a model
-    using this backend should share its query and key projections. Scores are scaled by
+    With ``shared_qk=True`` (Reformer's design, their §2) keys are q/‖q‖ and the ``k`` argument
+    is not used: :class:`~graded.attention.MultiheadAttention` (and so every model) refuses it,
+    since its key projection would get no gradient; call the backend on per-head tensors.
+    With ``shared_qk=False`` (default) keys are the given k/‖k‖: positions are still bucketed
+    and sorted by the hash of their *query* (one sort for both, as the chunked scheme needs),
+    and within the admissible pairs the score is q_i·k_j/‖k_j‖ · scale, a departure from the
+    paper that keeps the key projection in use (its gradient is non-zero). Scores are scaled by
     ``scale`` (default 1/√D). Time O(B·H·R·T·(m·(D + Dv) + log T)), memory O(B·H·R·T·m·R)
     for R rounds and chunk size m (the last R for the duplicate counts; O(B·H·R·T·m) with one
     round). Departures: the first chunk does not wrap around to look at the last one; N_ij
@@ -63,10 +69,11 @@ class LSHBackend(AttentionBackend):
     Options: ``n_buckets`` (even, or 1; default max(2, T/chunk_size rounded up to even)),
     ``n_rounds`` (default 2), ``chunk_size`` (m, default 64), ``seed`` (fixed rotations drawn
     from this seed at every call; None = fresh rotations from torch's generator each call, as in
-    the paper), ``scale``.
+    the paper), ``scale``, ``shared_qk`` (default False).
     """
 
     name = "lsh"
+    capabilities = Capabilities(causal=True, key_padding_mask=True)
 
     def __init__(
         self,
@@ -75,8 +82,12 @@ class LSHBackend(AttentionBackend):
         chunk_size: int = 64,
         seed: int | None = None,
         scale: float | None = None,
+        shared_qk: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(shared_qk, bool):
+            raise ValueError(f"lsh backend: shared_qk must be a bool, got {shared_qk!r}")
+        self.shared_qk = shared_qk
         if n_buckets is not None and (
             not isinstance(n_buckets, int) or n_buckets <= 0 or (n_buckets > 1 and n_buckets % 2)
         ):
@@ -91,6 +102,9 @@ class LSHBackend(AttentionBackend):
         self.chunk_size = chunk_size
         self.seed = seed
         self.scale = scale
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, shared_qk={self.shared_qk}"
 
     def rotations(self, dim: int, n_buckets: int, device: torch.device) -> Tensor:
         """(n_rounds, dim, n_buckets // 2) Gaussian random rotations."""
@@ -123,7 +137,8 @@ class LSHBackend(AttentionBackend):
         n_chunks = -(-t // m)
         pad = n_chunks * m - t
         perm = F.pad(perm, (0, pad), value=t)  # sentinel t = an invalid slot
-        keys = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        src = q if self.shared_qk else k
+        keys = src / src.norm(dim=-1, keepdim=True).clamp_min(1e-12)
         # one zero row at index t stands for the sentinel slots
         sq, sk, sv = (_gather_t(F.pad(x, (0, 0, 0, 1)), perm) for x in (q, keys, v))
         all_buckets = F.pad(buckets.transpose(-1, -2), (0, 0, 0, 1), value=-1)  # (B, H, T+1, R)

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from graded.attention.backends.base import (
     AttentionBackend,
+    Capabilities,
     check_inputs,
     check_self_attention,
     default_scale,
@@ -94,6 +95,7 @@ class PerformerBackend(AttentionBackend):
     """
 
     name = "performer"
+    capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True)
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from graded.attention.backends.base import (
     AttentionBackend,
+    Capabilities,
     check_inputs,
     check_self_attention,
     default_scale,
@@ -46,6 +47,7 @@ class BlockSparseBackend(AttentionBackend):
     """
 
     name = "block_sparse"
+    capabilities = Capabilities(causal=True, key_padding_mask=True)
 
     def __init__(
         self, layout: Tensor | list[list[bool]], block_size: int = 64, scale: float | None = None
@@ -111,6 +113,7 @@ class BigBirdBackend(AttentionBackend):
     """
 
     name = "bigbird"
+    capabilities = Capabilities(causal=True, key_padding_mask=True)
 
     def __init__(
         self,

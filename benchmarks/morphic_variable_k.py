@@ -8,6 +8,10 @@ calculator wrapped as Enc ∘ calculator ∘ Dec (a non-differentiable block).
 
     OMP_NUM_THREADS=2 nice .venv/bin/python benchmarks/morphic_variable_k.py --tool both
     .venv/bin/python benchmarks/morphic_variable_k.py --quick     # smoke run
+
+``--held-out N --seeds S`` trains on all but N (x, k) pairs (every digit, adder and answer still
+seen in training, ``VariableAdditionTask.split``) and reports accuracy on the held-out pairs, for
+S seeds (each its own split and initialisation), with mean and range.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from graded.morphic.training import train_morphic
 
 def run(*, tool: str = "internal", p: int = 11, shifts: tuple[int, ...] = (1, 2, 3, 4),
         steps: int = 400, batch: int = 64, lr: float = 0.01, seed: int = 0,
-        report_dir: str | None = None) -> dict[str, float]:
+        report_dir: str | None = None, held_out: int = 0) -> dict[str, float]:
     task = VariableAdditionTask(p, shifts)
+    train_pairs, held_pairs = task.split(held_out, seed) if held_out else (None, None)
     torch.manual_seed(seed)
     model = build_adder_model(task, tool=tool)
 
     def batches(g: torch.Generator):
-        ids, targets, _ = task.sample(batch, g)
+        ids, targets, _ = task.sample(batch, g, pairs=train_pairs)
         return ids, targets
 
     start = time.perf_counter()
@@ -46,10 +51,24 @@ def run(*, tool: str = "internal", p: int = 11, shifts: tuple[int, ...] = (1, 2,
 
         ex_ids, ex_targets, _ = task.all_examples()
         write_report(model, [(ex_ids, ex_targets)], report_dir, before=result.initial_model)
-    return {"tool": tool, "p": p, "adders": len(shifts), "steps": steps, "batch": batch,
-            "seconds": seconds, **metrics,
-            "sampled_answer_accuracy": sampled["answer_accuracy"],
-            "sampled_routing_accuracy": sampled["routing_accuracy"]}
+    out = {"tool": tool, "p": p, "adders": len(shifts), "steps": steps, "batch": batch,
+           "seed": seed, "seconds": seconds, **metrics,
+           "sampled_answer_accuracy": sampled["answer_accuracy"],
+           "sampled_routing_accuracy": sampled["routing_accuracy"]}
+    if held_out:
+        held = evaluate_adder(model, task, task.examples(held_pairs))
+        seen = evaluate_adder(model, task, task.examples(train_pairs))
+        out.update(held_out=held_out, held_out_answer_accuracy=held["answer_accuracy"],
+                   held_out_routing_accuracy=held["routing_accuracy"],
+                   train_answer_accuracy=seen["answer_accuracy"],
+                   train_routing_accuracy=seen["routing_accuracy"])
+    return out
+
+
+def summary(rows: list[dict[str, float]], key: str) -> str:
+    values = [r[key] for r in rows]
+    return (f"{key}: mean {sum(values) / len(values):.3f}, range "
+            f"[{min(values):.3f}, {max(values):.3f}] over {len(values)} seeds")
 
 
 def main() -> None:
@@ -60,6 +79,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--report", default=None, help="write diagnostics (PNG + JSON) here")
     ap.add_argument("--quick", action="store_true", help="20 steps, to check the script runs")
+    ap.add_argument("--held-out", type=int, default=0,
+                    help="hold out this many (x, k) pairs from training and report them")
+    ap.add_argument("--seeds", type=int, default=1, help="seeds seed, seed+1, ... (one split each)")
+    ap.add_argument("--p", type=int, default=11, help="the modulus")
+    ap.add_argument("--shifts", type=int, nargs="+", default=[1, 2, 3, 4], help="the adders k")
     args = ap.parse_args()
     if args.quick:
         args.steps = 20
@@ -67,7 +91,15 @@ def main() -> None:
     tools = ["internal", "external"] if args.tool == "both" else [args.tool]
     for tool in tools:
         report = f"{args.report}/{tool}" if args.report else None
-        print(json.dumps(run(tool=tool, steps=args.steps, seed=args.seed, report_dir=report)))
+        rows = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            rows.append(run(tool=tool, steps=args.steps, seed=seed, p=args.p,
+                            shifts=tuple(args.shifts), held_out=args.held_out,
+                            report_dir=report if seed == args.seed else None))
+            print(json.dumps(rows[-1]))
+        if args.held_out and len(rows) > 1:
+            for key in ("held_out_routing_accuracy", "held_out_answer_accuracy"):
+                print(f"# {tool}, p={args.p}, shifts={args.shifts}: {summary(rows, key)}")
 
 
 if __name__ == "__main__":

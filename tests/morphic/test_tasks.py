@@ -174,3 +174,23 @@ def test_report_counts_agreement_per_destination_group_and_lists_single_edges_ap
     assert add_layer["context_matches_utility"] == pytest.approx(same)
     assert add_layer["groups"]["groups"][0]["edges"] == ["add_1", "add_2"]
     assert add_layer["calibration"]["context"]["binning"] == "equal_count"
+
+
+def test_variable_addition_split_holds_out_pairs_whose_parts_all_occur_in_training():
+    from graded.morphic.tasks import VariableAdditionTask
+
+    task = VariableAdditionTask(11, (1, 2, 3, 4))
+    train, held = task.split(11, seed=3)
+    assert len(train) == 33 and len(held) == 11
+    as_set = {tuple(r) for r in train.tolist()}
+    assert not as_set & {tuple(r) for r in held.tolist()}
+    shifts = torch.tensor(task.shifts)
+    for x, a in held.tolist():  # each part of a held-out example occurs in training
+        assert any(tx == x for tx, _ in as_set) and any(ta == a for _, ta in as_set)
+        answer = (x + task.shifts[a]) % 11
+        assert answer in ((train[:, 0] + shifts[train[:, 1]]) % 11).tolist()
+    ids, _, adder = task.sample(256, torch.Generator().manual_seed(0), pairs=train)
+    drawn = {(int(i), int(a)) for i, a in zip(ids[:, 0], adder)}
+    assert drawn <= as_set
+    with pytest.raises(ValueError, match="n_held_out"):
+        task.split(44)

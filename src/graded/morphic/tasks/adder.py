@@ -62,16 +62,58 @@ class VariableAdditionTask:
         targets[:, 2] = (x + shifts[adder]) % self.p
         return ids, targets, adder
 
-    def sample(self, batch: int, generator: torch.Generator | None = None
-               ) -> tuple[Tensor, Tensor, Tensor]:
-        x = torch.randint(0, self.p, (batch,), generator=generator)
-        adder = torch.randint(0, len(self.shifts), (batch,), generator=generator)
-        return self.make(x, adder)
+    def sample(self, batch: int, generator: torch.Generator | None = None, *,
+               pairs: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``batch`` examples drawn uniformly: (x, adder) over all pairs, or over the rows of
+        ``pairs`` (n, 2) (e.g. :meth:`split`'s training pairs)."""
+        if pairs is None:
+            x = torch.randint(0, self.p, (batch,), generator=generator)
+            adder = torch.randint(0, len(self.shifts), (batch,), generator=generator)
+            return self.make(x, adder)
+        rows = pairs[torch.randint(0, len(pairs), (batch,), generator=generator)]
+        return self.make(rows[:, 0], rows[:, 1])
 
-    def all_examples(self) -> tuple[Tensor, Tensor, Tensor]:
+    def all_pairs(self) -> Tensor:
+        """Every (x, adder index) pair, (p·|shifts|, 2), x-major."""
         x = torch.arange(self.p).repeat_interleave(len(self.shifts))
         adder = torch.arange(len(self.shifts)).repeat(self.p)
-        return self.make(x, adder)
+        return torch.stack([x, adder], dim=1)
+
+    def all_examples(self) -> tuple[Tensor, Tensor, Tensor]:
+        pairs = self.all_pairs()
+        return self.make(pairs[:, 0], pairs[:, 1])
+
+    def examples(self, pairs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The examples of the (x, adder) rows of ``pairs``."""
+        return self.make(pairs[:, 0], pairs[:, 1])
+
+    def split(self, n_held_out: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+        """Training and held-out (x, adder) pairs: ``n_held_out`` pairs drawn at random, each
+        kept out only if every digit x, every adder and every answer (x + k) mod p still occurs
+        in the training pairs, so that a held-out example combines parts all seen in training.
+        ValueError if that many cannot be held out."""
+        pairs = self.all_pairs()
+        if not isinstance(n_held_out, int) or not 0 < n_held_out < len(pairs):
+            raise ValueError(f"n_held_out must be an int in [1, {len(pairs) - 1}], got "
+                             f"{n_held_out!r}")
+        shifts = torch.tensor(self.shifts)
+        train = torch.ones(len(pairs), dtype=torch.bool)
+        order = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(seed))
+        for i in order.tolist():
+            if int((~train).sum()) == n_held_out:
+                break
+            train[i] = False
+            kept = pairs[train]
+            answers = (kept[:, 0] + shifts[kept[:, 1]]) % self.p
+            covered = (len(kept[:, 0].unique()) == self.p
+                       and len(kept[:, 1].unique()) == len(self.shifts)
+                       and len(answers.unique()) == self.p)
+            if not covered:
+                train[i] = True
+        if int((~train).sum()) != n_held_out:
+            raise ValueError(f"cannot hold out {n_held_out} of {len(pairs)} pairs and still see "
+                             "every digit, adder and answer in training")
+        return pairs[train], pairs[~train]
 
     def typed_digits(self) -> Tensor:
         """Enc: the (V, p) table with row x = e_x for digit tokens and 0 for the others."""

@@ -151,39 +151,23 @@ class DemoInterrupted(Exception):
         self.total = total
 
 
-# Set in a worker process by SIGINT/SIGTERM. While a trainer trains, it handles the signals
-# itself (it finishes the step and writes a checkpoint); anywhere else in a worker (building a
-# run, idle) the signal abandons what it was doing, which has written no checkpoint yet.
-_WORKER_STOP = False
-
-
-def _worker_signal(signum: int, frame: Any) -> None:
-    global _WORKER_STOP
-    _WORKER_STOP = True
-    raise KeyboardInterrupt
-
-
 def _worker_init() -> None:
+    """A demo worker turns SIGINT/SIGTERM into KeyboardInterrupt. While a trainer trains it
+    handles the signals itself (it finishes the step and writes a checkpoint); anywhere else
+    (building a run, waiting for a job) the signal abandons what it was doing, which has written
+    no checkpoint yet. The main process sends no job after a stop."""
     import signal
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _worker_signal)
+        signal.signal(sig, signal.default_int_handler)
 
 
 def _train_or_skip(job: dict[str, Any]) -> dict[str, Any]:
-    """:func:`train_one` unless this worker was told to stop; a run the trainer interrupted
-    stops the worker too."""
-    global _WORKER_STOP
-    skipped = {**{k: job[k] for k in ("task", "model", "seed")}, "skipped": True}
-    if _WORKER_STOP:
-        return skipped
+    """:func:`train_one`, or a "skipped" result when a signal abandoned it before training."""
     try:
-        out = train_one(job)
+        return train_one(job)
     except KeyboardInterrupt:
-        return skipped
-    if out.get("interrupted"):
-        _WORKER_STOP = True
-    return out
+        return {**{k: job[k] for k in ("task", "model", "seed")}, "skipped": True}
 
 
 class _MainStop(StopSignals):

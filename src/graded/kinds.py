@@ -41,6 +41,7 @@ from torch import Tensor, nn
 from graded.evaluation import baselines as B
 from graded.evaluation.metrics import compute_metric
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
+from graded.train.losses import sequence_cross_entropy
 
 Batch = Mapping[str, Tensor]
 
@@ -136,7 +137,8 @@ class TaskKind:
 
     # ---- loss --------------------------------------------------------------------------
     def loss_count(self, batch: Batch) -> int:
-        """How many items the loss of ``batch`` sums over."""
+        """How many items the loss of ``batch`` sums over; reads ``batch["targets"]`` only
+        (the trainer counts a step's items before it moves the batches to the device)."""
         raise NotImplementedError
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
@@ -207,13 +209,9 @@ class LM(TaskKind):
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
                     ) -> LossSum:
-        targets = batch["targets"]
-        if output.shape[:-1] != targets.shape:
-            raise ValueError(f"logits {tuple(output.shape)} and targets {tuple(targets.shape)} "
-                             "disagree: logits must be targets.shape + (vocab_size,)")
-        total = F.cross_entropy(output.float().flatten(0, -2), targets.flatten(),
-                                ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing,
-                                reduction="sum")
+        total = sequence_cross_entropy(output.float(), batch["targets"],
+                                       ignore_index=IGNORE_INDEX,
+                                       label_smoothing=label_smoothing, reduction="sum")
         return LossSum(total, self.loss_count(batch))
 
     def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
@@ -293,11 +291,11 @@ class Classification(TaskKind):
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
                     ) -> LossSum:
         targets = batch["targets"]
-        if output.dim() != 2 or output.shape[0] != targets.shape[0] or targets.dim() != 1:
-            raise ValueError(f"classification needs (B, C) logits and (B,) targets, got "
-                             f"{tuple(output.shape)} and {tuple(targets.shape)}")
-        total = F.cross_entropy(output.float(), targets, label_smoothing=label_smoothing,
-                                reduction="sum")
+        if targets.dim() != 1:
+            raise ValueError(f"classification needs (B,) class targets, got shape "
+                             f"{tuple(targets.shape)}")
+        total = sequence_cross_entropy(output.float(), targets,
+                                       label_smoothing=label_smoothing, reduction="sum")
         return LossSum(total, self.loss_count(batch))
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5

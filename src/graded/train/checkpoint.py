@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -220,28 +221,35 @@ class CheckpointManager:
         found = [c for c in self.root.iterdir() if STEP_DIR.match(c.name) and c.is_dir()]
         return sorted(found, key=lambda c: c.name)
 
-    def newest_state(self) -> dict[str, Any] | None:
-        """The JSON state of the newest checkpoint whose ``state.json`` reads (None if none)."""
-        for path in reversed(self.folders()):
-            try:
-                return read_checkpoint_state(path)
-            except CheckpointError:
-                continue
-        return None
-
     def find_intact(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+        accept: Callable[[dict[str, Any]], object] | None = None,
+        reject: type[Exception] = CheckpointError,
     ) -> IntactCheckpoint:
         """Load the newest checkpoint that loads (into ``model`` and ``optimizer``, RNG states
-        untouched), trying older ones when newer ones are damaged; CheckpointError if none."""
+        untouched), trying older ones when newer ones are damaged; CheckpointError if none.
+
+        ``accept(state)`` sees each checkpoint's JSON state before any of its tensors is read;
+        raising ``reject`` skips the checkpoint. If no checkpoint is taken and ``accept``
+        rejected any, its newest rejection is raised: the caller's reason comes first.
+        """
         skipped: list[tuple[Path, str]] = []
+        rejection: Exception | None = None
         for path in reversed(self.folders()):
             try:
+                if accept is not None:
+                    accept(read_checkpoint_state(path))
                 meta = load_checkpoint(path, model, optimizer, restore_rng=False)
             except CheckpointError as exc:
                 skipped.append((path, str(exc)))
                 continue
+            except reject as exc:
+                rejection = rejection or exc
+                skipped.append((path, f"not accepted: {exc}"))
+                continue
             return IntactCheckpoint(path, meta, skipped)
+        if rejection is not None:
+            raise rejection
         if not skipped:
             raise CheckpointError(f"{self.root} holds no checkpoint")
         raise CheckpointError(f"{self.root} holds no intact checkpoint: "

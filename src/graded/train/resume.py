@@ -21,11 +21,9 @@ import torch
 
 from graded.train.checkpoint import (
     STATE_FILE,
-    CheckpointError,
     CheckpointManager,
     IntactCheckpoint,
     load_checkpoint,
-    read_checkpoint_state,
     read_rng_state,
 )
 from graded.train.runs import RunError, checked_changes
@@ -56,34 +54,6 @@ def use_peak_lrs(optimizer: torch.optim.Optimizer,
         group["lr"] = peak * multiplier(scheduler.last_epoch)
 
 
-def _newest_resumable(run: Path, manager: CheckpointManager, model: torch.nn.Module,
-                      optimizer: torch.optim.Optimizer, now: dict[str, Any]) -> IntactCheckpoint:
-    """The newest checkpoint of ``run`` that ``now`` may resume and that loads, newest first.
-
-    Each checkpoint's config is checked against ``now`` before any of its tensors is read. One
-    that refuses it, or that does not load, is skipped and listed (a damaged checkpoint, or one
-    of another run put in this folder); if every checkpoint refuses ``now``, the newest refusal
-    is raised (RunError: the config was changed in a way a run cannot), else CheckpointError.
-    """
-    skipped: list[tuple[Path, str]] = []
-    refusal: RunError | None = None
-    for path in reversed(manager.folders()):
-        try:
-            checked_changes(run, read_checkpoint_state(path), now)
-            meta = load_checkpoint(path, model, optimizer, restore_rng=False)
-        except RunError as exc:
-            refusal = refusal or exc
-            skipped.append((path, f"its run's config differs: {exc}"))
-            continue
-        except CheckpointError as exc:
-            skipped.append((path, str(exc)))
-            continue
-        return IntactCheckpoint(path, meta, skipped)
-    if refusal is not None:  # no checkpoint takes this config: the config is what changed
-        raise refusal
-    return manager.find_intact(model, optimizer)  # raises CheckpointError naming each problem
-
-
 def plan_resume(
     source: str | Path,
     model: torch.nn.Module,
@@ -98,8 +68,12 @@ def plan_resume(
     source = Path(source)
     peaks = list(scheduler.base_lrs)  # as built from the options now
     if (source / "checkpoints").is_dir():
-        found = _newest_resumable(source, CheckpointManager(source / "checkpoints"), model,
-                                  optimizer, now)
+        # each checkpoint's config is checked before its tensors are read; a newer checkpoint
+        # that is damaged or of another run is skipped; a config no checkpoint accepts is
+        # refused (RunError: the config changed in a way a run cannot)
+        found = CheckpointManager(source / "checkpoints").find_intact(
+            model, optimizer, accept=lambda state: checked_changes(source, state, now),
+            reject=RunError)
     else:
         found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
                                                          restore_rng=False), [])

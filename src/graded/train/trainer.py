@@ -201,17 +201,21 @@ class Trainer:
         """One optimizer step; its objective is the mean loss over every item (token, row or
         element) of the global batch, however it is split into ranks and micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
-        batches = [take(self.train_data, idx, self.ctx.device)
-                   for idx in self.sampler.micro_batches(step)]
-        count = max(D.sum_across(self.ctx, sum(self.kind.loss_count(b) for b in batches)), 1)
+        micro = self.sampler.micro_batches(step)
+        # the step's item count comes first (it scales every micro-batch's loss); it reads only
+        # the targets, so the micro-batches themselves are moved to the device one at a time
+        targets = self.train_data["targets"]
+        local = sum(self.kind.loss_count({"targets": targets[idx]}) for idx in micro)
+        count = max(D.sum_across(self.ctx, local), 1)
         scale = self.ctx.world_size / count  # × world_size undoes DDP's mean over ranks
         total = torch.zeros((), device=self.ctx.device)
         reg_total = 0.0
         extra: dict[str, float] = {}
         items = 0
-        for i, batch in enumerate(batches):
+        for i, idx in enumerate(micro):
+            batch = take(self.train_data, idx, self.ctx.device)
             items += self.kind.count_items(batch)
-            last = i == len(batches) - 1
+            last = i == len(micro) - 1
             sync = contextlib.nullcontext()
             if self.ctx.distributed and not last:
                 sync = self.step_module.no_sync()

@@ -192,16 +192,21 @@ class ChunkedBackend(AttentionBackend):
         dropout_p: float = 0.0,
         score: Score | None = None,
     ) -> Tensor:
-        keep = attn_mask
-        if attn_mask is not None and attn_mask.dtype != torch.bool:  # an additive bias
-            keep = torch.ones((), dtype=torch.bool, device=q.device).expand(attn_mask.shape)
-        check_inputs(self.name, q, k, v, key_padding_mask, keep, dropout_p)
+        self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
         return chunked_attention(
             q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
             is_causal=is_causal, dropout_p=dropout_p, scale=self.scale,
             query_chunk=self.query_chunk, key_chunk=self.key_chunk,
             checkpointing=self.checkpointing, score=score,
         )
+
+    def _check(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
+               attn_mask: Tensor | None, dropout_p: float) -> None:
+        """The shared input checks; an additive (float) mask is checked for its shape only."""
+        keep = attn_mask
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            keep = torch.ones((), dtype=torch.bool, device=q.device).expand(attn_mask.shape)
+        check_inputs(self.name, q, k, v, key_padding_mask, keep, dropout_p)
 
     def forward_with_weights(
         self,
@@ -215,14 +220,16 @@ class ChunkedBackend(AttentionBackend):
         dropout_p: float = 0.0,
         score: Score | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """The chunked output and the (B, H, Tq, Tk) weights softmax(S + bias) of the same
-        attention (before dropout), S = q kᵀ · scale or ``score(q, k)``."""
-        out = self.forward(q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                           is_causal=is_causal, dropout_p=dropout_p, score=score)
+        """Output and (B, H, Tq, Tk) weights, after dropout, of the same attention,
+        softmax(S + bias) with S = q kᵀ · scale or ``score(q, k)``. Asking for the weights
+        materialises them, so this path is dense: the output is weights @ v, not recomputed
+        chunk by chunk."""
+        self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
         scale = default_scale(self.scale, q.shape[-1])
         s = score(q, k) if score is not None else torch.matmul(q, k.transpose(-2, -1)) * scale
         bias = attn_mask is not None and attn_mask.dtype != torch.bool
         if bias:
             s = s + attn_mask.to(s.dtype)
         keep = dense_keep_mask(q, k, key_padding_mask, None if bias else attn_mask, is_causal)
-        return out, softmax_rows(s, keep)
+        weights = F.dropout(softmax_rows(s, keep), p=dropout_p)
+        return torch.matmul(weights, v), weights

@@ -1,4 +1,4 @@
-"""The ``graded`` command line: train, eval, generate, bench, report, demo, search.
+"""The ``graded`` command line: train, eval, generate, bench, report, demo, study, search.
 
 Every command works on run folders: ``graded train CONFIG`` creates ``output.dir/name/`` with
 ``config.yaml``, ``metrics.csv``, ``tensorboard/``, ``grades.jsonl``, ``checkpoints/`` and
@@ -414,6 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a much smaller smoke-test budget")
     p.set_defaults(handler=cmd_demo)
 
+    from graded.study.cli import add_study_parser
+
+    add_study_parser(sub, fmt)
+
     p = sub.add_parser("search", help="search loops for mathematical constructions",
                        formatter_class=fmt)
     search_sub = p.add_subparsers(dest="search_command", metavar="METHOD")
@@ -423,6 +427,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_cli = None
     if add_cli is not None:
         add_cli(search_sub)
+    from graded.search.program.cli import add_cli as add_program_cli
+
+    add_program_cli(search_sub)
     p.set_defaults(handler=cmd_search)
     return parser
 

@@ -1,0 +1,264 @@
+"""The search loop: sample parents, propose, evaluate in parallel, register; a resumable run folder.
+
+The loop works in rounds of ``workers`` proposals. A round's proposals are drawn from the
+database as it stood after the round before last, on a proposer thread, while the previous
+round's programs are being evaluated, so proposer calls (e.g. to a language model) overlap with
+evaluations. Evaluations run through a :class:`concurrent.futures.Executor` (a local process
+pool by default; a ``dask.distributed`` client's executor for clusters) and are registered in
+the order they were proposed, so a run is a function of its seed and not of timing: stopping
+and resuming gives the same run as no interruption.
+
+The run folder holds ``config.json``, ``database.json`` (the whole state, written atomically
+after every round), ``evaluations.csv`` (every evaluation: index, island, score, failure,
+reason, seconds, operator, best so far), ``best.py`` (the best program, assembled),
+``best_score.png`` (best score against evaluations, per island) and ``run.log``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import json
+import multiprocessing
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from graded._io import atomic_write_text
+from graded.search.program.database import DatabaseConfig, ProgramsDatabase
+from graded.search.program.evaluate import Evaluation, evaluate
+from graded.search.program.problem import Problem
+from graded.search.program.program import Program, parse_skeleton
+from graded.search.program.sandbox import detect_isolation
+
+__all__ = ["Proposer", "SearchConfig", "SearchResult", "run_search"]
+
+_CSV_FIELDS = ("index", "island", "score", "failure", "reason", "seconds", "operator",
+               "best_score", "island_best")
+
+
+class Proposer(Protocol):
+    """Makes a new program from a prompt's parents (sorted by increasing score) and its text."""
+
+    name: str
+
+    def propose(self, parents: list[Program], prompt: str = "") -> tuple[Program, str]: ...
+
+    def state(self) -> dict: ...
+
+    def load_state(self, state: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    budget: int = 200
+    workers: int = 2
+    seed: int = 0
+    isolation: str = "auto"
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    problem_options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.budget, int) and self.budget >= 1):
+            raise ValueError(f"budget={self.budget!r}; expected an integer >= 1")
+        if not (isinstance(self.workers, int) and self.workers >= 1):
+            raise ValueError(f"workers={self.workers!r}; expected an integer >= 1")
+
+
+@dataclass
+class SearchResult:
+    best: Evaluation
+    evaluations: int
+    failures: dict[str, int]
+    folder: Path | None
+    database: ProgramsDatabase
+
+
+def _noop() -> None:
+    return None
+
+
+def _default_executor(workers: int) -> cf.Executor:
+    """A local process pool whose workers are forked before any thread of the loop starts."""
+    pool = cf.ProcessPoolExecutor(max_workers=workers,
+                                  mp_context=multiprocessing.get_context("fork"))
+    for f in [pool.submit(_noop) for _ in range(workers)]:
+        f.result()
+    return pool
+
+
+def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
+               out: str | Path | None = None, resume: bool = False,
+               executor: cf.Executor | None = None, progress: bool = False) -> SearchResult:
+    """Runs the search until ``config.budget`` evaluations (see the module docstring).
+
+    With ``resume=True`` the state in ``out`` is loaded and the run continues where it stopped;
+    the configuration must be the one the folder was started with, except the budget, which
+    may grow. State is saved after every round of ``workers`` evaluations; a run stopped
+    between rounds (Ctrl-C, a crash) resumes from the last finished round, and a run whose
+    rounds all finish resumes exactly as if it had not stopped.
+    """
+    skeleton = parse_skeleton(problem.skeleton)
+    folder = Path(out) if out is not None else None
+    log_lines: list[str] = []
+
+    def log(message: str) -> None:
+        log_lines.append(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}")
+        if folder is not None:
+            with open(folder / "run.log", "a") as f:
+                f.write(log_lines[-1] + "\n")
+
+    config_doc = {"problem": problem.name, "proposer": proposer.name,
+                  **asdict(config), "database": asdict(config.database)}
+    config_doc["database"]["descriptors"] = list(config.database.descriptors)
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        state_path = folder / "database.json"
+        if resume:
+            if not state_path.exists():
+                raise FileNotFoundError(f"--resume: {state_path} does not exist")
+            saved = json.loads((folder / "config.json").read_text())
+            current = json.loads(json.dumps(config_doc))
+            saved.pop("budget", None)
+            current.pop("budget", None)
+            if saved != current:
+                diff = sorted(k for k in current if saved.get(k) != current[k])
+                raise ValueError(f"{folder} was started with a different configuration "
+                                 f"(differs in {diff}); resume with the same settings")
+        elif state_path.exists():
+            raise FileExistsError(f"{folder} already holds a run; pass resume=True (--resume) "
+                                  "to continue it or choose another folder")
+        else:
+            atomic_write_text(folder / "config.json", json.dumps(config_doc, indent=2))
+
+    isolation = detect_isolation() if config.isolation != "none" else None
+    log(f"problem {problem.name}, proposer {proposer.name}, budget {config.budget}, "
+        f"workers {config.workers}, isolation: "
+        f"{isolation.description if isolation else 'none (isolation=none)'}")
+
+    if resume:
+        state = json.loads((folder / "database.json").read_text())
+        db = ProgramsDatabase.from_state(state["database"])
+        proposer.load_state(state["proposer"])
+        pending = [(int(i), Program(tuple(b)), op) for i, b, op in state["pending"]]
+        best_curve = state["best_curve"]
+        log(f"resumed at {db.evaluations} evaluations")
+    else:
+        initial = evaluate(problem, skeleton.initial, skeleton=skeleton,
+                           isolation=config.isolation)
+        db = ProgramsDatabase(config.database, initial, seed=config.seed,
+                              minimise=problem.minimise)
+        pending = []
+        best_curve = []
+        if folder is not None:
+            with open(folder / "evaluations.csv", "w", newline="") as f:
+                csv.writer(f).writerow(_CSV_FIELDS)
+        log(f"initial program: score {initial.score}")
+
+    own_executor = executor is None
+    pool = executor or _default_executor(config.workers)
+    proposer_thread = cf.ThreadPoolExecutor(max_workers=1)
+    failures: dict[str, int] = {}
+    bar = _progress(progress, config.budget, db.evaluations)
+
+    def propose_round(n: int) -> list[tuple[int, Program, str]]:
+        round_ = []
+        for _ in range(n):
+            island, parents = db.sample()
+            text = db.prompt(island, parents).text
+            child, op = proposer.propose([p.program for p in parents], text)
+            round_.append((island, child, op))
+        return round_
+
+    def save() -> None:
+        if folder is None:
+            return
+        state = {"database": db.state(), "proposer": proposer.state(),
+                 "pending": [[i, list(p.blocks), op] for i, p, op in pending],
+                 "best_curve": best_curve}
+        atomic_write_text(folder / "database.json", json.dumps(state))
+
+    try:
+        if not pending:
+            pending = propose_round(config.workers)
+        while db.evaluations < config.budget and pending:
+            round_ = pending[:config.budget - db.evaluations]
+            futures = [pool.submit(evaluate, problem, prog, skeleton=skeleton,
+                                   isolation=config.isolation) for _, prog, _ in round_]
+            # the next round is proposed from the database as it stands now, while this round
+            # is evaluated; registration waits for it, so the run does not depend on timing
+            next_round = proposer_thread.submit(propose_round, config.workers)
+            results = [f.result() for f in futures]
+            upcoming = next_round.result()
+            rows = []
+            for (island, _, op), result in zip(round_, results, strict=True):
+                db.register(island, result)
+                if result.failure:
+                    failures[result.failure] = failures.get(result.failure, 0) + 1
+                best = db.best().score
+                best_curve.append([db.evaluations, island, best,
+                                   db.islands[island].best.score])
+                rows.append([db.evaluations, island, result.score, result.failure or "",
+                             result.reason[:200], f"{result.elapsed_s:.3f}", op, best,
+                             db.islands[island].best.score])
+            pending = pending[len(round_):] or upcoming
+            if folder is not None:
+                with open(folder / "evaluations.csv", "a", newline="") as f:
+                    csv.writer(f).writerows(rows)
+                save()
+                _write_best(folder, skeleton, db)
+            if bar is not None:
+                bar.update(len(results))
+                bar.set_postfix(best=f"{db.best().score:.6g}")
+    except KeyboardInterrupt:
+        # the state on disk is the last finished round's: resuming redoes the unfinished one
+        log(f"interrupted at {db.evaluations} evaluations; the state of the last finished "
+            "round is saved, continue with --resume")
+        raise
+    finally:
+        proposer_thread.shutdown(wait=True)
+        if own_executor:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
+    if folder is not None:
+        _plot(folder, best_curve, len(db.islands))
+    log(f"finished: {db.evaluations} evaluations, best score {db.best().score}, "
+        f"failures {failures}")
+    return SearchResult(db.best(), db.evaluations, failures, folder, db)
+
+
+def _write_best(folder: Path, skeleton, db: ProgramsDatabase) -> None:
+    best = db.best()
+    header = f"# best program: score {best.score}\n"
+    atomic_write_text(folder / "best.py", header + skeleton.assemble(best.program))
+
+
+def _plot(folder: Path, curve: list[list[Any]], islands: int) -> None:
+    if not curve:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for island in range(islands):
+        pts = [(c[0], c[3]) for c in curve if c[1] == island]
+        if pts:
+            ax.step(*zip(*pts, strict=True), where="post", label=f"island {island}", alpha=0.7)
+    ax.step([c[0] for c in curve], [c[2] for c in curve], where="post", color="k",
+            label="best overall")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best score")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "best_score.png", dpi=120)
+    plt.close(fig)
+
+
+def _progress(enabled: bool, total: int, done: int):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, initial=done, unit="eval", desc="program search")

@@ -1,0 +1,158 @@
+"""One evaluation: run a program in the sandbox, then score its artefacts with the trusted verifier.
+
+:func:`evaluate` is the unit of work the search sends to an executor. It is a plain function of
+picklable arguments, so a process pool or a ``dask.distributed`` cluster can run it.
+
+Cascade evaluation: the problem's ``prechecks`` run first in their own sandboxed child; a failure
+there stops the evaluation before the (costlier) ``inputs`` run. ``held_out`` inputs are scored
+only when asked (``held_out=True``), for reports; they never enter selection.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from graded.search.program.problem import InvalidArtefact, Problem
+from graded.search.program.program import Program, Skeleton, check_program, parse_skeleton
+from graded.search.program.sandbox import Limits, Sandbox
+
+__all__ = ["Evaluation", "evaluate", "scalar_score"]
+
+
+@dataclass
+class Evaluation:
+    """The result of evaluating one program.
+
+    ``signature``: one primary score per input (FunSearch's score signature); ``score``: their
+    mean (the program's rank); ``scores``: for dict-scored problems, each named score averaged
+    over the inputs. ``failure`` is one of :data:`graded.search.program.sandbox.FAILURES` or None.
+    """
+
+    program: Program
+    score: float | None
+    signature: tuple[float, ...] | None
+    scores: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None
+    reason: str = ""
+    elapsed_s: float = 0.0
+    held_out: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["program"] = list(self.program.blocks)
+        out["signature"] = list(self.signature) if self.signature is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
+        data = dict(data)
+        data["program"] = Program(tuple(data["program"]))
+        if data["signature"] is not None:
+            data["signature"] = tuple(data["signature"])
+        return cls(**data)
+
+
+_SANDBOXES: dict[tuple[Limits, str], Sandbox] = {}
+
+
+def _sandbox(limits: Limits, isolation: str) -> Sandbox:
+    """One warm sandbox per (limits, isolation) and process: each evaluation still gets a
+    fresh child, started while the previous evaluation's results are being verified."""
+    key = (limits, isolation)
+    if key not in _SANDBOXES:
+        _SANDBOXES[key] = Sandbox(limits, isolation=isolation, warm=2)
+    return _SANDBOXES[key]
+
+
+@atexit.register
+def _close_sandboxes() -> None:
+    for sandbox in _SANDBOXES.values():
+        sandbox.close()
+
+
+def scalar_score(problem: Problem, value: Any) -> tuple[float, dict[str, float]]:
+    """The primary score of one verifier result and its named scores; raises ``TypeError`` or
+    ``ValueError`` (wrong type, non-finite) with the reason."""
+    if isinstance(value, dict):
+        if problem.primary is None or problem.primary not in value:
+            raise TypeError(f"the verifier returned a dict {sorted(value)} but the problem's "
+                            f"primary score is {problem.primary!r}")
+        named = {}
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"score {k!r} is {v!r}; expected a number")
+            if not math.isfinite(v):
+                raise ValueError(f"score {k!r} is {v!r}")
+            named[k] = float(v)
+        return named[problem.primary], named
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"the verifier returned {value!r}; expected a number or a dict")
+    if not math.isfinite(value):
+        raise ValueError(f"the score is {value!r}")
+    return float(value), {}
+
+
+def _score_inputs(problem: Problem, inputs, artefacts) -> tuple[list[float], list[dict]]:
+    primary, named = [], []
+    for value, artefact in zip(inputs, artefacts, strict=True):
+        p, n = scalar_score(problem, problem.score(value, artefact))
+        primary.append(p)
+        named.append(n)
+    return primary, named
+
+
+def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = None,
+             limits: Limits | None = None, isolation: str = "auto",
+             held_out: bool = False) -> Evaluation:
+    """Evaluates ``program`` on ``problem`` (see the module docstring)."""
+    skeleton = skeleton or parse_skeleton(problem.skeleton)
+    start = time.perf_counter()
+
+    def failed(kind: str, reason: str) -> Evaluation:
+        return Evaluation(program, None, None, failure=kind, reason=reason,
+                          elapsed_s=time.perf_counter() - start)
+
+    try:
+        source = skeleton.assemble(program)
+    except ValueError as e:
+        return failed("syntax", str(e))
+    reason = check_program(source)
+    if reason is not None:
+        return failed("syntax", reason)
+    sandbox = _sandbox(limits or Limits(wall_s=problem.time_limit_s, memory_mb=problem.memory_mb),
+                       isolation)
+    stages = [("precheck", problem.prechecks), ("inputs", problem.inputs)]
+    if held_out and problem.held_out:
+        stages.append(("held_out", problem.held_out))
+    results: dict[str, tuple[list[float], list[dict]]] = {}
+    for stage, inputs in stages:
+        if not inputs:
+            continue
+        outcome = sandbox.run(source, problem.entry, list(inputs))
+        if not outcome.ok:
+            where = "" if stage == "inputs" else f" ({stage})"
+            return failed(outcome.failure, outcome.reason + where)
+        try:
+            results[stage] = _score_inputs(problem, inputs, outcome.artefacts)
+        except InvalidArtefact as e:
+            return failed("invalid", f"{e}" + ("" if stage == "inputs" else f" ({stage})"))
+        except TypeError as e:
+            return failed("wrong_type", str(e))
+        except ValueError as e:
+            return failed("non_finite", str(e))
+    primary, named = results["inputs"]
+    scores = {k: sum(n[k] for n in named) / len(named) for k in (named[0] if named else {})}
+    out = Evaluation(program, sum(primary) / len(primary), tuple(primary), scores,
+                     elapsed_s=time.perf_counter() - start)
+    if "held_out" in results:
+        hp, _ = results["held_out"]
+        out.held_out = {"mean": sum(hp) / len(hp), **{f"input_{i}": v for i, v in enumerate(hp)}}
+    return out

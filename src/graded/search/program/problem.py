@@ -1,0 +1,111 @@
+"""What a program-search problem is: a skeleton with evolvable blocks, inputs, a trusted verifier.
+
+A :class:`Problem` is the contract between a user's problem and the search engine
+(003 §3.4–3.5). The candidate program, assembled from ``skeleton`` with its evolvable blocks
+replaced, runs in a sandboxed child process (:mod:`graded.search.program.sandbox`) that calls
+``entry(input)`` for each input and sends back the returned *artefact* as JSON. The parent
+then scores each artefact with ``score(input, artefact)``, which checks it from scratch: the
+candidate never scores itself. A verifier that finds the artefact wrong raises
+:class:`InvalidArtefact` with the reason.
+
+Evolvable regions are the lines between ``# EVOLVE-BLOCK-START`` and ``# EVOLVE-BLOCK-END``
+comment lines (AlphaEvolve's markers). FunSearch's setting is one block holding one function,
+e.g. ``priority``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "InvalidArtefact",
+    "Problem",
+    "available_problems",
+    "get_problem",
+    "register_problem",
+]
+
+
+class InvalidArtefact(Exception):
+    """Raised by a verifier when a candidate's artefact is wrong; the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A problem for program search.
+
+    - ``skeleton``: the full Python source of the program, with evolvable blocks marked.
+    - ``entry``: the function the sandbox calls, ``entry(input) -> artefact`` (JSON-serialisable).
+    - ``inputs``: JSON-serialisable inputs evolved on; the score signature has one score per input.
+    - ``score``: trusted verifier run in the parent, ``score(input, artefact)`` → a float or a
+      dict of named floats; raises :class:`InvalidArtefact` when the artefact is wrong.
+    - ``held_out``: inputs reported on, never used for selection.
+    - ``prechecks``: cheap inputs evaluated first (cascade evaluation); a failure on any of them
+      stops the evaluation before ``inputs`` run.
+    - ``primary``: for dict scores, the key used to rank programs (None: the score is a float).
+    - ``minimise``: for dict scores, the named scores where smaller is better (the others are
+      maximised); Pareto and MAP-Elites selection use these directions.
+    - ``time_limit_s`` and ``memory_mb``: the sandbox's wall-clock and address-space limits for
+      one evaluation (all of its inputs).
+    """
+
+    name: str
+    skeleton: str
+    entry: str
+    inputs: tuple
+    score: Callable[[Any, Any], float | dict[str, float]]
+    held_out: tuple = ()
+    prechecks: tuple = ()
+    primary: str | None = None
+    minimise: tuple[str, ...] = ()
+    time_limit_s: float = 30.0
+    memory_mb: int = 2048
+    description: str = ""
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a Problem needs a non-empty name")
+        if not self.entry.isidentifier():
+            raise ValueError(f"entry={self.entry!r} is not a Python function name")
+        if not self.inputs:
+            raise ValueError(f"problem {self.name!r} has no inputs to evaluate on")
+        if not callable(self.score):
+            raise ValueError(f"problem {self.name!r}: score must be callable, got {self.score!r}")
+        if not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s={self.time_limit_s!r}; expected a positive number")
+        if not (isinstance(self.memory_mb, int) and self.memory_mb > 0):
+            raise ValueError(f"memory_mb={self.memory_mb!r}; expected a positive integer")
+
+
+_REGISTRY: dict[str, Callable[..., Problem]] = {}
+
+
+def register_problem(name: str, factory: Callable[..., Problem]) -> None:
+    """Registers ``factory(**options) -> Problem`` under ``name`` (replacing an earlier one)."""
+    if not name or not callable(factory):
+        raise ValueError(f"register_problem needs a name and a callable, got {name!r}, "
+                         f"{factory!r}")
+    _REGISTRY[name] = factory
+
+
+def _load_shipped() -> None:
+    import graded.search.program.problems  # noqa: F401  (registers the shipped problems)
+
+
+def available_problems() -> list[str]:
+    """Names of the registered problems, the shipped ones included."""
+    _load_shipped()
+    return sorted(_REGISTRY)
+
+
+def get_problem(name: str, **options: Any) -> Problem:
+    """Builds the registered problem ``name`` with ``options``, e.g.
+    ``get_problem("cap-set", n=4)``."""
+    _load_shipped()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ValueError(f"unknown problem {name!r}; known problems: {known}")
+    return _REGISTRY[name](**options)

@@ -1,0 +1,380 @@
+"""Runs candidate programs where they cannot hurt the parent: a fresh, limited child process.
+
+Candidate code never runs in the parent process. :meth:`Sandbox.run` writes the program into a
+private temporary directory and starts a fresh Python interpreter on it with:
+
+- a wall-clock limit, after which the child's whole process group (and, with a PID namespace,
+  every process it started) is killed;
+- resource limits (``setrlimit``) on CPU time, address space, file size, open files, processes
+  and core dumps;
+- an empty environment (no inherited tokens, keys or proxies) and Python's isolated mode (``-I``:
+  no ``PYTHON*`` variables, no user site-packages, no script directory on ``sys.path``);
+- stdout and stderr written to files in the private directory, of which at most
+  ``Limits.output_bytes`` are read back;
+- when the kernel allows it, new network and PID namespaces through util-linux ``unshare``
+  (``unshare --net --pid --fork --kill-child``, with ``--map-root-user`` when not root): no
+  network interface but a down loopback, and no process survives the child.
+  :func:`detect_isolation` checks this once at start-up; when it is unavailable the run log says
+  so and the child runs without the namespaces.
+
+The child calls ``entry(input)`` for each input and sends the artefacts back as JSON. Every way an
+evaluation can fail has a name (:data:`FAILURES`).
+
+Threat model. Isolated: the parent's memory and Python state, its environment variables, the
+network (with namespaces), runaway CPU, memory, output, files and processes. Not isolated: the
+file system (the child runs as the same user and can read what that user can read, and write
+outside its directory up to the file-size limit), shared kernel resources, and timing side
+channels. For untrusted proposers on a shared machine, run the search inside a container or VM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FAILURES",
+    "Isolation",
+    "Limits",
+    "Outcome",
+    "Sandbox",
+    "detect_isolation",
+]
+
+#: Named failure reasons of one evaluation.
+FAILURES: dict[str, str] = {
+    "syntax": "the program does not parse",
+    "crash": "the program raised an exception or exited abnormally",
+    "timeout": "the wall-clock or CPU-time limit was reached",
+    "memory": "the address-space limit was reached",
+    "output": "the artefact was too large to send back",
+    "non_finite": "an artefact or score is NaN or infinite",
+    "wrong_type": "an artefact is not JSON-serialisable or a score has the wrong type",
+    "invalid": "the verifier rejected the artefact",
+}
+
+_RUNNER = r'''
+import json, math, sys, traceback
+
+def _finite(x):
+    if isinstance(x, float):
+        return math.isfinite(x)
+    if isinstance(x, (list, tuple)):
+        return all(_finite(v) for v in x)
+    if isinstance(x, dict):
+        return all(_finite(v) for v in x.values())
+    return True
+
+def _write(payload):
+    with open("result.json", "w") as f:
+        json.dump(payload, f, allow_nan=False)
+
+def main():
+    for name in sys.argv[1:]:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    if sys.stdin.readline().strip() != "go":
+        import os, shutil
+        shutil.rmtree(os.getcwd(), ignore_errors=True)  # a spare that was never used
+        return
+    request = json.load(open("request.json"))
+    namespace = {"__name__": "candidate"}
+    try:
+        code = compile(open("candidate.py").read(), "candidate.py", "exec")
+        exec(code, namespace)
+        entry = namespace[request["entry"]]
+        artefacts = []
+        for value in request["inputs"]:
+            artefact = entry(value)
+            if hasattr(artefact, "tolist"):
+                artefact = artefact.tolist()
+            artefacts.append(artefact)
+    except MemoryError:
+        _write({"failure": "memory", "reason": "MemoryError"})
+        return
+    except RecursionError as e:
+        _write({"failure": "crash", "reason": "RecursionError: " + str(e)[:200]})
+        return
+    except BaseException as e:
+        tb = traceback.format_exc(limit=-3)
+        _write({"failure": "crash", "reason": type(e).__name__ + ": " + str(e)[:300],
+                "traceback": tb[-2000:]})
+        return
+    if not _finite(artefacts):
+        _write({"failure": "non_finite", "reason": "an artefact contains NaN or infinity"})
+        return
+    try:
+        text = json.dumps({"artefacts": artefacts}, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        _write({"failure": "wrong_type", "reason": "artefact is not JSON: " + str(e)[:200]})
+        return
+    with open("result.json", "w") as f:
+        f.write(text)
+
+main()
+'''
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one evaluation.
+
+    ``cpu_s`` defaults to the wall-clock limit rounded up plus one second; ``processes`` is the
+    number of processes the child may add to those its user already runs.
+    """
+
+    wall_s: float = 30.0
+    memory_mb: int = 2048
+    cpu_s: int | None = None
+    file_mb: int = 64
+    open_files: int = 64
+    processes: int = 32
+    output_bytes: int = 65_536
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "memory_mb", "file_mb", "open_files", "processes", "output_bytes"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"Limits.{name}={value!r}; expected a positive number")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How children are isolated on this machine (see :func:`detect_isolation`)."""
+
+    prefix: tuple[str, ...]
+    network: bool
+    pid: bool
+    description: str
+
+
+@lru_cache(maxsize=1)
+def detect_isolation() -> Isolation:
+    """Checks once whether ``unshare`` can give children new network and PID namespaces."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return Isolation((), False, False, "util-linux unshare not found: no network or PID "
+                         "namespace; children can reach the network")
+    base = [unshare, "--net", "--pid", "--fork", "--kill-child"]
+    if os.geteuid() != 0:
+        base.insert(1, "--map-root-user")
+    probe = [*base, sys.executable, "-I", "-c",
+             "import socket\ntry:\n socket.create_connection(('127.0.0.1', 9), 0.5)\n"
+             "except OSError as e:\n raise SystemExit(0 if e.errno == 101 else 3)\n"]
+    try:
+        result = subprocess.run(probe, env={}, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Isolation((), False, False, f"unshare failed ({e}): no network or PID namespace")
+    if result.returncode != 0:
+        err = result.stderr.decode(errors="replace").strip().splitlines()
+        why = err[-1] if err else f"exit status {result.returncode}"
+        return Isolation((), False, False, f"the kernel refused new namespaces ({why}): "
+                         "children can reach the network")
+    return Isolation(tuple(base), True, True,
+                     "network and PID namespaces (unshare): no network, no surviving processes")
+
+
+@dataclass
+class Outcome:
+    """What came back from one sandboxed run."""
+
+    artefacts: list[Any] | None
+    failure: str | None
+    reason: str
+    elapsed_s: float
+    stdout: str = ""
+    stderr: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def _user_processes() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
+class Sandbox:
+    """Evaluates programs in fresh, limited child processes (see the module docstring).
+
+    ``isolation``: ``"auto"`` uses namespaces when :func:`detect_isolation` finds them,
+    ``"require"`` refuses to run without them, ``"none"`` never uses them. ``preimport`` names
+    modules the child imports before the candidate runs (their cost is not the candidate's).
+    ``warm=k`` keeps k processes started ahead of time (see :meth:`run`).
+    """
+
+    def __init__(self, limits: Limits | None = None, *, isolation: str = "auto",
+                 preimport: tuple[str, ...] = ("numpy",), python: str | None = None,
+                 warm: int = 0) -> None:
+        if isolation not in ("auto", "require", "none"):
+            raise ValueError(f"isolation={isolation!r}; expected 'auto', 'require' or 'none'")
+        self.limits = limits or Limits()
+        found = detect_isolation() if isolation != "none" else Isolation(
+            (), False, False, "isolation='none': no network or PID namespace")
+        if isolation == "require" and not found.network:
+            raise RuntimeError(f"isolation='require' but {found.description}")
+        self.isolation = found
+        self.preimport = tuple(preimport)
+        self.python = python or sys.executable
+        self.warm = int(warm)
+        self._spares: list[tuple[subprocess.Popen, Path]] = []
+        self._owner = os.getpid()
+
+    def _own_spares(self) -> list[tuple[subprocess.Popen, Path]]:
+        """The spare children this process started (a forked copy of the sandbox starts its
+        own and never touches its parent's)."""
+        if os.getpid() != self._owner:
+            self._spares, self._owner = [], os.getpid()
+        return self._spares
+
+    def _limit(self) -> None:  # runs in the child between fork and exec
+        lim = self.limits
+        cpu = lim.cpu_s if lim.cpu_s is not None else math.ceil(lim.wall_s) + 1
+        memory = lim.memory_mb * 2**20
+        settings = [
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_AS, memory),
+            (resource.RLIMIT_FSIZE, lim.file_mb * 2**20),
+            (resource.RLIMIT_NOFILE, lim.open_files),
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NPROC, self._nproc),
+        ]
+        for kind, value in settings:
+            resource.setrlimit(kind, (value, value))
+
+    def _spawn(self) -> tuple[subprocess.Popen, Path]:
+        """A fresh child in a fresh private directory, its modules imported, waiting for 'go'."""
+        workdir = Path(tempfile.mkdtemp(prefix="graded-sandbox-"))
+        os.chmod(workdir, 0o700)
+        (workdir / "runner.py").write_text(_RUNNER)
+        self._nproc = _user_processes() + self.limits.processes
+        command = [*self.isolation.prefix, self.python, "-I", "runner.py", *self.preimport]
+        with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
+            child = subprocess.Popen(command, cwd=workdir, env={}, stdin=subprocess.PIPE,
+                                     stdout=out, stderr=err, start_new_session=True,
+                                     preexec_fn=self._limit)
+        return child, workdir
+
+    def close(self) -> None:
+        """Stops the spare children started ahead of the next runs (see ``warm``)."""
+        spares = self._own_spares()
+        while spares:
+            child, workdir = spares.pop()
+            _kill_group(child)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def run(self, source: str, entry: str, inputs: list | tuple) -> Outcome:
+        """Runs ``source`` and returns the artefacts ``entry(x)`` for ``x`` in ``inputs``.
+
+        Each run gets its own fresh process and directory. With ``warm`` the processes for
+        the next runs are started (and its ``preimport`` modules loaded) as soon as this one ends,
+        so that start-up overlaps with the parent's own work; the wall-clock limit counts from
+        the moment the candidate is handed over. With ``warm=k`` up to k processes wait ready (two
+        cover a cascade's precheck and main run).
+        """
+        try:
+            compile(source, "candidate.py", "exec")
+        except (SyntaxError, ValueError) as e:
+            return Outcome(None, "syntax", f"{type(e).__name__}: {e}", 0.0)
+        spares = self._own_spares()
+        child, workdir = spares.pop(0) if spares else self._spawn()
+        try:
+            (workdir / "candidate.py").write_text(source)
+            request = {"entry": entry, "inputs": list(inputs)}
+            (workdir / "request.json").write_text(json.dumps(request))
+            start = time.perf_counter()
+            timed_out = False
+            try:
+                child.stdin.write(b"go\n")
+                child.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass  # the child is gone already; its exit status says why
+            try:
+                child.wait(timeout=self.limits.wall_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(child)
+            elapsed = time.perf_counter() - start
+            stdout = _head(workdir / "stdout", self.limits.output_bytes)
+            stderr = _head(workdir / "stderr", self.limits.output_bytes)
+            outcome = self._outcome(workdir, child.returncode, timed_out, elapsed, stdout, stderr)
+            outcome.extra["workdir"] = str(workdir)
+            return outcome
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+            while self.warm and len(spares) < self.warm:
+                spares.append(self._spawn())
+
+    def _outcome(self, workdir: Path, code: int, timed_out: bool, elapsed: float,
+                 stdout: str, stderr: str) -> Outcome:
+        def fail(kind: str, reason: str) -> Outcome:
+            return Outcome(None, kind, reason, elapsed, stdout, stderr)
+
+        if timed_out:
+            return fail("timeout", f"wall-clock limit of {self.limits.wall_s:g} s reached")
+        if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+            return fail("timeout", "CPU-time limit reached")
+        result_path = workdir / "result.json"
+        if result_path.exists():
+            try:
+                result = json.loads(result_path.read_text())
+            except (ValueError, UnicodeDecodeError, OSError) as e:
+                return fail("output", f"the result could not be read back ({e})")
+            if "failure" in result:
+                return fail(result["failure"], result.get("reason", ""))
+            return Outcome(result["artefacts"], None, "", elapsed, stdout, stderr)
+        if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+            return fail("output", "file-size limit reached")
+        if "MemoryError" in stderr or code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            return fail("memory", f"killed or out of memory (exit status {code})")
+        tail = stderr.strip().splitlines()[-1:] or [f"exit status {code}"]
+        return fail("crash", f"the child exited with status {code}: {tail[0][:300]}")
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """Kills every process of the child's group (repeatedly: a fork bomb keeps forking)."""
+    for _ in range(50):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    child.wait()
+
+
+def _head(path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,25 @@
+"""The claims study (SPEC C13): experiments that measure what the papers claim.
+
+``graded study`` (:func:`graded.study.runner.run_study`) runs the experiments of
+:mod:`graded.study.experiments` and writes a report; docs/study.md describes it.
+"""
+
+from graded.study.core import (
+    CLAIMS,
+    RULE,
+    Claim,
+    Context,
+    Experiment,
+    Finding,
+    JobExperiment,
+    atomic_write_text,
+    bootstrap_interval,
+    holm,
+    paired_bootstrap,
+    paired_t_p_value,
+    verdict,
+)
+
+__all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "JobExperiment",
+           "atomic_write_text", "bootstrap_interval", "holm", "paired_bootstrap",
+           "paired_t_p_value", "verdict"]

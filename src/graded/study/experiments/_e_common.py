@@ -1,0 +1,181 @@
+"""Shared pieces of the study's experiments E3–E9: a small sequence task, small graded language
+models and their training, rank statistics, and the finding and figure helpers.
+
+The sequence task is a *lag copy*: random tokens x_0..x_{T−1} from a vocabulary of V symbols,
+target y_t = x_{t−lag} for t ≥ lag (earlier positions are not scored). Solving it needs attention
+to a fixed relative position, so attention weights, positions and heads all matter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from graded.study.core import Context, Finding, bootstrap_interval, verdict
+from graded.transformer.config import TransformerConfig
+from graded.transformer.models import TransformerLM
+
+__all__ = [
+    "IGNORE",
+    "equivalence_verdict",
+    "exact_verdict",
+    "finding_from_values",
+    "lag_copy_batch",
+    "least_squares_slope",
+    "save_plot",
+    "seed_count",
+    "single_thread",
+    "spearman",
+    "tiny_lm",
+    "train_lm",
+]
+
+IGNORE = -100
+
+
+def seed_count(ctx: Context, quick: int, full: int) -> int:
+    """The user's ``--seeds`` when given, else the experiment's default for the mode."""
+    return ctx.seeds if ctx.seeds_given else (quick if ctx.quick else full)
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """One intra-op thread for the duration (these models are too small to gain from more, and
+    the study's workers share the cores); the previous setting is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def lag_copy_batch(batch: int, length: int, vocab: int, lag: int,
+                   generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Input ids (B, T) uniform over ``vocab`` symbols and targets (B, T) with y_t = x_{t−lag}
+    for t ≥ lag and ``IGNORE`` before."""
+    if not 0 < lag < length:
+        raise ValueError(f"lag must lie in [1, {length - 1}] for sequences of {length}, got {lag}")
+    ids = torch.randint(0, vocab, (batch, length), generator=generator)
+    targets = torch.full_like(ids, IGNORE)
+    targets[:, lag:] = ids[:, :-lag]
+    return ids, targets
+
+
+def tiny_lm(seed: int, **overrides: Any) -> TransformerLM:
+    """A small decoder-only LM (d_model 32, 2 layers, 4 heads, vocabulary 16, length ≤ 32),
+    initialised from ``seed``; ``overrides`` are :class:`TransformerConfig` fields."""
+    fields: dict[str, Any] = dict(vocab_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64,
+                                  max_len=32, positional="learned", init_std=0.1)
+    fields.update(overrides)
+    torch.manual_seed(seed)
+    return TransformerLM(TransformerConfig(**fields))
+
+
+def train_lm(model: TransformerLM, *, steps: int, seed: int, lag: int = 2, length: int = 16,
+             batch: int = 32, lr: float = 3e-3) -> float:
+    """Train ``model`` on the lag-copy task with Adam; returns the mean loss of the last 10
+    steps."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    vocab = model.config.vocab_size
+    losses: list[float] = []
+    model.train()
+    for _ in range(steps):
+        ids, targets = lag_copy_batch(batch, length, vocab, lag, gen)
+        loss = F.cross_entropy(model(ids).flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    tail = losses[-10:]
+    return sum(tail) / max(len(tail), 1)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (average ranks for ties); nan when either side is constant."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.shape != b.shape or a.size < 2:
+        raise ValueError(f"spearman needs two equal-length sequences of >= 2 values, got "
+                         f"{a.size} and {b.size}")
+
+    def ranks(v: np.ndarray) -> np.ndarray:
+        order = np.argsort(v, kind="stable")
+        r = np.empty(v.size)
+        r[order] = np.arange(v.size, dtype=np.float64)
+        for value in np.unique(v):  # average ranks over ties
+            tie = v == value
+            r[tie] = r[tie].mean()
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def least_squares_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """Slope of the ordinary least-squares line of y on x."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.shape != b.shape or a.size < 2 or np.ptp(a) == 0:
+        raise ValueError(f"least_squares_slope needs >= 2 distinct x values, got {a.tolist()}")
+    a0 = a - a.mean()
+    return float((a0 * (b - b.mean())).sum() / (a0 * a0).sum())
+
+
+def exact_verdict(holds: bool) -> str:
+    """The rule of exact checks: the statement holds on every instance, or it fails."""
+    return "holds" if holds else "fails"
+
+
+def equivalence_verdict(low: float, high: float, lo: float, hi: float) -> str:
+    """A predicted *value*: holds when the interval lies inside [lo, hi], fails when it lies
+    wholly outside it, inconclusive otherwise."""
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        return "inconclusive"
+    if lo <= low and high <= hi:
+        return "holds"
+    if high < lo or low > hi:
+        return "fails"
+    return "inconclusive"
+
+
+def finding_from_values(
+    *, claim: str, experiment: str, quantity: str, control: str, values: Sequence[float],
+    predicted: str, margin: float = 0.0, seeds: int | None = None, detail: str = "",
+    figures: Sequence[str] = (), seed: int = 0,
+) -> Finding:
+    """A finding whose estimate is the mean of ``values`` with its bootstrap 95% interval and the
+    verdict of :func:`graded.study.core.verdict` (``predicted`` "positive" or "negative")."""
+    values = [float(v) for v in values if math.isfinite(float(v))]
+    if not values:
+        return Finding(claim, experiment, quantity, control, 0, float("nan"), float("nan"),
+                       float("nan"), "inconclusive", detail + " No finite value was measured.",
+                       list(figures))
+    est, low, high = bootstrap_interval(values, seed=seed)
+    n = seeds if seeds is not None else len(values)
+    return Finding(claim, experiment, quantity, control, n, est, low, high,
+                   verdict(low, high, predicted=predicted, margin=margin), detail, list(figures))
+
+
+def save_plot(ctx: Context, name: str, draw: Callable[[Any], None], *,
+              size: tuple[float, float] = (5.0, 3.4)) -> str:
+    """Draw a one-axes figure with ``draw(ax)`` and save it as ``ctx.path(name)``; returns the
+    file name."""
+    from graded.plotting import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=size)
+    draw(ax)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, ctx.path(name), dpi=80)
+    return name

@@ -1,0 +1,387 @@
+"""The study runner: run the selected experiments in worker processes, store each result as it
+finishes, and write the report (``graded study``).
+
+Layout of the output folder::
+
+    OUT/study.json            the study's settings (mode, seeds, first seed); a folder is reused
+                              only with the same settings
+    OUT/<E>/findings.json     a finished experiment's findings and wall time (written atomically:
+                              a finished experiment is not rerun)
+    OUT/<E>/jobs/<key>.json   each finished job of a job experiment (E1), likewise not rerun
+    OUT/<E>/*.png, section.md figures and the experiment's own section of the report
+    OUT/report.md, OUT/results.json
+
+An experiment is a plain :class:`graded.study.core.Experiment` (run whole in one worker) or a
+:class:`graded.study.core.JobExperiment`, whose jobs are spread over all workers stage by stage
+and summarised in the main process. ``workers = 1`` runs everything in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graded.study.core import Context, Experiment, Finding, atomic_write_text
+
+__all__ = ["DEFAULT_SEEDS", "StudyRun", "experiment_dir", "job_file", "run_study"]
+
+DEFAULT_SEEDS = {True: 2, False: 5}  # quick, full
+
+
+def slug(name: str) -> str:
+    """A file-system name for an experiment or job key (``E4/E5`` → ``E4-E5``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")
+
+
+def experiment_dir(out: Path, name: str) -> Path:
+    return Path(out) / slug(name)
+
+
+def job_file(out: Path, name: str, key: str) -> Path:
+    return experiment_dir(out, name) / "jobs" / f"{slug(key)}.json"
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(_json_safe(data), indent=1, ensure_ascii=False))
+
+
+def _job_result_from_json(data: dict) -> dict:
+    return {k: (math.nan if v is None and k in ("val", "test", "train_first", "train_last")
+                else v) for k, v in data.items()}
+
+
+@dataclass
+class StudyRun:
+    """What one ``graded study`` call did: per experiment, its findings (or error), wall time
+    and whether it was reused from an earlier call."""
+
+    out: Path
+    quick: bool
+    seeds: int
+    seeds_given: bool
+    base_seed: int
+    workers: int
+    command: str
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    wall: dict[str, float] = field(default_factory=dict)
+    reused: dict[str, bool] = field(default_factory=dict)
+    job_seconds: dict[str, float] = field(default_factory=dict)  # summed job times (E1)
+    total_wall: float = 0.0
+
+    def context(self, name: str) -> Context:
+        return Context(out=experiment_dir(self.out, name), quick=self.quick, seeds=self.seeds,
+                       base_seed=self.base_seed, seeds_given=self.seeds_given)
+
+    def settings(self) -> dict[str, Any]:
+        return {"quick": self.quick, "seeds": self.seeds, "seeds_given": self.seeds_given,
+                "base_seed": self.base_seed}
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def _worker_init() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _context(ctx: dict) -> Context:
+    return Context(out=Path(ctx["out"]), quick=ctx["quick"], seeds=ctx["seeds"],
+                   base_seed=ctx["base_seed"], seeds_given=ctx["seeds_given"])
+
+
+def _experiment(name: str) -> Experiment:
+    from graded.study.experiments import registry
+
+    return registry()[name]
+
+
+def _execute(kind: str, name: str, ctx: dict, job: dict | None = None) -> dict:
+    """Run one unit in this process: a whole experiment or one job. Never raises: a failure
+    comes back as its traceback."""
+    began = time.perf_counter()
+    try:
+        experiment = _experiment(name)
+        context = _context(ctx)
+        if kind == "whole":
+            findings = [f.as_dict() for f in experiment.run(context)]
+            return {"ok": True, "findings": findings, "wall_s": time.perf_counter() - began}
+        result = experiment.run_job(context, job)
+        return {"ok": True, "result": result, "wall_s": time.perf_counter() - began}
+    except Exception:  # a failed experiment is reported, the others go on
+        return {"ok": False, "error": traceback.format_exc(),
+                "wall_s": time.perf_counter() - began}
+
+
+# --------------------------------------------------------------------------- main side
+
+
+class _Scheduler:
+    """Hands units to a pool (or runs them here) and advances job experiments stage by stage."""
+
+    def __init__(self, study: StudyRun, experiments: dict[str, Experiment]) -> None:
+        self.study = study
+        self.experiments = experiments
+        self.pending: dict[str, dict[str, Any]] = {}  # job experiments in progress
+        self.queue: list[tuple[str, str, dict | None]] = []
+        self.began: dict[str, float] = {}
+        self.job_time: dict[str, float] = {}
+
+    def ctx_dict(self, name: str) -> dict:
+        c = self.study.context(name)
+        return {"out": str(c.out), "quick": c.quick, "seeds": c.seeds,
+                "base_seed": c.base_seed, "seeds_given": c.seeds_given}
+
+    # ---- bookkeeping
+    def start(self) -> None:
+        for name, exp in self.experiments.items():
+            done = experiment_dir(self.study.out, name) / "findings.json"
+            if done.exists():
+                stored = json.loads(done.read_text(encoding="utf-8"))
+                self.study.findings[name] = [Finding.from_dict(f) for f in stored["findings"]]
+                self.study.wall[name] = float(stored.get("wall_s", 0.0))
+                if stored.get("job_seconds") is not None:
+                    self.study.job_seconds[name] = float(stored["job_seconds"])
+                self.study.reused[name] = True
+                self._log(f"{name}: finished earlier, reusing {done}")
+                continue
+            self.study.reused[name] = False
+            self.began[name] = time.perf_counter()
+            if hasattr(exp, "plan") and hasattr(exp, "run_job"):
+                self.pending[name] = {"stage": -1, "results": {}, "waiting": set()}
+                self.job_time[name] = 0.0
+                self._next_stage(name)
+            else:  # indivisible: start it before the jobs, which fill the gaps
+                self.queue.insert(sum(u[0] == "whole" for u in self.queue),
+                                  ("whole", name, None))
+
+    def _next_stage(self, name: str) -> None:
+        exp, state = self.experiments[name], self.pending[name]
+        ctx = self.study.context(name)
+        while not state["waiting"]:
+            state["stage"] += 1
+            if state["stage"] >= exp.stages:
+                self._summarise(name)
+                return
+            try:
+                jobs = exp.plan(ctx, state["stage"], dict(state["results"]))
+            except Exception:
+                self._fail(name, traceback.format_exc())
+                return
+            for job in jobs:
+                path = job_file(self.study.out, name, job["key"])
+                if path.exists():
+                    state["results"][job["key"]] = _job_result_from_json(
+                        json.loads(path.read_text(encoding="utf-8")))
+                    continue
+                state["waiting"].add(job["key"])
+                self.queue.append(("job", name, job))
+            self._log(f"{name}: stage {state['stage']}: {len(jobs)} jobs, "
+                      f"{len(jobs) - len(state['waiting'])} finished earlier")
+
+    def _summarise(self, name: str) -> None:
+        state = self.pending.pop(name)
+        try:
+            findings = self.experiments[name].summarise(self.study.context(name),
+                                                        state["results"])
+        except Exception:
+            self._fail(name, traceback.format_exc())
+            return
+        timed = [r.get("_wall_s") for r in state["results"].values()]
+        job_s = (sum(float(t) for t in timed) if all(t is not None for t in timed) else None)
+        self._finish(name, findings, time.perf_counter() - self.began[name], job_s)
+
+    def _finish(self, name: str, findings: list[Finding], wall: float,
+                job_s: float | None = None) -> None:
+        self.study.findings[name] = findings
+        self.study.wall[name] = wall
+        if job_s is not None:
+            self.study.job_seconds[name] = job_s
+        _write_json(experiment_dir(self.study.out, name) / "findings.json",
+                    {"experiment": name, "wall_s": wall, "job_seconds": job_s,
+                     "settings": self.study.settings(),
+                     "findings": [f.as_dict() for f in findings]})
+        self._log(f"{name}: finished in {wall:.0f} s ({len(findings)} findings)")
+
+    def _fail(self, name: str, error: str) -> None:
+        self.pending.pop(name, None)
+        self.queue = [u for u in self.queue if u[1] != name]
+        self.study.errors[name] = error
+        self._log(f"{name}: FAILED\n{error}")
+
+    def done(self, unit: tuple[str, str, dict | None], out: dict) -> None:
+        kind, name, job = unit
+        if name in self.study.errors:
+            return
+        if not out["ok"]:
+            self._fail(name, out["error"])
+            return
+        if kind == "whole":
+            findings = [Finding.from_dict(f) for f in out["findings"]]
+            self._finish(name, findings, out["wall_s"])
+            return
+        state = self.pending.get(name)
+        if state is None:
+            return
+        out["result"]["_wall_s"] = out["wall_s"]
+        _write_json(job_file(self.study.out, name, job["key"]), out["result"])
+        state["results"][job["key"]] = out["result"]
+        state["waiting"].discard(job["key"])
+        if not state["waiting"]:
+            self._next_stage(name)
+
+    @staticmethod
+    def _log(message: str) -> None:
+        print(f"graded study: {message}", file=sys.stderr, flush=True)
+
+    # ---- execution
+    def run_here(self) -> None:
+        while self.queue:
+            unit = self.queue.pop(0)
+            self.done(unit, _execute(unit[0], unit[1], self.ctx_dict(unit[1]), unit[2]))
+
+    def run_pool(self, workers: int) -> None:
+        import multiprocessing as mp
+
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                   initializer=_worker_init)
+        running: dict[Future, tuple[str, str, dict | None]] = {}
+        try:
+            while self.queue or running:
+                while self.queue and len(running) < 2 * workers:
+                    unit = self.queue.pop(0)
+                    running[pool.submit(_execute, unit[0], unit[1], self.ctx_dict(unit[1]),
+                                        unit[2])] = unit
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    self.done(running.pop(fut), fut.result())
+        except BaseException:  # Ctrl-C or a bug: drop queued units; stored results stay
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the study like Ctrl-C (queued work dropped, stored results kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check_settings(out: Path, settings: dict[str, Any]) -> None:
+    """A folder holds the results of one setting: refuse to mix another into it."""
+    path = out / "study.json"
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if {k: stored.get(k) for k in settings} != settings:
+            raise ValueError(f"{out} holds a study run with settings {stored}, not {settings}; "
+                             "use another --out (or delete the folder) to start afresh")
+    _write_json(path, settings)
+
+
+def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str | None = None,
+              seeds: int | None = None, workers: int = 2, base_seed: int = 0,
+              command: str | None = None) -> Path:
+    """Run the experiments selected by ``only`` (all by default) and write ``OUT/report.md``
+    and ``OUT/results.json``; returns the report's path. ``seeds`` overrides the mode's default
+    (2 quick, 5 full); experiments finished by an earlier call with the same settings are
+    reused, not rerun."""
+    from graded.study.experiments import select
+    from graded.study.report import write_report
+
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    experiments = select(only)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    study = StudyRun(out=out, quick=quick, seeds=seeds or DEFAULT_SEEDS[quick],
+                     seeds_given=seeds is not None, base_seed=base_seed, workers=workers,
+                     command=command or _command(quick, only, seeds, workers, out))
+    _check_settings(out, study.settings())
+    began = time.perf_counter()
+    sched = _Scheduler(study, experiments)
+    with _sigterm_as_interrupt():
+        sched.start()
+        if workers == 1:
+            sched.run_here()
+        else:
+            sched.run_pool(workers)
+    study.total_wall = time.perf_counter() - began
+    _load_others(study, experiments)
+    return write_report(study, machine=_machine())
+
+
+def _load_others(study: StudyRun, selected: dict[str, Experiment]) -> None:
+    """Findings stored in the folder by earlier calls for experiments not selected now, so
+    that runs of ``--only`` parts add up to one report."""
+    from graded.study.experiments import registry
+
+    for name in registry():
+        path = experiment_dir(study.out, name) / "findings.json"
+        if name in selected or not path.exists():
+            continue
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        study.findings[name] = [Finding.from_dict(f) for f in stored["findings"]]
+        study.wall[name] = float(stored.get("wall_s", 0.0))
+        if stored.get("job_seconds") is not None:
+            study.job_seconds[name] = float(stored["job_seconds"])
+        study.reused[name] = True
+
+
+def _command(quick: bool, only: str | None, seeds: int | None, workers: int, out: Path) -> str:
+    parts = ["graded study"]
+    if quick:
+        parts.append("--quick")
+    if only:
+        parts.append(f"--only {only}")
+    if seeds is not None:
+        parts.append(f"--seeds {seeds}")
+    parts += [f"--workers {workers}", f"--out {out}"]
+    return " ".join(parts)
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "torch": torch.__version__}

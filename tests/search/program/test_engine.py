@@ -1,0 +1,105 @@
+"""The search loop: runs, improves, writes its run folder, and resumes exactly."""
+
+import concurrent.futures as cf
+import csv
+import json
+
+import pytest
+
+from graded.search.program.database import DatabaseConfig
+from graded.search.program.engine import SearchConfig, run_search
+from graded.search.program.offline import OfflineProposer
+from graded.search.program.problem import InvalidArtefact, Problem
+
+SKELETON = '''"""Toy problem: the program returns a number; closer to 10 is better."""
+
+
+def solve(x):
+    return float(value(x))
+
+
+# EVOLVE-BLOCK-START
+def value(x):
+    return 0.0
+# EVOLVE-BLOCK-END
+'''
+
+
+def closeness(x, artefact):
+    if not isinstance(artefact, float):
+        raise InvalidArtefact(f"expected a float, got {artefact!r}")
+    return -abs(artefact - 10.0)
+
+
+def toy_problem() -> Problem:
+    return Problem("toy", SKELETON, "solve", (1, 2), closeness, time_limit_s=5.0,
+                   memory_mb=512)
+
+
+def config(budget):
+    return SearchConfig(budget=budget, workers=2, seed=3,
+                        database=DatabaseConfig(islands=2, reset_period=6))
+
+
+def run(tmp_path, name, budget, resume=False):
+    with cf.ThreadPoolExecutor(2) as pool:
+        return run_search(toy_problem(), OfflineProposer(seed=3), config(budget),
+                          out=tmp_path / name, resume=resume, executor=pool)
+
+
+def without_timings(x):
+    if isinstance(x, dict):
+        return {k: without_timings(v) for k, v in x.items() if k != "elapsed_s"}
+    if isinstance(x, list):
+        return [without_timings(v) for v in x]
+    return x
+
+
+def rows(path):
+    with open(path) as f:
+        return [(r["index"], r["island"], r["score"], r["failure"], r["operator"])
+                for r in csv.DictReader(f)]
+
+
+def test_search_improves_and_writes_its_folder(tmp_path):
+    result = run(tmp_path, "a", 40)
+    assert result.evaluations == 40
+    assert result.best.score > -10.0  # better than the initial program (value 0 → score -10)
+    folder = tmp_path / "a"
+    for name in ("config.json", "database.json", "evaluations.csv", "best.py",
+                 "best_score.png", "run.log"):
+        assert (folder / name).exists(), name
+    assert len(rows(folder / "evaluations.csv")) == 40
+    assert "def value" in (folder / "best.py").read_text()
+    assert "isolation" in (folder / "run.log").read_text()
+
+
+def test_resume_gives_the_same_run_as_no_interruption(tmp_path):
+    straight = run(tmp_path, "straight", 24)
+    run(tmp_path, "split", 10)
+    resumed = run(tmp_path, "split", 24, resume=True)
+    assert rows(tmp_path / "straight" / "evaluations.csv") == rows(
+        tmp_path / "split" / "evaluations.csv")
+    assert straight.best.program == resumed.best.program
+    a = json.loads((tmp_path / "straight" / "database.json").read_text())
+    b = json.loads((tmp_path / "split" / "database.json").read_text())
+    assert without_timings(a) == without_timings(b)  # wall-clock times naturally differ
+
+
+def test_folder_misuse_is_refused(tmp_path):
+    run(tmp_path, "r", 4)
+    with pytest.raises(FileExistsError, match="resume"):
+        run(tmp_path, "r", 4)
+    with pytest.raises(FileNotFoundError):
+        run(tmp_path, "missing", 4, resume=True)
+    with cf.ThreadPoolExecutor(2) as pool, pytest.raises(ValueError, match="different"):
+        other = SearchConfig(budget=8, workers=2, seed=4,
+                             database=DatabaseConfig(islands=2, reset_period=6))
+        run_search(toy_problem(), OfflineProposer(seed=3), other, out=tmp_path / "r",
+                   resume=True, executor=pool)
+
+
+def test_failures_are_counted_by_reason(tmp_path):
+    result = run(tmp_path, "f", 30)
+    assert sum(result.failures.values()) == sum(
+        1 for r in rows(tmp_path / "f" / "evaluations.csv") if r[3])

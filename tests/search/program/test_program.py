@@ -1,0 +1,86 @@
+"""Skeleton parsing, re-assembly and evaluation with cascade and verifier failures."""
+
+import pytest
+
+from graded.search.program.evaluate import evaluate
+from graded.search.program.problem import InvalidArtefact, Problem, get_problem
+from graded.search.program.program import Program, parse_skeleton
+
+TWO_BLOCKS = '''import math
+
+# EVOLVE-BLOCK-START
+def a(x):
+    return x
+# EVOLVE-BLOCK-END
+
+
+def run(x):
+    return b(a(x))
+
+# EVOLVE-BLOCK-START
+def b(y):
+    return y + 1
+# EVOLVE-BLOCK-END
+'''
+
+
+def test_blocks_are_split_and_reassembled_exactly():
+    skeleton = parse_skeleton(TWO_BLOCKS)
+    assert len(skeleton.initial.blocks) == 2
+    assert skeleton.assemble(skeleton.initial) == TWO_BLOCKS
+    changed = Program(("def a(x):\n    return 2 * x\n", skeleton.initial.blocks[1]))
+    assert "return 2 * x" in skeleton.assemble(changed)
+    with pytest.raises(ValueError, match="2 evolvable blocks"):
+        skeleton.assemble(Program(("x = 1\n",)))
+
+
+@pytest.mark.parametrize("source,message", [
+    ("def f():\n    pass\n", "no evolvable block"),
+    ("# EVOLVE-BLOCK-START\nx = 1\n", "without a matching"),
+    ("# EVOLVE-BLOCK-END\n", "without a matching"),
+    ("# EVOLVE-BLOCK-START\nx = (\n# EVOLVE-BLOCK-END\n", "does not parse"),
+])
+def test_bad_skeletons_are_refused(source, message):
+    with pytest.raises(ValueError, match=message):
+        parse_skeleton(source)
+
+
+def strict(x, artefact):
+    if artefact != 2 * x + 1:
+        raise InvalidArtefact(f"expected {2 * x + 1}, got {artefact!r}")
+    return float(artefact)
+
+
+def nan_score(x, artefact):
+    return float("nan")
+
+
+def problem(score=strict, prechecks=()):
+    return Problem("two", TWO_BLOCKS, "run", (1, 3), score, prechecks=prechecks,
+                   held_out=(10,), time_limit_s=5.0, memory_mb=512)
+
+
+def test_evaluate_scores_with_the_verifier_and_names_failures():
+    skeleton = parse_skeleton(TWO_BLOCKS)
+    good = Program(("def a(x):\n    return 2 * x\n", skeleton.initial.blocks[1]))
+    result = evaluate(problem(), good, held_out=True)
+    assert result.ok and result.signature == (3.0, 7.0) and result.score == 5.0
+    assert result.held_out["mean"] == 21.0
+    assert evaluate(problem(), skeleton.initial).failure == "invalid"
+    bad = Program(("def a(x:\n", skeleton.initial.blocks[1]))
+    result = evaluate(problem(), bad)
+    assert result.failure == "syntax" and "SyntaxError" in result.reason
+    assert evaluate(problem(nan_score), good).failure == "non_finite"
+
+
+def test_cascade_stops_at_a_failing_precheck():
+    skeleton = parse_skeleton(TWO_BLOCKS)
+    slow_on_big = Program(("def a(x):\n    if x > 50:\n        while True:\n            pass\n"
+                           "    return 2 * x\n", skeleton.initial.blocks[1]))
+    result = evaluate(problem(prechecks=(100,)), slow_on_big)
+    assert result.failure == "timeout" and "(precheck)" in result.reason
+
+
+def test_registry_names_known_problems():
+    with pytest.raises(ValueError, match="cap-set"):
+        get_problem("cap_set")

@@ -1,0 +1,131 @@
+"""The sandbox: limits, isolation and named failures (issue's must-show list)."""
+
+import os
+import resource
+import socket
+import time
+
+import pytest
+
+from graded.search.program.sandbox import FAILURES, Limits, Sandbox, detect_isolation
+
+ISOLATED = detect_isolation().network
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return Sandbox(Limits(wall_s=2.0, memory_mb=1024), preimport=())
+
+
+def test_returns_artefacts_as_json(sandbox):
+    out = sandbox.run("def f(x):\n    return [x, x * 2]\n", "f", [1, 2.5])
+    assert out.ok and out.artefacts == [[1, 2], [2.5, 5.0]]
+
+
+def test_infinite_loop_killed_within_limit_plus_one_second(sandbox):
+    start = time.perf_counter()
+    out = sandbox.run("def f(x):\n    while True:\n        pass\n", "f", [0])
+    assert out.failure == "timeout"
+    assert time.perf_counter() - start < 2.0 + 1.0
+
+
+def test_ten_gigabytes_fail_in_the_child_not_the_parent(sandbox):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = sandbox.run("def f(x):\n    b = bytearray(10 * 2**30)\n    return len(b)\n", "f", [0])
+    assert out.failure == "memory"
+    # the parent is untouched: still alive, its peak memory did not jump by gigabytes
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000
+
+
+def _processes_in(directory: str) -> int:
+    """Processes whose working directory is ``directory`` (the sandbox's, now deleted)."""
+    count = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.readlink(f"/proc/{pid}/cwd").startswith(directory):
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+def test_fork_bomb_is_stopped(tmp_path):
+    box = Sandbox(Limits(wall_s=2.0, memory_mb=512, processes=16), preimport=())
+    source = (
+        "import os\n"
+        "def f(x):\n"
+        "    while True:\n"
+        "        try:\n"
+        "            os.fork()\n"
+        "        except OSError:\n"
+        "            pass\n"
+    )
+    start = time.perf_counter()
+    out = box.run(source, "f", [0])
+    assert out.failure in ("timeout", "crash", "memory")
+    assert time.perf_counter() - start < 10
+    time.sleep(0.2)
+    assert _processes_in(out.extra["workdir"]) == 0
+
+
+@pytest.mark.skipif(not ISOLATED, reason=detect_isolation().description)
+def test_no_socket_to_localhost_inside_the_namespace():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        box = Sandbox(Limits(wall_s=5.0, memory_mb=512), preimport=(), isolation="require")
+        source = (
+            "import socket\n"
+            "def f(port):\n"
+            "    socket.create_connection(('127.0.0.1', port), 1).close()\n"
+            "    return 'connected'\n"
+        )
+        out = box.run(source, "f", [port])
+        assert out.failure == "crash" and ("unreachable" in out.reason or "refused" in out.reason)
+    finally:
+        server.close()
+
+
+def test_child_sees_none_of_the_parents_environment(sandbox, monkeypatch):
+    monkeypatch.setenv("GRADED_SECRET_TOKEN", "do-not-leak")
+    out = sandbox.run("import os\ndef f(x):\n    return dict(os.environ)\n", "f", [0])
+    assert out.ok
+    env = out.artefacts[0]
+    assert "GRADED_SECRET_TOKEN" not in env and "HOME" not in env and "PATH" not in env
+    assert set(env) <= {"LC_CTYPE"}  # set by the interpreter itself (C locale coercion)
+
+
+def test_private_directory_is_removed(sandbox):
+    out = sandbox.run("import os\ndef f(x):\n    return os.getcwd()\n", "f", [0])
+    assert out.ok and not os.path.exists(out.artefacts[0])
+
+
+@pytest.mark.parametrize(
+    "source,failure",
+    [
+        ("def f(x:\n", "syntax"),
+        ("def f(x):\n    raise KeyError('k')\n", "crash"),
+        ("def f(x):\n    return float('nan')\n", "non_finite"),
+        ("def f(x):\n    return object()\n", "wrong_type"),
+        ("def f(x):\n    return f(x)\n", "crash"),
+    ],
+)
+def test_named_failures(sandbox, source, failure):
+    out = sandbox.run(source, "f", [0])
+    assert out.failure == failure and failure in FAILURES and out.reason
+
+
+def test_output_is_capped():
+    box = Sandbox(Limits(wall_s=5.0, memory_mb=512, output_bytes=100), preimport=())
+    out = box.run("def f(x):\n    print('y' * 100000)\n    return 1\n", "f", [0])
+    assert out.ok and len(out.stdout) == 100
+
+
+def test_bad_limits_and_modes_are_refused():
+    with pytest.raises(ValueError, match="wall_s"):
+        Limits(wall_s=0)
+    with pytest.raises(ValueError, match="isolation"):
+        Sandbox(isolation="maybe")

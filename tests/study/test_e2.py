@@ -1,0 +1,65 @@
+"""E2: the noise probe, the size split and the experiment's findings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from graded.study.core import CLAIMS, Context
+from graded.study.experiments.e2_robustness import (
+    RobustnessExperiment,
+    output_change,
+    size_split_data,
+)
+
+
+class Linear(nn.Module):
+    """y = Σ_{t,f} w_f x_{t,f} over unpadded tokens."""
+
+    def __init__(self, w: list[float]) -> None:
+        super().__init__()
+        self.w = torch.tensor(w)
+
+    def forward(self, x, mask=None):
+        keep = torch.ones(x.shape[:2]) if mask is None else (~mask).float()
+        return ((x * self.w).sum(-1) * keep).sum(-1, keepdim=True)
+
+
+def test_output_change_of_a_linear_model_against_a_direct_computation():
+    x = torch.randn(6, 3, 4, generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros(6, 3, dtype=torch.bool)
+    mask[:, 2] = True
+    model = Linear([1.0, 0.0, 2.0, 0.0])
+    data = {"inputs": x, "key_padding_mask": mask}
+    # the same noise the probe draws
+    g = torch.Generator().manual_seed(9)
+    noise = torch.zeros_like(x)
+    noise[..., [0, 1]] = 0.5 * torch.randn(x[..., [0, 1]].shape, generator=g)
+    noise = noise.masked_fill(mask[..., None], 0.0)
+    expected = float((noise[..., 0] * 1.0).sum(-1).square().mean().sqrt())
+    assert output_change(model, data, [0, 1], 0.5, seed=9) == pytest.approx(expected, rel=1e-5)
+    # noise on features the model ignores changes nothing
+    assert output_change(model, data, [1, 3], 0.5, seed=9) == 0.0
+    with pytest.raises(ValueError, match="at least one feature column"):
+        output_change(model, data, [], 0.5, seed=0)
+
+
+def test_size_split_trains_short_and_tests_long():
+    d = size_split_data(n_eval=50, pool=100)
+    lengths = lambda s: (~s["key_padding_mask"]).sum(1)  # noqa: E731
+    assert int(lengths(d.pool).max()) <= 6 and int(lengths(d.val).max()) <= 6
+    assert int(lengths(d.test).min()) >= 7
+    assert d.pool["inputs"].shape[1] == d.test["inputs"].shape[1] == 8
+
+
+def test_e2_runs_and_reports_its_claims(tmp_path):
+    ctx = Context(out=tmp_path, quick=True, seeds=1, seeds_given=True)
+    findings = RobustnessExperiment().run(ctx)
+    assert {f.claim for f in findings} == {"3", "6", "000-R"}
+    assert all(f.claim in CLAIMS and f.seeds >= 1 for f in findings)
+    lip = next(f for f in findings if f.claim == "3")
+    assert math.isfinite(lip.estimate)
+    assert (tmp_path / "e2_noise.png").exists() and (tmp_path / "section.md").exists()

@@ -1,0 +1,83 @@
+"""E4/E5 (claims 4, 5): the experiment runs in quick mode; its slope helper and its paired head
+models are checked against independent constructions."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graded.analysis.positional import positional_bias_sweep
+from graded.study.core import CLAIMS, Context
+from graded.study.experiments._e_common import lag_copy_batch, least_squares_slope, tiny_lm
+from graded.study.experiments.e45_heads_positions import (
+    PositionsHeadsExperiment,
+    _head_pair,
+    matched_control_sweep,
+)
+from graded.transformer.graded import head_gradings
+
+
+def _check_findings(findings, experiment, out: Path) -> None:
+    assert [f.claim for f in findings] == list(experiment.claims)
+    for f in findings:
+        assert f.claim in CLAIMS and f.experiment == experiment.name
+        assert f.verdict in ("holds", "fails", "inconclusive")
+        assert f.seeds >= 1 and f.quantity and f.control and f.detail
+        assert math.isfinite(f.estimate) and f.low <= f.estimate <= f.high
+        for name in f.figures:
+            assert (out / name).is_file(), name
+
+
+def test_positions_heads_experiment_quick_gives_findings_for_claims_4_and_5(tmp_path):
+    experiment = PositionsHeadsExperiment()
+    findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
+    _check_findings(findings, experiment, tmp_path)
+
+
+def test_least_squares_slope_matches_numpy_polyfit():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=9), rng.normal(size=9)
+    assert least_squares_slope(x, y) == pytest.approx(np.polyfit(x, y, 1)[0], rel=1e-12)
+    with pytest.raises(ValueError, match="distinct x"):
+        least_squares_slope([1.0, 1.0], [0.0, 2.0])
+
+
+def test_head_pair_differs_only_in_grades_with_equal_mean_grade():
+    shared, per_head = _head_pair(3, 0.25)
+    a, b = shared.state_dict(), per_head.state_dict()
+    for key, value in a.items():
+        if not key.endswith("grades"):
+            assert torch.equal(value, b[key]), key
+    for gs, gp in zip(head_gradings(shared), head_gradings(per_head)):
+        k = torch.arange(gs.dim, dtype=torch.float32)
+        assert torch.allclose(gs.grades, 0.25 * k)
+        assert gp.grades.shape == (4, gs.dim)
+        # per-head slopes c_h evenly spaced in [0, 0.5]: mean slope equals the shared 0.25
+        slopes = gp.grades[:, 1] - gp.grades[:, 0]
+        assert torch.allclose(slopes, torch.tensor([0.0, 1 / 6, 1 / 3, 0.5]), atol=1e-6)
+        assert torch.allclose(gp.grades.mean(0), gs.grades, atol=1e-6)
+
+
+def test_matched_control_equals_a_model_with_rescaled_position_table():
+    model = tiny_lm(0, grading="exponential", grading_base=2.0)
+    ids, _ = lag_copy_batch(4, 12, 16, 2, torch.Generator().manual_seed(0))
+    control = matched_control_sweep(model, ids, [0.0, 0.2], k=3, base=2.0)
+    graded = positional_bias_sweep(model, ids, [0.0], k=3)["layers"]
+    for name in graded:  # α = 0: factor 1, the model itself
+        assert control[name][0] == pytest.approx(graded[name][0], abs=1e-12)
+    # α = 0.2: the same as scaling the learned position table by sqrt(mean_t 2^(−0.4 t))
+    t = torch.arange(12, dtype=torch.float64)
+    factor = float(torch.sqrt(torch.mean(2.0 ** (-0.4 * t))))
+    scaled = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in scaled.named_parameters():
+            if "positions" in name:
+                p.mul_(factor)
+    rescaled = positional_bias_sweep(scaled, ids, [0.0], k=3)["layers"]
+    for name in graded:
+        assert control[name][1] == pytest.approx(rescaled[name][0], abs=1e-6)

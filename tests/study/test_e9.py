@@ -1,0 +1,111 @@
+"""E9 (claims 9, 10, 18–28): the experiment runs in quick mode; the independent computations
+inside it (KL identity, Gibbs optimiser, simplex projection, Hessian, counts, chain example) are
+checked against second computations."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from graded.morphic.banded import BandedBlocks
+from graded.morphic.state import Grade, GradedStateSpace
+from graded.study.core import CLAIMS, Context
+from graded.study.experiments import _e9_structure as structure
+from graded.study.experiments import _e9_utility as utility
+from graded.study.experiments.e9_numerics import NumericsExperiment
+
+DT = torch.float64
+
+
+def _check_findings(findings, experiment, out: Path) -> None:
+    assert [f.claim for f in findings] == list(experiment.claims)
+    for f in findings:
+        assert f.claim in CLAIMS and f.experiment == experiment.name
+        assert f.verdict in ("holds", "fails", "inconclusive")
+        assert f.seeds >= 1 and f.quantity and f.control and f.detail
+        assert math.isfinite(f.estimate) and f.low <= f.estimate <= f.high
+        for name in f.figures:
+            assert (out / name).is_file(), name
+
+
+def test_numerics_experiment_quick_gives_findings_for_its_thirteen_claims(tmp_path):
+    experiment = NumericsExperiment()
+    findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
+    _check_findings(findings, experiment, tmp_path)
+
+
+def test_kl_identity_sides_agree_with_a_per_target_loop():
+    gen = torch.Generator().manual_seed(0)
+    inst = utility.Instance(gen, n=3)
+    cand = torch.randn(3, utility.D, generator=gen, dtype=DT)
+    target = torch.softmax(torch.randn(3, utility.V, generator=gen, dtype=DT), -1)
+    expected, kl_side = utility.kl_identity_sides(inst, cand, target)
+    z_plus = inst.z.clone()
+    z_plus[:, inst.slot("c")] = cand
+    loop = torch.zeros(3, dtype=DT)
+    for t in range(3):
+        for y in range(utility.V):
+            yy = torch.tensor([y])
+            before = utility.loss_per_token(inst.weight, inst.bias, inst.z[t:t + 1], yy)
+            after = utility.loss_per_token(inst.weight, inst.bias, z_plus[t:t + 1], yy)
+            loop[t] += target[t, y] * (before - after)[0]
+    assert torch.allclose(expected, loop, atol=1e-12)
+    assert torch.allclose(kl_side, loop, atol=1e-12)
+
+
+def test_gibbs_optimiser_finds_the_closed_form_softmax():
+    gain = np.array([0.3, -0.2, 0.9, 0.1, -2.5])
+    for temperature in (0.1, 0.25, 1.0, 3.0):
+        closed = np.exp(gain / temperature) / np.exp(gain / temperature).sum()
+        found = structure.gibbs_by_pairwise_ascent(gain, temperature)
+        assert np.allclose(found, closed, atol=1e-7)
+        value = structure.gibbs_objective(found, gain, temperature)
+        # the optimum value is T·log Σ exp(gain/T)
+        assert value == pytest.approx(temperature * np.log(np.exp(gain / temperature).sum()),
+                                      abs=1e-12)
+
+
+def test_hessian_helper_matches_autograd():
+    gen = torch.Generator().manual_seed(2)
+    w_h = torch.randn(utility.V, utility.D, generator=gen, dtype=DT)
+    rest = torch.randn(utility.V, generator=gen, dtype=DT)
+    x = torch.randn(utility.D, generator=gen, dtype=DT)
+    y = torch.tensor(3)
+
+    def loss(v):
+        return F.cross_entropy((w_h @ v + rest)[None], y[None])
+
+    auto = torch.autograd.functional.hessian(loss, x)
+    p = torch.softmax(w_h @ x + rest, -1)
+    assert torch.allclose(utility._hessian(w_h, p), auto, atol=1e-12)
+
+
+def test_counts_follow_the_worked_example_of_prop_2_14():
+    space = GradedStateSpace([Grade(f"g{i}", 5, i) for i in range(4)])
+    blocks = BandedBlocks(space, (-1, 0, 1))
+    assert sum(p.numel() for p in blocks.parameters()) == 3 * 5 * 5
+    assert len(blocks.edge_set) == 3 + 4 + 3  # shifts −1, 0, +1 inside four grades
+    assert structure.check_counts(d=3, tokens=4)["exact"]
+
+
+def test_chain_shortfall_without_cross_term_in_a_worked_example():
+    # z^(b) = 0: step 1 writes A₁z^(a) into b, step 2 then copies it into c, where the readout
+    # punishes it; each step alone at z helps or is neutral, the path hurts.
+    gen = torch.Generator().manual_seed(0)
+    inst = utility.Instance(gen, n=1)
+    inst.z.zero_()
+    inst.z[0, :utility.D] = 1.0
+    inst.y = torch.tensor([0])
+    w = torch.zeros(utility.V, 3 * utility.D, dtype=DT)
+    w[0, utility.D:2 * utility.D] = 1.0   # b votes for the target
+    w[1, 2 * utility.D:] = 3.0            # c votes against it
+    inst.weight, inst.bias = w, torch.zeros(utility.V, dtype=DT)
+    eye = torch.eye(utility.D, dtype=DT)
+    path, total, cross = utility.chain_terms(inst, eye, eye)
+    assert float(cross) == 0.0
+    assert float(total - path) > 0.5  # Σ step utilities exceeds the path utility

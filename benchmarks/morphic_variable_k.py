@@ -12,6 +12,14 @@ calculator wrapped as Enc ∘ calculator ∘ Dec (a non-differentiable block).
 ``--held-out N --seeds S`` trains on all but N (x, k) pairs (every digit, adder and answer still
 seen in training, ``VariableAdditionTask.split``) and reports accuracy on the held-out pairs, for
 S seeds (each its own split and initialisation), with mean and range.
+
+``--router-input context operator operator_state`` trains the same seeds and splits once per
+input type of the adder router (``Router(input_type=...)``: the pooled context and the token's
+own operand code, a learned embedding of the ADD_k token, or the state at the ADD_k position), so
+the comparison is side by side in one run:
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic_variable_k.py --tool internal \
+        --held-out 11 --seeds 5 --router-input context operator operator_state
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from graded.morphic.training import train_morphic
 
 def run(*, tool: str = "internal", p: int = 11, shifts: tuple[int, ...] = (1, 2, 3, 4),
         steps: int = 400, batch: int = 64, lr: float = 0.01, seed: int = 0,
-        report_dir: str | None = None, held_out: int = 0) -> dict[str, float]:
+        report_dir: str | None = None, held_out: int = 0, router_input: str = "context",
+        ) -> dict[str, float]:
     task = VariableAdditionTask(p, shifts)
     train_pairs, held_pairs = task.split(held_out, seed) if held_out else (None, None)
     torch.manual_seed(seed)
-    model = build_adder_model(task, tool=tool)
+    model = build_adder_model(task, tool=tool, router_input=router_input)
 
     def batches(g: torch.Generator):
         ids, targets, _ = task.sample(batch, g, pairs=train_pairs)
@@ -51,7 +60,8 @@ def run(*, tool: str = "internal", p: int = 11, shifts: tuple[int, ...] = (1, 2,
 
         ex_ids, ex_targets, _ = task.all_examples()
         write_report(model, [(ex_ids, ex_targets)], report_dir, before=result.initial_model)
-    out = {"tool": tool, "p": p, "adders": len(shifts), "steps": steps, "batch": batch,
+    out = {"tool": tool, "router_input": router_input, "p": p, "adders": len(shifts),
+           "steps": steps, "batch": batch,
            "seed": seed, "seconds": seconds, **metrics,
            "sampled_answer_accuracy": sampled["answer_accuracy"],
            "sampled_routing_accuracy": sampled["routing_accuracy"]}
@@ -84,22 +94,30 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1, help="seeds seed, seed+1, ... (one split each)")
     ap.add_argument("--p", type=int, default=11, help="the modulus")
     ap.add_argument("--shifts", type=int, nargs="+", default=[1, 2, 3, 4], help="the adders k")
+    ap.add_argument("--router-input", nargs="+", default=["context"],
+                    choices=["context", "operator", "operator_state"],
+                    help="the adder router's input type(s), each trained on the same seeds")
     args = ap.parse_args()
     if args.quick:
         args.steps = 20
     torch.set_num_threads(args.threads)
     tools = ["internal", "external"] if args.tool == "both" else [args.tool]
+    summaries = []
     for tool in tools:
-        report = f"{args.report}/{tool}" if args.report else None
-        rows = []
-        for seed in range(args.seed, args.seed + args.seeds):
-            rows.append(run(tool=tool, steps=args.steps, seed=seed, p=args.p,
-                            shifts=tuple(args.shifts), held_out=args.held_out,
-                            report_dir=report if seed == args.seed else None))
-            print(json.dumps(rows[-1]))
-        if args.held_out and len(rows) > 1:
-            for key in ("held_out_routing_accuracy", "held_out_answer_accuracy"):
-                print(f"# {tool}, p={args.p}, shifts={args.shifts}: {summary(rows, key)}")
+        for router_input in args.router_input:
+            report = f"{args.report}/{tool}_{router_input}" if args.report else None
+            rows = []
+            for seed in range(args.seed, args.seed + args.seeds):
+                rows.append(run(tool=tool, steps=args.steps, seed=seed, p=args.p,
+                                shifts=tuple(args.shifts), held_out=args.held_out,
+                                router_input=router_input,
+                                report_dir=report if seed == args.seed else None))
+                print(json.dumps(rows[-1]), flush=True)
+            if args.held_out and len(rows) > 1:
+                for key in ("held_out_routing_accuracy", "held_out_answer_accuracy"):
+                    summaries.append(f"# {tool}, router input {router_input}, p={args.p}, "
+                                     f"shifts={args.shifts}: {summary(rows, key)}")
+    print("\n".join(summaries))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class _SharedKernel(nn.Module):
 
     differentiable = True
     token_local = True
+    reads_dest = False
 
     def __init__(
         self, kernel: nn.Module, scale_src: Tensor | None = None, scale_dst: Tensor | None = None

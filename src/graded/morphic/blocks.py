@@ -6,7 +6,9 @@ ignore ``x_dst``; grade-typed attention (``attention_block.py``) reads both. A b
 ``differentiable`` attribute is False (external tools) gets no gradient through its output.
 A block whose ``token_local`` attribute is True computes each token's output from that token's
 rows alone, so a routed layer may run it on the routed rows only (sparse execution, ``layer.py``);
-blocks without it (attention mixes tokens) run on the whole sequence.
+blocks without it (attention mixes tokens) run on the whole sequence. A block whose ``reads_dest``
+attribute is False ignores ``x_dst`` (sparse execution then does not gather it); a block without
+the attribute is assumed to read it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class LinearBlock(nn.Module):
 
     differentiable = True
     token_local = True
+    reads_dest = False
 
     def __init__(self, d_in: int, d_out: int, *, bias: bool = False, init: str = "default") -> None:
         super().__init__()
@@ -57,6 +60,7 @@ class FFNBlock(nn.Module):
 
     differentiable = True
     token_local = True
+    reads_dest = False
 
     def __init__(
         self, d_in: int, d_out: int, hidden: int, *, activation: str = "gelu", bias: bool = False
@@ -82,6 +86,7 @@ class FixedLinearBlock(nn.Module):
 
     differentiable = True
     token_local = True
+    reads_dest = False
 
     def __init__(self, matrix: Tensor) -> None:
         super().__init__()
@@ -108,6 +113,7 @@ class RetrievalBlock(nn.Module):
 
     differentiable = True
     token_local = True
+    reads_dest = False
 
     def __init__(
         self, keys: Tensor, d_in: int, *, temperature: float = 1.0, learn_query: bool = True

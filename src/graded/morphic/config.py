@@ -47,7 +47,7 @@ from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import EXECUTIONS, MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
-from graded.morphic.router import MODES, NORMALIZATIONS, POOLINGS
+from graded.morphic.router import INPUT_TYPES, MODES, NORMALIZATIONS, POOLINGS
 from graded.morphic.state import Grade, GradedStateSpace
 from graded.morphic.update import UPDATE_MODES
 
@@ -131,6 +131,25 @@ class RouterOptions(Strict):
     init_std: float = 0.02
     gumbel_temperature: float = 1.0
     stay: bool = True
+    top_k: PositiveInt = 1
+    input_type: Literal[INPUT_TYPES] = "context"
+    operator_tokens: tuple[int, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RouterOptions:
+        if self.top_k > 1 and (self.mode != "hard" or self.normalization == "logistic"):
+            raise Invalid(f"top_k = 1 unless mode is 'hard' with normalization 'global' or "
+                          f"'dest' (got mode {self.mode!r}, normalization "
+                          f"{self.normalization!r})", "top_k", self.top_k)
+        if self.input_type == "context" and self.operator_tokens:
+            raise Invalid("no operator_tokens with input_type 'context' (only 'operator' and "
+                          "'operator_state' read them)", "operator_tokens", self.operator_tokens)
+        if self.input_type != "context":
+            tokens = self.operator_tokens
+            if not tokens or min(tokens) < 0 or len(set(tokens)) != len(tokens):
+                raise Invalid(f"a non-empty list of distinct token ids >= 0 for input_type "
+                              f"{self.input_type!r}", "operator_tokens", tokens)
+        return self
 
 
 class GradeSpec(Strict):
@@ -217,6 +236,7 @@ class VariableAdditionOptions(Strict):
     beta: float = 5.0
     pooling: Literal[POOLINGS] = "mean"
     readout_scale: float = 4.0
+    router_input: Literal[INPUT_TYPES] = "context"
 
     sequence_length: ClassVar[int] = 3  # [x, ADD_k, =]
 
@@ -273,6 +293,11 @@ class MorphicConfig(ConfigModel):
                               None)
             if self.preset_options:
                 raise Invalid("{} without a preset", "preset_options", self.preset_options)
+            for i, layer in enumerate(self.layers):
+                tokens = layer.router.operator_tokens if layer.router is not None else ()
+                if tokens and max(tokens) >= self.vocab_size:
+                    raise Invalid(f"token ids below vocab_size = {self.vocab_size}",
+                                  f"layers.{i}.router.operator_tokens", tokens)
             return self
         if self.grades or self.layers:
             raise Invalid(f"no grades or layers with preset {self.preset!r} (it builds its "

@@ -102,9 +102,11 @@ class MorphicLayer(nn.Module):
         self.router = router if isinstance(router, Router) else Router(space, edges,
                                                                        **(router or {}))
         if update == "sample_one" and (self.router.mode == "soft"
-                                       or self.router.normalization != "global"):
+                                       or self.router.normalization != "global"
+                                       or self.router.top_k != 1):
             raise ValueError("sample_one draws one edge over all of 𝓔: it needs a router with "
-                             "normalization='global' and mode in ('hard', 'gumbel', 'reinforce')")
+                             "normalization='global', mode in ('hard', 'gumbel', 'reinforce') "
+                             f"and top_k=1, got top_k={self.router.top_k}")
         self.update, self.eta, self.beta = update, eta, float(beta)
         self.train_routing = train_routing
         self.pre_norm = GradewiseNorm(space, pre_norm) if pre_norm else None
@@ -136,11 +138,13 @@ class MorphicLayer(nn.Module):
         return out
 
     def sparse_mixes(self, z: Tensor, alpha: Tensor, parts: dict[str, Tensor] | None = None
-                     ) -> dict[str, Tensor]:
-        """mix_h = Σ_{e→h} α_e φ_e (B, T, d_h) per destination, each block run on its routed rows.
+                     ) -> Tensor:
+        """mix_h = Σ_{e→h} α_e φ_e of every destination, each block run on its routed rows, in
+        one (B, T, D) tensor (grade h's columns hold mix_h; 0 where no edge enters).
 
         Rows R_e = {t : α_t(e) ≠ 0}; φ_e runs on z[R_e] (as (|R_e|, 1, d) token batches) when the
         block is ``token_local``, on all of z otherwise, and α_e φ_e is scattered back into R_e.
+        A token-local block whose ``reads_dest`` is False is not handed the destination rows.
         """
         if self.pre_norm is not None:
             parts = self.space.split(self.pre_norm(z))
@@ -154,28 +158,34 @@ class MorphicLayer(nn.Module):
         edge_row = (weights.detach() != 0).T.nonzero()
         counts = torch.bincount(edge_row[:, 0], minlength=len(self.edges)).tolist()
         rows_of = edge_row[:, 1].split(counts)
-        weight_of = weights[edge_row[:, 1], edge_row[:, 0]].unsqueeze(1).split(counts)
-        mixes = {h: z.new_zeros(n, self.space.dim(h)) for h in self.edges.dests}
+        selected = weights[edge_row[:, 1], edge_row[:, 0]]
+        # 0/1 routing without gradient (hard top-1 at evaluation): α_e φ_e is φ_e itself
+        unit = not selected.requires_grad and bool((selected == 1).all())
+        weight_of = selected.unsqueeze(1).split(counts)
+        mix = z.new_zeros(n, self.space.total_dim)
         for i, (e, block) in enumerate(zip(self.edges, self.blocks)):
             rows = rows_of[i]
             if rows.numel() == 0:
                 continue
             if getattr(block, "token_local", False):
-                y = block(flat[e.source].index_select(0, rows).unsqueeze(1),
-                          flat[e.dest].index_select(0, rows).unsqueeze(1)).squeeze(1)
+                dst = (flat[e.dest].index_select(0, rows).unsqueeze(1)
+                       if getattr(block, "reads_dest", True) else None)
+                y = block(flat[e.source].index_select(0, rows).unsqueeze(1), dst).squeeze(1)
             else:
                 y = block(parts[e.source], parts[e.dest]).reshape(n, -1).index_select(0, rows)
             if not getattr(block, "differentiable", True):
                 y = y.detach()
-            mixes[e.dest].index_add_(0, rows, weight_of[i] * y)
-        return {h: m.view(b, t, -1) for h, m in mixes.items()}
+            mix[:, self.space.slices[e.dest]].index_add_(0, rows, y if unit else weight_of[i] * y)
+        return mix.view(b, t, -1)
 
     def forward(
         self, z: Tensor, probe: UtilityProbe | None = None, *, stochastic: bool = False,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | None = None, input_ids: Tensor | None = None,
     ) -> tuple[Tensor, LayerTrace]:
+        """z (B, T, D) ↦ (z^{new}, trace). ``input_ids`` (B, T) are read only by a router whose
+        ``input_type`` is an operator input."""
         parts = self.space.split(z)
-        ell = self.router.context_logits(z, parts)
+        ell = self.router.context_logits(z, parts, input_ids)
         if probe is None and self.execution != "dense" and self.router.mode != "soft":
             route = self.router.route(ell, stochastic=stochastic, disabled=self.disabled,
                                       generator=generator)

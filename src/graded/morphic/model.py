@@ -145,7 +145,7 @@ class MorphicTransformer(nn.Module):
                 probe = UtilityProbe(self.readout.weight, self.readout.bias, targets,
                                      self.objective.utility, self.ignore_index,
                                      self.objective.attach)
-            z, tr = layer(z, probe, stochastic=stochastic)
+            z, tr = layer(z, probe, stochastic=stochastic, input_ids=input_ids)
             traces.append(tr)
         return self.readout(z), traces
 

@@ -57,10 +57,22 @@ def reinforce_surrogate(
     log_prob: Tensor, utilities: Tensor, chosen: Tensor, thresholds: Tensor, probs: Tensor,
     valid: Tensor,
 ) -> Tensor:
-    """Score-function term −(r − b) log K_θ(e) with reward r = Σ_e chosen_e (ΔL_e − τ_e) (§6.3.1).
+    """Score-function term −mean_t (r_t − b_t) log K_θ(sample_t) (§6.3.1, Remark 4.17).
 
-    The baseline b_t = Σ_e α_t(e)(ΔL_t(e) − τ_e) is the expected reward under the current kernel;
-    it does not depend on the sample, so the estimator stays unbiased (Remark 4.17).
+    Per token, with A_e = ΔL_t(e) − τ_e (utilities detached), ``chosen`` the update weights α of
+    the sample and ``probs`` the kernel K per edge:
+
+    - reward r = Σ_e chosen_e A_e; baseline b = Σ_e probs_e A_e.
+    - Softmax normalisations ("dest", "global"): the sample is one option per group, chosen is
+      its one-hot (0 for a sampled stay option, whose utility is 0) and probs its probability, so
+      b = E[r], the expected reward under the current kernel.
+    - Logistic gates: ``log_prob`` is Σ_e log Bernoulli(o_e; g_e) over the sampled open/closed
+      gates o, probs are the gates g_e, and b = Σ_e g_e A_e = E[Σ_e o_e A_e]. With the stay option
+      (default) chosen_e = o_e / #{open gates into h} (the open gates of a destination share its
+      mass), so r averages the open gates' A_e per destination and b is *not* E[r] (they agree
+      when at most one gate per destination is open, e.g. single-edge destinations, and without
+      ``stay``, where chosen = o). Either way b does not depend on the sample, so the gradient
+      estimate stays unbiased; a b far from E[r] only adds variance.
     """
     reward = (utilities.detach() - thresholds)
     r = (chosen.detach() * reward).sum(-1)

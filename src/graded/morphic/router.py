@@ -26,10 +26,31 @@ Modes: "soft"; "hard" (argmax forward, straight-through gradient: 004's hard mod
 "gumbel" (Gumbel-softmax, straight-through, biased); "reinforce" (a sample per group, no
 pathwise gradient: the objective adds the score-function term, §6.3.1, Remark 4.17). Stochastic
 modes route by argmax when ``stochastic=False`` (evaluation).
+
+Top-k (``top_k`` = k ≥ 1, mode "hard", softmax normalisations): each group keeps its k most
+probable options S (stay included; all of them when the group has fewer), with forward weights
+α_e = K_e / Σ_{e'∈S} K_{e'} for e ∈ S and 0 elsewhere (the renormalised top-k of
+mixture-of-experts layers; k = 1 gives the one-hot argmax) and the straight-through gradient
+∂α_e/∂K_e = 1 of hard routing. A selected stay option keeps its share on the skip path.
+
+Router input (``input_type``), 004 leaves open what the router reads; here it is typed:
+
+- "context" (default): the bilinear logits above, from the pooled context and the token's own
+  source components (so the operand at t is read as well as the operator).
+- "operator": ℓ_t(e) = ⟨a_e, E[o_t]⟩ + c_e, with o_t the type of the most recent operator token at
+  a position ≤ t (one of ``operator_tokens``, index 1..n; 0 before any) and E a learned
+  (n + 1, rank) table: routing is a function of the operator alone.
+- "operator_state": ℓ_t(e) = ⟨a_e, W_u z_{s(t)} + b_u⟩ + c_e, with s(t) the position of that
+  operator token and z_{s(t)} the layer's input state there (0 before any): the hidden state at
+  the operator's position, which earlier layers may have mixed with other tokens.
+
+The operator inputs need the token ids (``context_logits(..., input_ids=...)``, passed by
+``MorphicTransformer``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +63,7 @@ from graded.morphic.state import GradedStateSpace
 NORMALIZATIONS = ("global", "dest", "logistic")
 MODES = ("soft", "hard", "gumbel", "reinforce")
 POOLINGS = ("mean", "last", "attention")
+INPUT_TYPES = ("context", "operator", "operator_state")
 
 
 @dataclass
@@ -69,7 +91,8 @@ class Router(nn.Module):
         self, space: GradedStateSpace, edges: EdgeSet, *, rank: int = 16, pooling: str = "mean",
         temperature: float = 1.0, normalization: str = "dest", mode: str = "soft",
         affine: bool = True, init_std: float = 0.02, gumbel_temperature: float = 1.0,
-        stay: bool = True,
+        stay: bool = True, top_k: int = 1, input_type: str = "context",
+        operator_tokens: Sequence[int] = (),
     ) -> None:
         super().__init__()
         if normalization not in NORMALIZATIONS:
@@ -85,18 +108,54 @@ class Router(nn.Module):
             raise ValueError(f"rank must be a positive int, got {rank!r}")
         if not isinstance(stay, bool):
             raise ValueError(f"stay must be True or False, got {stay!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+        if top_k > 1 and (mode != "hard" or normalization == "logistic"):
+            raise ValueError(f"top_k={top_k} needs mode 'hard' and a softmax normalisation "
+                             f"('global' or 'dest'), got mode {mode!r}, normalization "
+                             f"{normalization!r}")
+        if input_type not in INPUT_TYPES:
+            raise ValueError(f"input_type must be one of {INPUT_TYPES}, got {input_type!r}")
+        operator_tokens = list(operator_tokens)
+        if input_type == "context" and operator_tokens:
+            raise ValueError(f"operator_tokens are read only by input_type 'operator' or "
+                             f"'operator_state', got them with {input_type!r}")
+        if input_type != "context":
+            bad = [t for t in operator_tokens
+                   if isinstance(t, bool) or not isinstance(t, int) or t < 0]
+            if not operator_tokens or bad or len(set(operator_tokens)) != len(operator_tokens):
+                raise ValueError(f"input_type {input_type!r} needs operator_tokens: a non-empty "
+                                 f"list of distinct token ids >= 0, got {operator_tokens!r}")
         self.space, self.edges = space, edges
         self.rank, self.pooling, self.temperature = rank, pooling, float(temperature)
         self.normalization, self.mode = normalization, mode
         self.gumbel_temperature, self.stay = gumbel_temperature, stay
-        self.proj_u = nn.Linear(space.total_dim, rank, bias=affine)
+        self.top_k, self.input_type = top_k, input_type
+        self.register_buffer("operator_tokens", torch.tensor(operator_tokens, dtype=torch.long),
+                             persistent=False)
         self.sources = list(dict.fromkeys(e.source for e in edges))
-        self.proj_v = nn.ModuleDict({g: nn.Linear(space.dim(g), rank, bias=affine)
-                                     for g in self.sources})
-        self.bilinear = nn.Parameter(torch.randn(len(edges), rank, rank) * init_std)
-        self.register_buffer("source_of_edge", torch.tensor(
-            [self.sources.index(e.source) for e in edges], dtype=torch.long), persistent=False)
-        if pooling == "attention":
+        # the edges grouped by source grade (contiguous spans), and back to the edge order
+        order = [i for g in self.sources for i, e in enumerate(edges) if e.source == g]
+        counts = [sum(e.source == g for e in edges) for g in self.sources]
+        ends = torch.tensor(counts).cumsum(0).tolist()
+        self.source_spans = [(end - n, end) for n, end in zip(counts, ends)]
+        identity = order == list(range(len(edges)))
+        self.edge_order = None if identity else order
+        self.register_buffer("edge_position", torch.tensor(order).argsort(), persistent=False)
+        if input_type != "context":
+            # ℓ_t(e) = ⟨a_e, u_t⟩ + c_e with u_t the operator's embedding or projected state
+            self.operator_head = nn.Linear(rank, len(edges))
+            nn.init.normal_(self.operator_head.weight, std=init_std)
+            nn.init.zeros_(self.operator_head.bias)
+        if input_type == "operator":
+            self.operator_embedding = nn.Embedding(len(operator_tokens) + 1, rank)
+        else:
+            self.proj_u = nn.Linear(space.total_dim, rank, bias=affine)
+        if input_type == "context":
+            self.proj_v = nn.ModuleDict({g: nn.Linear(space.dim(g), rank, bias=affine)
+                                         for g in self.sources})
+            self.bilinear = nn.Parameter(torch.randn(len(edges), rank, rank) * init_std)
+        if pooling == "attention" and input_type == "context":
             self.pool_key = nn.Linear(space.total_dim, rank, bias=False)
             self.pool_query = nn.Parameter(torch.zeros(rank))
         if normalization == "global":
@@ -110,6 +169,14 @@ class Router(nn.Module):
         self.n_stay = len(groups) if (stay and softmax) else 0
         self.ext_groups = [torch.tensor(g + ([len(edges) + k] if self.n_stay else []),
                                         dtype=torch.long) for k, g in enumerate(groups)]
+        n_cols = len(edges) + self.n_stay
+        # one group holding every column in order (global softmax): no gather needed
+        self.single_group = (len(self.ext_groups) == 1
+                             and torch.equal(self.ext_groups[0], torch.arange(n_cols)))
+        group_of_column = torch.full((n_cols,), -1, dtype=torch.long)
+        for k, idx in enumerate(self.ext_groups):
+            group_of_column[idx] = k
+        self.register_buffer("group_of_column", group_of_column, persistent=False)
         choice = [len(g) > 1 for g in self.ext_groups] if softmax else [True] * len(groups)
         self.routed_groups: list[list[int]] = [g for g, c in zip(groups, choice) if c]
         self.always_on: list[int] = [g[0] for g, c in zip(groups, choice) if not c]
@@ -133,20 +200,59 @@ class Router(nn.Module):
         w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
         return w @ z
 
-    def context_logits(self, z: Tensor, parts: dict[str, Tensor] | None = None) -> Tensor:
-        """ℓ (B, T, |E|) from the causal context and the current source components only.
+    def operator_index(self, input_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """For every token (B, T): the position s(t) of the most recent operator token at a
+        position ≤ t (−1 before any) and its type o_t ∈ {1..n} (index in ``operator_tokens``
+        plus one; 0 before any)."""
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be a (B, T) tensor of token ids, got "
+                             f"{tuple(getattr(input_ids, 'shape', ()))}")
+        match = input_ids.unsqueeze(-1) == self.operator_tokens.to(input_ids.device)  # (B,T,n)
+        is_op = match.any(-1)
+        kind = torch.where(is_op, match.long().argmax(-1) + 1, 0)
+        t = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        pos = torch.where(is_op, t, -1).cummax(dim=1).values
+        op = torch.where(pos >= 0, kind.gather(1, pos.clamp(min=0)), 0)
+        return pos, op
+
+    def context_logits(self, z: Tensor, parts: dict[str, Tensor] | None = None,
+                       input_ids: Tensor | None = None) -> Tensor:
+        """ℓ (B, T, |E|) from what ``input_type`` names (module doc); "context" reads the causal
+        context and the current source components only, the operator inputs read
+        ``input_ids`` (B, T) as well.
 
         ``parts`` is ``space.split(z)`` when the caller has it already."""
+        if self.input_type != "context":
+            if input_ids is None:
+                raise ValueError(f"a router with input_type {self.input_type!r} reads the "
+                                 "token ids: pass input_ids")
+            if input_ids.shape != z.shape[:2]:
+                raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; expected the "
+                                 f"state's (B, T) = {tuple(z.shape[:2])}")
+            pos, op = self.operator_index(input_ids)
+            if self.input_type == "operator":
+                u = self.operator_embedding(op)  # (B, T, r)
+            else:
+                state = z.gather(1, pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, z.shape[-1]))
+                u = self.proj_u(state * (pos >= 0).unsqueeze(-1).to(z.dtype))
+            return self.operator_head(u)
         parts = self.space.split(z) if parts is None else parts
         # every pooling is linear in the pooled rows, so project to rank r first, then pool:
         # proj_u(pool(z)) = pool(z W_uᵀ) + b_u, at r/D of the cost
         u = self.pool(F.linear(z, self.proj_u.weight), keys=z)  # (B, T, r)
         if self.proj_u.bias is not None:
             u = u + self.proj_u.bias
-        v = torch.stack([self.proj_v[g](parts[g]) for g in self.sources], dim=2)
-        v_e = v.index_select(2, self.source_of_edge)  # (B, T, E, r)
-        uw = torch.einsum("btr,ers->btes", u, self.bilinear)
-        return (uw * v_e).sum(-1)
+        # uw[…, e, s] = Σ_r u_r W_e[r, s] for the edges in source order, as one (N, r) × (r, E·r)
+        # product; then per source g, ℓ_e = ⟨uw_e, v_g⟩ for its edges by broadcasting v_g
+        # (no (B, T, E, r) copy of v per edge)
+        r = self.rank
+        weights = self.bilinear if self.edge_order is None else self.bilinear[self.edge_order]
+        uw = (u.reshape(-1, r) @ weights.transpose(0, 1).reshape(r, -1)).view(
+            *u.shape[:-1], len(self.edges), r)
+        ell = torch.cat([
+            (uw[..., a:b, :] * self.proj_v[g](parts[g]).unsqueeze(-2)).sum(-1)
+            for g, (a, b) in zip(self.sources, self.source_spans)], dim=-1)
+        return ell if self.edge_order is None else ell.index_select(-1, self.edge_position)
 
     # ---------------------------------------------------- normalisation
     def _mask(self, logits: Tensor, disabled: frozenset[int] | set[int] | None) -> Tensor:
@@ -165,12 +271,19 @@ class Router(nn.Module):
     def _ext_log_probs(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
         """log-probabilities over [edges | stay options], one softmax per group (−∞/NaN for a
         group whose every option is disabled)."""
-        x = self._extend(self._mask(logits, disabled) / self.temperature)
-        out = torch.empty_like(x)
-        for idx in self.ext_groups:
-            idx = idx.to(x.device)
-            out[..., idx] = torch.log_softmax(x.index_select(-1, idx), dim=-1)
-        return out
+        x = self._mask(logits, disabled)
+        x = self._extend(x if self.temperature == 1.0 else x / self.temperature)
+        if self.single_group:
+            return torch.log_softmax(x, dim=-1)
+        # a segment log-softmax over all groups at once: shift by each group's max (a constant
+        # per group, so detached), then log Σ exp per group by index_add
+        gid = self.group_of_column.to(x.device)
+        n_groups = len(self.ext_groups)
+        top = x.detach().new_full((*x.shape[:-1], n_groups), float("-inf")).scatter_reduce(
+            -1, gid.expand(x.shape), x.detach(), "amax")
+        shifted = x - top.index_select(-1, gid)
+        total = shifted.new_zeros(top.shape).index_add(-1, gid, shifted.exp())
+        return shifted - total.log().index_select(-1, gid)
 
     def log_probs(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
         """log K(e) per edge under the normalisation (log σ for logistic gates); −∞ where
@@ -242,16 +355,18 @@ class Router(nn.Module):
         log K(sample) summed over the routed groups. Hard and Gumbel weights are 0/1 forward with
         a straight-through gradient; a sampled stay option leaves every edge of its group at 0."""
         n = len(self.edges)
-        probs = self.probabilities(logits, disabled)
+        if self.normalization == "logistic":
+            probs = kernel = self.probabilities(logits, disabled)
+        else:  # one normalisation pass gives both the edges' K and the stay options'
+            kernel = self._ext_log_probs(logits, disabled).exp()
+            if disabled:  # a group with every option disabled has NaN probabilities: 0
+                kernel = kernel.nan_to_num(0.0)
+            probs = kernel[..., :n]
         mode = self.mode
         if mode == "soft":
             return Route(self.weights_from(probs), probs)
         if mode in ("gumbel", "reinforce") and not stochastic:
             mode = "hard"
-        if self.normalization == "logistic":
-            kernel = probs
-        else:
-            kernel = self._ext_log_probs(logits, disabled).exp().nan_to_num(0.0)
         if mode == "gumbel":
             return Route(self.weights_from(self._gumbel(logits, disabled, generator)[..., :n]),
                          probs)
@@ -259,7 +374,9 @@ class Router(nn.Module):
         hard = hard[..., :n]
         if mode == "reinforce":
             return Route(self.weights_from(hard), probs, log_prob)
-        return Route(self.weights_from(hard + probs - probs.detach()), probs)
+        if probs.requires_grad:  # straight-through: 0/1 (or top-k shares) forward, ∂K backward
+            hard = hard + probs - probs.detach()
+        return Route(self.weights_from(hard), probs)
 
     def _discrete(
         self, probs: Tensor, *, sample: bool, generator: torch.Generator | None
@@ -278,18 +395,24 @@ class Router(nn.Module):
         log_prob = torch.zeros(p.shape[:-1], dtype=p.dtype, device=p.device)
         for idx, routed in zip(self.ext_groups, self._group_routed()):
             idx = idx.to(p.device)
-            pg = p.index_select(-1, idx)
+            pg = p if self.single_group else p.index_select(-1, idx)
+            if self.top_k > 1 and not sample:  # renormalised top-k of the group (module doc)
+                top, where = pg.topk(min(self.top_k, pg.shape[-1]), dim=-1)
+                total = top.sum(-1, keepdim=True)
+                share = torch.where(total > 0, top / total.clamp_min(1e-30), 0.0)
+                hard.scatter_(-1, where if self.single_group else idx[where], share)
+                continue
             if sample:
                 flat = pg.reshape(-1, pg.shape[-1]).clamp_min(0)
                 choice = torch.multinomial(flat + (flat.sum(-1, keepdim=True) == 0), 1,
                                            generator=generator).view(pg.shape[:-1])
             else:
                 choice = pg.argmax(-1)
-            chosen = idx[choice]
+            chosen = choice if self.single_group else idx[choice]
             # a group whose every option is disabled (all mass 0) selects nothing: α ≡ 0 there
             live = (pg.sum(-1) > 0).to(p.dtype)
             hard.scatter_(-1, chosen.unsqueeze(-1), live.unsqueeze(-1))
-            if routed:
+            if routed and sample:  # log K(sample), used by REINFORCE only
                 log_prob = log_prob + live * probs.gather(-1, chosen.unsqueeze(-1)).squeeze(
                     -1).clamp_min(1e-12).log()
         return hard, log_prob

@@ -77,6 +77,7 @@ class ExternalTool(nn.Module):
 
     differentiable = False
     token_local = True
+    reads_dest = False
 
     def __init__(
         self, fn: Callable[[Any], Any], *, decode: Callable[[Tensor], Tensor],

@@ -42,15 +42,22 @@ UPDATE_MODES = ("gated_replace", "residual_typed", "convex_identity", "eta_step"
                 "sample_one", "routed_LN")
 
 
+# the rules whose slot h is z^{(h)} + c_1 mix_h − c_2 s'_h z^{(h)} with one mass per destination:
+# computed on the whole state at once (one (…, D) expression instead of a loop over grades)
+_MASS_RULES = ("gated_replace", "sample_one", "eta_step", "convex_identity")
+
+
 def apply_update(
     mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor, edges: EdgeSet,
     space: GradedStateSpace, *, norm: GradewiseNorm | None = None, eta: float = 1.0,
-    parts: dict[str, Tensor] | None = None, mixes: dict[str, Tensor] | None = None,
+    parts: dict[str, Tensor] | None = None, mixes: dict[str, Tensor] | Tensor | None = None,
 ) -> Tensor:
     """z^{new} under ``mode``; ``parts`` is ``space.split(z)`` when the caller has it already.
 
-    ``mixes`` (dest h → Σ_{e→h} α_e φ_e) replaces the sum over ``candidates`` when the caller has
-    formed it already (sparse execution in ``layer.py`` runs each block on its routed rows only).
+    ``mixes`` replaces the sum over ``candidates`` when the caller has formed it already (sparse
+    execution in ``layer.py`` runs each block on its routed rows only): a dict dest h →
+    Σ_{e→h} α_e φ_e, or one tensor (…, D) holding every destination's mix in its grade's
+    columns (zeros in grades without an incoming edge).
     """
     if mode not in UPDATE_MODES:
         raise ValueError(f"update mode must be one of {UPDATE_MODES}, got {mode!r}")
@@ -58,6 +65,10 @@ def apply_update(
         raise ValueError("routed_LN needs a GradewiseNorm (norm=...)")
     if alpha.shape[-1] != len(edges):
         raise ValueError(f"alpha has {alpha.shape[-1]} edge weights, expected {len(edges)}")
+    if mode in _MASS_RULES:
+        return _mass_rule(mode, z, candidates, alpha, edges, space, eta, mixes)
+    if isinstance(mixes, Tensor):
+        mixes = space.split(mixes)
     parts = space.split(z) if parts is None else parts
     slots = []
     for h in space.labels:
@@ -87,3 +98,39 @@ def apply_update(
             new = norm.grade(zh + (mix - zh), h)
         slots.append(new)
     return torch.cat(slots, dim=-1)
+
+
+def _mass_rule(mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor, edges: EdgeSet,
+               space: GradedStateSpace, eta: float, mixes: dict[str, Tensor] | Tensor | None
+               ) -> Tensor:
+    """The rules of ``_MASS_RULES`` on the whole state, as c·M + (1 − c·m) ⊙ z: M holds the
+    mixes in their grades' columns, m the routed mass Σ_{e→h} α_e over the columns of h (0 where
+    no edge enters) and c = η for eta_step, 1 otherwise. That is z + M − m z for gated_replace
+    and sample_one, z + η(M − m z) for eta_step and M + (1 − m) z for convex_identity."""
+    labels = list(space.labels)
+    if isinstance(mixes, Tensor):
+        mix = mixes
+    else:
+        slots = []
+        for h in labels:
+            idx = [i for i, e in enumerate(edges) if e.dest == h]
+            if not idx:
+                slots.append(z.new_zeros(*z.shape[:-1], space.dim(h)))
+            elif mixes is not None:
+                slots.append(mixes[h])
+            else:
+                slots.append(sum(alpha[..., i : i + 1] * candidates[i] for i in idx))
+        mix = torch.cat(slots, dim=-1)
+    c = eta if mode == "eta_step" else 1.0
+    dest = torch.tensor([labels.index(e.dest) for e in edges], device=alpha.device)
+    mass = alpha.new_zeros(*alpha.shape[:-1], len(labels)).index_add(-1, dest, alpha)
+    keep = 1 - c * mass  # (…, |G|): the weight left on each grade's own state
+    mix = mix * c if c != 1.0 else mix
+    dims = [space.dim(h) for h in labels]
+    if len(set(dims)) == 1:  # equal grades: broadcast over a (…, |G|, d) view, no copy
+        shape = (len(labels), dims[0])
+        return torch.addcmul(mix.unflatten(-1, shape), z.unflatten(-1, shape),
+                             keep.unsqueeze(-1)).flatten(-2)
+    columns = torch.repeat_interleave(torch.arange(len(labels), device=alpha.device),
+                                      torch.tensor(dims, device=alpha.device))
+    return torch.addcmul(mix, z, keep.index_select(-1, columns))

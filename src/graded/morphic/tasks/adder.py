@@ -126,8 +126,12 @@ def build_adder_model(
     task: VariableAdditionTask, *, tool: str = "internal", sem_dim: int = 16, rank: int = 8,
     beta: float = 5.0, pooling: str = "mean", readout_scale: float = 4.0,
     objective: MorphicObjective | None = None, max_len: int = 8,
-    distractor: str | None = None, distractor_seed: int = 0,
+    distractor: str | None = None, distractor_seed: int = 0, router_input: str = "context",
 ) -> MorphicTransformer:
+    """The two-layer model of the module doc. ``router_input`` is the adder router's
+    ``input_type``: "context" (the pooled context and the token's own ``num`` code),
+    "operator" (a learned embedding of the most recent ADD_k token, so the adder choice can
+    depend on k only) or "operator_state" (the state at the ADD_k position)."""
     if tool not in ("internal", "external"):
         raise ValueError(f"tool must be 'internal' or 'external', got {tool!r}")
     if distractor not in DISTRACTORS:
@@ -145,8 +149,10 @@ def build_adder_model(
         adders = [calculator_adder(k, p) for k in task.shifts]
     if distractor is not None:
         adders = [*adders, distractor_block(p, distractor, distractor_seed)]
-    layer2 = MorphicLayer(space, add_edges, adders, router={"rank": rank, "pooling": pooling},
-                          beta=beta)
+    router = {"rank": rank, "pooling": pooling, "input_type": router_input}
+    if router_input != "context":
+        router["operator_tokens"] = list(task.add_token.values())
+    layer2 = MorphicLayer(space, add_edges, adders, router=router, beta=beta)
     return MorphicTransformer(
         space, [layer1, layer2], task.vocab_size, max_len=max_len, learned_grades=["sem"],
         typed_embeddings={"num": task.typed_digits()},

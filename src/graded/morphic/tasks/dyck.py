@@ -5,6 +5,12 @@ Tokens "(", ")", "x"; the target at each position is the depth class after the t
 s_t + δ_t reads the destination as well as the source, so it is the additive ``residual_typed``
 update of an edge stack ← sem; the prefix depth comes from one causal attention head with
 uniform weights at initialisation: mean_{s≤t} δ_s = depth_t/(t + 1) has the sign of depth_t.
+
+Length split (:func:`length_split`): train on sequences of length L, evaluate on sequences of a
+longer length L' drawn from the same walk. The model has no positional embedding
+(``positional="none"``), so it applies at any length up to its ``max_len``; what is tested is
+whether the learned prefix-depth reading carries over to positions it never saw (t ≥ L), where
+depth_t/(t + 1) is smaller than anything seen at depth 1 in training.
 """
 
 from __future__ import annotations
@@ -46,8 +52,39 @@ class DyckDepthTask:
         return ids, targets
 
 
+def length_split(train_length: int, test_length: int, *, p_open: float = 0.45,
+                 p_fill: float = 0.2) -> tuple[DyckDepthTask, DyckDepthTask]:
+    """The training task (sequences of ``train_length``) and the held-out one (sequences of
+    ``test_length`` > ``train_length``, the same walk): no held-out sequence has a training
+    sequence's length, and positions t ≥ ``train_length`` occur only in the held-out one."""
+    for name, value in (("train_length", train_length), ("test_length", test_length)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an int, got {value!r}")
+    if not test_length > train_length:
+        raise ValueError(f"test_length must exceed train_length = {train_length}, got "
+                         f"{test_length}")
+    return (DyckDepthTask(train_length, p_open, p_fill),
+            DyckDepthTask(test_length, p_open, p_fill))
+
+
+@torch.no_grad()
+def evaluate_dyck(model: MorphicTransformer, ids: Tensor, targets: Tensor, *,
+                  from_position: int = 0) -> dict[str, float]:
+    """Depth-class accuracy with context-only routing (``model(ids)``): over every token, and
+    over the positions t ≥ ``from_position`` (the positions a length split never trained)."""
+    was_training = model.training
+    model.eval()
+    hit = model(ids).argmax(-1) == targets
+    model.train(was_training)
+    return {"accuracy": float(hit.float().mean()),
+            "accuracy_from_position": float(hit[:, from_position:].float().mean())}
+
+
 def build_dyck_model(task: DyckDepthTask, *, sem_dim: int = 8, stack_dim: int = 2,
-                     objective: MorphicObjective | None = None) -> MorphicTransformer:
+                     objective: MorphicObjective | None = None, max_len: int | None = None
+                     ) -> MorphicTransformer:
+    """The one-layer stack model of the module doc; ``max_len`` (default: the task's length)
+    is the longest sequence it accepts, e.g. the held-out length of :func:`length_split`."""
     space = GradedStateSpace({"sem": sem_dim, "stack": stack_dim})
     edges = EdgeSet.explicit(space, [("sem", "stack", "push_pop"), ("stack", "stack", "keep")])
     push = GradeTypedAttention(sem_dim, stack_dim, num_heads=1, head_dim=4, value_source="source",
@@ -57,5 +94,5 @@ def build_dyck_model(task: DyckDepthTask, *, sem_dim: int = 8, stack_dim: int = 
     layer = MorphicLayer(space, edges, [push, keep],
                          router={"rank": 4, "normalization": "logistic"},
                          update="residual_typed")
-    return MorphicTransformer(space, [layer], task.vocab_size, max_len=task.length,
+    return MorphicTransformer(space, [layer], task.vocab_size, max_len=max_len or task.length,
                               positional="none", objective=objective)

@@ -125,3 +125,44 @@ def test_egt_recipe_projects_grades_onto_nonnegative_values():
         model.feature_grading.grades.fill_(-0.5)
     recipe.on_step(model, opt, 1, 10)
     assert torch.all(model.feature_grading.grades == 0)
+
+
+def test_lgt_bound_uses_the_largest_entry_of_m_not_the_largest_grade():
+    # neutral "shift" grades are q = 0, so M = I: the bound 1/q_max is 1/1, not infinite
+    model = lm("linear")
+    recipe = get_recipe("lgt-alg5.1")
+    opt = torch.optim.AdamW(recipe.param_groups(model, lr=1e-3, weight_decay=0.0, grade_lr=5.0))
+    info = recipe.on_step(model, opt, 0, 10)
+    assert info["q_max"] == pytest.approx(1.0) and info["grade_lr_bound"] == pytest.approx(1.0)
+    assert info["grade_lr"] == pytest.approx(0.9 * 1.0)
+    # grades 0..3 under f(q) = q + 1: M's largest entry is 4, computed here by hand
+    with torch.no_grad():
+        for g in gradings(model).values():
+            g.grades.copy_(torch.arange(g.grades.numel(), dtype=g.grades.dtype)
+                           .reshape(g.grades.shape) % 4)
+    info = recipe.on_step(model, opt, 1, 10)
+    assert info["q_max"] == pytest.approx(4.0)
+    assert info["grade_lr"] == pytest.approx(0.9 / 4.0)
+
+
+def test_lr_bound_off_logs_the_bound_but_keeps_the_rate():
+    model = lm("linear")
+    recipe = get_recipe("lgt-alg5.1", lr_bound="off")
+    opt = torch.optim.AdamW(recipe.param_groups(model, lr=1e-3, weight_decay=0.0, grade_lr=5.0))
+    info = recipe.on_step(model, opt, 0, 10)
+    assert info["grade_lr_bound"] == pytest.approx(1.0) and info["grade_lr"] == 5.0
+    with pytest.raises(ValueError, match="lr_bound"):
+        get_recipe("lgt-alg5.1", lr_bound="sometimes")
+
+
+def test_a_recipe_that_does_not_match_the_model_is_refused():
+    with pytest.raises(ValueError, match="exponential"):
+        get_recipe("lgt-alg5.1").check(lm("exponential", grading_base=2.0))
+    with pytest.raises(ValueError, match="linear"):
+        get_recipe("egt-alg7.1").check(lm("linear"))
+    ungraded = TransformerLM(TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1,
+                                               max_len=16))
+    with pytest.raises(ValueError, match="no grading"):
+        get_recipe("lgt-alg5.1").check(ungraded)
+    get_recipe("plain").check(ungraded)
+    get_recipe("lgt-alg5.1").check(lm("linear"))

@@ -9,9 +9,10 @@ A recipe says how grades are optimised; the trainer calls it at three points:
   coordination term (000 Alg 5.1, 7.1);
 - :meth:`Recipe.on_step` — after each optimizer and scheduler step, it prepares the next step:
   sets λ_{t} = 1 + (λ_max − 1)·t/T on every exponential grading (000 Alg 7.1, §7.2 (iii)) and
-  caps the grade learning rate below the bound of the algorithms, η_q < 1/q_max (LGT) or
-  η_q < 1/(λ_t^{q_max} ln λ_t) (EGT), with q_max recomputed from the current grades
-  (over feature and head grades). The cap is ``lr_margin`` × bound; where the bound is
+  caps the grade learning rate below the bound of the algorithms, η_q < 1/q_max (LGT, q_max =
+  max f(q), the largest entry of M_q) or η_q < 1/(λ_t^{q_max} ln λ_t) (EGT, q_max the largest
+  grade), recomputed from the current grades (over feature and head grades); with
+  ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound; where the bound is
   infinite (q_max ≤ 0 for LGT, λ_t = 1 for EGT) the scheduled rate stands. For EGT it also
   projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are the grades used.
 
@@ -32,6 +33,7 @@ from graded.train.optim import is_grade_parameter, param_groups
 from graded.transformer.graded import gradings
 
 __all__ = [
+    "LR_BOUNDS",
     "RECIPES",
     "Recipe",
     "anneal_lambda",
@@ -83,6 +85,28 @@ class Recipe:
     lambda_max: float | None = None
     lr_margin: float = 0.9
     clip_norm: float | None = 1.0
+    lr_bound: str = "paper"
+
+    def __post_init__(self) -> None:
+        if self.lr_bound not in LR_BOUNDS:
+            raise ValueError(f"lr_bound={self.lr_bound!r}; expected one of {LR_BOUNDS}")
+        if not 0.0 < self.lr_margin <= 1.0:
+            raise ValueError(f"lr_margin={self.lr_margin!r}; expected a number in (0, 1]")
+
+    def check(self, model: nn.Module) -> None:
+        """Refuses a model whose grading this recipe does not train: an LGT recipe needs linear
+        gradings, an EGT recipe exponential ones, and neither runs on an ungraded model."""
+        if self.kind is None:
+            return
+        found = {("exponential" if isinstance(g, ExponentialGrading) else "linear")
+                 for g in gradings(model).values()}
+        if not found:
+            raise ValueError(f"recipe {self.name!r} trains {self.kind} grades but the model has "
+                             "no grading; use recipe 'plain' or build a graded model")
+        if found != {self.kind}:
+            raise ValueError(f"recipe {self.name!r} trains {self.kind} grades but the model's "
+                             f"gradings are {sorted(found)}; use the recipe of the model's "
+                             "grading (lgt-alg5.1 for linear, egt-alg7.1 for exponential)")
 
     def with_options(self, **changes: object) -> Recipe:
         """A copy with some hyperparameters changed (names as the fields)."""
@@ -159,17 +183,25 @@ class Recipe:
                 for g in exps:
                     if g.learnable:
                         g.grades.clamp_(min=0.0)
-        q_max = max(float(g.grades.detach().max()) for _, g in gs)
+        if self.kind == "linear":
+            # 000 Alg 5.1: q_max is the largest entry of M_q = diag(f(q)), not the largest grade
+            q_max = max(float(g.scales().detach().max()) for _, g in gs)
+        else:
+            q_max = max(float(g.grades.detach().max()) for _, g in gs)
         bound = grade_lr_bound(self.kind, q_max, lam)
         logged["q_max"] = q_max
         logged["grade_lr_bound"] = bound if math.isfinite(bound) else -1.0
         for group in optimizer.param_groups:
             if group.get("name") == "grades":
-                if math.isfinite(bound):
+                if self.lr_bound == "paper" and math.isfinite(bound):
                     group["lr"] = min(group["lr"], self.lr_margin * bound)
                 logged["grade_lr"] = group["lr"]
         return logged
 
+
+#: Grade learning-rate policies: ``paper`` caps η_q below the algorithms' bound; ``off`` leaves
+#: the scheduled rate (under Adam the bound, derived for plain gradient steps, can freeze grades).
+LR_BOUNDS = ("paper", "off")
 
 RECIPES: dict[str, Recipe] = {
     "plain": Recipe(),
@@ -182,7 +214,7 @@ RECIPES: dict[str, Recipe] = {
 def get_recipe(name: str, **options: object) -> Recipe:
     """A recipe by name (``plain``, ``lgt-alg5.1``, ``egt-alg7.1``), options overriding its
     hyperparameters (``gamma``, ``gamma_heads``, ``gamma_coord``, ``anneal``, ``lambda_max``,
-    ``lr_margin``, ``clip_norm``)."""
+    ``lr_margin``, ``clip_norm``, ``lr_bound``)."""
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; expected one of {sorted(RECIPES)}")
     recipe = RECIPES[name]

@@ -122,6 +122,8 @@ class Trainer:
         self.ctx = D.setup(self.opts.device)
         self.model = model.to(self.ctx.device)
         self.recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
+        if self.recipe is not None:
+            self.recipe.check(self.model)
         self.optimizer = torch.optim.AdamW(
             self._param_groups(), lr=self.opts.lr, betas=self.opts.betas, eps=self.opts.eps
         )

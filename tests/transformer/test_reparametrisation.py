@@ -1,4 +1,5 @@
-"""A fixed diagonal grading next to a linear map is a reparametrisation (docs/what_grading_changes.md).
+"""A fixed diagonal grading next to a linear map is a reparametrisation (see
+docs/what_grading_changes.md).
 
 For each stage the graded model is compared with an UNGRADED model whose weights are rescaled
 here by hand, from the grades alone (m = λ^q for EGT, m = q + 1 for LGT's f = "shift"), without

@@ -12,8 +12,8 @@ A recipe says how grades are optimised; the trainer calls it at three points:
   caps the grade learning rate below the bound of the algorithms, η_q < 1/q_max (LGT, q_max =
   max f(q), the largest entry of M_q) or η_q < 1/(λ_t^{q_max} ln λ_t) (EGT, q_max the largest
   grade), recomputed from the current grades (over feature and head grades); with
-  ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound; where the bound is
-  infinite (q_max ≤ 0 for LGT, λ_t = 1 for EGT) the scheduled rate stands. For EGT it also
+  ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound;
+  where the bound is infinite (q_max ≤ 0 for LGT, λ_t = 1 for EGT) the scheduled rate stands. For EGT it also
   projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are the grades used.
 
 Gradient clipping at τ is the trainer's ``clip_norm``; the recipes carry a default τ.

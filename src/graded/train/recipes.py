@@ -14,7 +14,8 @@ A recipe says how grades are optimised; the trainer calls it at three points:
   grade), recomputed from the current grades (over feature and head grades); with
   ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound;
   where the bound is infinite (q_max ≤ 0 for LGT, λ_t = 1 for EGT) the scheduled rate stands.
-  For EGT it also projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are the grades used.
+  For EGT it also projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are
+  the grades used.
 
 Gradient clipping at τ is the trainer's ``clip_norm``; the recipes carry a default τ.
 The printed grade-gradient formulas of 000 are not used: gradients come from autograd.

@@ -103,3 +103,21 @@ def test_failures_are_counted_by_reason(tmp_path):
     result = run(tmp_path, "f", 30)
     assert sum(result.failures.values()) == sum(
         1 for r in rows(tmp_path / "f" / "evaluations.csv") if r[3])
+
+
+def test_sigterm_stops_after_the_round_and_the_run_resumes(tmp_path):
+    import os
+    import signal
+    import threading
+
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        stopped = run(tmp_path, "s", 400)
+    finally:
+        timer.cancel()
+    assert stopped.stopped and 0 < stopped.evaluations < 400
+    assert stopped.evaluations % 2 == 0  # whole rounds of two
+    assert "stopped by a signal" in (tmp_path / "s" / "run.log").read_text()
+    resumed = run(tmp_path, "s", stopped.evaluations + 4, resume=True)
+    assert resumed.evaluations == stopped.evaluations + 4 and not resumed.stopped

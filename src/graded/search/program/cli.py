@@ -105,4 +105,8 @@ def run_cli(args: argparse.Namespace) -> int:
     print(f"best score {result.best.score:.6g} after {result.evaluations} evaluations "
           f"(failures: {result.failures or 'none'})")
     print(f"run folder: {out} (best program: {out / 'best.py'})")
+    if result.stopped:
+        print(f"stopped; continue with: graded search program --out {out} --resume "
+              "(and the same options)")
+        return 130
     return 0

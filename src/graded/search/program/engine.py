@@ -20,6 +20,8 @@ import concurrent.futures as cf
 import csv
 import json
 import multiprocessing
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,15 +75,45 @@ class SearchResult:
     failures: dict[str, int]
     folder: Path | None
     database: ProgramsDatabase
+    stopped: bool = False
 
 
 def _noop() -> None:
     return None
 
 
+def _ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group: the parent decides when to stop, not the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _Stop:
+    """SIGINT/SIGTERM set a flag that the loop checks between rounds; a second SIGINT aborts
+    at once (KeyboardInterrupt). Installed only in the main thread."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.flag and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.flag = True
+
+    def __enter__(self) -> _Stop:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
 def _default_executor(workers: int) -> cf.Executor:
     """A local process pool whose workers are forked before any thread of the loop starts."""
-    pool = cf.ProcessPoolExecutor(max_workers=workers,
+    pool = cf.ProcessPoolExecutor(max_workers=workers, initializer=_ignore_interrupts,
                                   mp_context=multiprocessing.get_context("fork"))
     for f in [pool.submit(_noop) for _ in range(workers)]:
         f.result()
@@ -97,7 +129,9 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
     the configuration must be the one the folder was started with, except the budget, which
     may grow. State is saved after every round of ``workers`` evaluations; a run stopped
     between rounds (Ctrl-C, a crash) resumes from the last finished round, and a run whose
-    rounds all finish resumes exactly as if it had not stopped.
+    rounds all finish resumes exactly as if it had not stopped. SIGINT or SIGTERM stops the run
+    after the current round (its state saved; ``SearchResult.stopped``); a second SIGINT aborts
+    at once, leaving the last finished round's state.
     """
     skeleton = parse_skeleton(problem.skeleton)
     folder = Path(out) if out is not None else None
@@ -179,10 +213,12 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
                  "best_curve": best_curve}
         atomic_write_text(folder / "database.json", json.dumps(state))
 
+    stop = _Stop()
     try:
+        stop.__enter__()
         if not pending:
             pending = propose_round(config.workers)
-        while db.evaluations < config.budget and pending:
+        while db.evaluations < config.budget and pending and not stop.flag:
             round_ = pending[:config.budget - db.evaluations]
             futures = [pool.submit(evaluate, problem, prog, skeleton=skeleton,
                                    isolation=config.isolation) for _, prog, _ in round_]
@@ -217,6 +253,7 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
             "round is saved, continue with --resume")
         raise
     finally:
+        stop.__exit__()
         proposer_thread.shutdown(wait=True)
         if own_executor:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -224,9 +261,13 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
             bar.close()
     if folder is not None:
         _plot(folder, best_curve, len(db.islands))
-    log(f"finished: {db.evaluations} evaluations, best score {db.best().score}, "
-        f"failures {failures}")
-    return SearchResult(db.best(), db.evaluations, failures, folder, db)
+    if stop.flag:
+        log(f"stopped by a signal after {db.evaluations} evaluations (a finished round); "
+            "continue with --resume")
+    else:
+        log(f"finished: {db.evaluations} evaluations, best score {db.best().score}, "
+            f"failures {failures}")
+    return SearchResult(db.best(), db.evaluations, failures, folder, db, stopped=stop.flag)
 
 
 def _write_best(folder: Path, skeleton, db: ProgramsDatabase) -> None:

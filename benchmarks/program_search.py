@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import sys
@@ -88,8 +89,8 @@ def main() -> None:
                                          database=DatabaseConfig(islands=2)),
                             out=Path(folder) / "run")
         elapsed = time.perf_counter() - start
-        seconds = [float(r.split(",")[5]) for r in
-                   (Path(folder) / "run" / "evaluations.csv").read_text().splitlines()[1:]]
+        with open(Path(folder) / "run" / "evaluations.csv", newline="") as f:
+            seconds = [float(row["seconds"]) for row in csv.DictReader(f)]
     out = {
         "machine": machine(),
         "isolation": detect_isolation().description,

@@ -43,7 +43,7 @@ def test_operator_index_is_the_latest_operator_at_or_before_each_position():
 
 
 def test_operator_input_logits_are_a_lookup_of_the_operator_type_alone():
-    space, edges, router = make_router("operator")
+    space, _edges, router = make_router("operator")
     ids = torch.tensor([[1, 7, 2, 3], [4, 9, 2, 9]])
     z = torch.randn(2, 4, space.total_dim)
     got = router.context_logits(z, input_ids=ids)
@@ -59,7 +59,7 @@ def test_operator_input_logits_are_a_lookup_of_the_operator_type_alone():
 
 
 def test_operator_state_input_reads_the_state_at_the_operator_position():
-    space, edges, router = make_router("operator_state")
+    space, _edges, router = make_router("operator_state")
     ids = torch.tensor([[1, 7, 2, 3, 9], [4, 2, 2, 9, 1]])
     z = torch.randn(2, 5, space.total_dim)
     got = router.context_logits(z, input_ids=ids)

@@ -23,7 +23,7 @@ def rows(t: torch.Tensor) -> set[tuple[int, ...]]:
 
 def test_modular_examples_match_a_hand_computation():
     task = ModularAdditionTask((5, 7), (1, 3))
-    ids, targets, adder, modulus = task.make(torch.tensor([[4, 1, 0], [6, 0, 1]]))
+    ids, targets, _adder, _modulus = task.make(torch.tensor([[4, 1, 0], [6, 0, 1]]))
     # tokens: digits 0..6, ADD_1 = 7, ADD_3 = 8, MOD_5 = 9, MOD_7 = 10, "=" = 11
     assert ids.tolist() == [[4, 8, 9, 11], [6, 7, 10, 11]]
     assert targets[:, 3].tolist() == [(4 + 3) % 5, (6 + 1) % 7]

@@ -121,3 +121,17 @@ def test_sigterm_stops_after_the_round_and_the_run_resumes(tmp_path):
     assert "stopped by a signal" in (tmp_path / "s" / "run.log").read_text()
     resumed = run(tmp_path, "s", stopped.evaluations + 4, resume=True)
     assert resumed.evaluations == stopped.evaluations + 4 and not resumed.stopped
+
+
+def test_search_over_a_skeleton_of_several_files(tmp_path):
+    files = {"main.py": "import tools\n\n\ndef solve(x):\n    return float(tools.value(x))\n",
+             "tools.py": "# EVOLVE-BLOCK-START\ndef value(x):\n    return 0.0\n"
+                         "# EVOLVE-BLOCK-END\n"}
+    problem = Problem("toy-files", files, "solve", (1, 2), closeness, time_limit_s=5.0,
+                      memory_mb=512)
+    with cf.ThreadPoolExecutor(2) as pool:
+        result = run_search(problem, OfflineProposer(seed=3), config(20), out=tmp_path / "m",
+                            executor=pool)
+    assert result.evaluations == 20 and result.best.score > -10.0
+    assert (tmp_path / "m" / "best" / "tools.py").exists()
+    assert "import tools" in (tmp_path / "m" / "best.py").read_text()

@@ -84,3 +84,33 @@ def test_cascade_stops_at_a_failing_precheck():
 def test_registry_names_known_problems():
     with pytest.raises(ValueError, match="cap-set"):
         get_problem("cap_set")
+
+
+FILES = {
+    "main.py": "import helper\n\n\ndef run(x):\n    return helper.scale(x) + 1\n",
+    "helper.py": ("FACTOR = 1\n\n# EVOLVE-BLOCK-START\ndef scale(x):\n    return FACTOR * x\n"
+                  "# EVOLVE-BLOCK-END\n"),
+}
+
+
+def test_several_files_parse_assemble_and_run_in_the_sandbox():
+    skeleton = parse_skeleton(FILES)
+    assert skeleton.files == (("main.py", 0), ("helper.py", 1))
+    assert skeleton.assemble(skeleton.initial) == FILES
+    problem = Problem("files", FILES, "run", (1, 3), strict, time_limit_s=5.0, memory_mb=512)
+    assert evaluate(problem, skeleton.initial).failure == "invalid"  # x + 1, not 2x + 1
+    good = Program(("def scale(x):\n    return 2 * x\n",))
+    result = evaluate(problem, good)
+    assert result.ok and result.signature == (3.0, 7.0)
+    broken = Program(("def scale(x:\n",))
+    result = evaluate(problem, broken)
+    assert result.failure == "syntax" and "helper.py" in result.reason
+
+
+def test_several_file_skeletons_are_checked():
+    with pytest.raises(ValueError, match=r"main\.py"):
+        parse_skeleton({"helper.py": FILES["helper.py"]})
+    with pytest.raises(ValueError, match="no folders"):
+        parse_skeleton({"main.py": FILES["main.py"], "pkg/helper.py": FILES["helper.py"]})
+    with pytest.raises(ValueError, match="no evolvable block"):
+        parse_skeleton({"main.py": FILES["main.py"]})

@@ -271,9 +271,15 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
 
 
 def _write_best(folder: Path, skeleton, db: ProgramsDatabase) -> None:
+    """``best.py`` (for several files: ``best/`` with each file, and ``best.py`` its main)."""
     best = db.best()
     header = f"# best program: score {best.score}\n"
-    atomic_write_text(folder / "best.py", header + skeleton.assemble(best.program))
+    source = skeleton.assemble(best.program)
+    if isinstance(source, dict):
+        for name, text in source.items():
+            atomic_write_text(folder / "best" / name, text)
+        source = source["main.py"]
+    atomic_write_text(folder / "best.py", header + source)
 
 
 def _plot(folder: Path, curve: list[list[Any]], islands: int) -> None:

@@ -36,7 +36,9 @@ class InvalidArtefact(Exception):
 class Problem:
     """A problem for program search.
 
-    - ``skeleton``: the full Python source of the program, with evolvable blocks marked.
+    - ``skeleton``: the full Python source of the program, with evolvable blocks marked; or
+      several files {name: source} (AlphaEvolve), ``main.py`` holding ``entry`` and importing
+      the others, with blocks in any of them.
     - ``entry``: the function the sandbox calls, ``entry(input) -> artefact`` (JSON-serialisable).
     - ``inputs``: JSON-serialisable inputs evolved on; the score signature has one score per input.
     - ``score``: trusted verifier run in the parent, ``score(input, artefact)`` → a float or a
@@ -52,7 +54,7 @@ class Problem:
     """
 
     name: str
-    skeleton: str
+    skeleton: str | dict[str, str]
     entry: str
     inputs: tuple
     score: Callable[[Any, Any], float | dict[str, float]]

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "END",
+    "MAIN",
     "START",
     "Program",
     "Skeleton",
@@ -52,24 +55,85 @@ class Program:
 
 @dataclass(frozen=True)
 class Skeleton:
-    """Fixed text around ``len(initial.blocks)`` evolvable blocks."""
+    """Fixed text around ``len(initial.blocks)`` evolvable blocks.
+
+    ``files`` is empty for a one-file skeleton; for a skeleton of several files it lists
+    (file name, number of blocks in it) in order, and ``parts`` runs through the files in
+    that order.
+    """
 
     parts: tuple[str, ...]
     initial: Program
+    files: tuple[tuple[str, int], ...] = ()
 
-    def assemble(self, program: Program) -> str:
+    def assemble(self, program: Program) -> str | dict[str, str]:
+        """The program's source: one string, or {file name: source} for several files."""
         if len(program.blocks) != len(self.initial.blocks):
             raise ValueError(f"the skeleton has {len(self.initial.blocks)} evolvable blocks, "
                              f"the program fills {len(program.blocks)}")
-        out = [self.parts[0]]
-        for block, part in zip(program.blocks, self.parts[1:], strict=True):
-            body = block if block.endswith("\n") or not block else block + "\n"
-            out += [START + "\n", body, END + "\n", part]
-        return "".join(out)
+        if not self.files:
+            return _join(self.parts, program.blocks)
+        out, p, b = {}, 0, 0
+        for name, count in self.files:
+            out[name] = _join(self.parts[p:p + count + 1], program.blocks[b:b + count])
+            p, b = p + count + 1, b + count
+        return out
 
 
-def parse_skeleton(source: str) -> Skeleton:
-    """Splits ``source`` at its ``EVOLVE-BLOCK`` markers; the whole must parse as Python."""
+def _join(parts: tuple[str, ...], blocks: tuple[str, ...]) -> str:
+    out = [parts[0]]
+    for block, part in zip(blocks, parts[1:], strict=True):
+        body = block if block.endswith("\n") or not block else block + "\n"
+        out += [START + "\n", body, END + "\n", part]
+    return "".join(out)
+
+
+#: The file of a several-file skeleton that holds the entry function; the others are modules
+#: it imports (``import helper`` for ``helper.py``).
+MAIN = "main.py"
+_FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.py")
+
+
+def parse_skeleton(source: str | Mapping[str, str]) -> Skeleton:
+    """Splits ``source`` at its ``EVOLVE-BLOCK`` markers; the whole must parse as Python.
+
+    ``source`` is one program, or several files {name: source} (AlphaEvolve): ``main.py``
+    holds the entry function and imports the others; blocks may sit in any of them.
+    """
+    if isinstance(source, Mapping):
+        if MAIN not in source:
+            raise ValueError(f"a skeleton of several files needs {MAIN!r} (the file with the "
+                             f"entry function); got {sorted(source)}")
+        parts: list[str] = []
+        blocks: list[str] = []
+        files = []
+        for name, text in source.items():
+            if not _FILE_NAME.fullmatch(name):
+                raise ValueError(f"skeleton file name {name!r}: expected a module file name "
+                                 "like 'helper.py' (no folders)")
+            file_parts, file_blocks = _split(text, where=f"{name}: ")
+            parts += file_parts
+            blocks += file_blocks
+            files.append((name, len(file_blocks)))
+        if not blocks:
+            raise ValueError(f"the skeleton has no evolvable block (mark one with {START!r} "
+                             f"and {END!r} lines)")
+        reason = check_program(dict(source))
+        if reason is not None:
+            raise ValueError(f"the skeleton does not parse: {reason}")
+        return Skeleton(tuple(parts), Program(tuple(blocks)), tuple(files))
+    parts, blocks = _split(source)
+    if not blocks:
+        raise ValueError(f"the skeleton has no evolvable block (mark one with {START!r} "
+                         f"and {END!r} lines)")
+    reason = check_program(source)
+    if reason is not None:
+        raise ValueError(f"the skeleton does not parse: {reason}")
+    return Skeleton(tuple(parts), Program(tuple(blocks)))
+
+
+def _split(source: str, where: str = "") -> tuple[list[str], list[str]]:
+    """The fixed parts and the blocks of one file."""
     parts: list[str] = []
     blocks: list[str] = []
     current: list[str] = []
@@ -78,30 +142,31 @@ def parse_skeleton(source: str) -> Skeleton:
         marker = line.strip()
         if marker == START:
             if inside:
-                raise ValueError(f"line {number}: {START} inside an open block")
+                raise ValueError(f"{where}line {number}: {START} inside an open block")
             parts.append("".join(current))
             current, inside = [], True
         elif marker == END:
             if not inside:
-                raise ValueError(f"line {number}: {END} without a matching {START}")
+                raise ValueError(f"{where}line {number}: {END} without a matching {START}")
             blocks.append("".join(current))
             current, inside = [], False
         else:
             current.append(line)
     if inside:
-        raise ValueError(f"{START} without a matching {END}")
-    if not blocks:
-        raise ValueError(f"the skeleton has no evolvable block (mark one with {START!r} "
-                         f"and {END!r} lines)")
+        raise ValueError(f"{where}{START} without a matching {END}")
     parts.append("".join(current))
-    reason = check_program(source)
-    if reason is not None:
-        raise ValueError(f"the skeleton does not parse: {reason}")
-    return Skeleton(tuple(parts), Program(tuple(blocks)))
+    return parts, blocks
 
 
-def check_program(source: str) -> str | None:
-    """None when ``source`` parses, else the reason (``SyntaxError`` with its line)."""
+def check_program(source: str | Mapping[str, str]) -> str | None:
+    """None when ``source`` (or every file of it) parses, else the reason (``SyntaxError`` with
+    its file and line)."""
+    if isinstance(source, Mapping):
+        for name, text in source.items():
+            reason = check_program(text)
+            if reason is not None:
+                return f"{name}: {reason}"
+        return None
     try:
         ast.parse(source)
     except SyntaxError as e:

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -82,6 +83,8 @@ def _write(payload):
     with open("result.json", "w") as f:
         json.dump(payload, f, allow_nan=False)
 
+import os
+
 def main():
     for name in sys.argv[1:]:
         try:
@@ -89,10 +92,11 @@ def main():
         except ImportError:
             pass
     if sys.stdin.readline().strip() != "go":
-        import os, shutil
+        import shutil
         shutil.rmtree(os.getcwd(), ignore_errors=True)  # a spare that was never used
         return
     request = json.load(open("request.json"))
+    sys.path.insert(0, os.getcwd())  # the other files of a several-file program
     namespace = {"__name__": "candidate"}
     try:
         code = compile(open("candidate.py").read(), "candidate.py", "exec")
@@ -292,8 +296,11 @@ class Sandbox:
         with contextlib.suppress(Exception):
             self.close()
 
-    def run(self, source: str, entry: str, inputs: list | tuple) -> Outcome:
+    def run(self, source: str | Mapping[str, str], entry: str, inputs: list | tuple) -> Outcome:
         """Runs ``source`` and returns the artefacts ``entry(x)`` for ``x`` in ``inputs``.
+
+        ``source`` is one program, or several files {name: source} of which ``main.py`` holds
+        ``entry`` and may import the others (they sit in the child's private directory).
 
         Each run gets its own fresh process and directory. With ``warm`` the processes for
         the next runs are started (and its ``preimport`` modules loaded) as soon as this one ends,
@@ -301,14 +308,23 @@ class Sandbox:
         the moment the candidate is handed over. With ``warm=k`` up to k processes wait ready (two
         cover a cascade's precheck and main run).
         """
-        try:
-            compile(source, "candidate.py", "exec")
-        except (SyntaxError, ValueError) as e:
-            return Outcome(None, "syntax", f"{type(e).__name__}: {e}", 0.0)
+        files = dict(source) if isinstance(source, Mapping) else {"candidate.py": source}
+        if isinstance(source, Mapping):
+            if "main.py" not in files:
+                raise ValueError(f"a program of several files needs 'main.py'; got {sorted(files)}")
+            files["candidate.py"] = files["main.py"]
+        for name, text in files.items():
+            if "/" in name or name.startswith(".") or name in ("runner.py", "request.json"):
+                raise ValueError(f"program file name {name!r} is not allowed")
+            try:
+                compile(text, name, "exec")
+            except (SyntaxError, ValueError) as e:
+                return Outcome(None, "syntax", f"{name}: {type(e).__name__}: {e}", 0.0)
         spares = self._own_spares()
         child, workdir = spares.pop(0) if spares else self._spawn()
         try:
-            (workdir / "candidate.py").write_text(source)
+            for name, text in files.items():
+                (workdir / name).write_text(text)
             request = {"entry": entry, "inputs": list(inputs)}
             (workdir / "request.json").write_text(json.dumps(request))
             start = time.perf_counter()

@@ -135,3 +135,19 @@ def test_sampling_survives_clusters_whose_probability_underflows():
     db.register(0, ev(-500.0, "return -500.0"))  # exp(-5000) == 0.0 in float64
     _, parents = db.sample(0)
     assert [p.score for p in parents] == [0.0]
+
+
+def test_map_elites_keeps_the_best_program_of_each_cell():
+    config = DatabaseConfig(islands=1, programs_per_prompt=1, selection="map-elites",
+                            descriptors=("a", "b"), bins=2)
+    db = ProgramsDatabase(config, ev(0.0, scores={"a": 0.0, "b": 0.0}), seed=0)
+    # a, b in [0, 1]: cells split at 0.5; two programs share the cell (1, 1)
+    db.register(0, ev(1.0, "return 1.0", scores={"a": 1.0, "b": 1.0}))
+    db.register(0, ev(2.0, "return 2.0", scores={"a": 0.9, "b": 0.8}))
+    db.register(0, ev(0.5, "return 0.5", scores={"a": 0.0, "b": 1.0}))
+    cells = db._elites(db.islands[0])
+    assert {k: e.score for k, e in cells.items()} == {(0, 0): 0.0, (1, 1): 2.0, (0, 1): 0.5}
+    drawn = {db.sample(0)[1][0].score for _ in range(200)}
+    assert drawn == {0.0, 2.0, 0.5}  # uniform over cells: the cell's loser (1.0) never drawn
+    with pytest.raises(ValueError, match="descriptors"):
+        DatabaseConfig(selection="map-elites", descriptors=("a",))

@@ -378,14 +378,33 @@ class Sandbox:
 
 
 def _kill_group(child: subprocess.Popen) -> None:
-    """Kills every process of the child's group (repeatedly: a fork bomb keeps forking)."""
-    for _ in range(50):
+    """Kills every process of the child's group, repeatedly while any is left (a fork bomb
+    keeps forking), for up to 5 s."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except ProcessLookupError:
             break
+        if child.poll() is not None and not _group_alive(child.pid):
+            break  # only zombies are left in the group
         time.sleep(0.01)
     child.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is still running (not a zombie)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat[2]) == pgid and stat[0] != b"Z":
+            return True
+    return False
 
 
 def _head(path: Path, limit: int) -> str:

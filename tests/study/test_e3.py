@@ -4,31 +4,19 @@ independent NumPy computation of softmax attention ranks."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from graded.study.core import CLAIMS, Context
+from graded.study.core import Context
 from graded.study.experiments.e3_rank import BASES, RankExperiment, random_rank_differences
 
 
-def _check_findings(findings, experiment, out: Path) -> None:
-    assert [f.claim for f in findings] == list(experiment.claims)
-    for f in findings:
-        assert f.claim in CLAIMS and f.experiment == experiment.name
-        assert f.verdict in ("holds", "fails", "inconclusive")
-        assert f.seeds >= 1 and f.quantity and f.control and f.detail
-        assert math.isfinite(f.estimate) and f.low <= f.estimate <= f.high
-        for name in f.figures:
-            assert (out / name).is_file(), name
-
-
-def test_rank_experiment_quick_gives_one_well_formed_finding(tmp_path):
+def test_rank_experiment_quick_gives_one_well_formed_finding(tmp_path, check_findings):
     experiment = RankExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
-    _check_findings(findings, experiment, tmp_path)
+    check_findings(findings, experiment, tmp_path)
     assert "scale-matched" in findings[0].quantity
 
 

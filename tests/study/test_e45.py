@@ -4,15 +4,13 @@ models are checked against independent constructions."""
 from __future__ import annotations
 
 import copy
-import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from graded.analysis.positional import positional_bias_sweep
-from graded.study.core import CLAIMS, Context
+from graded.study.core import Context
 from graded.study.experiments._e_common import lag_copy_batch, least_squares_slope, tiny_lm
 from graded.study.experiments.e45_heads_positions import (
     PositionsHeadsExperiment,
@@ -22,21 +20,12 @@ from graded.study.experiments.e45_heads_positions import (
 from graded.transformer.graded import head_gradings
 
 
-def _check_findings(findings, experiment, out: Path) -> None:
-    assert [f.claim for f in findings] == list(experiment.claims)
-    for f in findings:
-        assert f.claim in CLAIMS and f.experiment == experiment.name
-        assert f.verdict in ("holds", "fails", "inconclusive")
-        assert f.seeds >= 1 and f.quantity and f.control and f.detail
-        assert math.isfinite(f.estimate) and f.low <= f.estimate <= f.high
-        for name in f.figures:
-            assert (out / name).is_file(), name
-
-
-def test_positions_heads_experiment_quick_gives_findings_for_claims_4_and_5(tmp_path):
+def test_positions_heads_experiment_quick_gives_findings_for_claims_4_and_5(
+    tmp_path, check_findings
+):
     experiment = PositionsHeadsExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
-    _check_findings(findings, experiment, tmp_path)
+    check_findings(findings, experiment, tmp_path)
 
 
 def test_least_squares_slope_matches_numpy_polyfit():

@@ -4,7 +4,6 @@ checked against closed forms and finite differences."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from torch.autograd.functional import jacobian
 from torch.nn import functional as F
 
 from graded.grading import ExponentialGrading
-from graded.study.core import CLAIMS, Context
+from graded.study.core import Context
 from graded.study.experiments._e_common import (
     IGNORE,
     equivalence_verdict,
@@ -28,21 +27,10 @@ from graded.study.experiments.e6_gradients import (
 from graded.transformer.graded import GradedFeatures
 
 
-def _check_findings(findings, experiment, out: Path) -> None:
-    assert [f.claim for f in findings] == list(experiment.claims)
-    for f in findings:
-        assert f.claim in CLAIMS and f.experiment == experiment.name
-        assert f.verdict in ("holds", "fails", "inconclusive")
-        assert f.seeds >= 1 and f.quantity and f.control and f.detail
-        assert math.isfinite(f.estimate) and f.low <= f.estimate <= f.high
-        for name in f.figures:
-            assert (out / name).is_file(), name
-
-
-def test_gradients_experiment_quick_gives_findings_for_claims_6_and_7(tmp_path):
+def test_gradients_experiment_quick_gives_findings_for_claims_6_and_7(tmp_path, check_findings):
     experiment = GradientsExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1, seeds_given=True))
-    _check_findings(findings, experiment, tmp_path)
+    check_findings(findings, experiment, tmp_path)
 
 
 def test_grading_jacobian_ratio_is_exactly_one_lemma_4_3():

@@ -4,9 +4,6 @@ checked against second computations."""
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -14,7 +11,7 @@ from torch.nn import functional as F
 
 from graded.morphic.banded import BandedBlocks
 from graded.morphic.state import Grade, GradedStateSpace
-from graded.study.core import CLAIMS, Context
+from graded.study.core import Context
 from graded.study.experiments import _e9_structure as structure
 from graded.study.experiments import _e9_utility as utility
 from graded.study.experiments.e9_numerics import NumericsExperiment
@@ -22,21 +19,12 @@ from graded.study.experiments.e9_numerics import NumericsExperiment
 DT = torch.float64
 
 
-def _check_findings(findings, experiment, out: Path) -> None:
-    assert [f.claim for f in findings] == list(experiment.claims)
-    for f in findings:
-        assert f.claim in CLAIMS and f.experiment == experiment.name
-        assert f.verdict in ("holds", "fails", "inconclusive")
-        assert f.seeds >= 1 and f.quantity and f.control and f.detail
-        assert math.isfinite(f.estimate) and f.low <= f.estimate <= f.high
-        for name in f.figures:
-            assert (out / name).is_file(), name
 
 
-def test_numerics_experiment_quick_gives_findings_for_its_thirteen_claims(tmp_path):
+def test_numerics_experiment_quick_gives_findings_for_its_thirteen_claims(tmp_path, check_findings):
     experiment = NumericsExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
-    _check_findings(findings, experiment, tmp_path)
+    check_findings(findings, experiment, tmp_path)
 
 
 def test_kl_identity_sides_agree_with_a_per_target_loop():

@@ -26,9 +26,8 @@ from graded.attention.backends.base import (
     Capabilities,
     check_inputs,
     default_scale,
-    softmax_rows,
 )
-from graded.attention.backends.dense import dense_keep_mask
+from graded.attention.backends.dense import dense_attention_weights
 
 if TYPE_CHECKING:
     from graded.attention.scores import Score
@@ -225,11 +224,7 @@ class ChunkedBackend(AttentionBackend):
         materialises them, so this path is dense: the output is weights @ v, not recomputed
         chunk by chunk."""
         self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
-        scale = default_scale(self.scale, q.shape[-1])
-        s = score(q, k) if score is not None else torch.matmul(q, k.transpose(-2, -1)) * scale
-        bias = attn_mask is not None and attn_mask.dtype != torch.bool
-        if bias:
-            s = s + attn_mask.to(s.dtype)
-        keep = dense_keep_mask(q, k, key_padding_mask, None if bias else attn_mask, is_causal)
-        weights = F.dropout(softmax_rows(s, keep), p=dropout_p)
-        return torch.matmul(weights, v), weights
+        return dense_attention_weights(
+            q, k, v, scale=self.scale, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+            is_causal=is_causal, dropout_p=dropout_p, score=score,
+        )

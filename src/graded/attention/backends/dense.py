@@ -18,7 +18,7 @@ from graded.attention.backends.base import (
 )
 from graded.attention.functional import causal_mask
 
-__all__ = ["ExplicitBackend", "FullBackend", "dense_keep_mask"]
+__all__ = ["ExplicitBackend", "FullBackend", "dense_attention_weights", "dense_keep_mask"]
 
 
 def dense_keep_mask(
@@ -39,6 +39,33 @@ def dense_keep_mask(
         causal = causal_mask(q.shape[2], k.shape[2], q.device)
         keep = causal if keep is None else keep & causal
     return keep
+
+
+def dense_attention_weights(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scale: float | None = None,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    score=None,
+) -> tuple[Tensor, Tensor]:
+    """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk), after dropout, of
+    softmax(S + bias) V with S = Q Kᵀ · scale (002 Eqs. 2.25–2.27) or ``score(q, k)``; a bool
+    ``attn_mask`` is a keep-mask, a float one an additive bias. Materialises the weights."""
+    scores = (score(q, k) if score is not None
+              else torch.matmul(q, k.transpose(-2, -1)) * default_scale(scale, q.shape[-1]))
+    bias = attn_mask is not None and attn_mask.dtype != torch.bool
+    if bias:
+        scores = scores + attn_mask.to(scores.dtype)
+    keep = dense_keep_mask(q, k, key_padding_mask, None if bias else attn_mask, is_causal)
+    weights = softmax_rows(scores, keep)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return torch.matmul(weights, v), weights
 
 
 class FullBackend(AttentionBackend):
@@ -148,15 +175,13 @@ class ExplicitBackend(AttentionBackend):
         """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk) after dropout."""
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         self.check_size((q.shape[0], q.shape[1], q.shape[2], k.shape[2]), q.dtype)
-        scale = default_scale(self.scale, q.shape[-1])
-        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-        keep = dense_keep_mask(q, k, key_padding_mask, attn_mask, is_causal)
-        weights = softmax_rows(scores, keep)
-        if dropout_p > 0.0:
-            weights = F.dropout(weights, p=dropout_p)
+        out, weights = dense_attention_weights(
+            q, k, v, scale=self.scale, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+            is_causal=is_causal, dropout_p=dropout_p,
+        )
         if self.store_weights:
             self.last_weights = weights.detach()
-        return torch.matmul(weights, v), weights
+        return out, weights
 
     def forward(
         self,

@@ -21,7 +21,6 @@ import csv
 import json
 import multiprocessing
 import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from graded.search.program.evaluate import Evaluation, evaluate
 from graded.search.program.problem import Problem
 from graded.search.program.program import Program, parse_skeleton
 from graded.search.program.sandbox import detect_isolation
+from graded.train.signals import StopSignals
 
 __all__ = ["Proposer", "SearchConfig", "SearchResult", "run_search"]
 
@@ -87,28 +87,13 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-class _Stop:
-    """SIGINT/SIGTERM set a flag that the loop checks between rounds; a second SIGINT aborts
-    at once (KeyboardInterrupt). Installed only in the main thread."""
+class _Stop(StopSignals):
+    """SIGINT/SIGTERM set ``flag``, which the loop checks between rounds; a second SIGINT
+    aborts at once (KeyboardInterrupt)."""
 
-    def __init__(self) -> None:
-        self.flag = False
-        self._old: dict[int, Any] = {}
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.flag and signum == signal.SIGINT:
+    def on_signal(self, signum: int, first: bool) -> None:
+        if self.aborted:
             raise KeyboardInterrupt
-        self.flag = True
-
-    def __enter__(self) -> _Stop:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 def _default_executor(workers: int) -> cf.Executor:

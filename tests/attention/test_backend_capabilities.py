@@ -349,8 +349,8 @@ def test_seq2seq_with_a_pattern_self_backend_uses_full_cross_attention():
 
 
 def test_seq2seq_generation_with_cache_is_refused_on_a_cacheless_self_backend():
-    s2s = build(Seq2SeqTransformer, config("sliding_window"))
-    with refused("incremental", "sliding_window"):
+    s2s = build(Seq2SeqTransformer, config("lsh"))
+    with refused("incremental", "lsh"):
         s2s.generate(ids(T, 2), 3, bos_token_id=1, use_cache=True)
     ref = with_reference(s2s)
     assert torch.equal(s2s.generate(ids(T, 2), 3, bos_token_id=1, use_cache=False),

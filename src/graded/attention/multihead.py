@@ -304,6 +304,30 @@ class MultiheadAttention(nn.Module):
             )
         return self._attend_explicit_score(q, k, v, attn_mask, is_causal, dropout_p)
 
+    def attend_incremental(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: object | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+    ) -> tuple[Tensor, object]:
+        """Causal self-attention of the newest positions through the backend's own decoding
+        state (:meth:`graded.attention.backends.AttentionBackend.decode`): ``q, k, v``
+        (B, H(kv), Tn, head_dim) and ``key_padding_mask`` (B, Tn) are the new positions only,
+        ``state`` the previous call's (None at the start). Returns per-head outputs and the
+        next state."""
+        from graded.attention.backends import decodes_with_state
+
+        if not decodes_with_state(self.backend):
+            raise ValueError(f"attention backend {self.backend_name!r} keeps no decoding state; "
+                             "cache its keys and values and call attend instead")
+        q, k, v = self.transform_heads(q, self.expand_kv(k), self.expand_kv(v))
+        dropout_p = self.dropout if self.training else 0.0
+        return self.backend.decode(q, k, v, state, key_padding_mask=key_padding_mask,
+                                   dropout_p=dropout_p)
+
     def _attend_explicit_score(
         self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool,
         dropout_p: float,

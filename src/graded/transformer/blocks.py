@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from graded.attention.backends import decodes_with_state
 from graded.attention.graded import GradedMultiheadAttention
 from graded.attention.multihead import MultiheadAttention
 from graded.positional import RotaryEmbedding
@@ -115,6 +116,8 @@ class AttentionSublayer(nn.Module):
             if self.rotary is not None:
                 q = self.rotary(q, positions)
                 k = self.rotary(k, positions)
+            if cache is not None and decodes_with_state(self.attn.backend):
+                return self._decode(q, k, v, cache, key_padding_mask, need_weights), None
             if cache is not None:
                 k, v = cache.append(k, v)
         heads, weights = self.attn.attend(
@@ -122,6 +125,21 @@ class AttentionSublayer(nn.Module):
             is_causal=is_causal, need_weights=need_weights,
         )
         return self.attn.merge(heads), weights
+
+
+    def _decode(self, q: Tensor, k: Tensor, v: Tensor, cache: LayerCache,
+                key_padding_mask: Tensor | None, need_weights: bool) -> Tensor:
+        """Self-attention of the new positions through the backend's decoding state; the
+        padding mask covers the whole cache, so its last Tn columns are the new positions'."""
+        if need_weights:
+            from graded.attention.backends import check_capability
+
+            check_capability(self.attn.backend, self.attn.backend_name, "attention_weights",
+                             "; pass need_weights=False")
+        pad = None if key_padding_mask is None else key_padding_mask[:, -q.shape[2]:]
+        heads, cache.state = self.attn.attend_incremental(q, k, v, cache.state,
+                                                          key_padding_mask=pad)
+        return self.attn.merge(heads)
 
 
 class _Residual(nn.Module):

@@ -1,4 +1,8 @@
-"""Key/value cache for incremental decoding."""
+"""Key/value cache for incremental decoding.
+
+A layer caches its keys and values, or, when its self-attention backend keeps a decoding state
+of its own (:class:`graded.attention.backends.DecodeState`: a rolling window, running sums),
+that state instead."""
 
 from __future__ import annotations
 
@@ -7,17 +11,21 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from graded.attention.backends import DecodeState
+
 __all__ = ["KVCache", "LayerCache"]
 
 
 @dataclass
 class LayerCache:
-    """Per-layer cached per-head keys and values, (B, H, S, head_dim)."""
+    """Per-layer cached per-head keys and values, (B, H, S, head_dim), or the self-attention
+    backend's decoding ``state``; cross-attention keys and values of the encoder memory."""
 
     k: Tensor | None = None
     v: Tensor | None = None
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
+    state: DecodeState | None = None
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
@@ -51,6 +59,18 @@ class KVCache:
             self.key_padding_mask = torch.cat([self.key_padding_mask, key_padding_mask], dim=1)
         return self.positions, self.key_padding_mask
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached tensors of every layer (positions and padding included)."""
+        total = sum(t.numel() * t.element_size() for t in (self.positions, self.key_padding_mask)
+                    if t is not None)
+        for layer in self.layers:
+            total += sum(t.numel() * t.element_size()
+                         for t in (layer.k, layer.v, layer.cross_k, layer.cross_v)
+                         if t is not None)
+            total += 0 if layer.state is None else layer.state.nbytes
+        return total
+
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search): every cached tensor becomes ``t[index]``."""
         for layer in self.layers:
@@ -58,6 +78,8 @@ class KVCache:
                 t = getattr(layer, name)
                 if t is not None:
                     setattr(layer, name, t.index_select(0, index))
+            if layer.state is not None:
+                layer.state.reorder(index)
         if self.positions is not None:
             self.positions = self.positions.index_select(0, index)
             self.key_padding_mask = self.key_padding_mask.index_select(0, index)

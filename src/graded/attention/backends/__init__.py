@@ -22,7 +22,9 @@ from graded.attention.backends.base import (
     FEATURES,
     AttentionBackend,
     Capabilities,
+    DecodeState,
     capabilities_of,
+    decodes_with_state,
 )
 from graded.attention.backends.chunked import ChunkedBackend, chunked_attention
 from graded.attention.backends.dense import ExplicitBackend, FullBackend
@@ -44,6 +46,7 @@ __all__ = [
     "BlockSparseBackend",
     "Capabilities",
     "ChunkedBackend",
+    "DecodeState",
     "DilatedBackend",
     "ExplicitBackend",
     "FullBackend",
@@ -58,6 +61,7 @@ __all__ = [
     "capabilities_of",
     "check_capability",
     "chunked_attention",
+    "decodes_with_state",
     "draw_random_features",
     "elu_feature_map",
     "favor_features",

@@ -15,7 +15,7 @@ fused kernel alone would return NaN there).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -25,8 +25,11 @@ __all__ = [
     "FEATURES",
     "AttentionBackend",
     "Capabilities",
+    "DecodeState",
+    "PatternDecoding",
     "check_inputs",
     "check_self_attention",
+    "decodes_with_state",
     "default_scale",
     "reject_attn_mask",
     "softmax_rows",
@@ -42,7 +45,10 @@ class Capabilities:
     Press et al. 2022); ``custom_score``: a score function other than scaled dot (002 §2.4,
     passed as ``score=``); ``attention_weights``: ``forward_with_weights`` returns the weights
     of the attention it computes; ``incremental``: decoding one query at a time against cached
-    keys (Tq = 1 < Tk, causal, bottom-right aligned) equals the full computation.
+    keys (Tq = 1 < Tk, causal, bottom-right aligned) equals the full computation. A backend
+    with ``incremental`` either takes the whole cached key/value sequence each step (the dense
+    backends) or keeps a state of its own through :meth:`AttentionBackend.decode` (a rolling
+    window, the running sums of kernel attention, the cached keys of a sparse pattern).
     """
 
     causal: bool = False
@@ -91,8 +97,105 @@ class AttentionBackend(nn.Module):
     ) -> Tensor:
         raise NotImplementedError
 
+    def decode(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: DecodeState | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+    ) -> tuple[Tensor, DecodeState]:
+        """Causal attention of the newest positions: ``q, k, v`` (B, H, Tn, ·) are the new
+        positions only, ``key_padding_mask`` (B, Tn) their padding, ``state`` what the previous
+        call returned (None at the start). Returns the new positions' outputs and the next
+        state. Backends that attend over the whole cache (the dense ones) do not override it."""
+        raise NotImplementedError(f"{self.name} backend keeps no decoding state")
+
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
+
+
+@dataclass
+class DecodeState:
+    """What a backend keeps between decoding steps (:meth:`AttentionBackend.decode`):
+    ``length``, the number of positions decoded so far, and batch-first tensors (keys, values
+    and padding of a window, or running sums). Beam search reorders it with :meth:`reorder`."""
+
+    length: int = 0
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` of every tensor (beam search)."""
+        self.tensors = {k: t.index_select(0, index) for k, t in self.tensors.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+def decodes_with_state(backend: object) -> bool:
+    """Whether ``backend`` decodes through a :class:`DecodeState` of its own (its class
+    overrides :meth:`AttentionBackend.decode`) rather than attending over the whole cache."""
+    decode = getattr(type(backend), "decode", None)
+    return decode is not None and decode is not AttentionBackend.decode
+
+
+class PatternDecoding:
+    """Incremental decoding of a causal positional pattern (a mixin for pattern backends).
+
+    A pattern backend states its keep-set by :meth:`keep` on absolute positions (query ``i``,
+    key ``j``, causality applied on top) and :attr:`horizon`, the number of most recent
+    positions a later query can still see (None: unbounded). The first call (an empty state,
+    the prompt) runs the backend's own forward pass; each later call attends the new queries
+    over the kept keys with the pattern's mask, so decoding equals the causal forward pass over
+    the whole sequence whenever the pattern of a position does not depend on later positions
+    (true of every pattern here). Memory O(horizon) per layer for a windowed pattern."""
+
+    horizon: int | None = None
+
+    def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:  # pragma: no cover - interface
+        """Bool keep-set of absolute query positions ``q_pos`` (n, 1) and keys ``k_pos``
+        (1, m), before causality."""
+        raise NotImplementedError
+
+    def decode(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: DecodeState | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+    ) -> tuple[Tensor, DecodeState]:
+        check_inputs(self.name, q, k, v, key_padding_mask, None, dropout_p)
+        b, _, t_new, _ = q.shape
+        pad = (torch.zeros(b, t_new, dtype=torch.bool, device=q.device)
+               if key_padding_mask is None else key_padding_mask)
+        if state is None or state.length == 0:
+            out = self.forward(q, k, v, key_padding_mask=key_padding_mask, is_causal=True,
+                               dropout_p=dropout_p)
+            keys, values, pads, length = k, v, pad, t_new
+        else:
+            keys = torch.cat([state.tensors["k"], k], dim=2)
+            values = torch.cat([state.tensors["v"], v], dim=2)
+            pads = torch.cat([state.tensors["pad"], pad], dim=1)
+            length = state.length + t_new
+            q_pos = torch.arange(state.length, length, device=q.device)[:, None]
+            k_pos = torch.arange(length - keys.shape[2], length, device=q.device)[None, :]
+            allowed = self.keep(q_pos, k_pos) & (k_pos <= q_pos)
+            allowed = allowed[None, None] & ~pads[:, None, None, :]
+            scale = default_scale(getattr(self, "scale", None), q.shape[-1])
+            weights = softmax_rows(torch.matmul(q, keys.transpose(-2, -1)) * scale, allowed)
+            if dropout_p > 0.0:
+                weights = torch.nn.functional.dropout(weights, p=dropout_p)
+            out = torch.matmul(weights, values)
+        if self.horizon is not None and keys.shape[2] > self.horizon:
+            keys, values = keys[:, :, -self.horizon:], values[:, :, -self.horizon:]
+            pads = pads[:, -self.horizon:]
+        return out, DecodeState(length, {"k": keys, "v": values, "pad": pads})
 
 
 UNDECLARED = Capabilities(causal=True, cross_attention=True, key_padding_mask=True)

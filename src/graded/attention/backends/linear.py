@@ -21,13 +21,15 @@ from torch import Tensor
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    DecodeState,
     check_inputs,
     check_self_attention,
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import pad_to_multiple
 
-__all__ = ["LinearBackend", "check_dropout", "elu_feature_map", "kernel_attention"]
+__all__ = ["LinearBackend", "check_dropout", "elu_feature_map", "kernel_attention",
+           "kernel_decode"]
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
@@ -76,6 +78,35 @@ def kernel_attention(
     return out.reshape(b, h, n * chunk, -1)[:, :, :t]
 
 
+def kernel_decode(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, state: DecodeState | None, *, chunk: int,
+    eps: float, extra: dict[str, Tensor] | None = None,
+) -> tuple[Tensor, DecodeState]:
+    """Causal kernel attention of new positions against the running sums of the earlier ones
+    (Katharopoulos et al. 2020, Eqs. 8–11: the transformer as an RNN), the state being
+    S = Σ_j φ(k_j)v_jᵀ (B, H, F, Dv) and z = Σ_j φ(k_j) (B, H, F): O(1) memory and O(F·Dv)
+    time per token. The first call (no state) is :func:`kernel_attention`'s causal pass over
+    the prompt. ``extra`` tensors are carried in the returned state."""
+    t_new = phi_q.shape[2]
+    if state is None or state.length == 0:
+        out = kernel_attention(phi_q, phi_k, v, causal=True, chunk=chunk, eps=eps)
+        kv = torch.matmul(phi_k.transpose(-2, -1), v)
+        z = phi_k.sum(dim=-2)
+        length = t_new
+    else:
+        kv, z = state.tensors["kv"], state.tensors["z"]
+        scores = torch.matmul(phi_q, phi_k.transpose(-2, -1))
+        scores = scores * torch.ones(t_new, t_new, dtype=torch.bool,
+                                     device=phi_q.device).tril()
+        num = torch.matmul(phi_q, kv) + torch.matmul(scores, v)
+        den = torch.matmul(phi_q, z.unsqueeze(-1)) + scores.sum(dim=-1, keepdim=True)
+        out = num / (den + eps)
+        kv = kv + torch.matmul(phi_k.transpose(-2, -1), v)
+        z = z + phi_k.sum(dim=-2)
+        length = state.length + t_new
+    return out, DecodeState(length, {"kv": kv, "z": z, **(extra or {})})
+
+
 class LinearBackend(AttentionBackend):
     """Linear attention with the elu+1 feature map (Katharopoulos et al. 2020, Eqs. 6 and 8–11).
 
@@ -84,13 +115,16 @@ class LinearBackend(AttentionBackend):
     before φ). Non-causal: time O(B·H·(Tq + Tk)·D·Dv), memory O(B·H·D·Dv) beyond inputs and
     outputs. Causal (Tq == Tk): chunked prefix sums, time O(B·H·T·(C·D + D·Dv)), memory
     O(B·H·(T·C + (T/C)·D·Dv)). Padded keys get φ(k) = 0. No general ``attn_mask``.
+    Incremental decoding keeps the running sums (:func:`kernel_decode`): memory O(D·Dv) per
+    layer and head, whatever the length.
 
     Options: ``chunk_size`` (C, default 64), ``eps`` (denominator guard, default 1e-6, as in
     the paper's code), ``ignore_dropout`` (default False: a positive ``dropout_p`` raises).
     """
 
     name = "linear"
-    capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True)
+    capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
+                                incremental=True)
 
     def __init__(
         self, chunk_size: int = 64, eps: float = 1e-6, ignore_dropout: bool = False
@@ -128,3 +162,20 @@ class LinearBackend(AttentionBackend):
         return kernel_attention(
             phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size, eps=self.eps
         )
+
+    def decode(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: DecodeState | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+    ) -> tuple[Tensor, DecodeState]:
+        check_inputs(self.name, q, k, v, key_padding_mask, None, dropout_p)
+        check_dropout(self.name, dropout_p, self.ignore_dropout)
+        phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+        if key_padding_mask is not None:
+            phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
+        return kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size, eps=self.eps)

@@ -14,6 +14,7 @@ from torch import Tensor
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    PatternDecoding,
     check_inputs,
     check_self_attention,
     default_scale,
@@ -66,7 +67,7 @@ def sliding_window_attention(
     return out[:, :, :t]
 
 
-class SlidingWindowBackend(AttentionBackend):
+class SlidingWindowBackend(PatternDecoding, AttentionBackend):
     """Sliding-window (local) attention: query ``i`` sees keys with ``|i - j| <= window``, or
     ``0 <= i - j <= window`` when causal.
 
@@ -75,11 +76,14 @@ class SlidingWindowBackend(AttentionBackend):
     Transformer (Child et al. 2019, §4.2). Time O(B·H·T·block·D) and memory O(B·H·T·block) with
     ``block >= window`` (default ``max(window, 32)``): linear in T, not a masked T×T product.
 
+    Incremental decoding keeps a rolling window of the last ``window`` keys and values per
+    layer: memory O(window), time per token O(window·D), whatever the length.
+
     Options: ``window`` (default 128), ``block_size``, ``scale`` (default 1/√D).
     """
 
     name = "sliding_window"
-    capabilities = Capabilities(causal=True, key_padding_mask=True)
+    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
         self, window: int = 128, block_size: int | None = None, scale: float | None = None
@@ -93,6 +97,10 @@ class SlidingWindowBackend(AttentionBackend):
                 f"sliding_window backend: block_size ({block_size}) must be >= window ({window})"
             )
         self.scale = scale
+        self.horizon = self.window
+
+    def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return (q_pos - k_pos).abs() <= self.window
 
     def forward(
         self,
@@ -115,7 +123,7 @@ class SlidingWindowBackend(AttentionBackend):
         )
 
 
-class DilatedBackend(AttentionBackend):
+class DilatedBackend(PatternDecoding, AttentionBackend):
     """Dilated (strided) attention: query ``i`` sees keys ``j`` with ``(i - j) mod dilation == 0``,
     and, when ``window`` is set, ``|i - j| <= window · dilation``.
 
@@ -132,11 +140,14 @@ class DilatedBackend(AttentionBackend):
     one; memory O(B·H·T²/dilation) (the fused kernel's mask and weights per subsequence) or
     O(B·H·T·window).
 
+    Incremental decoding keeps the keys a later query can see: the last ``window·dilation``
+    positions with a window, all of them without.
+
     Options: ``dilation`` (default 8), ``window`` (default None), ``scale``.
     """
 
     name = "dilated"
-    capabilities = Capabilities(causal=True, key_padding_mask=True)
+    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
         self, dilation: int = 8, window: int | None = None, scale: float | None = None
@@ -145,6 +156,14 @@ class DilatedBackend(AttentionBackend):
         self.dilation = _positive_int(self.name, "dilation", dilation)
         self.window = None if window is None else _positive_int(self.name, "window", window)
         self.scale = scale
+        self.horizon = None if self.window is None else self.window * self.dilation
+
+    def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        gap = q_pos - k_pos
+        keep = gap.remainder(self.dilation) == 0
+        if self.window is not None:
+            keep = keep & (gap.abs() <= self.window * self.dilation)
+        return keep
 
     def forward(
         self,

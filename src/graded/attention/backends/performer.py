@@ -23,12 +23,13 @@ from torch import Tensor
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    DecodeState,
     check_inputs,
     check_self_attention,
     default_scale,
     reject_attn_mask,
 )
-from graded.attention.backends.linear import check_dropout, kernel_attention
+from graded.attention.backends.linear import check_dropout, kernel_attention, kernel_decode
 
 __all__ = ["PerformerBackend", "draw_random_features", "favor_features"]
 
@@ -60,6 +61,12 @@ def draw_random_features(
     return (directions * norms.unsqueeze(1)).to(dtype)
 
 
+def _log_features(x: Tensor, omega: Tensor) -> Tensor:
+    """ωᵀx − ‖x‖²/2: the exponents of φ(x) before the 1/√m factor."""
+    log_phi = torch.matmul(x, omega.transpose(0, 1).to(x.dtype))
+    return log_phi - 0.5 * (x * x).sum(dim=-1, keepdim=True)
+
+
 def favor_features(x: Tensor, omega: Tensor, *, stabilize: str | None = None) -> Tensor:
     """Positive random features φ(x) of Lemma 1, (…, T, D) -> (…, T, m).
 
@@ -67,8 +74,7 @@ def favor_features(x: Tensor, omega: Tensor, *, stabilize: str | None = None) ->
     exponent; cancels in attention's per-query normalisation) or ``"all"`` (subtract the
     maximum over positions and features of each (B, H); cancels for keys). Both shifts are
     constants that divide out of y_i, and they keep exp from overflowing."""
-    log_phi = torch.matmul(x, omega.transpose(0, 1).to(x.dtype))
-    log_phi = log_phi - 0.5 * (x * x).sum(dim=-1, keepdim=True)
+    log_phi = _log_features(x, omega)
     if stabilize == "row":
         log_phi = log_phi - log_phi.amax(dim=-1, keepdim=True).detach()
     elif stabilize == "all":
@@ -92,10 +98,17 @@ class PerformerBackend(AttentionBackend):
     private generator, reproducible), ``head_dim`` (draw at construction so the features are in
     the state dict from the start; otherwise drawn at the first call), ``scale`` (default 1/√D),
     ``chunk_size`` (causal), ``eps``, ``ignore_dropout``. :meth:`redraw_features` redraws.
+
+    Incremental decoding keeps the running sums of :func:`.linear.kernel_decode` with the key
+    features' stabilising shift (the largest exponent so far; the sums are rescaled when it
+    grows), so memory is O(m·Dv) per layer and head whatever the length, and each step equals
+    the causal pass over the whole sequence for the newest position. Features are never
+    redrawn while decoding.
     """
 
     name = "performer"
-    capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True)
+    capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
+                                incremental=True)
 
     def __init__(
         self,
@@ -150,6 +163,19 @@ class PerformerBackend(AttentionBackend):
         )
         self.omega = omega.to(self.omega.device)
 
+    def _features_ready(self, head_dim: int) -> bool:
+        """Draw the features at the first call; refuse another head_dim. True if they were
+        drawn before this call."""
+        if self.omega.numel() == 0:
+            self.redraw_features(head_dim)
+            return False
+        if self.omega.shape[1] != head_dim:
+            raise ValueError(
+                f"performer backend: features were drawn for head_dim {self.omega.shape[1]}, "
+                f"got inputs with head_dim {head_dim}"
+            )
+        return True
+
     def forward(
         self,
         q: Tensor,
@@ -167,15 +193,8 @@ class PerformerBackend(AttentionBackend):
         if is_causal:
             check_self_attention(self.name, q, k)
         d = q.shape[-1]
-        if self.omega.numel() == 0:
-            self.redraw_features(d)
-        elif self.omega.shape[1] != d:
-            raise ValueError(
-                f"performer backend: features were drawn for head_dim {self.omega.shape[1]}, "
-                f"got inputs with head_dim {d}"
-            )
-        elif self.training and self.redraw_interval and self._calls % self.redraw_interval == 0 \
-                and self._calls > 0:
+        if self._features_ready(d) and self.training and self.redraw_interval \
+                and self._calls % self.redraw_interval == 0 and self._calls > 0:
             self.redraw_features(d)
         if self.training:
             self._calls += 1
@@ -188,3 +207,34 @@ class PerformerBackend(AttentionBackend):
         return kernel_attention(
             phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size, eps=self.eps
         )
+
+    def decode(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        state: DecodeState | None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+    ) -> tuple[Tensor, DecodeState]:
+        check_inputs(self.name, q, k, v, key_padding_mask, None, dropout_p)
+        check_dropout(self.name, dropout_p, self.ignore_dropout)
+        d = q.shape[-1]
+        self._features_ready(d)
+        root = math.sqrt(default_scale(self.scale, d))
+        omega = self.omega.to(q.device)
+        phi_q = favor_features(q * root, omega, stabilize="row")
+        log_k = _log_features(k * root, omega)
+        shift = log_k.amax(dim=(-2, -1), keepdim=True).detach()  # (B, H, 1, 1)
+        if state is not None and state.length > 0:
+            old = state.tensors["shift"]
+            shift = torch.maximum(old, shift)
+            factor = torch.exp(old - shift)  # rescale the sums to the new shift
+            state = DecodeState(state.length, {"kv": state.tensors["kv"] * factor,
+                                               "z": state.tensors["z"] * factor[..., 0]})
+        phi_k = torch.exp(log_k - shift) / math.sqrt(omega.shape[0])
+        if key_padding_mask is not None:
+            phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
+        return kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size, eps=self.eps,
+                             extra={"shift": shift})

@@ -12,6 +12,7 @@ from torch import Tensor
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    PatternDecoding,
     check_inputs,
     check_self_attention,
     default_scale,
@@ -33,7 +34,7 @@ def layout_to_key_blocks(layout: Tensor) -> Tensor:
     return torch.where(ranked < n_k, ranked, -1)
 
 
-class BlockSparseBackend(AttentionBackend):
+class BlockSparseBackend(PatternDecoding, AttentionBackend):
     """Attention restricted by a block layout: query block ``n`` sees key block ``m`` iff
     ``layout[n, m]``.
 
@@ -42,12 +43,14 @@ class BlockSparseBackend(AttentionBackend):
     where ``s`` is the largest number of blocks in a layout row. The layout fixes the maximum
     length ``nQ·block_size``; shorter sequences use the top-left part of the layout.
 
+    Incremental decoding keeps every key and attends each new query over its layout row.
+
     Options: ``layout`` ((nQ, nK) bool tensor or nested list, square), ``block_size`` (default
     64), ``scale``.
     """
 
     name = "block_sparse"
-    capabilities = Capabilities(causal=True, key_padding_mask=True)
+    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
         self, layout: Tensor | list[list[bool]], block_size: int = 64, scale: float | None = None
@@ -67,6 +70,19 @@ class BlockSparseBackend(AttentionBackend):
         self.block_size = block_size
         self.scale = scale
 
+    def _check_length(self, t: int) -> int:
+        n_blocks = -(-t // self.block_size)
+        if n_blocks > self.layout.shape[0]:
+            raise ValueError(
+                f"block_sparse backend: length {t} needs {n_blocks} blocks of {self.block_size}, "
+                f"but the layout has {self.layout.shape[0]}"
+            )
+        return n_blocks
+
+    def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        self._check_length(int(q_pos.max()) + 1)
+        return self.layout[q_pos // self.block_size, k_pos // self.block_size]
+
     def forward(
         self,
         q: Tensor,
@@ -82,12 +98,7 @@ class BlockSparseBackend(AttentionBackend):
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
         t = q.shape[2]
-        n_blocks = -(-t // self.block_size)
-        if n_blocks > self.layout.shape[0]:
-            raise ValueError(
-                f"block_sparse backend: length {t} needs {n_blocks} blocks of {self.block_size}, "
-                f"but the layout has {self.layout.shape[0]}"
-            )
+        n_blocks = self._check_length(t)
         key_blocks = layout_to_key_blocks(self.layout[:n_blocks, :n_blocks].to(q.device))
         out = gathered_block_attention(
             q, k, v, key_blocks, self.block_size, default_scale(self.scale, q.shape[-1]),
@@ -96,7 +107,7 @@ class BlockSparseBackend(AttentionBackend):
         return out[:, :, :t]
 
 
-class BigBirdBackend(AttentionBackend):
+class BigBirdBackend(PatternDecoding, AttentionBackend):
     """BigBird attention: each query block sees a window of blocks, the global blocks and a few
     random blocks; global query blocks see everything.
 
@@ -107,13 +118,17 @@ class BigBirdBackend(AttentionBackend):
     global blocks (when causal, among past blocks). Time O(B·H·T·(w+g+r)·block·D) for ordinary
     rows plus O(B·H·g·block·T·D) for the global rows; memory the same without the D.
 
+    Incremental decoding keeps every key and attends each new query over its row of the
+    pattern. The causal random blocks of a row depend only on earlier rows' draws, so a
+    position's pattern does not change as the sequence grows.
+
     Options: ``block_size`` (default 64), ``num_global_blocks`` (1), ``num_random_blocks`` (3),
     ``window_blocks`` (odd, 3), ``seed`` (0), ``scale``. :meth:`random_blocks` returns the
     drawn random blocks, so the pattern can be rebuilt independently.
     """
 
     name = "bigbird"
-    capabilities = Capabilities(causal=True, key_padding_mask=True)
+    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
         self,
@@ -158,6 +173,26 @@ class BigBirdBackend(AttentionBackend):
             chosen = torch.tensor(cand)[pick].sort().values
             out[i, : chosen.numel()] = chosen
         return out
+
+    def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """The causal pattern on absolute positions: global query blocks see every key, the
+        others their window, the global blocks and their random blocks."""
+        qb, kb = q_pos // self.block_size, k_pos // self.block_size
+        rand = self._causal_random_rows(int(qb.max()) + 1).to(q_pos.device)
+        g, half = self.num_global_blocks, self.window_blocks // 2
+        keep = (qb < g) | ((qb - kb).abs() <= half) | (kb < g)
+        chosen = (rand[qb.squeeze(-1)][:, :, None] == kb.reshape(1, 1, -1)).any(dim=1)
+        return keep | chosen
+
+    def _causal_random_rows(self, n_blocks: int) -> Tensor:
+        """The first ``n_blocks`` rows of the causal random blocks (equal for every longer
+        length), drawn for a doubling number of rows and kept."""
+        rows = self._key_block_cache.get((-1, True))
+        if rows is None or rows.shape[0] < n_blocks:
+            size = max(n_blocks, 2 * (0 if rows is None else rows.shape[0]), 8)
+            rows = self.random_blocks(size, causal=True)
+            self._key_block_cache[(-1, True)] = rows
+        return rows[:n_blocks]
 
     def key_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
         """Key-block lists of the non-global query blocks (window ∪ global ∪ random)."""

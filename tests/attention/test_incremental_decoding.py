@@ -128,17 +128,22 @@ def test_cached_step_logits_equal_the_full_pass(key):
 
 
 def test_sliding_window_state_stays_at_the_window_and_kernel_states_do_not_grow():
+    """Nothing in the cache grows with the length: not the states, not the positions and
+    padding (only the newest tokens' are kept when every layer decodes with a state)."""
     sizes = {}
     for key in ("sliding_window", "linear", "performer"):
         model = lm(key)
         cache = model.new_cache()
         ids = torch.randint(0, 13, (1, 40), generator=torch.Generator().manual_seed(6))
         model(ids[:, :2], cache=cache)
-        layer_bytes = []
+        layer_bytes, whole = [], []
         for t in range(2, 40):
             model(ids[:, t:t + 1], cache=cache)
             layer_bytes.append(sum(lay.state.nbytes for lay in cache.layers))
+            whole.append(cache.nbytes)
+        assert len(set(whole[3:])) == 1, key
         assert cache.layers[0].k is None  # no growing key/value cache
+        assert cache.length == 40 and cache.positions.shape == (1, 1)
         sizes[key] = layer_bytes
         assert layer_bytes[5] == layer_bytes[-1], key
     window = STATEFUL["sliding_window"]["window"]

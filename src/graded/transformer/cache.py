@@ -36,23 +36,30 @@ class LayerCache:
 @dataclass
 class KVCache:
     """The cache of a whole decoder: one :class:`LayerCache` per layer, plus the positions
-    and padding of every cached token (so ALiBi, RoPE and padding stay right)."""
+    and padding of the cached tokens (so ALiBi, RoPE and padding stay right), ``length`` (the
+    number of tokens recorded) and ``real`` (B, 1), the number of non-padding tokens per row.
+    When every layer keeps a decoding state of its own, the positions and padding of the
+    newest tokens alone are kept (``history=False`` in :meth:`extend`), so nothing in the
+    cache grows with the length."""
 
     layers: list[LayerCache] = field(default_factory=list)
     positions: Tensor | None = None  # (B, S) absolute positions of cached tokens
     key_padding_mask: Tensor | None = None  # (B, S) True = padding
+    length: int = 0
+    real: Tensor | None = None  # (B, 1) non-padding tokens recorded
 
     @classmethod
     def empty(cls, n_layers: int) -> KVCache:
         return cls(layers=[LayerCache() for _ in range(n_layers)])
 
-    @property
-    def length(self) -> int:
-        return 0 if self.positions is None else self.positions.shape[1]
-
-    def extend(self, positions: Tensor, key_padding_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Record new tokens' positions and padding; return the full (B, S) tensors."""
-        if self.positions is None:
+    def extend(self, positions: Tensor, key_padding_mask: Tensor, *, history: bool = True
+               ) -> tuple[Tensor, Tensor]:
+        """Record new tokens' positions and padding; return the (B, S) tensors of every cached
+        token, or with ``history=False`` those of the new tokens only."""
+        self.length += positions.shape[1]
+        count = (~key_padding_mask).long().sum(dim=1, keepdim=True)
+        self.real = count if self.real is None else self.real + count
+        if self.positions is None or not history:
             self.positions, self.key_padding_mask = positions, key_padding_mask
         else:
             self.positions = torch.cat([self.positions, positions], dim=1)
@@ -62,8 +69,8 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by the cached tensors of every layer (positions and padding included)."""
-        total = sum(t.numel() * t.element_size() for t in (self.positions, self.key_padding_mask)
-                    if t is not None)
+        total = sum(t.numel() * t.element_size()
+                    for t in (self.positions, self.key_padding_mask, self.real) if t is not None)
         for layer in self.layers:
             total += sum(t.numel() * t.element_size()
                          for t in (layer.k, layer.v, layer.cross_k, layer.cross_v)
@@ -83,3 +90,4 @@ class KVCache:
         if self.positions is not None:
             self.positions = self.positions.index_select(0, index)
             self.key_padding_mask = self.key_padding_mask.index_select(0, index)
+            self.real = self.real.index_select(0, index)

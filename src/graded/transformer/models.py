@@ -13,6 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from graded.attention.backends import decodes_with_state
 from graded.positional import ALiBi, LearnedPositions, SinusoidalPositions
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
@@ -47,9 +48,8 @@ def default_positions(
         return torch.arange(start, start + length, device=device).expand(batch, length)
     real = (~key_padding_mask).long()
     pos = real.cumsum(dim=1) - 1
-    if cache is not None and cache.positions is not None:
-        cached_real = (~cache.key_padding_mask).long().sum(dim=1, keepdim=True)
-        pos = pos + cached_real
+    if cache is not None and cache.real is not None:
+        pos = pos + cache.real
     return pos.clamp(min=0)
 
 
@@ -147,6 +147,13 @@ class TransformerStack(nn.Module):
             make_norm(config.norm, config.d_model, config.norm_eps) if final else nn.Identity()
         )
 
+    @property
+    def needs_history(self) -> bool:
+        """Whether a cache must keep the positions and padding of every cached token: unless
+        every self-attention keeps a decoding state of its own (and there is no ALiBi)."""
+        return self.alibi is not None or not all(
+            decodes_with_state(b.self_attn.attn.backend) for b in self.blocks)
+
     def forward(
         self,
         x: Tensor,
@@ -162,7 +169,7 @@ class TransformerStack(nn.Module):
         if cache is not None:
             if kpm is None:
                 kpm = torch.zeros(positions.shape, dtype=torch.bool, device=x.device)
-            key_positions, kpm = cache.extend(positions, kpm)
+            key_positions, kpm = cache.extend(positions, kpm, history=self.needs_history)
         if kpm is not None and not bool(kpm.any()):
             kpm = None
         bias = self.alibi(positions, key_positions) if self.alibi is not None else None

@@ -185,6 +185,12 @@ class GradingMap(nn.Module):
         """The diagonal of the grading matrix, shape ``grades.shape``."""
         raise NotImplementedError
 
+    def scales_at(self, multiplier: Tensor | None) -> Tensor:
+        """The diagonals of the grading matrices of the grades s·q, one per multiplier s:
+        (…) -> (…, dim) (per-token grading, :class:`graded.transformer.graded.TokenGrading`);
+        None gives :meth:`scales`."""
+        raise NotImplementedError
+
     def inverse_scales(self) -> Tensor:
         """The diagonal of the inverse grading matrix, shape ``grades.shape``."""
         return 1.0 / self.scales()
@@ -331,7 +337,12 @@ class LinearGrading(GradingMap):
 
     def scales(self) -> Tensor:
         """diag(M_q) = f(q), shape ``grades.shape``."""
-        s = self._raw_scales(self.grades)
+        return self.scales_at(None)
+
+    def scales_at(self, multiplier: Tensor | None) -> Tensor:
+        """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1."""
+        q = self.grades if multiplier is None else multiplier.unsqueeze(-1) * self.grades
+        s = self._raw_scales(q)
         if self.learnable and self.f in ("shift", "identity"):
             s = straight_through_floor(s, self.floor)
         return s
@@ -429,6 +440,13 @@ class ExponentialGrading(GradingMap):
         if e.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_overflow()
         return torch.exp(e.clamp(max=self._cap()))
+
+    def scales_at(self, multiplier: Tensor | None) -> Tensor:
+        """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as
+        :meth:`scales` is; None is s = 1."""
+        if multiplier is None:
+            return self.scales()
+        return torch.exp((multiplier.unsqueeze(-1) * self._exponent()).clamp(max=self._cap()))
 
     def inverse_scales(self) -> Tensor:
         """diag(M_{q,λ}^{-1}) = λ^{-q} (001 Prop 2.4 (1)), consistent with the clamp of scales()."""

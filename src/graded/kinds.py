@@ -46,6 +46,17 @@ from graded.train.losses import sequence_cross_entropy
 Batch = Mapping[str, Tensor]
 
 
+def _token_grades(model: nn.Module, batch: Batch, key: str) -> dict[str, Tensor]:
+    """``{key: batch[key]}`` for a model that grades tokens, which needs them; {} otherwise."""
+    if not getattr(getattr(model, "config", None), "token_grading", False):
+        return {}
+    if key not in batch:
+        raise ValueError(f"the model grades tokens (TransformerConfig.token_grading=True) but "
+                         f"the batch has no {key!r}; use a task whose graded_object is "
+                         "'tokens' (it provides them)")
+    return {key: batch[key]}
+
+
 @runtime_checkable
 class MorphicModel(Protocol):
     """A model trained through its own loss (the morphic models of 004, :mod:`graded.morphic`).
@@ -130,10 +141,14 @@ class TaskKind:
         return model
 
     def forward(self, model: nn.Module, batch: Batch) -> Tensor:
-        """The model's output on ``batch``; ``key_padding_mask`` is passed when present."""
+        """The model's output on ``batch``; ``key_padding_mask`` is passed when present, and
+        ``token_grades`` to a model that grades tokens (``TransformerConfig.token_grading``)."""
         self.check_batch(batch, targets=False)
         mask = batch.get("key_padding_mask")
-        return model(batch["inputs"]) if mask is None else model(batch["inputs"], mask)
+        extra = _token_grades(model, batch, "token_grades")
+        if mask is None and not extra:
+            return model(batch["inputs"])
+        return model(batch["inputs"], mask, **extra)
 
     # ---- loss --------------------------------------------------------------------------
     def loss_count(self, batch: Batch) -> int:
@@ -248,7 +263,7 @@ class Seq2Seq(LM):
     name = "seq2seq"
     input_keys = ("inputs", "decoder_inputs")
     optional_keys = ("key_padding_mask", "decoder_key_padding_mask", "loss_mask",
-                     "metric_mask", "token_grades")
+                     "metric_mask", "token_grades", "decoder_token_grades")
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.transformer import Seq2SeqTransformer
@@ -263,7 +278,9 @@ class Seq2Seq(LM):
         self.check_batch(batch, targets=False)
         return model(batch["inputs"], batch["decoder_inputs"],
                      src_key_padding_mask=batch.get("key_padding_mask"),
-                     tgt_key_padding_mask=batch.get("decoder_key_padding_mask"))
+                     tgt_key_padding_mask=batch.get("decoder_key_padding_mask"),
+                     **_token_grades(model, batch, "token_grades"),
+                     **_token_grades(model, batch, "decoder_token_grades"))
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
                   ) -> dict[str, Tensor]:

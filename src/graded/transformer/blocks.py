@@ -15,7 +15,7 @@ from graded.attention.multihead import MultiheadAttention
 from graded.positional import RotaryEmbedding
 from graded.transformer.cache import LayerCache
 from graded.transformer.config import TransformerConfig
-from graded.transformer.graded import GradingPlan, graded_stage, resolve_plan
+from graded.transformer.graded import GradingPlan, graded_stage, per_token, resolve_plan
 from graded.transformer.layers import FeedForward, make_norm
 
 __all__ = [
@@ -169,9 +169,13 @@ class FeedForwardSublayer(nn.Module):
         self.ffn = FeedForward(config.d_model, config.ff_dim, config.activation, config.dropout,
                                _or(config.ffn_bias, config.bias))
         self.grading = graded_stage(plan, GradingPlan.ffn_stage)
+        self.per_token = per_token(self.grading)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.grading(self.ffn(x))
+    def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
+        """Fnn(x), graded; ``token_scales`` (B, T, d) are the per-token M_{q_i} when this stage
+        is graded per token."""
+        y = self.ffn(x)
+        return self.grading(y, token_scales) if self.per_token else self.grading(y)
 
 
 class EncoderBlock(nn.Module):
@@ -187,14 +191,15 @@ class EncoderBlock(nn.Module):
 
     def forward(
         self, x: Tensor, *, positions: Tensor | None = None, attn_bias: Tensor | None = None,
-        key_padding_mask: Tensor | None = None, need_weights: bool = False, **_: object,
+        key_padding_mask: Tensor | None = None, need_weights: bool = False,
+        token_scales: Tensor | None = None, **_: object,
     ) -> tuple[Tensor, Tensor | None]:
         out, w = self.self_attn(
             self.res_attn.pre(x), positions=positions, attn_bias=attn_bias,
             key_padding_mask=key_padding_mask, need_weights=need_weights,
         )
         x = self.res_attn.post(x, out)
-        x = self.res_ff.post(x, self.ff(self.res_ff.pre(x)))
+        x = self.res_ff.post(x, self.ff(self.res_ff.pre(x), token_scales))
         return x, w
 
 
@@ -228,6 +233,7 @@ class DecoderBlock(nn.Module):
         memory_key_padding_mask: Tensor | None = None,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        token_scales: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         out, w = self.self_attn(
             self.res_attn.pre(x), positions=positions, attn_bias=attn_bias,
@@ -241,5 +247,5 @@ class DecoderBlock(nn.Module):
                 cache=cache,
             )
             x = self.res_cross.post(x, out)
-        x = self.res_ff.post(x, self.ff(self.res_ff.pre(x)))
+        x = self.res_ff.post(x, self.ff(self.res_ff.pre(x), token_scales))
         return x, w

@@ -22,7 +22,10 @@ from graded.grading import GRADINGS, LINEAR_FUNCTIONS
 from graded.positional import POSITIONAL
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
-__all__ = ["TransformerConfig"]
+__all__ = ["TOKEN_GRADE_STAGES", "TransformerConfig"]
+
+#: Stages that per-token grading acts on (000 §6.2 input representation, Remark 6.16).
+TOKEN_GRADE_STAGES = ("input", "ffn", "output")
 
 
 def _grade_inits() -> tuple[str, ...]:
@@ -74,6 +77,15 @@ class TransformerConfig(ConfigModel):
     ``grade_position_alpha`` (α of the graded positions) and ``input_grades`` (the natural
     grades of the input features, length ``input_dim``, e.g. a task's grading tuple). See
     :mod:`graded.transformer.graded`.
+
+    The stages through which grading changes the function class (a fixed diagonal grading next
+    to a linear map is a reparametrisation; docs/what_grading_changes.md), each a switch on a
+    graded config: ``token_grading`` (per-token grading matrices M_{q_i} with q_i = s_i·p from
+    each token's grade s_i, passed as ``token_grades`` to the model, at the
+    ``token_grade_stages`` input, ffn, output; 000 §6.2, Remark 6.16),
+    ``grade_input_activation`` (``"relu"``: 000 Def 5.19's h_i = σ(W x''_i + b)) and
+    ``grade_position_normalize`` (000 Eq. 48: z'_i = z_i/‖z_i‖ after the graded positions are
+    added).
 
     Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
     ...``.
@@ -135,6 +147,13 @@ class TransformerConfig(ConfigModel):
     grade_position_alpha: Annotated[float, satisfies(
         lambda v: is_number(v) and v >= 0, "a number >= 0")] = 0.0
     input_grades: list[float] | None = None
+    # Stages through which grading changes the function class (docs/what_grading_changes.md).
+    token_grading: bool = False
+    token_grade_stages: list[Literal[TOKEN_GRADE_STAGES]] = Field(
+        default_factory=lambda: list(TOKEN_GRADE_STAGES))
+    grade_input_activation: Annotated[Literal["relu"] | None, choice(
+        ("relu",), optional=True, what="None or 'relu' (000 Def 5.19's sigma)")] = None
+    grade_position_normalize: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -182,6 +201,13 @@ class TransformerConfig(ConfigModel):
         if self.attn_score != "scaled_dot":
             able("attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
             able("cross_attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
+        for name in ("token_grading", "grade_input_activation", "grade_position_normalize"):
+            need(self.grading is not None or not getattr(self, name), name,
+                 "unset on an ungraded model (it is a stage of the graded transformer): set "
+                 "grading='linear' or 'exponential'")
+        need(len(set(self.token_grade_stages)) == len(self.token_grade_stages)
+             and len(self.token_grade_stages) > 0, "token_grade_stages",
+             f"a non-empty list of distinct stages from {list(TOKEN_GRADE_STAGES)}")
         need(self.grading != "linear" or self.grade_position_alpha * (self.max_len - 1) < 1.0,
              "grade_position_alpha",
              f"alpha*(max_len-1) < 1 so that the LGT factor 1 - alpha*t stays positive "

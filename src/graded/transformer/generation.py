@@ -247,6 +247,15 @@ def position_limit(config: object) -> int | None:
     return None
 
 
+def check_not_token_graded(model: torch.nn.Module) -> None:
+    """Refuse to generate with a model that grades tokens: each step would need the grade of
+    a token that is not generated yet."""
+    if getattr(getattr(model, "config", None), "token_grading", False):
+        raise ValueError("generate is refused for a token-graded model "
+                         "(TransformerConfig.token_grading=True): the grades of generated tokens "
+                         "are unknown; score given sequences with model(..., token_grades=...)")
+
+
 def check_cache_support(model: torch.nn.Module) -> None:
     """Refuse, before any decoding, a KV cache that a self-attention backend of
     ``model.decoder`` cannot serve (its capabilities lack ``incremental``): one query against
@@ -291,6 +300,7 @@ def generate(
     n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
     (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
     search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`)."""
+    check_not_token_graded(model)
     check_prompt(input_ids, max_new_tokens, position_limit(model.config))
     if use_cache:
         check_cache_support(model)
@@ -321,6 +331,7 @@ def generate_seq2seq(
     **kwargs: object,
 ) -> Tensor:
     """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n)."""
+    check_not_token_graded(model)
     check_prompt(src_ids, 0, None)
     if kwargs.get("use_cache", True):
         check_cache_support(model)

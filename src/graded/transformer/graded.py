@@ -11,7 +11,13 @@ positions          Pe' = (1 − α t)·Pe (LGT, Def 5.21), λ^{−α t}·Pe (EGT
 attention          graded scores/queries-keys/values/multi-head (Def 5.22)   grade_attention
 feed-forward       M·Fnn(x), optionally normalised  (Def 5.23, 6.15)          grade_ffn
 output             z = W_out (M h) + b  (Def 5.23, 6.15)                      grade_output
+per-token          M_{q_i}, q_i = s_i·p: input, ffn, output (§6.2)            token_grading
 =================  ========================================================  ================
+
+Two more switches act on the input representation: ``grade_input_activation="relu"`` applies
+000 Def 5.19's h_i = ReLU(W x''_i + b) (W the input projection of feature models, a map of its
+own for token models), and ``grade_position_normalize`` Eq. 48's z'_i = z_i/‖z_i‖ after the
+graded positions are added (z_i = h_i + Pe'(t_i)).
 
 One feature grading M = diag(m(q)) over d_model, with grades q, is shared by the input,
 feed-forward and output stages (000 uses the same M_q in each definition); every attention
@@ -23,7 +29,7 @@ ungraded twin bit for bit. Normalisation departs from that on purpose (it change
 The gradings are made once, from the config, by a :class:`GradingPlan`, and handed to each
 stage through its constructor (``InputEmbedding(config, plan=plan)``, ``TransformerStack``,
 the blocks, ``AttentionSublayer``, ``FeedForwardSublayer``, the output head). Each grading
-carries its ``role`` ("input", "feature" or "attention"); :func:`gradings`,
+carries its ``role`` ("input", "feature", "attention" or "token"); :func:`gradings`,
 :func:`feature_gradings`, :func:`head_gradings` and :func:`feature_grading` find them by role.
 """
 
@@ -44,19 +50,22 @@ __all__ = [
     "GradedFeatures",
     "GradedPositions",
     "GradingPlan",
+    "TokenGrading",
     "feature_grading",
     "feature_gradings",
     "graded_stage",
     "gradings",
     "head_gradings",
     "hold_plan",
+    "normalize_rows",
+    "per_token",
     "resolve_plan",
 ]
 
 # What a grading of a graded model acts on: the raw input features (feature models only), the
 # d_model features shared by the input, feed-forward and output stages, or one attention
-# layer's head dimension.
-ROLES = ("input", "feature", "attention")
+# layer's head dimension, or the per-token profile p of per-token grading.
+ROLES = ("input", "feature", "attention", "token")
 # How a new grading's grades start (TransformerConfig.grade_init; see _initial_grades).
 GRADE_INITS = ("neutral", "zeros", "constant", "warm_start")
 
@@ -81,20 +90,57 @@ def _initial_grades(config: TransformerConfig, dim: int, heads: int | None) -> T
     )
 
 
-class GradedFeatures(nn.Module):
-    """x ↦ M x, optionally normalised to M x / max(‖M x‖₂, ε) (000 Def 5.19, 5.23)."""
+def normalize_rows(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """x / max(‖x‖₂, ε) over the last axis (000 Def 5.19, Eq. 48)."""
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp(min=eps)
 
-    def __init__(self, grading: nn.Module, normalize: bool = False, eps: float = 1e-6) -> None:
+
+class GradedFeatures(nn.Module):
+    """x ↦ M x, then the per-token M_{q_i} (``per_token``), optionally normalised to
+    y / max(‖y‖₂, ε) (000 Def 5.19, 5.23, §6.2). ``grading`` None is M = I (a stage graded per
+    token only)."""
+
+    def __init__(self, grading: nn.Module | None, normalize: bool = False, eps: float = 1e-6,
+                 *, per_token: bool = False) -> None:
         super().__init__()
         self.grading = grading
         self.normalize = normalize
         self.eps = eps
+        self.per_token = per_token
 
-    def forward(self, x: Tensor) -> Tensor:
-        y = self.grading(x)
-        if self.normalize:
-            y = y / torch.linalg.vector_norm(y, dim=-1, keepdim=True).clamp(min=self.eps)
-        return y
+    def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
+        y = x if self.grading is None else self.grading(x)
+        if self.per_token:
+            if token_scales is None:
+                raise ValueError("this stage is graded per token: pass token_grades to the model")
+            y = y * token_scales
+        return normalize_rows(y, self.eps) if self.normalize else y
+
+
+class TokenGrading(nn.Module):
+    """Per-token grading matrices (000 §6.2, Remark 6.16): token i with grade s_i ≥ 0 (its
+    nesting depth, degree, …) has the grading tuple q_i = s_i·p, where p over d_model is the
+    grades of ``profile`` (role ``"token"``; a ramp p_k = k/(d−1) at the start, learnable with
+    ``learnable_grades``), and M_{q_i} = diag(λ^{q_i}) (EGT) or diag(f(q_i)) (LGT). Unlike a
+    fixed grading next to a linear map, this is not a reparametrisation: the same token gets
+    different representations at different grades."""
+
+    def __init__(self, profile: GradingMap) -> None:
+        super().__init__()
+        self.profile = profile
+
+    def forward(self, token_grades: Tensor, batch: int, length: int) -> Tensor:
+        """(B, T) grades -> (B, T, d_model) diagonals of M_{q_i}."""
+        if not isinstance(token_grades, Tensor):
+            raise TypeError(f"token_grades must be a Tensor, got {type(token_grades).__name__}")
+        if tuple(token_grades.shape) != (batch, length):
+            raise ValueError(f"token_grades has shape {tuple(token_grades.shape)}; expected "
+                             f"(batch, length) = ({batch}, {length})")
+        s = token_grades.to(self.profile.grades.dtype)
+        if not bool(torch.isfinite(s).all()) or bool((s < 0).any()):
+            raise ValueError(f"token_grades must be finite and >= 0 (q_i = s_i·p), got values in "
+                             f"[{float(s.min())}, {float(s.max())}]")
+        return self.profile.scales_at(s)
 
 
 class GradedPositions(nn.Module):
@@ -156,6 +202,15 @@ class GradingPlan:
         else:
             self.inputs = self.feature
         self.heads: list[GradingMap] = []
+        self.token: GradingMap | None = None
+        if config.token_grading:
+            d = config.d_model
+            ramp = torch.arange(d, dtype=torch.float64) / max(d - 1, 1)
+            self.token = self._grading(d, "token", grades=ramp.to(torch.get_default_dtype()))
+
+    def token_stage(self, stage: str) -> bool:
+        """Whether per-token grading acts at ``stage`` (input, ffn or output)."""
+        return self.token is not None and stage in self.config.token_grade_stages
 
     @classmethod
     def from_config(cls, config: TransformerConfig) -> GradingPlan | None:
@@ -173,10 +228,21 @@ class GradingPlan:
         return grading
 
     def input_stage(self) -> GradedFeatures | None:
-        """x' = M x, normalised with ``grade_normalize`` (000 Def 5.19)."""
-        if not self.config.grade_input:
+        """x' = M x, normalised with ``grade_normalize`` (000 Def 5.19); for token inputs also
+        the per-token M_{q_i} (before the normalisation, 000 §6.2)."""
+        c = self.config
+        per_token = self.token_stage("input") and c.vocab_size is not None
+        if not (c.grade_input or per_token):
             return None
-        return GradedFeatures(self.inputs, self.config.grade_normalize)
+        return GradedFeatures(self.inputs if c.grade_input else None, c.grade_normalize,
+                              per_token=per_token)
+
+    def projected_input_stage(self) -> GradedFeatures | None:
+        """The per-token M_{q_i} of a model over real features, on the projected embedding
+        (the input grading itself acts on the raw features, before the projection)."""
+        if self.config.vocab_size is not None or not self.token_stage("input"):
+            return None
+        return GradedFeatures(None, per_token=True)
 
     def position_stage(self) -> GradedPositions | None:
         """(1 − α t)·Pe or λ^{−α t}·Pe (000 Def 5.21, §6); None when α = 0."""
@@ -198,19 +264,33 @@ class GradingPlan:
         return grading
 
     def ffn_stage(self) -> GradedFeatures | None:
-        """M·Fnn(x), normalised with ``grade_normalize`` (000 Def 5.23, 6.15)."""
-        if not self.config.grade_ffn:
+        """M·Fnn(x), then the per-token M_{q_i}, normalised with ``grade_normalize`` (000 Def
+        5.23, 6.15, Remark 6.16)."""
+        c = self.config
+        per_token = self.token_stage("ffn")
+        if not (c.grade_ffn or per_token):
             return None
-        return GradedFeatures(self.feature, self.config.grade_normalize)
+        return GradedFeatures(self.feature if c.grade_ffn else None, c.grade_normalize,
+                              per_token=per_token)
 
-    def output_stage(self) -> GradingMap | None:
-        """M of the graded output z = W_out (M h) + b (000 Def 5.23, 6.15)."""
-        return self.feature if self.config.grade_output else None
+    def output_stage(self) -> nn.Module | None:
+        """M of the graded output z = W_out (M h) + b (000 Def 5.23, 6.15), the feature
+        grading itself; with per-token grading at the output also M_{q_i} (Remark 6.16), as a
+        :class:`GradedFeatures`. Never normalised."""
+        c = self.config
+        if not self.token_stage("output"):
+            return self.feature if c.grade_output else None
+        return GradedFeatures(self.feature if c.grade_output else None, per_token=True)
+
+    def token_grading(self) -> TokenGrading | None:
+        """The module that turns token grades into M_{q_i} (None without per-token grading)."""
+        return None if self.token is None else TokenGrading(self.token)
 
     def built(self) -> list[GradingMap]:
-        """Every grading this plan made: feature, a separate input grading, then the heads."""
+        """Every grading this plan made: feature, a separate input grading, the per-token
+        profile, then the heads."""
         own = [self.feature] if self.inputs is self.feature else [self.feature, self.inputs]
-        return own + self.heads
+        return own + ([self.token] if self.token is not None else []) + self.heads
 
 
 def resolve_plan(config: TransformerConfig, plan: GradingPlan | None) -> GradingPlan | None:
@@ -221,14 +301,22 @@ def resolve_plan(config: TransformerConfig, plan: GradingPlan | None) -> Grading
 
 def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) -> None:
     """Keep ``plan`` as ``module.grading_plan``; the module that owns it (``register``) also
-    holds its shared gradings, as ``feature_grading`` and, for feature inputs,
-    ``input_grading`` (state-dict keys ``feature_grading.*``, ``input_grading.*``)."""
+    holds its shared gradings, as ``feature_grading``, for feature inputs ``input_grading``,
+    and with per-token grading ``token_profile`` (state-dict keys ``feature_grading.*``,
+    ``input_grading.*``, ``token_profile.*``)."""
     module.grading_plan = plan
     if plan is None or not register:
         return
     module.feature_grading = plan.feature
     if plan.inputs is not plan.feature:
         module.input_grading = plan.inputs
+    if plan.token is not None:
+        module.token_profile = plan.token
+
+
+def per_token(stage: nn.Module) -> bool:
+    """Whether a stage module made by :func:`graded_stage` takes the per-token scales."""
+    return isinstance(stage, GradedFeatures) and stage.per_token
 
 
 def graded_stage(plan: GradingPlan | None,

@@ -18,7 +18,15 @@ from graded.positional import ALiBi, LearnedPositions, SinusoidalPositions
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
 from graded.transformer.config import TransformerConfig
-from graded.transformer.graded import GradingPlan, graded_stage, hold_plan, resolve_plan
+from graded.transformer.graded import (
+    GradingPlan,
+    TokenGrading,
+    graded_stage,
+    hold_plan,
+    normalize_rows,
+    per_token,
+    resolve_plan,
+)
 from graded.transformer.layers import make_norm
 
 __all__ = [
@@ -81,16 +89,26 @@ class InputEmbedding(nn.Module):
         else:
             self.positions = None
         self.input_grading = graded_stage(plan, GradingPlan.input_stage)
+        self.projected_grading = graded_stage(plan, GradingPlan.projected_input_stage)
         self.position_grading: nn.Module | None = (
             plan.position_stage() if plan is not None else None
         )
+        # 000 Def 5.19: h = ReLU(W x'' + b); token inputs get a map W of their own
+        self.input_map: nn.Module | None = None
+        self.input_activation = config.grade_input_activation is not None
+        if self.input_activation and config.vocab_size is not None:
+            self.input_map = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.position_normalize = config.grade_position_normalize
         # √d_model on token embeddings (Vaswani et al. §3.4); a norm of the sum (BERT)
         self.scale = math.sqrt(config.d_model) if config.embed_scale else 1.0
         self.norm = (make_norm(config.norm, config.d_model, config.norm_eps)
                      if config.embed_norm else nn.Identity())
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, inputs: Tensor, positions: Tensor) -> Tensor:
+    def forward(self, inputs: Tensor, positions: Tensor,
+                token_scales: Tensor | None = None) -> Tensor:
+        """Embedded inputs (B, T, d); ``token_scales`` (B, T, d) are the per-token M_{q_i} when
+        the model grades tokens."""
         if self.config.vocab_size is not None:
             if inputs.dtype not in (torch.int64, torch.int32):
                 raise TypeError(f"token ids must be an integer tensor, got {inputs.dtype}")
@@ -110,9 +128,14 @@ class InputEmbedding(nn.Module):
                 f"{tuple(inputs.shape)}"
             )
         if self.config.vocab_size is not None:
-            x = self.input_grading(self.tokens(inputs))
+            x = self._stage(self.input_grading, self.tokens(inputs), token_scales)
+            if self.input_map is not None:
+                x = torch.relu(self.input_map(x))
         else:  # 000 Def 5.19: the grading acts on the raw features, before the projection
             x = self.tokens(self.input_grading(inputs))
+            if self.input_activation:
+                x = torch.relu(x)
+            x = self._stage(self.projected_grading, x, token_scales)
         if self.scale != 1.0:
             x = x * self.scale
         if self.positions is not None:
@@ -120,7 +143,13 @@ class InputEmbedding(nn.Module):
             if self.position_grading is not None:
                 pe = self.position_grading(pe, positions)
             x = x + pe
+        if self.position_normalize:  # 000 Eq. 48: z' = z / ‖z‖
+            x = normalize_rows(x)
         return self.dropout(self.norm(x))
+
+    @staticmethod
+    def _stage(stage: nn.Module, x: Tensor, token_scales: Tensor | None) -> Tensor:
+        return stage(x, token_scales) if per_token(stage) else stage(x)
 
 
 class TransformerStack(nn.Module):
@@ -164,6 +193,7 @@ class TransformerStack(nn.Module):
         memory_key_padding_mask: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        token_scales: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         key_positions, kpm = positions, key_padding_mask
         if cache is not None:
@@ -179,6 +209,7 @@ class TransformerStack(nn.Module):
                 x, positions=positions, attn_bias=bias, key_padding_mask=kpm, memory=memory,
                 memory_key_padding_mask=memory_key_padding_mask,
                 cache=None if cache is None else cache.layers[i], need_weights=need_weights,
+                token_scales=token_scales,
             )
             if w is not None:
                 weights.append(w)
@@ -207,19 +238,24 @@ class TransformerEncoder(nn.Module):
         self.config = config
         self.embed = InputEmbedding(config, plan=plan)
         self.stack = TransformerStack(config, config.n_layers, causal=False, plan=plan)
+        self.token_grading = plan.token_grading() if plan is not None else None
         hold_plan(self, plan, register=owner)
 
     def forward(
         self, inputs: Tensor, key_padding_mask: Tensor | None = None, *,
         positions: Tensor | None = None, need_weights: bool = False,
+        token_grades: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
+        """Hidden states (B, T, d); ``token_grades`` (B, T) ≥ 0 are required when the model
+        grades tokens (``TransformerConfig.token_grading``) and refused otherwise."""
         batch, length = inputs.shape[:2]
         _check_padding(key_padding_mask, batch, length)
+        scales = token_scales(self.token_grading, token_grades, batch, length)
         if positions is None:
             positions = default_positions(length, key_padding_mask, None, batch, inputs.device)
-        x = self.embed(inputs, positions)
+        x = self.embed(inputs, positions, scales)
         return self.stack(x, positions, key_padding_mask=key_padding_mask,
-                          need_weights=need_weights)
+                          need_weights=need_weights, token_scales=scales)
 
 
 class TransformerDecoder(nn.Module):
@@ -236,25 +272,47 @@ class TransformerDecoder(nn.Module):
         self.embed = InputEmbedding(config, plan=plan)
         self.stack = TransformerStack(config, self.n_layers, causal=True,
                                       cross_attention=cross_attention, plan=plan)
+        self.token_grading = plan.token_grading() if plan is not None else None
         hold_plan(self, plan, register=owner)
 
     def forward(
         self, input_ids: Tensor, key_padding_mask: Tensor | None = None, *,
         memory: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
         positions: Tensor | None = None, cache: KVCache | None = None,
-        need_weights: bool = False,
+        need_weights: bool = False, token_scales: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
+        """Hidden states (B, T, d); ``token_scales`` (B, T, d) from :meth:`scales_for` when
+        the model grades tokens."""
         batch, length = input_ids.shape[:2]
         _check_padding(key_padding_mask, batch, length)
         if positions is None:
             positions = default_positions(length, key_padding_mask, cache, batch,
                                           input_ids.device)
-        x = self.embed(input_ids, positions)
+        x = self.embed(input_ids, positions, token_scales)
         return self.stack(
             x, positions, key_padding_mask=key_padding_mask, memory=memory,
             memory_key_padding_mask=memory_key_padding_mask, cache=cache,
-            need_weights=need_weights,
+            need_weights=need_weights, token_scales=token_scales,
         )
+
+    def scales_for(self, input_ids: Tensor, token_grades: Tensor | None) -> Tensor | None:
+        """The per-token M_{q_i} of ``token_grades`` (B, T), checked against the model."""
+        return token_scales(self.token_grading, token_grades, *input_ids.shape[:2])
+
+
+def token_scales(grading: TokenGrading | None, token_grades: Tensor | None, batch: int,
+                 length: int) -> Tensor | None:
+    """The per-token scales (B, T, d) of a model that grades tokens; None for one that does
+    not. Missing grades on the first and grades given to the second are errors."""
+    if grading is None:
+        if token_grades is not None:
+            raise ValueError("token_grades were given, but this model does not grade tokens "
+                             "(TransformerConfig.token_grading=False)")
+        return None
+    if token_grades is None:
+        raise ValueError("this model grades tokens (TransformerConfig.token_grading=True): pass "
+                         f"token_grades of shape (batch, length) = ({batch}, {length})")
+    return grading(token_grades, batch, length)
 
 
 def _check_padding(mask: Tensor | None, batch: int, length: int) -> None:
@@ -277,9 +335,15 @@ class _OutputHead(nn.Module):
                  plan: GradingPlan | None = None) -> None:
         super().__init__()
         self.grading = graded_stage(plan, GradingPlan.output_stage)
+        self.per_token = per_token(self.grading)
         self.proj = nn.Linear(d_model, n_out, bias=bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
+        if self.per_token and token_scales is not None:
+            return self.proj(self.grading(x, token_scales))
+        if self.per_token:  # a pooled vector has no token: its stage is M alone
+            x = x if self.grading.grading is None else self.grading.grading(x)
+            return self.proj(x)
         return self.proj(self.grading(x))
 
 
@@ -303,12 +367,15 @@ class TransformerLM(nn.Module):
     def forward(
         self, input_ids: Tensor, key_padding_mask: Tensor | None = None, *,
         positions: Tensor | None = None, cache: KVCache | None = None,
-        need_weights: bool = False,
+        need_weights: bool = False, token_grades: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """Logits (B, T, V); with ``need_weights`` also the per-layer (B, H, T, S) weights."""
+        """Logits (B, T, V); with ``need_weights`` also the per-layer (B, H, T, S) weights.
+        ``token_grades`` (B, T) ≥ 0: each token's grade, required when the model grades tokens
+        (``TransformerConfig.token_grading``) and refused otherwise."""
+        scales = self.decoder.scales_for(input_ids, token_grades)
         h, weights = self.decoder(input_ids, key_padding_mask, positions=positions, cache=cache,
-                                  need_weights=need_weights)
-        logits = self.head(h)
+                                  need_weights=need_weights, token_scales=scales)
+        logits = self.head(h, scales)
         return (logits, weights) if need_weights else logits
 
     def new_cache(self) -> KVCache:
@@ -342,26 +409,32 @@ class Seq2SeqTransformer(nn.Module):
             self.head.proj.weight = self.encoder.embed.tokens.weight
         hold_plan(self, plan, register=True)
 
-    def encode(self, src_ids: Tensor, src_key_padding_mask: Tensor | None = None) -> Tensor:
-        return self.encoder(src_ids, src_key_padding_mask)[0]
+    def encode(self, src_ids: Tensor, src_key_padding_mask: Tensor | None = None, *,
+               token_grades: Tensor | None = None) -> Tensor:
+        return self.encoder(src_ids, src_key_padding_mask, token_grades=token_grades)[0]
 
     def decode(
         self, tgt_ids: Tensor, memory: Tensor, *, tgt_key_padding_mask: Tensor | None = None,
         src_key_padding_mask: Tensor | None = None, cache: KVCache | None = None,
-        positions: Tensor | None = None,
+        positions: Tensor | None = None, token_grades: Tensor | None = None,
     ) -> Tensor:
+        scales = self.decoder.scales_for(tgt_ids, token_grades)
         h, _ = self.decoder(tgt_ids, tgt_key_padding_mask, memory=memory,
                             memory_key_padding_mask=src_key_padding_mask, cache=cache,
-                            positions=positions)
-        return self.head(h)
+                            positions=positions, token_scales=scales)
+        return self.head(h, scales)
 
     def forward(
         self, src_ids: Tensor, tgt_ids: Tensor, src_key_padding_mask: Tensor | None = None,
-        tgt_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None, *, token_grades: Tensor | None = None,
+        decoder_token_grades: Tensor | None = None,
     ) -> Tensor:
-        memory = self.encode(src_ids, src_key_padding_mask)
+        """Logits (B, Tt, V). With per-token grading, ``token_grades`` (B, Ts) grade the
+        source tokens and ``decoder_token_grades`` (B, Tt) the target tokens."""
+        memory = self.encode(src_ids, src_key_padding_mask, token_grades=token_grades)
         return self.decode(tgt_ids, memory, tgt_key_padding_mask=tgt_key_padding_mask,
-                           src_key_padding_mask=src_key_padding_mask)
+                           src_key_padding_mask=src_key_padding_mask,
+                           token_grades=decoder_token_grades)
 
     def new_cache(self) -> KVCache:
         return KVCache.empty(self.decoder.n_layers)
@@ -403,9 +476,13 @@ class TransformerClassifier(nn.Module):
 
     def forward(
         self, inputs: Tensor, key_padding_mask: Tensor | None = None, *,
-        need_weights: bool = False,
+        need_weights: bool = False, token_grades: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        h, weights = self.encoder(inputs, key_padding_mask, need_weights=need_weights)
+        """Outputs (B, num_outputs). ``token_grades`` as :class:`TransformerEncoder`'s; the
+        output stage acts on the pooled vector, which has no token grade, so per-token grading
+        reaches it through the input and feed-forward stages only."""
+        h, weights = self.encoder(inputs, key_padding_mask, need_weights=need_weights,
+                                  token_grades=token_grades)
         if self.pooling == "first":
             pooled = h[:, 0]
         elif key_padding_mask is None:

@@ -185,6 +185,11 @@ class GradingMap(nn.Module):
         """The diagonal of the grading matrix, shape ``grades.shape``."""
         raise NotImplementedError
 
+    def scale_of(self, q: Tensor) -> Tensor:
+        """The scale m(q) this grading gives a grade q, elementwise: f(q) (LGT) or λ^q (EGT);
+        the weights of the graded losses (000 Def 5.37, 7.1)."""
+        raise NotImplementedError
+
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """The diagonals of the grading matrices of the grades s·q, one per multiplier s:
         (…) -> (…, dim) (per-token grading, :class:`graded.transformer.graded.TokenGrading`);
@@ -339,6 +344,9 @@ class LinearGrading(GradingMap):
         """diag(M_q) = f(q), shape ``grades.shape``."""
         return self.scales_at(None)
 
+    def scale_of(self, q: Tensor) -> Tensor:
+        return self._raw_scales(q)
+
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1."""
         q = self.grades if multiplier is None else multiplier.unsqueeze(-1) * self.grades
@@ -440,6 +448,9 @@ class ExponentialGrading(GradingMap):
         if e.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_overflow()
         return torch.exp(e.clamp(max=self._cap()))
+
+    def scale_of(self, q: Tensor) -> Tensor:
+        return torch.exp((q * torch.log(self.base.to(q.dtype))).clamp(max=self._cap()))
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as

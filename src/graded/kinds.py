@@ -102,6 +102,9 @@ class TaskKind:
     input_keys: ClassVar[tuple[str, ...]] = ("inputs",)
     optional_keys: ClassVar[tuple[str, ...]] = ("key_padding_mask", "token_grades")
     metric_names: ClassVar[tuple[str, ...]] = ()
+    #: The batch key holding the grade of each loss item (the graded loss of 000 Def 5.37 /
+    #: 7.1 weights item i by its grade); None for a kind whose items carry no grade.
+    graded_items: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -156,16 +159,24 @@ class TaskKind:
         (the trainer counts a step's items before it moves the batches to the device)."""
         raise NotImplementedError
 
-    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
-                    ) -> LossSum:
-        """The summed loss of a model ``output`` against ``batch["targets"]``."""
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
+                    weights: Tensor | None = None) -> LossSum:
+        """The summed loss of a model ``output`` against ``batch["targets"]``; ``weights``
+        (shaped as the items, :attr:`graded_items`) weight each item's loss (the graded loss)."""
         raise NotImplementedError
 
-    def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0) -> LossSum:
-        """The training loss of ``model`` on ``batch`` as a sum and a count."""
+    def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0,
+             weights: Tensor | None = None) -> LossSum:
+        """The training loss of ``model`` on ``batch`` as a sum and a count; ``weights`` as
+        :meth:`output_loss`'s (the count stays the number of items, so weights all 1 give the
+        plain loss)."""
         self.check_batch(batch)
+        if weights is not None and self.graded_items is None:
+            raise ValueError(f"the {self.name} kind's loss items carry no grades, so it takes "
+                             "no loss weights")
+        extra = {} if weights is None else {"weights": weights}
         return self.output_loss(self.forward(model, batch), batch,
-                                label_smoothing=label_smoothing)
+                                label_smoothing=label_smoothing, **extra)
 
     # ---- evaluation --------------------------------------------------------------------
     def prediction(self, output: Tensor, batch: Batch) -> Tensor:
@@ -213,6 +224,7 @@ class LM(TaskKind):
     name = "lm"
     optional_keys = ("key_padding_mask", "loss_mask", "metric_mask", "token_grades")
     metric_names = ("token_accuracy", "exact_match")
+    graded_items = "token_grades"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.transformer import TransformerLM
@@ -222,12 +234,18 @@ class LM(TaskKind):
     def loss_count(self, batch: Batch) -> int:
         return int((batch["targets"] != IGNORE_INDEX).sum())
 
-    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
-                    ) -> LossSum:
-        total = sequence_cross_entropy(output.float(), batch["targets"],
-                                       ignore_index=IGNORE_INDEX,
-                                       label_smoothing=label_smoothing, reduction="sum")
-        return LossSum(total, self.loss_count(batch))
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
+                    weights: Tensor | None = None) -> LossSum:
+        targets = batch["targets"]
+        per_token = sequence_cross_entropy(output.float(), targets, ignore_index=IGNORE_INDEX,
+                                           label_smoothing=label_smoothing,
+                                           reduction="sum" if weights is None else "none")
+        if weights is None:
+            return LossSum(per_token, self.loss_count(batch))
+        if weights.shape != targets.shape:
+            raise ValueError(f"loss weights of shape {tuple(weights.shape)}; expected one per "
+                             f"target token, {tuple(targets.shape)}")
+        return LossSum((per_token * weights.float()).sum(), self.loss_count(batch))
 
     def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
         """Token accuracy and exact match, and ``masked_token_accuracy`` over the positions of
@@ -264,6 +282,7 @@ class Seq2Seq(LM):
     input_keys = ("inputs", "decoder_inputs")
     optional_keys = ("key_padding_mask", "decoder_key_padding_mask", "loss_mask",
                      "metric_mask", "token_grades", "decoder_token_grades")
+    graded_items = "decoder_token_grades"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.transformer import Seq2SeqTransformer
@@ -369,6 +388,7 @@ class MorphicLM(LM):
     """
 
     architecture = "morphic"
+    graded_items = None  # trained through the model's own loss
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.morphic import build_morphic_model
@@ -378,7 +398,10 @@ class MorphicLM(LM):
     def training_module(self, model: nn.Module) -> nn.Module:
         return _TrainingLoss(model)
 
-    def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0) -> LossSum:
+    def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0,
+             weights: Tensor | None = None) -> LossSum:
+        if weights is not None:
+            raise ValueError("a morphic LM trains through its own loss: it takes no loss weights")
         if label_smoothing:
             raise ValueError(f"a morphic LM trains through its own loss: label_smoothing must "
                              f"be 0, got {label_smoothing}")

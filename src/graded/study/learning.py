@@ -20,7 +20,9 @@ grades) values); ``learned_*`` (the same, grades learned from neutral (q = 0), a
 reversed starts, projected on q ≥ 0 after each step as 000 Def 6.1 requires); ``lgt`` and
 ``egt`` (every stage graded, grades learned from the aligned start by the recipes of 000
 Algorithm 5.1 and 7.1, :mod:`graded.train.recipes`; on the sequence task also graded
-positions with α = ``POSITION_ALPHA``) with ``egt_fixed_base`` the EGT recipe without the
+positions with α = ``POSITION_ALPHA``, and the recipes' graded loss weighting each target
+token by λ_t^depth or f(depth); the regression tasks' one target carries no grade, so there
+they train on the plain loss) with ``egt_fixed_base`` the EGT recipe without the
 annealing of λ; ``twin`` (the *preconditioning twin*: an ungraded model whose input
 projection is initialised as W·M_aligned, i.e. the fixed-aligned model's effective weights, then
 trained ungraded: a fixed input grading placed before a linear map is a reparametrisation, so
@@ -349,10 +351,17 @@ def _forward(model: nn.Module, batch: dict[str, Tensor], arm: Arm, token_map: Te
         batch["inputs"], **kwargs)
 
 
-def _loss(output: Tensor, batch: dict[str, Tensor], kind: str) -> Tensor:
+def _loss(output: Tensor, batch: dict[str, Tensor], kind: str,
+          weights: Tensor | None = None) -> Tensor:
+    """Mean token cross-entropy or MSE; ``weights`` (B, T) weight each token's cross-entropy
+    (the recipes' graded loss, 000 Def 5.37 / 7.1), the mean still over the scored tokens."""
     if kind == "lm":
-        return F.cross_entropy(output.flatten(0, 1), batch["targets"].flatten(),
-                               ignore_index=IGNORE_INDEX)
+        per = F.cross_entropy(output.flatten(0, 1), batch["targets"].flatten(),
+                              ignore_index=IGNORE_INDEX, reduction="none")
+        scored = (batch["targets"] != IGNORE_INDEX).sum().clamp(min=1)
+        if weights is not None:
+            per = per * weights.flatten().to(per.dtype)
+        return per.sum() / scored
     return F.mse_loss(output, batch["targets"])
 
 
@@ -414,7 +423,10 @@ def fit(data: TaskData, arm_name: str, *, n: int, seed: int, lr: float, steps: i
     for step in range(1, steps + 1):
         idx = torch.randint(0, n, (min(batch_size, n),), generator=gen)
         batch = {k: v[idx] for k, v in train.items()}
-        loss = _loss(_forward(model, batch, arm, token_map), batch, kind)
+        # the recipes' graded loss weights tokens by their grades; the regression tasks'
+        # single target has no grade, so their recipe arms train on the plain loss
+        weights = recipe.loss_weights(model, batch, "token_grades") if kind == "lm" else None
+        loss = _loss(_forward(model, batch, arm, token_map), batch, kind, weights)
         total = loss + recipe.regularization(model)
         if not torch.isfinite(total):
             diverged = True

@@ -17,6 +17,18 @@ A recipe says how grades are optimised; the trainer calls it at three points:
   For EGT it also projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are
   the grades used.
 
+- :meth:`Recipe.loss_weights` — the graded loss the algorithms minimise (000 Def 5.37,
+  Eq. 63: Σ_i Σ_k f(q_k) ℓ(ŷ_ik, y_ik); Def 7.1: Σ_i Σ_k λ^{q_k} ℓ(ŷ_ik, y_ik)) as weights on
+  the task kind's loss items: w = f(q) with the model's f for LGT, w = λ_t^q with the current
+  (annealed) λ_t for EGT. *Which grades:* the definitions index output dimensions k of token
+  i; for token prediction (one-hot targets over a vocabulary that carries no grades) the
+  library weights each target token by the grade of its position, ``token_grades`` (a task
+  whose ``graded_object`` is "tokens": nesting depth, monomial degree), so that, as 000
+  §5.4.1 puts it, "critical features, such as ... syntactic heads, contribute more". A kind
+  or batch without item grades (classification, regression, or tokens without
+  ``token_grades``) trains on the plain loss, with a warning. The count stays the number of
+  items, so weights all 1 give the plain loss; ``graded_loss=False`` switches it off.
+
 Gradient clipping at τ is the trainer's ``clip_norm``; the recipes carry a default τ.
 The printed grade-gradient formulas of 000 are not used: gradients come from autograd.
 """
@@ -24,6 +36,8 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
@@ -31,7 +45,7 @@ from torch import Tensor, nn
 
 from graded.grading import ExponentialGrading
 from graded.train.optim import is_grade_parameter, param_groups
-from graded.transformer.graded import gradings
+from graded.transformer.graded import feature_grading, gradings
 
 __all__ = [
     "LR_BOUNDS",
@@ -87,6 +101,7 @@ class Recipe:
     lr_margin: float = 0.9
     clip_norm: float | None = 1.0
     lr_bound: str = "paper"
+    graded_loss: bool = True
 
     def __post_init__(self) -> None:
         if self.lr_bound not in LR_BOUNDS:
@@ -143,6 +158,27 @@ class Recipe:
             elif self.gamma:
                 total = total + self.gamma * q.square().sum()
         return total
+
+    def loss_weights(self, model: nn.Module, batch: Mapping[str, Tensor],
+                     graded_items: str | None) -> Tensor | None:
+        """Weights of the graded loss for the items of ``batch`` (module docstring): f(q) or
+        λ_t^q of the grades under the kind's ``graded_items`` key; None (the plain loss) for a
+        plain recipe, ``graded_loss=False``, or items without grades (with a warning)."""
+        if self.kind is None or not self.graded_loss:
+            return None
+        if graded_items is None or graded_items not in batch:
+            what = (f"the batch has no {graded_items!r}" if graded_items
+                    else "this task kind's loss items carry no grades")
+            warnings.warn(f"recipe {self.name!r}: {what}, so it trains on the plain loss "
+                          "instead of the graded loss (000 Def 5.37 / 7.1)", RuntimeWarning,
+                          stacklevel=2)
+            return None
+        grading = feature_grading(model)
+        if grading is None:
+            raise ValueError(f"recipe {self.name!r} weights the loss by the model's grading, but "
+                             "the model has none")
+        q = batch[graded_items].to(grading.grades.dtype)
+        return grading.scale_of(q)
 
     # -------------------------------------------------------------- per step
     def lambda_target(self, model: nn.Module) -> float:
@@ -215,7 +251,7 @@ RECIPES: dict[str, Recipe] = {
 def get_recipe(name: str, **options: object) -> Recipe:
     """A recipe by name (``plain``, ``lgt-alg5.1``, ``egt-alg7.1``), options overriding its
     hyperparameters (``gamma``, ``gamma_heads``, ``gamma_coord``, ``anneal``, ``lambda_max``,
-    ``lr_margin``, ``clip_norm``, ``lr_bound``)."""
+    ``lr_margin``, ``clip_norm``, ``lr_bound``, ``graded_loss``)."""
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; expected one of {sorted(RECIPES)}")
     recipe = RECIPES[name]

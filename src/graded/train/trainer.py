@@ -7,8 +7,9 @@ and 7.1 when a graded recipe is chosen):
 1. take the step's global batch (a pure function of ``(seed, step)``, :mod:`graded.train.data`),
    this rank's share of it, split into ``grad_accum`` micro-batches;
 2. accumulate gradients of the step's loss, the mean over all its items (tokens, rows or
-   elements) on every rank (:meth:`Trainer._train_step`), plus ``recipe.regularization(model)``
-   once (DDP syncs on the last micro-batch);
+   elements) on every rank (:meth:`Trainer._train_step`), each item weighted by the recipe's
+   graded loss (``recipe.loss_weights``, 000 Def 5.37 / 7.1), plus
+   ``recipe.regularization(model)`` once (DDP syncs on the last micro-batch);
 3. clip the gradient norm, step AdamW and the learning-rate schedule;
 4. call ``recipe.on_step`` (λ annealing, the grade learning-rate bound) and log what it returns
    (it is also called once before the first step, with ``step = 0``);
@@ -222,8 +223,10 @@ class Trainer:
             if self.ctx.distributed and not last:
                 sync = self.step_module.no_sync()
             with sync:
+                weights = (None if self.recipe is None else
+                           self.recipe.loss_weights(self.model, batch, self.kind.graded_items))
                 part = self.kind.loss(self.step_module, batch,
-                                      label_smoothing=self.opts.label_smoothing)
+                                      label_smoothing=self.opts.label_smoothing, weights=weights)
                 objective = part.total * scale
                 if self.recipe is not None and last:  # a function of the weights: once a step
                     reg = self.recipe.regularization(self.model)

@@ -153,6 +153,7 @@ def test_lr_bound_off_logs_the_bound_but_keeps_the_rate():
     assert info["grade_lr_bound"] == pytest.approx(1.0) and info["grade_lr"] == 5.0
     with pytest.raises(ValueError, match="lr_bound"):
         get_recipe("lgt-alg5.1", lr_bound="sometimes")
+    assert get_recipe("lgt-alg5.1", lr_bound=False).lr_bound == "off"  # YAML's bare `off`
 
 
 def test_a_recipe_that_does_not_match_the_model_is_refused():

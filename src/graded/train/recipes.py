@@ -104,6 +104,8 @@ class Recipe:
     graded_loss: bool = True
 
     def __post_init__(self) -> None:
+        if self.lr_bound is False:  # YAML 1.1 reads a bare `off` as false
+            object.__setattr__(self, "lr_bound", "off")
         if self.lr_bound not in LR_BOUNDS:
             raise ValueError(f"lr_bound={self.lr_bound!r}; expected one of {LR_BOUNDS}")
         if not 0.0 < self.lr_margin <= 1.0:

@@ -116,8 +116,8 @@ class InputEmbedding(nn.Module):
                 raise ValueError(
                     f"token ids must have shape (batch, length), got {tuple(inputs.shape)}"
                 )
-            if inputs.numel() and (int(inputs.min()) < 0
-                                   or int(inputs.max()) >= self.config.vocab_size):
+            if inputs.numel() and not torch.compiler.is_compiling() and (
+                    int(inputs.min()) < 0 or int(inputs.max()) >= self.config.vocab_size):
                 raise ValueError(
                     f"token ids must lie in [0, {self.config.vocab_size}); got range "
                     f"[{int(inputs.min())}, {int(inputs.max())}]"
@@ -200,8 +200,8 @@ class TransformerStack(nn.Module):
             if kpm is None:
                 kpm = torch.zeros(positions.shape, dtype=torch.bool, device=x.device)
             key_positions, kpm = cache.extend(positions, kpm, history=self.needs_history)
-        if kpm is not None and not bool(kpm.any()):
-            kpm = None
+        if kpm is not None and not torch.compiler.is_compiling() and not bool(kpm.any()):
+            kpm = None  # no padding: the fused kernel's mask-free path (eager only)
         bias = self.alibi(positions, key_positions) if self.alibi is not None else None
         weights = []
         for i, block in enumerate(self.blocks):

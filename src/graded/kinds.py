@@ -19,6 +19,12 @@ Losses are cross-entropy (002 §6, with the label smoothing of 002 §6.4) or squ
 metrics are those of :mod:`graded.evaluation.metrics`, computed once on the predictions
 collected over all batches. ``forward`` never reads the targets.
 
+The graded loss of the training recipes (000 Def 5.37 / 7.1, :mod:`graded.train.recipes`)
+weights each loss item by w(q) of its grade q: :meth:`TaskKind.loss_grades` gives the grades of
+the items, shaped as the targets (the target tokens' grades for lm and seq2seq, the task's
+``output_grades`` of each target column for regression, of the true class for
+classification), and ``loss(..., weights=w)`` sums w·ℓ over the items, the count unchanged.
+
 A morphic LM (004) is an LM whose model follows :class:`MorphicModel`: it is trained through
 its own ``training_loss`` (the LM loss plus its router terms, 004 §4.3) and evaluated through
 ``model(inputs, key_padding_mask)`` like any LM.
@@ -102,9 +108,8 @@ class TaskKind:
     input_keys: ClassVar[tuple[str, ...]] = ("inputs",)
     optional_keys: ClassVar[tuple[str, ...]] = ("key_padding_mask", "token_grades")
     metric_names: ClassVar[tuple[str, ...]] = ()
-    #: The batch key holding the grade of each loss item (the graded loss of 000 Def 5.37 /
-    #: 7.1 weights item i by its grade); None for a kind whose items carry no grade.
-    graded_items: ClassVar[str | None] = None
+    #: Where the grades of the loss items come from (:meth:`loss_grades`), for messages.
+    grades_source: ClassVar[str] = "no grades"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -159,24 +164,26 @@ class TaskKind:
         (the trainer counts a step's items before it moves the batches to the device)."""
         raise NotImplementedError
 
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        """The grades q of the loss items of ``batch``, shaped as its targets, that the graded
+        loss weights (module docstring); None where the items carry none. ``output_grades``
+        are the task's grades of its output coordinates (``Task.output_grades``)."""
+        return None
+
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None) -> LossSum:
-        """The summed loss of a model ``output`` against ``batch["targets"]``; ``weights``
-        (shaped as the items, :attr:`graded_items`) weight each item's loss (the graded loss)."""
+        """The summed loss of a model ``output`` against ``batch["targets"]``; ``weights``,
+        shaped as the targets (:meth:`loss_grades`), weight each item's loss: Σ w·ℓ, the
+        count staying the number of items, so weights all 1 give the plain loss exactly."""
         raise NotImplementedError
 
     def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0,
              weights: Tensor | None = None) -> LossSum:
         """The training loss of ``model`` on ``batch`` as a sum and a count; ``weights`` as
-        :meth:`output_loss`'s (the count stays the number of items, so weights all 1 give the
-        plain loss)."""
+        :meth:`output_loss`'s."""
         self.check_batch(batch)
-        if weights is not None and self.graded_items is None:
-            raise ValueError(f"the {self.name} kind's loss items carry no grades, so it takes "
-                             "no loss weights")
-        extra = {} if weights is None else {"weights": weights}
         return self.output_loss(self.forward(model, batch), batch,
-                                label_smoothing=label_smoothing, **extra)
+                                label_smoothing=label_smoothing, weights=weights)
 
     # ---- evaluation --------------------------------------------------------------------
     def prediction(self, output: Tensor, batch: Batch) -> Tensor:
@@ -224,7 +231,10 @@ class LM(TaskKind):
     name = "lm"
     optional_keys = ("key_padding_mask", "loss_mask", "metric_mask", "token_grades")
     metric_names = ("token_accuracy", "exact_match")
-    graded_items = "token_grades"
+    grades_source = ("the grades of the target tokens, token_grades (from a task whose "
+                     "graded_object is 'tokens')")
+    #: The batch key of the grades of the tokens the targets are read from.
+    token_grades_key: ClassVar[str] = "token_grades"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.transformer import TransformerLM
@@ -234,18 +244,22 @@ class LM(TaskKind):
     def loss_count(self, batch: Batch) -> int:
         return int((batch["targets"] != IGNORE_INDEX).sum())
 
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        """The grade of each target token: ``token_grades`` are aligned with the inputs and the
+        target at t is the token at t + 1, so it takes ``token_grades[:, t + 1]``; the last
+        position's target, the sequence's final token (``<eos>`` in the library's tasks, grade
+        0 as every special token), takes 0. None without ``token_grades``."""
+        grades = batch.get(self.token_grades_key)
+        if grades is None:
+            return None
+        return F.pad(grades[:, 1:], (0, 1))
+
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None) -> LossSum:
         targets = batch["targets"]
         per_token = sequence_cross_entropy(output.float(), targets, ignore_index=IGNORE_INDEX,
-                                           label_smoothing=label_smoothing,
-                                           reduction="sum" if weights is None else "none")
-        if weights is None:
-            return LossSum(per_token, self.loss_count(batch))
-        if weights.shape != targets.shape:
-            raise ValueError(f"loss weights of shape {tuple(weights.shape)}; expected one per "
-                             f"target token, {tuple(targets.shape)}")
-        return LossSum((per_token * weights.float()).sum(), self.loss_count(batch))
+                                           label_smoothing=label_smoothing, reduction="none")
+        return LossSum(_weighted_sum(per_token, weights, "target token"), self.loss_count(batch))
 
     def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
         """Token accuracy and exact match, and ``masked_token_accuracy`` over the positions of
@@ -282,7 +296,9 @@ class Seq2Seq(LM):
     input_keys = ("inputs", "decoder_inputs")
     optional_keys = ("key_padding_mask", "decoder_key_padding_mask", "loss_mask",
                      "metric_mask", "token_grades", "decoder_token_grades")
-    graded_items = "decoder_token_grades"
+    grades_source = ("the grades of the target tokens, decoder_token_grades (from a task "
+                     "whose graded_object is 'tokens')")
+    token_grades_key = "decoder_token_grades"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.transformer import Seq2SeqTransformer
@@ -315,6 +331,7 @@ class Classification(TaskKind):
 
     name = "classification"
     metric_names = ("accuracy",)
+    grades_source = "the task's output_grades, one per class"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.transformer import TransformerClassifier
@@ -324,15 +341,27 @@ class Classification(TaskKind):
     def loss_count(self, batch: Batch) -> int:
         return int(batch["targets"].shape[0])
 
-    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
-                    ) -> LossSum:
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        """The grade of each row's true class: with one-hot targets Σ_k w(q_k) ℓ_k of 000
+        Def 5.37 / 7.1 (ℓ_k = −y_k log p_k) is w(q_y)·(−log p_y). None without grades."""
+        if output_grades is None:
+            return None
+        targets = batch["targets"]
+        top = int(targets.max()) if targets.numel() else -1
+        if output_grades.dim() != 1 or top >= output_grades.shape[0]:
+            raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
+                             f"one grade per class, at least {top + 1}")
+        return output_grades.to(targets.device)[targets]
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
+                    weights: Tensor | None = None) -> LossSum:
         targets = batch["targets"]
         if targets.dim() != 1:
             raise ValueError(f"classification needs (B,) class targets, got shape "
                              f"{tuple(targets.shape)}")
-        total = sequence_cross_entropy(output.float(), targets,
-                                       label_smoothing=label_smoothing, reduction="sum")
-        return LossSum(total, self.loss_count(batch))
+        per_row = sequence_cross_entropy(output.float(), targets,
+                                         label_smoothing=label_smoothing, reduction="none")
+        return LossSum(_weighted_sum(per_row, weights, "row"), self.loss_count(batch))
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
                   ) -> dict[str, Tensor]:
@@ -349,16 +378,30 @@ class Regression(Classification):
 
     name = "regression"
     metric_names = ("mse", "mae", "r2")
+    grades_source = "the task's output_grades, one per target column"
 
     def loss_count(self, batch: Batch) -> int:
         return int(batch["targets"].numel())
 
-    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0
-                    ) -> LossSum:
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        """The grade of each target element: ``output_grades[k]`` for column k. None without
+        grades."""
+        if output_grades is None:
+            return None
         targets = batch["targets"]
-        total = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
-                           reduction="sum")
-        return LossSum(total, self.loss_count(batch))
+        columns = targets.shape[-1] if targets.dim() > 1 else 1
+        if tuple(output_grades.shape) != (columns,):
+            raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
+                             f"one grade per target column, ({columns},)")
+        return output_grades.to(targets.device).expand(targets.shape)
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
+                    weights: Tensor | None = None) -> LossSum:
+        targets = batch["targets"]
+        per_element = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
+                                 reduction="none")
+        return LossSum(_weighted_sum(per_element, weights, "target element"),
+                       self.loss_count(batch))
 
     def prediction(self, output: Tensor, batch: Batch) -> Tensor:
         return self.raw_prediction(output, batch)
@@ -388,7 +431,7 @@ class MorphicLM(LM):
     """
 
     architecture = "morphic"
-    graded_items = None  # trained through the model's own loss
+    grades_source = "no grades (it trains through the model's own loss)"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.morphic import build_morphic_model
@@ -397,6 +440,9 @@ class MorphicLM(LM):
 
     def training_module(self, model: nn.Module) -> nn.Module:
         return _TrainingLoss(model)
+
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        return None
 
     def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0,
              weights: Tensor | None = None) -> LossSum:
@@ -423,6 +469,16 @@ class _TrainingLoss(nn.Module):
     def forward(self, inputs: Tensor, targets: Tensor, key_padding_mask: Tensor | None = None
                 ) -> tuple[Tensor, dict[str, float]]:
         return self.model.training_loss(inputs, targets, key_padding_mask)
+
+
+def _weighted_sum(per_item: Tensor, weights: Tensor | None, item: str) -> Tensor:
+    """Σ ℓ over the items, or Σ w·ℓ (the graded loss) with ``weights`` shaped as the items."""
+    if weights is None:
+        return per_item.sum()
+    if weights.shape != per_item.shape:
+        raise ValueError(f"loss weights of shape {tuple(weights.shape)}; expected one per "
+                         f"{item}, {tuple(per_item.shape)}")
+    return (per_item * weights.to(per_item.dtype)).sum()
 
 
 def _tokens(x: Tensor, mask: Tensor | None) -> int:

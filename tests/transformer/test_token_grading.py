@@ -141,6 +141,10 @@ def test_errors_name_what_was_expected():
         TransformerConfig(vocab_size=V, d_model=D, n_heads=2, token_grading=True)
     with pytest.raises(ValueError, match="token_grade_stages"):
         config(token_grade_stages=[])
+    with pytest.raises(ValueError, match=r"token_grade_stages.*'attention' is invalid"):
+        config(token_grade_stages=["attention"])
+    with pytest.raises(ValueError, match=r"grade_input_activation='tanh' is invalid"):
+        config(grade_input_activation="tanh")
 
 
 def test_def_5_19_relu_on_feature_and_token_inputs():
@@ -182,6 +186,89 @@ def test_eq_48_normalises_after_the_graded_positions():
             z = emb.tokens.weight[ids[b, t]] + pe
             torch.testing.assert_close(got[b, t], z / z.norm(), rtol=1e-12, atol=1e-12)
             assert math.isclose(float(got[b, t].detach().norm()), 1.0, rel_tol=1e-12)
+
+
+def sinusoid(t: int) -> torch.Tensor:
+    """Pe(t, 2i) = sin(t/10000^{2i/d}), Pe(t, 2i+1) = cos(…) (000 Def 5.21), written out."""
+    pe = torch.empty(D, dtype=torch.float64)
+    for i in range(D // 2):
+        pe[2 * i] = math.sin(t / 10000 ** (2 * i / D))
+        pe[2 * i + 1] = math.cos(t / 10000 ** (2 * i / D))
+    return pe
+
+
+def test_the_whole_token_input_stage_in_the_order_of_000_section_6_2():
+    """x' = M_q M_{q_i} E[t_i] (a non-neutral feature grading and the per-token one),
+    x'' = x'/‖x'‖, h = ReLU(W x'' + b), z = h + λ^{−αt} Pe(t), z' = z/‖z‖ (Eq. 48), token by
+    token from the model's weights, the grades and the sinusoids written out."""
+    model = lm(grade_input=True, grade_init="warm_start", grade_init_value=0.125,
+               grade_normalize=True, grade_input_activation="relu", grade_positions=True,
+               grade_position_alpha=0.05, grade_position_normalize=True)
+    emb = model.decoder.embed
+    ids, grades = ids_and_grades(5)
+    p = profile(model).grades.detach()
+    got = emb(ids, torch.arange(T).expand(2, T), model.decoder.scales_for(ids, grades))
+    w, bias = emb.input_map.weight.detach(), emb.input_map.bias.detach()
+    for b in range(2):
+        for t in range(T):
+            x = emb.tokens.weight[ids[b, t]].detach().clone()
+            for k in range(D):
+                x[k] *= 2.0 ** (0.125 * k) * 2.0 ** (float(grades[b, t]) * float(p[k]))
+            x = x / x.norm()
+            z = torch.relu(w @ x + bias) + 2.0 ** (-0.05 * t) * sinusoid(t)
+            torch.testing.assert_close(got[b, t], z / z.norm(), rtol=1e-12, atol=1e-12)
+
+
+def test_feature_inputs_grade_each_token_after_the_projection_and_its_relu():
+    """Over real features the input grading acts on the raw features and M_{q_i} (over
+    d_model) on h = ReLU(W x'' + b), before the positions are added."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=None, input_dim=3, d_model=D, n_heads=2, n_layers=1,
+                            max_len=16, grading="exponential", input_grades=[0.0, 1.0, 2.0],
+                            grade_input_activation="relu", token_grading=True,
+                            grade_attention=False, grade_ffn=False, grade_output=False)
+    model = TransformerClassifier(cfg, num_outputs=1).double()
+    emb = model.encoder.embed
+    x = torch.randn(2, T, 3, dtype=torch.float64)
+    _, grades = ids_and_grades(6)
+    p = profile(model).grades.detach()
+    got = emb(x, torch.arange(T).expand(2, T), model.encoder.token_grading(grades, 2, T))
+    for b in range(2):
+        for t in range(T):
+            mx = x[b, t] * torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)  # λ^q
+            h = torch.relu(emb.tokens.weight @ mx + emb.tokens.bias)
+            m = torch.tensor([2.0 ** (float(grades[b, t]) * float(p[k])) for k in range(D)],
+                             dtype=torch.float64)
+            torch.testing.assert_close(got[b, t], h * m + sinusoid(t), rtol=1e-12, atol=1e-12)
+
+
+def test_graded_and_normalised_ffn_with_per_token_matrices():
+    """000 Eq. 91 with token i's matrix: h' = M_q M_{q_i} Fnn(x) / ‖…‖."""
+    model = lm(grade_ffn=True, grade_init="warm_start", grade_init_value=0.125,
+               grade_normalize=True, token_grade_stages=["ffn"])
+    ids, grades = ids_and_grades(7)
+    ff = model.decoder.stack.blocks[0].ff
+    x = torch.randn(2, T, D, dtype=torch.float64)
+    got = ff(x, model.decoder.scales_for(ids, grades))
+    p = profile(model).grades.detach()
+    for b in range(2):
+        for i in range(T):
+            y = ff.ffn(x[b, i]).detach().clone()
+            for k in range(D):
+                y[k] *= 2.0 ** (0.125 * k) * 2.0 ** (float(grades[b, i]) * float(p[k]))
+            torch.testing.assert_close(got[b, i], y / y.norm(), rtol=1e-12, atol=1e-12)
+
+
+def test_the_task_kinds_pass_token_grades_to_token_graded_models_only():
+    torch.manual_seed(0)
+    model = TransformerClassifier(config(), num_outputs=3).double().eval()
+    ids, grades = ids_and_grades(8)
+    batch = {"inputs": ids, "token_grades": grades}
+    kind = get_kind("classification")
+    torch.testing.assert_close(kind.forward(model, batch), model(ids, token_grades=grades))
+    plain = TransformerClassifier(TransformerConfig(vocab_size=V, d_model=D, n_heads=2,
+                                                    n_layers=1), num_outputs=3)
+    assert kind.forward(plain, batch).shape == (2, 3)  # the grades stay in the batch
 
 
 def test_a_token_graded_lm_trains_through_its_task_kind_and_learns_its_profile():

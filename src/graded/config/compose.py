@@ -160,7 +160,8 @@ def build_run(
     cfg: RunConfig, run_dir: str | Path | None = None, *, resume_command: str | None = None
 ) -> RunParts:
     """Data, model (seeded with ``cfg.seed``) and trainer of a validated config, from the task,
-    model config and recipe its validation built."""
+    model config and recipe its validation built (the trainer gets the task's
+    ``output_grades``, which a graded recipe's loss weights)."""
     import torch
 
     from graded.train.trainer import Trainer
@@ -173,7 +174,8 @@ def build_run(
     trainer = Trainer(
         model, train.tensors, test.tensors, kind=task.kind, options=cfg.train,
         run_dir=Path(run_dir) if run_dir is not None else cfg.run_dir(), seed=cfg.seed,
-        recipe=cfg.built_recipe, config=cfg.model_dump(mode="json"),
+        recipe=cfg.built_recipe, output_grades=task.output_grades,
+        config=cfg.model_dump(mode="json"),
         resume_command=resume_command, overwrite=cfg.output.overwrite,
     )
     return RunParts(cfg, task, train, test, model, trainer, cfg.built_recipe)

@@ -10,6 +10,7 @@ A run config has five sections (see ``configs/`` for one per task and ``docs/cli
              grading: linear, learnable_grades: true}   # any TransformerConfig field;
                                   # input_grades: task = the task's natural feature grades
     recipe: auto                  # plain | lgt-alg5.1 | egt-alg7.1 | auto, or {name:, options:}
+                                  # e.g. {name: auto, options: {graded_loss: false}}
     train:  {steps: 500, batch_size: 64, lr: 1.0e-3}    # graded.train.options.TrainOptions
     output: {dir: runs}
 
@@ -123,8 +124,10 @@ class ModelSection(BaseModel):
 
 class RecipeSection(Strict):
     """The training recipe (000 Alg. 5.1 / 7.1) and options overriding its hyperparameters
-    (``gamma``, ``gamma_heads``, ``gamma_coord``, ``anneal``, ``lambda_max``, ``lr_margin``).
-    A bare string is shorthand for ``{name: ...}``."""
+    (``gamma``, ``gamma_heads``, ``gamma_coord``, ``anneal``, ``lambda_max``, ``lr_margin``,
+    ``clip_norm``, ``lr_bound``, ``graded_loss``: false trains on the plain loss instead of
+    the graded loss). A bare string is shorthand for ``{name: ...}``; ``--set
+    recipe.options.graded_loss=false`` works on either form."""
 
     name: Literal[RECIPES] = "auto"
     options: dict[str, Any] = Field(default_factory=dict)
@@ -255,8 +258,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# Sections a config may give as a bare string, and the key that string stands for.
+SHORTHANDS = {"recipe": "name"}
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b=value`` overrides (YAML scalar rules) to a copy of ``data``."""
+    """Apply ``a.b=value`` overrides (YAML scalar rules) to a copy of ``data``; a section in
+    its shorthand (``recipe: auto``) is expanded (``{name: auto}``) to set a key inside it."""
     data = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -270,6 +278,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):
             nxt = node.setdefault(part, {})
+            if node is data and part in SHORTHANDS and isinstance(nxt, str):
+                nxt = node[part] = {SHORTHANDS[part]: nxt}
             if not isinstance(nxt, dict):
                 where = ".".join(parts[: i + 1])
                 raise ConfigError(f"--set {item!r}: {where} is {nxt!r}, not a section")

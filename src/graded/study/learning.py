@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from graded.grading import ExponentialGrading
+from graded.kinds import get_kind
 from graded.tasks.base import IGNORE_INDEX
 from graded.tasks.dyck import DyckLM
 from graded.tasks.polynomial_regression import PolynomialRegression
@@ -81,6 +82,8 @@ SEQUENCE_MODEL = dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, positional="le
                       dropout=0.0, init_std=0.1)
 BASE = 2.0  # λ of the fixed and learned input gradings
 POSITION_ALPHA = 0.02  # α of the graded positions (000 Def 5.21) of the all-stage arms
+#: The lm kind, whose loss_grades give the grade of each target token (the graded loss).
+LM_KIND = get_kind("lm")
 
 
 @dataclass(frozen=True)
@@ -423,9 +426,10 @@ def fit(data: TaskData, arm_name: str, *, n: int, seed: int, lr: float, steps: i
     for step in range(1, steps + 1):
         idx = torch.randint(0, n, (min(batch_size, n),), generator=gen)
         batch = {k: v[idx] for k, v in train.items()}
-        # the recipes' graded loss weights tokens by their grades; the regression tasks'
-        # single target has no grade, so their recipe arms train on the plain loss
-        weights = recipe.loss_weights(model, batch, "token_grades") if kind == "lm" else None
+        # the recipes' graded loss weights each target token by its grade; the regression
+        # tasks' single target has no grade, so their recipe arms train on the plain loss
+        weights = (recipe.loss_weights(model, LM_KIND.loss_grades(batch)) if kind == "lm"
+                   else None)
         loss = _loss(_forward(model, batch, arm, token_map), batch, kind, weights)
         total = loss + recipe.regularization(model)
         if not torch.isfinite(total):

@@ -201,6 +201,14 @@ class Task(abc.ABC):
         return None
 
     @property
+    def output_grades(self) -> tuple[float, ...] | None:
+        """The grades of the output coordinates, one per target column (regression) or class
+        (classification), which the graded loss of the training recipes weights (000 Def 5.37
+        / 7.1, :mod:`graded.train.recipes`); None (the default) where the outputs carry no
+        grades. Sequence tasks grade their target tokens per example in ``token_grades``."""
+        return None
+
+    @property
     @abc.abstractmethod
     def max_len(self) -> int:
         """The longest sequence length T this configuration generates."""

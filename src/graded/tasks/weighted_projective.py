@@ -45,7 +45,9 @@ class WeightedProjectiveInvariants(Task):
     targets (N, n) (normal form) or (N, n - 1) (Igusa ratios). Metric: R² averaged over outputs.
 
     Grades (``graded_object = "features"``): the weights, e.g. (2, 4, 6, 10) for
-    (J2, J4, J6, J10).
+    (J2, J4, J6, J10). The normal form y is a point of the same graded space, coordinate i of
+    weight w_i, so its targets have ``output_grades`` the weights too (the Igusa ratios are
+    all of weight 0: none).
     """
 
     weights: tuple[float, ...] = (2.0, 4.0, 6.0, 10.0)
@@ -90,6 +92,10 @@ class WeightedProjectiveInvariants(Task):
     @property
     def num_outputs(self) -> int:
         return len(self.weights) - (self.invariants == "igusa")
+
+    @property
+    def output_grades(self) -> tuple[float, ...] | None:
+        return self.weights if self.invariants == "normal_form" else None
 
     @property
     def max_len(self) -> int:
@@ -165,6 +171,10 @@ class WeightedProjectiveSamePoint(WeightedProjectiveInvariants):
     @property
     def num_outputs(self) -> int:
         return 2
+
+    @property
+    def output_grades(self) -> tuple[float, ...] | None:
+        return None  # "same point" and "different points" carry no grades
 
     @property
     def max_len(self) -> int:

@@ -1,6 +1,6 @@
 """Training recipes for graded models: 000 Algorithm 5.1 (LGT) and Algorithm 7.1 (EGT).
 
-A recipe says how grades are optimised; the trainer calls it at three points:
+A recipe says how grades are optimised; the trainer calls it at four points:
 
 - :meth:`Recipe.param_groups` — AdamW groups with the grades in a group of their own (no weight
   decay, learning rate ``grade_lr``), the rest as :func:`graded.train.optim.param_groups`;
@@ -15,19 +15,37 @@ A recipe says how grades are optimised; the trainer calls it at three points:
   ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound;
   where the bound is infinite (q_max ≤ 0 for LGT, λ_t = 1 for EGT) the scheduled rate stands.
   For EGT it also projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are
-  the grades used.
-
+  the grades used;
 - :meth:`Recipe.loss_weights` — the graded loss the algorithms minimise (000 Def 5.37,
-  Eq. 63: Σ_i Σ_k f(q_k) ℓ(ŷ_ik, y_ik); Def 7.1: Σ_i Σ_k λ^{q_k} ℓ(ŷ_ik, y_ik)) as weights on
-  the task kind's loss items: w = f(q) with the model's f for LGT, w = λ_t^q with the current
-  (annealed) λ_t for EGT. *Which grades:* the definitions index output dimensions k of token
-  i; for token prediction (one-hot targets over a vocabulary that carries no grades) the
-  library weights each target token by the grade of its position, ``token_grades`` (a task
-  whose ``graded_object`` is "tokens": nesting depth, monomial degree), so that, as 000
-  §5.4.1 puts it, "critical features, such as ... syntactic heads, contribute more". A kind
-  or batch without item grades (classification, regression, or tokens without
-  ``token_grades``) trains on the plain loss, with a warning. The count stays the number of
-  items, so weights all 1 give the plain loss; ``graded_loss=False`` switches it off.
+  Eq. 63: L = Σ_i Σ_k f(q_k) ℓ(ŷ_ik, y_ik); Def 7.1: L = Σ_i Σ_k λ^{q_k} ℓ(ŷ_ik, y_ik)) as
+  weights w on the loss items of the task kind: w = f(q) with the model's f
+  (``TransformerConfig.grading_f``) for LGT, w = λ_t^q for EGT with λ_t the base of the
+  model's exponential grading at that step (annealed by :meth:`Recipe.on_step`). The grades
+  are data, not parameters: no gradient flows through w.
+
+*Which grades q_k weight the loss* (the definitions index the output dimensions k of token i;
+:meth:`graded.kinds.TaskKind.loss_grades`):
+
+- regression: the grade of each target coordinate k (``Task.output_grades``; e.g. the weight
+  w_k of normal-form coordinate k of ``weighted_projective``): Eq. 63 with ℓ the squared error;
+- classification: the grade of each class (``Task.output_grades``); ℓ is the cross-entropy
+  term −y_k log p_k, so with one-hot targets Σ_k w_k ℓ_k = w_y·(−log p_y), the cross-entropy
+  weighted by the true class's weight (with label smoothing, the smoothed cross-entropy of the
+  row, weighted by the same);
+- lm and seq2seq (a task whose ``graded_object`` is "tokens"): *a decision*, not the letter of
+  the definitions: the vocabulary carries no grades, so the loss weights the target *tokens*
+  i, not the dimensions k, each by the grade of the token it predicts, from the batch's
+  ``token_grades`` (``decoder_token_grades``): nesting depth, monomial degree. This is 000
+  §5.4.1's intent, that "critical features, such as high-degree polynomial terms or syntactic
+  heads, contribute more significantly to the optimization objective".
+
+Where the task declares no such grades (most classification tasks, scalar regression, token
+tasks without ``token_grades``) the trainer trains on the plain loss and says so once, as a
+``RuntimeWarning`` and a ``warning`` event in the run's ``history.jsonl``; never silently.
+The trainer keeps its sum / count accounting: the loss of a step is Σ w·ℓ over its items
+divided by the number of items, so with all weights 1 it is the plain loss exactly (the
+definitions' plain sum, divided by the count as the plain loss is). ``graded_loss=False``
+trains on the plain loss. The evaluation loss stays the plain loss, comparable across recipes.
 
 Gradient clipping at τ is the trainer's ``clip_norm``; the recipes carry a default τ.
 The printed grade-gradient formulas of 000 are not used: gradients come from autograd.
@@ -36,14 +54,12 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
 
-from graded.grading import ExponentialGrading
+from graded.grading import ExponentialGrading, GradingMap
 from graded.train.optim import is_grade_parameter, param_groups
 from graded.transformer.graded import feature_grading, gradings
 
@@ -161,26 +177,44 @@ class Recipe:
                 total = total + self.gamma * q.square().sum()
         return total
 
-    def loss_weights(self, model: nn.Module, batch: Mapping[str, Tensor],
-                     graded_items: str | None) -> Tensor | None:
-        """Weights of the graded loss for the items of ``batch`` (module docstring): f(q) or
-        λ_t^q of the grades under the kind's ``graded_items`` key; None (the plain loss) for a
-        plain recipe, ``graded_loss=False``, or items without grades (with a warning)."""
-        if self.kind is None or not self.graded_loss:
+    @property
+    def uses_graded_loss(self) -> bool:
+        """Whether this recipe trains on the graded loss (a graded recipe, ``graded_loss``)."""
+        return self.kind is not None and self.graded_loss
+
+    def loss_weights(self, model: nn.Module, grades: Tensor | None) -> Tensor | None:
+        """The weights w of the graded loss for the grades q of the loss items
+        (:meth:`graded.kinds.TaskKind.loss_grades`): f(q) (LGT) or λ_t^q (EGT) from the
+        model's grading now (module docstring), float32 on the grading's device, without
+        gradient. None (the plain loss) for a plain recipe, ``graded_loss=False`` or
+        ``grades`` None."""
+        if not self.uses_graded_loss or grades is None:
             return None
-        if graded_items is None or graded_items not in batch:
-            what = (f"the batch has no {graded_items!r}" if graded_items
-                    else "this task kind's loss items carry no grades")
-            warnings.warn(f"recipe {self.name!r}: {what}, so it trains on the plain loss "
-                          "instead of the graded loss (000 Def 5.37 / 7.1)", RuntimeWarning,
-                          stacklevel=2)
-            return None
+        grading = self._loss_grading(model)
+        q = grades.to(device=grading.grades.device, dtype=grading.grades.dtype)
+        with torch.no_grad():
+            return grading.scale_of(q).float()
+
+    def check_loss_grades(self, model: nn.Module, grades: Tensor) -> None:
+        """Refuses grades that get a negative loss weight (f = identity on a negative grade):
+        a negative weight makes the graded loss unbounded below (a host synchronisation)."""
+        weights = self.loss_weights(model, grades)
+        if weights is not None and bool((weights < 0).any()):
+            bad = sorted(set(grades.flatten().cpu()[(weights < 0).flatten().cpu()].tolist()))[:5]
+            raise ValueError(f"recipe {self.name!r}: the model's grading gives grades {bad} "
+                             "negative loss weights; the graded loss needs w >= 0 (use another "
+                             "grading_f, or graded_loss: false)")
+
+    def _loss_grading(self, model: nn.Module) -> GradingMap:
+        """The grading whose f or λ_t weights the loss: the feature grading, else any of the
+        recipe's kind (all share the config's f, and on_step gives all the same λ_t)."""
         grading = feature_grading(model)
+        if grading is None:
+            grading = next(iter(gradings(model).values()), None)
         if grading is None:
             raise ValueError(f"recipe {self.name!r} weights the loss by the model's grading, but "
                              "the model has none")
-        q = batch[graded_items].to(grading.grades.dtype)
-        return grading.scale_of(q)
+        return grading
 
     # -------------------------------------------------------------- per step
     def lambda_target(self, model: nn.Module) -> float:

@@ -13,8 +13,9 @@ holds, besides the files of :mod:`graded.train.logging` and the checkpoints:
                         else, so a user's own files in the folder survive. A folder without a
                         manifest is taken to hold the entries of :data:`LIBRARY_ENTRIES`.
 - ``history.jsonl``     one JSON line per event: ``start``, ``resume`` (step, checkpoint, damaged
-                        checkpoints skipped), ``override`` (key, old and new value, step) and
-                        ``end`` (step, status).
+                        checkpoints skipped), ``override`` (key, old and new value, step),
+                        ``warning`` (message: e.g. a graded recipe training on the plain loss)
+                        and ``end`` (step, status).
 
 **The resume rule.** A resumed run continues the same optimisation, so the keys that define it
 cannot change: the task, the model, the seed, the task kind, the recipe, and the training options

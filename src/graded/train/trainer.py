@@ -7,9 +7,11 @@ and 7.1 when a graded recipe is chosen):
 1. take the step's global batch (a pure function of ``(seed, step)``, :mod:`graded.train.data`),
    this rank's share of it, split into ``grad_accum`` micro-batches;
 2. accumulate gradients of the step's loss, the mean over all its items (tokens, rows or
-   elements) on every rank (:meth:`Trainer._train_step`), each item weighted by the recipe's
-   graded loss (``recipe.loss_weights``, 000 Def 5.37 / 7.1), plus
-   ``recipe.regularization(model)`` once (DDP syncs on the last micro-batch);
+   elements) on every rank (:meth:`Trainer._train_step`), under a graded recipe each item
+   weighted by w(q) of its grade, the graded loss of 000 Def 5.37 / 7.1 (the grades from
+   ``kind.loss_grades``, the weights from ``recipe.loss_weights``; which grades:
+   :mod:`graded.train.recipes`), plus ``recipe.regularization(model)`` once (DDP syncs on the
+   last micro-batch);
 3. clip the gradient norm, step AdamW and the learning-rate schedule;
 4. call ``recipe.on_step`` (λ annealing, the grade learning-rate bound) and log what it returns
    (it is also called once before the first step, with ``step = 0``);
@@ -29,7 +31,8 @@ import math
 import random
 import sys
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,10 @@ class Trainer:
     initial RNG state and data order; ``recipe`` a recipe name or a
     :class:`~graded.train.recipes.Recipe` (None = plain AdamW; subclass it for a recipe of your
     own);
+    ``output_grades`` the task's grades of its output coordinates (``Task.output_grades``: one
+    per target column or class), which a graded recipe's loss weights (a run without the
+    grades its kind's graded loss needs trains on the plain loss and says so once:
+    ``plain_loss_note``, a ``RuntimeWarning`` and a ``warning`` event in ``history.jsonl``);
     ``config`` a JSON-able dict saved in every checkpoint and as ``config.yaml``
     (:meth:`run_config`); ``resume_command`` the command printed after an interruption (default:
     how to resume through the Python API); ``overwrite`` lets :meth:`fit` replace a run already
@@ -107,6 +114,7 @@ class Trainer:
         run_dir: str | Path,
         seed: int = 0,
         recipe: str | Recipe | None = None,
+        output_grades: Sequence[float] | torch.Tensor | None = None,
         config: dict[str, Any] | None = None,
         resume_command: str | None = None,
         overwrite: bool = False,
@@ -125,6 +133,11 @@ class Trainer:
         self.recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
         if self.recipe is not None:
             self.recipe.check(self.model)
+        self.output_grades = (None if output_grades is None else
+                              torch.as_tensor(output_grades, dtype=torch.float32,
+                                              device=self.ctx.device))
+        self.plain_loss_note: str | None = None
+        self.graded_loss = self._graded_loss_applies()
         self.optimizer = torch.optim.AdamW(
             self._param_groups(), lr=self.opts.lr, betas=self.opts.betas, eps=self.opts.eps
         )
@@ -141,6 +154,24 @@ class Trainer:
         self.overwrite = overwrite
         self.run = RunFolder(self.run_dir, writer=self.ctx.is_main)
         self._plan: ResumePlan | None = None
+
+    def _graded_loss_applies(self) -> bool:
+        """Whether the steps minimise the recipe's graded loss: the recipe asks for it and the
+        loss items have grades, checked here on all the training data (bad output grades or
+        negative weights fail now). Where they have none, ``plain_loss_note`` says so."""
+        recipe = self.recipe
+        if recipe is None or not recipe.uses_graded_loss:
+            return False
+        grades = self.kind.loss_grades(self.train_data, self.output_grades)
+        if grades is None:
+            self.plain_loss_note = (
+                f"recipe {recipe.name!r}: the {self.kind.name} loss is graded by "
+                f"{self.kind.grades_source}, and this run has none, so it trains on the plain "
+                "loss, not the graded loss of 000 Def 5.37 / 7.1 (the recipe option "
+                "graded_loss: false asks for the plain loss without this warning)")
+            return False
+        recipe.check_loss_grades(self.model, grades)
+        return True
 
     def _param_groups(self) -> list[dict]:
         o = self.opts
@@ -223,8 +254,10 @@ class Trainer:
             if self.ctx.distributed and not last:
                 sync = self.step_module.no_sync()
             with sync:
-                weights = (None if self.recipe is None else
-                           self.recipe.loss_weights(self.model, batch, self.kind.graded_items))
+                weights = None
+                if self.graded_loss:
+                    weights = self.recipe.loss_weights(
+                        self.model, self.kind.loss_grades(batch, self.output_grades))
                 part = self.kind.loss(self.step_module, batch,
                                       label_smoothing=self.opts.label_smoothing, weights=weights)
                 objective = part.total * scale
@@ -297,6 +330,9 @@ class Trainer:
                      entries=("metrics.csv", "grades.jsonl", "metrics.json", "checkpoints",
                               "history.jsonl", *(("tensorboard",) if self.opts.tensorboard
                                                  else ())))
+            if self.plain_loss_note is not None and self.ctx.is_main:
+                warnings.warn(self.plain_loss_note, RuntimeWarning, stacklevel=2)
+                self.run.append_history("warning", message=self.plain_loss_note)
             result = self._loop(plan, pause_after)
             status = ("interrupted" if result.interrupted else "early_stopped"
                       if result.early_stopped else "finished" if result.step >= self.opts.steps

@@ -69,6 +69,12 @@ class InputEmbedding(nn.Module):
     000 Lemma 4.17). Graded stages, from the plan when the config grades them:
     ``input_grading`` (000 Def 5.19) acts on the token embedding, or on the raw features before
     their projection, and ``position_grading`` (000 Def 5.21) on the position vectors.
+
+    In order: token ids x' = M_{q_i} M E[t] (per-token and feature grading), x'' = x'/‖x'‖
+    (``grade_normalize``), h = ReLU(W x'' + b) with ``input_map`` W
+    (``grade_input_activation``); features x'' = M_in x normalised, h = W_in x'' + b_in, its
+    ReLU, then M_{q_i} h (``projected_grading``). Then √d (``embed_scale``), z = h + Pe'(t)
+    and z' = z/‖z‖ (000 Eq. 48, ``grade_position_normalize``), ``embed_norm``, dropout.
     """
 
     def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:

@@ -145,6 +145,8 @@ def test_errors_name_what_was_expected():
         config(token_grade_stages=["attention"])
     with pytest.raises(ValueError, match=r"grade_input_activation='tanh' is invalid"):
         config(grade_input_activation="tanh")
+    with pytest.raises(ValueError, match=r"grading_f='identity' is invalid.*f\(0\) = 0"):
+        config(grading="linear", grading_f="identity")
 
 
 def test_def_5_19_relu_on_feature_and_token_inputs():

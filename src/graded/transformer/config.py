@@ -205,6 +205,10 @@ class TransformerConfig(ConfigModel):
             need(self.grading is not None or not getattr(self, name), name,
                  "unset on an ungraded model (it is a stage of the graded transformer): set "
                  "grading='linear' or 'exponential'")
+        need(not (self.token_grading and self.grading == "linear"
+                  and self.grading_f == "identity"), "grading_f",
+             "'shift', 'abs_shift' or 'softplus' with token_grading: f = identity gives f(0) = 0, "
+             "so M_{q_i} = 0 for every token of grade s_i = 0 (q_i = s_i·p)")
         need(len(set(self.token_grade_stages)) == len(self.token_grade_stages)
              and len(self.token_grade_stages) > 0, "token_grade_stages",
              f"a non-empty list of distinct stages from {list(TOKEN_GRADE_STAGES)}")

@@ -421,9 +421,18 @@ class ExponentialGrading(GradingMap):
             )
 
     def _cap(self) -> float:
+        """The largest exponent q·ln λ used: ``max_log_scale``, else half the log of the largest
+        finite value of the compute dtype (the autocast dtype under autocast, so an fp16 or bf16
+        forward pass stays finite), minus 1."""
         if self.max_log_scale is not None:
             return self.max_log_scale
-        return 0.5 * math.log(torch.finfo(self.grades.dtype).max) - 1.0
+        dtype = self.grades.dtype
+        device = self.grades.device.type
+        if torch.is_autocast_enabled(device):
+            fast = torch.get_autocast_dtype(device)
+            if torch.finfo(fast).max < torch.finfo(dtype).max:
+                dtype = fast
+        return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
 
     def _exponent(self) -> Tensor:
         q = self.grades

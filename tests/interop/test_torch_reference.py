@@ -1,5 +1,5 @@
 """The encoder and the encoder-decoder against ``torch.nn.Transformer`` with mapped weights:
-logits equal in float64 to 1e-10, and greedy decoding gives the same tokens.
+logits equal in float64 to 1e-10, and greedy and beam decoding give the same tokens.
 
 The reference is torch's module with the pieces it lacks written out here: an embedding table,
 sinusoidal positions computed independently (Vaswani et al. §3.5), and a linear readout."""
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:enable_nested_tensor:UserWarning
                                         "ignore:The PyTorch API of nested tensors:UserWarning")
 
 V, D, H, FF = 19, 16, 2, 40
-TOL = {"rtol": 1e-10, "atol": 1e-10}
+TOL = {"rtol": 0.0, "atol": 1e-10}  # max abs difference <= 1e-10
 
 
 def sinusoids(length: int, d: int) -> torch.Tensor:
@@ -73,7 +73,7 @@ def reference_transformer(activation: str, norm_first: bool) -> nn.Transformer:
                           norm_first=norm_first).double().eval()
 
 
-CASES = [("relu", False), ("gelu", False), ("relu", True)]
+CASES = [("relu", False), ("gelu", False), ("relu", True), ("gelu", True)]
 
 
 @pytest.mark.parametrize(("activation", "norm_first"), CASES)
@@ -119,10 +119,16 @@ class Reference(nn.Module):
 
 
 def seq2seq(activation: str, norm_first: bool) -> Seq2SeqTransformer:
+    """A model whose decoding depends on the source: with the default init (std 0.02) the logit
+    bias decides every argmax, and all rows decode to one repeated token."""
     torch.manual_seed(0)
     model = Seq2SeqTransformer(config(activation, norm_first, logit_bias=True)).double().eval()
     with torch.no_grad():
-        model.head.proj.bias.normal_()
+        for name, p in model.named_parameters():
+            if p.dim() == 2:  # fan-in scale; sharper attention; unit (tied) embeddings
+                p.normal_(std=(3.0 if "in_proj" in name else 1.0) / math.sqrt(p.shape[1]))
+        model.encoder.embed.tokens.weight.normal_()
+        model.head.proj.bias.normal_(std=0.1)
     return model
 
 
@@ -148,6 +154,7 @@ def test_greedy_decoding_equals_argmax_over_torch_transformer(activation, norm_f
                                                               use_cache):
     model = seq2seq(activation, norm_first)
     ref = Reference(model, activation, norm_first)
+    decoded = set()
     for seed in (4, 5):
         src, pad = sources(seed)
         out = model.generate(src, 7, bos_token_id=1, src_key_padding_mask=pad,
@@ -158,3 +165,35 @@ def test_greedy_decoding_equals_argmax_over_torch_transformer(activation, norm_f
                 nxt = ref(src, ids, pad)[:, -1].argmax(-1, keepdim=True)
                 ids = torch.cat([ids, nxt], dim=1)
         assert torch.equal(out, ids)
+        decoded |= {tuple(row) for row in ids.tolist()}
+    assert len(decoded) >= 4  # the outputs depend on the source: the check is not vacuous
+
+
+def reference_beam(ref: Reference, src, pad, k: int, steps: int) -> torch.Tensor:
+    """Beam search without EOS: each row keeps the k prefixes of highest summed log-prob."""
+    rows = []
+    for b in range(src.shape[0]):
+        beams = [(0.0, [1])]
+        for _ in range(steps):
+            seqs = torch.tensor([seq for _, seq in beams])
+            n = len(beams)
+            with torch.no_grad():
+                logp = F.log_softmax(ref(src[b:b + 1].expand(n, -1), seqs,
+                                         pad[b:b + 1].expand(n, -1))[:, -1], dim=-1)
+            cands = [(score + float(logp[i, v]), [*seq, v])
+                     for i, (score, seq) in enumerate(beams) for v in range(V)]
+            beams = sorted(cands, key=lambda c: -c[0])[:k]
+        rows.append(beams[0][1])
+    return torch.tensor(rows)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize(("activation", "norm_first"), CASES)
+def test_beam_search_equals_reference_beam_over_torch_transformer(activation, norm_first,
+                                                                  use_cache):
+    model = seq2seq(activation, norm_first)
+    ref = Reference(model, activation, norm_first)
+    src, pad = sources(4)
+    out = model.generate(src, 5, bos_token_id=1, src_key_padding_mask=pad, num_beams=3,
+                         use_cache=use_cache)
+    assert torch.equal(out, reference_beam(ref, src, pad, 3, 5))

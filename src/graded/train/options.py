@@ -53,6 +53,10 @@ class TrainOptions(Strict):
     monitor_mode: Literal["min", "max"] = "min"
     early_stopping: EarlyStopping | None = None
     device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="autocast dtype of the training forward passes (fp16 adds a "
+        "gradient scaler); parameters, optimizer state and evaluation stay fp32")
+    compile: bool = Field(False, description="torch.compile the module the training step calls")
     progress: bool = Field(True, description="show a progress bar")
     tensorboard: bool = Field(True, description="write TensorBoard event files")
 

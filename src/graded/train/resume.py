@@ -41,6 +41,7 @@ class ResumePlan:
     rng: tuple[dict[str, torch.Tensor], dict[str, Any]]
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # newer, damaged checkpoints
     changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # accepted overrides
+    grad_scaler: dict[str, Any] | None = None  # the fp16 gradient scaler's state
 
 
 def use_peak_lrs(optimizer: torch.optim.Optimizer,
@@ -85,4 +86,5 @@ def plan_resume(
                                f"no usable scheduler state ({exc!r})") from None
     use_peak_lrs(optimizer, scheduler, peaks)
     return ResumePlan(source, found.path, found.meta["step"], found.meta.get("stopper", {}),
-                      read_rng_state(found.path), found.skipped, changes)
+                      read_rng_state(found.path), found.skipped, changes,
+                      found.meta.get("grad_scaler"))

@@ -63,7 +63,8 @@ CONFIG_FILE = "config.yaml"
 RESUMABLE_KEYS = ("name", "output", "train.steps", "train.lr", "train.grade_lr",
                   "train.eval_every", "train.log_every", "train.checkpoint_every",
                   "train.keep_last", "train.progress", "train.tensorboard",
-                  "train.eval_batch_size", "train.device", "train.early_stopping")
+                  "train.eval_batch_size", "train.device", "train.early_stopping",
+                  "train.compile")
 _ABSENT = object()
 LIBRARY_ENTRIES = ("config.yaml", "metrics.csv", "metrics.json", "grades.jsonl", "tensorboard",
                    "checkpoints", "history.jsonl", "eval.json", "report")

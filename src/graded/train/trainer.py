@@ -12,7 +12,11 @@ and 7.1 when a graded recipe is chosen):
    ``kind.loss_grades``, the weights from ``recipe.loss_weights``; which grades:
    :mod:`graded.train.recipes`), plus ``recipe.regularization(model)`` once (DDP syncs on the
    last micro-batch);
-3. clip the gradient norm, step AdamW and the learning-rate schedule;
+   Forward passes run under autocast with ``precision`` bf16 or fp16 (parameters, optimizer
+   state, the loss sum and evaluation stay fp32); fp16 scales the loss with a gradient scaler
+   (its state is checkpointed); ``compile`` wraps the training module in ``torch.compile``;
+3. clip the gradient norm (unscaled first under fp16), step AdamW (skipped by the scaler when
+   fp16 gradients are not finite) and the learning-rate schedule;
 4. call ``recipe.on_step`` (λ annealing, the grade learning-rate bound) and log what it returns
    (it is also called once before the first step, with ``step = 0``);
 5. every ``log_every`` steps log scalars and grades; every ``eval_every`` steps evaluate, keep
@@ -82,6 +86,10 @@ class _StopSignal(StopSignals):
                   "(Ctrl-C again to abort without saving)", file=sys.stderr, flush=True)
 
 
+#: The autocast dtype of each ``TrainOptions.precision`` (None: no autocast).
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 class Trainer:
     """Train ``model`` on ``train_data`` and evaluate on ``eval_data`` (dicts of tensors).
 
@@ -146,6 +154,11 @@ class Trainer:
             total_steps=self.opts.steps, min_ratio=self.opts.min_lr_ratio,
         )
         self.step_module = D.wrap_model(self.kind.training_module(self.model), self.ctx)
+        if self.opts.compile:
+            self.step_module = torch.compile(self.step_module)
+        self.autocast_dtype = AUTOCAST_DTYPES[self.opts.precision]
+        self.scaler = (torch.amp.GradScaler(self.ctx.device.type)
+                       if self.opts.precision == "fp16" else None)
         self.sampler = StepSampler(
             dataset_size(self.train_data), self.opts.batch_size, seed=seed,
             grad_accum=self.opts.grad_accum, world_size=self.ctx.world_size, rank=self.ctx.rank,
@@ -191,6 +204,7 @@ class Trainer:
             "data_position": {"epoch": step // self.sampler.steps_per_epoch,
                               "batch": step % self.sampler.steps_per_epoch},
             "scheduler": self.scheduler.state_dict(),  # lr_lambdas are plain functions: None
+            "grad_scaler": None if self.scaler is None else self.scaler.state_dict(),
             "stopper": stopper,
             "options": self.opts.model_dump(mode="json"),
             "config": self.run_config(),
@@ -258,21 +272,30 @@ class Trainer:
                 if self.graded_loss:
                     weights = self.recipe.loss_weights(
                         self.model, self.kind.loss_grades(batch, self.output_grades))
-                part = self.kind.loss(self.step_module, batch,
-                                      label_smoothing=self.opts.label_smoothing, weights=weights)
-                objective = part.total * scale
+                with torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype,
+                                    enabled=self.autocast_dtype is not None):
+                    part = self.kind.loss(self.step_module, batch,
+                                          label_smoothing=self.opts.label_smoothing,
+                                          weights=weights)
+                objective = part.total.float() * scale
                 if self.recipe is not None and last:  # a function of the weights: once a step
                     reg = self.recipe.regularization(self.model)
                     objective = objective + reg
                     reg_total = float(reg.detach())
-                objective.backward()
+                (objective if self.scaler is None else self.scaler.scale(objective)).backward()
             total += part.total.detach()
             for k, v in part.metrics.items():
                 extra[k] = extra.get(k, 0.0) + v * part.count / count
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         clip = self.opts.clip_norm if self.opts.clip_norm is not None else float("inf")
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:  # skips the step when the unscaled gradients are not finite
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.scheduler.step()
         loss_value = float(D.sum_across(self.ctx, total)) / count
         extra = D.sum_values_across(self.ctx, extra)
@@ -345,6 +368,8 @@ class Trainer:
         if plan is not None:
             start, stopper = plan.step, plan.stopper
             restore_rng_state(*plan.rng)
+            if self.scaler is not None and plan.grad_scaler:
+                self.scaler.load_state_dict(plan.grad_scaler)
         else:
             torch.manual_seed(self.seed)
             random.seed(self.seed)

@@ -159,19 +159,21 @@ def _beam_search(
     ids = input_ids.repeat_interleave(k, dim=0)
     kpm = key_padding_mask.repeat_interleave(k, dim=0)
     cache = KVCache.empty(n_layers) if use_cache else None
-    beam_scores = torch.zeros(batch, k, device=device)
-    beam_scores[:, 1:] = float("-inf")
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
     done = [False] * batch
     logits = step(ids, kpm, cache)
+    # scores in float32 at least (bf16 / fp16 logits are promoted), float64 for a float64 model
+    score_dtype = torch.promote_types(logits.dtype, torch.float32)
+    beam_scores = torch.zeros(batch, k, device=device, dtype=score_dtype)
+    beam_scores[:, 1:] = float("-inf")
     for t in range(max_new_tokens):
-        logp = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*K, V)
+        logp = torch.log_softmax(logits[:, -1].to(score_dtype), dim=-1)  # (B*K, V)
         vocab = logp.shape[-1]
         cand = (beam_scores.view(-1, 1) + logp).view(batch, k * vocab)
         top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)
         next_beam = torch.zeros(batch, k, dtype=torch.long, device=device)
         next_tok = torch.full((batch, k), pad, dtype=torch.long, device=device)
-        next_scores = torch.full((batch, k), float("-inf"), device=device)
+        next_scores = torch.full((batch, k), float("-inf"), device=device, dtype=score_dtype)
         for b in range(batch):
             if done[b]:
                 continue

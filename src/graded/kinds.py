@@ -460,15 +460,18 @@ class MorphicLM(LM):
 
 
 class _TrainingLoss(nn.Module):
-    """Routes ``forward(inputs, targets, mask)`` to ``model.training_loss`` so DDP can wrap it."""
+    """Routes ``forward(inputs, targets, mask)`` to ``model.training_terms`` (the library's
+    morphic models) or ``model.training_loss`` so DDP and ``torch.compile`` can wrap it."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, inputs: Tensor, targets: Tensor, key_padding_mask: Tensor | None = None
-                ) -> tuple[Tensor, dict[str, float]]:
-        return self.model.training_loss(inputs, targets, key_padding_mask)
+                ) -> tuple[Tensor, dict[str, float | Tensor]]:
+        # training_terms, where the model has it, reads no values: one graph under torch.compile
+        call = getattr(self.model, "training_terms", None) or self.model.training_loss
+        return call(inputs, targets, key_padding_mask)
 
 
 def _weighted_sum(per_item: Tensor, weights: Tensor | None, item: str) -> Tensor:

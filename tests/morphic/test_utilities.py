@@ -231,3 +231,33 @@ def test_chunked_paths_equal_the_unchunked_ones_and_are_chosen_above_the_memory_
         rows_seen.clear()
     with pytest.raises(ValueError, match="chunk_rows"):
         grads("phi", chunk_rows=0)
+
+
+@pytest.mark.parametrize("attach", ["phi", "all"])
+@pytest.mark.parametrize("kind", ["exact", "first_order"])
+def test_the_traced_path_equals_the_eager_one_in_values_and_gradients(monkeypatch, attach, kind):
+    """Under torch.compile the utilities run on every row with plain tensor operations (no
+    boolean indexing, no fused autograd Function); forced here in eager mode, it gives the same
+    utilities and the same gradients, ignored targets included (utility 0, no gradient)."""
+    from graded.morphic.utilities import compute_utilities
+
+    sp, es, z, cands, w, bias, targets = setup(3)
+    z, w, bias = z.double(), w.double(), bias.double()
+    cands = [c.double() for c in cands]
+
+    def run():
+        leaves = [t.clone().requires_grad_() for t in (z, w, bias, *cands)]
+        u = compute_utilities(kind, leaves[0], leaves[3:], es, sp, leaves[1], leaves[2], targets,
+                              attach=attach)
+        (u * torch.linspace(-1, 2, u.numel(), dtype=u.dtype).view_as(u)).sum().backward()
+        return u.detach(), [None if t.grad is None else t.grad.clone() for t in leaves]
+
+    eager, eager_grads = run()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    traced, traced_grads = run()
+    torch.testing.assert_close(traced, eager, atol=1e-12, rtol=0)
+    assert bool((traced[0, 1] == 0).all())
+    for a, b in zip(traced_grads, eager_grads):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

@@ -187,7 +187,15 @@ class MorphicTransformer(nn.Module):
         evaluation has: when some layer routes by the utilities (``train_routing="utility"``,
         which reads the targets and so is optimistic), it is computed by a second,
         gradient-free pass with ``stochastic=False``;
-        when every layer routes by context it is ``lm_loss`` itself."""
+        when every layer routes by context it is ``lm_loss`` itself. ``routing_entropy`` and
+        ``context_agreement`` are means over the layers (nan when no token is scored)."""
+        loss, terms = self.training_terms(input_ids, targets, key_padding_mask)
+        return loss, {k: float(v) for k, v in terms.items()}
+
+    def training_terms(self, input_ids: Tensor, targets: Tensor,
+                       key_padding_mask: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`training_loss` with its metrics as detached 0-d tensors: nothing reads a
+        value, so ``torch.compile`` traces it as one graph (the trainer calls this one)."""
         self._check_targets(input_ids, targets)
         check_right_padding(key_padding_mask, input_ids)
         obj = self.objective
@@ -195,15 +203,14 @@ class MorphicTransformer(nn.Module):
         lm = F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
                              ignore_index=self.ignore_index)
         valid = targets != self.ignore_index
-        penalty = omega = distill = reinforce = logits.new_zeros(())
-        entropy_sum, agree = 0.0, []
+        penalty = omega = distill = reinforce = entropy_sum = agree_sum = logits.new_zeros(())
         for layer, tr in zip(self.layers, traces):
             tau = layer.thresholds.to(logits.dtype)
             router = layer.router
             penalty = penalty + utility_penalty(tr.utilities, tau, layer.beta, valid)
             ent = router.entropy(tr.routing_logits)
             omega = omega + routing_regularizer(obj.omega, entropy=ent, alpha=tr.probs, valid=valid)
-            entropy_sum += float(_masked_mean(ent.detach(), valid))
+            entropy_sum = entropy_sum + _masked_mean(ent.detach(), valid)
             if layer.train_routing == "utility":
                 teacher = layer.beta * (tr.utilities.detach() - tau)
                 kl = router.kl(teacher, tr.context_logits)
@@ -211,25 +218,23 @@ class MorphicTransformer(nn.Module):
             if tr.log_prob is not None:
                 reinforce = reinforce + reinforce_surrogate(
                     tr.log_prob, tr.utilities, tr.alpha, tau, tr.probs, valid)
-            agree.append(routing_agreement(router, tr.utility_logits, tr.context_logits, valid))
+            agree_sum = agree_sum + routing_agreement(router, tr.utility_logits,
+                                                      tr.context_logits, valid)
         loss = (lm + obj.utility_weight * penalty + obj.omega_weight * omega
                 + obj.distill_weight * distill + obj.reinforce_weight * reinforce)
         if any(layer.train_routing == "utility" for layer in self.layers):
             with torch.no_grad():
                 context_logits = self._run(input_ids, None, stochastic=False)[0]
-                loss_context = float(F.cross_entropy(
-                    context_logits.flatten(0, 1), targets.flatten(),
-                    ignore_index=self.ignore_index))
+                loss_context = F.cross_entropy(context_logits.flatten(0, 1), targets.flatten(),
+                                               ignore_index=self.ignore_index)
         else:
-            loss_context = float(lm.detach())
-        metrics = {
-            "loss": float(loss.detach()), "lm_loss": float(lm.detach()),
-            "loss_context": loss_context,
-            "utility_penalty": float(penalty.detach()), "omega": float(omega.detach()),
-            "distill": float(distill.detach()), "routing_entropy": entropy_sum / len(traces),
-            "context_agreement": sum(agree) / len(agree),
+            loss_context = lm.detach()
+        terms = {
+            "loss": loss, "lm_loss": lm, "loss_context": loss_context, "utility_penalty": penalty,
+            "omega": omega, "distill": distill, "routing_entropy": entropy_sum / len(traces),
+            "context_agreement": agree_sum / len(traces),
         }
-        return loss, metrics
+        return loss, {k: v.detach() for k, v in terms.items()}
 
     @torch.no_grad()
     def generate(
@@ -272,6 +277,8 @@ def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> N
     if key_padding_mask.shape != input_ids.shape:
         raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}; expected "
                          f"input_ids' shape {tuple(input_ids.shape)}")
+    if torch.compiler.is_compiling():  # the value check runs in eager calls
+        return
     inner = key_padding_mask[:, :-1] & ~key_padding_mask[:, 1:]  # padding, then a real token
     if bool(inner.any()):
         row = int(inner.any(1).nonzero()[0])
@@ -280,15 +287,17 @@ def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> N
 
 
 def routing_agreement(router: Router, utility_logits: Tensor | None, context_logits: Tensor,
-                      valid: Tensor) -> float:
-    """Fraction of (valid token, routed normalisation group) pairs where argmax ℓ̃ = argmax ℓ,
-    the stay option included (``Router.choices``); always-on groups are not counted."""
-    if utility_logits is None:
-        return float("nan")
+                      valid: Tensor) -> Tensor:
+    """Fraction (a 0-d tensor) of (valid token, routed normalisation group) pairs where
+    argmax ℓ̃ = argmax ℓ, the stay option included (``Router.choices``); always-on groups are not
+    counted. nan without utility logits, routed groups or valid tokens."""
+    if utility_logits is None or (router.normalization != "logistic"
+                                  and not router.routed_groups):
+        return context_logits.new_full((), float("nan")).detach()
     if router.normalization == "logistic":
-        same = ((utility_logits > 0) == (context_logits > 0)).all(-1)
-        return float(same[valid].float().mean()) if valid.any() else float("nan")
-    if not router.routed_groups or not valid.any():
-        return float("nan")
-    same = router.choices(utility_logits) == router.choices(context_logits)
-    return float(same[valid].float().mean())
+        same = ((utility_logits > 0) == (context_logits > 0)).all(-1)  # (B, T)
+    else:
+        same = router.choices(utility_logits) == router.choices(context_logits)
+    w = valid.reshape(*valid.shape, *([1] * (same.dim() - valid.dim()))).expand_as(same)
+    w = w.to(context_logits.dtype)
+    return ((same.to(w.dtype) * w).sum() / w.sum()).detach()  # 0/0 = nan without valid tokens

@@ -45,9 +45,9 @@ def routing_regularizer(
     if kind == "entropy_bonus":
         return -_masked_mean(entropy, valid)
     if kind == "group_lasso":
-        a = alpha[valid]  # (N, E)
-        n = max(a.shape[0], 1)
-        return (a.pow(2).sum(0) / n + 1e-12).sqrt().sum()
+        w = valid.unsqueeze(-1).to(alpha.dtype)  # the valid tokens' rows, without indexing
+        n = w.sum().clamp(min=1.0)
+        return ((alpha * w).pow(2).sum((0, 1)) / n + 1e-12).sqrt().sum()
     if kind == "none":
         return entropy.new_zeros(())
     raise ValueError(f"omega must be one of {OMEGAS}, got {kind!r}")

@@ -41,11 +41,14 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
         raise ValueError(
             f"readout weight is {tuple(weight.shape)}, expected (V, {space.total_dim})")
     valid = targets != ignore_index
-    all_valid = bool(valid.all())
     if attach == "phi":
         z, weight = z.detach(), weight.detach()
         bias = None if bias is None else bias.detach()
-    if all_valid:  # views, no copies
+    if torch.compiler.is_compiling():  # every row, no value reads: ignored targets read class 0
+        yv = torch.where(valid, targets, torch.zeros_like(targets)).reshape(-1)
+        return (valid, z.reshape(-1, z.shape[-1]), [c.reshape(-1, c.shape[-1]) for c in candidates],
+                yv, weight, bias)
+    if bool(valid.all()):  # views, no copies
         zv = z.reshape(-1, z.shape[-1])
         cands = [c.reshape(-1, c.shape[-1]) for c in candidates]
         yv = targets.reshape(-1)
@@ -185,6 +188,8 @@ def exact_utilities(
     with torch.no_grad():  # row maxima to 0: log softmax is shift-invariant, see _EdgeUtility
         base.sub_(base.amax(dim=-1, keepdim=True))
         lse_base = base.exp().sum(dim=-1, keepdim=True).log_()
+    if torch.compiler.is_compiling():
+        return _scatter_valid(_traced_exact(base, zv, cands, edges, space, weight, yv), valid, z)
     budget = SAVED_BYTES_LIMIT // len(edges)
     cols = []
     for e, cand in zip(edges, cands):
@@ -194,7 +199,25 @@ def exact_utilities(
     return _scatter_valid(torch.stack(cols, dim=1), valid, z)
 
 
+def _traced_exact(base: Tensor, zv: Tensor, cands: Sequence[Tensor], edges: EdgeSet,
+                  space: GradedStateSpace, weight: Tensor, yv: Tensor) -> Tensor:
+    """The utilities of ``_EdgeUtility`` written with plain tensor operations (autograd does
+    the backward pass): what ``torch.compile`` traces, as one graph the compiler fuses.
+    ``base`` has row maxima 0 (as in ``exact_utilities``); log-sum-exp shifts each row itself."""
+    yy = yv.unsqueeze(-1)
+    ref = (base.gather(-1, yy) - base.logsumexp(-1, keepdim=True)).squeeze(-1)
+    cols = []
+    for e, cand in zip(edges, cands):
+        s = space.slices[e.dest]
+        plus = torch.addmm(base, cand - zv[:, s], weight[:, s].T)
+        cols.append(plus.gather(-1, yy).squeeze(-1) - plus.logsumexp(-1) - ref)
+    return torch.stack(cols, dim=1)
+
+
 def _scatter_valid(util: Tensor, valid: Tensor, z: Tensor) -> Tensor:
+    if torch.compiler.is_compiling():  # every row was computed: zero the ignored ones
+        util = util * valid.reshape(-1, 1).to(util.dtype)
+        return util.view(*z.shape[:-1], util.shape[-1]).to(z.dtype)
     if bool(valid.all()):
         return util.view(*z.shape[:-1], util.shape[-1]).to(z.dtype)
     out = z.new_zeros(*z.shape[:-1], util.shape[-1])

@@ -1,23 +1,82 @@
-"""Interleaved timing shared by the benchmark scripts.
+"""Interleaved timing and the ``--device`` / ``--dtype`` options shared by the benchmark
+scripts.
 
 Candidates are timed in alternation, round after round, so that drift in machine load hits
-all of them alike; ratios are taken between medians measured in the same run.
+all of them alike; ratios are taken between medians measured in the same run. On CUDA, kernels
+run asynchronously: every timed region is bracketed by ``torch.cuda.synchronize`` so that the
+clock stops when the GPU has finished, not when the launches were queued, and peak memory is
+torch's own statistic (``torch.cuda.max_memory_allocated``).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
+import torch.nn.functional as F
+
+#: ``--dtype`` names (with train.precision's short names as aliases) and their dtypes.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+          "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def add_device_options(parser: argparse.ArgumentParser, dtype_help: str) -> None:
+    """Add ``--device`` (default cpu) and ``--dtype`` (default float32) to ``parser``."""
+    parser.add_argument("--device", default="cpu",
+                        help="torch device to run on: cpu (default), cuda, cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=list(DTYPES), help=dtype_help)
+
+
+def device_and_dtype(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
+    """The parsed ``--device`` and ``--dtype``; exits with a message when the device is
+    unavailable or the dtype is one this build cannot compute in on it."""
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: CUDA is not available in this torch build "
+                         f"({torch.__version__}) or on this machine")
+    if device.type not in ("cpu", "cuda"):
+        raise SystemExit(f"--device {args.device}: only cpu and cuda are supported")
+    dtype = DTYPES[args.dtype]
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise SystemExit(f"--dtype bfloat16: {torch.cuda.get_device_name(device)} has no bf16")
+    return device, dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued work (a no-op on CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _no_wait() -> None:
+    pass
+
+
+def autocast(device: torch.device | str, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Autocast to ``dtype`` on ``device``; float32 means no autocast."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
 
 
 def interleaved(
-    candidates: dict[str, Callable[[], object]], *, rounds: int = 30, warmup: int = 3
+    candidates: dict[str, Callable[[], object]], *, rounds: int = 30, warmup: int = 3,
+    device: torch.device | str = "cpu",
 ) -> dict[str, float]:
-    """Median seconds per call of each candidate, timed alternately."""
+    """Median seconds per call of each candidate, timed alternately (synchronising
+    ``device`` before and after each timed call when it is a GPU)."""
+    on_gpu = torch.device(device).type == "cuda"
+    wait = (lambda: synchronize(device)) if on_gpu else _no_wait  # nothing more on the CPU
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
@@ -27,15 +86,62 @@ def interleaved(
         if r % 2:
             order.reverse()
         for name, fn in order:
+            wait()
             start = time.perf_counter()
             fn()
+            wait()
             samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(ts) for name, ts in samples.items()}
 
 
-def machine() -> str:
-    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+class TrainingStep:
+    """One training step of a language model on token ids ``x`` (B, T + 1): zero the
+    gradients, next-token cross-entropy of ``logits_of(x[:, :-1])`` against ``x[:, 1:]`` under
+    autocast to ``dtype`` (float32: none), backward, AdamW step. Under float16 the loss goes
+    through a gradient scaler, as the trainer's ``precision: fp16`` does."""
+
+    def __init__(self, logits_of: Callable[[torch.Tensor], torch.Tensor],
+                 params: Iterable[torch.nn.Parameter], x: torch.Tensor, *,
+                 dtype: torch.dtype = torch.float32, lr: float = 1e-4) -> None:
+        self.logits_of, self.x, self.dtype = logits_of, x, dtype
+        self.opt = torch.optim.AdamW(params, lr=lr)
+        self.scaler = torch.amp.GradScaler(x.device.type) if dtype == torch.float16 else None
+
+    def __call__(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        with autocast(self.x.device, self.dtype):
+            logits = self.logits_of(self.x[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.x[:, 1:].reshape(-1))
+        if self.scaler is None:
+            loss.backward()
+            self.opt.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+
+
+def peak_memory(fn: Callable[[], object], device: torch.device | str) -> int | None:
+    """Peak bytes torch allocates on a CUDA ``device`` during ``fn()`` above what was allocated
+    before it (None on CPU, where torch keeps no peak statistic)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    fn()
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def machine(device: torch.device | str = "cpu") -> str:
+    text = (f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
             f"{platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    device = torch.device(device)
+    if device.type == "cuda":
+        text += f", {torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    return text
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:

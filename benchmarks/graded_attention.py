@@ -6,6 +6,15 @@ within 1.10x of the ungraded LM.
 
     python benchmarks/graded_attention.py            # the README's figures
     python benchmarks/graded_attention.py --quick    # a smoke run
+    python benchmarks/graded_attention.py --device cuda --dtype bfloat16   # on a GPU
+    python benchmarks/graded_attention.py --shape 8,2048,1024,16 --no-lm   # one shape only
+
+On CUDA the attention shapes default to B=8, T=2048, d=1024, h=16 and B=2, T=8192 (same d, h);
+the GPU's LM training step at GPT-2 small's shape is ``benchmarks/lm_training_step.py``.
+
+``--dtype`` casts the attention modules and their inputs; the LM training steps keep float32
+parameters and run under autocast to it (float16 with a gradient scaler), as training with
+``train.precision`` does.
 """
 
 from __future__ import annotations
@@ -17,13 +26,23 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import interleaved, machine, table
+from _timing import (
+    TrainingStep,
+    add_device_options,
+    device_and_dtype,
+    dtype_name,
+    interleaved,
+    machine,
+    table,
+)
 
 from graded import TransformerConfig, TransformerLM
 from graded.attention.graded import VARIANTS, GradedMultiheadAttention
-from graded.train import sequence_cross_entropy
 
 SHAPES = [(8, 256, 256, 8), (8, 1024, 256, 8)]
+#: The GPU shapes of issue 15's targets (B, T, d_model, heads): the default on CUDA.
+CUDA_SHAPES = [(8, 2048, 1024, 16), (2, 8192, 1024, 16)]
+CPU = torch.device("cpu")
 
 
 def attention_step(module: torch.nn.Module, x: torch.Tensor) -> None:
@@ -38,19 +57,22 @@ def graded_module(d: int, h: int, variant: str, grading: str) -> GradedMultihead
                                     learnable_grades=True, batch_first=True)
 
 
-def bench_attention(shapes: list, rounds: int) -> tuple[list[list[str]], float]:
+def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
+                    dtype: torch.dtype = torch.float32) -> tuple[list[list[str]], float]:
     rows, worst = [], 0.0
     for b, t, d, h in shapes:
         torch.manual_seed(0)
         ref = torch.nn.MultiheadAttention(d, h, batch_first=True)
-        x = torch.randn(b, t, d, requires_grad=True)
+        x = torch.randn(b, t, d).to(device, dtype).requires_grad_()
+        ref.to(device, dtype)
         cands = {"torch": lambda r=ref, x=x: attention_step(r, x)}
         for grading in ("linear", "exponential"):
             for variant in VARIANTS:
                 m = graded_module(d, h, variant, grading)
                 m.load_state_dict(ref.state_dict())
+                m.to(device, dtype)
                 cands[f"{grading}/{variant}"] = (lambda m=m, x=x: attention_step(m, x))
-        times = interleaved(cands, rounds=rounds)
+        times = interleaved(cands, rounds=rounds, device=device)
         for name, sec in times.items():
             if name == "torch":
                 continue
@@ -61,27 +83,19 @@ def bench_attention(shapes: list, rounds: int) -> tuple[list[list[str]], float]:
     return rows, worst
 
 
-def lm_step(model: TransformerLM, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
-    opt.zero_grad(set_to_none=True)
-    loss = sequence_cross_entropy(model(x[:, :-1]), x[:, 1:])
-    loss.backward()
-    opt.step()
-
-
-def bench_lm(batch: int, length: int, rounds: int, d: int = 256, layers: int = 4):
+def bench_lm(batch: int, length: int, rounds: int, d: int = 256, layers: int = 4,
+             device: torch.device = CPU, dtype: torch.dtype = torch.float32):
     base = dict(vocab_size=512, d_model=d, n_heads=8, n_layers=layers, max_len=length + 1)
-    x = torch.randint(0, 512, (batch, length + 1))
-    cands, models = {}, {}
+    x = torch.randint(0, 512, (batch, length + 1)).to(device)
+    cands = {}
     for name, grading in (("ungraded", None), ("LGT", "linear"), ("EGT", "exponential")):
         torch.manual_seed(0)
         extra = {} if grading is None else dict(grading=grading, learnable_grades=True,
                                                  grade_init="warm_start",
                                                  grade_init_value=0.01)
-        model = TransformerLM(TransformerConfig(**base, **extra))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        models[name] = model
-        cands[name] = (lambda m=model, o=opt: lm_step(m, o, x))
-    times = interleaved(cands, rounds=rounds)
+        model = TransformerLM(TransformerConfig(**base, **extra)).to(device)
+        cands[name] = TrainingStep(model, model.parameters(), x, dtype=dtype)
+    times = interleaved(cands, rounds=rounds, device=device)
     rows, worst = [], 0.0
     for name in ("LGT", "EGT"):
         ratio = times[name] / times["ungraded"]
@@ -91,21 +105,45 @@ def bench_lm(batch: int, length: int, rounds: int, d: int = 256, layers: int = 4
     return rows, worst
 
 
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """``"B,T,D,H"`` as four positive integers with D divisible by H."""
+    try:
+        b, t, d, h = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"shape {text!r}: expected four integers B,T,D,H such as 8,2048,1024,16") from None
+    if min(b, t, d, h) < 1 or d % h:
+        raise argparse.ArgumentTypeError(
+            f"shape {text!r}: expected positive B,T,D,H with D divisible by H")
+    return b, t, d, h
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes, few rounds")
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds per candidate")
+    parser.add_argument("--shape", action="append", type=parse_shape, metavar="B,T,D,H",
+                        help="attention shape (batch, length, d_model, heads); repeatable; "
+                             "default two CPU shapes, or the two GPU shapes on CUDA")
+    parser.add_argument("--no-lm", action="store_true", help="skip the LM training steps")
+    add_device_options(parser, "attention modules and inputs are cast to it; the LM steps run "
+                               "under autocast to it (default float32: no autocast)")
     args = parser.parse_args()
+    device, dtype = device_and_dtype(args)
     rounds = 3 if args.quick else args.rounds
-    shapes = [(2, 64, 64, 4)] if args.quick else SHAPES
-    rows, worst_attn = bench_attention(shapes, rounds)
+    default = CUDA_SHAPES if device.type == "cuda" else SHAPES
+    shapes = args.shape or ([(2, 64, 64, 4)] if args.quick else default)
+    rows, worst_attn = bench_attention(shapes, rounds, device, dtype)
+    on = "" if dtype == torch.float32 else f"{dtype_name(dtype)}; "
     print(f"# GradedMultiheadAttention vs torch.nn.MultiheadAttention, forward+backward, "
-          f"learnable grades (median of {rounds} interleaved rounds; {machine()})")
+          f"learnable grades (median of {rounds} interleaved rounds; {on}{machine(device)})")
     print(table(["shape", "grading/variant", "torch ms", "graded ms", "ratio"], rows))
     print(f"worst ratio {worst_attn:.3f} (target <= 1.05): "
           f"{'PASS' if worst_attn <= 1.05 else 'FAIL'}\n")
-    lm_rows, worst_lm = bench_lm(2, 32, rounds, d=64, layers=2) if args.quick else \
-        bench_lm(8, 256, rounds)
+    if args.no_lm:
+        return
+    lm_rows, worst_lm = bench_lm(2, 32, rounds, d=64, layers=2, device=device, dtype=dtype) \
+        if args.quick else bench_lm(8, 256, rounds, device=device, dtype=dtype)
     print("# LM training step (forward, backward, AdamW), graded vs ungraded")
     print(table(["shape", "model", "ungraded ms", "graded ms", "ratio"], lm_rows))
     print(f"worst ratio {worst_lm:.3f} (target <= 1.10): "

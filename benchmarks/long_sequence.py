@@ -4,12 +4,13 @@ For every backend, interleaved in one run, at lengths T = 256 … 16384 and d = 
 
 - wall time of the forward pass (no grad) and of forward + backward (median of repeats; the
   backends take turns inside each repeat, so machine noise hits them alike);
-- peak memory of both, as the rise of the resident set's high-water mark (VmHWM, reset through
-  /proc/self/clear_refs) above the resident size just before the call, in a fresh subprocess
-  per (backend, T). tracemalloc cannot see torch's allocations and torch keeps no peak
-  statistic for CPU memory, so the OS high-water mark is the honest measurement; the
+- peak memory of both, on CPU as the rise of the resident set's high-water mark (VmHWM, reset
+  through /proc/self/clear_refs) above the resident size just before the call, in a fresh
+  subprocess per (backend, T). tracemalloc cannot see torch's allocations and torch keeps no
+  peak statistic for CPU memory, so the OS high-water mark is the honest measurement; the
   subprocess fixes glibc's mmap threshold so that large freed blocks go back to the OS and the
-  resident set follows torch's live tensors;
+  resident set follows torch's live tensors. On CUDA (``--device cuda``) it is torch's own
+  statistic, ``torch.cuda.max_memory_allocated`` above the memory allocated before the call;
 - the bytes autograd saves for backward (an analytic count from ``saved_tensors_hooks``,
   deduplicated by storage), which is what the backward pass must keep alive;
 - approximation error ‖y − y_full‖ / ‖y_full‖ against full attention as a function of each
@@ -20,6 +21,10 @@ time_linear(16384) / time_linear(4096) <= 4.5) and PNG plots to ``--out``.
 
     python benchmarks/long_sequence.py --out runs/long_sequence          # full run
     python benchmarks/long_sequence.py --quick --out runs/long_sequence  # seconds-long check
+    python benchmarks/long_sequence.py --device cuda --dtype bfloat16 --out runs/ls_cuda
+
+``--device`` and ``--dtype`` (default cpu, float32) set where q, k, v and the backends live and
+their dtype; on CUDA every timed call is bracketed by ``torch.cuda.synchronize``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,16 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import (
+    add_device_options,
+    device_and_dtype,
+    dtype_name,
+    machine,
+    peak_memory,
+    synchronize,
+)
 
 from graded.attention.backends import available_backends, get_backend
 
@@ -62,10 +77,18 @@ def backend_options(name: str, t: int) -> dict:
     }[name]
 
 
+def make_backend(args: argparse.Namespace, name: str, t: int):
+    """Backend ``name`` with its benchmark settings at length t, on ``--device`` in
+    ``--dtype`` (parameters and buffers such as Linformer's projections)."""
+    return get_backend(name, **backend_options(name, t)).to(args.device, args.dtype)
+
+
 def make_inputs(args: argparse.Namespace, t: int, grad: bool) -> tuple[torch.Tensor, ...]:
+    """q, k, v (B, H, t, d), drawn on the CPU (the same values on every device)."""
     g = torch.Generator().manual_seed(t)
     shape = (args.batch, args.heads, t, args.head_dim)
-    return tuple(torch.randn(shape, generator=g).requires_grad_(grad) for _ in range(3))
+    return tuple(torch.randn(shape, generator=g).to(args.device, args.dtype).requires_grad_(grad)
+                 for _ in range(3))
 
 
 def run_once(backend, qkv, causal: bool, backward: bool) -> None:
@@ -76,12 +99,14 @@ def run_once(backend, qkv, causal: bool, backward: bool) -> None:
 
 def timed(backend, args, t: int, backward: bool) -> float:
     qkv = make_inputs(args, t, backward)
+    synchronize(args.device)
     start = time.perf_counter()
     if backward:
         run_once(backend, qkv, args.causal, True)
     else:
         with torch.no_grad():
             run_once(backend, qkv, args.causal, False)
+    synchronize(args.device)
     return time.perf_counter() - start
 
 
@@ -127,10 +152,9 @@ def measure_memory_here(args: argparse.Namespace) -> None:
     parent sets MALLOC_MMAP_THRESHOLD_ so that large blocks are mapped and unmapped, not kept
     in the heap, so a freed warm-up tensor cannot hide a later allocation."""
     name, t = args.measure_memory[0], int(args.measure_memory[1])
-    backend = get_backend(name, **backend_options(name, t))
+    backend = make_backend(args, name, t)
     warm_t = min(t, 1024)
-    run_once(get_backend(name, **backend_options(name, warm_t)), make_inputs(args, warm_t, True),
-             args.causal, True)
+    run_once(make_backend(args, name, warm_t), make_inputs(args, warm_t, True), args.causal, True)
     qkv = make_inputs(args, t, True)
 
     def forward() -> None:
@@ -142,11 +166,37 @@ def measure_memory_here(args: argparse.Namespace) -> None:
     print(json.dumps({"forward": fwd, "forward_backward": both}))
 
 
+def cuda_memory(args: argparse.Namespace, name: str, t: int) -> dict:
+    """Peak CUDA memory above the inputs of forward, then of forward + backward."""
+    backend = make_backend(args, name, t)
+    qkv = make_inputs(args, t, True)
+
+    def forward() -> None:
+        with torch.no_grad():
+            run_once(backend, qkv, args.causal, False)
+
+    fwd = peak_memory(forward, args.device)
+    both = peak_memory(lambda: run_once(backend, qkv, args.causal, True), args.device)
+    return {"forward": fwd, "forward_backward": both}
+
+
+def measure_memory(args: argparse.Namespace, name: str, t: int) -> dict | str:
+    """Peak memory of forward and of forward + backward: torch's statistic on CUDA, the
+    resident set's high-water mark in a fresh subprocess on CPU."""
+    if args.device.type == "cuda":
+        try:
+            return cuda_memory(args, name, t)
+        except torch.OutOfMemoryError as err:
+            torch.cuda.empty_cache()
+            return f"failed: {str(err).splitlines()[0]}"
+    return memory_in_subprocess(args, name, t)
+
+
 def memory_in_subprocess(args: argparse.Namespace, name: str, t: int) -> dict | str:
     cmd = [
         sys.executable, __file__, "--measure-memory", name, str(t), "--batch", str(args.batch),
         "--heads", str(args.heads), "--head-dim", str(args.head_dim),
-        "--threads", str(args.threads),
+        "--threads", str(args.threads), "--dtype", dtype_name(args.dtype),
     ] + (["--causal"] if args.causal else [])
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.max_seconds * 6,
@@ -162,7 +212,7 @@ def benchmark_speed(args: argparse.Namespace, names: list[str]) -> dict:
     last: dict[str, float] = {}
     for name in names:  # untimed warm-up: first calls load kernels and thread pools
         if not (name == "linformer" and args.causal):
-            timed(get_backend(name, **backend_options(name, 128)), args, 128, True)
+            timed(make_backend(args, name, 128), args, 128, True)
     for t in args.lengths:
         active = []
         for name in names:
@@ -182,10 +232,14 @@ def benchmark_speed(args: argparse.Namespace, names: list[str]) -> dict:
                 if name in refused or (times[name]["fwd_bwd"]
                                        and times[name]["fwd_bwd"][0] > args.max_seconds / 4):
                     continue  # one sample of a slow call is enough
-                backend = get_backend(name, **backend_options(name, t))
+                backend = make_backend(args, name, t)
                 try:
                     times[name]["fwd"].append(timed(backend, args, t, False))
                     times[name]["fwd_bwd"].append(timed(backend, args, t, True))
+                except torch.OutOfMemoryError as err:  # CUDA out of memory
+                    del backend
+                    torch.cuda.empty_cache()
+                    refused[name] = str(err).splitlines()[0]
                 except MemoryError as err:
                     refused[name] = str(err).split(";")[0]
         for name in active:
@@ -193,10 +247,9 @@ def benchmark_speed(args: argparse.Namespace, names: list[str]) -> dict:
                 results[name][t] = {"skipped": refused[name]}
                 continue
             entry = {k: statistics.median(v) for k, v in times[name].items()}
-            entry["saved_bytes"] = saved_bytes(get_backend(name, **backend_options(name, t)),
-                                               args, t)
+            entry["saved_bytes"] = saved_bytes(make_backend(args, name, t), args, t)
             if not args.no_memory and t in args.memory_lengths:
-                entry["memory"] = memory_in_subprocess(args, name, t)
+                entry["memory"] = measure_memory(args, name, t)
             results[name][t] = entry
             last[name] = entry["fwd_bwd"]
         print(f"T={t}: " + ", ".join(
@@ -230,7 +283,7 @@ def error_sweep(args: argparse.Namespace, qk_scale: float) -> dict:
             for seed in range(args.error_seeds):
                 g = torch.Generator().manual_seed(1000 + seed)
                 q, k, v = (torch.randn(1, args.heads, t, args.head_dim, generator=g)
-                           for _ in range(3))
+                           .to(args.device, args.dtype) for _ in range(3))
                 q, k = q * qk_scale, k * qk_scale
                 opts = dict(backend_options(name, t))
                 if not knob.startswith("("):
@@ -238,7 +291,7 @@ def error_sweep(args: argparse.Namespace, qk_scale: float) -> dict:
                 if name in ("performer", "lsh", "bigbird"):
                     opts["seed"] = seed
                 if name == "linformer":  # segment-mean projections: identity at rank = T
-                    backend = get_backend(name, **opts)
+                    backend = get_backend(name, **opts).to(args.device, args.dtype)
                     pool = torch.zeros(val, t)
                     for row, cols in enumerate(torch.arange(t).chunk(val)):
                         pool[row, cols] = 1.0 / len(cols)
@@ -251,7 +304,7 @@ def error_sweep(args: argparse.Namespace, qk_scale: float) -> dict:
                 with torch.no_grad():
                     ref = full(q, k, v, is_causal=causal)
                     if name != "linformer":
-                        backend = get_backend(name, **opts)
+                        backend = get_backend(name, **opts).to(args.device, args.dtype)
                     approx = backend(q, k, v, is_causal=causal)
                 errs.append(((approx - ref).norm() / ref.norm()).item())
             out[name]["values"].append(val)
@@ -276,8 +329,9 @@ def write_report(args, results: dict, errors: dict, out: Path) -> str:
     lines = [
         "# Long-sequence attention benchmark", "",
         f"batch {args.batch}, heads {args.heads}, d {args.head_dim} per head, "
-        f"{'causal' if args.causal else 'non-causal'}, float32, {args.threads} threads, "
-        f"torch {torch.__version__}, repeats {args.repeats} (median).", "",
+        f"{'causal' if args.causal else 'non-causal'}, {dtype_name(args.dtype)}, "
+        f"{args.threads} threads, torch {torch.__version__}, repeats {args.repeats} (median)"
+        + ("." if args.device.type == "cpu" else f"; {machine(args.device)}."), "",
         "## Time (s): forward / forward+backward", "",
         "| backend | " + " | ".join(str(t) for t in args.lengths) + " |",
         "|---|" + "---|" * len(args.lengths),
@@ -289,7 +343,9 @@ def write_report(args, results: dict, errors: dict, out: Path) -> str:
             cells.append(f"{e['fwd']:.4f} / {e['fwd_bwd']:.4f}" if "fwd" in e
                          else f"skipped ({e.get('skipped', '-')})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "## Memory (MiB): peak RSS growth forward / forward+backward; saved for "
+    peak_kind = ("peak RSS growth" if args.device.type == "cpu"
+                 else "peak CUDA memory above the inputs")
+    lines += ["", f"## Memory (MiB): {peak_kind} forward / forward+backward; saved for "
               "backward", "", "| backend | " + " | ".join(str(t) for t in args.lengths) + " |",
               "|---|" + "---|" * len(args.lengths)]
     for name, row in results.items():
@@ -362,7 +418,8 @@ def plot(args, results: dict, errors: dict, out: Path) -> None:
         if ts:
             ax.loglog(ts, [max(row[t]["memory"]["forward_backward"], 1) / 2**20 for t in ts],
                       **style(name))
-    ax.set(xlabel="sequence length T", ylabel="MiB", title="peak RSS growth, forward + backward")
+    peak_kind = "peak RSS growth" if args.device.type == "cpu" else "peak CUDA memory"
+    ax.set(xlabel="sequence length T", ylabel="MiB", title=f"{peak_kind}, forward + backward")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     save_figure(fig, out / "memory.png", dpi=120)
@@ -402,7 +459,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--error-qk-scale", type=float, nargs="+", default=[1.0, 0.5],
                    help="scales of q and k in the error sweep (larger = peakier attention)")
     p.add_argument("--measure-memory", nargs=2, metavar=("BACKEND", "T"), help=argparse.SUPPRESS)
+    add_device_options(p, "dtype of q, k, v and of the backends' parameters (default float32)")
     args = p.parse_args(argv)
+    args.device, args.dtype = device_and_dtype(args)
     if args.quick:
         args.lengths = args.lengths or QUICK_LENGTHS
         args.repeats = 1

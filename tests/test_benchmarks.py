@@ -3,17 +3,20 @@ that produce the README's figures do not rot. Outputs go to a temporary folder."
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswith("_"))
 WRITES_TO = {"c4_free_table": ["--out", "{tmp}/c4"], "listops_backends": ["--out", "{tmp}/lo"],
-             "long_sequence": ["--out", "{tmp}/ls"],
+             "long_sequence": ["--out", "{tmp}/ls"], "lm_training_step": ["--out", "{tmp}/lm"],
              "patternboost_triangle_free": ["--out", "{tmp}/pb", "--workers", "1"],
              "morphic_variable_k": ["--tool", "internal", "--report", "{tmp}/mvk"]}
 
@@ -24,11 +27,54 @@ def test_every_benchmark_is_covered():
         assert "--quick" in (BENCHMARKS / f"{name}.py").read_text(), name
 
 
+def run_benchmark(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_benchmark_quick_run_succeeds(name, tmp_path):
     extra = [a.format(tmp=tmp_path) for a in WRITES_TO.get(name, [])]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
-    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", *extra],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_benchmark(name, ["--quick", *extra], tmp_path)
     assert done.stdout.strip(), f"{name} printed nothing"
+
+
+#: the benchmarks with --device and --dtype, and the arguments of a short run of each
+DEVICE_DTYPE = {"attention": ["--quick"], "graded_attention": ["--quick", "--rounds", "1"],
+                "long_sequence": ["--quick", "--no-memory", "--backends", "full", "linear",
+                                  "sliding_window", "--out", "{tmp}/ls"],
+                "lm_training_step": ["--quick", "--out", "{tmp}/lm"]}
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_DTYPE))
+def test_benchmark_runs_in_bfloat16_and_refuses_a_missing_gpu(name, tmp_path):
+    args = [a.format(tmp=tmp_path) for a in DEVICE_DTYPE[name]]
+    done = run_benchmark(name, [*args, "--device", "cpu", "--dtype", "bfloat16"], tmp_path)
+    assert "bfloat16" in done.stdout
+    if not torch.cuda.is_available():
+        refused = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args,
+                                  "--device", "cuda"], capture_output=True, text=True,
+                                 cwd=tmp_path, timeout=300)
+        assert refused.returncode != 0 and "CUDA is not available" in refused.stderr
+
+
+def test_lm_training_step_times_every_model_in_one_run_at_the_shape_asked(tmp_path):
+    shape = {"d_model": 32, "layers": 1, "heads": 2, "seq_len": 16, "batch": 2, "vocab": 64}
+    flags = [x for k, v in shape.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    run_benchmark("lm_training_step", [*flags, "--rounds", "2", "--warmup", "1",
+                                       "--out", str(tmp_path / "lm")], tmp_path)
+    res = json.loads((tmp_path / "lm" / "results.json").read_text())
+    assert res["shape"] == shape and (res["device"], res["dtype"]) == ("cpu", "float32")
+    has_hf = importlib.util.find_spec("transformers") is not None
+    assert list(res["models"]) == ["ungraded", "LGT", "EGT"] + ["HF GPT-2"] * has_hf
+    models = res["models"]
+    for r in models.values():  # tokens/s is B·T over the median step time
+        assert r["tokens_per_s"] == pytest.approx(2 * 16 / (r["ms_per_step"] / 1e3))
+        assert r["time_over_ungraded"] == pytest.approx(
+            r["ms_per_step"] / models["ungraded"]["ms_per_step"])
+    if has_hf:  # the same architecture: as many parameters as the ungraded model
+        assert models["HF GPT-2"]["params"] == models["ungraded"]["params"]
+    assert "| LGT |" in (tmp_path / "lm" / "report.md").read_text()

@@ -25,16 +25,24 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   On an accelerator ``scales()`` clamps without synchronising, so it never returns inf or NaN.
 - *λ = 1.* The constructor requires λ > 1 (000 Def 6.1). ``set_base`` also accepts λ = 1 because
   the annealing schedule λ_t = 1 + (λ_max − 1)t/T of 000 §7.2 (iii) starts there (M = I).
+
+A diagonal grading next to a linear map is a rescaling of the map: after it,
+(W x + b)·m = (diag(m) W) x + m·b (its rows); before it, W (m·x) = (W diag(m)) x (its columns).
+:func:`graded_linear` computes the map with the grading folded in this way, so that the graded
+models pay O(out·in) once per call instead of O(N·out) for N rows of activations. The modules
+that fold have a ``fold_grading`` switch; :func:`activation_grading` turns it off for a while.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
@@ -44,7 +52,10 @@ __all__ = [
     "GradesLike",
     "GradingMap",
     "LinearGrading",
+    "activation_grading",
     "as_grade_tensor",
+    "graded_linear",
+    "is_diagonal",
     "straight_through_floor",
 ]
 
@@ -122,6 +133,59 @@ def as_grade_tensor(
 def straight_through_floor(x: Tensor, floor: float) -> Tensor:
     """max(x, floor) in the forward pass, the identity in the backward pass."""
     return x + (x.clamp(min=floor) - x).detach()
+
+
+def graded_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, *, out_scales: Tensor | None = None,
+    in_scales: Tensor | None = None,
+) -> Tensor:
+    """``F.linear`` with a diagonal grading on either side: (W (in_scales·x) + b)·out_scales.
+
+    Each grading is folded into the weight, W ← diag(out_scales) W (and b ← out_scales·b) or
+    W ← W diag(in_scales), when that costs no more than scaling the activations: when the
+    weight (out × in) has no more entries than the N rows of activations it would scale
+    (N × out after the map, N × in before it), i.e. when in ≤ N, resp. out ≤ N. Otherwise (a
+    decoding step, a vocabulary wider than the batch) the activations are scaled. Both forms
+    are the same map and differentiate the same way, up to rounding.
+    """
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    w, b = weight, bias
+    if in_scales is not None:
+        if weight.shape[0] <= rows:
+            w = w * in_scales.to(w.dtype)
+        else:
+            x = x * in_scales.to(x.dtype)
+    after = out_scales
+    if out_scales is not None and weight.shape[1] <= rows:
+        s = out_scales.to(w.dtype)
+        w, b, after = s[:, None] * w, None if b is None else s * b, None
+    y = F.linear(x, w, b)
+    return y if after is None else y * after.to(y.dtype)
+
+
+@contextlib.contextmanager
+def activation_grading(model: nn.Module) -> Iterator[nn.Module]:
+    """Inside the block, every module of ``model`` that folds a grading into a linear map (those
+    with a ``fold_grading`` switch: graded attention, the graded transformer's feed-forward and
+    output stages) applies it to the activations instead, as the formulas are written; the
+    switches are restored after. For code that must see the tensors between the stages
+    ungraded, as ``attend``'s documented inputs (graded attention folds its grading into
+    ``project``). Not across a generation with a key-value cache: the cached keys and values
+    keep the form they were made in."""
+    saved = [(m, m.fold_grading) for m in model.modules() if hasattr(m, "fold_grading")]
+    try:
+        for m, _ in saved:
+            m.fold_grading = False
+        yield model
+    finally:
+        for m, fold in saved:
+            m.fold_grading = fold
+
+
+def is_diagonal(grading: nn.Module) -> bool:
+    """Whether ``grading`` is x ↦ x·scales(), a :class:`GradingMap` with the base class's
+    forward: only such a grading can be folded into a neighbouring linear map."""
+    return isinstance(grading, GradingMap) and type(grading).forward is GradingMap.forward
 
 
 class GradingMap(nn.Module):

@@ -6,6 +6,7 @@ import torch
 
 from graded.analysis import capture_attention
 from graded.attention.multihead import MultiheadAttention
+from graded.grading import activation_grading
 
 
 def test_capture_restores_attend_and_nests(egt_lm, tokens):
@@ -26,7 +27,8 @@ def test_captured_inputs_are_the_ungraded_projections(egt_lm, tokens):
         egt_lm(tokens)
     attn = egt_lm.decoder.stack.blocks[0].self_attn.attn
     x = egt_lm.decoder.embed(tokens, torch.arange(7).expand(3, 7))
-    q, k, _ = attn.project(*(egt_lm.decoder.stack.blocks[0].res_attn.pre(x),) * 3)
+    with activation_grading(attn):
+        q, k, _ = attn.project(*(egt_lm.decoder.stack.blocks[0].res_attn.pre(x),) * 3)
     assert torch.allclose(calls[0].q, q, atol=1e-6) and torch.allclose(calls[0].k, k, atol=1e-6)
     assert calls[0].is_causal and calls[0].attn_mask is None
 

@@ -103,7 +103,7 @@ def test_graded_condition_reproduces_graded_attention_weights(variant, per_head)
     grades = torch.rand(heads, d) * 2 if per_head else torch.rand(d) * 2
     grading = ExponentialGrading(d, grades, base=2.0, num_heads=heads if per_head else None)
     mha = GradedMultiheadAttention(8, heads, grading=grading, variant=variant,
-                                   batch_first=True)
+                                   batch_first=True, fold_grading=False)
     x = torch.randn(2, 5, 8)
     q, k, _ = mha.project(x, x, x)
     _, want = mha.attend(q, k, k, need_weights=True)

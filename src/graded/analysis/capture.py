@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
+from graded.grading import activation_grading
 from graded.transformer.models import InputEmbedding
 
 __all__ = ["AttentionCall", "attention_modules", "capture_attention", "embedding_perturbation"]
@@ -105,7 +106,8 @@ def capture_attention(
         for name, module in attention_modules(model).items():
             patched.append((module, module.__dict__.get("attend")))
             module.attend = wrap(name, module, module.attend)
-        yield calls
+        with activation_grading(model):  # attend's inputs ungraded, as documented
+            yield calls
     finally:
         for module, previous in patched:  # nested captures unwind in order
             if previous is None:

@@ -1,18 +1,46 @@
 """Graded multi-head attention: 000 Def 5.13, Def 5.22 (LGT) and §6.2 (EGT).
 
 The grading M = diag(m) acts on the head dimension d_k. Each variant is a diagonal scaling of
-queries, keys or values, so it is applied to the per-head tensors and the fused
+queries, keys or values, and those come out of a linear projection: q·m is the projection with
+its rows rescaled, (W_q x + b_q)·m = (diag(m) W_q) x + m·b_q. So the grading is folded into the
+projection weights (O(E·d) once per call, instead of O(B·T·d) on the activations) and the fused
 ``scaled_dot_product_attention`` kernel (or any backend) does the rest: graded attention costs
-what plain attention costs, plus one elementwise product.
+what plain attention costs, plus that rescaling.
 
-========================  ==========================================  =======================
-variant                   formula                                     implemented as
-========================  ==========================================  =======================
-``"scores"``              softmax(Q M Kᵀ/√d_k) V   (Def 5.22 (1))      q ← q·m
-``"queries_keys"``        softmax((QM)(KM)ᵀ/√d_k) V  (Def 5.22 (2))  q ← q·m, k ← k·m
-``"values"``              softmax(Q Kᵀ/√d_k) (V M)   (Def 5.22 (4))   v ← v·m
-``"multi_head"``          per head h: softmax(Q_h M_h K_hᵀ/√d_k) V_h   q ← q·m_h
-========================  ==========================================  =======================
+==================  =========================================  ================  ==================
+variant             formula (000 Def 5.22)                     activation form   folded form
+==================  =========================================  ================  ==================
+``"scores"``        (1) softmax(Q M Kᵀ/√d_k) V                 q ← q·m           W_q, b_q
+``"queries_keys"``  (2) softmax((QM)(KM)ᵀ/√d_k) V              q ← q·m, k ← k·m  W_q, b_q, W_k, b_k
+``"values"``        (4) softmax(Q Kᵀ/√d_k) (V M)               v ← v·m           W_v, b_v
+``"multi_head"``    (3) softmax(Q_h M_h K_hᵀ/√d_k) V_h, per h  q ← q·m_h         W_q, b_q of head h
+==================  =========================================  ================  ==================
+
+The folded form (the default) multiplies the rows of the weights and biases listed by m, which
+is the activation form: (W x + b)·m = (diag(m) W) x + m·b. The rows are laid out (head,
+head_dim), so shared grades (head_dim,) repeat over the heads and per-head grades (num_heads,
+head_dim) are flattened onto them (m_h on the rows of head h). The two forms are the same map
+with the same gradients, up to rounding. :meth:`project` returns the folded parts graded, and
+:meth:`transform_heads` grades on the activations (the activation form, after the projection)
+only what is not folded:
+
+- everything with ``fold_grading=False`` (the activation form, kept as the reference);
+- a grading module that is not a plain diagonal :class:`~graded.grading.GradingMap`;
+- queries and keys when the caller rotates them between :meth:`project` and :meth:`attend`
+  (``qk_rotated=True``, rotary positions): a rotation of the pairs (2i, 2i+1) commutes with M
+  only when m_{2i} = m_{2i+1}, which learnable grades need not keep, so the decision is
+  structural; values are never rotated and stay folded;
+- keys and values with ``add_bias_kv`` (the appended bias_k, bias_v are graded too), and under
+  grouped-query attention with per-head grades (the heads of a group share one key and value
+  projection, but not their grades).
+
+A key-value cache between :meth:`project` and :meth:`attend` therefore holds keys and values
+graded exactly when they are folded, and :meth:`attend` grades the rest, cached or new, so
+cached and uncached decoding agree; ``fold_grading`` must not change while a cache is in use.
+Code that must see the ungraded q, k, v between the stages (what :meth:`attend` received before
+folding) switches folding off with :func:`graded.grading.activation_grading`.
+:func:`graded.grading.graded_linear` scales the activations instead of the weight when that is
+cheaper (a decoding step of a few tokens): still inside :meth:`project`.
 
 ``"queries_keys"`` applies M to both sides, so its bilinear form is Q M² Kᵀ: it *squares* the
 grading relative to ``"scores"`` (λ^{2q} for EGT, f(q)² for LGT). 000 writes the variant's score
@@ -31,34 +59,46 @@ from typing import Any
 from torch import Tensor, nn
 
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import ExponentialGrading, LinearGrading
+from graded.grading import ExponentialGrading, LinearGrading, is_diagonal
 
 __all__ = [
     "PER_HEAD_VARIANTS",
     "VARIANTS",
     "GradedMultiheadAttention",
     "grade_heads",
+    "graded_parts",
     "make_grading",
 ]
 
 VARIANTS = ("scores", "queries_keys", "values", "multi_head")
 # The variants whose grades are one tuple per head, shape (num_heads, head_dim).
 PER_HEAD_VARIANTS = ("multi_head",)
+# What each variant scales by M: "q", "k", "v" (the table above).
+_GRADED_PARTS = {"scores": ("q",), "queries_keys": ("q", "k"), "values": ("v",),
+                 "multi_head": ("q",)}
+
+
+def graded_parts(variant: str) -> tuple[str, ...]:
+    """The per-head tensors among ``"q"``, ``"k"``, ``"v"`` that ``variant`` scales by M, as
+    in the table above: the one place that says it (the attention module, its folding and the
+    rank diagnostics all read it)."""
+    if variant not in _GRADED_PARTS:
+        raise ValueError(f"unknown graded attention variant {variant!r}; expected one of "
+                         f"{VARIANTS}")
+    return _GRADED_PARTS[variant]
 
 
 def grade_heads(
-    variant: str, grade: Callable[[Tensor], Tensor], q: Tensor, k: Tensor, v: Tensor,
+    variant: str, grade: Callable[[Tensor], Tensor], q: Tensor, k: Tensor, v: Tensor, *,
+    skip: tuple[str, ...] = (),
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-head queries, keys and values after the variant's diagonal grading ``grade``
-    (x ↦ x·m over head_dim), as in the table above. The one place that says what each
-    variant scales: the attention module and the rank diagnostics both call it."""
-    if variant in ("scores", "multi_head"):
-        return grade(q), k, v
-    if variant == "queries_keys":
-        return grade(q), grade(k), v
-    if variant == "values":
-        return q, k, grade(v)
-    raise ValueError(f"unknown graded attention variant {variant!r}; expected one of {VARIANTS}")
+    (x ↦ x·m over head_dim), as in the table above; the parts named in ``skip`` (already
+    graded, folded into the projection) are returned as they are."""
+    parts = graded_parts(variant)
+    q, k, v = (grade(x) if name in parts and name not in skip else x
+               for name, x in zip("qkv", (q, k, v)))
+    return q, k, v
 
 
 def make_grading(
@@ -85,6 +125,10 @@ class GradedMultiheadAttention(MultiheadAttention):
         base: λ of the exponential grading. ``f``: the linear grading's function.
         learnable_grades: make the grades a Parameter.
         variant: one of ``"scores"``, ``"queries_keys"``, ``"values"``, ``"multi_head"``.
+        fold_grading: fold the grading into the projection weights where that is exact (the
+            module docstring); False applies it to the activations after the projection.
+        qk_rotated: the caller rotates queries and keys between :meth:`project` and
+            :meth:`attend` (rotary positions), so their grading is not folded.
         **mha_kwargs: everything :class:`MultiheadAttention` takes (dropout, bias, kdim, vdim,
             batch_first, backend, ...).
 
@@ -103,6 +147,8 @@ class GradedMultiheadAttention(MultiheadAttention):
         f: str = "shift",
         learnable_grades: bool = False,
         variant: str = "scores",
+        fold_grading: bool = True,
+        qk_rotated: bool = False,
         **mha_kwargs: Any,
     ) -> None:
         super().__init__(embed_dim, num_heads, **mha_kwargs)
@@ -135,17 +181,49 @@ class GradedMultiheadAttention(MultiheadAttention):
         if getattr(module, "role", None) is None:
             module.role = "attention"  # see graded.grading.GradingMap.role
         self.grading = module
+        self.fold_grading = fold_grading
+        self.qk_rotated = qk_rotated
         self.register_load_state_dict_post_hook(_tolerate_missing_grading)
 
     def torch_state_dict(self) -> dict[str, Tensor]:
         """The state dict without the grading: loads strictly into torch's module."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith("grading.")}
 
+    @property
+    def folded_parts(self) -> tuple[str, ...]:
+        """The graded tensors among ``"q"``, ``"k"``, ``"v"`` whose grading :meth:`project`
+        folds into the projection weights; :meth:`transform_heads` grades the others. Decided
+        from the module's structure alone (the module docstring lists the conditions)."""
+        if not self.fold_grading or not is_diagonal(self.grading):
+            return ()
+        per_head_kv = self.grading.num_heads is not None and self.num_kv_heads != self.num_heads
+        kv_apart = self.bias_k is not None or per_head_kv
+        return tuple(p for p in graded_parts(self.variant)
+                     if not (p in "qk" and self.qk_rotated) and not (p in "kv" and kv_apart))
+
+    def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """The diagonal of M on the rows (head, head_dim) of each projection it is folded
+        into: shared grades repeated over the heads (the key-value heads for k and v), per-head
+        grades flattened."""
+        folded = self.folded_parts
+        if not folded:
+            return None, None, None
+        m = self.grading.scales()
+
+        def rows(heads: int) -> Tensor:
+            return (m if m.dim() == 2 else m.expand(heads, self.head_dim)).reshape(-1)
+
+        return (rows(self.num_heads) if "q" in folded else None,
+                rows(self.num_kv_heads) if "k" in folded else None,
+                rows(self.num_kv_heads) if "v" in folded else None)
+
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return grade_heads(self.variant, self.grading, q, k, v)
+        """The grading of the parts not folded into the projection, on the activations."""
+        return grade_heads(self.variant, self.grading, q, k, v, skip=self.folded_parts)
 
     def extra_repr(self) -> str:
-        return f"variant={self.variant!r}"
+        return (f"variant={self.variant!r}, fold_grading={self.fold_grading}, "
+                f"qk_rotated={self.qk_rotated}")
 
 
 def _tolerate_missing_grading(module: nn.Module, keys: Any) -> None:

@@ -29,6 +29,7 @@ from graded.attention.functional import (
     to_additive_mask,
 )
 from graded.attention.scores import ScaledDotScore, Score, make_score
+from graded.grading import graded_linear
 
 __all__ = ["MultiheadAttention"]
 
@@ -196,15 +197,22 @@ class MultiheadAttention(nn.Module):
     def project(
         self, query: Tensor, key: Tensor | None, value: Tensor | None
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Batch-first (B, T, ·) inputs to per-head (B, H, T, head_dim) queries, keys, values.
+        """Batch-first (B, T, ·) inputs to per-head (B, H, T, head_dim) queries, keys, values,
+        each projection's rows scaled by :meth:`projection_scales` (folded into the weight).
 
         ``key``/``value`` may be None to project the queries only (cached cross-attention).
         """
         e, kv = self.embed_dim, self.kv_dim
         b = self.in_proj_bias
+        s_q, s_k, s_v = self.projection_scales()
         grouped = self.num_kv_heads != self.num_heads
         if self._qkv_same_embed_dim and query is key and key is value and not grouped:
-            qkv = F.linear(query, self.in_proj_weight, b)  # (B, T, 3E)
+            rows = None
+            if not (s_q is None and s_k is None and s_v is None):
+                one = self.in_proj_weight.new_ones(())
+                rows = torch.cat([one.expand(n) if s is None else s.to(one)
+                                  for s, n in ((s_q, e), (s_k, kv), (s_v, kv))])
+            qkv = graded_linear(query, self.in_proj_weight, b, out_scales=rows)  # (B, T, 3E)
             qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
             return qkv[0], qkv[1], qkv[2]
         if self._qkv_same_embed_dim:
@@ -212,12 +220,19 @@ class MultiheadAttention(nn.Module):
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b_q, b_k, b_v = (None, None, None) if b is None else b.split([e, kv, kv])
-        q = self.split_heads(F.linear(query, w_q, b_q))
-        k = None if key is None else self.split_heads(F.linear(key, w_k, b_k),
-                                                      self.num_kv_heads)
-        v = None if value is None else self.split_heads(F.linear(value, w_v, b_v),
-                                                        self.num_kv_heads)
+        q = self.split_heads(graded_linear(query, w_q, b_q, out_scales=s_q))
+        k = None if key is None else self.split_heads(
+            graded_linear(key, w_k, b_k, out_scales=s_k), self.num_kv_heads)
+        v = None if value is None else self.split_heads(
+            graded_linear(value, w_v, b_v, out_scales=s_v), self.num_kv_heads)
         return q, k, v
+
+    def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """Scales of the output rows of the query, key and value projections, shapes (E,),
+        (kv_dim,), (kv_dim,) or None for none: a diagonal map after a projection folded into
+        it (:func:`graded.grading.graded_linear`). None here; graded attention folds its
+        grading in (000 Def 5.22)."""
+        return None, None, None
 
     def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         """(B, T, heads·head_dim) -> (B, heads, T, head_dim); ``heads`` defaults to H."""
@@ -239,7 +254,8 @@ class MultiheadAttention(nn.Module):
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Hook applied to per-head q, k, v just before attention; identity here.
 
-        Graded attention overrides it to scale queries or values by the grading (000 Def 5.22).
+        Graded attention overrides it to scale queries, keys or values by the part of its
+        grading (000 Def 5.22) that :meth:`projection_scales` does not fold into the projection.
         """
         return q, k, v
 

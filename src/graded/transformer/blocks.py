@@ -7,16 +7,24 @@ on each sublayer's output before it is added to the residual stream (002 §6.3).
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graded.attention.backends import decodes_with_state
 from graded.attention.graded import GradedMultiheadAttention
 from graded.attention.multihead import MultiheadAttention
+from graded.grading import graded_linear
 from graded.positional import RotaryEmbedding
 from graded.transformer.cache import LayerCache
 from graded.transformer.config import TransformerConfig
-from graded.transformer.graded import GradingPlan, graded_stage, per_token, resolve_plan
-from graded.transformer.layers import FeedForward, make_norm
+from graded.transformer.graded import (
+    GradingPlan,
+    foldable_grading,
+    graded_stage,
+    per_token,
+    resolve_plan,
+)
+from graded.transformer.layers import _ELEMENTWISE, FeedForward, make_norm
 
 __all__ = [
     "AttentionSublayer",
@@ -29,10 +37,12 @@ __all__ = [
 
 
 def make_attention(config: TransformerConfig, grading: nn.Module | None = None, *,
-                   cross: bool = False) -> MultiheadAttention:
+                   cross: bool = False, qk_rotated: bool = False) -> MultiheadAttention:
     """The attention module for a config: graded (000 Def 5.22) with ``grading`` over
     head_dim and the config's ``grade_attention_variant`` when a grading is given, plain
-    otherwise; on ``cross_attn_backend`` for cross-attention, ``attn_backend`` otherwise."""
+    otherwise; on ``cross_attn_backend`` for cross-attention, ``attn_backend`` otherwise.
+    The grading is folded into the projections as ``fold_grading`` says, except on queries
+    and keys that the caller rotates (``qk_rotated``: rotary positions)."""
     attn_dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     kwargs = dict(
         embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
@@ -42,6 +52,7 @@ def make_attention(config: TransformerConfig, grading: nn.Module | None = None, 
     )
     if grading is not None:
         return GradedMultiheadAttention(grading=grading, variant=config.grade_attention_variant,
+                                        fold_grading=config.fold_grading, qk_rotated=qk_rotated,
                                         **kwargs)
     return MultiheadAttention(**kwargs)
 
@@ -75,16 +86,17 @@ class AttentionSublayer(nn.Module):
     """Self- or cross-attention over batch-first (B, T, d) tensors, with rotary positions and a
     KV cache slotted between the projection and the attention of :class:`MultiheadAttention`.
     Graded (000 Def 5.22) with a head grading of its own from the plan when the config grades
-    attention."""
+    attention; the part of the grading folded into the projection (all of it without rotary
+    positions, the values' with them) reaches the cache already applied."""
 
     def __init__(self, config: TransformerConfig, *, cross: bool = False,
                  plan: GradingPlan | None = None) -> None:
         super().__init__()
         plan = resolve_plan(config, plan)
         self.cross = cross
-        self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
-                                   cross=cross)
         use_rope = config.positional == "rope" and not cross
+        self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
+                                   cross=cross, qk_rotated=use_rope)
         self.rotary = (RotaryEmbedding(config.head_dim, base=config.rope_base) if use_rope
                        else None)
 
@@ -161,7 +173,8 @@ class _Residual(nn.Module):
 
 class FeedForwardSublayer(nn.Module):
     """The block's FFN, graded M·Fnn(x) (000 Def 5.23 / 6.15) with the plan's shared feature
-    grading when the config grades it, Fnn(x) otherwise."""
+    grading when the config grades it, Fnn(x) otherwise. With ``config.fold_grading`` M is
+    folded into the output layer: M (W_2 h + b_2) = (diag(m) W_2) h + m·b_2."""
 
     def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
         super().__init__()
@@ -170,12 +183,26 @@ class FeedForwardSublayer(nn.Module):
                                _or(config.ffn_bias, config.bias))
         self.grading = graded_stage(plan, GradingPlan.ffn_stage)
         self.per_token = per_token(self.grading)
+        self.fold_grading = config.fold_grading
 
     def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
         """Fnn(x), graded; ``token_scales`` (B, T, d) are the per-token M_{q_i} when this stage
         is graded per token."""
-        y = self.ffn(x)
-        return self.grading(y, token_scales) if self.per_token else self.grading(y)
+        grading = foldable_grading(self.grading) if self.fold_grading else None
+        if grading is None:
+            y = self.ffn(x)
+            return self.grading(y, token_scales) if self.per_token else self.grading(y)
+        y = _graded_feed_forward(self.ffn, x, grading.scales())
+        return self.grading(y, token_scales, folded=True)  # a GradedFeatures (ffn_stage)
+
+
+def _graded_feed_forward(ffn: FeedForward, x: Tensor, out_scales: Tensor) -> Tensor:
+    """ffn(x)·out_scales, the scales folded into the output layer (graded_linear); otherwise
+    the computation of :meth:`FeedForward.forward`."""
+    h = ffn.fc_in(x)
+    h = _ELEMENTWISE[ffn.activation](h) if ffn.fc_gate is None else F.silu(h) * ffn.fc_gate(x)
+    return graded_linear(ffn.dropout(h), ffn.fc_out.weight, ffn.fc_out.bias,
+                         out_scales=out_scales)
 
 
 class EncoderBlock(nn.Module):

@@ -75,8 +75,12 @@ class TransformerConfig(ConfigModel):
     ``grade_attention_variant``, the stage switches ``grade_input``, ``grade_positions``,
     ``grade_attention``, ``grade_ffn``, ``grade_output``, ``grade_normalize`` and
     ``grade_position_alpha`` (α of the graded positions) and ``input_grades`` (the natural
-    grades of the input features, length ``input_dim``, e.g. a task's grading tuple). See
-    :mod:`graded.transformer.graded`.
+    grades of the input features, length ``input_dim``, e.g. a task's grading tuple).
+    ``fold_grading`` (default True) folds each diagonal grading that sits next to a linear map
+    into that map's weights where this is exact (the attention projections, the FFN's output
+    layer, the output head); False applies every grading to the activations, the formulas as
+    written. The two agree up to rounding. See
+    :mod:`graded.transformer.graded` and :mod:`graded.attention.graded`.
 
     The stages through which grading changes the function class (a fixed diagonal grading next
     to a linear map is a reparametrisation; docs/what_grading_changes.md), each a switch on a
@@ -146,6 +150,7 @@ class TransformerConfig(ConfigModel):
     grade_normalize: bool = False
     grade_position_alpha: Annotated[float, satisfies(
         lambda v: is_number(v) and v >= 0, "a number >= 0")] = 0.0
+    fold_grading: bool = True
     input_grades: list[float] | None = None
     # Stages through which grading changes the function class (docs/what_grading_changes.md).
     token_grading: bool = False

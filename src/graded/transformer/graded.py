@@ -26,6 +26,14 @@ layer has its own grades q_i over head_dim, shared by its heads or one tuple per
 α = 0 and no normalisation, each stage multiplies by exactly 1 and the graded model equals its
 ungraded twin bit for bit. Normalisation departs from that on purpose (it changes the model).
 
+Where a grading M = diag(m) sits next to a linear map inside the stack, ``config.fold_grading``
+(default) folds it into the map's weights (:func:`graded.grading.graded_linear`): the
+feed-forward grading into its output layer, (W_2, b_2) ← (diag(m) W_2, m·b_2), the output
+grading into the head, W_out ← W_out diag(m), and each attention grading into the projections
+(:mod:`graded.attention.graded`). It is the same map, up to rounding, at O(d²) per call instead
+of O(B·T·d). Per-token grading and normalisation still act on the activations, after it. The
+input grading stays on the activations (see :class:`~graded.transformer.models.InputEmbedding`).
+
 The gradings are made once, from the config, by a :class:`GradingPlan`, and handed to each
 stage through its constructor (``InputEmbedding(config, plan=plan)``, ``TransformerStack``,
 the blocks, ``AttentionSublayer``, ``FeedForwardSublayer``, the output head). Each grading
@@ -41,7 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.graded import PER_HEAD_VARIANTS, make_grading
-from graded.grading import ExponentialGrading, GradingMap
+from graded.grading import ExponentialGrading, GradingMap, is_diagonal
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
@@ -53,6 +61,7 @@ __all__ = [
     "TokenGrading",
     "feature_grading",
     "feature_gradings",
+    "foldable_grading",
     "graded_stage",
     "gradings",
     "head_gradings",
@@ -108,8 +117,11 @@ class GradedFeatures(nn.Module):
         self.eps = eps
         self.per_token = per_token
 
-    def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
-        y = x if self.grading is None else self.grading(x)
+    def forward(self, x: Tensor, token_scales: Tensor | None = None, *,
+                folded: bool = False) -> Tensor:
+        """The stage on ``x``; ``folded``: M is already applied (folded into the linear map
+        that made ``x``), only the per-token grading and the normalisation remain."""
+        y = x if self.grading is None or folded else self.grading(x)
         if self.per_token:
             if token_scales is None:
                 raise ValueError("this stage is graded per token: pass token_grades to the model")
@@ -318,6 +330,15 @@ def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) ->
 def per_token(stage: nn.Module) -> bool:
     """Whether a stage module made by :func:`graded_stage` takes the per-token scales."""
     return isinstance(stage, GradedFeatures) and stage.per_token
+
+
+def foldable_grading(stage: nn.Module) -> GradingMap | None:
+    """The shared grading M of a stage made by :func:`graded_stage` (the grading itself or a
+    :class:`GradedFeatures`) when it is diagonal, so that it can be folded into the linear
+    map next to the stage; None for the identity, a stage graded per token only, or another
+    grading module."""
+    grading = stage.grading if isinstance(stage, GradedFeatures) else stage
+    return grading if grading is not None and is_diagonal(grading) else None
 
 
 def graded_stage(plan: GradingPlan | None,

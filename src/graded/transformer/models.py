@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.backends import decodes_with_state
+from graded.grading import graded_linear
 from graded.positional import ALiBi, LearnedPositions, SinusoidalPositions
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
@@ -21,6 +22,7 @@ from graded.transformer.config import TransformerConfig
 from graded.transformer.graded import (
     GradingPlan,
     TokenGrading,
+    foldable_grading,
     graded_stage,
     hold_plan,
     normalize_rows,
@@ -75,6 +77,11 @@ class InputEmbedding(nn.Module):
     (``grade_input_activation``); features x'' = M_in x normalised, h = W_in x'' + b_in, its
     ReLU, then M_{q_i} h (``projected_grading``). Then √d (``embed_scale``), z = h + Pe'(t)
     and z' = z/‖z‖ (000 Eq. 48, ``grade_position_normalize``), ``embed_norm``, dropout.
+
+    The input grading is not folded into the embedding (``config.fold_grading`` leaves it on
+    the activations): it costs one product per forward pass, not one per layer, and the
+    embedding's output X (ungraded for token inputs) is what :mod:`graded.analysis` perturbs
+    through a hook on ``tokens``, which a folded lookup would bypass.
     """
 
     def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
@@ -335,16 +342,24 @@ def _check_padding(mask: Tensor | None, batch: int, length: int) -> None:
 
 class _OutputHead(nn.Module):
     """Final linear readout z = W_out (M h) + b, with the plan's feature grading M when the
-    output is graded (000 Def 5.23, 6.15) and M = I otherwise."""
+    output is graded (000 Def 5.23, 6.15) and M = I otherwise; with the config's
+    ``fold_grading``, z = (W_out diag(m)) h + b."""
 
     def __init__(self, d_model: int, n_out: int, bias: bool, *,
                  plan: GradingPlan | None = None) -> None:
         super().__init__()
         self.grading = graded_stage(plan, GradingPlan.output_stage)
         self.per_token = per_token(self.grading)
+        self.fold_grading = plan is not None and plan.config.fold_grading
         self.proj = nn.Linear(d_model, n_out, bias=bias)
 
     def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
+        grading = foldable_grading(self.grading) if self.fold_grading else None
+        if grading is not None:
+            if self.per_token and token_scales is not None:
+                x = self.grading(x, token_scales, folded=True)
+            return graded_linear(x, self.proj.weight, self.proj.bias,
+                                 in_scales=grading.scales())
         if self.per_token and token_scales is not None:
             return self.proj(self.grading(x, token_scales))
         if self.per_token:  # a pooled vector has no token: its stage is M alone

@@ -28,6 +28,7 @@ __all__ = [
     "DecodeState",
     "PatternDecoding",
     "check_inputs",
+    "check_kernel",
     "check_self_attention",
     "decodes_with_state",
     "default_scale",
@@ -267,6 +268,16 @@ def check_inputs(
             ) from err
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{name} backend: dropout_p must be in [0, 1), got {dropout_p}")
+
+
+def check_kernel(name: str, kernel: object, choices: tuple[str, ...]) -> str:
+    """A backend's ``kernel`` option, refused unless it is one of ``choices``."""
+    if not isinstance(kernel, str) or kernel not in choices:
+        raise ValueError(
+            f"{name} backend: kernel must be one of {', '.join(map(repr, choices))}, got "
+            f"{kernel!r}"
+        )
+    return kernel
 
 
 def check_self_attention(name: str, q: Tensor, k: Tensor) -> None:

@@ -10,6 +10,10 @@ row maximum ``m``, normaliser ``ℓ`` and unnormalised output ``O``; for each ke
 This is 002 §4.3.2's "memory-efficient attention" and "gradient checkpointing" together: the
 forward never holds a Tq×Tk matrix, and each query chunk is wrapped in
 :func:`torch.utils.checkpoint.checkpoint`, so the backward recomputes one query chunk at a time.
+
+The same computation exists as a fused kernel: :func:`fused_attention` hands the calls it can
+compute exactly without a Tq×Tk mask to :func:`torch.nn.functional.scaled_dot_product_attention`
+(its flash / memory-efficient kernels on CUDA); the backend's ``kernel`` option chooses.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_kernel,
     default_scale,
 )
 from graded.attention.backends.dense import dense_attention_weights
@@ -32,7 +37,10 @@ from graded.attention.backends.dense import dense_attention_weights
 if TYPE_CHECKING:
     from graded.attention.scores import Score
 
-__all__ = ["ChunkedBackend", "chunked_attention"]
+__all__ = ["CHUNKED_KERNELS", "ChunkedBackend", "chunked_attention", "fusable",
+           "fused_attention"]
+
+CHUNKED_KERNELS = ("auto", "fused", "native")
 
 
 def _query_chunk(
@@ -138,6 +146,58 @@ def chunked_attention(
     return torch.cat(outs, dim=2)
 
 
+def fusable(
+    q: Tensor,
+    k: Tensor,
+    *,
+    key_padding_mask: Tensor | None = None,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    score: Score | None = None,
+) -> bool:
+    """Whether :func:`fused_attention` computes this call of :func:`chunked_attention` exactly:
+    the scaled-dot score, no ``attn_mask`` (neither a keep-mask nor an additive bias), and
+    causality only where it needs no Tq×Tk mask (with no key padding, and Tq <= Tk)."""
+    if score is not None or attn_mask is not None:
+        return False
+    causal = is_causal and q.shape[2] > 1  # a single bottom-right query sees every key
+    return not causal or (key_padding_mask is None and q.shape[2] <= k.shape[2])
+
+
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    key_padding_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> Tensor:
+    """:func:`chunked_attention` through :func:`~torch.nn.functional.scaled_dot_product_attention`
+    for the calls :func:`fusable` admits (the flash or memory-efficient kernel on CUDA).
+
+    Causal attention is bottom-right aligned (``causal_lower_right`` when Tq < Tk); key padding
+    is a (B, 1, 1, Tk) mask, never a Tq×Tk one, and a batch row whose keys are all padding
+    returns zeros (the backends' convention, where the kernel would return NaN). Attention
+    dropout is the kernel's: the same distribution as the chunk loop's, other random draws."""
+    t_q, t_k = q.shape[2], k.shape[2]
+    scale = default_scale(scale, q.shape[-1])
+    if is_causal and t_q > 1:
+        from torch.nn.attention.bias import causal_lower_right  # imports torch._dynamo: late
+
+        mask = None if t_q == t_k else causal_lower_right(t_q, t_k)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=t_q == t_k, scale=scale)
+    if key_padding_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    empty = key_padding_mask.all(dim=1)[:, None, None, None]  # (B, 1, 1, 1)
+    keep = ~key_padding_mask[:, None, None, :] | empty  # empty rows attend anywhere, then 0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep, dropout_p=dropout_p,
+                                         scale=scale)
+    return out.masked_fill(empty, 0.0)
+
+
 class ChunkedBackend(AttentionBackend):
     """Exact attention with an online softmax over key blocks, query block by query block.
 
@@ -153,8 +213,14 @@ class ChunkedBackend(AttentionBackend):
     returns the weights of this same attention, materialised densely, O(B·H·Tq·Tk), only
     when asked for.
 
+    ``kernel="auto"`` hands the calls :func:`fusable` admits to the fused kernel
+    (:func:`fused_attention`) on CUDA and keeps the chunk loop for the rest (a custom score, an
+    additive bias such as ALiBi, a general ``attn_mask``, causal attention with key padding)
+    and on every other device; ``"fused"`` does the same on every device (CPU included);
+    ``"native"`` always runs the chunk loop.
+
     Options: ``scale`` (default 1/√D), ``query_chunk`` and ``key_chunk`` (block sizes, default
-    512), ``checkpointing`` (default True).
+    512), ``checkpointing`` (default True), ``kernel`` (``"auto"``, ``"fused"``, ``"native"``).
     """
 
     name = "chunked"
@@ -169,6 +235,7 @@ class ChunkedBackend(AttentionBackend):
         query_chunk: int = 512,
         key_chunk: int = 512,
         checkpointing: bool = True,
+        kernel: str = "auto",
     ) -> None:
         super().__init__()
         for label, val in (("query_chunk", query_chunk), ("key_chunk", key_chunk)):
@@ -178,6 +245,7 @@ class ChunkedBackend(AttentionBackend):
         self.query_chunk = query_chunk
         self.key_chunk = key_chunk
         self.checkpointing = checkpointing
+        self.kernel = check_kernel(self.name, kernel, CHUNKED_KERNELS)
 
     def forward(
         self,
@@ -192,6 +260,11 @@ class ChunkedBackend(AttentionBackend):
         score: Score | None = None,
     ) -> Tensor:
         self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
+        fused = self.kernel == "fused" or (self.kernel == "auto" and q.is_cuda)
+        if fused and fusable(q, k, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                             is_causal=is_causal, score=score):
+            return fused_attention(q, k, v, key_padding_mask=key_padding_mask,
+                                   is_causal=is_causal, dropout_p=dropout_p, scale=self.scale)
         return chunked_attention(
             q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
             is_causal=is_causal, dropout_p=dropout_p, scale=self.scale,

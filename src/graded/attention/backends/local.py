@@ -22,6 +22,7 @@ from graded.attention.backends.base import (
 )
 from graded.attention.backends.blockwise import gathered_block_attention, pad_to_multiple
 from graded.attention.backends.chunked import chunked_attention
+from graded.attention.backends.flex import FlexKernel
 
 __all__ = ["DilatedBackend", "SlidingWindowBackend", "sliding_window_attention"]
 
@@ -67,7 +68,7 @@ def sliding_window_attention(
     return out[:, :, :t]
 
 
-class SlidingWindowBackend(PatternDecoding, AttentionBackend):
+class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """Sliding-window (local) attention: query ``i`` sees keys with ``|i - j| <= window``, or
     ``0 <= i - j <= window`` when causal.
 
@@ -79,14 +80,17 @@ class SlidingWindowBackend(PatternDecoding, AttentionBackend):
     Incremental decoding keeps a rolling window of the last ``window`` keys and values per
     layer: memory O(window), time per token O(window·D), whatever the length.
 
-    Options: ``window`` (default 128), ``block_size``, ``scale`` (default 1/√D).
+    Options: ``window`` (default 128), ``block_size``, ``scale`` (default 1/√D), ``kernel``
+    (``"auto"``: FlexAttention on CUDA, the blocked kernel above elsewhere; ``"flex"``;
+    ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
     """
 
     name = "sliding_window"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
-        self, window: int = 128, block_size: int | None = None, scale: float | None = None
+        self, window: int = 128, block_size: int | None = None, scale: float | None = None,
+        kernel: str = "auto",
     ) -> None:
         super().__init__()
         self.window = _positive_int(self.name, "window", window)
@@ -98,6 +102,7 @@ class SlidingWindowBackend(PatternDecoding, AttentionBackend):
             )
         self.scale = scale
         self.horizon = self.window
+        self.init_kernel(kernel)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return (q_pos - k_pos).abs() <= self.window
@@ -116,6 +121,9 @@ class SlidingWindowBackend(PatternDecoding, AttentionBackend):
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
+        if self.uses_flex(q, k, v, dropout_p):
+            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                     is_causal=is_causal)
         return sliding_window_attention(
             q, k, v, self.window, default_scale(self.scale, q.shape[-1]),
             block=self.block_size, key_padding_mask=key_padding_mask, is_causal=is_causal,
@@ -123,7 +131,7 @@ class SlidingWindowBackend(PatternDecoding, AttentionBackend):
         )
 
 
-class DilatedBackend(PatternDecoding, AttentionBackend):
+class DilatedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """Dilated (strided) attention: query ``i`` sees keys ``j`` with ``(i - j) mod dilation == 0``,
     and, when ``window`` is set, ``|i - j| <= window · dilation``.
 
@@ -143,20 +151,24 @@ class DilatedBackend(PatternDecoding, AttentionBackend):
     Incremental decoding keeps the keys a later query can see: the last ``window·dilation``
     positions with a window, all of them without.
 
-    Options: ``dilation`` (default 8), ``window`` (default None), ``scale``.
+    Options: ``dilation`` (default 8), ``window`` (default None), ``scale``, ``kernel``
+    (``"auto"``: FlexAttention on CUDA, the folded computation above elsewhere; ``"flex"``;
+    ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
     """
 
     name = "dilated"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
-        self, dilation: int = 8, window: int | None = None, scale: float | None = None
+        self, dilation: int = 8, window: int | None = None, scale: float | None = None,
+        kernel: str = "auto",
     ) -> None:
         super().__init__()
         self.dilation = _positive_int(self.name, "dilation", dilation)
         self.window = None if window is None else _positive_int(self.name, "window", window)
         self.scale = scale
         self.horizon = None if self.window is None else self.window * self.dilation
+        self.init_kernel(kernel)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         gap = q_pos - k_pos
@@ -179,6 +191,9 @@ class DilatedBackend(PatternDecoding, AttentionBackend):
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
+        if self.uses_flex(q, k, v, dropout_p):
+            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                     is_causal=is_causal)
         b, h, t, _ = q.shape
         r = self.dilation
         pad = torch.zeros(b, t, dtype=torch.bool, device=q.device)

@@ -18,8 +18,9 @@ from graded.attention.backends.base import (
     default_scale,
     reject_attn_mask,
 )
-from graded.attention.backends.blockwise import gathered_block_attention
+from graded.attention.backends.blockwise import KeepRule, gathered_block_attention
 from graded.attention.backends.chunked import chunked_attention
+from graded.attention.backends.flex import FlexKernel, layout_keep_rule
 
 __all__ = ["BigBirdBackend", "BlockSparseBackend", "layout_to_key_blocks"]
 
@@ -34,7 +35,7 @@ def layout_to_key_blocks(layout: Tensor) -> Tensor:
     return torch.where(ranked < n_k, ranked, -1)
 
 
-class BlockSparseBackend(PatternDecoding, AttentionBackend):
+class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """Attention restricted by a block layout: query block ``n`` sees key block ``m`` iff
     ``layout[n, m]``.
 
@@ -46,14 +47,16 @@ class BlockSparseBackend(PatternDecoding, AttentionBackend):
     Incremental decoding keeps every key and attends each new query over its layout row.
 
     Options: ``layout`` ((nQ, nK) bool tensor or nested list, square), ``block_size`` (default
-    64), ``scale``.
+    64), ``scale``, ``kernel`` (``"auto"``: FlexAttention on CUDA, the block gather elsewhere;
+    ``"flex"``; ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
     """
 
     name = "block_sparse"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
-        self, layout: Tensor | list[list[bool]], block_size: int = 64, scale: float | None = None
+        self, layout: Tensor | list[list[bool]], block_size: int = 64, scale: float | None = None,
+        kernel: str = "auto",
     ) -> None:
         super().__init__()
         layout_t = torch.as_tensor(layout, dtype=torch.bool)
@@ -69,6 +72,7 @@ class BlockSparseBackend(PatternDecoding, AttentionBackend):
         self.register_buffer("layout", layout_t, persistent=False)
         self.block_size = block_size
         self.scale = scale
+        self.init_kernel(kernel)
 
     def _check_length(self, t: int) -> int:
         n_blocks = -(-t // self.block_size)
@@ -82,6 +86,10 @@ class BlockSparseBackend(PatternDecoding, AttentionBackend):
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         self._check_length(int(q_pos.max()) + 1)
         return self.layout[q_pos // self.block_size, k_pos // self.block_size]
+
+    def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
+        n_blocks = self._check_length(t)
+        return layout_keep_rule(self.layout[:n_blocks, :n_blocks].to(device), self.block_size)
 
     def forward(
         self,
@@ -99,6 +107,9 @@ class BlockSparseBackend(PatternDecoding, AttentionBackend):
         reject_attn_mask(self.name, attn_mask)
         t = q.shape[2]
         n_blocks = self._check_length(t)
+        if self.uses_flex(q, k, v, dropout_p):
+            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                     is_causal=is_causal)
         key_blocks = layout_to_key_blocks(self.layout[:n_blocks, :n_blocks].to(q.device))
         out = gathered_block_attention(
             q, k, v, key_blocks, self.block_size, default_scale(self.scale, q.shape[-1]),
@@ -107,7 +118,7 @@ class BlockSparseBackend(PatternDecoding, AttentionBackend):
         return out[:, :, :t]
 
 
-class BigBirdBackend(PatternDecoding, AttentionBackend):
+class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """BigBird attention: each query block sees a window of blocks, the global blocks and a few
     random blocks; global query blocks see everything.
 
@@ -123,7 +134,9 @@ class BigBirdBackend(PatternDecoding, AttentionBackend):
     position's pattern does not change as the sequence grows.
 
     Options: ``block_size`` (default 64), ``num_global_blocks`` (1), ``num_random_blocks`` (3),
-    ``window_blocks`` (odd, 3), ``seed`` (0), ``scale``. :meth:`random_blocks` returns the
+    ``window_blocks`` (odd, 3), ``seed`` (0), ``scale``, ``kernel`` (``"auto"``: FlexAttention
+    on CUDA, the block gather elsewhere; ``"flex"``; ``"native"``; see
+    :class:`~graded.attention.backends.flex.FlexKernel`). :meth:`random_blocks` returns the
     drawn random blocks, so the pattern can be rebuilt independently.
     """
 
@@ -138,6 +151,7 @@ class BigBirdBackend(PatternDecoding, AttentionBackend):
         window_blocks: int = 3,
         seed: int = 0,
         scale: float | None = None,
+        kernel: str = "auto",
     ) -> None:
         super().__init__()
         for label, val, low in (
@@ -155,6 +169,7 @@ class BigBirdBackend(PatternDecoding, AttentionBackend):
         self.seed = seed
         self.scale = scale
         self._key_block_cache: dict[tuple[int, bool], Tensor] = {}
+        self.init_kernel(kernel)
 
     def random_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
         """(n_blocks, num_random_blocks) long, -1 where fewer candidates exist; rows of global
@@ -194,23 +209,32 @@ class BigBirdBackend(PatternDecoding, AttentionBackend):
             self._key_block_cache[(-1, True)] = rows
         return rows[:n_blocks]
 
+    def block_layout(self, n_blocks: int, causal: bool = False) -> Tensor:
+        """(n_blocks, n_blocks) bool, before causality: global query blocks see every block,
+        the others their window, the global blocks and their random blocks."""
+        g, half = self.num_global_blocks, self.window_blocks // 2
+        rand = self.random_blocks(n_blocks, causal)
+        rows = torch.arange(n_blocks)[:, None]
+        cols = torch.arange(n_blocks)[None, :]
+        layout = (rows - cols).abs() <= half
+        layout[:, :g] = True
+        layout[:g] = True
+        r_rows = rows.expand_as(rand)[rand >= 0]
+        layout[r_rows, rand[rand >= 0]] = True
+        return layout
+
     def key_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
         """Key-block lists of the non-global query blocks (window ∪ global ∪ random)."""
         cached = self._key_block_cache.get((n_blocks, causal))
         if cached is not None:
             return cached
-        g, half = self.num_global_blocks, self.window_blocks // 2
-        rand = self.random_blocks(n_blocks, causal)
-        layout = torch.zeros(n_blocks, n_blocks, dtype=torch.bool)
-        rows = torch.arange(n_blocks)[:, None]
-        cols = torch.arange(n_blocks)[None, :]
-        layout |= (rows - cols).abs() <= half
-        layout[:, :g] = True
-        r_rows = rows.expand_as(rand)[rand >= 0]
-        layout[r_rows, rand[rand >= 0]] = True
-        blocks = layout_to_key_blocks(layout[g:])
+        blocks = layout_to_key_blocks(self.block_layout(n_blocks, causal)[self.num_global_blocks:])
         self._key_block_cache[(n_blocks, causal)] = blocks
         return blocks
+
+    def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
+        layout = self.block_layout(-(-t // self.block_size), causal).to(device)
+        return layout_keep_rule(layout, self.block_size)
 
     def forward(
         self,
@@ -226,6 +250,9 @@ class BigBirdBackend(PatternDecoding, AttentionBackend):
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
+        if self.uses_flex(q, k, v, dropout_p):
+            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                     is_causal=is_causal)
         t = q.shape[2]
         scale = default_scale(self.scale, q.shape[-1])
         n_blocks = -(-t // self.block_size)

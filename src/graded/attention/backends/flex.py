@@ -1,0 +1,198 @@
+"""FlexAttention kernels for the positional-pattern backends (sliding_window, dilated,
+block_sparse, bigbird).
+
+FlexAttention (Dong et al. 2024, "Flex Attention: A Programming Model for Generating Optimized
+Attention Kernels"; :mod:`torch.nn.attention.flex_attention`) computes softmax attention over a
+keep-set given as a function of (query, key) positions and skips the tiles the set leaves
+empty. A pattern backend already states its keep-set as an element-wise rule on absolute
+positions (:meth:`FlexKernel.keep_rule`, by default its decoding rule ``keep``); here that rule
+becomes
+
+- the ``mask_mod``: ``keep(q_idx, kv_idx)``, and ``kv_idx <= q_idx`` when causal;
+- the ``BlockMask``: which 128×128 tiles hold some kept pair (partial tiles, where the kernel
+  evaluates ``mask_mod``) and which hold only kept pairs (full tiles). It is computed tile row
+  by tile row, in O(128·T) memory, not through ``create_block_mask``'s dense (T, T) mask, and
+  cached per (length, causal, device): the pattern options are fixed when a backend is built;
+- key padding: a ``score_mod`` that sets the scores of padded keys to −∞. Padding changes with
+  every batch, so it stays out of the cached BlockMask. A query with no admissible key returns
+  zeros, FlexAttention's behaviour and the backends' convention.
+
+On CUDA the call runs ``torch.compile(flex_attention)`` (the generated fused kernel); on CPU it
+runs eager ``flex_attention``, which materialises the (T, T) scores and has no backward: it is
+there to check exactness, not for speed. Departures from the native paths: FlexAttention has no
+attention dropout, and torch's CPU FlexAttention is inference-only, so a call with
+``dropout_p > 0`` or a CPU call that needs gradients runs the backend's native path
+(:meth:`FlexKernel.uses_flex`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from graded.attention.backends.base import check_kernel, default_scale
+from graded.attention.backends.blockwise import KeepRule
+
+__all__ = [
+    "FLEX_BLOCK",
+    "PATTERN_KERNELS",
+    "FlexKernel",
+    "flex_pattern_attention",
+    "layout_keep_rule",
+    "pattern_block_mask",
+]
+
+PATTERN_KERNELS = ("auto", "flex", "native")
+FLEX_BLOCK = 128  # FlexAttention's tile (its default BLOCK_SIZE)
+CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_TILE_ELEMENTS = 2**22  # positions evaluated per step while building a BlockMask
+_CACHED_MASKS = 8  # BlockMasks kept per backend, the oldest dropped first
+
+
+def layout_keep_rule(layout: Tensor, block_size: int) -> KeepRule:
+    """The keep rule of a block layout: query ``i`` sees key ``j`` iff
+    ``layout[i // block_size, j // block_size]`` (a table lookup, so it also serves as a
+    ``mask_mod`` on scalar positions)."""
+
+    def keep(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        return layout[q_pos // block_size, k_pos // block_size]
+
+    return keep
+
+
+def pattern_block_mask(
+    keep: KeepRule, t: int, causal: bool, device: torch.device | str,
+    block_size: int = FLEX_BLOCK,
+) -> BlockMask:
+    """The FlexAttention BlockMask of self-attention of length ``t`` restricted to ``keep``
+    (and to ``j <= i`` when ``causal``).
+
+    ``keep(q_pos, k_pos)`` takes broadcastable integer positions and must be element-wise
+    (it becomes the ``mask_mod`` too). Equal to ``create_block_mask`` on the same mask_mod:
+    tiles past ``t`` count as masked, so an edge tile is never full."""
+    n = -(-t // block_size)
+    span = n * block_size
+    k_pos = torch.arange(span, device=device)[None, :]
+    step = max(1, _TILE_ELEMENTS // (block_size * span))  # query tiles per step
+    partial, full = [], []
+    for r0 in range(0, n, step):
+        q_pos = torch.arange(r0 * block_size, min(r0 + step, n) * block_size,
+                             device=device)[:, None]
+        kept = keep(q_pos.clamp(max=t - 1), k_pos.clamp(max=t - 1)) & (q_pos < t) & (k_pos < t)
+        if causal:
+            kept = kept & (k_pos <= q_pos)
+        tiles = kept.view(-1, block_size, n, block_size)  # (query tiles, rows, key tiles, cols)
+        some = tiles.any(dim=3).any(dim=1)
+        every = tiles.all(dim=3).all(dim=1)
+        partial.append(some & ~every)
+        full.append(every)
+
+    def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        kept = keep(q_idx, kv_idx)
+        return kept & (kv_idx <= q_idx) if causal else kept
+
+    return BlockMask.from_kv_blocks(
+        *_ordered(torch.cat(partial)), *_ordered(torch.cat(full)), BLOCK_SIZE=block_size,
+        mask_mod=mask_mod, seq_lengths=(t, t),
+    )
+
+
+def _ordered(tiles: Tensor) -> tuple[Tensor, Tensor]:
+    """(nQ, nK) bool tiles -> BlockMask's (1, 1, nQ) counts and (1, 1, nQ, nK) key-tile indices,
+    the listed tiles first in ascending order."""
+    counts = tiles.sum(dim=-1, dtype=torch.int32)
+    order = torch.argsort(tiles.to(torch.int8), dim=-1, descending=True, stable=True)
+    return counts[None, None], order.to(torch.int32)[None, None]
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, scale: float,
+          key_padding_mask: Tensor | None) -> Tensor:
+    score_mod = None
+    if key_padding_mask is not None:
+        pad = key_padding_mask
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor,
+                      kv_idx: Tensor) -> Tensor:
+            return torch.where(pad[b, kv_idx], float("-inf"), score)
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+
+
+_compiled_flex: Callable[..., Tensor] | None = None
+
+
+def flex_pattern_attention(
+    q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, scale: float,
+    key_padding_mask: Tensor | None = None,
+) -> Tensor:
+    """softmax(q kᵀ · scale) v over the keep-set of ``block_mask``, padded keys (True in
+    ``key_padding_mask`` (B, Tk)) left out; (B, H, T, ·) tensors. Compiled off CPU; eager on
+    CPU, where torch's FlexAttention is inference-only (inputs are detached when no gradient
+    is recorded)."""
+    global _compiled_flex
+    if q.device.type == "cpu":
+        if not torch.is_grad_enabled():  # torch refuses CPU inputs that require grad
+            q, k, v = q.detach(), k.detach(), v.detach()
+        with warnings.catch_warnings():  # eager on CPU on purpose: the unfused check path
+            warnings.filterwarnings("ignore", message="flex_attention called without")
+            return _flex(q, k, v, block_mask, scale, key_padding_mask)
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(_flex)
+    return _compiled_flex(q, k, v, block_mask, scale, key_padding_mask)
+
+
+class FlexKernel:
+    """The FlexAttention path of a pattern backend, chosen by its ``kernel`` option (a mixin
+    for the :class:`~graded.attention.backends.base.PatternDecoding` backends).
+
+    ``kernel="auto"`` runs FlexAttention on CUDA in float32, float16 or bfloat16 and the
+    backend's native kernel otherwise; ``"flex"`` runs FlexAttention wherever it can compute
+    the call (CPU included); ``"native"`` never. Either way, a call with attention dropout or a
+    CPU call that needs gradients runs the native kernel (see :mod:`.flex`)."""
+
+    name: str
+    kernel: str = "auto"
+    scale: float | None
+    keep: KeepRule
+
+    def init_kernel(self, kernel: object) -> None:
+        """Check and set the ``kernel`` option; start an empty BlockMask cache."""
+        self.kernel = check_kernel(self.name, kernel, PATTERN_KERNELS)
+        self._block_masks: dict[tuple[int, bool, torch.device], BlockMask] = {}
+
+    def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
+        """The keep-set of a length-``t`` forward pass, before causality, as an element-wise
+        rule on broadcastable positions that FlexAttention can also call on scalar positions
+        (tensor operations only, no ``.item()``). Default: :meth:`keep`."""
+        return self.keep
+
+    def uses_flex(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
+        """Whether a call on these inputs runs FlexAttention (see the class docstring)."""
+        if self.kernel == "native" or dropout_p > 0.0 or q.shape[2] == 0:
+            return False
+        if self.kernel == "auto" and not (q.is_cuda and q.dtype in CUDA_DTYPES):
+            return False
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        return not (q.device.type == "cpu" and needs_grad)
+
+    def block_mask(self, t: int, causal: bool, device: torch.device | str) -> BlockMask:
+        """The pattern's BlockMask for length ``t`` (cached per length, causal and device)."""
+        key = (t, causal, torch.device(device))
+        mask = self._block_masks.get(key)
+        if mask is None:
+            if len(self._block_masks) >= _CACHED_MASKS:
+                self._block_masks.pop(next(iter(self._block_masks)))
+            mask = pattern_block_mask(self.keep_rule(t, causal, key[2]), t, causal, key[2])
+            self._block_masks[key] = mask
+        return mask
+
+    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                     key_padding_mask: Tensor | None, is_causal: bool) -> Tensor:
+        """The backend's attention through FlexAttention (inputs already checked)."""
+        mask = self.block_mask(q.shape[2], is_causal, q.device)
+        return flex_pattern_attention(q, k, v, mask, default_scale(self.scale, q.shape[-1]),
+                                      key_padding_mask)

@@ -9,17 +9,20 @@
 # DETAILS the benchmarks' own folders (results.json, report.md, figures).
 # Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_LM, T_LM_COMPILED,
 # T_LONG) so that one slow step cannot take the others with it; every log is written to OUT as it
-# is produced. PYTHON (default python3) must have torch with CUDA and the package importable.
+# is produced. STEPS (default: all five) picks steps by name, e.g. STEPS="tests long_sequence".
+# PYTHON (default python3) must have torch with CUDA and the package importable.
 set -uo pipefail
 OUT=${1:-runs/gpu}
 DETAILS=${2:-$OUT}
 PY=${PYTHON:-python3}
+STEPS=${STEPS:-"tests attention lm_step lm_step_compiled long_sequence"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log, report rc
     local name=$1 limit=$2
     shift 2
+    [[ " $STEPS " == *" $name "* ]] || return 0
     local start=$SECONDS
     timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?

@@ -166,9 +166,10 @@ def measure_memory_here(args: argparse.Namespace) -> None:
     print(json.dumps({"forward": fwd, "forward_backward": both}))
 
 
-def cuda_memory(args: argparse.Namespace, name: str, t: int) -> dict:
-    """Peak CUDA memory above the inputs of forward, then of forward + backward."""
-    backend = make_backend(args, name, t)
+def cuda_memory(args: argparse.Namespace, name: str, t: int, backend=None) -> dict:
+    """Peak CUDA memory above the inputs of forward, then of forward + backward (of
+    ``backend``, the timed instance, whose compiled kernels are built; default a new one)."""
+    backend = make_backend(args, name, t) if backend is None else backend
     qkv = make_inputs(args, t, True)
 
     def forward() -> None:
@@ -180,12 +181,12 @@ def cuda_memory(args: argparse.Namespace, name: str, t: int) -> dict:
     return {"forward": fwd, "forward_backward": both}
 
 
-def measure_memory(args: argparse.Namespace, name: str, t: int) -> dict | str:
-    """Peak memory of forward and of forward + backward: torch's statistic on CUDA, the
-    resident set's high-water mark in a fresh subprocess on CPU."""
+def measure_memory(args: argparse.Namespace, name: str, t: int, backend=None) -> dict | str:
+    """Peak memory of forward and of forward + backward: torch's statistic on CUDA (of
+    ``backend`` when given), the resident set's high-water mark in a fresh subprocess on CPU."""
     if args.device.type == "cuda":
         try:
-            return cuda_memory(args, name, t)
+            return cuda_memory(args, name, t, backend)
         except torch.OutOfMemoryError as err:
             torch.cuda.empty_cache()
             return f"failed: {str(err).splitlines()[0]}"
@@ -226,18 +227,27 @@ def benchmark_speed(args: argparse.Namespace, names: list[str]) -> dict:
                 active.append(name)
         times: dict[str, dict[str, list[float]]] = {n: {"fwd": [], "fwd_bwd": []} for n in active}
         refused: dict[str, str] = {}
+        backends = {name: make_backend(args, name, t) for name in active}
+        if args.device.type == "cuda":  # untimed: compiled kernels (FlexAttention) are built
+            for name in active:          # per length and grad mode on their first call
+                try:
+                    timed(backends[name], args, t, False)
+                    timed(backends[name], args, t, True)
+                except torch.OutOfMemoryError as err:
+                    torch.cuda.empty_cache()
+                    refused[name] = str(err).splitlines()[0]
         for rep in range(args.repeats):
             order = active[rep % max(len(active), 1):] + active[: rep % max(len(active), 1)]
             for name in order:
                 if name in refused or (times[name]["fwd_bwd"]
                                        and times[name]["fwd_bwd"][0] > args.max_seconds / 4):
                     continue  # one sample of a slow call is enough
-                backend = make_backend(args, name, t)
+                backend = backends[name]
                 try:
                     times[name]["fwd"].append(timed(backend, args, t, False))
                     times[name]["fwd_bwd"].append(timed(backend, args, t, True))
                 except torch.OutOfMemoryError as err:  # CUDA out of memory
-                    del backend
+                    del backend, backends[name]
                     torch.cuda.empty_cache()
                     refused[name] = str(err).splitlines()[0]
                 except MemoryError as err:
@@ -247,11 +257,12 @@ def benchmark_speed(args: argparse.Namespace, names: list[str]) -> dict:
                 results[name][t] = {"skipped": refused[name]}
                 continue
             entry = {k: statistics.median(v) for k, v in times[name].items()}
-            entry["saved_bytes"] = saved_bytes(make_backend(args, name, t), args, t)
+            entry["saved_bytes"] = saved_bytes(backends[name], args, t)
             if not args.no_memory and t in args.memory_lengths:
-                entry["memory"] = measure_memory(args, name, t)
+                entry["memory"] = measure_memory(args, name, t, backends[name])
             results[name][t] = entry
             last[name] = entry["fwd_bwd"]
+        del backends
         print(f"T={t}: " + ", ".join(
             f"{n} {results[n][t].get('fwd_bwd', float('nan')):.3f}s" for n in active
             if "fwd_bwd" in results[n][t]), flush=True)

@@ -123,6 +123,10 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, scale: float,
 
 
 _compiled_flex: Callable[..., Tensor] | None = None
+_FLEX_RECOMPILES = 256
+# dynamo's per-function recompile limit (named cache_size_limit before torch 2.6)
+_RECOMPILE_LIMIT = ("recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
+                    else "cache_size_limit")
 
 
 def flex_pattern_attention(
@@ -140,9 +144,15 @@ def flex_pattern_attention(
         with warnings.catch_warnings():  # eager on CPU on purpose: the unfused check path
             warnings.filterwarnings("ignore", message="flex_attention called without")
             return _flex(q, k, v, block_mask, scale, key_padding_mask)
+    if torch.compiler.is_compiling():  # inside a compiled model: traced into its graph
+        return _flex(q, k, v, block_mask, scale, key_padding_mask)
     if _compiled_flex is None:
         _compiled_flex = torch.compile(_flex)
-    return _compiled_flex(q, k, v, block_mask, scale, key_padding_mask)
+    # One compiled kernel per pattern (its mask_mod), length, causality, padding and grad
+    # mode: a model's layers and a benchmark's sweep need more than dynamo's default of 8
+    # per function, past which it would fall back to the unfused, dense eager path.
+    with torch._dynamo.config.patch(**{_RECOMPILE_LIMIT: _FLEX_RECOMPILES}):
+        return _compiled_flex(q, k, v, block_mask, scale, key_padding_mask)
 
 
 class FlexKernel:

@@ -171,3 +171,38 @@ def test_seq2seq_decoder_with_a_sliding_window_generates_with_its_cache():
     src = torch.randint(0, 13, (2, 7), generator=torch.Generator().manual_seed(7))
     out = [model.generate(src, 12, bos_token_id=1, use_cache=c) for c in (True, False)]
     assert torch.equal(*out)
+
+
+def test_default_generation_caches_where_every_backend_can_and_recomputes_otherwise(
+        monkeypatch):
+    """use_cache=None (the default): an lsh LM, whose buckets depend on later positions,
+    generates by recomputing the prefix (the same tokens as use_cache=False) instead of
+    raising; a sliding-window LM generates with its cache; True refuses lsh, naming it."""
+    from graded.transformer import generation
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=13, d_model=16, n_heads=2, n_layers=2, max_len=64,
+                            attn_backend="lsh",
+                            attn_backend_options=dict(n_buckets=4, chunk_size=4, seed=0))
+    model = TransformerLM(cfg).double().eval()
+    prompt = torch.randint(0, 13, (2, 5), generator=torch.Generator().manual_seed(1))
+    assert generation.cacheless_backends(model) == [
+        ("stack.blocks.0.self_attn", "lsh"), ("stack.blocks.1.self_attn", "lsh")]
+    assert torch.equal(model.generate(prompt, 6), model.generate(prompt, 6, use_cache=False))
+    with pytest.raises(ValueError, match="'lsh'.*use_cache=False or None"):
+        model.generate(prompt, 6, use_cache=True)
+    with pytest.raises(TypeError, match="use_cache must be None, True or False, got 'yes'"):
+        model.generate(prompt, 6, use_cache="yes")
+
+    caches = []
+    original = generation.KVCache.empty
+
+    def spy(n_layers):
+        caches.append(n_layers)
+        return original(n_layers)
+
+    monkeypatch.setattr(generation.KVCache, "empty", staticmethod(spy))
+    window = lm("sliding_window")
+    assert generation.resolve_use_cache(window, None)
+    window.generate(prompt, 3)
+    assert caches == [window.decoder.n_layers]

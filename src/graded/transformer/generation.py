@@ -258,26 +258,51 @@ def check_not_token_graded(model: torch.nn.Module) -> None:
                          "are unknown; score given sequences with model(..., token_grades=...)")
 
 
-def check_cache_support(model: torch.nn.Module) -> None:
-    """Refuse, before any decoding, a KV cache that a self-attention backend of
-    ``model.decoder`` cannot serve (its capabilities lack ``incremental``): one query against
-    the cached keys would not reproduce its pattern. Cross-attention is not checked (its keys
-    are the whole memory at every step, as in the uncached pass)."""
-    from graded.attention.backends import backends_supporting, capabilities_of
+def cacheless_backends(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(module name, backend name) of every self-attention module of ``model.decoder`` whose
+    backend cannot decode incrementally (its capabilities lack ``incremental``): one query
+    against the cached keys would not reproduce its pattern. Cross-attention is not listed (its
+    keys are the whole memory at every step, as in the uncached pass)."""
+    from graded.attention.backends import capabilities_of
     from graded.attention.multihead import MultiheadAttention
 
+    found = []
     for name, sub in model.decoder.named_modules():
         module = getattr(sub, "attn", None)  # an AttentionSublayer's MultiheadAttention
         if (not isinstance(module, MultiheadAttention) or module.backend is None
                 or getattr(sub, "cross", False)):
             continue
         if not capabilities_of(module.backend).incremental:
-            raise ValueError(
-                f"generation with use_cache=True: attention backend {module.backend_name!r} "
-                f"({name}) cannot decode incrementally with a KV cache; pass use_cache=False "
-                "(each step recomputes the whole prefix, exact) or use one of "
-                f"{', '.join(backends_supporting('incremental'))}"
-            )
+            found.append((name, module.backend_name))
+    return found
+
+
+def resolve_use_cache(model: torch.nn.Module, use_cache: bool | None) -> bool:
+    """``use_cache`` as generation runs it: None (the default) caches when every
+    self-attention backend can decode incrementally and recomputes the whole prefix each step
+    otherwise (exact either way: the uncached pass is the definition); True refuses a backend
+    that cannot (:func:`check_cache_support`); False never caches."""
+    if use_cache is None:
+        return not cacheless_backends(model)
+    if not isinstance(use_cache, bool):
+        raise TypeError(f"use_cache must be None, True or False, got {use_cache!r}")
+    if use_cache:
+        check_cache_support(model)
+    return use_cache
+
+
+def check_cache_support(model: torch.nn.Module) -> None:
+    """Refuse, before any decoding, a KV cache that a self-attention backend of
+    ``model.decoder`` cannot serve (:func:`cacheless_backends`)."""
+    from graded.attention.backends import backends_supporting
+
+    for name, backend in cacheless_backends(model)[:1]:
+        raise ValueError(
+            f"generation with use_cache=True: attention backend {backend!r} "
+            f"({name}) cannot decode incrementally with a KV cache; pass use_cache=False or "
+            "None (each step recomputes the whole prefix, exact) or use one of "
+            f"{', '.join(backends_supporting('incremental'))}"
+        )
 
 
 def generate(
@@ -293,7 +318,7 @@ def generate(
     num_beams: int = 1,
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
-    use_cache: bool = True,
+    use_cache: bool | None = None,
     generator: torch.Generator | None = None,
     length_penalty: float = 1.0,
     early_stopping: bool | str = True,
@@ -301,11 +326,12 @@ def generate(
     """Continue ``input_ids`` (B, T) with a decoder-only LM; returns (B, T + n) ids where
     n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
     (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
-    search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`)."""
+    search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None
+    caches where every backend can (:func:`resolve_use_cache`), True requires it, False
+    recomputes the prefix each step; the tokens are the same."""
     check_not_token_graded(model)
     check_prompt(input_ids, max_new_tokens, position_limit(model.config))
-    if use_cache:
-        check_cache_support(model)
+    use_cache = resolve_use_cache(model, use_cache)
     kpm = _defaults(key_padding_mask, input_ids)
     was_training = model.training
     model.eval()
@@ -335,8 +361,7 @@ def generate_seq2seq(
     """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n)."""
     check_not_token_graded(model)
     check_prompt(src_ids, 0, None)
-    if kwargs.get("use_cache", True):
-        check_cache_support(model)
+    kwargs = {**kwargs, "use_cache": resolve_use_cache(model, kwargs.get("use_cache"))}
     was_training = model.training
     model.eval()
     try:
@@ -368,7 +393,7 @@ def generate_seq2seq(
 def _generation_kwargs(kwargs: dict[str, object]) -> dict[str, object]:
     allowed = {
         "do_sample": False, "temperature": 1.0, "top_k": None, "top_p": None, "num_beams": 1,
-        "eos_token_id": None, "pad_token_id": None, "use_cache": True, "generator": None,
+        "eos_token_id": None, "pad_token_id": None, "use_cache": None, "generator": None,
         "length_penalty": 1.0, "early_stopping": True,
     }
     unknown = sorted(set(kwargs) - set(allowed))

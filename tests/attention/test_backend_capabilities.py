@@ -309,7 +309,7 @@ def test_chunked_with_a_score_and_a_float_bias_equals_dense_and_trains_the_score
         assert p.grad is not None and p.grad.abs().sum() > 0
 
 
-def test_lsh_key_projection_gets_gradient_and_shared_qk_is_refused_in_a_module():
+def test_lsh_key_projection_gets_gradient():
     torch.manual_seed(0)
     mha = MultiheadAttention(8, 2, batch_first=True, backend="lsh",
                              backend_options={"chunk_size": 4, "seed": 0})
@@ -318,8 +318,48 @@ def test_lsh_key_projection_gets_gradient_and_shared_qk_is_refused_in_a_module()
     out.square().sum().backward()
     key_rows = mha.in_proj_weight.grad[8:16]
     assert key_rows.abs().sum() > 0
-    with pytest.raises(ValueError, match="'lsh' with shared_qk=True"):
-        MultiheadAttention(8, 2, backend="lsh", backend_options={"shared_qk": True})
+
+
+def test_shared_qk_module_has_no_key_projection_and_equals_the_written_out_reformer_layer():
+    """Reformer's shared-QK: one (2E, E) projection for queries and values, keys the
+    (normalised) queries; every parameter is used."""
+    torch.manual_seed(0)
+    options = {"chunk_size": 4, "seed": 0, "shared_qk": True}
+    mha = MultiheadAttention(8, 2, batch_first=True, backend="lsh", backend_options=options,
+                             dtype=torch.float64)
+    assert mha.in_proj_weight.shape == (16, 8) and mha.in_proj_bias.shape == (16,)
+    x = torch.randn(2, 8, 8, dtype=torch.float64)
+    out, weights = mha(x, x, x, need_weights=False)
+    assert weights is None
+    w_q, w_v = mha.in_proj_weight.split([8, 8])
+    b_q, b_v = mha.in_proj_bias.split([8, 8])
+    q = F.linear(x, w_q, b_q).unflatten(-1, (2, 4)).transpose(1, 2)
+    v = F.linear(x, w_v, b_v).unflatten(-1, (2, 4)).transpose(1, 2)
+    plain = get_backend("lsh", chunk_size=4, seed=0)  # keys given explicitly: the queries
+    want = mha.out_proj(plain(q, q, v).transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    out.square().sum().backward()
+    for name, p in mha.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    with pytest.raises(ValueError, match="the same tensor"):
+        mha(x, x.clone(), x.clone(), need_weights=False)
+    with pytest.raises(ValueError, match=r"shared_qk=True needs .*num_kv_heads=1"):
+        MultiheadAttention(8, 2, backend="lsh", backend_options=options, num_kv_heads=1)
+
+
+def test_a_shared_qk_lm_trains_and_generates_by_recomputation():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=2, max_len=32,
+                            attn_backend="lsh",
+                            attn_backend_options={"chunk_size": 4, "seed": 0, "shared_qk": True})
+    lm = TransformerLM(cfg)
+    ids = torch.randint(0, 11, (2, 12))
+    F.cross_entropy(lm(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten()).backward()
+    assert all(p.grad is not None for p in lm.parameters())
+    out = lm.generate(ids[:, :4], 3)
+    assert torch.equal(out, lm.generate(ids[:, :4], 3, use_cache=False))
+    with pytest.raises(ValueError, match="'lsh' cannot serve incremental decoding"):
+        lm(ids[:, :4], cache=lm.new_cache())
 
 
 def test_lsh_shared_qk_uses_normalised_queries_as_keys():

@@ -189,7 +189,7 @@ def test_default_generation_caches_where_every_backend_can_and_recomputes_otherw
     assert generation.cacheless_backends(model) == [
         ("stack.blocks.0.self_attn", "lsh"), ("stack.blocks.1.self_attn", "lsh")]
     assert torch.equal(model.generate(prompt, 6), model.generate(prompt, 6, use_cache=False))
-    with pytest.raises(ValueError, match="'lsh'.*use_cache=False or None"):
+    with pytest.raises(ValueError, match=r"'lsh'.*use_cache=False or None"):
         model.generate(prompt, 6, use_cache=True)
     with pytest.raises(TypeError, match="use_cache must be None, True or False, got 'yes'"):
         model.generate(prompt, 6, use_cache="yes")

@@ -63,6 +63,10 @@ class MultiheadAttention(nn.Module):
     - ``out_bias``: a bias on the output projection (default: as ``bias``, which then covers
       the Q/K/V projections only when ``out_bias`` is given; torch ties the two).
 
+    With ``backend="lsh"`` and ``backend_options={"shared_qk": True}`` the module is Reformer's
+    shared-QK attention: no key projection (``in_proj_weight`` is (2E, E): queries, values),
+    keys the normalised queries; self-attention only.
+
     Departure from torch: ``is_causal=True`` without ``attn_mask`` builds the causal mask
     instead of raising.
     """
@@ -147,7 +151,26 @@ class MultiheadAttention(nn.Module):
         self.score = make_score(score, num_heads, self.head_dim)
         self.backend_name, self.backend = self._resolve_backend(backend, backend_options or {})
         self._check_backend()
+        self.shared_qk = bool(getattr(self.backend, "shared_qk", False))
+        if self.shared_qk:
+            self._share_query_key_projection(factory)
         self._reset_parameters()
+
+    def _share_query_key_projection(self, factory: dict) -> None:
+        """Reformer's shared-QK attention (Kitaev et al. 2020, §2): the backend takes its keys
+        from the queries (normalised), so the module has no key projection: the packed
+        ``in_proj_weight`` (and bias) holds the query rows, then the value rows."""
+        if not self._qkv_same_embed_dim or self.num_kv_heads != self.num_heads or (
+                self.bias_k is not None):
+            raise ValueError(
+                f"attention backend {self.backend_name!r} with shared_qk=True needs kdim = vdim "
+                f"= embed_dim, num_kv_heads = num_heads and add_bias_kv=False (its keys are "
+                f"its queries), got kdim={self.kdim}, vdim={self.vdim}, num_kv_heads="
+                f"{self.num_kv_heads}, add_bias_kv={self.bias_k is not None}")
+        e = self.embed_dim
+        self.in_proj_weight = nn.Parameter(torch.empty(2 * e, e, **factory))
+        if self.in_proj_bias is not None:
+            self.in_proj_bias = nn.Parameter(torch.empty(2 * e, **factory))
 
     def _check_backend(self) -> None:
         """Refuse at build time what the backend cannot serve (its declared capabilities)."""
@@ -158,12 +181,6 @@ class MultiheadAttention(nn.Module):
         if not isinstance(self.score, ScaledDotScore):
             check_capability(self.backend, self.backend_name, "custom_score",
                              f" (score={type(self.score).__name__})")
-        if getattr(self.backend, "shared_qk", False):
-            raise ValueError(
-                f"attention backend {self.backend_name!r} with shared_qk=True computes keys from "
-                "the queries, so this module's key projection would get no gradient; use "
-                "shared_qk=False (keys from the key projection) in a MultiheadAttention"
-            )
 
     @staticmethod
     def _resolve_backend(
@@ -205,6 +222,8 @@ class MultiheadAttention(nn.Module):
         e, kv = self.embed_dim, self.kv_dim
         b = self.in_proj_bias
         s_q, s_k, s_v = self.projection_scales()
+        if self.shared_qk:
+            return self._project_shared_qk(query, key, value, s_q, s_v)
         grouped = self.num_kv_heads != self.num_heads
         if self._qkv_same_embed_dim and query is key and key is value and not grouped:
             rows = None
@@ -226,6 +245,24 @@ class MultiheadAttention(nn.Module):
         v = None if value is None else self.split_heads(
             graded_linear(value, w_v, b_v, out_scales=s_v), self.num_kv_heads)
         return q, k, v
+
+    def _project_shared_qk(self, query: Tensor, key: Tensor | None, value: Tensor | None,
+                           s_q: Tensor | None, s_v: Tensor | None
+                           ) -> tuple[Tensor, Tensor, Tensor]:
+        """Shared-QK projection: queries and values from the packed (2E, E) weight; the keys
+        passed on are the queries (the backend normalises them)."""
+        if key is not query or value is not query:
+            raise ValueError(
+                f"attention backend {self.backend_name!r} with shared_qk=True attends a "
+                "sequence to itself: query, key and value must be the same tensor")
+        rows = None
+        if s_q is not None or s_v is not None:
+            one = self.in_proj_weight.new_ones(())
+            rows = torch.cat([one.expand(self.embed_dim) if s is None else s.to(one)
+                              for s in (s_q, s_v)])
+        qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias, out_scales=rows)
+        qv = qv.unflatten(-1, (2, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
+        return qv[0], qv[0], qv[1]
 
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """Scales of the output rows of the query, key and value projections, shapes (E,),

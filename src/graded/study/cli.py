@@ -28,7 +28,7 @@ def add_study_parser(sub: argparse._SubParsersAction, formatter: type) -> None:
         "estimate, bootstrap 95% interval and verdict. Finished experiments are stored in OUT "
         "and not rerun; see docs/study.md.")
     p.add_argument("--quick", action="store_true",
-                   help="tiny budgets: a smoke test of every experiment (about 2-3 minutes on 2 "
+                   help="tiny budgets: a smoke test of every experiment (about 1.5 minutes on 2 "
                    "cores, at most 6)")
     p.add_argument("--only", default=None, metavar="E1,E3",
                    help="comma-separated experiments to run (default: all)")

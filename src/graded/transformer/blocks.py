@@ -128,6 +128,11 @@ class AttentionSublayer(nn.Module):
             if self.rotary is not None:
                 q = self.rotary(q, positions)
                 k = self.rotary(k, positions)
+            if cache is not None and self.attn.backend is not None:
+                from graded.attention.backends import check_capability
+
+                check_capability(self.attn.backend, self.attn.backend_name, "incremental",
+                                 "; generate with use_cache=False or None")
             if cache is not None and decodes_with_state(self.attn.backend):
                 return self._decode(q, k, v, cache, key_padding_mask, need_weights), None
             if cache is not None:

@@ -9,9 +9,14 @@
    second bf16 forward + backward and dynamo's frame counters.
 
     python benchmarks/gpu_diagnostics.py
+    python benchmarks/gpu_diagnostics.py --quick --device cpu   # a tiny shape: a smoke run
+
+On the CPU (``--device cpu``) the profile counts the ``aten::`` operators the step calls
+(nested ones included) instead of CUDA kernels, and the FlexAttention check is skipped.
 """
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -20,22 +25,26 @@ from torch.profiler import ProfilerActivity, profile
 
 from graded import TransformerConfig, TransformerLM
 
-DEVICE = torch.device("cuda")
+FULL = dict(vocab=50257, d_model=768, heads=12, layers=12, seq_len=1024, batch=8)
+QUICK = dict(vocab=256, d_model=64, heads=4, layers=2, seq_len=32, batch=2)
 
 
-def kernel_profile() -> None:
-    base = dict(vocab_size=50257, d_model=768, n_heads=12, n_layers=12, max_len=1025)
-    x = torch.randint(0, 50257, (8, 1025), device=DEVICE)
+def kernel_profile(device: torch.device, shape: dict) -> None:
+    base = dict(vocab_size=shape["vocab"], d_model=shape["d_model"], n_heads=shape["heads"],
+                n_layers=shape["layers"], max_len=shape["seq_len"] + 1)
+    x = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq_len"] + 1), device=device)
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for name, g in (("ungraded", None), ("LGT", "linear"), ("EGT", "exponential")):
         torch.manual_seed(0)
         extra = {} if g is None else dict(grading=g, learnable_grades=True,
                                           grade_init="warm_start", grade_init_value=0.01)
-        m = TransformerLM(TransformerConfig(**base, **extra)).to(DEVICE)
+        m = TransformerLM(TransformerConfig(**base, **extra)).to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
 
         def step(m=m, opt=opt) -> None:
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(device.type, dtype=torch.bfloat16):
                 logits = m(x[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
                                                      x[:, 1:].flatten())
@@ -44,29 +53,39 @@ def kernel_profile() -> None:
 
         for _ in range(3):
             step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as p:
+        sync(device)
+        with profile(activities=activities) as p:
             step()
-            torch.cuda.synchronize()
-        kernels = [e for e in p.events() if e.device_type.name == "CUDA"]
-        gpu_us = sum(e.device_time for e in kernels)
+            sync(device)
+        if cuda:
+            kernels = [e for e in p.events() if e.device_type.name == "CUDA"]
+            counted = (f"kernels {len(kernels)}, kernel time "
+                       f"{sum(e.device_time for e in kernels) / 1e3:.1f} ms")
+        else:
+            ops = [e for e in p.events() if e.name.startswith("aten::")]
+            counted = f"aten operators (nested included) {len(ops)}"
         t0 = time.perf_counter()
         for _ in range(5):
             step()
-        torch.cuda.synchronize()
+        sync(device)
         wall = (time.perf_counter() - t0) / 5
-        print(f"{name}: kernels {len(kernels)}, kernel time {gpu_us / 1e3:.1f} ms, "
-              f"wall {wall * 1e3:.1f} ms")
+        print(f"{name}: {counted}, wall {wall * 1e3:.1f} ms")
         del m, opt
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
 
 
-def flex_compiles() -> None:
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def flex_compiles(device: torch.device) -> None:
     dynamo_utils.counters.clear()
     cfg = TransformerConfig(vocab_size=512, d_model=256, n_heads=4, n_layers=4, max_len=2049,
                             attn_backend="sliding_window", attn_backend_options={"window": 128})
-    lm = TransformerLM(cfg).to(DEVICE)
-    ids = torch.randint(0, 512, (2, 2048), device=DEVICE)
+    lm = TransformerLM(cfg).to(device)
+    ids = torch.randint(0, 512, (2, 2048), device=device)
     seconds = []
     for _ in range(2):
         t0 = time.perf_counter()
@@ -79,8 +98,21 @@ def flex_compiles() -> None:
           f"stats {dict(dynamo_utils.counters['stats'])}")
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
+    parser.add_argument("--quick", action="store_true", help="a tiny shape (a smoke run)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: CUDA is not available here; "
+                         "pass --device cpu for the operator counts on the CPU")
+    kernel_profile(device, QUICK if args.quick else FULL)
+    if device.type == "cuda":
+        flex_compiles(device)
+    else:
+        print("FlexAttention compile check skipped: it needs CUDA")
+
+
 if __name__ == "__main__":
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_diagnostics.py needs a CUDA GPU")
-    kernel_profile()
-    flex_compiles()
+    main()

@@ -18,7 +18,8 @@ SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswit
 WRITES_TO = {"c4_free_table": ["--out", "{tmp}/c4"], "listops_backends": ["--out", "{tmp}/lo"],
              "long_sequence": ["--out", "{tmp}/ls"], "lm_training_step": ["--out", "{tmp}/lm"],
              "patternboost_triangle_free": ["--out", "{tmp}/pb", "--workers", "1"],
-             "morphic_variable_k": ["--tool", "internal", "--report", "{tmp}/mvk"]}
+             "morphic_variable_k": ["--tool", "internal", "--report", "{tmp}/mvk"],
+             "gpu_diagnostics": ["--device", "cpu"]}
 
 
 def test_every_benchmark_is_covered():

@@ -4,7 +4,7 @@ import warnings
 import pytest
 import torch
 
-from graded.grading import ExponentialGrading, LinearGrading
+from graded.grading import ExponentialGrading, LinearGrading, shared_scales
 
 F64 = torch.float64
 
@@ -222,3 +222,63 @@ def test_a_grading_used_on_its_own_has_no_role_and_keeps_the_one_it_is_given():
     torch.testing.assert_close(g(torch.ones(3)), torch.tensor([1.0, 2.0, 3.0]))
     g.role = "feature"
     assert g.role == "feature" and LinearGrading(3).role is None  # per instance
+
+
+class TestSharedScales:
+    """The feature grading used at several stages of one forward pass computes its scales
+    once (shared_scales), with the same outputs and gradients as one computation per stage."""
+
+    @staticmethod
+    def lm(grading: str):
+        import copy
+
+        from graded import TransformerConfig, TransformerLM
+
+        torch.manual_seed(0)
+        cfg = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=3, max_len=16,
+                                grading=grading, learnable_grades=True,
+                                grade_init="warm_start", grade_init_value=0.3)
+        model = TransformerLM(cfg).double()
+        plain = copy.deepcopy(model)
+        plain._forward_pre_hooks.clear()  # one computation per stage, as without the memo
+        plain._forward_hooks.clear()
+        return model, plain
+
+    @pytest.mark.parametrize("grading", ["linear", "exponential"])
+    def test_one_computation_per_pass_with_the_same_outputs_and_gradients(self, grading):
+        model, plain = self.lm(grading)
+        ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(1))
+        counts = []
+        for m in (model, plain):
+            feature = m.feature_grading
+            calls = []
+            inner = feature.scales_at if grading == "linear" else feature._scales
+            name = "scales_at" if grading == "linear" else "_scales"
+
+            def counted(*a, inner=inner, calls=calls):
+                calls.append(1)
+                return inner(*a)
+
+            setattr(feature, name, counted)
+            m(ids).square().sum().backward()
+            counts.append(len(calls))
+            assert feature._scales_memo is None  # nothing kept after the pass
+        assert counts == [1, 5]  # input, three feed-forward stages, output
+        torch.testing.assert_close(model(ids), plain(ids), rtol=0, atol=0)
+        for (name, p), q in zip(model.named_parameters(), plain.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-14, msg=name)
+
+    def test_the_memo_is_dropped_when_the_pass_raises_and_contexts_nest(self):
+        model, _ = self.lm("exponential")
+        with pytest.raises(ValueError):
+            model(torch.full((1, 4), 99))  # a token id past the vocabulary
+        assert model.feature_grading._scales_memo is None
+        g = ExponentialGrading(3, [0.0, 1.0, 2.0], learnable=True)
+        with shared_scales(g):
+            first = g.scales()
+            with shared_scales(g):
+                assert g.scales() is first
+            assert g.scales() is first
+            with torch.no_grad():  # another grad mode: its own entry
+                assert g.scales() is not first
+        assert g._scales_memo is None and g.scales() is not first

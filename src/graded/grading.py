@@ -56,6 +56,7 @@ __all__ = [
     "as_grade_tensor",
     "graded_linear",
     "is_diagonal",
+    "shared_scales",
     "straight_through_floor",
 ]
 
@@ -164,6 +165,25 @@ def graded_linear(
 
 
 @contextlib.contextmanager
+def shared_scales(grading: GradingMap) -> Iterator[GradingMap]:
+    """Inside the block, ``grading.scales()`` is computed once per grad mode and autocast dtype
+    and the same tensor is returned to every later call: for a grading used at several stages
+    of one forward pass (the feature grading of the input, every feed-forward and the output
+    stage, 000 Defs 5.19, 5.23), one computation instead of one per stage, with the gradients
+    of all uses summed into it as before. The models hold it for the length of their
+    ``forward``. Grades must not change inside the block. Nested blocks use the outer one's
+    values; under ``torch.compile`` nothing is kept (the compiler shares the computation)."""
+    if grading._scales_memo is not None or torch.compiler.is_compiling():
+        yield grading
+        return
+    grading._scales_memo = {}
+    try:
+        yield grading
+    finally:
+        grading._scales_memo = None
+
+
+@contextlib.contextmanager
 def activation_grading(model: nn.Module) -> Iterator[nn.Module]:
     """Inside the block, every module of ``model`` that folds a grading into a linear map (those
     with a ``fold_grading`` switch: graded attention, the graded transformer's feed-forward and
@@ -240,6 +260,25 @@ class GradingMap(nn.Module):
             self.grades = nn.Parameter(t)
         else:
             self.register_buffer("grades", t)
+
+    # -- scales shared within one forward pass (see shared_scales) -------------------------
+    _scales_memo: dict | None = None
+
+    def _memo_key(self) -> tuple:
+        device = self.grades.device.type
+        fast = torch.is_autocast_enabled(device)
+        return (torch.is_grad_enabled(), fast, torch.get_autocast_dtype(device) if fast else None)
+
+    def _memoized(self, compute: Any) -> Tensor:
+        """``compute()``, computed once per grad mode and autocast dtype while
+        :func:`shared_scales` is active for this grading."""
+        memo = self._scales_memo
+        if memo is None:
+            return compute()
+        key = self._memo_key()
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
 
     # -- to be provided by subclasses -------------------------------------------------------
     def _validate(self, grades: Tensor) -> None:
@@ -406,7 +445,7 @@ class LinearGrading(GradingMap):
 
     def scales(self) -> Tensor:
         """diag(M_q) = f(q), shape ``grades.shape``."""
-        return self.scales_at(None)
+        return self._memoized(lambda: self.scales_at(None))
 
     def scale_of(self, q: Tensor) -> Tensor:
         return self._raw_scales(q)
@@ -517,6 +556,9 @@ class ExponentialGrading(GradingMap):
 
     def scales(self) -> Tensor:
         """diag(M_{q,λ}) = λ^q = exp(q·ln λ), shape ``grades.shape`` (overflow-guarded)."""
+        return self._memoized(self._scales)
+
+    def _scales(self) -> Tensor:
         e = self._exponent()
         if e.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_overflow()

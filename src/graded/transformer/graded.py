@@ -44,6 +44,7 @@ carries its ``role`` ("input", "feature", "attention" or "token"); :func:`gradin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -321,10 +322,28 @@ def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) ->
     if plan is None or not register:
         return
     module.feature_grading = plan.feature
+    # one computation of the shared feature scales per forward pass (shared_scales)
+    module.register_forward_pre_hook(_share_feature_scales)
+    module.register_forward_hook(_release_feature_scales, always_call=True)
     if plan.inputs is not plan.feature:
         module.input_grading = plan.inputs
     if plan.token is not None:
         module.token_profile = plan.token
+
+
+def _share_feature_scales(module: nn.Module, args: Any) -> None:
+    """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
+    the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks)."""
+    grading = module.feature_grading
+    if grading._scales_memo is None and not torch.compiler.is_compiling():
+        grading._scales_memo = {}
+        module.__dict__["_holds_scales_memo"] = True
+
+
+def _release_feature_scales(module: nn.Module, args: Any, output: Any) -> None:
+    """Forward hook (also on an exception): drop what :func:`_share_feature_scales` kept."""
+    if module.__dict__.pop("_holds_scales_memo", False):
+        module.feature_grading._scales_memo = None
 
 
 def per_token(stage: nn.Module) -> bool:

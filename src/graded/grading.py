@@ -173,14 +173,12 @@ def shared_scales(grading: GradingMap) -> Iterator[GradingMap]:
     of all uses summed into it as before. The models hold it for the length of their
     ``forward``. Grades must not change inside the block. Nested blocks use the outer one's
     values; under ``torch.compile`` nothing is kept (the compiler shares the computation)."""
-    if grading._scales_memo is not None or torch.compiler.is_compiling():
-        yield grading
-        return
-    grading._scales_memo = {}
+    held = grading._hold_scales()
     try:
         yield grading
     finally:
-        grading._scales_memo = None
+        if held:
+            grading._drop_scales()
 
 
 @contextlib.contextmanager
@@ -268,6 +266,17 @@ class GradingMap(nn.Module):
         device = self.grades.device.type
         fast = torch.is_autocast_enabled(device)
         return (torch.is_grad_enabled(), fast, torch.get_autocast_dtype(device) if fast else None)
+
+    def _hold_scales(self) -> bool:
+        """Start keeping :meth:`scales` (:func:`shared_scales`); False, and nothing done, when
+        they are kept already or under the compiler."""
+        if self._scales_memo is not None or torch.compiler.is_compiling():
+            return False
+        self._scales_memo = {}
+        return True
+
+    def _drop_scales(self) -> None:
+        self._scales_memo = None
 
     def _memoized(self, compute: Any) -> Tensor:
         """``compute()``, computed once per grad mode and autocast dtype while

@@ -124,9 +124,17 @@ class MultiheadAttention(nn.Module):
         self.add_zero_attn = add_zero_attn
         self.max_explicit_elements = max_explicit_elements
 
+        # the backend is registered after the parameters below (their order is the optimizer
+        # state's), but whether it shares queries and keys decides their shape
+        self.backend_name, resolved = self._resolve_backend(backend, backend_options or {})
+        self.shared_qk = bool(getattr(resolved, "shared_qk", False))
+        if self.shared_qk:
+            self._check_shared_qk(add_bias_kv)
+        # rows: queries (E), keys, values (kv_dim each); no keys with shared QK
+        self._proj_rows = [embed_dim] + ([] if self.shared_qk else [self.kv_dim]) + [self.kv_dim]
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(  # rows: queries (E), keys, values (kv_dim each)
-                torch.empty(embed_dim + 2 * self.kv_dim, embed_dim, **factory))
+            self.in_proj_weight = nn.Parameter(
+                torch.empty(sum(self._proj_rows), embed_dim, **factory))
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
@@ -136,7 +144,7 @@ class MultiheadAttention(nn.Module):
             self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
             self.register_parameter("in_proj_weight", None)
         if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(embed_dim + 2 * self.kv_dim, **factory))
+            self.in_proj_bias = nn.Parameter(torch.empty(sum(self._proj_rows), **factory))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.modules.linear.NonDynamicallyQuantizableLinear(
@@ -149,28 +157,20 @@ class MultiheadAttention(nn.Module):
             self.bias_k = self.bias_v = None
 
         self.score = make_score(score, num_heads, self.head_dim)
-        self.backend_name, self.backend = self._resolve_backend(backend, backend_options or {})
+        self.backend = resolved
         self._check_backend()
-        self.shared_qk = bool(getattr(self.backend, "shared_qk", False))
-        if self.shared_qk:
-            self._share_query_key_projection(factory)
         self._reset_parameters()
 
-    def _share_query_key_projection(self, factory: dict) -> None:
+    def _check_shared_qk(self, add_bias_kv: bool) -> None:
         """Reformer's shared-QK attention (Kitaev et al. 2020, §2): the backend takes its keys
         from the queries (normalised), so the module has no key projection: the packed
         ``in_proj_weight`` (and bias) holds the query rows, then the value rows."""
-        if not self._qkv_same_embed_dim or self.num_kv_heads != self.num_heads or (
-                self.bias_k is not None):
+        if not self._qkv_same_embed_dim or self.num_kv_heads != self.num_heads or add_bias_kv:
             raise ValueError(
                 f"attention backend {self.backend_name!r} with shared_qk=True needs kdim = vdim "
                 f"= embed_dim, num_kv_heads = num_heads and add_bias_kv=False (its keys are "
                 f"its queries), got kdim={self.kdim}, vdim={self.vdim}, num_kv_heads="
-                f"{self.num_kv_heads}, add_bias_kv={self.bias_k is not None}")
-        e = self.embed_dim
-        self.in_proj_weight = nn.Parameter(torch.empty(2 * e, e, **factory))
-        if self.in_proj_bias is not None:
-            self.in_proj_bias = nn.Parameter(torch.empty(2 * e, **factory))
+                f"{self.num_kv_heads}, add_bias_kv={add_bias_kv}")
 
     def _check_backend(self) -> None:
         """Refuse at build time what the backend cannot serve (its declared capabilities)."""
@@ -226,11 +226,7 @@ class MultiheadAttention(nn.Module):
             return self._project_shared_qk(query, key, value, s_q, s_v)
         grouped = self.num_kv_heads != self.num_heads
         if self._qkv_same_embed_dim and query is key and key is value and not grouped:
-            rows = None
-            if not (s_q is None and s_k is None and s_v is None):
-                one = self.in_proj_weight.new_ones(())
-                rows = torch.cat([one.expand(n) if s is None else s.to(one)
-                                  for s, n in ((s_q, e), (s_k, kv), (s_v, kv))])
+            rows = self._packed_row_scales((s_q, s_k, s_v))
             qkv = graded_linear(query, self.in_proj_weight, b, out_scales=rows)  # (B, T, 3E)
             qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
             return qkv[0], qkv[1], qkv[2]
@@ -255,14 +251,19 @@ class MultiheadAttention(nn.Module):
             raise ValueError(
                 f"attention backend {self.backend_name!r} with shared_qk=True attends a "
                 "sequence to itself: query, key and value must be the same tensor")
-        rows = None
-        if s_q is not None or s_v is not None:
-            one = self.in_proj_weight.new_ones(())
-            rows = torch.cat([one.expand(self.embed_dim) if s is None else s.to(one)
-                              for s in (s_q, s_v)])
+        rows = self._packed_row_scales((s_q, s_v))
         qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias, out_scales=rows)
         qv = qv.unflatten(-1, (2, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
         return qv[0], qv[0], qv[1]
+
+    def _packed_row_scales(self, scales: tuple[Tensor | None, ...]) -> Tensor | None:
+        """The row scales of the packed ``in_proj_weight`` from one scale vector (or None: 1)
+        per block of rows (``_proj_rows``); None when every block is unscaled."""
+        if all(s is None for s in scales):
+            return None
+        one = self.in_proj_weight.new_ones(())
+        return torch.cat([one.expand(n) if s is None else s.to(one)
+                          for s, n in zip(scales, self._proj_rows, strict=True)])
 
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """Scales of the output rows of the query, key and value projections, shapes (E,),

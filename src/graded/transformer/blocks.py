@@ -7,13 +7,11 @@ on each sublayer's output before it is added to the residual stream (002 §6.3).
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graded.attention.backends import decodes_with_state
+from graded.attention.backends import check_capability, decodes_with_state
 from graded.attention.graded import GradedMultiheadAttention
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import graded_linear
 from graded.positional import RotaryEmbedding
 from graded.transformer.cache import LayerCache
 from graded.transformer.config import TransformerConfig
@@ -24,7 +22,7 @@ from graded.transformer.graded import (
     per_token,
     resolve_plan,
 )
-from graded.transformer.layers import _ELEMENTWISE, FeedForward, make_norm
+from graded.transformer.layers import FeedForward, make_norm
 
 __all__ = [
     "AttentionSublayer",
@@ -128,14 +126,12 @@ class AttentionSublayer(nn.Module):
             if self.rotary is not None:
                 q = self.rotary(q, positions)
                 k = self.rotary(k, positions)
-            if cache is not None and self.attn.backend is not None:
-                from graded.attention.backends import check_capability
-
-                check_capability(self.attn.backend, self.attn.backend_name, "incremental",
-                                 "; generate with use_cache=False or None")
             if cache is not None and decodes_with_state(self.attn.backend):
                 return self._decode(q, k, v, cache, key_padding_mask, need_weights), None
             if cache is not None:
+                if self.attn.backend is not None:  # a backend whose pattern a cache breaks
+                    check_capability(self.attn.backend, self.attn.backend_name, "incremental",
+                                     "; generate with use_cache=False or None")
                 k, v = cache.append(k, v)
         heads, weights = self.attn.attend(
             q, k, v, attn_mask=attn_bias, key_padding_mask=key_padding_mask,
@@ -149,8 +145,6 @@ class AttentionSublayer(nn.Module):
         """Self-attention of the new positions through the backend's decoding state; the
         padding mask covers the whole cache, so its last Tn columns are the new positions'."""
         if need_weights:
-            from graded.attention.backends import check_capability
-
             check_capability(self.attn.backend, self.attn.backend_name, "attention_weights",
                              "; pass need_weights=False")
         pad = None if key_padding_mask is None else key_padding_mask[:, -q.shape[2]:]
@@ -197,17 +191,8 @@ class FeedForwardSublayer(nn.Module):
         if grading is None:
             y = self.ffn(x)
             return self.grading(y, token_scales) if self.per_token else self.grading(y)
-        y = _graded_feed_forward(self.ffn, x, grading.scales())
+        y = self.ffn(x, out_scales=grading.scales())
         return self.grading(y, token_scales, folded=True)  # a GradedFeatures (ffn_stage)
-
-
-def _graded_feed_forward(ffn: FeedForward, x: Tensor, out_scales: Tensor) -> Tensor:
-    """ffn(x)·out_scales, the scales folded into the output layer (graded_linear); otherwise
-    the computation of :meth:`FeedForward.forward`."""
-    h = ffn.fc_in(x)
-    h = _ELEMENTWISE[ffn.activation](h) if ffn.fc_gate is None else F.silu(h) * ffn.fc_gate(x)
-    return graded_linear(ffn.dropout(h), ffn.fc_out.weight, ffn.fc_out.bias,
-                         out_scales=out_scales)
 
 
 class EncoderBlock(nn.Module):

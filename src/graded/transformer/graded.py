@@ -334,16 +334,14 @@ def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) ->
 def _share_feature_scales(module: nn.Module, args: Any) -> None:
     """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
     the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks)."""
-    grading = module.feature_grading
-    if grading._scales_memo is None and not torch.compiler.is_compiling():
-        grading._scales_memo = {}
+    if module.feature_grading._hold_scales():
         module.__dict__["_holds_scales_memo"] = True
 
 
 def _release_feature_scales(module: nn.Module, args: Any, output: Any) -> None:
     """Forward hook (also on an exception): drop what :func:`_share_feature_scales` kept."""
     if module.__dict__.pop("_holds_scales_memo", False):
-        module.feature_grading._scales_memo = None
+        module.feature_grading._drop_scales()
 
 
 def per_token(stage: nn.Module) -> bool:

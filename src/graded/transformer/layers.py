@@ -13,6 +13,8 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graded.grading import graded_linear
+
 __all__ = ["ACTIVATIONS", "NORMS", "FeedForward", "make_norm"]
 
 # FeedForward's activation: an elementwise σ, or the gated "swiglu".
@@ -42,13 +44,16 @@ class FeedForward(nn.Module):
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, out_scales: Tensor | None = None) -> Tensor:
+        """Fnn(x); with ``out_scales`` m, m·Fnn(x), m folded into the output layer
+        (:func:`graded.grading.graded_linear`)."""
         h = self.fc_in(x)
         if self.fc_gate is None:
             h = _ELEMENTWISE[self.activation](h)
         else:
             h = F.silu(h) * self.fc_gate(x)
-        return self.fc_out(self.dropout(h))
+        return graded_linear(self.dropout(h), self.fc_out.weight, self.fc_out.bias,
+                             out_scales=out_scales)
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:

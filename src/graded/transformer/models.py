@@ -354,18 +354,14 @@ class _OutputHead(nn.Module):
         self.proj = nn.Linear(d_model, n_out, bias=bias)
 
     def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
-        grading = foldable_grading(self.grading) if self.fold_grading else None
-        if grading is not None:
-            if self.per_token and token_scales is not None:
-                x = self.grading(x, token_scales, folded=True)
-            return graded_linear(x, self.proj.weight, self.proj.bias,
-                                 in_scales=grading.scales())
+        folded = foldable_grading(self.grading) if self.fold_grading else None
         if self.per_token and token_scales is not None:
-            return self.proj(self.grading(x, token_scales))
-        if self.per_token:  # a pooled vector has no token: its stage is M alone
-            x = x if self.grading.grading is None else self.grading.grading(x)
-            return self.proj(x)
-        return self.proj(self.grading(x))
+            x = self.grading(x, token_scales, folded=folded is not None)
+        elif folded is None:  # a pooled vector has no token: its stage is M alone
+            grading = self.grading.grading if self.per_token else self.grading
+            x = x if grading is None else grading(x)
+        return graded_linear(x, self.proj.weight, self.proj.bias,
+                             in_scales=None if folded is None else folded.scales())
 
 
 class TransformerLM(nn.Module):

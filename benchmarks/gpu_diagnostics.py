@@ -1,10 +1,13 @@
 """Two GPU diagnostics (CUDA only), run as measured for docs/gpu.md:
 
-1. Where grading's eager cost goes: one bf16 training step (autocast, AdamW) of an ungraded,
-   an LGT and an EGT ``TransformerLM`` (the default architecture at d_model 768, 12 layers,
-   12 heads, T = 1024, B = 8, vocabulary 50257), each profiled for the number of CUDA kernels
-   and their summed GPU time, then timed (mean wall time of 5 steps). Kernel time close to the
-   ungraded model's with a larger wall time means the step waits on kernel launches.
+1. Where grading's eager cost goes: one bf16 training step (autocast, AdamW) of an ungraded
+   ``TransformerLM`` (the default architecture at d_model 768, 12 layers, 12 heads, T = 1024,
+   B = 8, vocabulary 50257) and of LGT and EGT with learnable and with fixed grades, each
+   profiled for the number of CUDA kernels and their summed GPU time, then timed: the mean
+   wall time of 5 steps run back to back, and the mean CPU time until a step returns (each
+   step synchronised first, so that the host is not held up by earlier work). Kernel time
+   close to the ungraded model's with a larger wall time, and a host time close to the wall
+   time, mean the step waits on the host launching kernels.
 2. FlexAttention's compilation inside a model: a 4-layer ``sliding_window`` LM's first and
    second bf16 forward + backward and dynamo's frame counters.
 
@@ -38,9 +41,11 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
     x = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq_len"] + 1), device=device)
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    for name, g in (("ungraded", None), ("LGT", "linear"), ("EGT", "exponential")):
+    arms = (("ungraded", None, False), ("LGT", "linear", True), ("EGT", "exponential", True),
+            ("LGT fixed", "linear", False), ("EGT fixed", "exponential", False))
+    for name, g, learnable in arms:
         torch.manual_seed(0)
-        extra = {} if g is None else dict(grading=g, learnable_grades=True,
+        extra = {} if g is None else dict(grading=g, learnable_grades=learnable,
                                           grade_init="warm_start", grade_init_value=0.01)
         m = TransformerLM(TransformerConfig(**base, **extra)).to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
@@ -73,7 +78,14 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
             step()
         sync(device)
         wall = (time.perf_counter() - t0) / 5
-        print(f"{name}: {counted}, wall {wall * 1e3:.1f} ms")
+        host = 0.0
+        for _ in range(5):
+            sync(device)
+            t0 = time.perf_counter()
+            step()
+            host += (time.perf_counter() - t0) / 5
+        sync(device)
+        print(f"{name}: {counted}, wall {wall * 1e3:.1f} ms, host {host * 1e3:.1f} ms")
         del m, opt
         if cuda:
             torch.cuda.empty_cache()

@@ -51,14 +51,16 @@ def attention_step(module: torch.nn.Module, x: torch.Tensor) -> None:
     out.sum().backward()
 
 
-def graded_module(d: int, h: int, variant: str, grading: str) -> GradedMultiheadAttention:
+def graded_module(d: int, h: int, variant: str, grading: str,
+                  learnable: bool = True) -> GradedMultiheadAttention:
     grades = torch.rand(h, d // h) if variant == "multi_head" else torch.rand(d // h)
     return GradedMultiheadAttention(d, h, grading=grading, grades=grades, variant=variant,
-                                    learnable_grades=True, batch_first=True)
+                                    learnable_grades=learnable, batch_first=True)
 
 
 def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
-                    dtype: torch.dtype = torch.float32) -> tuple[list[list[str]], float]:
+                    dtype: torch.dtype = torch.float32,
+                    learnable: bool = True) -> tuple[list[list[str]], float]:
     rows, worst = [], 0.0
     for b, t, d, h in shapes:
         torch.manual_seed(0)
@@ -68,7 +70,7 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
         cands = {"torch": lambda r=ref, x=x: attention_step(r, x)}
         for grading in ("linear", "exponential"):
             for variant in VARIANTS:
-                m = graded_module(d, h, variant, grading)
+                m = graded_module(d, h, variant, grading, learnable)
                 m.load_state_dict(ref.state_dict())
                 m.to(device, dtype)
                 cands[f"{grading}/{variant}"] = (lambda m=m, x=x: attention_step(m, x))
@@ -126,6 +128,8 @@ def main() -> None:
                         help="attention shape (batch, length, d_model, heads); repeatable; "
                              "default two CPU shapes, or the two GPU shapes on CUDA")
     parser.add_argument("--no-lm", action="store_true", help="skip the LM training steps")
+    parser.add_argument("--fixed-grades", action="store_true",
+                        help="graded attention with fixed grades (buffers) instead of learnable")
     add_device_options(parser, "attention modules and inputs are cast to it; the LM steps run "
                                "under autocast to it (default float32: no autocast)")
     args = parser.parse_args()
@@ -133,10 +137,11 @@ def main() -> None:
     rounds = 3 if args.quick else args.rounds
     default = CUDA_SHAPES if device.type == "cuda" else SHAPES
     shapes = args.shape or ([(2, 64, 64, 4)] if args.quick else default)
-    rows, worst_attn = bench_attention(shapes, rounds, device, dtype)
+    rows, worst_attn = bench_attention(shapes, rounds, device, dtype, not args.fixed_grades)
     on = "" if dtype == torch.float32 else f"{dtype_name(dtype)}; "
+    kind = "fixed" if args.fixed_grades else "learnable"
     print(f"# GradedMultiheadAttention vs torch.nn.MultiheadAttention, forward+backward, "
-          f"learnable grades (median of {rounds} interleaved rounds; {on}{machine(device)})")
+          f"{kind} grades (median of {rounds} interleaved rounds; {on}{machine(device)})")
     print(table(["shape", "grading/variant", "torch ms", "graded ms", "ratio"], rows))
     print(f"worst ratio {worst_attn:.3f} (target <= 1.05): "
           f"{'PASS' if worst_attn <= 1.05 else 'FAIL'}\n")

@@ -7,7 +7,8 @@ backward, AdamW step (``--dtype`` bfloat16/float16 runs the forward under autoca
 parameters, float16 through a gradient scaler, as ``train.precision`` does; ``--compile`` wraps
 every model in ``torch.compile``). The ungraded model is GPT-2's architecture as
 ``graded.interop.gpt2_config`` maps it (learned positions, pre-norm LayerNorm, tanh GELU, tied
-output layer); LGT and EGT add learnable grades at every stage. Hugging Face's model is
+output layer); LGT and EGT add grades at every stage, learnable (warm start q_k = 0.01·k) or,
+in the "fixed" arms, the same grades as buffers (``--models`` picks arms). Hugging Face's model is
 randomly initialised from a ``GPT2Config`` (nothing is downloaded). Reports the median time per
 step over ``--rounds`` interleaved rounds, tokens/s (B·T per step), each model's time over the
 ungraded one's and its tokens/s over Hugging Face's, and on CUDA the peak memory of a step
@@ -44,7 +45,9 @@ from _timing import (
 
 from graded import TransformerConfig, TransformerLM
 
-GRADINGS = {"ungraded": None, "LGT": "linear", "EGT": "exponential"}
+# arm -> (grading, learnable grades)
+GRADINGS = {"ungraded": (None, False), "LGT": ("linear", True), "EGT": ("exponential", True),
+            "LGT fixed": ("linear", False), "EGT fixed": ("exponential", False)}
 QUICK = {"d_model": 64, "layers": 2, "heads": 4, "seq_len": 32, "batch": 2, "vocab": 256,
          "rounds": 3, "warmup": 1}
 
@@ -77,9 +80,10 @@ def hf_gpt2(args: argparse.Namespace, ours: TransformerConfig) -> torch.nn.Modul
 def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.Module]:
     base = ungraded_config(args)
     models: dict[str, torch.nn.Module] = {}
-    for name, grading in GRADINGS.items():
+    for name in args.models:
+        grading, learnable = GRADINGS[name]
         torch.manual_seed(0)
-        extra = {} if grading is None else dict(grading=grading, learnable_grades=True,
+        extra = {} if grading is None else dict(grading=grading, learnable_grades=learnable,
                                                  grade_init="warm_start", grade_init_value=0.01)
         models[name] = TransformerLM(TransformerConfig(**{**base.model_dump(), **extra}))
     if args.hf and importable("transformers"):
@@ -180,6 +184,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=10, help="timed rounds per model")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--models", nargs="+", default=list(GRADINGS), choices=list(GRADINGS),
+                   metavar="ARM", help=f"our arms to time (default all: {', '.join(GRADINGS)}); "
+                   "the ungraded one is always timed")
     p.add_argument("--no-hf", dest="hf", action="store_false",
                    help="leave Hugging Face's GPT-2 out even when transformers is importable")
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))
@@ -188,6 +195,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
+    args.models = ["ungraded"] + [m for m in dict.fromkeys(args.models) if m != "ungraded"]
     return args
 
 

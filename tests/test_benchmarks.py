@@ -70,7 +70,8 @@ def test_lm_training_step_times_every_model_in_one_run_at_the_shape_asked(tmp_pa
     res = json.loads((tmp_path / "lm" / "results.json").read_text())
     assert res["shape"] == shape and (res["device"], res["dtype"]) == ("cpu", "float32")
     has_hf = importlib.util.find_spec("transformers") is not None
-    assert list(res["models"]) == ["ungraded", "LGT", "EGT"] + ["HF GPT-2"] * has_hf
+    arms = ["ungraded", "LGT", "EGT", "LGT fixed", "EGT fixed"]
+    assert list(res["models"]) == arms + ["HF GPT-2"] * has_hf
     models = res["models"]
     for r in models.values():  # tokens/s is B·T over the median step time
         assert r["tokens_per_s"] == pytest.approx(2 * 16 / (r["ms_per_step"] / 1e3))

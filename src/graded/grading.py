@@ -21,8 +21,14 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   of the "queries_keys" attention variant stays finite). A clamp emits a ``RuntimeWarning``.
   The check that warns needs the exponent's value on the host; it runs at construction, in
   ``set_base``, ``set_grades``, ``max_grade``/``max_scale`` (which a training loop reads every
-  step for the learning-rate bound of 000 Prop 7.5) and in ``scales()`` for tensors on the CPU.
+  step for the learning-rate bound of 000 Prop 7.5) and in ``scales()`` for tensors on the CPU
+  each time it computes them (fixed grades: once per change of grades, base or compute dtype).
   On an accelerator ``scales()`` clamps without synchronising, so it never returns inf or NaN.
+- *Fixed grades are computed once.* ``scales()`` of a grading with fixed grades is kept and
+  returned again until the grades, the base or the autocast dtype change (seen through the
+  tensors' version counters: ``set_grades``, ``set_base``, ``load_state_dict``, any in-place
+  operation; writing through ``.data`` is not seen). Learnable grades are computed afresh each
+  call, once per forward pass of a model.
 - *λ = 1.* The constructor requires λ > 1 (000 Def 6.1). ``set_base`` also accepts λ = 1 because
   the annealing schedule λ_t = 1 + (λ_max − 1)t/T of 000 §7.2 (iii) starts there (M = I).
 
@@ -280,14 +286,51 @@ class GradingMap(nn.Module):
 
     def _memoized(self, compute: Any) -> Tensor:
         """``compute()``, computed once per grad mode and autocast dtype while
-        :func:`shared_scales` is active for this grading."""
+        :func:`shared_scales` is active for this grading, and kept across calls while nothing
+        it is computed from changes when the grades are fixed (:meth:`_kept_value`)."""
         memo = self._scales_memo
-        if memo is None:
-            return compute()
         key = self._memo_key()
-        if key not in memo:
-            memo[key] = compute()
-        return memo[key]
+        if memo is not None and key in memo:
+            return memo[key]
+        value = self._kept_value(("scales", *key), self._sources(), compute)
+        if memo is not None:
+            memo[key] = value
+        return value
+
+    # -- values kept while their sources are unchanged ---------------------------------------
+    _kept: dict | None = None
+
+    def _sources(self) -> tuple[Tensor, ...]:
+        """The tensors the scales are computed from."""
+        return (self.grades,)
+
+    def _kept_value(self, key: tuple, sources: tuple[Tensor, ...], compute: Any) -> Tensor:
+        """``compute()``, kept under ``key`` and returned again until one of ``sources``
+        changes, when no source is a parameter: fixed grades (and EGT's base, a buffer
+        too) cost nothing per forward pass. Learnable grades are computed afresh each call:
+        a kept tensor must not carry a graph across passes, and parameters are what code
+        perturbs through ``.data`` (finite differences), which no version counter sees.
+        Nothing is kept under the compiler, or when a source takes a gradient (grades
+        passed to ``torch.func.functional_call``). A change is seen through the sources'
+        version counters (every in-place operation: ``set_grades``, ``set_base``,
+        ``load_state_dict``) and their storage (``.to``, a new tensor); the kept entry holds
+        the storage, so its address is not reused meanwhile. Writing a buffer through
+        ``.data`` is not seen: change grades with ``set_grades``, the base with
+        ``set_base``."""
+        if torch.compiler.is_compiling() or any(
+                isinstance(t, nn.Parameter) or t.requires_grad or t.is_inference()
+                for t in sources):
+            return compute()
+        stamp = tuple((t.data_ptr(), t._version, t.dtype, t.device, t.shape, t.stride())
+                      for t in sources)
+        kept = self._kept if self._kept is not None else {}
+        entry = kept.get(key)
+        if entry is not None and entry[0] == stamp:
+            return entry[2]
+        value = compute()
+        kept[key] = (stamp, tuple(t.detach() for t in sources), value)
+        self._kept = kept
+        return value
 
     # -- to be provided by subclasses -------------------------------------------------------
     def _validate(self, grades: Tensor) -> None:
@@ -462,10 +505,11 @@ class LinearGrading(GradingMap):
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1."""
         q = self.grades if multiplier is None else multiplier.unsqueeze(-1) * self.grades
-        s = self._raw_scales(q)
         if self.learnable and self.f in ("shift", "identity"):
-            s = straight_through_floor(s, self.floor)
-        return s
+            # max(f(q), floor) forward and f'(q) = 1 backward, straight-through, in three
+            # operators: q + max(floor − q, f(q) − q), the second term a constant
+            return q + (self.floor - q.detach()).clamp_(min=1.0 if self.f == "shift" else 0.0)
+        return self._raw_scales(q)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, f={self.f!r}"
@@ -546,11 +590,18 @@ class ExponentialGrading(GradingMap):
                 dtype = fast
         return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
 
+    def _sources(self) -> tuple[Tensor, ...]:
+        return (self.grades, self.base)
+
+    def _log_base(self) -> Tensor:
+        """ln λ, kept while the base is unchanged."""
+        return self._kept_value(("log_base",), (self.base,), lambda: torch.log(self.base))
+
     def _exponent(self) -> Tensor:
         q = self.grades
-        if self.learnable:
-            q = straight_through_floor(q, 0.0)
-        return q * torch.log(self.base)
+        if self.learnable:  # max(q, 0) forward, the identity backward (straight-through)
+            q = q - q.detach().clamp(max=0.0)
+        return q * self._log_base()
 
     def _check_overflow(self) -> None:
         cap = self._cap()

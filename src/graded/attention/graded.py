@@ -203,15 +203,15 @@ class GradedMultiheadAttention(MultiheadAttention):
 
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """The diagonal of M on the rows (head, head_dim) of each projection it is folded
-        into: shared grades repeated over the heads (the key-value heads for k and v), per-head
-        grades flattened."""
+        into, shape (heads, head_dim): shared grades repeated over the heads (the key-value
+        heads for k and v, a view), per-head grades as they are."""
         folded = self.folded_parts
         if not folded:
             return None, None, None
         m = self.grading.scales()
 
-        def rows(heads: int) -> Tensor:
-            return (m if m.dim() == 2 else m.expand(heads, self.head_dim)).reshape(-1)
+        def rows(heads: int) -> Tensor:  # (heads, head_dim): flattened where it is used
+            return m if m.dim() == 2 else m.expand(heads, self.head_dim)
 
         return (rows(self.num_heads) if "q" in folded else None,
                 rows(self.num_kv_heads) if "k" in folded else None,

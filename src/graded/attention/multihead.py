@@ -235,6 +235,7 @@ class MultiheadAttention(nn.Module):
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b_q, b_k, b_v = (None, None, None) if b is None else b.split([e, kv, kv])
+        s_q, s_k, s_v = (None if s is None else s.reshape(-1) for s in (s_q, s_k, s_v))
         q = self.split_heads(graded_linear(query, w_q, b_q, out_scales=s_q))
         k = None if key is None else self.split_heads(
             graded_linear(key, w_k, b_k, out_scales=s_k), self.num_kv_heads)
@@ -257,19 +258,37 @@ class MultiheadAttention(nn.Module):
         return qv[0], qv[0], qv[1]
 
     def _packed_row_scales(self, scales: tuple[Tensor | None, ...]) -> Tensor | None:
-        """The row scales of the packed ``in_proj_weight`` from one scale vector (or None: 1)
-        per block of rows (``_proj_rows``); None when every block is unscaled."""
+        """The row scales of the packed ``in_proj_weight`` from one (heads, head_dim) scale
+        tensor (or None: 1) per block of rows (``_proj_rows``), in one concatenation; None
+        when every block is unscaled."""
         if all(s is None for s in scales):
             return None
-        one = self.in_proj_weight.new_ones(())
-        return torch.cat([one.expand(n) if s is None else s.to(one)
-                          for s, n in zip(scales, self._proj_rows, strict=True)])
+        weight = self.in_proj_weight
+        # the same fixed scales as last time (GradingMap keeps them): the same rows
+        origins = tuple(s if s is None or s._base is None else s._base for s in scales)
+        meta = (weight.dtype, weight.device,
+                tuple(None if s is None else (s.shape, s.stride()) for s in scales))
+        kept = self._kept_rows
+        if kept is not None and kept[1] == meta and all(
+                a is b for a, b in zip(kept[0], origins, strict=True)):
+            return kept[2]
+        one = weight.new_ones(())
+        blocks = [one.expand(n // self.head_dim, self.head_dim) if s is None else s.to(one)
+                  for s, n in zip(scales, self._proj_rows, strict=True)]
+        rows = torch.cat(blocks).reshape(-1)
+        keep = not torch.compiler.is_compiling() and not any(
+            s is not None and s.requires_grad for s in scales)
+        self._kept_rows = (origins, meta, rows) if keep else None
+        return rows
+
+    # (scale tensors, their layout, rows) of the last call with fixed scales
+    _kept_rows: tuple | None = None
 
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        """Scales of the output rows of the query, key and value projections, shapes (E,),
-        (kv_dim,), (kv_dim,) or None for none: a diagonal map after a projection folded into
-        it (:func:`graded.grading.graded_linear`). None here; graded attention folds its
-        grading in (000 Def 5.22)."""
+        """Scales of the output rows of the query, key and value projections, shapes
+        (H, head_dim), (H_kv, head_dim), (H_kv, head_dim), or None for none: a diagonal map
+        after a projection, folded into it (:func:`graded.grading.graded_linear`). None here;
+        graded attention folds its grading in (000 Def 5.22)."""
         return None, None, None
 
     def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:

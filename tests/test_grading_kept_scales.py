@@ -1,0 +1,142 @@
+"""Scales of gradings that take no gradient are kept across calls (GradingMap._kept_value):
+recomputed exactly when what they are computed from changes, never stale."""
+
+import math
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from graded import TransformerConfig, TransformerLM
+from graded.grading import ExponentialGrading, LinearGrading
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _linear(grades, f="shift"):
+    return torch.tensor([{"shift": q + 1.0, "identity": q}[f] for q in grades])
+
+
+def _exponential(grades, base):
+    return torch.tensor([base ** q for q in grades])
+
+
+def test_fixed_scales_are_computed_once_and_returned_again_without_any_operator():
+    g = ExponentialGrading(3, [0.0, 1.0, 2.5], base=2.0)
+    first = g.scales()
+    with _Count() as count:
+        again = g.scales()
+    assert again is first and count.ops == []
+    torch.testing.assert_close(first, _exponential([0.0, 1.0, 2.5], 2.0))
+
+
+@pytest.mark.parametrize("change", ["set_grades", "in_place", "load_state_dict", "double"])
+def test_changed_fixed_grades_give_new_scales(change):
+    g = LinearGrading(3, [0.0, 1.0, 2.0])
+    before = g.scales()
+    new = [3.0, 0.5, 1.0]
+    if change == "set_grades":
+        g.set_grades(new)
+    elif change == "in_place":
+        with torch.no_grad():
+            g.grades.copy_(torch.tensor(new))
+    elif change == "load_state_dict":
+        g.load_state_dict({"grades": torch.tensor(new)})
+    else:
+        g.double()
+        new = [0.0, 1.0, 2.0]
+    after = g.scales()
+    assert after is not before
+    torch.testing.assert_close(after, _linear(new).to(g.grades.dtype))
+
+
+def test_a_new_base_gives_new_scales_and_a_new_log_base():
+    g = ExponentialGrading(2, [1.0, 2.0], base=2.0)
+    torch.testing.assert_close(g.scales(), _exponential([1.0, 2.0], 2.0))
+    g.set_base(3.0)
+    torch.testing.assert_close(g.scales(), _exponential([1.0, 2.0], 3.0))
+    with torch.no_grad():
+        g.base.fill_(1.5)  # not through set_base: the version counter still sees it
+    torch.testing.assert_close(g.scales(), _exponential([1.0, 2.0], 1.5))
+    torch.testing.assert_close(g._log_base(), torch.tensor(math.log(1.5)))
+
+
+def test_the_autocast_dtype_keeps_scales_of_its_own():
+    """EGT's clamp depends on the compute dtype: float32 and float16 autocast keep different
+    values, each the one computed afresh."""
+    g = ExponentialGrading(2, [0.0, 20.0], base=2.0)
+    plain = g.scales()
+    with torch.autocast("cpu", dtype=torch.float16), pytest.warns(RuntimeWarning, match="clamp"):
+        fast = g.scales()
+    torch.testing.assert_close(plain, _exponential([0.0, 20.0], 2.0))
+    fp16_cap = math.exp(0.5 * math.log(torch.finfo(torch.float16).max) - 1.0)
+    torch.testing.assert_close(fast, torch.tensor([1.0, fp16_cap]))
+    assert g.scales() is plain
+
+
+def test_learnable_grades_are_computed_afresh_each_call_even_without_gradients():
+    """Parameters are what finite differences perturb through ``.data``, unseen by any
+    version counter: their scales are never kept."""
+    g = LinearGrading(3, [0.0, 1.0, 2.0], learnable=True)
+    a, b = g.scales(), g.scales()
+    assert a is not b and a.grad_fn is not None
+    with torch.no_grad():
+        g.scales()
+        g.grades.data[0] = 4.0
+        torch.testing.assert_close(g.scales(), _linear([4.0, 1.0, 2.0]))
+
+
+def test_grades_passed_to_a_functional_call_are_used_not_the_kept_ones():
+    g = LinearGrading(2, [0.0, 1.0])
+    g.scales()
+    for q in ([5.0, 6.0], [7.0, 8.0]):  # temporaries: their storage may be reused
+        out = torch.func.functional_call(g, {"grades": torch.tensor(q)}, (torch.ones(2),))
+        torch.testing.assert_close(out, _linear(q))
+    torch.testing.assert_close(g.scales(), _linear([0.0, 1.0]))
+
+
+def test_a_fixed_grade_model_follows_its_grades_between_forward_passes():
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=1, max_len=8,
+                            grading="exponential", grade_init="warm_start",
+                            grade_init_value=0.3)
+    torch.manual_seed(0)
+    model = TransformerLM(cfg).eval()
+    ids = torch.randint(0, 17, (2, 6))
+    first = model(ids)
+    torch.testing.assert_close(model(ids), first, rtol=0, atol=0)
+    twin = TransformerLM(cfg).eval()
+    for grading in (model.decoder.embed.input_grading.grading,
+                    model.decoder.stack.blocks[0].self_attn.attn.grading):
+        grading.set_grades(2.0 * grading.grades)
+    twin.load_state_dict(model.state_dict())
+    fresh = twin(ids)
+    assert not torch.allclose(model(ids), first)
+    torch.testing.assert_close(model(ids), fresh, rtol=0, atol=0)
+
+
+def test_fixed_grade_attention_builds_its_packed_row_scales_once():
+    from graded.attention import GradedMultiheadAttention
+
+    torch.manual_seed(0)
+    attn = GradedMultiheadAttention(8, 2, grading="linear", grades=[0.0, 1.0, 2.0, 3.0],
+                                    variant="queries_keys", batch_first=True)
+    x = torch.randn(2, 5, 8)
+    first = attn(x, x, x)[0]
+    with _Count() as count:
+        again = attn(x, x, x)[0]
+    assert not [op for op in count.ops if "cat" in op or "new_ones" in op or "add." in op]
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    attn.grading.set_grades([1.0, 0.0, 0.0, 2.0])
+    twin = GradedMultiheadAttention(8, 2, grading="linear", grades=[1.0, 0.0, 0.0, 2.0],
+                                    variant="queries_keys", batch_first=True)
+    twin.load_state_dict(attn.state_dict())
+    torch.testing.assert_close(attn(x, x, x)[0], twin(x, x, x)[0], rtol=0, atol=0)
+    assert not torch.allclose(attn(x, x, x)[0], first)

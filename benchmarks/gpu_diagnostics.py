@@ -2,12 +2,14 @@
 
 1. Where grading's eager cost goes: one bf16 training step (autocast, AdamW) of an ungraded
    ``TransformerLM`` (the default architecture at d_model 768, 12 layers, 12 heads, T = 1024,
-   B = 8, vocabulary 50257) and of LGT and EGT with learnable and with fixed grades, each
-   profiled for the number of CUDA kernels and their summed GPU time, then timed: the mean
-   wall time of 5 steps run back to back, and the mean CPU time until a step returns (each
-   step synchronised first, so that the host is not held up by earlier work). Kernel time
-   close to the ungraded model's with a larger wall time, and a host time close to the wall
-   time, mean the step waits on the host launching kernels.
+   B = 8, vocabulary 50257) and of LGT and EGT with learnable and with fixed grades (and LGT
+   with ``fold_grading=False``: grading applied to the activations), each profiled for the
+   number of CUDA kernels, their summed GPU time and the GPU's idle time between them (by
+   phase, and the operators it waits for most), then timed: the mean wall time of 5 steps
+   run back to back, and the mean CPU time until a step returns (each step synchronised
+   first, so that the host is not held up by earlier work). Kernel time close to the
+   ungraded model's with a larger wall time means the GPU waits: on the host launching
+   kernels when the host time is close to the wall time.
 2. FlexAttention's compilation inside a model: a 4-layer ``sliding_window`` LM's first and
    second bf16 forward + backward and dynamo's frame counters.
 
@@ -22,6 +24,7 @@ On the CPU (``--device cpu``) a step's ATen operators are counted instead of CUD
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -41,12 +44,16 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
     x = torch.randint(0, shape["vocab"], (shape["batch"], shape["seq_len"] + 1), device=device)
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    arms = (("ungraded", None, False), ("LGT", "linear", True), ("EGT", "exponential", True),
-            ("LGT fixed", "linear", False), ("EGT fixed", "exponential", False))
-    for name, g, learnable in arms:
+    arms = (("ungraded", None, False, True), ("LGT", "linear", True, True),
+            ("EGT", "exponential", True, True), ("LGT fixed", "linear", False, True),
+            ("EGT fixed", "exponential", False, True),
+            ("LGT, on activations", "linear", True, False),
+            ("LGT fixed, on activations", "linear", False, False))
+    for name, g, learnable, fold in arms:
         torch.manual_seed(0)
         extra = {} if g is None else dict(grading=g, learnable_grades=learnable,
-                                          grade_init="warm_start", grade_init_value=0.01)
+                                          grade_init="warm_start", grade_init_value=0.01,
+                                          fold_grading=fold)
         m = TransformerLM(TransformerConfig(**base, **extra)).to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
 
@@ -68,7 +75,8 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
         if cuda:
             kernels = [e for e in p.events() if e.device_type.name == "CUDA"]
             counted = (f"kernels {len(kernels)}, kernel time "
-                       f"{sum(e.device_time for e in kernels) / 1e3:.1f} ms")
+                       f"{sum(e.device_time for e in kernels) / 1e3:.1f} ms, "
+                       f"{idle_report(p.events())}")
         else:
             with OperatorCount() as ops:
                 step()
@@ -89,6 +97,45 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
         del m, opt
         if cuda:
             torch.cuda.empty_cache()
+
+
+def idle_report(events: list) -> str:
+    """Where the GPU waits in a profiled step: the idle time between consecutive kernels (from
+    the first kernel's start to the last one's end), split by the phase whose operator
+    launched the next kernel (forward, backward, optimizer), and the three operators
+    (outermost CPU operator or autograd node) most waited for."""
+    cpu = {e.id: e for e in events if e.device_type.name == "CPU"}
+    kernels = sorted((e for e in events if e.device_type.name == "CUDA"),
+                     key=lambda e: e.time_range.start)
+    main = min((e for e in cpu.values() if e.name.startswith("aten::")),
+               key=lambda e: e.time_range.start, default=None)
+    by_phase: dict[str, float] = {}
+    by_op: dict[str, float] = {}
+    for prev, k in itertools.pairwise(kernels):
+        gap = k.time_range.start - prev.time_range.end
+        if gap <= 0:
+            continue
+        op = cpu.get(getattr(k, "linked_correlation_id", -1))
+        top = op
+        while top is not None and top.cpu_parent is not None:
+            top = top.cpu_parent
+        name = "?" if top is None else top.name
+        if name.startswith("Optimizer."):
+            phase = "optimizer"
+        elif "autograd::engine" in name or (
+                op is not None and main is not None and op.thread != main.thread):
+            phase = "backward"
+        elif op is None:
+            phase = "?"
+        else:
+            phase = "forward"
+        by_phase[phase] = by_phase.get(phase, 0.0) + gap
+        by_op[name] = by_op.get(name, 0.0) + gap
+    phases = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in sorted(by_phase.items()))
+    ops = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in sorted(by_op.items(),
+                                                           key=lambda kv: -kv[1])[:3])
+    return (f"GPU idle {sum(by_phase.values()) / 1e3:.2f} ms ({phases}; most before: "
+            f"{ops})")
 
 
 class OperatorCount(TorchDispatchMode):

@@ -4,8 +4,7 @@
    ``TransformerLM`` (the default architecture at d_model 768, 12 layers, 12 heads, T = 1024,
    B = 8, vocabulary 50257) and of LGT and EGT with learnable and with fixed grades (and LGT
    with ``fold_grading=False``: grading applied to the activations), each profiled for the
-   number of CUDA kernels, their summed GPU time and the GPU's idle time between them (by
-   phase, and the operators it waits for most), then timed: the mean wall time of 5 steps
+   number of CUDA kernels and their summed GPU time, then timed: the mean wall time of 5 steps
    run back to back, and the mean CPU time until a step returns (each step synchronised
    first, so that the host is not held up by earlier work). Kernel time close to the
    ungraded model's with a larger wall time means the GPU waits: on the host launching
@@ -24,7 +23,6 @@ On the CPU (``--device cpu``) a step's ATen operators are counted instead of CUD
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 
 import torch
@@ -75,8 +73,7 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
         if cuda:
             kernels = [e for e in p.events() if e.device_type.name == "CUDA"]
             counted = (f"kernels {len(kernels)}, kernel time "
-                       f"{sum(e.device_time for e in kernels) / 1e3:.1f} ms, "
-                       f"{idle_report(p.events())}")
+                       f"{sum(e.device_time for e in kernels) / 1e3:.1f} ms")
         else:
             with OperatorCount() as ops:
                 step()
@@ -97,45 +94,6 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
         del m, opt
         if cuda:
             torch.cuda.empty_cache()
-
-
-def idle_report(events: list) -> str:
-    """Where the GPU waits in a profiled step: the idle time between consecutive kernels (from
-    the first kernel's start to the last one's end), split by the phase whose operator
-    launched the next kernel (forward, backward, optimizer), and the three operators
-    (outermost CPU operator or autograd node) most waited for."""
-    cpu = {e.id: e for e in events if e.device_type.name == "CPU"}
-    kernels = sorted((e for e in events if e.device_type.name == "CUDA"),
-                     key=lambda e: e.time_range.start)
-    main = min((e for e in cpu.values() if e.name.startswith("aten::")),
-               key=lambda e: e.time_range.start, default=None)
-    by_phase: dict[str, float] = {}
-    by_op: dict[str, float] = {}
-    for prev, k in itertools.pairwise(kernels):
-        gap = k.time_range.start - prev.time_range.end
-        if gap <= 0:
-            continue
-        op = cpu.get(getattr(k, "linked_correlation_id", -1))
-        top = op
-        while top is not None and top.cpu_parent is not None:
-            top = top.cpu_parent
-        name = "?" if top is None else top.name
-        if name.startswith("Optimizer."):
-            phase = "optimizer"
-        elif "autograd::engine" in name or (
-                op is not None and main is not None and op.thread != main.thread):
-            phase = "backward"
-        elif op is None:
-            phase = "?"
-        else:
-            phase = "forward"
-        by_phase[phase] = by_phase.get(phase, 0.0) + gap
-        by_op[name] = by_op.get(name, 0.0) + gap
-    phases = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in sorted(by_phase.items()))
-    ops = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in sorted(by_op.items(),
-                                                           key=lambda kv: -kv[1])[:3])
-    return (f"GPU idle {sum(by_phase.values()) / 1e3:.2f} ms ({phases}; most before: "
-            f"{ops})")
 
 
 class OperatorCount(TorchDispatchMode):

@@ -6,9 +6,11 @@
    with ``fold_grading=False``: grading applied to the activations), each profiled for the
    number of CUDA kernels and their summed GPU time, then timed: the mean wall time of 5 steps
    run back to back, and the mean CPU time until a step returns (each step synchronised
-   first, so that the host is not held up by earlier work). Kernel time close to the
-   ungraded model's with a larger wall time means the GPU waits: on the host launching
-   kernels when the host time is close to the wall time.
+   first, so that the host is not held up by earlier work), and per phase (forward with the
+   loss, backward, optimizer) the time on the GPU's timeline (CUDA events at the phase
+   boundaries, idle time included) and on the host. Kernel time close to the ungraded
+   model's with a larger wall time means the GPU waits: on the host launching kernels when
+   the host time is close to the wall time.
 2. FlexAttention's compilation inside a model: a 4-layer ``sliding_window`` LM's first and
    second bf16 forward + backward and dynamo's frame counters.
 
@@ -55,14 +57,18 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
         m = TransformerLM(TransformerConfig(**base, **extra)).to(device)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
 
-        def step(m=m, opt=opt) -> None:
+        def step(m=m, opt=opt, mark=lambda: None) -> None:
+            mark()
             opt.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 logits = m(x[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
                                                      x[:, 1:].flatten())
+            mark()
             loss.backward()
+            mark()
             opt.step()
+            mark()
 
         for _ in range(3):
             step()
@@ -90,10 +96,40 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
             step()
             host += (time.perf_counter() - t0) / 5
         sync(device)
-        print(f"{name}: {counted}, wall {wall * 1e3:.1f} ms, host {host * 1e3:.1f} ms")
+        print(f"{name}: {counted}, wall {wall * 1e3:.1f} ms, host {host * 1e3:.1f} ms, "
+              f"{phase_times(step, device)}")
         del m, opt
         if cuda:
             torch.cuda.empty_cache()
+
+
+def phase_times(step, device: torch.device, steps: int = 5) -> str:
+    """Mean time per phase (forward with the loss, backward, optimizer) of ``steps`` steps run
+    back to back: on the GPU's timeline (CUDA events recorded at the phase boundaries, so idle
+    time inside a phase counts) and on the host (the time the host spends in it)."""
+    cuda = device.type == "cuda"
+    events, clock = [], []
+
+    def mark() -> None:
+        clock.append(time.perf_counter())
+        if cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            events.append(e)
+
+    sync(device)
+    for _ in range(steps):
+        step(mark=mark)
+    sync(device)
+    names = ("forward", "backward", "optimizer")
+    host = [sum(clock[4 * i + j + 1] - clock[4 * i + j] for i in range(steps)) / steps * 1e3
+            for j in range(3)]
+    gpu = [sum(events[4 * i + j].elapsed_time(events[4 * i + j + 1]) for i in range(steps))
+           / steps for j in range(3)] if cuda else None
+    if gpu is None:
+        return "host " + ", ".join(f"{n} {h:.1f}" for n, h in zip(names, host, strict=True))
+    return "phases GPU | host ms: " + ", ".join(
+        f"{n} {g:.1f} | {h:.1f}" for n, g, h in zip(names, gpu, host, strict=True))
 
 
 class OperatorCount(TorchDispatchMode):

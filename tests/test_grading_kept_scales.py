@@ -140,3 +140,26 @@ def test_fixed_grade_attention_builds_its_packed_row_scales_once():
     twin.load_state_dict(attn.state_dict())
     torch.testing.assert_close(attn(x, x, x)[0], twin(x, x, x)[0], rtol=0, atol=0)
     assert not torch.allclose(attn(x, x, x)[0], first)
+
+
+def test_a_buffer_switched_to_take_gradients_gets_scales_with_a_graph():
+    """``requires_grad_`` bumps no version counter: the kept scales must still not be used."""
+    g = ExponentialGrading(2, [1.0, 2.0], base=3.0)
+    kept = g.scales()
+    g.grades.requires_grad_(True)
+    fresh = g.scales()
+    assert fresh is not kept and fresh.grad_fn is not None
+    fresh.sum().backward()
+    torch.testing.assert_close(g.grades.grad, _exponential([1.0, 2.0], 3.0) * math.log(3.0))
+
+
+def test_folded_parts_follow_the_fold_switch():
+    from graded.attention import GradedMultiheadAttention
+    from graded.grading import activation_grading
+
+    attn = GradedMultiheadAttention(8, 2, grading="linear", grades=[0.0, 1.0, 2.0, 3.0],
+                                    variant="queries_keys", batch_first=True)
+    assert attn.folded_parts == ("q", "k")
+    with activation_grading(attn):
+        assert attn.folded_parts == ()
+    assert attn.folded_parts == ("q", "k")

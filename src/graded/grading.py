@@ -268,8 +268,8 @@ class GradingMap(nn.Module):
     # -- scales shared within one forward pass (see shared_scales) -------------------------
     _scales_memo: dict | None = None
 
-    def _memo_key(self) -> tuple:
-        device = self.grades.device.type
+    def _memo_key(self, grades: Tensor) -> tuple:
+        device = grades.device.type
         fast = torch.is_autocast_enabled(device)
         return (torch.is_grad_enabled(), fast, torch.get_autocast_dtype(device) if fast else None)
 
@@ -289,7 +289,7 @@ class GradingMap(nn.Module):
         :func:`shared_scales` is active for this grading, and kept across calls while nothing
         it is computed from changes when the grades are fixed (:meth:`_kept_value`)."""
         memo = self._scales_memo
-        key = self._memo_key()
+        key = self._memo_key(self.grades)
         if memo is not None and key in memo:
             return memo[key]
         value = self._kept_value(("scales", *key), self._sources(), compute)
@@ -317,19 +317,22 @@ class GradingMap(nn.Module):
         the storage, so its address is not reused meanwhile. Writing a buffer through
         ``.data`` is not seen: change grades with ``set_grades``, the base with
         ``set_base``."""
-        if torch.compiler.is_compiling() or any(
-                isinstance(t, nn.Parameter) or t.requires_grad or t.is_inference()
-                for t in sources):
+        if torch.compiler.is_compiling():
             return compute()
-        stamp = tuple((t.data_ptr(), t._version, t.dtype, t.device, t.shape, t.stride())
-                      for t in sources)
-        kept = self._kept if self._kept is not None else {}
-        entry = kept.get(key)
+        # what identifies a source while its storage is held: address, version, view shape
+        # and whether it takes a gradient (requires_grad_ on a buffer bumps no version)
+        stamp = tuple((t.data_ptr(), t._version, t.shape, t.requires_grad) for t in sources)
+        kept = self._kept
+        entry = None if kept is None else kept.get(key)
         if entry is not None and entry[0] == stamp:
             return entry[2]
+        if any(isinstance(t, nn.Parameter) or t.requires_grad or t.is_inference()
+               for t in sources):
+            return compute()
         value = compute()
+        if kept is None:
+            kept = self._kept = {}
         kept[key] = (stamp, tuple(t.detach() for t in sources), value)
-        self._kept = kept
         return value
 
     # -- to be provided by subclasses -------------------------------------------------------

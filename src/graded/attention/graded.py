@@ -194,12 +194,23 @@ class GradedMultiheadAttention(MultiheadAttention):
         """The graded tensors among ``"q"``, ``"k"``, ``"v"`` whose grading :meth:`project`
         folds into the projection weights; :meth:`transform_heads` grades the others. Decided
         from the module's structure alone (the module docstring lists the conditions)."""
-        if not self.fold_grading or not is_diagonal(self.grading):
-            return ()
-        per_head_kv = self.grading.num_heads is not None and self.num_kv_heads != self.num_heads
-        kv_apart = self.bias_k is not None or per_head_kv
-        return tuple(p for p in graded_parts(self.variant)
-                     if not (p in "qk" and self.qk_rotated) and not (p in "kv" and kv_apart))
+        # kept for the switches and the grading module it was worked out for
+        key = (self.fold_grading, self.qk_rotated, self._modules["grading"])
+        kept = self._folded
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        folded: tuple[str, ...] = ()
+        if self.fold_grading and is_diagonal(self.grading):
+            per_head_kv = (self.grading.num_heads is not None
+                           and self.num_kv_heads != self.num_heads)
+            kv_apart = self.bias_k is not None or per_head_kv
+            folded = tuple(p for p in graded_parts(self.variant)
+                           if not (p in "qk" and self.qk_rotated)
+                           and not (p in "kv" and kv_apart))
+        self._folded = (key, folded)
+        return folded
+
+    _folded: tuple | None = None
 
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """The diagonal of M on the rows (head, head_dim) of each projection it is folded
@@ -219,7 +230,10 @@ class GradedMultiheadAttention(MultiheadAttention):
 
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The grading of the parts not folded into the projection, on the activations."""
-        return grade_heads(self.variant, self.grading, q, k, v, skip=self.folded_parts)
+        folded = self.folded_parts
+        if len(folded) == len(graded_parts(self.variant)):
+            return q, k, v  # every graded part is folded into the projection
+        return grade_heads(self.variant, self.grading, q, k, v, skip=folded)
 
     def extra_repr(self) -> str:
         return (f"variant={self.variant!r}, fold_grading={self.fold_grading}, "

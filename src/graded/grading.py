@@ -317,17 +317,16 @@ class GradingMap(nn.Module):
         the storage, so its address is not reused meanwhile. Writing a buffer through
         ``.data`` is not seen: change grades with ``set_grades``, the base with
         ``set_base``."""
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or any(
+                isinstance(t, nn.Parameter) or t.requires_grad for t in sources):
             return compute()
         # what identifies a source while its storage is held: address, version, view shape
-        # and whether it takes a gradient (requires_grad_ on a buffer bumps no version)
-        stamp = tuple((t.data_ptr(), t._version, t.shape, t.requires_grad) for t in sources)
+        stamp = tuple((t.data_ptr(), t._version, t.shape) for t in sources)
         kept = self._kept
         entry = None if kept is None else kept.get(key)
         if entry is not None and entry[0] == stamp:
             return entry[2]
-        if any(isinstance(t, nn.Parameter) or t.requires_grad or t.is_inference()
-               for t in sources):
+        if any(t.is_inference() for t in sources):
             return compute()
         value = compute()
         if kept is None:

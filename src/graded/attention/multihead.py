@@ -264,26 +264,28 @@ class MultiheadAttention(nn.Module):
         if all(s is None for s in scales):
             return None
         weight = self.in_proj_weight
-        compiling = torch.compiler.is_compiling()  # no state read or kept under the compiler
-        # the same fixed scales as last time (GradingMap keeps them): the same rows
-        origins = tuple(s if s is None or s._base is None else s._base for s in scales)
-        meta = (weight.dtype, weight.device,
-                tuple(None if s is None else (s.shape, s.stride()) for s in scales))
-        kept = None if compiling else self._kept_rows
-        if kept is not None and kept[1] == meta and all(
-                a is b for a, b in zip(kept[0], origins, strict=True)):
-            return kept[2]
+        # fixed scales (GradingMap keeps them) give the same rows as last time: kept, outside
+        # the compiler; learnable ones are new tensors on every pass
+        keep = not torch.compiler.is_compiling() and not any(
+            s is not None and s.requires_grad for s in scales)
+        if keep:
+            origins = tuple(s if s is None or s._base is None else s._base for s in scales)
+            meta = (weight.dtype, weight.device,
+                    tuple(None if s is None else (s.shape, s.stride()) for s in scales))
+            kept = self._kept_rows
+            if kept is not None and kept[1] == meta and all(
+                    a is b for a, b in zip(kept[0], origins, strict=True)):
+                return kept[2]
         one = self._one
-        if compiling or one is None or one.dtype != weight.dtype or one.device != weight.device:
+        if one is None or one.dtype != weight.dtype or one.device != weight.device:
             one = weight.new_ones(())
-            if not compiling:
+            if not torch.compiler.is_compiling():
                 self._one = one  # a constant, made once per dtype and device
         blocks = [one.expand(n // self.head_dim, self.head_dim) if s is None else s.to(one)
                   for s, n in zip(scales, self._proj_rows, strict=True)]
         rows = torch.cat(blocks).reshape(-1)
-        if not compiling:
-            fixed = not any(s is not None and s.requires_grad for s in scales)
-            self._kept_rows = (origins, meta, rows) if fixed else None
+        if keep:
+            self._kept_rows = (origins, meta, rows)
         return rows
 
     # (scale tensors, their layout, rows) of the last call with fixed scales

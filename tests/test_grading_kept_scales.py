@@ -15,9 +15,12 @@ class _Count(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops = []
+        self.kernels = 0  # operators that are not views (each a kernel launch on a GPU)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.append(str(func))
+        self.kernels += not func.is_view and func.overloadpacket not in (
+            torch.ops.aten.detach, torch.ops.aten._local_scalar_dense)
         return func(*args, **(kwargs or {}))
 
 
@@ -163,3 +166,73 @@ def test_folded_parts_follow_the_fold_switch():
     with activation_grading(attn):
         assert attn.folded_parts == ()
     assert attn.folded_parts == ("q", "k")
+
+
+# -- the learnable scales of a model's attention layers, computed together ----------------
+
+def _alike(kind, n, heads=None, bases=None):
+    from graded.attention.graded import make_grading
+
+    torch.manual_seed(1)
+    out = []
+    for i in range(n):
+        shape = (4,) if heads is None else (heads, 4)
+        q = (torch.rand(shape, dtype=torch.float64) * 2 - 0.5)  # some below the floor
+        g = make_grading(kind, 4, q, learnable=True, num_heads=heads,
+                         base=2.0 if bases is None else bases[i])
+        out.append(g)
+    return out
+
+
+@pytest.mark.parametrize("kind, heads, bases", [
+    ("linear", None, None), ("linear", 3, None), ("exponential", None, [1.5, 2.0, 3.0]),
+    ("exponential", 3, [2.0, 2.0, 2.5])])
+def test_batched_scales_equal_each_gradings_scales_in_values_and_gradients(kind, heads, bases):
+    from graded.grading import batched_scales
+
+    gs = _alike(kind, 3, heads, bases)
+    w = [torch.randn(g.grades.shape, dtype=torch.float64) for g in gs]
+    one_by_one = [g.scales() for g in gs]
+    loss = sum((s * wi).sum() for s, wi in zip(one_by_one, w))
+    expected = torch.autograd.grad(loss, [g.grades for g in gs])
+    together = batched_scales(gs)
+    for a, b in zip(together, one_by_one):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    loss = sum((s * wi).sum() for s, wi in zip(together, w))
+    for a, b in zip(torch.autograd.grad(loss, [g.grades for g in gs]), expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-15)
+
+
+def test_unlike_gradings_are_not_batched():
+    from graded.attention.graded import make_grading
+    from graded.grading import batched_scales
+
+    a = make_grading("linear", 4, learnable=True)
+    assert batched_scales([a, make_grading("linear", 4, learnable=True, f="softplus")]) is None
+    assert batched_scales([a, make_grading("exponential", 4, learnable=True)]) is None
+    assert batched_scales([a, make_grading("linear", 5, learnable=True)]) is None
+
+
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+def test_a_model_batching_its_head_scales_gives_the_same_logits_and_gradients(grading):
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=3, max_len=8,
+                            grading=grading, learnable_grades=True, grade_init="warm_start",
+                            grade_init_value=0.2)
+    torch.manual_seed(0)
+    model = TransformerLM(cfg).double()
+    ids = torch.randint(0, 17, (2, 6))
+    runs = []
+    for batch in (True, False):
+        model.zero_grad()
+        model.batch_head_scales = batch
+        with _Count() as count:
+            logits = model(ids)
+        logits.square().mean().backward()
+        runs.append((logits, [p.grad.clone() for p in model.parameters()], count.kernels))
+    (lb, gb, ops_b), (lu, gu, ops_u) = runs
+    torch.testing.assert_close(lb, lu, rtol=0, atol=0)
+    for a, b in zip(gb, gu):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
+    assert ops_b < ops_u, (ops_b, ops_u)  # fewer kernels in the forward pass
+    heads = model.grading_plan.heads
+    assert len(heads) == 3 and all(g._scales_memo is None for g in heads)  # nothing held

@@ -60,6 +60,7 @@ __all__ = [
     "LinearGrading",
     "activation_grading",
     "as_grade_tensor",
+    "batched_scales",
     "graded_linear",
     "is_diagonal",
     "shared_scales",
@@ -168,6 +169,21 @@ def graded_linear(
         w, b, after = s[:, None] * w, None if b is None else s * b, None
     y = F.linear(x, w, b)
     return y if after is None else y * after.to(y.dtype)
+
+
+def batched_scales(gradings: Sequence[GradingMap]) -> list[Tensor] | None:
+    """``[g.scales() for g in gradings]`` computed together: the grades stacked, one chain of
+    operators for all (the same values and gradients), views of the result returned; None
+    when the gradings are not alike (kind, learnability, settings, the grades' shape, dtype
+    and device; EGT's bases may differ). A model's attention layers each hold a grading of
+    their own: an eager forward pass computes all their scales this way, a few kernels
+    instead of a few per layer (:mod:`graded.transformer.graded`)."""
+    if not gradings:
+        return None
+    signature = gradings[0]._batch_signature()
+    if any(g._batch_signature() != signature for g in gradings):
+        return None
+    return list(gradings[0]._batched_scales(gradings).unbind(0))
 
 
 @contextlib.contextmanager
@@ -283,6 +299,24 @@ class GradingMap(nn.Module):
 
     def _drop_scales(self) -> None:
         self._scales_memo = None
+
+    def _hold_given_scales(self, value: Tensor) -> bool:
+        """:meth:`_hold_scales` with ``value`` as the scales of the current grad mode and
+        autocast dtype (:func:`batched_scales`); False, and nothing done, as there."""
+        if not self._hold_scales():
+            return False
+        self._scales_memo[self._memo_key(self.grades)] = value
+        return True
+
+    def _batch_signature(self) -> tuple:
+        """What gradings must share for :func:`batched_scales` to compute them together."""
+        g = self.grades
+        return (type(self), self.learnable, g.shape, g.dtype, g.device)
+
+    def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
+        """The scales of ``gradings`` (alike, this one among them) stacked on a new first
+        axis; see :func:`batched_scales`."""
+        raise NotImplementedError
 
     def _memoized(self, compute: Any) -> Tensor:
         """``compute()``, computed once per grad mode and autocast dtype while
@@ -507,11 +541,20 @@ class LinearGrading(GradingMap):
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1."""
         q = self.grades if multiplier is None else multiplier.unsqueeze(-1) * self.grades
+        return self._scales_from(q)
+
+    def _scales_from(self, q: Tensor) -> Tensor:
         if self.learnable and self.f in ("shift", "identity"):
             # max(f(q), floor) forward and f'(q) = 1 backward, straight-through, in three
             # operators: q + max(floor − q, f(q) − q), the second term a constant
             return q + (self.floor - q.detach()).clamp_(min=1.0 if self.f == "shift" else 0.0)
         return self._raw_scales(q)
+
+    def _batch_signature(self) -> tuple:
+        return (*super()._batch_signature(), self.f, self.floor)
+
+    def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
+        return self._scales_from(torch.stack([g.grades for g in gradings]))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, f={self.f!r}"
@@ -600,10 +643,24 @@ class ExponentialGrading(GradingMap):
         return self._kept_value(("log_base",), (self.base,), lambda: torch.log(self.base))
 
     def _exponent(self) -> Tensor:
-        q = self.grades
+        return self._exponent_of(self.grades, self._log_base())
+
+    def _exponent_of(self, q: Tensor, log_base: Tensor) -> Tensor:
         if self.learnable:  # max(q, 0) forward, the identity backward (straight-through)
             q = q - q.detach().clamp(max=0.0)
-        return q * self._log_base()
+        return q * log_base
+
+    def _batch_signature(self) -> tuple:
+        return (*super()._batch_signature(), self.max_log_scale)
+
+    def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
+        q = torch.stack([g.grades for g in gradings])
+        log_base = torch.stack([g._log_base() for g in gradings])  # each its own λ
+        e = self._exponent_of(q, log_base.reshape((-1,) + (1,) * (q.dim() - 1)))
+        if e.device.type == "cpu":
+            for g in gradings:
+                g._check_overflow()
+        return torch.exp(e.clamp(max=self._cap()))
 
     def _check_overflow(self) -> None:
         cap = self._cap()

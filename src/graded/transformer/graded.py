@@ -50,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.graded import PER_HEAD_VARIANTS, make_grading
-from graded.grading import ExponentialGrading, GradingMap, is_diagonal
+from graded.grading import ExponentialGrading, GradingMap, batched_scales, is_diagonal
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
@@ -333,15 +333,29 @@ def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) ->
 
 def _share_feature_scales(module: nn.Module, args: Any) -> None:
     """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
-    the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks)."""
+    the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks), and, in
+    an eager pass, the learnable scales of all its attention layers together
+    (:func:`graded.grading.batched_scales`), each layer then reading its own."""
     if module.feature_grading._hold_scales():
         module.__dict__["_holds_scales_memo"] = True
+    heads = module.grading_plan.heads
+    if (len(heads) > 1 and module.__dict__.get("batch_head_scales", True)
+            and not torch.compiler.is_compiling()
+            and all(g._scales_memo is None and g.grades.requires_grad for g in heads)):
+        values = batched_scales(heads)
+        if values is not None:
+            for g, v in zip(heads, values, strict=True):
+                g._hold_given_scales(v)
+            module.__dict__["_holds_head_scales"] = True
 
 
 def _release_feature_scales(module: nn.Module, args: Any, output: Any) -> None:
     """Forward hook (also on an exception): drop what :func:`_share_feature_scales` kept."""
     if module.__dict__.pop("_holds_scales_memo", False):
         module.feature_grading._drop_scales()
+    if module.__dict__.pop("_holds_head_scales", False):
+        for g in module.grading_plan.heads:
+            g._drop_scales()
 
 
 def per_token(stage: nn.Module) -> bool:

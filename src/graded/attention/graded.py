@@ -56,6 +56,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from graded.attention.multihead import MultiheadAttention
@@ -194,9 +195,11 @@ class GradedMultiheadAttention(MultiheadAttention):
         """The graded tensors among ``"q"``, ``"k"``, ``"v"`` whose grading :meth:`project`
         folds into the projection weights; :meth:`transform_heads` grades the others. Decided
         from the module's structure alone (the module docstring lists the conditions)."""
-        # kept for the switches and the grading module it was worked out for
+        # kept for the switches and the grading module it was worked out for (not under the
+        # compiler, which traces it once)
+        compiling = torch.compiler.is_compiling()
         key = (self.fold_grading, self.qk_rotated, self._modules["grading"])
-        kept = self._folded
+        kept = None if compiling else self._folded
         if kept is not None and kept[0] == key:
             return kept[1]
         folded: tuple[str, ...] = ()
@@ -207,7 +210,8 @@ class GradedMultiheadAttention(MultiheadAttention):
             folded = tuple(p for p in graded_parts(self.variant)
                            if not (p in "qk" and self.qk_rotated)
                            and not (p in "kv" and kv_apart))
-        self._folded = (key, folded)
+        if not compiling:
+            self._folded = (key, folded)
         return folded
 
     _folded: tuple | None = None

@@ -335,7 +335,9 @@ def _share_feature_scales(module: nn.Module, args: Any) -> None:
     """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
     the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks), and, in
     an eager pass, the learnable scales of all its attention layers together
-    (:func:`graded.grading.batched_scales`), each layer then reading its own."""
+    (:func:`graded.grading.batched_scales`), each layer then reading its own: the same values
+    and gradients in fewer kernels. ``module.batch_head_scales = False`` computes them layer
+    by layer instead."""
     if module.feature_grading._hold_scales():
         module.__dict__["_holds_scales_memo"] = True
     heads = module.grading_plan.heads

@@ -139,8 +139,11 @@ def as_grade_tensor(
 
 
 def straight_through_floor(x: Tensor, floor: float) -> Tensor:
-    """max(x, floor) in the forward pass, the identity in the backward pass."""
-    return x + (x.clamp(min=floor) - x).detach()
+    """max(x, floor) in the forward pass, the identity in the backward pass:
+    x − min(x − floor, 0), the second term a constant (two operators at floor 0, three
+    otherwise)."""
+    below = x.detach() if floor == 0 else x.detach() - floor
+    return x - below.clamp(max=0.0)
 
 
 def graded_linear(
@@ -646,8 +649,8 @@ class ExponentialGrading(GradingMap):
         return self._exponent_of(self.grades, self._log_base())
 
     def _exponent_of(self, q: Tensor, log_base: Tensor) -> Tensor:
-        if self.learnable:  # max(q, 0) forward, the identity backward (straight-through)
-            q = q - q.detach().clamp(max=0.0)
+        if self.learnable:
+            q = straight_through_floor(q, 0.0)
         return q * log_base
 
     def _batch_signature(self) -> tuple:
@@ -660,7 +663,7 @@ class ExponentialGrading(GradingMap):
         if e.device.type == "cpu":
             for g in gradings:
                 g._check_overflow()
-        return torch.exp(e.clamp(max=self._cap()))
+        return self._capped_exp(e)
 
     def _check_overflow(self) -> None:
         cap = self._cap()
@@ -681,17 +684,21 @@ class ExponentialGrading(GradingMap):
         e = self._exponent()
         if e.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_overflow()
+        return self._capped_exp(e)
+
+    def _capped_exp(self, e: Tensor) -> Tensor:
+        """exp(min(e, cap)): an exponent q·ln λ to a scale, overflow-guarded (:meth:`_cap`)."""
         return torch.exp(e.clamp(max=self._cap()))
 
     def scale_of(self, q: Tensor) -> Tensor:
-        return torch.exp((q * torch.log(self.base.to(q.dtype))).clamp(max=self._cap()))
+        return self._capped_exp(q * torch.log(self.base.to(q.dtype)))
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as
         :meth:`scales` is; None is s = 1."""
         if multiplier is None:
             return self.scales()
-        return torch.exp((multiplier.unsqueeze(-1) * self._exponent()).clamp(max=self._cap()))
+        return self._capped_exp(multiplier.unsqueeze(-1) * self._exponent())
 
     def inverse_scales(self) -> Tensor:
         """diag(M_{q,λ}^{-1}) = λ^{-q} (001 Prop 2.4 (1)), consistent with the clamp of scales()."""

@@ -322,16 +322,17 @@ def hold_plan(module: nn.Module, plan: GradingPlan | None, *, register: bool) ->
     if plan is None or not register:
         return
     module.feature_grading = plan.feature
-    # one computation of the shared feature scales per forward pass (shared_scales)
-    module.register_forward_pre_hook(_share_feature_scales)
-    module.register_forward_hook(_release_feature_scales, always_call=True)
+    # the shared feature scales once per forward pass (shared_scales), the learnable head
+    # scales together
+    module.register_forward_pre_hook(_hold_plan_scales)
+    module.register_forward_hook(_release_plan_scales, always_call=True)
     if plan.inputs is not plan.feature:
         module.input_grading = plan.inputs
     if plan.token is not None:
         module.token_profile = plan.token
 
 
-def _share_feature_scales(module: nn.Module, args: Any) -> None:
+def _hold_plan_scales(module: nn.Module, args: Any) -> None:
     """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
     the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks), and, in
     an eager pass, the learnable scales of all its attention layers together
@@ -351,8 +352,8 @@ def _share_feature_scales(module: nn.Module, args: Any) -> None:
             module.__dict__["_holds_head_scales"] = True
 
 
-def _release_feature_scales(module: nn.Module, args: Any, output: Any) -> None:
-    """Forward hook (also on an exception): drop what :func:`_share_feature_scales` kept."""
+def _release_plan_scales(module: nn.Module, args: Any, output: Any) -> None:
+    """Forward hook (also on an exception): drop what :func:`_hold_plan_scales` kept."""
     if module.__dict__.pop("_holds_scales_memo", False):
         module.feature_grading._drop_scales()
     if module.__dict__.pop("_holds_head_scales", False):

@@ -5,10 +5,18 @@ One definition of each check; the task, encoding and evaluation modules import t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["check_choice", "check_float", "check_int"]
+import torch
+
+__all__ = ["check_choice", "check_float", "check_int", "check_token_ids", "checked_inputs",
+           "inputs_checked", "value_range"]
+
+# True inside checked_inputs(): token ids and positions were checked by the caller
+_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("inputs_checked", default=False)
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None,
@@ -46,3 +54,48 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     if value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def value_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """(min, max) of an integer tensor, read in one transfer: one host–device synchronisation
+    on a GPU instead of one per value. None for an empty tensor, and under ``torch.compile``
+    (value checks read data: eager calls only)."""
+    if not t.numel() or torch.compiler.is_compiling():
+        return None
+    lo, hi = torch.stack(torch.aminmax(t)).tolist()
+    return lo, hi
+
+
+def inputs_checked() -> bool:
+    """Whether the caller has checked the values of token ids and positions
+    (:func:`checked_inputs`)."""
+    return _CHECKED.get()
+
+
+@contextlib.contextmanager
+def checked_inputs() -> Iterator[None]:
+    """Inside the block, models and encodings take the values of their token ids and
+    positions as checked: they check dtypes and shapes, but read no values. Reading values
+    is a host–device synchronisation on a GPU; a model checks its inputs once at its entry
+    and runs its layers in this block (a rotary embedding in every layer would read its
+    positions again), and the trainer, which checks its data sets once on the host, runs
+    its steps in it, so that the host can queue one step while the GPU computes the last.
+    Out-of-range values inside the block are the caller's error: a GPU then reports an
+    index assertion from the embedding kernel."""
+    token = _CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise ``ValueError`` naming the range found unless every id lies in [0, vocab_size);
+    the values are read once (:func:`value_range`), and not at all inside
+    :func:`checked_inputs`."""
+    if torch.compiler.is_compiling() or _CHECKED.get():
+        return
+    span = value_range(ids)
+    if span is not None and (span[0] < 0 or span[1] >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}); got range "
+                         f"[{span[0]}, {span[1]}]")

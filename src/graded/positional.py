@@ -18,6 +18,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from graded.checks import inputs_checked, value_range
+
 __all__ = [
     "POSITIONAL",
     "TABLE_POSITIONAL",
@@ -26,6 +28,7 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalPositions",
     "alibi_slopes",
+    "check_positions",
     "sinusoidal_table",
 ]
 
@@ -59,16 +62,23 @@ def sinusoidal_table(
     return table.to(dtype)
 
 
-def _check_positions(positions: Tensor, max_len: int | None, who: str) -> None:
+def check_positions(positions: Tensor, max_len: int | None, who: str) -> None:
+    """Raise unless ``positions`` are integers in [0, max_len) (in [0, ∞) for None).
+
+    The values are read in one transfer (:func:`graded.checks.value_range`), not at all under
+    ``torch.compile``, nor inside :func:`graded.checks.checked_inputs`."""
     if positions.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{who}: positions must be an integer tensor, got {positions.dtype}")
-    if torch.compiler.is_compiling():  # value checks read data: eager calls only
+    if torch.compiler.is_compiling() or inputs_checked():
         return
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"{who}: positions must be non-negative, got min {int(positions.min())}")
-    if max_len is not None and positions.numel() and int(positions.max()) >= max_len:
+    span = value_range(positions)
+    if span is None:
+        return
+    if span[0] < 0:
+        raise ValueError(f"{who}: positions must be non-negative, got min {span[0]}")
+    if max_len is not None and span[1] >= max_len:
         raise ValueError(
-            f"{who}: position {int(positions.max())} is beyond max_len={max_len} "
+            f"{who}: position {span[1]} is beyond max_len={max_len} "
             "(the sequence is longer than the model was configured for)"
         )
 
@@ -90,7 +100,7 @@ class SinusoidalPositions(nn.Module):
 
     def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """(…, T) integer positions -> (…, T, d_model) encodings in ``dtype``."""
-        _check_positions(positions, self.max_len, "SinusoidalPositions")
+        check_positions(positions, self.max_len, "SinusoidalPositions")
         return self.table[positions].to(dtype or torch.get_default_dtype())
 
 
@@ -104,7 +114,7 @@ class LearnedPositions(nn.Module):
         nn.init.normal_(self.embedding.weight, std=0.02)
 
     def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-        _check_positions(positions, self.max_len, "LearnedPositions")
+        check_positions(positions, self.max_len, "LearnedPositions")
         out = self.embedding(positions)
         return out if dtype is None else out.to(dtype)
 
@@ -126,7 +136,7 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, T, D) at positions (B, T) or (T,)."""
-        _check_positions(positions, None, "RotaryEmbedding")
+        check_positions(positions, None, "RotaryEmbedding")
         if positions.dim() == 1:
             positions = positions.unsqueeze(0)
         angles = positions.to(torch.float64).unsqueeze(-1) * self.inv_freq  # (B, T, D/2)

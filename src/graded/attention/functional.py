@@ -108,12 +108,11 @@ def attention(
         )
     t_q, t_k = q.shape[-2], k.shape[-2]
     if is_causal:
-        causal = causal_mask(t_q, t_k, q.device)
         if attn_mask is None and t_q == t_k and not need_weights:
             return F.scaled_dot_product_attention(
                 q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale
             ), None
-        attn_mask = merge_masks(attn_mask, causal, q.dtype)
+        attn_mask = merge_masks(attn_mask, causal_mask(t_q, t_k, q.device), q.dtype)
     if not need_weights:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graded.checks import check_token_ids
 from graded.morphic.layer import LayerTrace, MorphicLayer, UtilityProbe
 from graded.morphic.objective import (
     OMEGAS,
@@ -127,9 +128,7 @@ class MorphicTransformer(nn.Module):
         t = input_ids.shape[1]
         if t > self.max_len:
             raise ValueError(f"sequence length {t} exceeds max_len {self.max_len}")
-        if input_ids.numel() and not torch.compiler.is_compiling() and (
-                int(input_ids.min()) < 0 or int(input_ids.max()) >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
+        check_token_ids(input_ids, self.vocab_size)
         z = self.embed(input_ids)
         if self.pos is not None:
             z = z + self.pos(torch.arange(t, device=input_ids.device))

@@ -8,14 +8,22 @@ Every model takes integer token ids (B, T) — or, for encoder models with
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 from torch import Tensor, nn
 
 from graded.attention.backends import decodes_with_state
+from graded.checks import check_token_ids, checked_inputs
 from graded.grading import graded_linear
-from graded.positional import ALiBi, LearnedPositions, SinusoidalPositions
+from graded.positional import (
+    TABLE_POSITIONAL,
+    ALiBi,
+    LearnedPositions,
+    SinusoidalPositions,
+    check_positions,
+)
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
 from graded.transformer.config import TransformerConfig
@@ -61,6 +69,40 @@ def default_positions(
     if cache is not None and cache.real is not None:
         pos = pos + cache.real
     return pos.clamp(min=0)
+
+
+def checked_entry(
+    config: TransformerConfig, inputs: Tensor, positions: Tensor | None,
+    key_padding_mask: Tensor | None, cache: KVCache | None, who: str,
+) -> Tensor:
+    """A model's entry check: the token ids against the vocabulary, and the positions of the
+    pass (``positions``, or :func:`default_positions`), which it returns, against
+    ``config.max_len`` where the model adds positions from a table of that many rows (against
+    0 otherwise). Consecutive default positions are checked from the shapes; ids and other
+    positions are read once each (one host–device synchronisation on a GPU; none inside
+    :func:`graded.checks.checked_inputs`). The model then runs its layers inside
+    :func:`trusted_inputs`, where they read no values again."""
+    batch, length = inputs.shape[:2]
+    if config.vocab_size is not None and inputs.dtype in (torch.int64, torch.int32):
+        check_token_ids(inputs, config.vocab_size)  # other dtypes: the embedding's error
+    max_len = config.max_len if config.positional in TABLE_POSITIONAL else None
+    if positions is None and key_padding_mask is None:
+        start = cache.length if cache is not None else 0
+        if max_len is not None and length and start + length > max_len:
+            raise ValueError(
+                f"{who}: position {start + length - 1} is beyond max_len={max_len} "
+                "(the sequence is longer than the model was configured for)")
+        return default_positions(length, None, cache, batch, inputs.device)
+    if positions is None:
+        positions = default_positions(length, key_padding_mask, cache, batch, inputs.device)
+    check_positions(positions, max_len, who)
+    return positions
+
+
+def trusted_inputs() -> contextlib.AbstractContextManager:
+    """:func:`graded.checks.checked_inputs` in eager calls; nothing under the compiler (which
+    reads no values)."""
+    return contextlib.nullcontext() if torch.compiler.is_compiling() else checked_inputs()
 
 
 class InputEmbedding(nn.Module):
@@ -129,12 +171,7 @@ class InputEmbedding(nn.Module):
                 raise ValueError(
                     f"token ids must have shape (batch, length), got {tuple(inputs.shape)}"
                 )
-            if inputs.numel() and not torch.compiler.is_compiling() and (
-                    int(inputs.min()) < 0 or int(inputs.max()) >= self.config.vocab_size):
-                raise ValueError(
-                    f"token ids must lie in [0, {self.config.vocab_size}); got range "
-                    f"[{int(inputs.min())}, {int(inputs.max())}]"
-                )
+            check_token_ids(inputs, self.config.vocab_size)
         elif inputs.dim() != 3 or inputs.shape[-1] != self.config.input_dim:
             raise ValueError(
                 f"features must have shape (batch, length, {self.config.input_dim}), got "
@@ -264,11 +301,12 @@ class TransformerEncoder(nn.Module):
         batch, length = inputs.shape[:2]
         _check_padding(key_padding_mask, batch, length)
         scales = token_scales(self.token_grading, token_grades, batch, length)
-        if positions is None:
-            positions = default_positions(length, key_padding_mask, None, batch, inputs.device)
-        x = self.embed(inputs, positions, scales)
-        return self.stack(x, positions, key_padding_mask=key_padding_mask,
-                          need_weights=need_weights, token_scales=scales)
+        positions = checked_entry(self.config, inputs, positions, key_padding_mask, None,
+                                  type(self).__name__)
+        with trusted_inputs():
+            x = self.embed(inputs, positions, scales)
+            return self.stack(x, positions, key_padding_mask=key_padding_mask,
+                              need_weights=need_weights, token_scales=scales)
 
 
 class TransformerDecoder(nn.Module):
@@ -298,15 +336,15 @@ class TransformerDecoder(nn.Module):
         the model grades tokens."""
         batch, length = input_ids.shape[:2]
         _check_padding(key_padding_mask, batch, length)
-        if positions is None:
-            positions = default_positions(length, key_padding_mask, cache, batch,
-                                          input_ids.device)
-        x = self.embed(input_ids, positions, token_scales)
-        return self.stack(
-            x, positions, key_padding_mask=key_padding_mask, memory=memory,
-            memory_key_padding_mask=memory_key_padding_mask, cache=cache,
-            need_weights=need_weights, token_scales=token_scales,
-        )
+        positions = checked_entry(self.config, input_ids, positions, key_padding_mask, cache,
+                                  type(self).__name__)
+        with trusted_inputs():
+            x = self.embed(input_ids, positions, token_scales)
+            return self.stack(
+                x, positions, key_padding_mask=key_padding_mask, memory=memory,
+                memory_key_padding_mask=memory_key_padding_mask, cache=cache,
+                need_weights=need_weights, token_scales=token_scales,
+            )
 
     def scales_for(self, input_ids: Tensor, token_grades: Tensor | None) -> Tensor | None:
         """The per-token M_{q_i} of ``token_grades`` (B, T), checked against the model."""

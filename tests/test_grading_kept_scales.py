@@ -224,7 +224,7 @@ def test_a_model_batching_its_head_scales_gives_the_same_logits_and_gradients(gr
     runs = []
     for batch in (True, False):
         model.zero_grad()
-        model.batch_head_scales = batch
+        model.batch_grading = batch
         with _Count() as count:
             logits = model(ids)
         logits.square().mean().backward()

@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -55,6 +55,7 @@ __all__ = [
     "GRADINGS",
     "LINEAR_FUNCTIONS",
     "ExponentialGrading",
+    "FoldedLinears",
     "GradesLike",
     "GradingMap",
     "LinearGrading",
@@ -149,6 +150,7 @@ def straight_through_floor(x: Tensor, floor: float) -> Tensor:
 def graded_linear(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, *, out_scales: Tensor | None = None,
     in_scales: Tensor | None = None,
+    folded: Callable[[], tuple[Tensor, Tensor | None]] | None = None,
 ) -> Tensor:
     """``F.linear`` with a diagonal grading on either side: (W (in_scales·x) + b)·out_scales.
 
@@ -157,7 +159,9 @@ def graded_linear(
     weight (out × in) has no more entries than the N rows of activations it would scale
     (N × out after the map, N × in before it), i.e. when in ≤ N, resp. out ≤ N. Otherwise (a
     decoding step, a vocabulary wider than the batch) the activations are scaled. Both forms
-    are the same map and differentiate the same way, up to rounding.
+    are the same map and differentiate the same way, up to rounding. ``folded``, with
+    ``out_scales``, returns (diag(out_scales) W, out_scales·b) computed elsewhere (for several
+    maps at once: :class:`FoldedLinears`); it is called only where out_scales is folded.
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     w, b = weight, bias
@@ -168,10 +172,56 @@ def graded_linear(
             x = x * in_scales.to(x.dtype)
     after = out_scales
     if out_scales is not None and weight.shape[1] <= rows:
-        s = out_scales.to(w.dtype)
-        w, b, after = s[:, None] * w, None if b is None else s * b, None
+        if folded is not None and in_scales is None:
+            w, b = folded()
+        else:
+            s = out_scales.to(w.dtype)
+            w, b = s[:, None] * w, None if b is None else s * b
+        after = None
     y = F.linear(x, w, b)
     return y if after is None else y * after.to(y.dtype)
+
+
+class FoldedLinears:
+    """The folded weights diag(s_i) W_i and biases s_i·b_i of several linear maps, all
+    computed in two calls (``torch._foreach_mul``, one for the weights, one for the biases)
+    when the first is asked for: the values and gradients of :func:`graded_linear`'s fold map
+    by map (the same products), in a few operators instead of two per map. ``maps`` are the
+    (W_i, b_i or None) pairs, ``scales`` returns the row scales s_i (out_i,) of all of them
+    when called. ``fold(i)`` is map i's pair; it is handed out once (and then freed here), a
+    second call for the same map computes it alone. A model's layers fold their graded
+    projections this way within one forward pass (:mod:`graded.transformer.graded`)."""
+
+    def __init__(self, maps: Sequence[tuple[Tensor, Tensor | None]],
+                 scales: Callable[[], Sequence[Tensor]]) -> None:
+        self.maps = list(maps)
+        self._scales = scales
+        self._folded: list[tuple[Tensor, Tensor | None] | None] | None = None
+
+    def fold(self, i: int) -> tuple[Tensor, Tensor | None]:
+        if self._folded is None:
+            self._folded = self._fold_all(self._scales())
+        out = self._folded[i]
+        if out is None:  # handed out already: map i is used twice in this pass
+            return self._fold_all([self._scales()[i]], [self.maps[i]])[0]
+        self._folded[i] = None
+        return out
+
+    def _fold_all(self, scales: Sequence[Tensor],
+                  maps: list[tuple[Tensor, Tensor | None]] | None = None,
+                  ) -> list[tuple[Tensor, Tensor | None] | None]:
+        maps = self.maps if maps is None else maps
+        weights = [w for w, _ in maps]
+        scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
+        folded_w = torch._foreach_mul(weights, [s[:, None] for s in scales])
+        with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
+        folded_b: list[Tensor | None] = [None] * len(maps)
+        if with_bias:
+            out = torch._foreach_mul([maps[i][1] for i in with_bias],
+                                     [scales[i] for i in with_bias])
+            for i, b in zip(with_bias, out, strict=True):
+                folded_b[i] = b
+        return list(zip(folded_w, folded_b, strict=True))
 
 
 def batched_scales(gradings: Sequence[GradingMap]) -> list[Tensor] | None:

@@ -232,6 +232,13 @@ class GradedMultiheadAttention(MultiheadAttention):
                 rows(self.num_kv_heads) if "k" in folded else None,
                 rows(self.num_kv_heads) if "v" in folded else None)
 
+    def packs_folded_rows(self) -> bool:
+        """Whether self-attention projects through the packed ``in_proj_weight`` with part of
+        the grading folded into its rows (what a model folds for all its layers at once,
+        :class:`graded.grading.FoldedLinears`)."""
+        return (bool(self.folded_parts) and self._qkv_same_embed_dim and not self.shared_qk
+                and self.num_kv_heads == self.num_heads)
+
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The grading of the parts not folded into the projection, on the activations."""
         folded = self.folded_parts

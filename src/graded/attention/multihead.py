@@ -221,15 +221,18 @@ class MultiheadAttention(nn.Module):
         """
         e, kv = self.embed_dim, self.kv_dim
         b = self.in_proj_bias
+        held = self.__dict__.get("_held_fold")  # the packed weight folded with other layers'
+        if held is not None and query is key and key is value and (
+                e <= query.numel() // e):  # where graded_linear folds: e ≤ rows
+            return self._packed_heads(F.linear(query, *held()))
         s_q, s_k, s_v = self.projection_scales()
         if self.shared_qk:
             return self._project_shared_qk(query, key, value, s_q, s_v)
         grouped = self.num_kv_heads != self.num_heads
         if self._qkv_same_embed_dim and query is key and key is value and not grouped:
             rows = self._packed_row_scales((s_q, s_k, s_v))
-            qkv = graded_linear(query, self.in_proj_weight, b, out_scales=rows)  # (B, T, 3E)
-            qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
-            return qkv[0], qkv[1], qkv[2]
+            return self._packed_heads(graded_linear(query, self.in_proj_weight, b,
+                                                    out_scales=rows))
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.split([e, kv, kv])
         else:
@@ -242,6 +245,17 @@ class MultiheadAttention(nn.Module):
         v = None if value is None else self.split_heads(
             graded_linear(value, w_v, b_v, out_scales=s_v), self.num_kv_heads)
         return q, k, v
+
+    def _packed_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, T, 3E) packed projections -> per-head (B, H, T, head_dim) q, k, v."""
+        qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
+        return qkv[0], qkv[1], qkv[2]
+
+    def packs_folded_rows(self) -> bool:
+        """Whether self-attention projects through the packed ``in_proj_weight`` with a
+        grading folded into its rows (:meth:`projection_scales`): never here, see graded
+        attention."""
+        return False
 
     def _project_shared_qk(self, query: Tensor, key: Tensor | None, value: Tensor | None,
                            s_q: Tensor | None, s_v: Tensor | None

@@ -43,6 +43,7 @@ carries its ``role`` ("input", "feature", "attention" or "token"); :func:`gradin
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,13 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.graded import PER_HEAD_VARIANTS, make_grading
-from graded.grading import ExponentialGrading, GradingMap, batched_scales, is_diagonal
+from graded.grading import (
+    ExponentialGrading,
+    FoldedLinears,
+    GradingMap,
+    batched_scales,
+    is_diagonal,
+)
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
@@ -216,6 +223,9 @@ class GradingPlan:
         else:
             self.inputs = self.feature
         self.heads: list[GradingMap] = []
+        # the self-attention layers and feed-forward sublayers built with this plan, in model
+        # order: what may fold a grading into a linear map (the owner folds them together)
+        self.folding_layers: list[nn.Module] = []
         self.token: GradingMap | None = None
         if config.token_grading:
             d = config.d_model
@@ -336,20 +346,52 @@ def _hold_plan_scales(module: nn.Module, args: Any) -> None:
     """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
     the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks), and, in
     an eager pass, the learnable scales of all its attention layers together
-    (:func:`graded.grading.batched_scales`), each layer then reading its own: the same values
-    and gradients in fewer kernels. ``module.batch_head_scales = False`` computes them layer
-    by layer instead."""
+    (:func:`graded.grading.batched_scales`), each layer then reading its own, and the folded
+    weights of all its layers together (:func:`_hold_folds`): the same values and gradients
+    in fewer kernels. ``module.batch_grading = False`` computes them layer by layer."""
     if module.feature_grading._hold_scales():
         module.__dict__["_holds_scales_memo"] = True
+    if not module.__dict__.get("batch_grading", True) or torch.compiler.is_compiling():
+        return
     heads = module.grading_plan.heads
-    if (len(heads) > 1 and module.__dict__.get("batch_head_scales", True)
-            and not torch.compiler.is_compiling()
-            and all(g._scales_memo is None and g.grades.requires_grad for g in heads)):
+    if len(heads) > 1 and all(g._scales_memo is None and g.grades.requires_grad
+                              for g in heads):
         values = batched_scales(heads)
         if values is not None:
             for g, v in zip(heads, values, strict=True):
                 g._hold_given_scales(v)
             module.__dict__["_holds_head_scales"] = True
+    module.__dict__["_held_folds"] = _hold_folds(module.grading_plan.folding_layers)
+
+
+def _hold_folds(layers: list[nn.Module]) -> list[nn.Module]:
+    """Give each layer that folds a grading into a linear map a ``_held_fold``: its folded
+    weight and bias, computed for all such layers of a kind together when the first is asked
+    for (:class:`graded.grading.FoldedLinears`): the packed projections of the
+    self-attention layers (:meth:`~graded.attention.GradedMultiheadAttention.packs_folded_rows`)
+    and the output layers of the feed-forward sublayers (``folded_output``). Returns the
+    layers given one."""
+    attention = [m for m in layers
+                 if getattr(m, "packs_folded_rows", None) and m.packs_folded_rows()]
+    outputs = [(m, fold) for m in layers
+               if getattr(m, "folded_output", None) and (fold := m.folded_output()) is not None]
+    held: list[nn.Module] = []
+    if len(attention) > 1:
+        batch = FoldedLinears(
+            [(m.in_proj_weight, m.in_proj_bias) for m in attention],
+            lambda: [m._packed_row_scales(m.projection_scales()) for m in attention])
+        held += _give_folds(attention, batch)
+    if len(outputs) > 1:
+        batch = FoldedLinears([(lin.weight, lin.bias) for _, (lin, _) in outputs],
+                              lambda: [g.scales() for _, (_, g) in outputs])
+        held += _give_folds([m for m, _ in outputs], batch)
+    return held
+
+
+def _give_folds(layers: list[nn.Module], batch: FoldedLinears) -> list[nn.Module]:
+    for i, m in enumerate(layers):
+        m.__dict__["_held_fold"] = functools.partial(batch.fold, i)
+    return layers
 
 
 def _release_plan_scales(module: nn.Module, args: Any, output: Any) -> None:
@@ -359,6 +401,8 @@ def _release_plan_scales(module: nn.Module, args: Any, output: Any) -> None:
     if module.__dict__.pop("_holds_head_scales", False):
         for g in module.grading_plan.heads:
             g._drop_scales()
+    for m in module.__dict__.pop("_held_folds", ()):
+        m.__dict__.pop("_held_fold", None)
 
 
 def per_token(stage: nn.Module) -> bool:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch.nn.functional as F
@@ -44,16 +45,17 @@ class FeedForward(nn.Module):
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, out_scales: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, out_scales: Tensor | None = None, *,
+                folded: Callable[[], tuple[Tensor, Tensor | None]] | None = None) -> Tensor:
         """Fnn(x); with ``out_scales`` m, m·Fnn(x), m folded into the output layer
-        (:func:`graded.grading.graded_linear`)."""
+        (:func:`graded.grading.graded_linear`, which takes ``folded``)."""
         h = self.fc_in(x)
         if self.fc_gate is None:
             h = _ELEMENTWISE[self.activation](h)
         else:
             h = F.silu(h) * self.fc_gate(x)
         return graded_linear(self.dropout(h), self.fc_out.weight, self.fc_out.bias,
-                             out_scales=out_scales)
+                             out_scales=out_scales, folded=folded)
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:

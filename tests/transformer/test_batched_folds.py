@@ -1,0 +1,178 @@
+"""All layers' folded weights in one call per kind: ``graded.grading.FoldedLinears``.
+
+A graded model folds its attention grading into each layer's packed projection rows and its
+feed-forward grading into each output layer (000 Defs 5.22, 5.23; ``graded_linear``). In an
+eager forward pass the model's hooks fold the weights of all its layers together, two
+``torch._foreach_mul`` calls per kind instead of two products per layer. Checked here against
+the layer-by-layer fold (``model.batch_grading = False``) and against the products written
+out: the same values bit for bit, the same gradients, fewer operators, nothing kept after
+the pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from graded import TransformerConfig, TransformerLM
+from graded.grading import FoldedLinears
+from graded.transformer import Seq2SeqTransformer
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops[name] = self.ops.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def _maps(biases=(True, False, True)):
+    gen = torch.Generator().manual_seed(0)
+    maps = []
+    for i, has_bias in enumerate(biases):
+        w = torch.randn(4 + i, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+        b = (torch.randn(4 + i, dtype=torch.float64, generator=gen, requires_grad=True)
+             if has_bias else None)
+        maps.append((w, b))
+    scales = [torch.rand(4 + i, dtype=torch.float64, generator=gen).add(0.5).requires_grad_()
+              for i in range(len(biases))]
+    return maps, scales
+
+
+def test_folded_linears_equal_the_products_written_out():
+    maps, scales = _maps()
+    calls = []
+    batch = FoldedLinears(maps, lambda: calls.append(1) or scales)
+    got = [batch.fold(i) for i in range(3)]
+    assert calls == [1]  # the scales are asked for once, on the first fold
+    leaves = [t for m in maps for t in m if t is not None] + scales
+    expected = [(s[:, None] * w, None if b is None else s * b)
+                for (w, b), s in zip(maps, scales)]
+    for (w, b), (we, be) in zip(got, expected):
+        torch.testing.assert_close(w, we, rtol=0, atol=0)
+        assert (b is None) == (be is None)
+        if b is not None:
+            torch.testing.assert_close(b, be, rtol=0, atol=0)
+
+    def loss(pairs):
+        return sum((w.sin().sum() + (0 if b is None else b.cos().sum())) for w, b in pairs)
+
+    for a, e in zip(torch.autograd.grad(loss(got), leaves),
+                    torch.autograd.grad(loss(expected), leaves)):
+        torch.testing.assert_close(a, e, rtol=0, atol=1e-15)
+
+
+def test_a_map_asked_for_twice_is_folded_again():
+    maps, scales = _maps()
+    batch = FoldedLinears(maps, lambda: scales)
+    first = batch.fold(1)
+    again = batch.fold(1)
+    assert again[0] is not first[0]
+    torch.testing.assert_close(again[0], first[0], rtol=0, atol=0)
+
+
+def lm(grading: str, learnable: bool, **extra) -> TransformerLM:
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=3, max_len=32,
+                            d_ff=32, grading=grading, learnable_grades=learnable,
+                            grade_init="warm_start", grade_init_value=0.2, **extra)
+    torch.manual_seed(0)
+    return TransformerLM(cfg).double()
+
+
+IDS = torch.randint(0, 17, (2, 20), generator=torch.Generator().manual_seed(1))  # 40 rows
+
+
+def run(model, batch: bool, ids=IDS):
+    model.zero_grad()
+    model.batch_grading = batch
+    with CountOps() as count:
+        logits = model(ids)
+    logits.square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits, grads, count.ops
+
+
+def held(model) -> list[str]:
+    return [n for n, m in model.named_modules() if "_held_fold" in m.__dict__]
+
+
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+@pytest.mark.parametrize("learnable", [True, False])
+def test_a_model_folding_its_layers_together_gives_the_same_logits_and_gradients(
+        grading, learnable):
+    model = lm(grading, learnable)
+    run(model, False)  # fixed grades keep their scales from the first pass on
+    lb, gb, ops_b = run(model, True)
+    assert held(model) == []  # nothing kept after the pass
+    lu, gu, ops_u = run(model, False)
+    torch.testing.assert_close(lb, lu, rtol=0, atol=0)
+    assert gb.keys() == gu.keys()
+    for name in gb:
+        torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
+    # per layer two products for the packed projection and two for the FFN's output layer
+    # (and, for learnable grades, the head scales' own products, also batched)
+    assert ops_u.get("mul", 0) - ops_b.get("mul", 0) >= 4 * 3
+    assert ops_b["_foreach_mul"] == 4 and "_foreach_mul" not in ops_u
+
+
+def test_short_inputs_scale_the_activations_and_fold_nothing():
+    """A decoding step (fewer rows than d_model) grades the activations, as layer by layer."""
+    model = lm("linear", True).eval()
+    ids = IDS[:1, :4]
+    with torch.no_grad(), CountOps() as count:
+        out = model(ids)
+    assert "_foreach_mul" not in count.ops
+    model.batch_grading = False
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(ids), rtol=0, atol=0)
+
+
+def test_generation_with_a_cache_is_unchanged():
+    model = lm("exponential", True).eval()
+    prompt = IDS[:, :18]
+    out_b = model.generate(prompt, max_new_tokens=5, do_sample=False)
+    model.batch_grading = False
+    out_u = model.generate(prompt, max_new_tokens=5, do_sample=False)
+    assert torch.equal(out_b, out_u)
+
+
+def test_nothing_is_held_after_a_pass_that_fails():
+    model = lm("linear", True)
+    with pytest.raises(ValueError, match="token ids must lie"):
+        model(IDS + 17)
+    assert held(model) == []
+
+    def fail(*_):
+        raise RuntimeError("in the middle of the pass")
+
+    hook = model.decoder.stack.blocks[1].register_forward_pre_hook(fail)
+    with pytest.raises(RuntimeError, match="middle"):
+        model(IDS)
+    hook.remove()
+    assert held(model) == []
+
+
+def test_a_seq2seq_model_folds_encoder_and_decoder_layers():
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=2, max_len=32,
+                            d_ff=32, grading="linear", learnable_grades=True,
+                            grade_init="warm_start", grade_init_value=0.2)
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(cfg).double()
+    outs = []
+    for batch in (True, False):
+        model.zero_grad()
+        model.batch_grading = batch
+        with CountOps() as count:
+            logits = model(IDS, IDS[:, :18])
+        logits.square().mean().backward()
+        outs.append((logits, [p.grad.clone() for p in model.parameters()], count.ops))
+    (lb, gb, ops_b), (lu, gu, ops_u) = outs
+    torch.testing.assert_close(lb, lu, rtol=0, atol=0)
+    for a, b in zip(gb, gu):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
+    assert ops_b["_foreach_mul"] == 4 and "_foreach_mul" not in ops_u

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Every GPU check and figure of docs/gpu.md in one run: the cuda-marked tests, then the bf16
 # benchmarks (graded attention against torch's module with learnable and with fixed grades, the
-# LM training step eager and compiled against Hugging Face's GPT-2, where the eager step's time
-# goes, the long-sequence table against SDPA's fused kernel).
+# LM training step eager and compiled against Hugging Face's GPT-2, eager with steps back to
+# back, where the eager step's time goes, the long-sequence table against SDPA's fused kernel).
 #
 #     bash benchmarks/gpu.sh [OUT [DETAILS]]   # OUT defaults to runs/gpu, DETAILS to OUT
 #
 # OUT receives machine.txt and one log per step (each benchmark's tables are in its log);
 # DETAILS the benchmarks' own folders (results.json, report.md, figures).
-# Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_LM, T_LM_COMPILED,
-# T_DIAG, T_LONG) so that one slow step cannot take the others with it; every log is written to
-# OUT as it is produced. STEPS (default: all seven) picks steps by name and runs them in the
-# order given, e.g. STEPS="long_sequence tests".
+# Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_LM, T_LM_B2B,
+# T_LM_COMPILED, T_DIAG, T_LONG) so that one slow step cannot take the others with it; every log is written to
+# OUT as it is produced. STEPS (default: all eight) picks steps by name and runs them in the
+# order given, e.g. STEPS="long_sequence tests"; a step named again runs again, its log and
+# details suffixed _2, _3, ... (STEPS="lm_step lm_step lm_step": three runs on one machine).
 # PYTHON (default python3) must have torch with CUDA and the package importable.
 set -uo pipefail
 OUT=${1:-runs/gpu}
 DETAILS=${2:-$OUT}
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-"tests attention attention_fixed lm_step lm_step_compiled diag long_sequence"}
+STEPS=${STEPS:-"tests attention attention_fixed lm_step lm_step_back_to_back lm_step_compiled diag
+long_sequence"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -37,26 +39,33 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log
     "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
 } | tee "$OUT/machine.txt"
 
-for name in $STEPS; do
-    case $name in
-    tests) step tests "${T_TESTS:-170}" "$PY" -m pytest -q -m cuda tests/cuda \
+declare -A RUNS=()
+for base in $STEPS; do
+    RUNS[$base]=$(( ${RUNS[$base]:-0} + 1 ))
+    name=$base
+    (( RUNS[$base] > 1 )) && name="${base}_${RUNS[$base]}"
+    case $base in
+    tests) step "$name" "${T_TESTS:-170}" "$PY" -m pytest -q -m cuda tests/cuda \
         -p no:cacheprovider -o addopts="--import-mode=importlib" -n 4 ;;
-    attention) step attention "${T_ATTN:-60}" "$PY" benchmarks/graded_attention.py \
+    attention) step "$name" "${T_ATTN:-60}" "$PY" benchmarks/graded_attention.py \
         --device cuda --dtype bfloat16 --rounds 15 --no-lm ;;
-    attention_fixed) step attention_fixed "${T_ATTN:-60}" "$PY" benchmarks/graded_attention.py \
+    attention_fixed) step "$name" "${T_ATTN:-60}" "$PY" benchmarks/graded_attention.py \
         --device cuda --dtype bfloat16 --rounds 15 --no-lm --fixed-grades ;;
-    lm_step) step lm_step "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py --device cuda \
-        --dtype bf16 --rounds 15 --out "$DETAILS/lm_step" ;;
-    lm_step_compiled) step lm_step_compiled "${T_LM_COMPILED:-170}" "$PY" \
+    lm_step) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py --device cuda \
+        --dtype bf16 --rounds 15 --out "$DETAILS/$name" ;;
+    lm_step_back_to_back) step "$name" "${T_LM_B2B:-120}" "$PY" \
+        benchmarks/lm_training_step.py --device cuda --dtype bf16 --back-to-back 5 \
+        --rounds 8 --out "$DETAILS/$name" ;;
+    lm_step_compiled) step "$name" "${T_LM_COMPILED:-170}" "$PY" \
         benchmarks/lm_training_step.py --device cuda --dtype bf16 --compile --no-hf \
-        --models ungraded LGT EGT --rounds 15 --out "$DETAILS/lm_step_compiled" ;;
-    diag) step diag "${T_DIAG:-120}" "$PY" benchmarks/gpu_diagnostics.py ;;
-    long_sequence) step long_sequence "${T_LONG:-100}" "$PY" benchmarks/long_sequence.py \
+        --models ungraded LGT EGT --rounds 15 --out "$DETAILS/$name" ;;
+    diag) step "$name" "${T_DIAG:-120}" "$PY" benchmarks/gpu_diagnostics.py ;;
+    long_sequence) step "$name" "${T_LONG:-100}" "$PY" benchmarks/long_sequence.py \
         --device cuda --dtype bfloat16 --heads 8 --lengths 4096 8192 16384 32768 65536 \
-        --dense-max-len 65536 --max-seconds 5 --error-seeds 1 --out "$DETAILS/long_sequence" \
+        --dense-max-len 65536 --max-seconds 5 --error-seeds 1 --out "$DETAILS/$name" \
         --backends full chunked sliding_window dilated block_sparse bigbird linear performer \
         linformer lsh ;;
-    *) echo "unknown step $name (expected: tests attention attention_fixed lm_step" \
-        "lm_step_compiled diag long_sequence)"; exit 2 ;;
+    *) echo "unknown step $base (expected: tests attention attention_fixed lm_step" \
+        "lm_step_back_to_back lm_step_compiled diag long_sequence)"; exit 2 ;;
     esac
 done

@@ -15,9 +15,19 @@ ungraded one's and its tokens/s over Hugging Face's, and on CUDA the peak memory
 above the parameters and optimizer states. Writes ``results.json`` and ``report.md`` to
 ``--out``.
 
+Each timed call is one step, synchronised with the GPU before and after it: the step's own
+latency, host work included. ``--back-to-back K`` times K steps per call instead, with nothing
+between them, as a training loop runs that reads its loss only every K steps: the host queues
+step n + 1 while the GPU computes step n, so host work the GPU outpaces is hidden. The token
+ids are checked once before the timing and the steps run inside
+``graded.checks.checked_inputs`` (nothing in them waits for the GPU); the time per step is the
+call's over K.
+
     python benchmarks/lm_training_step.py --device cuda --dtype bfloat16 --out runs/lm_step
     python benchmarks/lm_training_step.py --device cuda --dtype bfloat16 --compile \\
         --out runs/lm_step_compiled
+    python benchmarks/lm_training_step.py --device cuda --dtype bfloat16 --back-to-back 5 \
+        --no-hf --out runs/lm_step_back_to_back
     python benchmarks/lm_training_step.py --quick     # a tiny shape on the CPU, seconds
 """
 
@@ -44,6 +54,7 @@ from _timing import (
 )
 
 from graded import TransformerConfig, TransformerLM
+from graded.checks import check_token_ids, checked_inputs
 
 # arm -> (grading, learnable grades)
 GRADINGS = {"ungraded": (None, False), "LGT": ("linear", True), "EGT": ("exponential", True),
@@ -104,6 +115,15 @@ def logits_of(model: torch.nn.Module, compile: bool):
     return lambda ids: forward(input_ids=ids).logits  # a Hugging Face causal LM
 
 
+def back_to_back(step: TrainingStep, k: int):
+    """``k`` steps in a row inside ``checked_inputs`` (the ids were checked once)."""
+    def steps() -> None:
+        with checked_inputs():
+            for _ in range(k):
+                step()
+    return steps
+
+
 def run(args: argparse.Namespace) -> dict:
     device, dtype = device_and_dtype(args)
     models = build(args, device)
@@ -113,7 +133,12 @@ def run(args: argparse.Namespace) -> dict:
     for name, model in models.items():
         steps[name] = TrainingStep(logits_of(model, args.compile), model.parameters(), x,
                                    dtype=dtype)
-    times = interleaved(steps, rounds=args.rounds, warmup=args.warmup, device=device)
+    k = args.back_to_back
+    calls = steps if k == 1 else {name: back_to_back(step, k) for name, step in steps.items()}
+    if k > 1:
+        check_token_ids(x, args.vocab)
+    times = interleaved(calls, rounds=args.rounds, warmup=args.warmup, device=device)
+    times = {name: t / k for name, t in times.items()}
     tokens = args.batch * args.seq_len
     results = {}
     for name, model in models.items():
@@ -133,7 +158,8 @@ def run(args: argparse.Namespace) -> dict:
         "shape": {"d_model": args.d_model, "layers": args.layers, "heads": args.heads,
                   "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab},
         "device": str(device), "dtype": dtype_name(dtype), "compile": args.compile,
-        "rounds": args.rounds, "warmup": args.warmup, "machine": machine(device),
+        "rounds": args.rounds, "warmup": args.warmup, "back_to_back": args.back_to_back,
+        "machine": machine(device),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "hf_attention": None if hf is None else hf.config._attn_implementation,
         "hf_skipped": None if hf is not None else (
@@ -159,7 +185,8 @@ def report(res: dict) -> str:
         "",
         f"{res['device']}, {res['dtype']}{' (autocast)' if res['dtype'] != 'float32' else ''}"
         f"{', torch.compile' if res['compile'] else ''}; median of {res['rounds']} interleaved "
-        f"rounds after {res['warmup']} warm-up steps; {res['machine']}. {hf}",
+        f"rounds after {res['warmup']} warm-up calls; {_per_call(res.get('back_to_back', 1))}; "
+        f"{res['machine']}. {hf}",
         "",
         table(["model", "params (M)", "ms/step", "tokens/s", "time / ungraded",
                "tokens/s / HF", "peak MiB"], rows),
@@ -169,6 +196,13 @@ def report(res: dict) -> str:
         "activations, temporaries.",
         "",
     ])
+
+
+def _per_call(k: int) -> str:
+    if k == 1:
+        return "one step per call, synchronised with the device before and after"
+    return (f"{k} steps back to back per call (synchronised only around the call, inputs "
+            "checked once), time per step = call / " + str(k))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -184,6 +218,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=10, help="timed rounds per model")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
+    p.add_argument("--back-to-back", type=int, default=1, metavar="K",
+                   help="time K steps per call with nothing between them (default 1: one "
+                   "step, synchronised before and after)")
     p.add_argument("--models", nargs="+", default=list(GRADINGS), choices=list(GRADINGS),
                    metavar="ARM", help=f"our arms to time (default all: {', '.join(GRADINGS)}); "
                    "the ungraded one is always timed")
@@ -192,6 +229,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))
     add_device_options(p, "autocast dtype of the forward passes (float32: none)")
     args = p.parse_args(argv)
+    if args.back_to_back < 1:
+        p.error(f"--back-to-back must be at least 1, got {args.back_to_back}")
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)

@@ -80,3 +80,24 @@ def test_lm_training_step_times_every_model_in_one_run_at_the_shape_asked(tmp_pa
     if has_hf:  # the same architecture: as many parameters as the ungraded model
         assert models["HF GPT-2"]["params"] == models["ungraded"]["params"]
     assert "| LGT |" in (tmp_path / "lm" / "report.md").read_text()
+
+
+def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp_path):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import lm_training_step
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    from graded.checks import inputs_checked
+
+    seen = []
+    lm_training_step.back_to_back(lambda: seen.append(inputs_checked()), 3)()
+    assert seen == [True, True, True]  # k steps, each inside checked_inputs
+    run_benchmark("lm_training_step", ["--quick", "--back-to-back", "2", "--rounds", "2",
+                                       "--no-hf", "--out", str(tmp_path / "lm")], tmp_path)
+    res = json.loads((tmp_path / "lm" / "results.json").read_text())
+    assert res["back_to_back"] == 2
+    assert "2 steps back to back per call" in (tmp_path / "lm" / "report.md").read_text()
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "lm_training_step.py"),
+                          "--back-to-back", "0"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "--back-to-back must be at least 1, got 0" in bad.stderr

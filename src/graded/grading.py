@@ -62,6 +62,7 @@ __all__ = [
     "activation_grading",
     "as_grade_tensor",
     "batched_scales",
+    "folds_rows",
     "graded_linear",
     "is_diagonal",
     "shared_scales",
@@ -147,10 +148,15 @@ def straight_through_floor(x: Tensor, floor: float) -> Tensor:
     return x - below.clamp(max=0.0)
 
 
+def folds_rows(weight: Tensor, x: Tensor) -> bool:
+    """Whether :func:`graded_linear` folds a grading of the outputs into the rows of
+    ``weight`` (out × in) for the inputs ``x`` (…, in): when in ≤ the number of rows of x."""
+    return weight.shape[1] <= (x.numel() // x.shape[-1] if x.shape[-1] else 0)
+
+
 def graded_linear(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, *, out_scales: Tensor | None = None,
     in_scales: Tensor | None = None,
-    folded: Callable[[], tuple[Tensor, Tensor | None]] | None = None,
 ) -> Tensor:
     """``F.linear`` with a diagonal grading on either side: (W (in_scales·x) + b)·out_scales.
 
@@ -159,9 +165,9 @@ def graded_linear(
     weight (out × in) has no more entries than the N rows of activations it would scale
     (N × out after the map, N × in before it), i.e. when in ≤ N, resp. out ≤ N. Otherwise (a
     decoding step, a vocabulary wider than the batch) the activations are scaled. Both forms
-    are the same map and differentiate the same way, up to rounding. ``folded``, with
-    ``out_scales``, returns (diag(out_scales) W, out_scales·b) computed elsewhere (for several
-    maps at once: :class:`FoldedLinears`); it is called only where out_scales is folded.
+    are the same map and differentiate the same way, up to rounding. :func:`folds_rows` says
+    which form a call takes for out_scales; where it folds, a model may compute the folded
+    weights of several layers at once (:class:`FoldedLinears`) and call ``F.linear``.
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     w, b = weight, bias
@@ -172,12 +178,8 @@ def graded_linear(
             x = x * in_scales.to(x.dtype)
     after = out_scales
     if out_scales is not None and weight.shape[1] <= rows:
-        if folded is not None and in_scales is None:
-            w, b = folded()
-        else:
-            s = out_scales.to(w.dtype)
-            w, b = s[:, None] * w, None if b is None else s * b
-        after = None
+        s = out_scales.to(w.dtype)
+        w, b, after = s[:, None] * w, None if b is None else s * b, None
     y = F.linear(x, w, b)
     return y if after is None else y * after.to(y.dtype)
 

@@ -120,6 +120,32 @@ def test_a_model_folding_its_layers_together_gives_the_same_logits_and_gradients
     assert ops_b["_foreach_mul"] == 4 and "_foreach_mul" not in ops_u
 
 
+@pytest.mark.parametrize("options", [
+    dict(grade_attention_variant="scores"), dict(grade_attention_variant="values"),
+    dict(grade_attention_variant="queries_keys", grades_per_head=True),
+    dict(grade_attention_variant="multi_head"),
+    dict(grade_attention_variant="values", positional="rope"),
+    dict(grading="exponential", grade_attention_variant="multi_head"),
+    dict(grading="exponential", positional="rope")])
+def test_every_attention_variant_folds_its_rows_together_exactly(options):
+    """Which of q, k, v are folded (rotary positions keep q and k out: with the default
+    queries_keys variant no attention layer folds) and per-head grades change the packed
+    rows that the layers build together."""
+    options = {"grading": "linear", **options}
+    model = lm(options.pop("grading"), True, **options)
+    lb, gb, ops_b = run(model, True)
+    lu, gu, ops_u = run(model, False)
+    torch.testing.assert_close(lb, lu, rtol=0, atol=0)
+    for name in gb:
+        torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
+    attention_folds = any(m.packs_folded_rows() for m in model.grading_plan.self_attention)
+    assert attention_folds == (options.get("positional") != "rope"
+                               or options.get("grade_attention_variant") == "values")
+    assert ops_b["_foreach_mul"] == (4 if attention_folds else 2)
+    if attention_folds:
+        assert ops_b.get("cat", 0) < ops_u["cat"]  # the rows of all layers in one cat
+
+
 def test_short_inputs_scale_the_activations_and_fold_nothing():
     """A decoding step (fewer rows than d_model) grades the activations, as layer by layer."""
     model = lm("linear", True).eval()

@@ -53,7 +53,7 @@ it "distinct grade tuples per head", the property we keep): grades must have sha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -69,6 +69,7 @@ __all__ = [
     "grade_heads",
     "graded_parts",
     "make_grading",
+    "packed_rows_together",
 ]
 
 VARIANTS = ("scores", "queries_keys", "values", "multi_head")
@@ -239,6 +240,13 @@ class GradedMultiheadAttention(MultiheadAttention):
         return (bool(self.folded_parts) and self._qkv_same_embed_dim and not self.shared_qk
                 and self.num_kv_heads == self.num_heads)
 
+    def _rows_signature(self) -> tuple:
+        """What layers must share for :func:`packed_rows_together` to build their rows in one
+        chain: structure, the folded parts, and the scales' shape, dtype and device."""
+        g = self.grading.grades
+        return (self.variant, self.folded_parts, self.num_heads, self.num_kv_heads,
+                self.head_dim, self.in_proj_weight.dtype, g.shape, g.dtype, g.device)
+
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The grading of the parts not folded into the projection, on the activations."""
         folded = self.folded_parts
@@ -249,6 +257,34 @@ class GradedMultiheadAttention(MultiheadAttention):
     def extra_repr(self) -> str:
         return (f"variant={self.variant!r}, fold_grading={self.fold_grading}, "
                 f"qk_rotated={self.qk_rotated}")
+
+
+def packed_rows_together(layers: Sequence[GradedMultiheadAttention]) -> list[Tensor]:
+    """The packed row scales of each layer (its ``_packed_row_scales`` of its
+    ``projection_scales``), built in one chain of operators when the layers are alike and
+    their scales learnable (each layer's are new tensors every pass): the scales stacked, the
+    rows of all layers in one concatenation, each layer's a view. The same values, the same
+    gradients to the grades. Otherwise (fixed scales are kept by each layer) layer by
+    layer."""
+    first = layers[0]
+    signature = first._rows_signature()
+    scales = [m.grading.scales() for m in layers]
+    if (len(layers) < 2 or not all(s.requires_grad for s in scales)
+            or any(m._rows_signature() != signature for m in layers)):
+        return [m._packed_row_scales(m.projection_scales()) for m in layers]
+    dtype = first.in_proj_weight.dtype
+    m = torch.stack(scales).to(dtype)  # (L, head_dim) shared, (L, heads, head_dim) per head
+    n, d = len(layers), first.head_dim
+    one = m.new_ones(())
+    blocks = []
+    for part, rows in zip("qkv", first._proj_rows, strict=True):
+        heads = rows // d
+        if part in first.folded_parts:
+            blocks.append(m.unsqueeze(1).expand(n, heads, d) if m.dim() == 2
+                          else m.expand(n, heads, d))
+        else:
+            blocks.append(one.expand(n, heads, d))
+    return list(torch.cat(blocks, dim=1).reshape(n, -1).unbind(0))
 
 
 def _tolerate_missing_grading(module: nn.Module, keys: Any) -> None:

@@ -29,7 +29,7 @@ from graded.attention.functional import (
     to_additive_mask,
 )
 from graded.attention.scores import ScaledDotScore, Score, make_score
-from graded.grading import graded_linear
+from graded.grading import folds_rows, graded_linear
 
 __all__ = ["MultiheadAttention"]
 
@@ -222,8 +222,8 @@ class MultiheadAttention(nn.Module):
         e, kv = self.embed_dim, self.kv_dim
         b = self.in_proj_bias
         held = self.__dict__.get("_held_fold")  # the packed weight folded with other layers'
-        if held is not None and query is key and key is value and (
-                e <= query.numel() // e):  # where graded_linear folds: e ≤ rows
+        if (held is not None and query is key and key is value
+                and folds_rows(self.in_proj_weight, query)):
             return self._packed_heads(F.linear(query, *held()))
         s_q, s_k, s_v = self.projection_scales()
         if self.shared_qk:

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from graded.attention.backends import check_capability, decodes_with_state
 from graded.attention.graded import GradedMultiheadAttention
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import GradingMap
+from graded.grading import GradingMap, folds_rows
 from graded.positional import RotaryEmbedding
 from graded.transformer.cache import LayerCache
 from graded.transformer.config import TransformerConfig
@@ -97,7 +97,7 @@ class AttentionSublayer(nn.Module):
         self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
                                    cross=cross, qk_rotated=use_rope)
         if plan is not None and not cross:
-            plan.folding_layers.append(self.attn)
+            plan.self_attention.append(self.attn)
         self.rotary = (RotaryEmbedding(config.head_dim, base=config.rope_base) if use_rope
                        else None)
 
@@ -187,7 +187,7 @@ class FeedForwardSublayer(nn.Module):
         self.per_token = per_token(self.grading)
         self.fold_grading = config.fold_grading
         if plan is not None:
-            plan.folding_layers.append(self)
+            plan.ffn_sublayers.append(self)
 
     def forward(self, x: Tensor, token_scales: Tensor | None = None) -> Tensor:
         """Fnn(x), graded; ``token_scales`` (B, T, d) are the per-token M_{q_i} when this stage
@@ -196,8 +196,15 @@ class FeedForwardSublayer(nn.Module):
         if grading is None:
             y = self.ffn(x)
             return self.grading(y, token_scales) if self.per_token else self.grading(y)
-        y = self.ffn(x, out_scales=grading.scales(), folded=self.__dict__.get("_held_fold"))
-        return self.grading(y, token_scales, folded=True)  # a GradedFeatures (ffn_stage)
+        held = self.__dict__.get("_held_fold")  # folded with other layers'
+        if held is not None and folds_rows(self.ffn.fc_out.weight, x):
+            y = self.ffn(x, folded=held)
+        else:
+            y = self.ffn(x, out_scales=grading.scales())
+        stage = self.grading  # a GradedFeatures (ffn_stage): what remains after the fold
+        if not (self.per_token or stage.normalize):
+            return y
+        return stage(y, token_scales, folded=True)
 
     def folded_output(self) -> tuple[nn.Linear, GradingMap] | None:
         """The output layer and the grading folded into its rows, or None where there is no

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graded.attention.graded import PER_HEAD_VARIANTS, make_grading
+from graded.attention.graded import PER_HEAD_VARIANTS, make_grading, packed_rows_together
 from graded.grading import (
     ExponentialGrading,
     FoldedLinears,
@@ -224,8 +224,10 @@ class GradingPlan:
             self.inputs = self.feature
         self.heads: list[GradingMap] = []
         # the self-attention layers and feed-forward sublayers built with this plan, in model
-        # order: what may fold a grading into a linear map (the owner folds them together)
-        self.folding_layers: list[nn.Module] = []
+        # order: where a grading may be folded into a linear map (the owner folds them
+        # together, _hold_folds)
+        self.self_attention: list[nn.Module] = []
+        self.ffn_sublayers: list[nn.Module] = []
         self.token: GradingMap | None = None
         if config.token_grading:
             d = config.d_model
@@ -361,25 +363,23 @@ def _hold_plan_scales(module: nn.Module, args: Any) -> None:
             for g, v in zip(heads, values, strict=True):
                 g._hold_given_scales(v)
             module.__dict__["_holds_head_scales"] = True
-    module.__dict__["_held_folds"] = _hold_folds(module.grading_plan.folding_layers)
+    module.__dict__["_held_folds"] = _hold_folds(module.grading_plan)
 
 
-def _hold_folds(layers: list[nn.Module]) -> list[nn.Module]:
+def _hold_folds(plan: GradingPlan) -> list[nn.Module]:
     """Give each layer that folds a grading into a linear map a ``_held_fold``: its folded
     weight and bias, computed for all such layers of a kind together when the first is asked
     for (:class:`graded.grading.FoldedLinears`): the packed projections of the
-    self-attention layers (:meth:`~graded.attention.GradedMultiheadAttention.packs_folded_rows`)
+    self-attention layers (:meth:`~graded.attention.GradedMultiheadAttention.packs_folded_rows`,
+    their row scales built together, :func:`~graded.attention.graded.packed_rows_together`)
     and the output layers of the feed-forward sublayers (``folded_output``). Returns the
     layers given one."""
-    attention = [m for m in layers
-                 if getattr(m, "packs_folded_rows", None) and m.packs_folded_rows()]
-    outputs = [(m, fold) for m in layers
-               if getattr(m, "folded_output", None) and (fold := m.folded_output()) is not None]
+    attention = [m for m in plan.self_attention if m.packs_folded_rows()]
+    outputs = [(m, fold) for m in plan.ffn_sublayers if (fold := m.folded_output()) is not None]
     held: list[nn.Module] = []
     if len(attention) > 1:
-        batch = FoldedLinears(
-            [(m.in_proj_weight, m.in_proj_bias) for m in attention],
-            lambda: [m._packed_row_scales(m.projection_scales()) for m in attention])
+        batch = FoldedLinears([(m.in_proj_weight, m.in_proj_bias) for m in attention],
+                              lambda: packed_rows_together(attention))
         held += _give_folds(attention, batch)
     if len(outputs) > 1:
         batch = FoldedLinears([(lin.weight, lin.bias) for _, (lin, _) in outputs],

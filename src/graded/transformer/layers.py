@@ -48,14 +48,17 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, out_scales: Tensor | None = None, *,
                 folded: Callable[[], tuple[Tensor, Tensor | None]] | None = None) -> Tensor:
         """Fnn(x); with ``out_scales`` m, m·Fnn(x), m folded into the output layer
-        (:func:`graded.grading.graded_linear`, which takes ``folded``)."""
+        (:func:`graded.grading.graded_linear`); with ``folded``, the output layer's weight and
+        bias with m folded in already (computed with other layers')."""
         h = self.fc_in(x)
         if self.fc_gate is None:
             h = _ELEMENTWISE[self.activation](h)
         else:
             h = F.silu(h) * self.fc_gate(x)
+        if folded is not None:
+            return F.linear(self.dropout(h), *folded())
         return graded_linear(self.dropout(h), self.fc_out.weight, self.fc_out.bias,
-                             out_scales=out_scales, folded=folded)
+                             out_scales=out_scales)
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:

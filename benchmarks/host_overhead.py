@@ -1,0 +1,111 @@
+"""Host work of grading: an LM's forward pass and training step at a tiny shape on the CPU.
+
+On a GPU an eager forward pass of GPT-2 small's shape is host-bound: the device finishes each
+kernel before the host has issued the next one, so the Python, dispatcher and launch work of
+grading's extra operators is paid in full (docs/gpu.md). At a tiny shape on the CPU the
+arithmetic costs next to nothing and a pass's time is that host work, so this measures it
+without a GPU: ``TransformerLM`` with 12 layers, d_model 32, 4 heads, feed-forward width 128,
+B = 2, T = 64 (128 rows: every grading folds into its weights, as at the full shape), float32,
+one thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed as the
+median of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the ATen operators
+of one forward pass (each one a kernel launch on a GPU, views excepted).
+
+    python benchmarks/host_overhead.py
+    python benchmarks/host_overhead.py --quick     # fewer rounds, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import interleaved, machine, table
+
+from graded import TransformerConfig, TransformerLM
+
+SHAPE = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=12, d_ff=128, max_len=64,
+             dropout=0.0, positional="learned")
+ARMS = {"ungraded": {}, "LGT": dict(grading="linear", learnable_grades=True),
+        "EGT": dict(grading="exponential", learnable_grades=True),
+        "LGT fixed": dict(grading="linear", learnable_grades=False),
+        "EGT fixed": dict(grading="exponential", learnable_grades=False)}
+VIEWS = {"view", "t", "select", "expand", "unsqueeze", "permute", "transpose", "detach",
+         "unbind", "_unsafe_view", "reshape", "slice", "split", "alias"}
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in VIEWS:
+            self.kernels += 1
+        return func(*args, **(kwargs or {}))
+
+
+def build(batch: int, length: int) -> tuple[dict, dict, dict]:
+    x = torch.randint(0, SHAPE["vocab_size"], (batch, length + 1),
+                      generator=torch.Generator().manual_seed(0))
+    forwards, steps, kernels = {}, {}, {}
+    for name, extra in ARMS.items():
+        torch.manual_seed(0)
+        if extra:
+            extra = dict(extra, grade_init="warm_start", grade_init_value=0.01)
+        model = TransformerLM(TransformerConfig(**SHAPE, **extra)).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def forward(model=model) -> torch.Tensor:
+            return model(x[:, :-1])
+
+        def step(model=model, opt=opt, forward=forward) -> None:
+            opt.zero_grad(set_to_none=True)
+            logits = forward()
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()).backward()
+            opt.step()
+
+        step()
+        with _CountOps() as count:
+            forward()
+        forwards[name], steps[name], kernels[name] = forward, step, count.kernels
+    return forwards, steps, kernels
+
+
+def repeat(fn, calls: int):
+    def run() -> None:
+        for _ in range(calls):
+            fn()
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--calls", type=int, default=5, help="calls per timed round")
+    p.add_argument("--quick", action="store_true", help="5 rounds of 2 calls")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.calls = 5, 2
+    torch.set_num_threads(1)
+    forwards, steps, kernels = build(batch=2, length=SHAPE["max_len"])
+    fwd = interleaved({n: repeat(f, args.calls) for n, f in forwards.items()},
+                      rounds=args.rounds, warmup=2)
+    stp = interleaved({n: repeat(f, args.calls) for n, f in steps.items()},
+                      rounds=args.rounds, warmup=2)
+    rows = [[name, str(kernels[name]), f"{fwd[name] / args.calls * 1e3:.2f}",
+             f"{fwd[name] / fwd['ungraded']:.3f}", f"{stp[name] / args.calls * 1e3:.2f}",
+             f"{stp[name] / stp['ungraded']:.3f}"] for name in ARMS]
+    print(f"# Host work of grading: TransformerLM, 12 layers, d_model 32, B=2, T=64, float32, "
+          f"one CPU thread; median of {args.rounds} interleaved rounds of {args.calls} calls; "
+          f"{machine(torch.device('cpu'))}\n")
+    print(table(["model", "operators / forward", "forward ms", "forward / ungraded",
+                 "step ms", "step / ungraded"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -268,10 +268,10 @@ def packed_rows_together(layers: Sequence[GradedMultiheadAttention]) -> list[Ten
     layer."""
     first = layers[0]
     signature = first._rows_signature()
-    scales = [m.grading.scales() for m in layers]
-    if (len(layers) < 2 or not all(s.requires_grad for s in scales)
+    if (len(layers) < 2 or not all(m.grading.grades.requires_grad for m in layers)
             or any(m._rows_signature() != signature for m in layers)):
         return [m._packed_row_scales(m.projection_scales()) for m in layers]
+    scales = [m.grading.scales() for m in layers]
     dtype = first.in_proj_weight.dtype
     m = torch.stack(scales).to(dtype)  # (L, head_dim) shared, (L, heads, head_dim) per head
     n, d = len(layers), first.head_dim

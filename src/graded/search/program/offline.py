@@ -30,7 +30,7 @@ import copy
 
 import numpy as np
 
-from graded.search.program.program import Program
+from graded.search.program.program import Program, parse_python
 
 __all__ = ["OPERATORS", "OfflineProposer"]
 
@@ -142,9 +142,9 @@ class OfflineProposer:
                 blocks = list(best.blocks)
                 blocks[b] = other.blocks[b]
                 return Program(tuple(blocks))
-            tree = self._crossover(ast.parse(best.blocks[b]), ast.parse(other.blocks[b]))
+            tree = self._crossover(parse_python(best.blocks[b]), parse_python(other.blocks[b]))
         else:
-            tree = ast.parse(best.blocks[b])
+            tree = parse_python(best.blocks[b])
             tree = getattr(self, f"_{op}")(tree)
         if tree is None:
             return None

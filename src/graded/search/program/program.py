@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,12 +29,24 @@ __all__ = [
     "Skeleton",
     "block_functions",
     "check_program",
+    "parse_python",
     "parse_skeleton",
     "rename_function",
 ]
 
 START = "# EVOLVE-BLOCK-START"
 END = "# EVOLVE-BLOCK-END"
+
+# CPython 3.11 keeps the depth counter of its AST conversion in interpreter-wide state, so
+# ast.parse in two threads at once can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905); the search parses in its evaluation and proposer threads
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """``ast.parse(source)``, one thread at a time (the search parses from several)."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 
 @dataclass(frozen=True)
@@ -168,7 +181,7 @@ def check_program(source: str | Mapping[str, str]) -> str | None:
                 return f"{name}: {reason}"
         return None
     try:
-        ast.parse(source)
+        parse_python(source)
     except SyntaxError as e:
         return f"SyntaxError: {e.msg} (line {e.lineno})"
     except ValueError as e:  # e.g. null bytes
@@ -178,13 +191,13 @@ def check_program(source: str | Mapping[str, str]) -> str | None:
 
 def block_functions(block: str) -> list[str]:
     """Names of the top-level functions a block defines."""
-    tree = ast.parse(block)
+    tree = parse_python(block)
     return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def rename_function(block: str, old: str, new: str) -> str:
     """``block`` with its function ``old`` (definition and recursive calls) renamed ``new``."""
-    tree = ast.parse(block)
+    tree = parse_python(block)
 
     class Rename(ast.NodeTransformer):
         def visit_FunctionDef(self, node):

@@ -74,8 +74,9 @@ def inputs_checked() -> bool:
 
 @contextlib.contextmanager
 def checked_inputs() -> Iterator[None]:
-    """Inside the block, models and encodings take the values of their token ids and
-    positions as checked: they check dtypes and shapes, but read no values. Reading values
+    """Inside the block, models and encodings take the values of their token ids, positions
+    and token grades as checked, and a padding mask as it is given (not read to see whether
+    it masks anything): they check dtypes and shapes, but read no values. Reading values
     is a host–device synchronisation on a GPU; a model checks its inputs once at its entry
     and runs its layers in this block (a rotary embedding in every layer would read its
     positions again), and the trainer, which checks its data sets once on the host, runs

@@ -176,3 +176,21 @@ def test_causal_attention_on_the_fused_path_builds_no_mask():
     # a shorter query block (a cache) still gets the bottom-right causal mask
     out, _ = attention(q[:, :, 3:], k, v, is_causal=True)
     torch.testing.assert_close(out, ref[:, :, 3:])
+
+
+def test_inside_the_block_padding_and_token_grades_are_not_read_either():
+    cfg = TransformerConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=2, max_len=8,
+                            grading="exponential", token_grading=True)
+    torch.manual_seed(0)
+    model = TransformerLM(cfg)
+    pad = torch.zeros(2, 8, dtype=torch.bool)
+    grades = torch.rand(2, 8)
+    outside = reads_of(lambda: model(IDS, pad, token_grades=grades))
+    assert outside >= 3  # ids, the padding (to drop an empty mask), the token grades
+    with checked_inputs():
+        assert reads_of(lambda: model(IDS, pad, token_grades=grades)) == 0
+        # the mask is kept as given: the same logits as without it
+        torch.testing.assert_close(model(IDS, pad, token_grades=grades),
+                                   model(IDS, token_grades=grades))
+    with pytest.raises(ValueError, match=r"token_grades must be finite and >= 0"):
+        model(IDS, token_grades=-grades)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.backends import decodes_with_state
-from graded.checks import check_token_ids, checked_inputs
+from graded.checks import check_token_ids, checked_inputs, inputs_checked
 from graded.grading import graded_linear
 from graded.positional import (
     TABLE_POSITIONAL,
@@ -250,8 +250,9 @@ class TransformerStack(nn.Module):
             if kpm is None:
                 kpm = torch.zeros(positions.shape, dtype=torch.bool, device=x.device)
             key_positions, kpm = cache.extend(positions, kpm, history=self.needs_history)
-        if kpm is not None and not torch.compiler.is_compiling() and not bool(kpm.any()):
-            kpm = None  # no padding: the fused kernel's mask-free path (eager only)
+        if (kpm is not None and not torch.compiler.is_compiling() and not inputs_checked()
+                and not bool(kpm.any())):
+            kpm = None  # no padding: the fused kernel's mask-free path (eager, values read)
         bias = self.alibi(positions, key_positions) if self.alibi is not None else None
         weights = []
         for i, block in enumerate(self.blocks):

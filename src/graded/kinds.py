@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graded.checks import value_range
 from graded.evaluation import baselines as B
 from graded.evaluation.metrics import compute_metric
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
@@ -83,14 +84,15 @@ class MorphicModel(Protocol):
 
 @dataclass
 class LossSum:
-    """A loss summed over ``count`` items (tokens, rows or elements) and extra float metrics.
+    """A loss summed over ``count`` items (tokens, rows or elements) and extra metrics (floats,
+    or 0-dim tensors that the trainer reads with others in one transfer).
 
     ``total`` keeps its graph; ``total / count`` is the mean (:attr:`mean`).
     """
 
     total: Tensor
     count: int
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float | Tensor] = field(default_factory=dict)
 
     @property
     def mean(self) -> Tensor:
@@ -133,6 +135,34 @@ class TaskKind:
         if missing:
             raise ValueError(f"a {self.name!r} batch needs keys {list(need)}; "
                              f"missing {missing}, got {sorted(batch)}")
+
+    def check_data(self, model: nn.Module, data: Batch) -> bool:
+        """Check once, on the host, the values ``model`` would check in every forward pass:
+        the token ids of the input keys against its vocabulary, and token grades (finite,
+        ≥ 0); ValueError naming the key and the range found. True when nothing is left to
+        check, so that the steps may run inside :func:`graded.checks.checked_inputs` (no
+        value read, no wait for a GPU); False where the model's vocabulary is unknown."""
+        vocab = _vocabulary(model)
+        checked = True
+        for key in self.input_keys:
+            ids = data.get(key)
+            if ids is None or ids.dtype not in (torch.int64, torch.int32):
+                continue  # features; a missing key fails in check_batch
+            if vocab is None:
+                checked = False
+                continue
+            span = value_range(ids)
+            if span is not None and (span[0] < 0 or span[1] >= vocab):
+                raise ValueError(f"{key!r}: token ids must lie in [0, {vocab}); got range "
+                                 f"[{span[0]}, {span[1]}]")
+        for key in ("token_grades", "decoder_token_grades"):
+            grades = data.get(key)
+            if grades is not None and grades.numel():
+                lo, hi = float(grades.min()), float(grades.max())
+                if not (math.isfinite(lo) and math.isfinite(hi) and lo >= 0):
+                    raise ValueError(f"{key!r} must be finite and >= 0, got values in "
+                                     f"[{lo}, {hi}]")
+        return checked
 
     def count_items(self, batch: Batch) -> int:
         """Input tokens in ``batch``, padding excluded (the tokens/s figure)."""
@@ -455,7 +485,8 @@ class MorphicLM(LM):
         call = model.training_loss if isinstance(model, MorphicModel) else model
         mean, metrics = call(batch["inputs"], batch["targets"], batch.get("key_padding_mask"))
         n = self.loss_count(batch)
-        extra = {k: float(v) for k, v in (metrics or {}).items() if k != "loss"}
+        extra = {k: v.detach() if isinstance(v, Tensor) else float(v)  # read by the trainer
+                 for k, v in (metrics or {}).items() if k != "loss"}
         return LossSum(mean * n, n, extra)
 
 
@@ -482,6 +513,16 @@ def _weighted_sum(per_item: Tensor, weights: Tensor | None, item: str) -> Tensor
         raise ValueError(f"loss weights of shape {tuple(weights.shape)}; expected one per "
                          f"{item}, {tuple(per_item.shape)}")
     return (per_item * weights.to(per_item.dtype)).sum()
+
+
+def _vocabulary(model: nn.Module) -> int | None:
+    """The number of token ids ``model`` embeds (its config's ``vocab_size``, or a morphic
+    model's ``vocab_size``); None for a model over real features or one of unknown kind."""
+    config = getattr(model, "config", None)
+    vocab = getattr(config, "vocab_size", None) if config is not None else None
+    if vocab is None:
+        vocab = getattr(model, "vocab_size", None)
+    return vocab if isinstance(vocab, int) else None
 
 
 def _tokens(x: Tensor, mask: Tensor | None) -> int:

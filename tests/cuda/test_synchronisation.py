@@ -60,3 +60,31 @@ def test_a_checked_training_step_never_waits_for_the_gpu(device, grading, positi
         model(x[:, :-1])
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == (1 if device.type == "cuda" else 0), [str(w.message) for w in syncs]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("grading", ["ungraded", "LGT", "EGT"])
+def test_a_trainer_step_never_waits_for_the_gpu(tmp_path, device, precision, grading):
+    """The trainer's steps (plain AdamW: a graded recipe reads the grades every step to bound
+    their learning rate) read nothing from the device; the values are read at log steps."""
+    from lm_trainers import GRADINGS as TRAINER_GRADINGS
+    from lm_trainers import lm_trainer
+
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        pytest.skip("no bf16 on this GPU")
+    trainer = lm_trainer(tmp_path, device, TRAINER_GRADINGS[grading], precision=precision,
+                         steps=5, log_every=5, eval_every=5)
+    assert trainer.inputs_checked
+    step = trainer._train_step
+    calls = []
+
+    def strict(i: int):
+        calls.append(i)
+        if i == 0:  # the first step creates the optimizer's state
+            return step(i)
+        with sync_mode(device, "error"):
+            return step(i)
+
+    trainer._train_step = strict
+    result = trainer.fit()
+    assert calls == [0, 1, 2, 3, 4] and len(result.losses) == 5

@@ -96,14 +96,14 @@ def sum_across(ctx: DistContext, value: int | float | torch.Tensor) -> int | flo
     return out.item()
 
 
-def sum_values_across(ctx: DistContext, values: dict[str, float]) -> dict[str, float]:
-    """Each value summed over ranks (every rank must hold the same keys)."""
-    if not ctx.distributed or not values:
-        return values
-    keys = sorted(values)
-    out = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=ctx.device)
+def sum_tensor_across(ctx: DistContext, t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed elementwise over ranks (``t`` itself in one process), without reading it
+    on the host."""
+    if not ctx.distributed:
+        return t
+    out = t.detach().clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return dict(zip(keys, out.tolist()))
+    return out
 
 
 def any_across(ctx: DistContext, flag: bool) -> bool:

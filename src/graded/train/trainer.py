@@ -22,6 +22,16 @@ and 7.1 when a graded recipe is chosen):
 5. every ``log_every`` steps log scalars and grades; every ``eval_every`` steps evaluate, keep
    the best checkpoint and apply early stopping.
 
+A step's loss, gradient norm and metrics stay on the device until the trainer needs them: it
+reads every step since its last read in one transfer at a log step, before an evaluation or a
+checkpoint, and at the end (a non-finite loss then raises ``FloatingPointError`` naming its
+step, before anything more is saved). The training data are checked once, when the trainer is
+built (token ids against the model's vocabulary, token grades: ``TaskKind.check_data``), and
+the steps run inside :func:`graded.checks.checked_inputs`. So with plain AdamW a step never
+waits for a GPU, and the host queues the next step while the device computes this one (a
+graded recipe reads the grades every step to bound their learning rate; fp16's gradient scaler
+reads whether the gradients are finite).
+
 Resuming from a checkpoint restores the model, optimiser, scheduler, RNG states and step, so on
 CPU with the same seed the losses after resuming equal those of an uninterrupted run. SIGINT or
 SIGTERM finishes the current step, writes a checkpoint and returns with ``interrupted=True`` and
@@ -44,10 +54,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from graded.checks import checked_inputs
 from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
 from graded.train.checkpoint import CheckpointManager
-from graded.train.data import StepSampler, dataset_size, take
+from graded.train.data import StepSampler, dataset_size
 from graded.train.logging import RunLogger
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
@@ -73,6 +84,20 @@ class TrainResult:
     interrupted: bool = False
     early_stopped: bool = False
     elapsed_s: float = 0.0
+
+
+@dataclass
+class _StepValues:
+    """What an optimizer step leaves on the device, read with others in one transfer
+    (:meth:`Trainer._read`): the trainer waits for the GPU only where it needs the values."""
+
+    step: int  # the global step number, counted from 1
+    total: torch.Tensor  # this rank's summed loss
+    count: int  # the step's items over all ranks
+    grad_norm: torch.Tensor
+    extra: dict[str, torch.Tensor | float]  # the kind's metrics, this rank's share
+    host: dict[str, float]  # known on the host: lr, the recipe's values
+    regularization: torch.Tensor | None
 
 
 class _StopSignal(StopSignals):
@@ -153,6 +178,8 @@ class Trainer:
             self.optimizer, self.opts.schedule, warmup_steps=self.opts.warmup_steps,
             total_steps=self.opts.steps, min_ratio=self.opts.min_lr_ratio,
         )
+        # the training data checked once here: the steps then read no input values
+        self.inputs_checked = self.kind.check_data(self.model, self.train_data)
         self.step_module = D.wrap_model(self.kind.training_module(self.model), self.ctx)
         if self.opts.compile:
             self.step_module = torch.compile(self.step_module)
@@ -245,9 +272,10 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
 
-    def _train_step(self, step: int) -> tuple[float, dict[str, float], int]:
+    def _train_step(self, step: int) -> tuple[_StepValues, int]:
         """One optimizer step; its objective is the mean loss over every item (token, row or
-        element) of the global batch, however it is split into ranks and micro-batches."""
+        element) of the global batch, however it is split into ranks and micro-batches.
+        Returns the step's values, still on the device, and its input items."""
         self.optimizer.zero_grad(set_to_none=True)
         micro = self.sampler.micro_batches(step)
         # the step's item count comes first (it scales every micro-batch's loss); it reads only
@@ -257,17 +285,20 @@ class Trainer:
         count = max(D.sum_across(self.ctx, local), 1)
         scale = self.ctx.world_size / count  # × world_size undoes DDP's mean over ranks
         total = torch.zeros((), device=self.ctx.device)
-        reg_total = 0.0
-        extra: dict[str, float] = {}
+        reg_total = None
+        extra: dict[str, torch.Tensor | float] = {}
         items = 0
         for i, idx in enumerate(micro):
-            batch = take(self.train_data, idx, self.ctx.device)
-            items += self.kind.count_items(batch)
+            host_batch = {name: t[idx] for name, t in self.train_data.items()}
+            items += self.kind.count_items(host_batch)  # on the host: no wait for the device
+            batch = {name: t.to(self.ctx.device, non_blocking=True)
+                     for name, t in host_batch.items()}
             last = i == len(micro) - 1
             sync = contextlib.nullcontext()
             if self.ctx.distributed and not last:
                 sync = self.step_module.no_sync()
-            with sync:
+            trusted = checked_inputs() if self.inputs_checked else contextlib.nullcontext()
+            with sync, trusted:
                 weights = None
                 if self.graded_loss:
                     weights = self.recipe.loss_weights(
@@ -281,7 +312,7 @@ class Trainer:
                 if self.recipe is not None and last:  # a function of the weights: once a step
                     reg = self.recipe.regularization(self.model)
                     objective = objective + reg
-                    reg_total = float(reg.detach())
+                    reg_total = torch.as_tensor(reg).detach()
                 (objective if self.scaler is None else self.scaler.scale(objective)).backward()
             total += part.total.detach()
             for k, v in part.metrics.items():
@@ -290,27 +321,53 @@ class Trainer:
         clip = self.opts.clip_norm if self.opts.clip_norm is not None else float("inf")
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
         if self.scaler is None:
             self.optimizer.step()
         else:  # skips the step when the unscaled gradients are not finite
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.scheduler.step()
-        loss_value = float(D.sum_across(self.ctx, total)) / count
-        extra = D.sum_values_across(self.ctx, extra)
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(
-                f"training loss became {loss_value} at step {step + 1}; lower lr (now "
-                f"{self.opts.lr}) or enable clip_norm"
-            )
-        scalars = {"loss": loss_value, "grad_norm": grad_norm,
-                   "lr": self.optimizer.param_groups[0]["lr"], **extra}
+        host = {"lr": self.optimizer.param_groups[0]["lr"]}
         if self.recipe is not None:
-            scalars["regularization"] = reg_total
-            scalars.update(self.recipe.on_step(self.model, self.optimizer, step + 1,
-                                               self.opts.steps))
-        return loss_value, scalars, items * self.ctx.world_size
+            host.update(self.recipe.on_step(self.model, self.optimizer, step + 1,
+                                            self.opts.steps))
+        values = _StepValues(step + 1, total, count, grad_norm.detach(), extra, host, reg_total)
+        return values, items * self.ctx.world_size
+
+    def _read(self, window: list[_StepValues]) -> list[tuple[float, dict[str, float]]]:
+        """The loss and scalars of each step of ``window``, read in one transfer (the losses
+        and metrics summed over the ranks in one collective); FloatingPointError naming the
+        first step whose loss is not finite."""
+        if not window:
+            return []
+        keys = list(window[0].extra)
+        device = self.ctx.device
+
+        def tensor(v: torch.Tensor | float) -> torch.Tensor:
+            return torch.as_tensor(v, dtype=torch.float32, device=device).detach().reshape(())
+
+        summed = torch.stack([torch.stack([tensor(w.total), *(tensor(w.extra[k]) for k in keys)])
+                              for w in window])
+        summed = D.sum_tensor_across(self.ctx, summed)
+        own = torch.stack([torch.stack([tensor(w.grad_norm), tensor(
+            w.regularization if w.regularization is not None else 0.0)]) for w in window])
+        rows = torch.cat([summed, own], dim=1).tolist()
+        out = []
+        for w, row in zip(window, rows, strict=True):
+            loss = row[0] / w.count
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"training loss became {loss} at step {w.step}; lower lr (now "
+                    f"{self.opts.lr}) or enable clip_norm")
+            scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.host["lr"],
+                       **dict(zip(keys, row[1:1 + len(keys)], strict=True))}
+            if self.recipe is not None:
+                scalars["regularization"] = row[2 + len(keys)]
+            scalars.update({k: v for k, v in w.host.items() if k != "lr"})
+            out.append((loss, scalars))
+        window.clear()
+        return out
 
     def _improved(self, value: float, stopper: dict[str, Any]) -> bool:
         best = stopper.get("best")
@@ -382,6 +439,7 @@ class Trainer:
         bar = _progress(total, start, enabled=main and self.opts.progress)
         began = time.perf_counter()
         tok_window, t_window = 0, time.perf_counter()
+        window: list[_StepValues] = []  # steps whose values are still on the device
         step = start
         saved_at = start if plan is not None else -1
         self.model.train()
@@ -399,11 +457,19 @@ class Trainer:
                     if D.any_across(self.ctx, stop.flag):
                         result.interrupted = True
                         break
-                    loss, scalars, items = self._train_step(step)
+                    values, items = self._train_step(step)
                     step += 1
-                    result.losses.append(loss)
+                    window.append(values)
                     tok_window += items
+                    evaluates = self.eval_data is not None and (
+                        step % self.opts.eval_every == 0 or step == total)
+                    saves = bool(self.opts.checkpoint_every) and (
+                        step % self.opts.checkpoint_every == 0)
+                    if step % self.opts.log_every == 0 or step == total or evaluates or saves:
+                        read = self._read(window)  # the one wait for the device
+                        result.losses += [loss for loss, _ in read]
                     if step % self.opts.log_every == 0 or step == total:
+                        loss, scalars = read[-1]
                         now = time.perf_counter()
                         scalars["tokens_per_s"] = tok_window / max(now - t_window, 1e-9)
                         tok_window, t_window = 0, now
@@ -413,8 +479,7 @@ class Trainer:
                                         tok_s=f"{scalars['tokens_per_s']:.0f}")
                     bar.update(1)
                     paused = time.perf_counter()
-                    if self.eval_data is not None and (step % self.opts.eval_every == 0
-                                                       or step == total):
+                    if evaluates:
                         metrics = self.evaluate()
                         logger.scalars(step, "eval", metrics)
                         result.final_eval = metrics
@@ -437,6 +502,7 @@ class Trainer:
                         result.last_checkpoint = self._save(step, stopper)
                         saved_at = step
                     t_window += time.perf_counter() - paused  # tokens/s excludes eval and I/O
+            result.losses += [loss for loss, _ in self._read(window)]  # before any save
             if saved_at != step:
                 result.last_checkpoint = self._save(step, stopper)
         finally:

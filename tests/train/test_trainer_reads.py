@@ -1,0 +1,130 @@
+"""The trainer reads its steps' values from the device only where it needs them.
+
+A training step leaves its loss, gradient norm and metrics on the device; the trainer reads
+all the steps since the last read in one transfer at a log step, before an evaluation or a
+checkpoint, and at the end (``Trainer._read``), so that on a GPU the host can queue one step
+while the device computes the last. Losses, logs and the error for a non-finite loss are those
+of reading every step; the training data are checked once, at construction, and the steps run
+inside ``graded.checks.checked_inputs``.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from tiny_training import LM_TASKS, OPTIONS, make_lm_trainer, make_trainer
+
+from graded import TransformerConfig
+from graded.checks import inputs_checked
+from graded.kinds import get_kind
+from graded.tasks import get_task
+from graded.train.options import TrainOptions
+from graded.train.trainer import Trainer
+
+
+def train_rows(folder) -> dict[tuple[int, str], float]:
+    """(step, name) -> value of the training scalars in a run's metrics.csv."""
+    with (folder / "metrics.csv").open() as f:
+        return {(int(r["step"]), r["name"]): float(r["value"]) for r in csv.DictReader(f)
+                if r["split"] == "train"}
+
+
+def windows_of(trainer: Trainer) -> list[list[int]]:
+    """Record the steps of every window the trainer reads."""
+    seen: list[list[int]] = []
+    read = trainer._read
+
+    def recording(window):
+        if window:
+            seen.append([w.step for w in window])
+        return read(window)
+
+    trainer._read = recording
+    return seen
+
+
+def test_values_are_read_once_per_window_and_equal_reading_every_step(tmp_path):
+    every = make_lm_trainer(tmp_path / "every", "dyck", log_every=1, eval_every=100)
+    seen_every = windows_of(every)
+    losses_every = every.fit().losses
+    assert seen_every == [[s] for s in range(1, 13)]
+    windowed = make_lm_trainer(tmp_path / "windowed", "dyck", log_every=5, eval_every=4,
+                               checkpoint_every=6)
+    seen = windows_of(windowed)
+    losses = windowed.fit().losses
+    # log steps 5, 10; evaluations 4, 8, 12; checkpoint 6; the end 12
+    assert seen == [[1, 2, 3, 4], [5], [6], [7, 8], [9, 10], [11, 12]]
+    assert losses == losses_every  # the same steps, read later
+    logged = train_rows(tmp_path / "windowed")
+    assert sorted({step for step, name in logged if name == "loss"}) == [5, 10, 12]
+
+
+def test_the_logged_scalars_are_those_of_the_step(tmp_path):
+    a = make_lm_trainer(tmp_path / "a", "dyck", log_every=1, eval_every=100)
+    b = make_lm_trainer(tmp_path / "b", "dyck", log_every=4, eval_every=100)
+    a.fit(), b.fit()
+
+    ra, rb = train_rows(tmp_path / "a"), train_rows(tmp_path / "b")
+    assert sorted({step for step, _ in rb}) == [4, 8, 12]
+    for (step, name), value in rb.items():
+        if name != "tokens_per_s":  # a timing
+            assert value == pytest.approx(ra[step, name], rel=1e-12), (step, name)
+    assert {name for _, name in rb} >= {"loss", "grad_norm", "lr", "tokens_per_s"}
+
+
+def test_a_non_finite_loss_names_its_step_and_saves_nothing_after_it(tmp_path, monkeypatch):
+    trainer = make_lm_trainer(tmp_path / "nan", "dyck", log_every=5, eval_every=100,
+                              checkpoint_every=100)
+    kind_loss = trainer.kind.loss
+    calls = {"n": 0}
+
+    def poisoned(model, batch, **kw):
+        part = kind_loss(model, batch, **kw)
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third step's loss
+            part.total = part.total * float("nan")
+        return part
+
+    monkeypatch.setattr(trainer.kind, "loss", poisoned)
+    with pytest.raises(FloatingPointError, match=r"training loss became nan at step 3"):
+        trainer.fit()
+    assert not any((tmp_path / "nan" / "checkpoints").glob("step-*"))
+
+
+def test_the_steps_of_checked_data_run_inside_checked_inputs(tmp_path):
+    trainer = make_lm_trainer(tmp_path / "lm", "dyck", steps=3, eval_every=100)
+    assert trainer.inputs_checked
+    seen = []
+    forward = trainer.model.forward
+
+    def recording(*args, **kwargs):
+        seen.append(inputs_checked())
+        return forward(*args, **kwargs)
+
+    trainer.model.forward = recording
+    trainer.fit()
+    assert seen and all(seen[:2])  # the training steps; evaluation checks its own inputs
+    # a model of unknown vocabulary checks its own inputs in every step
+    assert not make_trainer(tmp_path / "clf", steps=3).inputs_checked
+
+
+def test_bad_training_data_fail_when_the_trainer_is_built(tmp_path):
+    task = get_task("dyck", **LM_TASKS["dyck"])
+    train, test = task.split("random", 32, 8, seed=1)
+    info = task.info()
+    config = TransformerConfig(vocab_size=info["vocab_size"], d_model=16, n_heads=2,
+                               n_layers=1, d_ff=32, max_len=task.max_len, pad_id=info["pad_id"])
+    kind = get_kind(task.kind)
+    data = dict(train.tensors)
+    data["inputs"] = data["inputs"].clone()
+    data["inputs"][3, 2] = info["vocab_size"] + 4
+    with pytest.raises(ValueError, match=rf"'inputs': token ids must lie in \[0, "
+                                         rf"{info['vocab_size']}\); got range \[0, "
+                                         rf"{info['vocab_size'] + 4}\]"):
+        Trainer(kind.build_model(config, task), data, test.tensors, kind=kind,
+                options=TrainOptions(**OPTIONS), run_dir=tmp_path / "bad")
+    grades = {"token_grades": torch.full(data["inputs"].shape, -1.0)}
+    with pytest.raises(ValueError, match=r"'token_grades' must be finite and >= 0"):
+        kind.check_data(kind.build_model(config, task), {**train.tensors, **grades})

@@ -167,3 +167,49 @@ def test_a_recipe_that_does_not_match_the_model_is_refused():
         get_recipe("lgt-alg5.1").check(ungraded)
     get_recipe("plain").check(ungraded)
     get_recipe("lgt-alg5.1").check(lm("linear"))
+
+
+@pytest.mark.parametrize("name, grading, options", [
+    ("lgt-alg5.1", "linear", {}), ("egt-alg7.1", "exponential", {}),
+    ("egt-alg7.1", "exponential", {"anneal": False})])
+def test_start_step_then_finish_equals_on_step_and_reads_only_when_finished(name, grading,
+                                                                            options,
+                                                                            monkeypatch):
+    """start_step does what needs no value; the returned function reads q_max (and a fixed λ)
+    in one transfer, caps the grade learning rate and logs what on_step logs."""
+    from torch.overrides import TorchFunctionMode
+
+    class Reads(TorchFunctionMode):
+        n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in (torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__float__):
+                Reads.n += 1
+            return func(*args, **(kwargs or {}))
+
+    from graded.grading import ExponentialGrading
+
+    # EGT's overflow warning reads the exponents when λ changes, on the CPU only
+    monkeypatch.setattr(ExponentialGrading, "_check_overflow", lambda self: None)
+    runs = []
+    for split in (False, True):
+        model = lm(grading, grading_base=3.0, grade_init="warm_start", grade_init_value=1.5)
+        recipe = get_recipe(name, **options)
+        opt = torch.optim.AdamW(recipe.param_groups(model, lr=1.0, weight_decay=0.0))
+        if split:
+            Reads.n = 0
+            with Reads():
+                finish = recipe.start_step(model, opt, 4, 10)
+            assert Reads.n == 0  # nothing read yet
+            with Reads():
+                logged = finish()
+            assert Reads.n == 1 and finish() is logged  # one transfer, once
+        else:
+            logged = recipe.on_step(model, opt, 4, 10)
+        lr = [g["lr"] for g in opt.param_groups if g.get("name") == "grades"]
+        runs.append((logged, lr, [g.base.clone() if hasattr(g, "base") else None
+                                  for g in gradings(model).values()]))
+    (a, lr_a, base_a), (b, lr_b, base_b) = runs
+    assert a == b and lr_a == lr_b and lr_a[0] < 1.0  # the bound capped it
+    for x, y in zip(base_a, base_b):
+        assert (x is None and y is None) or torch.equal(x, y)

@@ -666,7 +666,8 @@ class ExponentialGrading(GradingMap):
         b = self._check_base(value, allow_one=True)
         with torch.no_grad():
             self.base.fill_(b)
-        self._check_overflow()
+        if self.base.device.type == "cpu":  # reads the exponents: not on a GPU (as scales())
+            self._check_overflow()
 
     def _validate(self, grades: Tensor) -> None:
         bad = grades < 0

@@ -25,9 +25,10 @@ GRADINGS = {
 }
 
 
-def lm_trainer(run_dir: Path, device: torch.device, grading: dict, **options) -> Trainer:
+def lm_trainer(run_dir: Path, device: torch.device, grading: dict, *,
+               recipe: str | None = None, **options) -> Trainer:
     """tiny_training.make_lm_trainer's model and data with the ``grading`` config options,
-    trained on ``device`` for 6 steps unless ``options`` say otherwise."""
+    trained on ``device`` for 6 steps unless ``options`` say otherwise (with ``recipe``)."""
     task = get_task("dyck", **LM_TASKS["dyck"])
     train, test = task.split("random", 96, 32, seed=1)
     info = task.info()
@@ -38,4 +39,4 @@ def lm_trainer(run_dir: Path, device: torch.device, grading: dict, **options) ->
     kind = get_kind(task.kind)
     opts = TrainOptions(**{**OPTIONS, "device": str(device), "steps": 6, **options})
     return Trainer(kind.build_model(config, task), train.tensors, test.tensors, kind=kind,
-                   options=opts, run_dir=run_dir, seed=0)
+                   options=opts, run_dir=run_dir, seed=0, recipe=recipe)

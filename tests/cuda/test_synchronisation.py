@@ -88,3 +88,33 @@ def test_a_trainer_step_never_waits_for_the_gpu(tmp_path, device, precision, gra
     trainer._train_step = strict
     result = trainer.fit()
     assert calls == [0, 1, 2, 3, 4] and len(result.losses) == 5
+
+
+@pytest.mark.parametrize("grading, recipe", [("LGT", "lgt-alg5.1"), ("EGT", "egt-alg7.1")])
+def test_a_graded_recipe_step_reads_its_bound_without_draining_the_gpu(tmp_path, device,
+                                                                        grading, recipe):
+    """A graded recipe bounds the grades' learning rate by q_max after every step: the value
+    is copied to the host without waiting and read before the next optimizer step (an event
+    wait, for work the device has long finished): at most one wait per step, and no copy that
+    synchronises."""
+    from lm_trainers import GRADINGS as TRAINER_GRADINGS
+    from lm_trainers import lm_trainer
+
+    trainer = lm_trainer(tmp_path, device, TRAINER_GRADINGS[grading], recipe=recipe, steps=5,
+                         log_every=5, eval_every=5)
+    assert any(g.get("name") == "grades" for g in trainer.optimizer.param_groups)
+    step = trainer._train_step
+    waits = []
+
+    def counted(i: int):
+        if i == 0:
+            return step(i)
+        with sync_mode(device, "warn"), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = step(i)
+        waits.append(sum("synchroniz" in str(w.message) for w in caught))
+        return out
+
+    trainer._train_step = counted
+    result = trainer.fit()
+    assert len(result.losses) == 5 and all(n <= 1 for n in waits), waits

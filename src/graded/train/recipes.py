@@ -54,6 +54,7 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -235,32 +236,62 @@ class Recipe:
     ) -> dict[str, float]:
         """Prepare optimizer step ``step + 1`` (``step`` steps are done; call with 0 before
         the first): anneal λ and cap the grade learning rate. Returns values to log."""
+        return self.start_step(model, optimizer, step, total_steps)()
+
+    def start_step(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, step: int, total_steps: int
+    ) -> Callable[[], dict[str, float]]:
+        """:meth:`on_step` in two halves, so that a trainer need not wait for a GPU after every
+        step. This call does what reads no value (anneals λ, projects EGT's grades onto
+        q ≥ 0) and queues the values the bound needs (q_max, a fixed λ) for the host; the
+        function it returns reads them, waiting at most for the device to reach this point,
+        caps the grade learning rate and returns the values to log (the same on every call).
+        Call it before the next optimizer step and before saving the optimizer's state."""
         if self.kind is None:
-            return {}
-        gs = list(gradings(model).items())
+            return dict
+        gs = [g for _, g in gradings(model).items()]
         if not gs:
-            return {}
-        logged: dict[str, float] = {}
+            return dict
         lam = None
-        if self.kind == "exponential":
-            exps = [g for _, g in gs if isinstance(g, ExponentialGrading)]
-            if self.anneal:
-                lam = anneal_lambda(step + 1, total_steps, self.lambda_target(model))
-                for g in exps:
-                    g.set_base(lam)
-            else:
-                lam = max(float(g.base) for g in exps)
-            logged["lambda"] = lam
-            # 000 Def 6.1 needs q >= 0: project learnable grades back after each step
-            with torch.no_grad():
+        queued = []
+        with torch.no_grad():
+            if self.kind == "exponential":
+                exps = [g for g in gs if isinstance(g, ExponentialGrading)]
+                if self.anneal:
+                    lam = anneal_lambda(step + 1, total_steps, self.lambda_target(model))
+                    for g in exps:
+                        g.set_base(lam)
+                else:
+                    queued.append(torch.stack([g.base.double().reshape(()) for g in exps]).max())
+                # 000 Def 6.1 needs q >= 0: project learnable grades back after each step
                 for g in exps:
                     if g.learnable:
                         g.grades.clamp_(min=0.0)
-        if self.kind == "linear":
-            # 000 Alg 5.1: q_max is the largest entry of M_q = diag(f(q)), not the largest grade
-            q_max = max(float(g.scales().detach().max()) for _, g in gs)
-        else:
-            q_max = max(float(g.grades.detach().max()) for _, g in gs)
+            # 000 Alg 5.1: q_max is the largest entry of M_q = diag(f(q)) (LGT), not the
+            # largest grade; 000 Alg 7.1 bounds by the largest grade (EGT)
+            tops = [(g.scales() if self.kind == "linear" else g.grades).detach().max().double()
+                    for g in gs]
+            queued.insert(0, torch.stack([t.to(tops[0].device) for t in tops]).max())
+            values = _to_host(torch.stack([t.to(queued[0].device) for t in queued]))
+        done: dict[str, float] | None = None
+
+        def finish() -> dict[str, float]:
+            nonlocal done
+            if done is None:
+                read = _read_host(values)  # q_max, then a fixed λ
+                done = self._cap_grade_lr(optimizer, read[0], lam if lam is not None
+                                          else read[1] if len(read) > 1 else None)
+            return done
+
+        return finish
+
+    def _cap_grade_lr(self, optimizer: torch.optim.Optimizer, q_max: float,
+                      lam: float | None) -> dict[str, float]:
+        """Cap the grades' learning rate by the bound at ``q_max`` (and λ for EGT); the values
+        to log."""
+        logged: dict[str, float] = {}
+        if self.kind == "exponential":
+            logged["lambda"] = lam
         bound = grade_lr_bound(self.kind, q_max, lam)
         logged["q_max"] = q_max
         logged["grade_lr_bound"] = bound if math.isfinite(bound) else -1.0
@@ -270,6 +301,24 @@ class Recipe:
                     group["lr"] = min(group["lr"], self.lr_margin * bound)
                 logged["grade_lr"] = group["lr"]
         return logged
+
+
+def _to_host(values: Tensor) -> tuple[Tensor, torch.cuda.Event | None]:
+    """``values`` copied to the host without waiting for them (on a GPU: into pinned memory,
+    an event marking when the copy is done)."""
+    if values.device.type != "cuda":
+        return values, None
+    host = values.to("cpu", non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
+
+
+def _read_host(queued: tuple[Tensor, torch.cuda.Event | None]) -> list[float]:
+    values, event = queued
+    if event is not None:
+        event.synchronize()
+    return values.tolist()
 
 
 #: Grade learning-rate policies: ``paper`` caps η_q below the algorithms' bound; ``off`` leaves

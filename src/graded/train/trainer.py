@@ -17,8 +17,9 @@ and 7.1 when a graded recipe is chosen):
    (its state is checkpointed); ``compile`` wraps the training module in ``torch.compile``;
 3. clip the gradient norm (unscaled first under fp16), step AdamW (skipped by the scaler when
    fp16 gradients are not finite) and the learning-rate schedule;
-4. call ``recipe.on_step`` (λ annealing, the grade learning-rate bound) and log what it returns
-   (it is also called once before the first step, with ``step = 0``);
+4. call ``recipe.start_step`` (λ annealing now; the grade learning-rate bound, from q_max
+   copied to the host without waiting, applied before the next optimizer step or a save) and
+   log what it returns (``recipe.on_step`` is called once before the first step);
 5. every ``log_every`` steps log scalars and grades; every ``eval_every`` steps evaluate, keep
    the best checkpoint and apply early stopping.
 
@@ -28,9 +29,9 @@ checkpoint, and at the end (a non-finite loss then raises ``FloatingPointError``
 step, before anything more is saved). The training data are checked once, when the trainer is
 built (token ids against the model's vocabulary, token grades: ``TaskKind.check_data``), and
 the steps run inside :func:`graded.checks.checked_inputs`. So with plain AdamW a step never
-waits for a GPU, and the host queues the next step while the device computes this one (a
-graded recipe reads the grades every step to bound their learning rate; fp16's gradient scaler
-reads whether the gradients are finite).
+waits for a GPU, and the host queues the next step while the device computes this one; a
+graded recipe's bound waits, before the next optimizer step, for a copy the device made right
+after this one; fp16's gradient scaler reads whether the gradients are finite.
 
 Resuming from a checkpoint restores the model, optimiser, scheduler, RNG states and step, so on
 CPU with the same seed the losses after resuming equal those of an uninterrupted run. SIGINT or
@@ -46,7 +47,7 @@ import random
 import sys
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,8 @@ class _StepValues:
     count: int  # the step's items over all ranks
     grad_norm: torch.Tensor
     extra: dict[str, torch.Tensor | float]  # the kind's metrics, this rank's share
-    host: dict[str, float]  # known on the host: lr, the recipe's values
+    lr: float
+    recipe: Callable[[], dict[str, float]]  # the recipe's values (Recipe.start_step)
     regularization: torch.Tensor | None
 
 
@@ -238,6 +240,7 @@ class Trainer:
         }
 
     def _save(self, step: int, stopper: dict[str, Any], *, is_best: bool = False) -> Path | None:
+        self._finish_recipe()  # the saved optimizer state has the bounded grade learning rate
         path = None
         if self.ctx.is_main:
             path = self.checkpoints.save(
@@ -322,18 +325,30 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        self._finish_recipe()  # the grade learning rate of this step, bounded after the last
         if self.scaler is None:
             self.optimizer.step()
         else:  # skips the step when the unscaled gradients are not finite
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.scheduler.step()
-        host = {"lr": self.optimizer.param_groups[0]["lr"]}
-        if self.recipe is not None:
-            host.update(self.recipe.on_step(self.model, self.optimizer, step + 1,
-                                            self.opts.steps))
-        values = _StepValues(step + 1, total, count, grad_norm.detach(), extra, host, reg_total)
+        lr = self.optimizer.param_groups[0]["lr"]
+        recipe: Callable[[], dict[str, float]] = dict
+        if self.recipe is not None:  # bounds the next step's grade learning rate
+            recipe = self._recipe_pending = self.recipe.start_step(
+                self.model, self.optimizer, step + 1, self.opts.steps)
+        values = _StepValues(step + 1, total, count, grad_norm.detach(), extra, lr, recipe,
+                             reg_total)
         return values, items * self.ctx.world_size
+
+    def _finish_recipe(self) -> None:
+        """Apply what the recipe's last ``start_step`` prepared (the grade learning-rate
+        bound): before an optimizer step and before the optimizer's state is saved."""
+        if self._recipe_pending is not None:
+            self._recipe_pending()
+            self._recipe_pending = None
+
+    _recipe_pending: Callable[[], dict[str, float]] | None = None
 
     def _read(self, window: list[_StepValues]) -> list[tuple[float, dict[str, float]]]:
         """The loss and scalars of each step of ``window``, read in one transfer (the losses
@@ -360,11 +375,11 @@ class Trainer:
                 raise FloatingPointError(
                     f"training loss became {loss} at step {w.step}; lower lr (now "
                     f"{self.opts.lr}) or enable clip_norm")
-            scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.host["lr"],
+            scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.lr,
                        **dict(zip(keys, row[1:1 + len(keys)], strict=True))}
             if self.recipe is not None:
                 scalars["regularization"] = row[2 + len(keys)]
-            scalars.update({k: v for k, v in w.host.items() if k != "lr"})
+            scalars.update(w.recipe())
             out.append((loss, scalars))
         window.clear()
         return out

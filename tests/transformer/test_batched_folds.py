@@ -87,11 +87,13 @@ def lm(grading: str, learnable: bool, **extra) -> TransformerLM:
 IDS = torch.randint(0, 17, (2, 20), generator=torch.Generator().manual_seed(1))  # 40 rows
 
 
-def run(model, batch: bool, ids=IDS):
+def run(model, batch: bool, *inputs):
+    """Logits, gradients (by name) and operator counts of one pass of ``model`` on
+    ``inputs`` (default: IDS), with or without batched grading."""
     model.zero_grad()
     model.batch_grading = batch
     with CountOps() as count:
-        logits = model(ids)
+        logits = model(*(inputs or (IDS,)))
     logits.square().mean().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logits, grads, count.ops
@@ -189,16 +191,9 @@ def test_a_seq2seq_model_folds_encoder_and_decoder_layers():
                             grade_init="warm_start", grade_init_value=0.2)
     torch.manual_seed(0)
     model = Seq2SeqTransformer(cfg).double()
-    outs = []
-    for batch in (True, False):
-        model.zero_grad()
-        model.batch_grading = batch
-        with CountOps() as count:
-            logits = model(IDS, IDS[:, :18])
-        logits.square().mean().backward()
-        outs.append((logits, [p.grad.clone() for p in model.parameters()], count.ops))
-    (lb, gb, ops_b), (lu, gu, ops_u) = outs
+    lb, gb, ops_b = run(model, True, IDS, IDS[:, :18])
+    lu, gu, ops_u = run(model, False, IDS, IDS[:, :18])
     torch.testing.assert_close(lb, lu, rtol=0, atol=0)
-    for a, b in zip(gb, gu):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
+    for name in gb:
+        torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
     assert ops_b["_foreach_mul"] == 4 and "_foreach_mul" not in ops_u

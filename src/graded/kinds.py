@@ -463,6 +463,16 @@ class MorphicLM(LM):
     architecture = "morphic"
     grades_source = "no grades (it trains through the model's own loss)"
 
+    def check_data(self, model: nn.Module, data: Batch) -> bool:
+        """:meth:`TaskKind.check_data`, and the padding: right padding only (the model is
+        causal), checked here once instead of in every step."""
+        from graded.morphic.model import check_right_padding
+
+        checked = super().check_data(model, data)
+        if "key_padding_mask" in data and "inputs" in data:
+            check_right_padding(data["key_padding_mask"], data["inputs"])
+        return checked
+
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
         from graded.morphic import build_morphic_model
 

@@ -254,3 +254,21 @@ def test_morphic_lm_loss_is_the_training_loss_mean_times_the_scored_tokens():
     assert float(got) == pytest.approx(float(ce), rel=1e-5)
     with pytest.raises(ValueError, match=r"label_smoothing must be 0, got 0\.1"):
         kind.loss(model, batch, label_smoothing=0.1)
+
+
+def test_morphic_check_data_checks_ids_and_padding_once_and_trusts_them_after():
+    from graded.checks import checked_inputs
+
+    model = morphic_model()
+    kind = get_kind("lm", "morphic")
+    ids = torch.randint(0, 9, (2, 6), generator=torch.Generator().manual_seed(3))
+    right = torch.zeros(2, 6, dtype=torch.bool)
+    right[0, 4:] = True
+    assert kind.check_data(model, {"inputs": ids, "targets": ids, "key_padding_mask": right})
+    with pytest.raises(ValueError, match="row 0 has padding before a real token"):
+        kind.check_data(model, {"inputs": ids, "targets": ids,
+                                "key_padding_mask": right.flip(1)})
+    with pytest.raises(ValueError, match=r"'inputs': token ids must lie in \[0, 9\)"):
+        kind.check_data(model, {"inputs": ids + 9, "targets": ids})
+    with checked_inputs():  # checked by the caller: the model reads neither again
+        model(ids, right.flip(1))

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from graded.checks import check_token_ids
+from graded.checks import check_token_ids, inputs_checked
 from graded.morphic.layer import LayerTrace, MorphicLayer, UtilityProbe
 from graded.morphic.objective import (
     OMEGAS,
@@ -276,7 +276,7 @@ def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> N
     if key_padding_mask.shape != input_ids.shape:
         raise ValueError(f"key_padding_mask has shape {tuple(key_padding_mask.shape)}; expected "
                          f"input_ids' shape {tuple(input_ids.shape)}")
-    if torch.compiler.is_compiling():  # the value check runs in eager calls
+    if torch.compiler.is_compiling() or inputs_checked():  # values: eager, unchecked calls
         return
     inner = key_padding_mask[:, :-1] & ~key_padding_mask[:, 1:]  # padding, then a real token
     if bool(inner.any()):

@@ -247,11 +247,9 @@ class Recipe:
         function it returns reads them, waiting at most for the device to reach this point,
         caps the grade learning rate and returns the values to log (the same on every call).
         Call it before the next optimizer step and before saving the optimizer's state."""
-        if self.kind is None:
-            return dict
-        gs = [g for _, g in gradings(model).items()]
+        gs = list(gradings(model).values()) if self.kind is not None else []
         if not gs:
-            return dict
+            return lambda: {}
         lam = None
         queued = []
         with torch.no_grad():

@@ -102,6 +102,11 @@ class _StepValues:
     regularization: torch.Tensor | None
 
 
+def _no_values() -> dict[str, float]:
+    """What a run without a recipe logs of it."""
+    return {}
+
+
 class _StopSignal(StopSignals):
     """Turns SIGINT/SIGTERM into a flag checked between steps; a second SIGINT aborts."""
 
@@ -333,7 +338,7 @@ class Trainer:
             self.scaler.update()
         self.scheduler.step()
         lr = self.optimizer.param_groups[0]["lr"]
-        recipe: Callable[[], dict[str, float]] = dict
+        recipe: Callable[[], dict[str, float]] = _no_values
         if self.recipe is not None:  # bounds the next step's grade learning rate
             recipe = self._recipe_pending = self.recipe.start_step(
                 self.model, self.optimizer, step + 1, self.opts.steps)

@@ -714,13 +714,17 @@ class ExponentialGrading(GradingMap):
         log_base = torch.stack([g._log_base() for g in gradings])  # each its own λ
         e = self._exponent_of(q, log_base.reshape((-1,) + (1,) * (q.dim() - 1)))
         if e.device.type == "cpu":
-            for g in gradings:
-                g._check_overflow()
+            tops = e.detach().flatten(1).amax(1).tolist()  # one read for all the gradings
+            for g, top in zip(gradings, tops, strict=True):
+                g._check_overflow(top)
         return self._capped_exp(e)
 
-    def _check_overflow(self) -> None:
+    def _check_overflow(self, top: float | None = None) -> None:
+        """Warn when the largest exponent q·ln λ (``top``, computed here when not given) is
+        above the cap, where the scales are clamped."""
         cap = self._cap()
-        top = float(self._exponent().detach().max())
+        if top is None:
+            top = float(self._exponent().detach().max())
         if top > cap:
             warnings.warn(
                 f"exponential grading: q·ln(λ) reaches {top:.4g} (λ={float(self.base):.4g}), "
@@ -736,7 +740,7 @@ class ExponentialGrading(GradingMap):
     def _scales(self) -> Tensor:
         e = self._exponent()
         if e.device.type == "cpu" and not torch.compiler.is_compiling():
-            self._check_overflow()
+            self._check_overflow(float(e.detach().max()))
         return self._capped_exp(e)
 
     def _capped_exp(self, e: Tensor) -> Tensor:

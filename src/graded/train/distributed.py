@@ -8,9 +8,11 @@ role ``DistributedSampler`` plays for map-style datasets. Logging and checkpoint
 
 DDP averages gradients over ranks, which equals the one-process gradient only when every rank's
 loss weighs the same. Ranks of a language-model batch hold different numbers of scored tokens,
-so the trainer all-reduces the step's item count first (:func:`sum_across`) and each rank
-minimises ``world_size × (its loss sum) / (global count)``: DDP's mean of these is the
-gradient of the global token mean, the one-process objective.
+so the trainer counts the items of the whole global batch first (every rank knows its indices,
+so this needs no collective) and each rank minimises ``world_size × (its loss sum) / (global
+count)``: DDP's mean of these is the gradient of the global token mean, the one-process
+objective. The losses and metrics are summed over the ranks when the trainer reads them
+(:func:`sum_tensor_across`).
 """
 
 from __future__ import annotations
@@ -84,16 +86,6 @@ def teardown(ctx: DistContext) -> None:
     """Leave the process group if :func:`setup` created it."""
     if ctx.initialised_here and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def sum_across(ctx: DistContext, value: int | float | torch.Tensor) -> int | float:
-    """The sum of a number over ranks (the number itself in one process); ints stay exact."""
-    if not ctx.distributed:
-        return value.item() if isinstance(value, torch.Tensor) else value
-    dtype = torch.int64 if isinstance(value, int) else torch.float64
-    out = torch.as_tensor(value, dtype=dtype).detach().clone().to(ctx.device)
-    dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out.item()
 
 
 def sum_tensor_across(ctx: DistContext, t: torch.Tensor) -> torch.Tensor:

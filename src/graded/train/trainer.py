@@ -287,10 +287,10 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         micro = self.sampler.micro_batches(step)
         # the step's item count comes first (it scales every micro-batch's loss); it reads only
-        # the targets, so the micro-batches themselves are moved to the device one at a time
+        # the targets of the global batch, which every rank knows, on the host: no collective
         targets = self.train_data["targets"]
-        local = sum(self.kind.loss_count({"targets": targets[idx]}) for idx in micro)
-        count = max(D.sum_across(self.ctx, local), 1)
+        count = max(self.kind.loss_count({"targets": targets[self.sampler.global_indices(step)]}),
+                    1)
         scale = self.ctx.world_size / count  # × world_size undoes DDP's mean over ranks
         total = torch.zeros((), device=self.ctx.device)
         reg_total = None

@@ -128,3 +128,26 @@ def test_bad_training_data_fail_when_the_trainer_is_built(tmp_path):
     grades = {"token_grades": torch.full(data["inputs"].shape, -1.0)}
     with pytest.raises(ValueError, match=r"'token_grades' must be finite and >= 0"):
         kind.check_data(kind.build_model(config, task), {**train.tensors, **grades})
+
+
+def test_a_padding_mask_without_padding_is_dropped_on_the_host(tmp_path):
+    """Inside checked_inputs a model takes a mask as given; the trainer drops one that masks
+    nothing, so the steps keep the fused kernels' mask-free path without reading the device."""
+    plain = make_lm_trainer(tmp_path / "plain", "dyck", eval_every=100)
+    data = dict(plain.train_data)
+    data.pop("key_padding_mask", None)
+    plain.train_data = data
+    masked = make_lm_trainer(tmp_path / "masked", "dyck", eval_every=100)
+    masked.train_data = {**data, "key_padding_mask": torch.zeros_like(data["inputs"],
+                                                                      dtype=torch.bool)}
+    seen = []
+    forward = masked.model.forward
+
+    def recording(ids, mask=None, **kwargs):
+        if masked.model.training:  # the training steps (evaluation reads its own data)
+            seen.append(mask)
+        return forward(ids, mask, **kwargs)
+
+    masked.model.forward = recording
+    assert masked.fit().losses == plain.fit().losses
+    assert seen and all(m is None for m in seen)

@@ -136,8 +136,10 @@ def test_morphic_protocol_model_is_trained_through_its_training_loss_with_its_ma
             return input_ids
 
     data = make_data(32, 1)
+    mask = torch.zeros_like(data["inputs"], dtype=torch.bool)
+    mask[:, -1] = True  # right padding: the mask reaches the model (one without any is dropped)
     lm = {"inputs": data["inputs"], "targets": data["inputs"].roll(-1, 1),
-          "key_padding_mask": torch.zeros_like(data["inputs"], dtype=torch.bool)}
+          "key_padding_mask": mask}
     opts = TrainOptions(steps=3, batch_size=8, eval_every=3, log_every=1, progress=False,
                         tensorboard=False, device="cpu")
     trainer = Trainer(ToyMorphic(), lm, lm, kind="lm", options=opts, run_dir=tmp_path)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["check_choice", "check_float", "check_int", "check_token_ids", "checked_inputs",
-           "inputs_checked", "value_range"]
+__all__ = ["check_choice", "check_finite_nonnegative", "check_float", "check_id_range",
+           "check_int", "check_token_ids", "checked_inputs", "inputs_checked", "value_range"]
 
 # True inside checked_inputs(): token ids and positions were checked by the caller
 _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("inputs_checked", default=False)
@@ -56,10 +57,11 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
     return value
 
 
-def value_range(t: torch.Tensor) -> tuple[int, int] | None:
-    """(min, max) of an integer tensor, read in one transfer: one host–device synchronisation
-    on a GPU instead of one per value. None for an empty tensor, and under ``torch.compile``
-    (value checks read data: eager calls only)."""
+def value_range(t: torch.Tensor) -> tuple[float, float] | None:
+    """(min, max) of a tensor (ints for an integer one; NaN when a float one holds NaN), read
+    in one transfer: one host–device synchronisation on a GPU instead of one per value. None
+    for an empty tensor, and under ``torch.compile`` (value checks read data: eager calls
+    only)."""
     if not t.numel() or torch.compiler.is_compiling():
         return None
     lo, hi = torch.stack(torch.aminmax(t)).tolist()
@@ -91,12 +93,27 @@ def checked_inputs() -> Iterator[None]:
 
 
 def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
-    """Raise ``ValueError`` naming the range found unless every id lies in [0, vocab_size);
-    the values are read once (:func:`value_range`), and not at all inside
-    :func:`checked_inputs`."""
+    """:func:`check_id_range` in eager calls outside :func:`checked_inputs` (what a model
+    checks at its entry)."""
     if torch.compiler.is_compiling() or _CHECKED.get():
         return
+    check_id_range(ids, vocab_size)
+
+
+def check_id_range(ids: torch.Tensor, vocab_size: int, name: str = "token ids") -> None:
+    """Raise ``ValueError`` naming the range found unless every id lies in [0, vocab_size);
+    the values are read once (:func:`value_range`)."""
     span = value_range(ids)
     if span is not None and (span[0] < 0 or span[1] >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}); got range "
+        raise ValueError(f"{name} must lie in [0, {vocab_size}); got range "
+                         f"[{span[0]}, {span[1]}]")
+
+
+def check_finite_nonnegative(t: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` naming the range found unless every value of ``t`` is finite and
+    ≥ 0; the values are read once (:func:`value_range`)."""
+    span = value_range(t)
+    if span is not None and not (math.isfinite(span[0]) and math.isfinite(span[1])
+                                 and span[0] >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got values in "
                          f"[{span[0]}, {span[1]}]")

@@ -20,9 +20,9 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   half the log of the dtype's largest finite value, minus 1, so that even the squared grading
   of the "queries_keys" attention variant stays finite). A clamp emits a ``RuntimeWarning``.
   The check that warns needs the exponent's value on the host; it runs at construction, in
-  ``set_base``, ``set_grades``, ``max_grade``/``max_scale`` (which a training loop reads every
-  step for the learning-rate bound of 000 Prop 7.5) and in ``scales()`` for tensors on the CPU
-  each time it computes them (fixed grades: once per change of grades, base or compute dtype).
+  ``set_grades``, ``max_grade``/``max_scale``, and, for tensors on the CPU, in ``set_base``
+  (which annealing calls every step) and in ``scales()`` each time it computes them (fixed
+  grades: once per change of grades, base or compute dtype).
   On an accelerator ``scales()`` clamps without synchronising, so it never returns inf or NaN.
 - *Fixed grades are computed once.* ``scales()`` of a grading with fixed grades is kept and
   returned again until the grades, the base or the autocast dtype change (seen through the
@@ -148,10 +148,15 @@ def straight_through_floor(x: Tensor, floor: float) -> Tensor:
     return x - below.clamp(max=0.0)
 
 
+def _rows(x: Tensor) -> int:
+    """The number of rows of activations ``x`` (…, features)."""
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
 def folds_rows(weight: Tensor, x: Tensor) -> bool:
     """Whether :func:`graded_linear` folds a grading of the outputs into the rows of
     ``weight`` (out × in) for the inputs ``x`` (…, in): when in ≤ the number of rows of x."""
-    return weight.shape[1] <= (x.numel() // x.shape[-1] if x.shape[-1] else 0)
+    return weight.shape[1] <= _rows(x)
 
 
 def graded_linear(
@@ -169,15 +174,14 @@ def graded_linear(
     which form a call takes for out_scales; where it folds, a model may compute the folded
     weights of several layers at once (:class:`FoldedLinears`) and call ``F.linear``.
     """
-    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     w, b = weight, bias
     if in_scales is not None:
-        if weight.shape[0] <= rows:
+        if weight.shape[0] <= _rows(x):
             w = w * in_scales.to(w.dtype)
         else:
             x = x * in_scales.to(x.dtype)
     after = out_scales
-    if out_scales is not None and weight.shape[1] <= rows:
+    if out_scales is not None and folds_rows(weight, x):
         s = out_scales.to(w.dtype)
         w, b, after = s[:, None] * w, None if b is None else s * b, None
     y = F.linear(x, w, b)
@@ -198,14 +202,16 @@ class FoldedLinears:
                  scales: Callable[[], Sequence[Tensor]]) -> None:
         self.maps = list(maps)
         self._scales = scales
+        self._scale_values: Sequence[Tensor] = ()
         self._folded: list[tuple[Tensor, Tensor | None] | None] | None = None
 
     def fold(self, i: int) -> tuple[Tensor, Tensor | None]:
         if self._folded is None:
-            self._folded = self._fold_all(self._scales())
+            self._scale_values = self._scales()
+            self._folded = self._fold_all(self._scale_values)
         out = self._folded[i]
         if out is None:  # handed out already: map i is used twice in this pass
-            return self._fold_all([self._scales()[i]], [self.maps[i]])[0]
+            return self._fold_all([self._scale_values[i]], [self.maps[i]])[0]
         self._folded[i] = None
         return out
 

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graded.checks import value_range
+from graded.checks import check_finite_nonnegative, check_id_range
 from graded.evaluation import baselines as B
 from graded.evaluation.metrics import compute_metric
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
@@ -109,6 +109,8 @@ class TaskKind:
     architecture: ClassVar[str] = "transformer"
     input_keys: ClassVar[tuple[str, ...]] = ("inputs",)
     optional_keys: ClassVar[tuple[str, ...]] = ("key_padding_mask", "token_grades")
+    #: The batch keys of padding masks (True = padding).
+    padding_keys: ClassVar[tuple[str, ...]] = ("key_padding_mask",)
     metric_names: ClassVar[tuple[str, ...]] = ()
     #: Where the grades of the loss items come from (:meth:`loss_grades`), for messages.
     grades_source: ClassVar[str] = "no grades"
@@ -151,18 +153,19 @@ class TaskKind:
             if vocab is None:
                 checked = False
                 continue
-            span = value_range(ids)
-            if span is not None and (span[0] < 0 or span[1] >= vocab):
-                raise ValueError(f"{key!r}: token ids must lie in [0, {vocab}); got range "
-                                 f"[{span[0]}, {span[1]}]")
+            check_id_range(ids, vocab, f"{key!r}: token ids")
         for key in ("token_grades", "decoder_token_grades"):
-            grades = data.get(key)
-            if grades is not None and grades.numel():
-                lo, hi = float(grades.min()), float(grades.max())
-                if not (math.isfinite(lo) and math.isfinite(hi) and lo >= 0):
-                    raise ValueError(f"{key!r} must be finite and >= 0, got values in "
-                                     f"[{lo}, {hi}]")
+            if key in data:
+                check_finite_nonnegative(data[key], repr(key))
         return checked
+
+    def drop_empty_padding(self, batch: Batch) -> Batch:
+        """``batch`` without its padding masks that mask nothing, read where they are on the
+        host: a model inside :func:`graded.checks.checked_inputs` takes a mask as given, and
+        without one it runs the fused kernels' mask-free path (the same outputs)."""
+        empty = [k for k in self.padding_keys if k in batch and batch[k].device.type == "cpu"
+                 and not bool(batch[k].any())]
+        return {k: v for k, v in batch.items() if k not in empty} if empty else batch
 
     def count_items(self, batch: Batch) -> int:
         """Input tokens in ``batch``, padding excluded (the tokens/s figure)."""
@@ -326,6 +329,7 @@ class Seq2Seq(LM):
     input_keys = ("inputs", "decoder_inputs")
     optional_keys = ("key_padding_mask", "decoder_key_padding_mask", "loss_mask",
                      "metric_mask", "token_grades", "decoder_token_grades")
+    padding_keys = ("key_padding_mask", "decoder_key_padding_mask")
     grades_source = ("the grades of the target tokens, decoder_token_grades (from a task "
                      "whose graded_object is 'tokens')")
     token_grades_key = "decoder_token_grades"

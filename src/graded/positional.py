@@ -28,6 +28,7 @@ __all__ = [
     "RotaryEmbedding",
     "SinusoidalPositions",
     "alibi_slopes",
+    "check_position_range",
     "check_positions",
     "sinusoidal_table",
 ]
@@ -72,13 +73,18 @@ def check_positions(positions: Tensor, max_len: int | None, who: str) -> None:
     if torch.compiler.is_compiling() or inputs_checked():
         return
     span = value_range(positions)
-    if span is None:
-        return
-    if span[0] < 0:
-        raise ValueError(f"{who}: positions must be non-negative, got min {span[0]}")
-    if max_len is not None and span[1] >= max_len:
+    if span is not None:
+        check_position_range(*span, max_len, who)
+
+
+def check_position_range(low: int, high: int, max_len: int | None, who: str) -> None:
+    """Raise unless the positions from ``low`` to ``high`` lie in [0, max_len) (in [0, ∞) for
+    None), naming the first one out of range."""
+    if low < 0:
+        raise ValueError(f"{who}: positions must be non-negative, got min {low}")
+    if max_len is not None and high >= max_len:
         raise ValueError(
-            f"{who}: position {span[1]} is beyond max_len={max_len} "
+            f"{who}: position {high} is beyond max_len={max_len} "
             "(the sequence is longer than the model was configured for)"
         )
 

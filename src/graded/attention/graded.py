@@ -221,13 +221,19 @@ class GradedMultiheadAttention(MultiheadAttention):
         """The diagonal of M on the rows (head, head_dim) of each projection it is folded
         into, shape (heads, head_dim): shared grades repeated over the heads (the key-value
         heads for k and v, a view), per-head grades as they are."""
-        folded = self.folded_parts
-        if not folded:
+        if not self.folded_parts:
             return None, None, None
-        m = self.grading.scales()
+        return self._projection_scales_of(self.grading.scales())
 
-        def rows(heads: int) -> Tensor:  # (heads, head_dim): flattened where it is used
-            return m if m.dim() == 2 else m.expand(heads, self.head_dim)
+    def _projection_scales_of(self, m: Tensor) -> tuple[Tensor | None, ...]:
+        """:meth:`projection_scales` for the scales ``m`` of the grading, a leading axis (the
+        layers of :func:`packed_rows_together`) allowed: (…, heads, head_dim) per folded part."""
+        folded = self.folded_parts
+
+        def rows(heads: int) -> Tensor:  # (…, heads, head_dim): flattened where it is used
+            if self.grading.num_heads is not None:
+                return m
+            return m.unsqueeze(-2).expand(*m.shape[:-1], heads, self.head_dim)
 
         return (rows(self.num_heads) if "q" in folded else None,
                 rows(self.num_kv_heads) if "k" in folded else None,
@@ -271,20 +277,9 @@ def packed_rows_together(layers: Sequence[GradedMultiheadAttention]) -> list[Ten
     if (len(layers) < 2 or not all(m.grading.grades.requires_grad for m in layers)
             or any(m._rows_signature() != signature for m in layers)):
         return [m._packed_row_scales(m.projection_scales()) for m in layers]
-    scales = [m.grading.scales() for m in layers]
-    dtype = first.in_proj_weight.dtype
-    m = torch.stack(scales).to(dtype)  # (L, head_dim) shared, (L, heads, head_dim) per head
-    n, d = len(layers), first.head_dim
-    one = m.new_ones(())
-    blocks = []
-    for part, rows in zip("qkv", first._proj_rows, strict=True):
-        heads = rows // d
-        if part in first.folded_parts:
-            blocks.append(m.unsqueeze(1).expand(n, heads, d) if m.dim() == 2
-                          else m.expand(n, heads, d))
-        else:
-            blocks.append(one.expand(n, heads, d))
-    return list(torch.cat(blocks, dim=1).reshape(n, -1).unbind(0))
+    # (L, head_dim) shared, (L, heads, head_dim) per head
+    m = torch.stack([layer.grading.scales() for layer in layers])
+    return list(first._packed_rows(first._projection_scales_of(m)).unbind(0))
 
 
 def _tolerate_missing_grading(module: nn.Module, keys: Any) -> None:

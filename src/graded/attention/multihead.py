@@ -290,17 +290,25 @@ class MultiheadAttention(nn.Module):
             if kept is not None and kept[1] == meta and all(
                     a is b for a, b in zip(kept[0], origins, strict=True)):
                 return kept[2]
+        rows = self._packed_rows(scales)
+        if keep:
+            self._kept_rows = (origins, meta, rows)
+        return rows
+
+    def _packed_rows(self, scales: tuple[Tensor | None, ...]) -> Tensor:
+        """The rows of the packed ``in_proj_weight`` from one (…, heads, head_dim) scale tensor
+        (or None: 1) per block of rows, in one concatenation: (…, rows), leading axes (layers
+        stacked) kept. At least one block is scaled."""
+        weight = self.in_proj_weight
         one = self._one
         if one is None or one.dtype != weight.dtype or one.device != weight.device:
             one = weight.new_ones(())
             if not torch.compiler.is_compiling():
                 self._one = one  # a constant, made once per dtype and device
-        blocks = [one.expand(n // self.head_dim, self.head_dim) if s is None else s.to(one)
-                  for s, n in zip(scales, self._proj_rows, strict=True)]
-        rows = torch.cat(blocks).reshape(-1)
-        if keep:
-            self._kept_rows = (origins, meta, rows)
-        return rows
+        lead = next(s.shape[:-2] for s in scales if s is not None)
+        blocks = [one.expand(*lead, n // self.head_dim, self.head_dim) if s is None
+                  else s.to(one) for s, n in zip(scales, self._proj_rows, strict=True)]
+        return torch.cat(blocks, dim=-2).flatten(-2)
 
     # (scale tensors, their layout, rows) of the last call with fixed scales
     _kept_rows: tuple | None = None

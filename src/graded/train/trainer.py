@@ -102,10 +102,6 @@ class _StepValues:
     regularization: torch.Tensor | None
 
 
-#: The padding masks of a batch (True = padding), dropped on the host when they mask nothing.
-_PADDING_KEYS = ("key_padding_mask", "decoder_key_padding_mask")
-
-
 def _no_values() -> dict[str, float]:
     """What a run without a recipe logs of it."""
     return {}
@@ -303,10 +299,7 @@ class Trainer:
         for i, idx in enumerate(micro):
             host_batch = {name: t[idx] for name, t in self.train_data.items()}
             items += self.kind.count_items(host_batch)  # on the host: no wait for the device
-            for key in _PADDING_KEYS:  # a mask without padding: the mask-free fused kernels
-                mask = host_batch.get(key)
-                if mask is not None and mask.device.type == "cpu" and not bool(mask.any()):
-                    del host_batch[key]
+            host_batch = self.kind.drop_empty_padding(host_batch)
             batch = {name: t.to(self.ctx.device, non_blocking=True)
                      for name, t in host_batch.items()}
             last = i == len(micro) - 1

@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.graded import PER_HEAD_VARIANTS, make_grading, packed_rows_together
-from graded.checks import inputs_checked
+from graded.checks import check_finite_nonnegative, inputs_checked
 from graded.grading import (
     ExponentialGrading,
     FoldedLinears,
@@ -158,10 +158,8 @@ class TokenGrading(nn.Module):
             raise ValueError(f"token_grades has shape {tuple(token_grades.shape)}; expected "
                              f"(batch, length) = ({batch}, {length})")
         s = token_grades.to(self.profile.grades.dtype)
-        if not torch.compiler.is_compiling() and not inputs_checked() and (
-                not bool(torch.isfinite(s).all()) or bool((s < 0).any())):
-            raise ValueError(f"token_grades must be finite and >= 0 (q_i = s_i·p), got values in "
-                             f"[{float(s.min())}, {float(s.max())}]")
+        if not torch.compiler.is_compiling() and not inputs_checked():
+            check_finite_nonnegative(s, "token_grades")  # q_i = s_i·p, 000 §6.2
         return self.profile.scales_at(s)
 
 

@@ -22,6 +22,7 @@ from graded.positional import (
     ALiBi,
     LearnedPositions,
     SinusoidalPositions,
+    check_position_range,
     check_positions,
 )
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
@@ -88,10 +89,8 @@ def checked_entry(
     max_len = config.max_len if config.positional in TABLE_POSITIONAL else None
     if positions is None and key_padding_mask is None:
         start = cache.length if cache is not None else 0
-        if max_len is not None and length and start + length > max_len:
-            raise ValueError(
-                f"{who}: position {start + length - 1} is beyond max_len={max_len} "
-                "(the sequence is longer than the model was configured for)")
+        if length:  # start .. start + length - 1, known from the shapes
+            check_position_range(start, start + length - 1, max_len, who)
         return default_positions(length, None, cache, batch, inputs.device)
     if positions is None:
         positions = default_positions(length, key_padding_mask, cache, batch, inputs.device)

@@ -204,19 +204,25 @@ class TaskKind:
         return None
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
-                    weights: Tensor | None = None) -> LossSum:
+                    weights: Tensor | None = None, count: int | None = None) -> LossSum:
         """The summed loss of a model ``output`` against ``batch["targets"]``; ``weights``,
         shaped as the targets (:meth:`loss_grades`), weight each item's loss: Σ w·ℓ, the
-        count staying the number of items, so weights all 1 give the plain loss exactly."""
+        count staying the number of items, so weights all 1 give the plain loss exactly.
+        ``count``, when given, is :meth:`loss_count` of the batch counted by the caller (the
+        trainer counts on the host: counting targets on a GPU waits for it)."""
         raise NotImplementedError
 
     def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0,
-             weights: Tensor | None = None) -> LossSum:
-        """The training loss of ``model`` on ``batch`` as a sum and a count; ``weights`` as
-        :meth:`output_loss`'s."""
+             weights: Tensor | None = None, count: int | None = None) -> LossSum:
+        """The training loss of ``model`` on ``batch`` as a sum and a count; ``weights`` and
+        ``count`` as :meth:`output_loss`'s."""
         self.check_batch(batch)
         return self.output_loss(self.forward(model, batch), batch,
-                                label_smoothing=label_smoothing, weights=weights)
+                                label_smoothing=label_smoothing, weights=weights, count=count)
+
+    def _count(self, batch: Batch, count: int | None) -> int:
+        """``count`` when the caller counted the items, else :meth:`loss_count`."""
+        return self.loss_count(batch) if count is None else count
 
     # ---- evaluation --------------------------------------------------------------------
     def prediction(self, output: Tensor, batch: Batch) -> Tensor:
@@ -288,11 +294,11 @@ class LM(TaskKind):
         return F.pad(grades[:, 1:], (0, 1))
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
-                    weights: Tensor | None = None) -> LossSum:
+                    weights: Tensor | None = None, count: int | None = None) -> LossSum:
         targets = batch["targets"]
         per_token = sequence_cross_entropy(output.float(), targets, ignore_index=IGNORE_INDEX,
                                            label_smoothing=label_smoothing, reduction="none")
-        return LossSum(_weighted_sum(per_token, weights, "target token"), self.loss_count(batch))
+        return LossSum(_weighted_sum(per_token, weights, "target token"), self._count(batch, count))
 
     def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
         """Token accuracy and exact match, and ``masked_token_accuracy`` over the positions of
@@ -388,14 +394,14 @@ class Classification(TaskKind):
         return output_grades.to(targets.device)[targets]
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
-                    weights: Tensor | None = None) -> LossSum:
+                    weights: Tensor | None = None, count: int | None = None) -> LossSum:
         targets = batch["targets"]
         if targets.dim() != 1:
             raise ValueError(f"classification needs (B,) class targets, got shape "
                              f"{tuple(targets.shape)}")
         per_row = sequence_cross_entropy(output.float(), targets,
                                          label_smoothing=label_smoothing, reduction="none")
-        return LossSum(_weighted_sum(per_row, weights, "row"), self.loss_count(batch))
+        return LossSum(_weighted_sum(per_row, weights, "row"), self._count(batch, count))
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
                   ) -> dict[str, Tensor]:
@@ -430,12 +436,12 @@ class Regression(Classification):
         return output_grades.to(targets.device).expand(targets.shape)
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
-                    weights: Tensor | None = None) -> LossSum:
+                    weights: Tensor | None = None, count: int | None = None) -> LossSum:
         targets = batch["targets"]
         per_element = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
                                  reduction="none")
         return LossSum(_weighted_sum(per_element, weights, "target element"),
-                       self.loss_count(batch))
+                       self._count(batch, count))
 
     def prediction(self, output: Tensor, batch: Batch) -> Tensor:
         return self.raw_prediction(output, batch)
@@ -489,7 +495,7 @@ class MorphicLM(LM):
         return None
 
     def loss(self, model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0,
-             weights: Tensor | None = None) -> LossSum:
+             weights: Tensor | None = None, count: int | None = None) -> LossSum:
         if weights is not None:
             raise ValueError("a morphic LM trains through its own loss: it takes no loss weights")
         if label_smoothing:
@@ -498,7 +504,7 @@ class MorphicLM(LM):
         self.check_batch(batch)
         call = model.training_loss if isinstance(model, MorphicModel) else model
         mean, metrics = call(batch["inputs"], batch["targets"], batch.get("key_padding_mask"))
-        n = self.loss_count(batch)
+        n = self._count(batch, count)
         extra = {k: v.detach() if isinstance(v, Tensor) else float(v)  # read by the trainer
                  for k, v in (metrics or {}).items() if k != "loss"}
         return LossSum(mean * n, n, extra)

@@ -272,3 +272,60 @@ def test_morphic_check_data_checks_ids_and_padding_once_and_trusts_them_after():
         kind.check_data(model, {"inputs": ids + 9, "targets": ids})
     with checked_inputs():  # checked by the caller: the model reads neither again
         model(ids, right.flip(1))
+
+
+@pytest.mark.parametrize("kind_name", KIND_NAMES)
+@pytest.mark.parametrize("grading", [{}, dict(grading="linear", learnable_grades=True)])
+def test_a_loss_counted_by_the_caller_reads_no_value_of_a_checked_batch(kind_name, grading):
+    """The trainer counts a batch's items on the host and checks its data once: the loss of
+    such a batch then reads nothing from the (device) batch, and equals the loss that counts."""
+    from host_reads import HostReads
+
+    from graded.checks import checked_inputs
+
+    name, options = TASKS[kind_name]
+    task = get_task(name, **options)
+    info = task.info()
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=info["vocab_size"], input_dim=info["input_dim"],
+                               d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                               max_len=task.max_len + 4, positional="learned",
+                               pad_id=info["pad_id"], **grading)
+    kind = get_kind(kind_name)
+    model = kind.build_model(config, task)
+    batch = task.generate(12, seed=1).tensors
+    assert kind.check_data(model, batch)
+    count = kind.loss_count(batch)
+    with checked_inputs(), HostReads() as reads:
+        part = kind.loss(model, batch, count=count)
+        part.total.backward()
+    assert reads.sites == []
+    plain = kind.loss(model, batch)
+    assert part.count == plain.count == count
+    assert torch.equal(part.total.detach(), plain.total.detach())
+
+
+def test_a_counted_morphic_loss_takes_the_callers_count():
+    """A morphic LM's kind reads nothing for its count either; the model itself reads the
+    targets' validity on its eager path (graded.morphic.utilities: the scored rows are
+    gathered, and rows outside the fast path's range redone), none when compiled."""
+    from host_reads import HostReads
+
+    from graded.checks import checked_inputs
+
+    model = morphic_model()
+    ids = torch.randint(0, 9, (3, 8), generator=torch.Generator().manual_seed(2))
+    targets = ids.roll(-1, 1)
+    targets[0, 5:] = IGNORE_INDEX
+    batch = {"inputs": ids, "targets": targets, "key_padding_mask": targets == IGNORE_INDEX}
+    kind = get_kind("lm", "morphic")
+    assert kind.check_data(model, batch)
+    count = kind.loss_count(batch)
+    with checked_inputs(), HostReads() as reads:
+        torch.manual_seed(3)
+        part = kind.loss(kind.training_module(model), batch, count=count)
+    torch.manual_seed(3)
+    plain = kind.loss(kind.training_module(model), batch)
+    assert part.count == plain.count == 21
+    assert torch.equal(part.total.detach(), plain.total.detach())
+    assert reads.sites and not [s for s in reads.sites if "kinds.py" in s]

@@ -10,6 +10,7 @@ inside ``graded.checks.checked_inputs``.
 
 from __future__ import annotations
 
+import copy
 import csv
 
 import pytest
@@ -151,3 +152,40 @@ def test_a_padding_mask_without_padding_is_dropped_on_the_host(tmp_path):
     masked.model.forward = recording
     assert masked.fit().losses == plain.fit().losses
     assert seen and all(m is None for m in seen)
+
+
+@pytest.mark.parametrize("grading", [{}, dict(grading="linear", learnable_grades=True)])
+def test_a_training_step_reads_only_host_tensors(tmp_path, grading):
+    """A step counts its items and targets on the host batch; from the batch's move to the
+    device to the optimizer step nothing reads a value (on a GPU: no wait). The reads of
+    a step on the CPU are attributed to their code: only the host counts, and AdamW's step
+    counters (CPU tensors on a GPU too)."""
+    from host_reads import HostReads
+
+    trainer = make_lm_trainer(tmp_path, "dyck", steps=3, eval_every=100, config=grading)
+    loss = trainer.kind.loss
+    inside: list[list[str]] = []
+
+    def recorded(*args, **kwargs):
+        with HostReads() as reads:
+            part = loss(*args, **kwargs)
+        inside.append(reads.sites)
+        return part
+
+    trainer.kind = copy.copy(trainer.kind)
+    trainer.kind.loss = recorded
+    step = trainer._train_step
+    sites: list[str] = []
+
+    def strict(i):
+        with HostReads() as reads:
+            out = step(i)
+        sites.extend(reads.sites)
+        return out
+
+    trainer._train_step = strict
+    trainer.fit()
+    assert len(inside) == 3 and inside == [[], [], []]
+    allowed = ("loss_count", "count_items", "drop_empty_padding",
+               "optimizer.py:_get_value")
+    assert sites and all(any(a in s for a in allowed) for s in sites), sites

@@ -57,17 +57,19 @@ def make_trainer(run_dir: Path, *, seed: int = 0, dropout: float = 0.1, resume_c
                    run_dir=run_dir, seed=seed, resume_command=resume_command)
 
 
-def make_lm_trainer(run_dir: Path, task_name: str, *, seed: int = 0, **options) -> Trainer:
-    """A one-layer transformer LM on 96 examples of a registered LM task (no dropout)."""
+def make_lm_trainer(run_dir: Path, task_name: str, *, seed: int = 0,
+                    config: dict | None = None, **options) -> Trainer:
+    """A one-layer transformer LM on 96 examples of a registered LM task (no dropout);
+    ``config``: more TransformerConfig options (a grading)."""
     task = get_task(task_name, **LM_TASKS[task_name])
     train, test = task.split("random", 96, 32, seed=seed + 1)
     info = task.info()
     torch.manual_seed(seed)
-    config = TransformerConfig(vocab_size=info["vocab_size"], d_model=16, n_heads=2, n_layers=1,
-                               d_ff=32, max_len=task.max_len, positional="learned",
-                               pad_id=info["pad_id"])
+    model_config = TransformerConfig(vocab_size=info["vocab_size"], d_model=16, n_heads=2,
+                                     n_layers=1, d_ff=32, max_len=task.max_len,
+                                     positional="learned", pad_id=info["pad_id"], **(config or {}))
     kind = get_kind(task.kind)
-    return Trainer(kind.build_model(config, task), train.tensors, test.tensors, kind=kind,
+    return Trainer(kind.build_model(model_config, task), train.tensors, test.tensors, kind=kind,
                    options=TrainOptions(**{**OPTIONS, **options}), run_dir=run_dir, seed=seed)
 
 

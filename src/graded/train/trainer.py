@@ -299,6 +299,7 @@ class Trainer:
         for i, idx in enumerate(micro):
             host_batch = {name: t[idx] for name, t in self.train_data.items()}
             items += self.kind.count_items(host_batch)  # on the host: no wait for the device
+            part_count = self.kind.loss_count(host_batch)
             host_batch = self.kind.drop_empty_padding(host_batch)
             batch = {name: t.to(self.ctx.device, non_blocking=True)
                      for name, t in host_batch.items()}
@@ -316,7 +317,7 @@ class Trainer:
                                     enabled=self.autocast_dtype is not None):
                     part = self.kind.loss(self.step_module, batch,
                                           label_smoothing=self.opts.label_smoothing,
-                                          weights=weights)
+                                          weights=weights, count=part_count)
                 objective = part.total.float() * scale
                 if self.recipe is not None and last:  # a function of the weights: once a step
                     reg = self.recipe.regularization(self.model)

@@ -159,17 +159,6 @@ def folds_rows(weight: Tensor, x: Tensor) -> bool:
     return weight.shape[1] <= _rows(x)
 
 
-def fold_dtype(weight: Tensor) -> torch.dtype:
-    """The dtype a grading is folded into ``weight`` in: autocast's dtype where autocast is on
-    for the weight's device and would cast a float32 weight for ``F.linear`` anyway (the fold
-    then reads and writes half the bytes, and its product is the linear map's operand), the
-    weight's own dtype otherwise."""
-    device = weight.device.type
-    if weight.dtype == torch.float32 and torch.is_autocast_enabled(device):
-        return torch.get_autocast_dtype(device)
-    return weight.dtype
-
-
 def graded_linear(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, *, out_scales: Tensor | None = None,
     in_scales: Tensor | None = None,
@@ -181,23 +170,20 @@ def graded_linear(
     weight (out × in) has no more entries than the N rows of activations it would scale
     (N × out after the map, N × in before it), i.e. when in ≤ N, resp. out ≤ N. Otherwise (a
     decoding step, a vocabulary wider than the batch) the activations are scaled. Both forms
-    are the same map and differentiate the same way, up to rounding (under autocast a float32
-    weight is folded in autocast's dtype, :func:`fold_dtype`). :func:`folds_rows` says
+    are the same map and differentiate the same way, up to rounding. :func:`folds_rows` says
     which form a call takes for out_scales; where it folds, a model may compute the folded
     weights of several layers at once (:class:`FoldedLinears`) and call ``F.linear``.
     """
     w, b = weight, bias
     if in_scales is not None:
         if weight.shape[0] <= _rows(x):
-            w = w.to(fold_dtype(weight))
             w = w * in_scales.to(w.dtype)
         else:
             x = x * in_scales.to(x.dtype)
     after = out_scales
     if out_scales is not None and folds_rows(weight, x):
-        w = w.to(fold_dtype(weight))
         s = out_scales.to(w.dtype)
-        w, b, after = s[:, None] * w, None if b is None else s * b.to(w.dtype), None
+        w, b, after = s[:, None] * w, None if b is None else s * b, None
     y = F.linear(x, w, b)
     return y if after is None else y * after.to(y.dtype)
 
@@ -233,13 +219,13 @@ class FoldedLinears:
                   maps: list[tuple[Tensor, Tensor | None]] | None = None,
                   ) -> list[tuple[Tensor, Tensor | None] | None]:
         maps = self.maps if maps is None else maps
-        weights = [w.to(fold_dtype(w)) for w, _ in maps]  # autocast's dtype, as graded_linear
+        weights = [w for w, _ in maps]
         scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
         folded_w = torch._foreach_mul(weights, [s[:, None] for s in scales])
         with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
         folded_b: list[Tensor | None] = [None] * len(maps)
         if with_bias:
-            out = torch._foreach_mul([maps[i][1].to(weights[i].dtype) for i in with_bias],
+            out = torch._foreach_mul([maps[i][1] for i in with_bias],
                                      [scales[i] for i in with_bias])
             for i, b in zip(with_bias, out, strict=True):
                 folded_b[i] = b

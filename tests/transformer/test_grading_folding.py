@@ -14,7 +14,7 @@ import torch
 
 from graded import Seq2SeqTransformer, TransformerClassifier, TransformerConfig, TransformerLM
 from graded.attention.graded import GradedMultiheadAttention
-from graded.grading import FoldedLinears, activation_grading, fold_dtype, graded_linear
+from graded.grading import activation_grading, graded_linear
 from graded.positional import RotaryEmbedding
 from graded.transformer.blocks import FeedForwardSublayer
 from graded.transformer.graded import GradingPlan, gradings, head_gradings
@@ -179,51 +179,6 @@ def test_graded_linear_is_the_linear_map_between_the_gradings(rows):
         for g1, g2 in zip(torch.autograd.grad(got.sum(), params),
                           torch.autograd.grad(want.sum(), params)):
             close(g1, g2)
-
-
-@pytest.mark.parametrize("side", ["out_scales", "in_scales"])
-def test_under_autocast_graded_linear_folds_in_autocasts_dtype(side):
-    """Under autocast F.linear casts a float32 weight to bfloat16: the fold is made in that
-    dtype (half the bytes), the product of the rounded weight and scales rounded once; the map
-    and its gradients are those of the float64 formula to bfloat16 rounding, the gradients
-    land in float32 as without grading."""
-    gen = torch.Generator().manual_seed(0)
-    w, b = (torch.randn(*s, generator=gen, requires_grad=True) for s in ((24, 16), (24,)))
-    n = 24 if side == "out_scales" else 16
-    m = torch.rand(n, generator=gen).add(0.5).requires_grad_()
-    x = torch.randn(40, 16, generator=gen)
-    assert fold_dtype(w) == torch.float32
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert fold_dtype(w) == torch.bfloat16
-        assert fold_dtype(w.detach().double()) == torch.float64  # autocast casts float32 only
-        got = graded_linear(x, w, b, **{side: m})
-    assert got.dtype == torch.bfloat16
-    xd, wd, bd, md = (t.detach().double().requires_grad_() for t in (x, w, b, m))
-    want = (xd @ wd.T + bd) * md if side == "out_scales" else (xd * md) @ wd.T + bd
-    bound = 2.0**-6 * float(want.detach().abs().max())  # a few bfloat16 roundings
-    torch.testing.assert_close(got.double(), want, rtol=0, atol=bound)
-    grads = torch.autograd.grad(got.float().square().sum(), (w, b, m))
-    ref = torch.autograd.grad(want.square().sum(), (wd, bd, md))
-    for g, r in zip(grads, ref):
-        assert g.dtype == torch.float32
-        torch.testing.assert_close(g.double(), r, rtol=0, atol=2.0**-5 * float(r.abs().max()))
-
-
-def test_folded_linears_fold_in_autocasts_dtype():
-    gen = torch.Generator().manual_seed(0)
-    maps = [(torch.randn(6, 4, generator=gen), torch.randn(6, generator=gen)),
-            (torch.randn(5, 4, generator=gen), None)]
-    scales = [torch.rand(6, generator=gen), torch.rand(5, generator=gen)]
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        folds = FoldedLinears(maps, lambda: scales)
-        (w0, b0), (w1, b1) = folds.fold(0), folds.fold(1)
-    for (w, b), (fw, fb), s in zip(maps, ((w0, b0), (w1, b1)), scales):
-        assert fw.dtype == torch.bfloat16
-        sb = s.bfloat16()
-        assert torch.equal(fw, sb[:, None] * w.bfloat16())
-        assert (fb is None) == (b is None) and (b is None or torch.equal(fb, sb * b.bfloat16()))
-    (w0, b0), _ = FoldedLinears(maps, lambda: scales).fold(0), None  # no autocast: float32
-    assert w0.dtype == torch.float32 and torch.equal(w0, scales[0][:, None] * maps[0][0])
 
 
 # ---------------------------------------------------------------------------- models

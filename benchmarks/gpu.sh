@@ -2,24 +2,26 @@
 # Every GPU check and figure of docs/gpu.md in one run: the cuda-marked tests, then the bf16
 # benchmarks (graded attention against torch's module with learnable and with fixed grades, the
 # LM training step eager and compiled against Hugging Face's GPT-2, eager with steps back to
-# back, where the eager step's time goes, the long-sequence table against SDPA's fused kernel).
+# back, where the eager step's time goes and where its GPU waits, the long-sequence table
+# against SDPA's fused kernel).
 #
 #     bash benchmarks/gpu.sh [OUT [DETAILS]]   # OUT defaults to runs/gpu, DETAILS to OUT
 #
 # OUT receives machine.txt and one log per step (each benchmark's tables are in its log);
 # DETAILS the benchmarks' own folders (results.json, report.md, figures).
 # Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_LM, T_LM_B2B,
-# T_LM_COMPILED, T_DIAG, T_LONG) so that one slow step cannot take the others with it; every log is written to
-# OUT as it is produced. STEPS (default: all eight) picks steps by name and runs them in the
-# order given, e.g. STEPS="long_sequence tests"; a step named again runs again, its log and
-# details suffixed _2, _3, ... (STEPS="lm_step lm_step lm_step": three runs on one machine).
+# T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step cannot take the others with it;
+# every log is written to OUT as it is produced. STEPS (default: all nine) picks steps by name
+# and runs them in the order given, e.g. STEPS="long_sequence tests"; a step named again runs
+# again, its log and details suffixed _2, _3, ... (STEPS="lm_step lm_step lm_step": three runs
+# on one machine).
 # PYTHON (default python3) must have torch with CUDA and the package importable.
 set -uo pipefail
 OUT=${1:-runs/gpu}
 DETAILS=${2:-$OUT}
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-"tests attention attention_fixed lm_step lm_step_back_to_back lm_step_compiled diag
-long_sequence"}
+idle long_sequence"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -60,12 +62,13 @@ for base in $STEPS; do
         benchmarks/lm_training_step.py --device cuda --dtype bf16 --compile --no-hf \
         --models ungraded LGT EGT --rounds 15 --out "$DETAILS/$name" ;;
     diag) step "$name" "${T_DIAG:-120}" "$PY" benchmarks/gpu_diagnostics.py ;;
+    idle) step "$name" "${T_IDLE:-150}" "$PY" benchmarks/gpu_idle.py ;;
     long_sequence) step "$name" "${T_LONG:-100}" "$PY" benchmarks/long_sequence.py \
         --device cuda --dtype bfloat16 --heads 8 --lengths 4096 8192 16384 32768 65536 \
         --dense-max-len 65536 --max-seconds 5 --error-seeds 1 --out "$DETAILS/$name" \
         --backends full chunked sliding_window dilated block_sparse bigbird linear performer \
         linformer lsh ;;
     *) echo "unknown step $base (expected: tests attention attention_fixed lm_step" \
-        "lm_step_back_to_back lm_step_compiled diag long_sequence)"; exit 2 ;;
+        "lm_step_back_to_back lm_step_compiled diag idle long_sequence)"; exit 2 ;;
     esac
 done

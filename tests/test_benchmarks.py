@@ -19,7 +19,8 @@ WRITES_TO = {"c4_free_table": ["--out", "{tmp}/c4"], "listops_backends": ["--out
              "long_sequence": ["--out", "{tmp}/ls"], "lm_training_step": ["--out", "{tmp}/lm"],
              "patternboost_triangle_free": ["--out", "{tmp}/pb", "--workers", "1"],
              "morphic_variable_k": ["--tool", "internal", "--report", "{tmp}/mvk"],
-             "gpu_diagnostics": ["--device", "cpu"]}
+             "gpu_diagnostics": ["--device", "cpu"],
+             "gpu_idle": ["--device", "cpu", "--trace-dir", "{tmp}/traces"]}
 
 
 def test_every_benchmark_is_covered():
@@ -101,3 +102,62 @@ def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp
     bad = subprocess.run([sys.executable, str(BENCHMARKS / "lm_training_step.py"),
                           "--back-to-back", "0"], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "--back-to-back must be at least 1, got 0" in bad.stderr
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _x(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1 if cat != "kernel" else 0,
+            "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_gpu_idle_attributes_each_gap_to_the_launch_that_ends_it():
+    """A hand-made trace: kernels at 30–50, 70–80 and 75–85 µs of a step from 0 to 100 µs on
+    the host. Idle: the lead-in 0–30 (forward; ended by the launch inside aten::addmm), 50–70
+    (backward; launched from the autograd thread inside MulBackward0) and the host's tail
+    85–100; a kernel launched outside the step is not counted."""
+    bench = _load("gpu_idle")
+    trace = {"traceEvents": [
+        _x("user_annotation", "profiled_step", 0, 100),
+        _x("user_annotation", "forward", 5, 35), _x("user_annotation", "backward", 40, 40),
+        _x("user_annotation", "optimizer", 80, 15),
+        _x("cpu_op", "aten::linear", 10, 10), _x("cpu_op", "aten::addmm", 12, 6),
+        _x("cuda_runtime", "cudaLaunchKernel", 15, 1, correlation=1),
+        _x("cpu_op", "MulBackward0", 54, 8, tid=2), _x("cpu_op", "aten::mul", 55, 5, tid=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 56, 1, tid=2, correlation=2),
+        _x("cuda_runtime", "cudaLaunchKernel", 58, 1, tid=2, correlation=3),
+        _x("kernel", "gemm", 30, 20, tid=7, correlation=1),
+        _x("kernel", "mul", 70, 10, tid=7, correlation=2),
+        _x("kernel", "mul2", 75, 10, tid=8, correlation=3),
+        _x("cuda_runtime", "cudaLaunchKernel", 200, 1, correlation=9),
+        _x("kernel", "late", 210, 5, tid=7, correlation=9),
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+    ]}
+    r = bench.idle_report(trace)
+    assert (r.steps, r.kernels, r.step_us, r.busy_us, r.idle_us) == (1, 3, 100, 35, 65)
+    assert dict(r.idle_by_phase) == {"forward": 30, "backward": 20, "outside": 15}
+    assert r.causes == {("forward", "(lead-in) aten::addmm"): [30, 1],
+                        ("backward", "aten::mul"): [20, 1], ("outside", "(host tail)"): [15, 1]}
+    lines = r.lines()
+    assert "idle 0.07 ms" in lines[0] and "kernels 3 per step" in lines[0]
+    assert "backward  aten::mul" in lines[2]
+    # two steps read as one window: the same gaps, per step halved
+    trace["traceEvents"][0]["name"] = "profiled_steps"
+    both = bench.idle_report(trace, "profiled_steps", 2)
+    assert (both.steps, both.idle_us) == (2, 65)
+
+
+def test_gpu_idle_writes_chrome_traces_that_it_reads_back(tmp_path):
+    bench = _load("gpu_idle")
+    report = bench.profile_arm("LGT", bench.ARMS["LGT"], bench.QUICK, torch.device("cpu"), 2,
+                               False, tmp_path)
+    assert report.steps == 2 and report.kernels == 0 and report.step_us > 0
+    trace = json.loads((tmp_path / "trace_LGT.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"profiled_step", "forward", "backward", "optimizer"} <= names

@@ -280,6 +280,16 @@ class LM(TaskKind):
 
         return TransformerLM(model_config)
 
+    def check_data(self, model: nn.Module, data: Batch) -> bool:
+        """:meth:`TaskKind.check_data`, and the targets: token ids in [0, vocabulary) where
+        they are scored (``IGNORE_INDEX`` elsewhere), so that a bad target fails here, naming
+        its range, rather than in a step (on a GPU, as a device assertion of the loss)."""
+        checked = super().check_data(model, data)
+        vocab, targets = _vocabulary(model), data.get("targets")
+        if vocab is not None and targets is not None:
+            check_id_range(targets[targets != IGNORE_INDEX], vocab, "'targets': token ids")
+        return checked
+
     def loss_count(self, batch: Batch) -> int:
         return int((batch["targets"] != IGNORE_INDEX).sum())
 

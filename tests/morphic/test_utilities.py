@@ -261,3 +261,49 @@ def test_the_traced_path_equals_the_eager_one_in_values_and_gradients(monkeypatc
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["exact", "first_order"])
+@pytest.mark.parametrize("ignored", [False, True])
+def test_utilities_wait_once_for_the_scored_rows_and_trust_checked_targets(kind, ignored,
+                                                                          monkeypatch):
+    """The scored rows are found with one read (``nonzero``) and gathered by index: no
+    boolean indexing, which waits for a GPU in every gather and in its backward pass. Inside
+    ``checked_inputs`` the targets' range is not read again; the exact utilities read one flag
+    per edge (rows outside the fast path's range are redone). Gradients flow as before."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
+    from host_reads import HostReads
+
+    import graded.morphic.utilities as U
+    from graded.checks import checked_inputs
+    from graded.morphic.utilities import compute_utilities
+
+    checks = []
+    check = U.check_id_range
+    monkeypatch.setattr(U, "check_id_range", lambda *a: checks.append(a) or check(*a))
+    sp, es, z, cands, w, bias, targets = setup(4)
+    if not ignored:
+        targets = targets.clamp(min=0)
+    cands = [c.requires_grad_() for c in cands]
+    with checked_inputs(), HostReads() as reads:
+        u = compute_utilities(kind, z, cands, es, sp, w, bias, targets)
+        u.sum().backward()
+    per_edge = len(es) if kind == "exact" else 0
+    names = [site.split(" in ")[0] for site in reads.sites]
+    assert names == ["nonzero"] + ["_local_scalar_dense"] * per_edge, reads.sites
+    assert all(c.grad is not None for c in cands)
+    assert bool((u[0, 1] == 0).all()) == ignored
+    assert checks == []
+    compute_utilities(kind, z, cands, es, sp, w, bias, targets)  # outside: the range checked
+    assert len(checks) == 1
+
+
+def test_utilities_refuse_targets_outside_the_readout_naming_their_range():
+    sp, es, z, cands, w, bias, targets = setup(5)
+    targets[1, 2] = 7  # the readout has 7 classes
+    with pytest.raises(ValueError, match=r"targets other than -100 must lie in \[0, 7\); got "
+                                         r"range \[\d, 7\]"):
+        exact_utilities(z, cands, es, sp, w, bias, targets)

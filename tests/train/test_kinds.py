@@ -274,6 +274,18 @@ def test_morphic_check_data_checks_ids_and_padding_once_and_trusts_them_after():
         model(ids, right.flip(1))
 
 
+def test_lm_data_with_targets_outside_the_vocabulary_are_refused_naming_their_range():
+    task, model, data = task_and_model("lm")
+    kind = get_kind("lm")
+    batch = dict(data.tensors)
+    assert kind.check_data(model, batch)  # -100 marks unscored targets: allowed
+    targets = batch["targets"].clone()
+    targets[0, 0] = model.config.vocab_size
+    with pytest.raises(ValueError, match=r"'targets': token ids must lie in \[0, \d+\); got "
+                                         r"range \[\d+, \d+\]"):
+        kind.check_data(model, {**batch, "targets": targets})
+
+
 @pytest.mark.parametrize("kind_name", KIND_NAMES)
 @pytest.mark.parametrize("grading", [{}, dict(grading="linear", learnable_grades=True)])
 def test_a_loss_counted_by_the_caller_reads_no_value_of_a_checked_batch(kind_name, grading):
@@ -306,9 +318,10 @@ def test_a_loss_counted_by_the_caller_reads_no_value_of_a_checked_batch(kind_nam
 
 
 def test_a_counted_morphic_loss_takes_the_callers_count():
-    """A morphic LM's kind reads nothing for its count either; the model itself reads the
-    targets' validity on its eager path (graded.morphic.utilities: the scored rows are
-    gathered, and rows outside the fast path's range redone), none when compiled."""
+    """A morphic LM's kind reads nothing for its count either; on its eager path the model
+    reads which rows are scored, once per layer (graded.morphic.utilities gathers them by
+    index), and one flag per edge (rows outside the exact utility's fast range are redone);
+    nothing else, and nothing when compiled."""
     from host_reads import HostReads
 
     from graded.checks import checked_inputs
@@ -328,4 +341,6 @@ def test_a_counted_morphic_loss_takes_the_callers_count():
     plain = kind.loss(kind.training_module(model), batch)
     assert part.count == plain.count == 21
     assert torch.equal(part.total.detach(), plain.total.detach())
-    assert reads.sites and not [s for s in reads.sites if "kinds.py" in s]
+    names = sorted(site.split(" in ")[0] for site in reads.sites)
+    assert names == ["_local_scalar_dense"] * 2 + ["nonzero"], reads.sites  # 2 edges, 1 layer
+    assert not [s for s in reads.sites if "kinds.py" in s]

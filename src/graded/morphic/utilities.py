@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from graded.checks import check_id_range, inputs_checked
 from graded.morphic.edges import EdgeSet
 from graded.morphic.state import GradedStateSpace
 
@@ -48,17 +49,20 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
         yv = torch.where(valid, targets, torch.zeros_like(targets)).reshape(-1)
         return (valid, z.reshape(-1, z.shape[-1]), [c.reshape(-1, c.shape[-1]) for c in candidates],
                 yv, weight, bias)
-    if bool(valid.all()):  # views, no copies
-        zv = z.reshape(-1, z.shape[-1])
-        cands = [c.reshape(-1, c.shape[-1]) for c in candidates]
-        yv = targets.reshape(-1)
+    # the scored rows' indices: the one read of the targets here (a wait on a GPU), then
+    # gathers by index (boolean indexing would wait in every gather and in its backward pass)
+    rows: Tensor | None = valid.reshape(-1).nonzero().squeeze(-1)
+    zv = z.reshape(-1, z.shape[-1])
+    cands = [c.reshape(-1, c.shape[-1]) for c in candidates]
+    yv = targets.reshape(-1)
+    if rows.numel() == yv.numel():  # every row: views, no copies
+        rows = None
     else:
-        zv = z[valid]  # (N, D)
-        cands = [c[valid] for c in candidates]  # (N, d_h)
-        yv = targets[valid]
-    if yv.numel() and (int(yv.min()) < 0 or int(yv.max()) >= weight.shape[0]):
-        raise ValueError(f"targets must lie in [0, {weight.shape[0]}) or equal {ignore_index}")
-    return valid, zv, cands, yv, weight, bias
+        zv, yv = zv.index_select(0, rows), yv.index_select(0, rows)  # (N, D), (N,)
+        cands = [c.index_select(0, rows) for c in cands]  # (N, d_h)
+    if not inputs_checked():  # the trainer checked its targets once (TaskKind.check_data)
+        check_id_range(yv, weight.shape[0], f"targets other than {ignore_index}")
+    return rows, zv, cands, yv, weight, bias
 
 
 # The fast path exponentiates ℓ⁺ without a per-row shift (the caller shifts ℓ so that its row
@@ -214,15 +218,17 @@ def _traced_exact(base: Tensor, zv: Tensor, cands: Sequence[Tensor], edges: Edge
     return torch.stack(cols, dim=1)
 
 
-def _scatter_valid(util: Tensor, valid: Tensor, z: Tensor) -> Tensor:
+def _scatter_valid(util: Tensor, rows: Tensor | None, z: Tensor) -> Tensor:
+    """The utilities of the scored rows placed in (…, |E|), 0 at the ignored ones. ``rows``
+    as ``_prepare`` returns it: the scored rows' indices, None when every row is scored, and
+    under the compiler the mask of scored positions (every row was computed)."""
     if torch.compiler.is_compiling():  # every row was computed: zero the ignored ones
-        util = util * valid.reshape(-1, 1).to(util.dtype)
+        util = util * rows.reshape(-1, 1).to(util.dtype)
         return util.view(*z.shape[:-1], util.shape[-1]).to(z.dtype)
-    if bool(valid.all()):
+    if rows is None:
         return util.view(*z.shape[:-1], util.shape[-1]).to(z.dtype)
-    out = z.new_zeros(*z.shape[:-1], util.shape[-1])
-    out[valid] = util.to(out.dtype)
-    return out
+    out = z.new_zeros(z.shape[:-1].numel(), util.shape[-1])
+    return out.index_copy(0, rows, util.to(out.dtype)).view(*z.shape[:-1], util.shape[-1])
 
 
 def first_order_utilities(
@@ -237,7 +243,8 @@ def first_order_utilities(
         return z.new_zeros(*z.shape[:-1], len(edges))
     base = zv @ weight.T if bias is None else torch.addmm(bias, zv, weight.T)
     resid = torch.softmax(base, dim=-1)
-    resid = resid - torch.nn.functional.one_hot(yv, base.shape[-1]).to(resid.dtype)  # p − e_y
+    minus_one = torch.full((yv.shape[0], 1), -1.0, dtype=resid.dtype, device=resid.device)
+    resid = resid.scatter_add(-1, yv.unsqueeze(-1), minus_one)  # p − e_y (one_hot reads y)
     grad_z = resid @ weight  # (N, D) = ∇_z L
     util = torch.stack([
         -((cands[i] - zv[:, space.slices[e.dest]]) * grad_z[:, space.slices[e.dest]]).sum(-1)

@@ -88,6 +88,29 @@ def test_block_sparse_equals_full_attention_with_layout_mask(causal):
     assert torch.equal(out[:, :, block:2 * block], torch.zeros_like(out[:, :, block:2 * block]))
 
 
+def test_block_sparse_keeps_its_key_blocks_while_the_layout_is_unchanged():
+    """The key-block lists are sized by the layout's values: built once per length and device
+    (reading a GPU layout in every pass would wait for it), rebuilt when the layout changes in
+    place; the outputs are those of the layout in force."""
+    block = 6
+    n = -(-T // block)
+    layout = torch.rand(n, n, generator=torch.Generator().manual_seed(3)) > 0.5
+    backend = get_backend("block_sparse", layout=layout, block_size=block, kernel="native")
+    q, k, v, pad, _ = inputs(False)
+    first = backend(q, k, v, key_padding_mask=pad)
+    kept = backend._key_blocks(n, q.device)
+    assert backend._key_blocks(n, q.device) is kept
+    backend(q, k, v, key_padding_mask=pad)
+    assert backend._key_blocks(n, q.device) is kept
+    with torch.no_grad():
+        backend.layout.fill_(True)  # every block: full attention
+    out = backend(q, k, v, key_padding_mask=pad)
+    assert backend._key_blocks(n, q.device) is not kept
+    ref = masked_softmax_attention(q, k, v, ~pad[:, None, None, :].expand(-1, 1, T, T), 8**-0.5)
+    torch.testing.assert_close(out, ref)
+    assert not torch.allclose(first, out)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("graded", [False, True])
 def test_bigbird_equals_full_attention_with_window_global_random_mask(causal, graded):

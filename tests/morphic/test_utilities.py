@@ -271,15 +271,10 @@ def test_utilities_wait_once_for_the_scored_rows_and_trust_checked_targets(kind,
     boolean indexing, which waits for a GPU in every gather and in its backward pass. Inside
     ``checked_inputs`` the targets' range is not read again; the exact utilities read one flag
     per edge (rows outside the fast path's range are redone). Gradients flow as before."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "train"))
-    from host_reads import HostReads
-
     import graded.morphic.utilities as U
     from graded.checks import checked_inputs
     from graded.morphic.utilities import compute_utilities
+    from host_reads import HostReads
 
     checks = []
     check = U.check_id_range

@@ -275,7 +275,7 @@ def test_morphic_check_data_checks_ids_and_padding_once_and_trusts_them_after():
 
 
 def test_lm_data_with_targets_outside_the_vocabulary_are_refused_naming_their_range():
-    task, model, data = task_and_model("lm")
+    _, model, data = task_and_model("lm")
     kind = get_kind("lm")
     batch = dict(data.tensors)
     assert kind.check_data(model, batch)  # -100 marks unscored targets: allowed
@@ -291,9 +291,8 @@ def test_lm_data_with_targets_outside_the_vocabulary_are_refused_naming_their_ra
 def test_a_loss_counted_by_the_caller_reads_no_value_of_a_checked_batch(kind_name, grading):
     """The trainer counts a batch's items on the host and checks its data once: the loss of
     such a batch then reads nothing from the (device) batch, and equals the loss that counts."""
-    from host_reads import HostReads
-
     from graded.checks import checked_inputs
+    from host_reads import HostReads
 
     name, options = TASKS[kind_name]
     task = get_task(name, **options)
@@ -322,9 +321,8 @@ def test_a_counted_morphic_loss_takes_the_callers_count():
     reads which rows are scored, once per layer (graded.morphic.utilities gathers them by
     index), and one flag per edge (rows outside the exact utility's fast range are redone);
     nothing else, and nothing when compiled."""
-    from host_reads import HostReads
-
     from graded.checks import checked_inputs
+    from host_reads import HostReads
 
     model = morphic_model()
     ids = torch.randint(0, 9, (3, 8), generator=torch.Generator().manual_seed(2))

@@ -194,3 +194,35 @@ def test_inside_the_block_padding_and_token_grades_are_not_read_either():
                                    model(IDS, token_grades=grades))
     with pytest.raises(ValueError, match=r"token_grades must be finite and >= 0"):
         model(IDS, token_grades=-grades)
+
+
+def _backend_options(name: str) -> dict:
+    from graded.attention.backends import backend_capabilities
+
+    if name == "block_sparse":
+        layout = torch.tensor([[1, 0], [1, 1]], dtype=torch.bool)  # T = 8: two blocks of 4
+        return {"attn_backend_options": {"layout": layout, "block_size": 4}}
+    return {} if backend_capabilities(name).causal else None
+
+
+@pytest.mark.parametrize("grading", [None, "linear", "exponential"])
+@pytest.mark.parametrize("backend", __import__("graded.attention.backends", fromlist=["x"])
+                         .available_backends())
+def test_a_checked_training_pass_of_every_causal_backend_reads_no_value(backend, grading):
+    """Inside ``checked_inputs`` a training pass (forward and backward) of an LM reads no value
+    into Python and sizes nothing by values, whatever its attention backend and grading: on a
+    GPU it never waits (CPU stand-in for tests/cuda/test_synchronisation.py, seen at dispatch
+    by tests/host_reads.py). Backends that cannot serve a decoder are skipped."""
+    from host_reads import HostReads
+
+    options = _backend_options(backend)
+    if options is None:
+        pytest.skip(f"{backend} serves no causal attention")
+    extra = {} if grading is None else dict(grading=grading, learnable_grades=True)
+    model = lm("rope", 2, attn_backend=backend, **options, **extra)
+    model(IDS).sum().backward()  # lazily built state first
+    with checked_inputs(), HostReads() as reads:
+        model(IDS).sum().backward()
+    if grading == "exponential":  # the overflow check reads the exponent: on the CPU only
+        reads.sites = [s for s in reads.sites if "_scales" not in s]
+    assert reads.sites == []

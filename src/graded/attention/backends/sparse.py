@@ -87,6 +87,18 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self._check_length(int(q_pos.max()) + 1)
         return self.layout[q_pos // self.block_size, k_pos // self.block_size]
 
+    def _key_blocks(self, n_blocks: int, device: torch.device) -> Tensor:
+        """:func:`layout_to_key_blocks` of the layout's first ``n_blocks`` blocks on
+        ``device``, kept per length and device while the layout is unchanged: the lists are
+        sized by the layout's values, and reading them from a GPU in every forward pass would
+        wait for it."""
+        key = (n_blocks, device, self.layout.device, self.layout._version)
+        kept = self.__dict__.setdefault("_kept_key_blocks", {})
+        if key not in kept:
+            kept.clear()
+            kept[key] = layout_to_key_blocks(self.layout[:n_blocks, :n_blocks].cpu()).to(device)
+        return kept[key]
+
     def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
         n_blocks = self._check_length(t)
         return layout_keep_rule(self.layout[:n_blocks, :n_blocks].to(device), self.block_size)
@@ -110,7 +122,7 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         if self.uses_flex(q, k, v, dropout_p):
             return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
                                      is_causal=is_causal)
-        key_blocks = layout_to_key_blocks(self.layout[:n_blocks, :n_blocks].to(q.device))
+        key_blocks = self._key_blocks(n_blocks, q.device)
         out = gathered_block_attention(
             q, k, v, key_blocks, self.block_size, default_scale(self.scale, q.shape[-1]),
             key_padding_mask=key_padding_mask, is_causal=is_causal, dropout_p=dropout_p,

@@ -226,3 +226,27 @@ def test_a_checked_training_pass_of_every_causal_backend_reads_no_value(backend,
     if grading == "exponential":  # the overflow check reads the exponent: on the CPU only
         reads.sites = [s for s in reads.sites if "_scales" not in s]
     assert reads.sites == []
+
+
+@pytest.mark.parametrize("grading", [None, "linear"])
+@pytest.mark.parametrize("backend", __import__("graded.attention.backends", fromlist=["x"])
+                         .available_backends())
+def test_a_checked_training_pass_of_a_padded_encoder_reads_no_value(backend, grading):
+    """The same for a classifier (an encoder) on a padded batch, every backend: inside
+    ``checked_inputs`` the padding mask is taken as given, not read."""
+    from host_reads import HostReads
+
+    options = {"block_sparse": {"layout": torch.tensor([[1, 0], [1, 1]], dtype=torch.bool),
+                                "block_size": 4},
+               "linformer": {"max_len": 8, "rank": 4}}.get(backend, {})
+    extra = {} if grading is None else dict(grading=grading, learnable_grades=True)
+    torch.manual_seed(0)
+    model = TransformerClassifier(TransformerConfig(
+        vocab_size=32, d_model=16, n_heads=2, n_layers=2, max_len=8, attn_backend=backend,
+        attn_backend_options=options, **extra), 3)
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[0, 6:] = True
+    model(IDS, mask).sum().backward()
+    with checked_inputs(), HostReads() as reads:
+        model(IDS, mask).sum().backward()
+    assert reads.sites == []

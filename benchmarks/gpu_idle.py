@@ -12,7 +12,8 @@ the trace:
 - the step's time (from its start on the host to the end of its last kernel or of its host
   work, whichever is later), the GPU's busy time (the union of its kernels, copies and
   memsets) and its idle time, overall and per phase (forward with the loss, backward,
-  optimizer);
+  optimizer; a kernel counts in the phase that launched it), beside the host's time in each
+  phase (a phase whose host time exceeds its GPU busy time is bound by the host);
 - each idle gap's cause: the operator whose kernel launch ended the gap (the innermost
   profiled operator around the launch on the launching thread; the gap before a step's first
   kernel, and after its last, are the host's lead-in and tail), summed over the profiled
@@ -66,6 +67,8 @@ class IdleReport:
     idle_us: float = 0.0
     kernels: int = 0
     idle_by_phase: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    busy_by_phase: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    host_by_phase: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     causes: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # -> [us, n]
 
     def add_cause(self, phase: str, name: str, us: float) -> None:
@@ -78,11 +81,15 @@ class IdleReport:
         if not self.kernels:
             return [f"step {self.step_us / n / 1e3:.2f} ms, no GPU work in the trace (a CPU run: "
                     "nothing waits)"]
-        phases = ", ".join(f"{p} {self.idle_by_phase.get(p, 0.0) / n / 1e3:.2f}"
-                           for p in (*PHASES, "outside"))
+        def ms(table: dict[str, float], phase: str) -> str:
+            return f"{table.get(phase, 0.0) / n / 1e3:.2f}"
+
         out = [f"step {self.step_us / n / 1e3:.2f} ms, GPU busy {self.busy_us / n / 1e3:.2f} ms, "
-               f"idle {self.idle_us / n / 1e3:.2f} ms ({phases}), kernels "
-               f"{self.kernels / n:.0f} per step"]
+               f"idle {self.idle_us / n / 1e3:.2f} ms, kernels {self.kernels / n:.0f} per step; "
+               "host | GPU busy | GPU idle ms: " + ", ".join(
+                   f"{p} {ms(self.host_by_phase, p)} | {ms(self.busy_by_phase, p)} | "
+                   f"{ms(self.idle_by_phase, p)}" for p in PHASES)
+               + f", outside idle {ms(self.idle_by_phase, 'outside')}"]
         ranked = sorted(self.causes.items(), key=lambda kv: -kv[1][0])[:top]
         for (phase, name), (us, count) in ranked:
             out.append(f"    {us / n:8.1f} us/step in {count / n:5.1f} gaps  {phase:9s} {name}")
@@ -152,17 +159,22 @@ def idle_report(trace: dict, window: str = STEP, steps_per_window: int = 1) -> I
         report.steps += steps_per_window
         report.kernels += len(mine)
         report.step_us += end - start
+        for p in phases:
+            if start <= p["ts"] <= host_end:
+                report.host_by_phase[p["name"]] += p.get("dur", 0.0)
         cursor = start  # the end of the GPU's work so far in this step
         for k in sorted(mine, key=lambda k: k["ts"]):
+            phase, name = cause(k)
             if k["ts"] > cursor:
                 gap = k["ts"] - cursor
-                phase, name = cause(k)
                 if cursor == start:  # the host's work before the step's first launch
                     name = f"(lead-in) {name}"
                 report.idle_us += gap
                 report.idle_by_phase[phase] += gap
                 report.add_cause(phase, name, gap)
-            report.busy_us += max(0.0, _end(k) - max(k["ts"], cursor))
+            busy = max(0.0, _end(k) - max(k["ts"], cursor))
+            report.busy_us += busy
+            report.busy_by_phase[phase] += busy
             cursor = max(cursor, _end(k))
         if end > cursor:  # host work after the last kernel
             report.idle_us += end - cursor

@@ -142,10 +142,13 @@ def test_gpu_idle_attributes_each_gap_to_the_launch_that_ends_it():
     r = bench.idle_report(trace)
     assert (r.steps, r.kernels, r.step_us, r.busy_us, r.idle_us) == (1, 3, 100, 35, 65)
     assert dict(r.idle_by_phase) == {"forward": 30, "backward": 20, "outside": 15}
+    assert dict(r.busy_by_phase) == {"forward": 20, "backward": 15}  # 70–80 and 80–85
+    assert dict(r.host_by_phase) == {"forward": 35, "backward": 40, "optimizer": 15}
     assert r.causes == {("forward", "(lead-in) aten::addmm"): [30, 1],
                         ("backward", "aten::mul"): [20, 1], ("outside", "(host tail)"): [15, 1]}
     lines = r.lines()
     assert "idle 0.07 ms" in lines[0] and "kernels 3 per step" in lines[0]
+    assert "forward 0.04 | 0.02 | 0.03, backward 0.04 | 0.01 | 0.02" in lines[0]
     assert "backward  aten::mul" in lines[2]
     # two steps read as one window: the same gaps, per step halved
     trace["traceEvents"][0]["name"] = "profiled_steps"

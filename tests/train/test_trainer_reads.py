@@ -189,3 +189,49 @@ def test_a_training_step_reads_only_host_tensors(tmp_path, grading):
     allowed = ("loss_count", "count_items", "drop_empty_padding",
                "optimizer.py:_get_value")
     assert sites and all(any(a in s for a in allowed) for s in sites), sites
+
+
+@pytest.mark.parametrize("kind_name", ["lm", "classification"])
+def test_evaluation_checks_its_data_once_and_reads_the_device_once(kind_name, monkeypatch):
+    """``graded.train.evaluate`` checks the data once, runs the batches inside
+    ``checked_inputs``, counts each batch's items on its host slice and keeps the loss and the
+    predictions on the device: the model and the loss read no value in any batch, the only
+    device read is the summed loss at the end, and the figures are those of a batch of all."""
+    from graded.train import evaluate
+    from host_reads import HostReads
+
+    kind_tasks = {"lm": ("dyck", dict(max_length=10)), "classification": ("listops", {})}
+    name, options = kind_tasks[kind_name]
+    t = get_task(name, **options)
+    info = t.info()
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=info["vocab_size"], d_model=16, n_heads=2, n_layers=1,
+                               d_ff=32, max_len=t.max_len + 4, positional="learned",
+                               pad_id=info["pad_id"])
+    kind = get_kind(kind_name)
+    model = kind.build_model(config, t)
+    data = t.generate(20, seed=1).tensors
+    inside: list[str] = []
+    for method in ("forward", "output_loss"):
+        original = getattr(type(kind), method)
+
+        def recorded(self, *args, _original=original, **kwargs):
+            with HostReads() as reads:
+                out = _original(self, *args, **kwargs)
+            inside.extend(reads.sites)
+            return out
+
+        monkeypatch.setattr(type(kind), method, recorded)
+    seen = []
+    check = type(kind).check_data
+    monkeypatch.setattr(type(kind), "check_data",
+                        lambda self, m, d: seen.append(1) or check(self, m, d))
+    with HostReads() as reads:
+        small = evaluate(model, data, kind, batch_size=6)  # 6 + 6 + 6 + 2 rows
+    assert inside == [] and seen == [1]
+    # evaluate itself reads float(total) once; the other reads are of the host data (its
+    # check, the counts, the padding masks) and of the predictions on the CPU (the metrics)
+    where = [s.split(" <- ")[0].split(" in ")[1] for s in reads.sites]
+    assert where.count("objectives.py:evaluate") == 1, reads.sites
+    whole = evaluate(model, data, kind, batch_size=64)
+    assert small["loss"] == pytest.approx(whole["loss"], rel=1e-5)

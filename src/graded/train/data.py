@@ -11,7 +11,7 @@ gradient averaging reproduces the single-process step on the same global batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -89,11 +89,3 @@ def take(data: Mapping[str, torch.Tensor], idx: torch.Tensor, device: torch.devi
     """The examples ``idx`` of every tensor in ``data``, on ``device``."""
     return {name: t[idx].to(device, non_blocking=True) for name, t in data.items()}
 
-
-def iterate(
-    data: Mapping[str, torch.Tensor], batch_size: int, device: torch.device
-) -> Iterator[Batch]:
-    """Sequential batches over all of ``data`` (for evaluation; the last batch may be short)."""
-    n = dataset_size(data)
-    for start in range(0, n, batch_size):
-        yield take(data, torch.arange(start, min(start + batch_size, n)), device)

@@ -5,17 +5,24 @@ loss sums and which metrics to report; here the batches are run under ``torch.no
 mode. The loss is the sum over all batches divided by the total count (tokens, rows or
 elements), and the metrics are those of :mod:`graded.evaluation.metrics` on the predictions of
 all batches together, so no figure depends on the batch size.
+
+The data are checked once (:meth:`TaskKind.check_data`) and the batches then run inside
+:func:`graded.checks.checked_inputs`; each batch's loss items are counted on its host copy,
+the loss summed and the predictions kept on the device and read once at the end: on a GPU an
+evaluation waits for the device once, not several times per batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
 
+from graded.checks import checked_inputs
 from graded.kinds import TaskKind, as_kind
-from graded.train.data import Batch, iterate
+from graded.train.data import Batch, dataset_size
 
 
 @torch.no_grad()
@@ -36,13 +43,15 @@ def evaluate(
     :func:`graded.evaluation.compute_metric`).
     """
     kind = as_kind(kind, model)
-    total, count, preds = 0.0, 0, []
-    for batch, out in _outputs(model, data, kind, batch_size, device):
-        part = kind.output_loss(out, batch)
-        total += float(part.total)
-        count += part.count
-        preds.append(kind.prediction(out, batch).cpu())
-    return kind.report(total / max(count, 1), torch.cat(preds), data)
+    total, count, preds = None, 0, []
+    for host, batch, out in _outputs(model, data, kind, batch_size, device):
+        n = kind.loss_count(host)  # on the host copy: no wait for the device
+        part = kind.output_loss(out, batch, count=n)
+        total = part.total if total is None else total + part.total
+        count += n
+        preds.append(kind.prediction(out, batch))
+    loss = float(total) / max(count, 1) if total is not None else 0.0  # the one read
+    return kind.report(loss, torch.cat(preds).cpu(), data)
 
 
 @torch.no_grad()
@@ -57,16 +66,26 @@ def predict(
     """Model outputs on all of ``data`` (logits, or values shaped like ``targets``), on CPU."""
     kind = as_kind(kind, model)
     return torch.cat([kind.raw_prediction(out, batch).float().cpu()
-                      for batch, out in _outputs(model, data, kind, batch_size, device)])
+                      for _, batch, out in _outputs(model, data, kind, batch_size, device)])
 
 
 def _outputs(model: nn.Module, data: Mapping[str, Tensor], kind: TaskKind, batch_size: int,
-             device: torch.device | str) -> Iterator[tuple[Batch, Tensor]]:
-    """Each batch of ``data`` with the model's output on it, in eval mode (restored after)."""
+             device: torch.device | str) -> Iterator[tuple[Batch, Batch, Tensor]]:
+    """Each batch of ``data`` as sliced (on the data's device: the host for the library's
+    data sets), as moved to ``device``, and the model's output on it; in eval mode (restored
+    after), and inside :func:`checked_inputs` when ``kind`` could check the data once (a
+    padding mask that masks nothing is then dropped on the host, as in training)."""
     was_training = model.training
+    checked = kind.check_data(model, data)
     model.eval()
     try:
-        for batch in iterate(data, batch_size, torch.device(device)):
-            yield batch, kind.forward(model, batch)
+        for start in range(0, dataset_size(data), batch_size):
+            host = {name: t[start:start + batch_size] for name, t in data.items()}
+            if checked:
+                host = kind.drop_empty_padding(host)
+            batch = {name: t.to(device, non_blocking=True) for name, t in host.items()}
+            with checked_inputs() if checked else contextlib.nullcontext():
+                out = kind.forward(model, batch)
+            yield host, batch, out
     finally:
         model.train(was_training)

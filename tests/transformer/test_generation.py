@@ -132,3 +132,38 @@ def test_generation_rejects_bad_arguments():
         lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, do_sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="top_p must be in"):
         lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, do_sample=True, top_p=1.5)
+
+
+@pytest.mark.parametrize("options", [{}, {"do_sample": True, "top_p": 0.9}, {"num_beams": 2},
+                                     {"use_cache": False}])
+@pytest.mark.parametrize("eos", [None, 3])
+def test_generation_checks_the_prompt_once_and_trusts_its_own_tokens(options, eos):
+    """The model checks the prompt at the first step; every later step runs inside
+    ``checked_inputs`` (its ids are the model's own choices, its positions within the limit
+    the prompt was checked against), so that on a GPU cached greedy or sampled decoding waits
+    for nothing per token without an EOS id and once (are all rows done?) with one. Beam
+    search keeps its per-step bookkeeping on the host; without a cache each step reads whether
+    the mask masks anything. Tokens are those of an unchecked loop (the tests above)."""
+    from host_reads import HostReads
+
+    lm = lm_for("rope")
+    prompt = torch.randint(0, 17, (3, 5), generator=torch.Generator().manual_seed(4))
+    cached = options.get("use_cache", True)
+    mask = torch.zeros_like(prompt, dtype=torch.bool)
+    with HostReads() as first:  # the first step: ids, and with a cache the positions of the mask
+        lm(prompt, mask if cached else None, cache=lm.new_cache() if cached else None)
+    if options.get("do_sample"):
+        options = {**options, "generator": torch.Generator().manual_seed(5)}
+    with HostReads() as reads:
+        out = lm.generate(prompt, 8, eos_token_id=eos, **options)
+    steps = out.shape[1] - prompt.shape[1]
+    where = [s.split(" <- ")[0] for s in reads.sites]
+    checks = [w for w in where if "checks.py" in w]
+    assert len(checks) == len(first.sites)  # the prompt's check, once
+    per_step = [w for w in where if "generation.py:decode" in w or "generation.py:step" in w]
+    if "num_beams" in options:
+        assert all("checks.py" in w or "_beam_search" in w for w in where)
+    elif options.get("use_cache") is False:
+        assert len(per_step) == steps + (eos is not None) * (steps - 1)
+    else:
+        assert len(per_step) == (0 if eos is None else steps - (steps == 8))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from graded.checks import checked_inputs
 from graded.positional import TABLE_POSITIONAL
 from graded.transformer.cache import KVCache
 
@@ -114,12 +115,16 @@ def decode(
         kpm = torch.cat([kpm, new_pad], dim=1)
         if eos_token_id is not None:
             finished |= tok == eos_token_id
-        if bool(finished.all()) or i == max_new_tokens - 1:
+        # the only read of a step: whether every row is done (none without an EOS id)
+        if i == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
             break
-        if cache is not None:
-            logits = step(tok[:, None], new_pad, cache)
-        else:
-            logits = step(ids, kpm, None)
+        # the new ids are the model's own choices and the positions within the limit the
+        # prompt was checked against: the model reads neither again (no wait on a GPU)
+        with checked_inputs():
+            if cache is not None:
+                logits = step(tok[:, None], new_pad, cache)
+            else:
+                logits = step(ids, kpm, None)
     return ids
 
 
@@ -204,11 +209,12 @@ def _beam_search(
         beam_scores = next_scores
         if t == max_new_tokens - 1:
             break
-        if cache is not None:
-            cache.reorder(src)
-            logits = step(next_tok.view(-1, 1), kpm[:, -1:], cache)
-        else:
-            logits = step(ids, kpm, None)
+        with checked_inputs():  # the model's own ids, as in decode
+            if cache is not None:
+                cache.reorder(src)
+                logits = step(next_tok.view(-1, 1), kpm[:, -1:], cache)
+            else:
+                logits = step(ids, kpm, None)
     generated = ids.shape[1] - prompt_len
     outputs = []
     for b in range(batch):
@@ -337,7 +343,7 @@ def generate(
     model.eval()
 
     def step(ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
-        return model(ids, mask if bool(mask.any()) or cache is not None else None, cache=cache)
+        return model(ids, mask if cache is not None or bool(mask.any()) else None, cache=cache)
 
     try:
         return decode(step, input_ids, kpm, max_new_tokens, n_layers=model.decoder.n_layers,

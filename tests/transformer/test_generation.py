@@ -167,3 +167,17 @@ def test_generation_checks_the_prompt_once_and_trusts_its_own_tokens(options, eo
         assert len(per_step) == steps + (eos is not None) * (steps - 1)
     else:
         assert len(per_step) == (0 if eos is None else steps - (steps == 8))
+
+
+def test_a_fill_id_outside_the_vocabulary_is_refused_before_decoding():
+    """Finished rows are continued with the fill id (``pad_token_id``, else the EOS id), which
+    the later steps take as checked: it must be a token id of the model."""
+    lm = lm_for("learned")
+    prompt = torch.randint(0, 17, (2, 4), generator=torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match=r"pad_token_id must be a token id in \[0, 17\): "
+                                         r"finished rows are continued with it; got -1"):
+        lm.generate(prompt, 3, eos_token_id=2, pad_token_id=-1)
+    with pytest.raises(ValueError, match=r"eos_token_id \(the fill id\) must be a token id in "
+                                         r"\[0, 17\)"):
+        lm.generate(prompt, 3, eos_token_id=17)
+    assert lm.generate(prompt, 3, pad_token_id=-1).shape == (2, 7)  # no EOS: never used

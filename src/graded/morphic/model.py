@@ -263,7 +263,7 @@ class MorphicTransformer(nn.Module):
             step, input_ids, kpm, max_new_tokens, n_layers=len(self.layers), do_sample=do_sample,
             temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
             eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=False,
-            generator=generator, length_penalty=length_penalty)
+            generator=generator, length_penalty=length_penalty, vocab_size=self.vocab_size)
 
 
 def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> None:

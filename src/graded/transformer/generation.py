@@ -82,11 +82,13 @@ def decode(
     n_layers: int, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
     num_beams: int, eos_token_id: int | None, pad_token_id: int | None, use_cache: bool,
     generator: torch.Generator | None, length_penalty: float,
-    early_stopping: bool | str = True,
+    early_stopping: bool | str = True, vocab_size: int,
 ) -> Tensor:
     """The decoding loop shared by the models: ``step(ids, key_padding_mask, cache)`` returns
     logits (B, T, V) for the tokens it is given (all of them, or only the new one when a cache is
-    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens."""
+    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens. The steps after the
+    first run inside :func:`graded.checks.checked_inputs`: their ids are the model's own
+    choices (< ``vocab_size``) or the fill id of finished rows, checked here once."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if early_stopping not in EARLY_STOPPING:
@@ -95,6 +97,10 @@ def decode(
     if max_new_tokens == 0:
         return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
+    if eos_token_id is not None and not (isinstance(pad, int) and 0 <= pad < vocab_size):
+        name = "pad_token_id" if pad_token_id is not None else "eos_token_id (the fill id)"
+        raise ValueError(f"{name} must be a token id in [0, {vocab_size}): finished rows are "
+                         f"continued with it; got {pad!r}")
     if num_beams > 1:
         if do_sample:
             raise ValueError("beam search with do_sample=True is not supported; choose one")
@@ -350,7 +356,7 @@ def generate(
                     do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                     num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                     use_cache=use_cache, generator=generator, length_penalty=length_penalty,
-                    early_stopping=early_stopping)
+                    early_stopping=early_stopping, vocab_size=model.config.vocab_size)
     finally:
         model.train(was_training)
 
@@ -391,7 +397,7 @@ def generate_seq2seq(
         check_prompt(start, max_new_tokens, position_limit(model.config))
         kpm = torch.zeros_like(start, dtype=torch.bool)
         return decode(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
-                    **_generation_kwargs(kwargs))
+                    vocab_size=model.config.vocab_size, **_generation_kwargs(kwargs))
     finally:
         model.train(was_training)
 

@@ -119,7 +119,7 @@ def _beam(early_stopping) -> list[int]:
     out = decode(_step, ids, torch.zeros_like(ids, dtype=torch.bool), 4, n_layers=0,
                  do_sample=False, temperature=1.0, top_k=None, top_p=None, num_beams=2,
                  eos_token_id=EOS, pad_token_id=EOS, use_cache=False, generator=None,
-                 length_penalty=1.0, early_stopping=early_stopping)
+                 length_penalty=1.0, early_stopping=early_stopping, vocab_size=4)
     return out[0, 1:].tolist()
 
 

@@ -75,7 +75,7 @@ def inputs_checked() -> bool:
 
 
 @contextlib.contextmanager
-def checked_inputs() -> Iterator[None]:
+def checked_inputs(active: bool = True) -> Iterator[None]:
     """Inside the block, models and encodings take the values of their token ids, positions
     and token grades as checked, and a padding mask as it is given (not read to see whether
     it masks anything): they check dtypes and shapes, but read no values. Reading values
@@ -84,7 +84,11 @@ def checked_inputs() -> Iterator[None]:
     positions again), and the trainer, which checks its data sets once on the host, runs
     its steps in it, so that the host can queue one step while the GPU computes the last.
     Out-of-range values inside the block are the caller's error: a GPU then reports an
-    index assertion from the embedding kernel."""
+    index assertion from the embedding kernel. ``active=False`` makes the block a no-op (for
+    a caller whose data could not be checked)."""
+    if not active:
+        yield
+        return
     token = _CHECKED.set(True)
     try:
         yield

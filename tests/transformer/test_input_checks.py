@@ -75,6 +75,8 @@ def test_given_positions_are_read_once_for_all_layers():
 
 def test_checked_inputs_is_scoped_and_nests():
     assert not inputs_checked()
+    with checked_inputs(False):  # inactive: for data that could not be checked
+        assert not inputs_checked()
     with checked_inputs():
         assert inputs_checked()
         with checked_inputs():

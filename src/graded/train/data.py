@@ -85,7 +85,7 @@ class StepSampler:
         return step / self.steps_per_epoch
 
 
-def take(data: Mapping[str, torch.Tensor], idx: torch.Tensor, device: torch.device) -> Batch:
-    """The examples ``idx`` of every tensor in ``data``, on ``device``."""
-    return {name: t[idx].to(device, non_blocking=True) for name, t in data.items()}
+def to_device(batch: Mapping[str, torch.Tensor], device: torch.device | str) -> Batch:
+    """Every tensor of ``batch`` on ``device`` (copies queued without waiting)."""
+    return {name: t.to(device, non_blocking=True) for name, t in batch.items()}
 

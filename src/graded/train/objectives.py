@@ -14,7 +14,6 @@ evaluation waits for the device once, not several times per batch.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -22,7 +21,7 @@ from torch import Tensor, nn
 
 from graded.checks import checked_inputs
 from graded.kinds import TaskKind, as_kind
-from graded.train.data import Batch, dataset_size
+from graded.train.data import Batch, dataset_size, to_device
 
 
 @torch.no_grad()
@@ -73,18 +72,17 @@ def _outputs(model: nn.Module, data: Mapping[str, Tensor], kind: TaskKind, batch
              device: torch.device | str) -> Iterator[tuple[Batch, Batch, Tensor]]:
     """Each batch of ``data`` as sliced (on the data's device: the host for the library's
     data sets), as moved to ``device``, and the model's output on it; in eval mode (restored
-    after), and inside :func:`checked_inputs` when ``kind`` could check the data once (a
-    padding mask that masks nothing is then dropped on the host, as in training)."""
+    after), and inside :func:`checked_inputs` when ``kind`` could check the data once; a
+    padding mask that masks nothing is dropped on the host, as in training."""
     was_training = model.training
     checked = kind.check_data(model, data)
     model.eval()
     try:
         for start in range(0, dataset_size(data), batch_size):
-            host = {name: t[start:start + batch_size] for name, t in data.items()}
-            if checked:
-                host = kind.drop_empty_padding(host)
-            batch = {name: t.to(device, non_blocking=True) for name, t in host.items()}
-            with checked_inputs() if checked else contextlib.nullcontext():
+            host = kind.drop_empty_padding({name: t[start:start + batch_size]
+                                            for name, t in data.items()})
+            batch = to_device(host, device)
+            with checked_inputs(checked):
                 out = kind.forward(model, batch)
             yield host, batch, out
     finally:

@@ -59,7 +59,7 @@ from graded.checks import checked_inputs
 from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
 from graded.train.checkpoint import CheckpointManager
-from graded.train.data import StepSampler, dataset_size
+from graded.train.data import StepSampler, dataset_size, to_device
 from graded.train.logging import RunLogger
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
@@ -300,14 +300,12 @@ class Trainer:
             host_batch = {name: t[idx] for name, t in self.train_data.items()}
             items += self.kind.count_items(host_batch)  # on the host: no wait for the device
             part_count = self.kind.loss_count(host_batch)
-            host_batch = self.kind.drop_empty_padding(host_batch)
-            batch = {name: t.to(self.ctx.device, non_blocking=True)
-                     for name, t in host_batch.items()}
+            batch = to_device(self.kind.drop_empty_padding(host_batch), self.ctx.device)
             last = i == len(micro) - 1
             sync = contextlib.nullcontext()
             if self.ctx.distributed and not last:
                 sync = self.step_module.no_sync()
-            trusted = checked_inputs() if self.inputs_checked else contextlib.nullcontext()
+            trusted = checked_inputs(self.inputs_checked)
             with sync, trusted:
                 weights = None
                 if self.graded_loss:

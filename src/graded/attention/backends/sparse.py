@@ -72,6 +72,7 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self.register_buffer("layout", layout_t, persistent=False)
         self.block_size = block_size
         self.scale = scale
+        self._key_block_cache: dict[tuple, Tensor] = {}  # as BigBird's, see _key_blocks
         self.init_kernel(kernel)
 
     def _check_length(self, t: int) -> int:
@@ -93,11 +94,12 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         sized by the layout's values, and reading them from a GPU in every forward pass would
         wait for it."""
         key = (n_blocks, device, self.layout.device, self.layout._version)
-        kept = self.__dict__.setdefault("_kept_key_blocks", {})
-        if key not in kept:
-            kept.clear()
-            kept[key] = layout_to_key_blocks(self.layout[:n_blocks, :n_blocks].cpu()).to(device)
-        return kept[key]
+        cached = self._key_block_cache.get(key)
+        if cached is None:
+            self._key_block_cache.clear()  # an older layout's or length's
+            cached = layout_to_key_blocks(self.layout[:n_blocks, :n_blocks].cpu()).to(device)
+            self._key_block_cache[key] = cached
+        return cached
 
     def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
         n_blocks = self._check_length(t)

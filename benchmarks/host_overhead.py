@@ -8,7 +8,8 @@ without a GPU: ``TransformerLM`` with 12 layers, d_model 32, 4 heads, feed-forwa
 B = 2, T = 64 (128 rows: every grading folds into its weights, as at the full shape), float32,
 one thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed as the
 median of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the ATen operators
-of one forward pass (each one a kernel launch on a GPU, views excepted).
+of one forward pass and of one training step (forward, backward, AdamW; each one a kernel
+launch on a GPU, views excepted).
 
     python benchmarks/host_overhead.py
     python benchmarks/host_overhead.py --quick     # fewer rounds, seconds
@@ -49,10 +50,10 @@ class _CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def build(batch: int, length: int) -> tuple[dict, dict, dict]:
+def build(batch: int, length: int) -> tuple[dict, dict, dict, dict]:
     x = torch.randint(0, SHAPE["vocab_size"], (batch, length + 1),
                       generator=torch.Generator().manual_seed(0))
-    forwards, steps, kernels = {}, {}, {}
+    forwards, steps, kernels, step_kernels = {}, {}, {}, {}
     for name, extra in ARMS.items():
         torch.manual_seed(0)
         if extra:
@@ -72,8 +73,11 @@ def build(batch: int, length: int) -> tuple[dict, dict, dict]:
         step()
         with _CountOps() as count:
             forward()
-        forwards[name], steps[name], kernels[name] = forward, step, count.kernels
-    return forwards, steps, kernels
+        with _CountOps() as count_step:
+            step()
+        forwards[name], steps[name] = forward, step
+        kernels[name], step_kernels[name] = count.kernels, count_step.kernels
+    return forwards, steps, kernels, step_kernels
 
 
 def repeat(fn, calls: int):
@@ -92,19 +96,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.rounds, args.calls = 5, 2
     torch.set_num_threads(1)
-    forwards, steps, kernels = build(batch=2, length=SHAPE["max_len"])
+    forwards, steps, kernels, step_kernels = build(batch=2, length=SHAPE["max_len"])
     fwd = interleaved({n: repeat(f, args.calls) for n, f in forwards.items()},
                       rounds=args.rounds, warmup=2)
     stp = interleaved({n: repeat(f, args.calls) for n, f in steps.items()},
                       rounds=args.rounds, warmup=2)
     rows = [[name, str(kernels[name]), f"{fwd[name] / args.calls * 1e3:.2f}",
-             f"{fwd[name] / fwd['ungraded']:.3f}", f"{stp[name] / args.calls * 1e3:.2f}",
-             f"{stp[name] / stp['ungraded']:.3f}"] for name in ARMS]
+             f"{fwd[name] / fwd['ungraded']:.3f}", str(step_kernels[name]),
+             f"{stp[name] / args.calls * 1e3:.2f}", f"{stp[name] / stp['ungraded']:.3f}"]
+            for name in ARMS]
     print(f"# Host work of grading: TransformerLM, 12 layers, d_model 32, B=2, T=64, float32, "
           f"one CPU thread; median of {args.rounds} interleaved rounds of {args.calls} calls; "
           f"{machine(torch.device('cpu'))}\n")
     print(table(["model", "operators / forward", "forward ms", "forward / ungraded",
-                 "step ms", "step / ungraded"], rows))
+                 "operators / step", "step ms", "step / ungraded"], rows))
 
 
 if __name__ == "__main__":

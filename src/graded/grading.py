@@ -221,15 +221,117 @@ class FoldedLinears:
         maps = self.maps if maps is None else maps
         weights = [w for w, _ in maps]
         scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
-        folded_w = torch._foreach_mul(weights, [s[:, None] for s in scales])
         with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
+        biases = [maps[i][1] for i in with_bias]
+        if torch._C._are_functorch_transforms_active():  # torch.func: plain differentiable ops
+            folded_w = list(torch._foreach_mul(weights, [s[:, None] for s in scales]))
+            out_b = torch._foreach_mul(biases, [scales[i] for i in with_bias]) if biases else []
+        else:
+            distinct: dict[int, int] = {}  # one gradient per scale tensor shared by maps
+            scale_of = tuple(distinct.setdefault(id(s), len(distinct)) for s in scales)
+            firsts = [scales[scale_of.index(j)] for j in range(len(distinct))]
+            out = _FoldRows.apply(tuple(with_bias), scale_of, *weights, *biases, *firsts)
+            folded_w, out_b = list(out[:len(weights)]), out[len(weights):]
         folded_b: list[Tensor | None] = [None] * len(maps)
-        if with_bias:
-            out = torch._foreach_mul([maps[i][1] for i in with_bias],
-                                     [scales[i] for i in with_bias])
-            for i, b in zip(with_bias, out, strict=True):
-                folded_b[i] = b
+        for i, b in zip(with_bias, out_b, strict=True):
+            folded_b[i] = b
         return list(zip(folded_w, folded_b, strict=True))
+
+
+# Entries of the products ∂W'_i ⊙ W_i that _FoldRows's backward holds at once (64 MiB in
+# float32): a few foreach launches' worth (each covers up to ~2e7 entries), the transient
+# memory of a few layers' weights rather than of all.
+_FOLD_GROUP = 1 << 24
+
+
+def _groups_of_size(items: list[int], sizes: list[int], budget: int) -> Iterator[list[int]]:
+    """``items`` in order, in consecutive groups of total size at most ``budget`` (an item
+    larger than the budget alone)."""
+    group: list[int] = []
+    total = 0
+    for item, size in zip(items, sizes, strict=True):
+        if group and total + size > budget:
+            yield group
+            group, total = [], 0
+        group.append(item)
+        total += size
+    if group:
+        yield group
+
+
+class _FoldRows(torch.autograd.Function):
+    """The folds (diag(s_i) W_i, s_i·b_i) of n linear maps in ``torch._foreach_mul`` calls, with
+    a backward in foreach calls too: ∂W_i = s_i·∂W'_i, ∂b_i = s_i·∂b'_i and
+    ∂s_i = Σ_j ∂W'_ij W_ij + ∂b'_i b_i (one row sum per map), summed over the maps that share
+    a scale tensor (``scale_of[i]`` is map i's among the distinct ``scales``). Autograd's own
+    backward of ``_foreach_mul`` takes two products per map and tensor, a sum and an
+    accumulation per scale: ~5 kernels per map with learnable scales against ~1 here.
+    Differentiable twice (the backward is made of differentiable operators)."""
+
+    @staticmethod
+    def forward(ctx: Any, with_bias: tuple[int, ...], scale_of: tuple[int, ...],
+                *tensors: Tensor) -> tuple[Tensor, ...]:
+        n, nb = len(scale_of), len(with_bias)
+        weights, biases, scales = tensors[:n], tensors[n:n + nb], tensors[n + nb:]
+        ctx.with_bias, ctx.scale_of = with_bias, scale_of
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(*tensors)
+        folded_w = torch._foreach_mul(weights, [scales[j][:, None] for j in scale_of])
+        folded_b = (torch._foreach_mul(biases, [scales[scale_of[i]] for i in with_bias])
+                    if biases else [])
+        return (*folded_w, *folded_b)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        with_bias, scale_of = ctx.with_bias, ctx.scale_of
+        n, nb = len(scale_of), len(with_bias)
+        saved = ctx.saved_tensors
+        weights, biases, scales = saved[:n], saved[n:n + nb], saved[n + nb:]
+        grad_w_out, grad_b_out = grads[:n], grads[n:]
+        needs = ctx.needs_input_grad[2:]
+        needs_w, needs_b, needs_s = needs[:n], needs[n:n + nb], needs[n + nb:]
+
+        def products(pairs: list[tuple[Tensor, Tensor]]) -> list[Tensor]:
+            return list(torch._foreach_mul([a for a, _ in pairs], [b for _, b in pairs]))
+
+        grad_w: list[Tensor | None] = [None] * n
+        used = [i for i in range(n) if grad_w_out[i] is not None and needs_w[i]]
+        if used:
+            out = products([(grad_w_out[i], scales[scale_of[i]][:, None]) for i in used])
+            for i, g in zip(used, out, strict=True):
+                grad_w[i] = g
+        grad_b: list[Tensor | None] = [None] * nb
+        used = [k for k in range(nb) if grad_b_out[k] is not None and needs_b[k]]
+        if used:
+            out = products([(grad_b_out[k], scales[scale_of[with_bias[k]]]) for k in used])
+            for k, g in zip(used, out, strict=True):
+                grad_b[k] = g
+        # ∂s per map: the row sums of ∂W'_i ⊙ W_i (a group of maps at a time), plus ∂b'_i b_i
+        part: list[Tensor | None] = [None] * n
+        used = [i for i in range(n) if grad_w_out[i] is not None and needs_s[scale_of[i]]]
+        for group in _groups_of_size(used, [weights[i].numel() for i in used], _FOLD_GROUP):
+            rows = products([(grad_w_out[i], weights[i]) for i in group])
+            for i, r in zip(group, rows, strict=True):
+                part[i] = r.sum(1)
+            del rows
+        terms = [(k, i) for k, i in enumerate(with_bias)
+                 if grad_b_out[k] is not None and needs_s[scale_of[i]]]
+        onto = [(k, i) for k, i in terms if part[i] is not None]
+        if onto:
+            torch._foreach_addcmul_([part[i] for _, i in onto], [grad_b_out[k] for k, _ in onto],
+                                    [biases[k] for k, _ in onto])
+        alone = [(k, i) for k, i in terms if part[i] is None]
+        if alone:
+            for (_, i), g in zip(alone, products([(grad_b_out[k], biases[k]) for k, _ in alone]),
+                                 strict=True):
+                part[i] = g
+        shares: list[list[Tensor]] = [[] for _ in scales]  # the parts of each scale
+        for i, p in enumerate(part):
+            if p is not None:
+                shares[scale_of[i]].append(p)
+        grad_s = [None if not ps else ps[0] if len(ps) == 1 else torch.stack(ps).sum(0)
+                  for ps in shares]
+        return (None, None, *grad_w, *grad_b, *grad_s)
 
 
 def batched_scales(gradings: Sequence[GradingMap]) -> list[Tensor] | None:

@@ -9,7 +9,7 @@ B = 2, T = 64 (128 rows: every grading folds into its weights, as at the full sh
 one thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed as the
 median of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the ATen operators
 of one forward pass and of one training step (forward, backward, AdamW; each one a kernel
-launch on a GPU, views excepted).
+launch on a GPU, views excepted; AdamW takes its foreach path, its default on a GPU).
 
     python benchmarks/host_overhead.py
     python benchmarks/host_overhead.py --quick     # fewer rounds, seconds
@@ -59,7 +59,7 @@ def build(batch: int, length: int) -> tuple[dict, dict, dict, dict]:
         if extra:
             extra = dict(extra, grade_init="warm_start", grade_init_value=0.01)
         model = TransformerLM(TransformerConfig(**SHAPE, **extra)).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)  # as on a GPU
 
         def forward(model=model) -> torch.Tensor:
             return model(x[:, :-1])

@@ -204,32 +204,35 @@ def test_the_folds_backward_takes_a_few_operators_per_layer(grading):
 
 
 @pytest.mark.filterwarnings("ignore:There is a performance drop")
-def test_per_sample_gradients_through_torch_func_equal_a_loop():
+@pytest.mark.parametrize("tied", [False, True])
+def test_per_sample_gradients_through_torch_func_equal_a_loop(tied):
     """Under torch.func transforms the folds take the plain foreach products (the hand-written
     backward is not a functorch rule): vmap(grad) over a graded LM equals one backward per
-    sample."""
+    sample, called as docs/models.md says: ``tie_weights=False`` (torch 2.13's default leaves
+    a module registered under several names, as the shared feature grading is, holding the
+    tensor passed in), and tied embeddings given under both names, whose gradients add up."""
     from torch.func import functional_call, grad, vmap
 
     from graded.checks import checked_inputs
 
-    model = lm("linear", True, tie_embeddings=False)
+    model = lm("linear", True, tie_embeddings=tied)
     params = {k: v.detach() for k, v in model.named_parameters()}
+    if tied:
+        params["head.proj.weight"] = params["decoder.embed.tokens.weight"]
 
     def loss(p, ids):
-        # tie_weights=False (and no tied embeddings): with torch 2.13's default (True) a
-        # module registered under several names, as the shared feature grading is, keeps
-        # the tensor passed in after the call (docs/training.md)
         logits = functional_call(model, p, (ids[None, :-1],), tie_weights=False)
         return torch.nn.functional.cross_entropy(logits.reshape(-1, 17), ids[None, 1:].reshape(-1))
 
     with checked_inputs():
         per_sample = vmap(grad(loss), in_dims=(None, 0))(params, IDS)
+    if tied:
+        per_sample["decoder.embed.tokens.weight"] += per_sample.pop("head.proj.weight")
     for row in range(IDS.shape[0]):
         model.zero_grad()
-        loss_row = loss(dict(model.named_parameters()), IDS[row])
-        loss_row.backward()
+        loss(dict(model.named_parameters()), IDS[row]).backward()
         for name, p in model.named_parameters():
-            assert type(p) is torch.nn.Parameter, name
+            assert type(p) is torch.nn.Parameter, name  # every parameter is back in place
             expected = torch.zeros_like(p) if p.grad is None else p.grad
             torch.testing.assert_close(per_sample[name][row], expected, rtol=1e-10,
                                        atol=1e-12, msg=name)

@@ -29,6 +29,10 @@ call's over K.
     python benchmarks/lm_training_step.py --device cuda --dtype bfloat16 --back-to-back 5 \
         --no-hf --out runs/lm_step_back_to_back
     python benchmarks/lm_training_step.py --quick     # a tiny shape on the CPU, seconds
+
+``--fold-backward both`` adds, for each graded arm, a twin ("…, autograd folds") whose folded
+weights take autograd's backward of the foreach products instead of the written-out one
+(``graded.grading.FoldedLinears.written_backward``), timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from _timing import (
 
 from graded import TransformerConfig, TransformerLM
 from graded.checks import check_token_ids, checked_inputs
+from graded.grading import FoldedLinears
 
 # arm -> (grading, learnable grades)
 GRADINGS = {"ungraded": (None, False), "LGT": ("linear", True), "EGT": ("exponential", True),
@@ -88,15 +93,21 @@ def hf_gpt2(args: argparse.Namespace, ours: TransformerConfig) -> torch.nn.Modul
     return GPT2LMHeadModel(cfg)
 
 
+AUTOGRAD_FOLDS = ", autograd folds"  # suffix of the twin arms of --fold-backward both
+
+
 def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.Module]:
     base = ungraded_config(args)
     models: dict[str, torch.nn.Module] = {}
     for name in args.models:
         grading, learnable = GRADINGS[name]
-        torch.manual_seed(0)
         extra = {} if grading is None else dict(grading=grading, learnable_grades=learnable,
                                                  grade_init="warm_start", grade_init_value=0.01)
-        models[name] = TransformerLM(TransformerConfig(**{**base.model_dump(), **extra}))
+        twins = [name] + ([name + AUTOGRAD_FOLDS]
+                          if grading is not None and args.fold_backward == "both" else [])
+        for arm in twins:
+            torch.manual_seed(0)
+            models[arm] = TransformerLM(TransformerConfig(**{**base.model_dump(), **extra}))
     if args.hf and importable("transformers"):
         torch.manual_seed(0)
         models["HF GPT-2"] = hf_gpt2(args, base)
@@ -113,6 +124,17 @@ def logits_of(model: torch.nn.Module, compile: bool):
     if isinstance(model, TransformerLM):
         return forward
     return lambda ids: forward(input_ids=ids).logits  # a Hugging Face causal LM
+
+
+def with_autograd_folds(step):
+    """``step`` with ``FoldedLinears.written_backward`` off for its length."""
+    def run() -> None:
+        FoldedLinears.written_backward = False
+        try:
+            step()
+        finally:
+            FoldedLinears.written_backward = True
+    return run
 
 
 def back_to_back(step: TrainingStep, k: int):
@@ -134,7 +156,9 @@ def run(args: argparse.Namespace) -> dict:
         steps[name] = TrainingStep(logits_of(model, args.compile), model.parameters(), x,
                                    dtype=dtype)
     k = args.back_to_back
-    calls = steps if k == 1 else {name: back_to_back(step, k) for name, step in steps.items()}
+    single = {name: with_autograd_folds(step) if name.endswith(AUTOGRAD_FOLDS) else step
+              for name, step in steps.items()}
+    calls = single if k == 1 else {name: back_to_back(step, k) for name, step in single.items()}
     if k > 1:
         check_token_ids(x, args.vocab)
     times = interleaved(calls, rounds=args.rounds, warmup=args.warmup, device=device)
@@ -149,7 +173,7 @@ def run(args: argparse.Namespace) -> dict:
             "ms_per_step": sec * 1e3,
             "tokens_per_s": tokens / sec,
             "time_over_ungraded": sec / times["ungraded"],
-            "peak_memory_bytes": peak_memory(steps[name], device),
+            "peak_memory_bytes": peak_memory(single[name], device),
         }
         if "HF GPT-2" in times:
             results[name]["tokens_per_s_over_hf"] = times["HF GPT-2"] / sec
@@ -159,6 +183,7 @@ def run(args: argparse.Namespace) -> dict:
                   "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab},
         "device": str(device), "dtype": dtype_name(dtype), "compile": args.compile,
         "rounds": args.rounds, "warmup": args.warmup, "back_to_back": args.back_to_back,
+        "fold_backward": args.fold_backward,
         "machine": machine(device),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "hf_attention": None if hf is None else hf.config._attn_implementation,
@@ -224,6 +249,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", default=list(GRADINGS), choices=list(GRADINGS),
                    metavar="ARM", help=f"our arms to time (default all: {', '.join(GRADINGS)}); "
                    "the ungraded one is always timed")
+    p.add_argument("--fold-backward", choices=["written", "both"], default="written",
+                   help="both: each graded arm also with autograd's backward of its folds "
+                   "(a twin arm, same rounds)")
     p.add_argument("--no-hf", dest="hf", action="store_false",
                    help="leave Hugging Face's GPT-2 out even when transformers is importable")
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))

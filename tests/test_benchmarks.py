@@ -104,6 +104,30 @@ def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp
     assert bad.returncode != 0 and "--back-to-back must be at least 1, got 0" in bad.stderr
 
 
+def test_lm_training_step_times_the_folds_backward_both_ways_in_one_run(tmp_path):
+    """--fold-backward both: a twin of each graded arm runs with autograd's backward of its
+    folds (FoldedLinears.written_backward off for the twin's calls only, back on after)."""
+    lm_training_step = _load("lm_training_step")
+    from graded.grading import FoldedLinears
+
+    seen = []
+    lm_training_step.with_autograd_folds(lambda: seen.append(FoldedLinears.written_backward))()
+    assert seen == [False] and FoldedLinears.written_backward
+
+    def fail():
+        raise RuntimeError("in the step")
+
+    with pytest.raises(RuntimeError, match="in the step"):
+        lm_training_step.with_autograd_folds(fail)()
+    assert FoldedLinears.written_backward
+    run_benchmark("lm_training_step", ["--quick", "--rounds", "1", "--no-hf", "--models",
+                                       "LGT", "--fold-backward", "both",
+                                       "--out", str(tmp_path / "lm")], tmp_path)
+    res = json.loads((tmp_path / "lm" / "results.json").read_text())
+    assert list(res["models"]) == ["ungraded", "LGT", "LGT, autograd folds"]
+    assert res["fold_backward"] == "both"
+
+
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

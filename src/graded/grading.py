@@ -196,7 +196,16 @@ class FoldedLinears:
     (W_i, b_i or None) pairs, ``scales`` returns the row scales s_i (out_i,) of all of them
     when called. ``fold(i)`` is map i's pair; it is handed out once (and then freed here), a
     second call for the same map computes it alone. A model's layers fold their graded
-    projections this way within one forward pass (:mod:`graded.transformer.graded`)."""
+    projections this way within one forward pass (:mod:`graded.transformer.graded`).
+
+    The backward pass is written out (:class:`_FoldRows`: foreach products, one row sum per map
+    for the scales' gradient); ``written_backward = False`` (on the class, for comparisons, as
+    ``benchmarks/lm_training_step.py --fold-backward both`` does) and ``torch.func``
+    transforms take autograd's backward of the foreach products instead: the same gradients in
+    about five operators per map."""
+
+    # False: autograd's own backward of the foreach products (see above)
+    written_backward: bool = True
 
     def __init__(self, maps: Sequence[tuple[Tensor, Tensor | None]],
                  scales: Callable[[], Sequence[Tensor]]) -> None:
@@ -223,7 +232,7 @@ class FoldedLinears:
         scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
         with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
         biases = [maps[i][1] for i in with_bias]
-        if torch._C._are_functorch_transforms_active():  # torch.func: plain differentiable ops
+        if not self.written_backward or torch._C._are_functorch_transforms_active():
             folded_w = list(torch._foreach_mul(weights, [s[:, None] for s in scales]))
             out_b = torch._foreach_mul(biases, [scales[i] for i in with_bias]) if biases else []
         else:

@@ -203,6 +203,34 @@ def test_the_folds_backward_takes_a_few_operators_per_layer(grading):
     assert extra[4] - extra[2] <= 2 * 2, extra
 
 
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+@pytest.mark.parametrize("learnable", [True, False])
+def test_autograds_backward_of_the_folds_gives_the_same_gradients(grading, learnable,
+                                                                   monkeypatch):
+    """``FoldedLinears.written_backward = False`` (for comparisons) takes autograd's backward
+    of the foreach products: the same gradients, more operators."""
+    model = lm(grading, learnable)
+    run(model, True)
+    logits, written, ops_written = run_backward(model)
+    monkeypatch.setattr(FoldedLinears, "written_backward", False)
+    logits_a, by_autograd, ops_autograd = run_backward(model)
+    torch.testing.assert_close(logits, logits_a, rtol=0, atol=0)
+    for name in written:
+        torch.testing.assert_close(written[name], by_autograd[name], rtol=0, atol=1e-14,
+                                   msg=name)
+    assert ops_autograd - ops_written >= (5 if learnable else 2) * 3  # per layer, 3 layers
+
+
+def run_backward(model):
+    """Logits, gradients and the number of operators (views excepted) of the backward pass."""
+    model.zero_grad()
+    logits = model(IDS)
+    with CountOps(views=False) as count:
+        logits.square().mean().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logits, grads, sum(count.ops.values())
+
+
 @pytest.mark.filterwarnings("ignore:There is a performance drop")
 @pytest.mark.parametrize("tied", [False, True])
 def test_per_sample_gradients_through_torch_func_equal_a_loop(tied):

@@ -62,6 +62,7 @@ __all__ = [
     "activation_grading",
     "as_grade_tensor",
     "batched_scales",
+    "fold_rows",
     "folds_rows",
     "graded_linear",
     "is_diagonal",
@@ -182,8 +183,8 @@ def graded_linear(
             x = x * in_scales.to(x.dtype)
     after = out_scales
     if out_scales is not None and folds_rows(weight, x):
-        s = out_scales.to(w.dtype)
-        w, b, after = s[:, None] * w, None if b is None else s * b, None
+        (w, b), = fold_rows([(w, b)], [out_scales])
+        after = None
     y = F.linear(x, w, b)
     return y if after is None else y * after.to(y.dtype)
 
@@ -227,24 +228,56 @@ class FoldedLinears:
     def _fold_all(self, scales: Sequence[Tensor],
                   maps: list[tuple[Tensor, Tensor | None]] | None = None,
                   ) -> list[tuple[Tensor, Tensor | None] | None]:
-        maps = self.maps if maps is None else maps
-        weights = [w for w, _ in maps]
-        scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
-        with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
-        biases = [maps[i][1] for i in with_bias]
-        if not self.written_backward or torch._C._are_functorch_transforms_active():
-            folded_w = list(torch._foreach_mul(weights, [s[:, None] for s in scales]))
-            out_b = torch._foreach_mul(biases, [scales[i] for i in with_bias]) if biases else []
-        else:
-            distinct: dict[int, int] = {}  # one gradient per scale tensor shared by maps
-            scale_of = tuple(distinct.setdefault(id(s), len(distinct)) for s in scales)
-            firsts = [scales[scale_of.index(j)] for j in range(len(distinct))]
-            out = _FoldRows.apply(tuple(with_bias), scale_of, *weights, *biases, *firsts)
-            folded_w, out_b = list(out[:len(weights)]), out[len(weights):]
-        folded_b: list[Tensor | None] = [None] * len(maps)
-        for i, b in zip(with_bias, out_b, strict=True):
-            folded_b[i] = b
-        return list(zip(folded_w, folded_b, strict=True))
+        return list(fold_rows(self.maps if maps is None else maps, scales,
+                              written_backward=self.written_backward))
+
+
+def fold_rows(maps: Sequence[tuple[Tensor, Tensor | None]], scales: Sequence[Tensor], *,
+              written_backward: bool = True) -> list[tuple[Tensor, Tensor | None]]:
+    """The folds (diag(s_i) W_i, s_i·b_i) of the linear maps ``maps`` (W_i, b_i or None) with
+    their row scales ``scales`` (s_i, converted to W_i's dtype). Under autocast, where
+    ``F.linear`` would cast a float32 weight to the autocast dtype, the folds are made in that
+    dtype in the same kernel (s_i·W_i rounded once, as the cast of the float32 product would
+    be: the same values), and their gradients come back in it: the cast and its backward
+    are two kernels and a float32 copy of each weight fewer. The backward is written out
+    (:class:`_FoldRows`); ``written_backward=False`` and ``torch.func`` transforms take
+    autograd's backward of float32 products instead, ``torch.compile`` the products
+    written out."""
+    weights = [w for w, _ in maps]
+    scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
+    if torch.compiler.is_compiling():  # the formula; the compiler fuses it with the cast
+        return [(s[:, None] * w, None if b is None else s * b)
+                for (w, b), s in zip(maps, scales, strict=True)]
+    with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
+    biases = [maps[i][1] for i in with_bias]
+    if not written_backward or torch._C._are_functorch_transforms_active():
+        folded_w = list(torch._foreach_mul(weights, [s[:, None] for s in scales]))
+        out_b = torch._foreach_mul(biases, [scales[i] for i in with_bias]) if biases else []
+    else:
+        distinct: dict[int, int] = {}  # one gradient per scale tensor shared by maps
+        scale_of = tuple(distinct.setdefault(id(s), len(distinct)) for s in scales)
+        firsts = [scales[scale_of.index(j)] for j in range(len(distinct))]
+        out = _FoldRows.apply(tuple(with_bias), scale_of, _autocast_dtype(weights), *weights,
+                              *biases, *firsts)
+        folded_w, out_b = list(out[:len(weights)]), out[len(weights):]
+    folded_b: list[Tensor | None] = [None] * len(maps)
+    for i, b in zip(with_bias, out_b, strict=True):
+        folded_b[i] = b
+    return list(zip(folded_w, folded_b, strict=True))
+
+
+def _autocast_dtype(weights: Sequence[Tensor]) -> torch.dtype | None:
+    """The dtype ``F.linear`` casts these float32 weights to under the autocast now in force
+    (None: no autocast on their device, or weights that are not all float32 on one device)."""
+    first = weights[0]
+    if (first.dtype != torch.float32
+            or any(w.dtype != first.dtype or w.device != first.device for w in weights)):
+        return None
+    device = first.device.type
+    if not torch.is_autocast_enabled(device):
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    return None if dtype == first.dtype else dtype
 
 
 # Entries of the products ∂W'_i ⊙ W_i that _FoldRows's backward holds at once (64 MiB in
@@ -275,19 +308,29 @@ class _FoldRows(torch.autograd.Function):
     a scale tensor (``scale_of[i]`` is map i's among the distinct ``scales``). Autograd's own
     backward of ``_foreach_mul`` takes two products per map and tensor, a sum and an
     accumulation per scale: ~5 kernels per map with learnable scales against ~1 here.
-    Differentiable twice (the backward is made of differentiable operators)."""
+    With ``dtype`` (:func:`fold_rows` under autocast) the folds are made in that dtype and
+    their gradients arrive in it; the products with the float32 weights and scales promote to
+    float32, as the gradient of autocast's cast would. Differentiable twice (the backward is
+    made of differentiable operators)."""
 
     @staticmethod
     def forward(ctx: Any, with_bias: tuple[int, ...], scale_of: tuple[int, ...],
-                *tensors: Tensor) -> tuple[Tensor, ...]:
+                dtype: torch.dtype | None, *tensors: Tensor) -> tuple[Tensor, ...]:
         n, nb = len(scale_of), len(with_bias)
         weights, biases, scales = tensors[:n], tensors[n:n + nb], tensors[n + nb:]
         ctx.with_bias, ctx.scale_of = with_bias, scale_of
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*tensors)
-        folded_w = torch._foreach_mul(weights, [scales[j][:, None] for j in scale_of])
-        folded_b = (torch._foreach_mul(biases, [scales[scale_of[i]] for i in with_bias])
-                    if biases else [])
+        cols = [scales[j][:, None] for j in scale_of]
+        rows = [scales[scale_of[i]] for i in with_bias]
+        if dtype is None:
+            folded_w = torch._foreach_mul(weights, cols)
+            folded_b = torch._foreach_mul(biases, rows) if biases else []
+        else:  # the product rounded to dtype as it is stored: one kernel (on a GPU) per map
+            folded_w = [torch.mul(w, c, out=torch.empty_like(w, dtype=dtype))
+                        for w, c in zip(weights, cols, strict=True)]
+            folded_b = [torch.mul(b, r, out=torch.empty_like(b, dtype=dtype))
+                        for b, r in zip(biases, rows, strict=True)]
         return (*folded_w, *folded_b)
 
     @staticmethod
@@ -297,7 +340,7 @@ class _FoldRows(torch.autograd.Function):
         saved = ctx.saved_tensors
         weights, biases, scales = saved[:n], saved[n:n + nb], saved[n + nb:]
         grad_w_out, grad_b_out = grads[:n], grads[n:]
-        needs = ctx.needs_input_grad[2:]
+        needs = ctx.needs_input_grad[3:]
         needs_w, needs_b, needs_s = needs[:n], needs[n:n + nb], needs[n + nb:]
 
         def products(pairs: list[tuple[Tensor, Tensor]]) -> list[Tensor]:
@@ -340,7 +383,7 @@ class _FoldRows(torch.autograd.Function):
                 shares[scale_of[i]].append(p)
         grad_s = [None if not ps else ps[0] if len(ps) == 1 else torch.stack(ps).sum(0)
                   for ps in shares]
-        return (None, None, *grad_w, *grad_b, *grad_s)
+        return (None, None, None, *grad_w, *grad_b, *grad_s)
 
 
 def batched_scales(gradings: Sequence[GradingMap]) -> list[Tensor] | None:

@@ -93,7 +93,7 @@ def test_the_fold_backward_is_autograds_gradient_twice_over(shared):
     with_bias, scale_of, weights, biases, scales = _fold_rows_inputs(shared=shared)
 
     def fold(*tensors):
-        return _FoldRows.apply(with_bias, scale_of, *tensors)
+        return _FoldRows.apply(with_bias, scale_of, None, *tensors)
 
     inputs = (*weights, *biases, *scales)
     assert torch.autograd.gradcheck(fold, inputs)
@@ -107,7 +107,7 @@ def test_the_fold_backward_skips_what_is_not_asked_for():
 
     with_bias, scale_of, weights, biases, scales = _fold_rows_inputs(needs_weights=False)
     scales[2].requires_grad_(False)
-    out = _FoldRows.apply(with_bias, scale_of, *weights, *biases, *scales)
+    out = _FoldRows.apply(with_bias, scale_of, None, *weights, *biases, *scales)
     # the loss uses W'_0, W'_3, b'_1 (map 1's weight unused) and b'_3 only
     loss = out[0].sin().sum() + out[3].square().sum() + out[5].cos().sum() + out[6].sum()
     got = torch.autograd.grad(loss, [*biases, scales[0], scales[1]], allow_unused=True)
@@ -119,6 +119,74 @@ def test_the_fold_backward_skips_what_is_not_asked_for():
     assert got[0] is None and expected[0] is None  # b'_0 unused
     for a, e in zip(got[1:], expected[1:]):
         torch.testing.assert_close(a, e, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_under_autocast_the_folds_are_made_in_its_dtype_as_its_cast_would(dtype):
+    """Under autocast ``fold_rows`` returns s·W and s·b in the autocast dtype, rounded once:
+    bit for bit the cast that ``F.linear`` would make of the float32 products, and the
+    gradients (arriving in that dtype) bit for bit those through the cast, except the
+    scales', where the bias term is added in one multiply-add."""
+    from graded.grading import fold_rows
+
+    gen = torch.Generator().manual_seed(5)
+    maps = [(torch.randn(6, 4, generator=gen, requires_grad=True),
+             torch.randn(6, generator=gen, requires_grad=True)),
+            (torch.randn(5, 4, generator=gen, requires_grad=True), None)]
+    scales = [torch.rand(6, generator=gen).add(0.5).requires_grad_(),
+              torch.rand(5, generator=gen).add(0.5).requires_grad_()]
+    leaves = [maps[0][0], maps[0][1], maps[1][0], *scales]
+    upstream = [torch.randn(6, 4, generator=gen).to(dtype), torch.randn(6, generator=gen).to(dtype),
+                torch.randn(5, 4, generator=gen).to(dtype)]
+    with torch.autocast("cpu", dtype=dtype):
+        (w0, b0), (w1, b1) = fold_rows(maps, scales)
+    assert (w0.dtype, b0.dtype, w1.dtype, b1) == (dtype, dtype, dtype, None)
+    expected = [(scales[0][:, None] * maps[0][0]).to(dtype), (scales[0] * maps[0][1]).to(dtype),
+                (scales[1][:, None] * maps[1][0]).to(dtype)]
+    for got, want in zip((w0, b0, w1), expected):
+        assert torch.equal(got, want)
+    got = torch.autograd.grad((w0, b0, w1), leaves, upstream)
+    want = torch.autograd.grad(expected, leaves, upstream)
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert a.dtype == torch.float32
+        if i < 3:  # weights and bias: the same products
+            assert torch.equal(a, e), i
+        else:
+            torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("learnable", [True, False])
+def test_an_autocast_step_folds_in_its_dtype_with_the_same_results(learnable, monkeypatch):
+    """A graded LM's forward and backward under bfloat16 autocast: with the folds made in
+    bfloat16 (default) the logits equal those of the float32 folds cast by ``F.linear``
+    (``FoldedLinears.written_backward = False``) bit for bit, the gradients up to the
+    order of a sum, and each folded weight and bias is one cast (``_to_copy``) fewer."""
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(
+        vocab_size=17, d_model=16, n_heads=2, n_layers=3, max_len=32, d_ff=32,
+        positional="learned", grading="linear", learnable_grades=learnable,
+        grade_init="warm_start", grade_init_value=0.2))
+
+    def step():
+        model.zero_grad()
+        with CountOps() as count:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(IDS)
+            logits.float().square().mean().backward()
+        return logits, {n: p.grad.clone() for n, p in model.named_parameters()
+                        if p.grad is not None}, count.ops
+
+    step()
+    logits, grads, ops = step()
+    monkeypatch.setattr(FoldedLinears, "written_backward", False)
+    logits_c, grads_c, ops_c = step()
+    assert torch.equal(logits, logits_c)
+    assert grads.keys() == grads_c.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_c[name], rtol=1e-5, atol=1e-6, msg=name)
+    # 3 packed projections and 3 FFN output layers, weight and bias: 12 casts forward, and
+    # their 12 backward casts of the gradients
+    assert ops_c["_to_copy"] - ops["_to_copy"] == 2 * 12
 
 
 def test_a_map_asked_for_twice_is_folded_again():
@@ -170,10 +238,9 @@ def test_a_model_folding_its_layers_together_gives_the_same_logits_and_gradients
     assert gb.keys() == gu.keys()
     for name in gb:
         torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
-    # per layer two products for the packed projection and two for the FFN's output layer
-    # (and, for learnable grades, the head scales' own products, also batched)
-    assert ops_u.get("mul", 0) - ops_b.get("mul", 0) >= 4 * 3
-    assert ops_b["_foreach_mul"] == 4 and "_foreach_mul" not in ops_u
+    # layer by layer, each layer folds its packed projection (weight, bias) and its FFN's
+    # output layer (weight, bias) in a foreach product each: four per layer against four
+    assert ops_u["_foreach_mul"] == 4 * 3 and ops_b["_foreach_mul"] == 4
 
 
 @pytest.mark.parametrize("grading", ["linear", "exponential"])
@@ -340,4 +407,7 @@ def test_a_seq2seq_model_folds_encoder_and_decoder_layers():
     torch.testing.assert_close(lb, lu, rtol=0, atol=0)
     for name in gb:
         torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
-    assert ops_b["_foreach_mul"] == 4 and "_foreach_mul" not in ops_u
+    # the 4 self-attention and 4 feed-forward layers of both stacks in 4 foreach products
+    # (weights and biases of each kind) against 16; each of the 2 cross-attention layers
+    # folds its query rows alone (weight, bias) either way
+    assert ops_b["_foreach_mul"] == 4 + 2 * 2 and ops_u["_foreach_mul"] == 16 + 2 * 2

@@ -5,13 +5,16 @@ kernel before the host has issued the next one, so the Python, dispatcher and la
 grading's extra operators is paid in full (docs/gpu.md). At a tiny shape on the CPU the
 arithmetic costs next to nothing and a pass's time is that host work, so this measures it
 without a GPU: ``TransformerLM`` with 12 layers, d_model 32, 4 heads, feed-forward width 128,
-B = 2, T = 64 (128 rows: every grading folds into its weights, as at the full shape), float32,
-one thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed as the
-median of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the ATen operators
-of one forward pass and of one training step (forward, backward, AdamW; each one a kernel
-launch on a GPU, views excepted; AdamW takes its foreach path, its default on a GPU).
+B = 2, T = 64 (128 rows: every grading folds into its weights, as at the full shape), float32
+(``--dtype bfloat16``: the forward pass under CPU autocast, as a bf16 GPU step runs it), one
+thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed as the median
+of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the CUDA kernels that one
+forward pass and one training step (forward, backward, AdamW in its foreach form, the default
+on a GPU) would launch, from the ATen operators they dispatch (``kernels_of``: views and
+allocations none, a foreach operator one per tensor unless torch's fused route applies).
 
     python benchmarks/host_overhead.py
+    python benchmarks/host_overhead.py --dtype bfloat16
     python benchmarks/host_overhead.py --quick     # fewer rounds, seconds
 """
 
@@ -37,6 +40,32 @@ ARMS = {"ungraded": {}, "LGT": dict(grading="linear", learnable_grades=True),
         "EGT fixed": dict(grading="exponential", learnable_grades=False)}
 VIEWS = {"view", "t", "select", "expand", "unsqueeze", "permute", "transpose", "detach",
          "unbind", "_unsafe_view", "reshape", "slice", "split", "alias"}
+# allocations launch no kernel either
+EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+
+
+def kernels_of(func, args) -> int:
+    """The CUDA kernels one operator launches, as counted here: none for a view or an
+    allocation, one for an
+    operator, and for a foreach operator one (torch's fast route, one multi-tensor kernel per
+    few dozen tensors) when its tensor lists agree pairwise in shape, strides and dtype on one
+    dtype and device, else one per tensor (the slow route: a loop over the pairs, e.g. a
+    weight times its row scales' column, or bfloat16 gradients times float32 scales)."""
+    name = func.overloadpacket.__name__
+    if name in VIEWS or name in EMPTY:
+        return 0
+    if not name.startswith("_foreach_"):
+        return 1
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a
+             and all(isinstance(t, torch.Tensor) for t in a)]
+    first = lists[0]
+    if len({(t.dtype, t.device) for t in first}) > 1:
+        return len(first)
+    for other in lists[1:]:
+        if any(a.shape != b.shape or a.stride() != b.stride() or a.dtype != b.dtype
+               for a, b in zip(first, other, strict=True)):
+            return len(first)
+    return 1
 
 
 class _CountOps(TorchDispatchMode):
@@ -45,12 +74,12 @@ class _CountOps(TorchDispatchMode):
         self.kernels = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ not in VIEWS:
-            self.kernels += 1
+        self.kernels += kernels_of(func, args)
         return func(*args, **(kwargs or {}))
 
 
-def build(batch: int, length: int) -> tuple[dict, dict, dict, dict]:
+def build(batch: int, length: int, dtype: torch.dtype = torch.float32
+          ) -> tuple[dict, dict, dict, dict]:
     x = torch.randint(0, SHAPE["vocab_size"], (batch, length + 1),
                       generator=torch.Generator().manual_seed(0))
     forwards, steps, kernels, step_kernels = {}, {}, {}, {}
@@ -62,12 +91,14 @@ def build(batch: int, length: int) -> tuple[dict, dict, dict, dict]:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)  # as on a GPU
 
         def forward(model=model) -> torch.Tensor:
-            return model(x[:, :-1])
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+                return model(x[:, :-1])
 
         def step(model=model, opt=opt, forward=forward) -> None:
             opt.zero_grad(set_to_none=True)
             logits = forward()
-            torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()).backward()
+            torch.nn.functional.cross_entropy(logits.float().flatten(0, 1),
+                                              x[:, 1:].flatten()).backward()
             opt.step()
 
         step()
@@ -92,11 +123,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--calls", type=int, default=5, help="calls per timed round")
     p.add_argument("--quick", action="store_true", help="5 rounds of 2 calls")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bfloat16: forward passes under CPU autocast, as on a GPU in bf16")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.calls = 5, 2
     torch.set_num_threads(1)
-    forwards, steps, kernels, step_kernels = build(batch=2, length=SHAPE["max_len"])
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    forwards, steps, kernels, step_kernels = build(batch=2, length=SHAPE["max_len"],
+                                                   dtype=dtype)
     fwd = interleaved({n: repeat(f, args.calls) for n, f in forwards.items()},
                       rounds=args.rounds, warmup=2)
     stp = interleaved({n: repeat(f, args.calls) for n, f in steps.items()},
@@ -105,11 +140,12 @@ def main(argv: list[str] | None = None) -> None:
              f"{fwd[name] / fwd['ungraded']:.3f}", str(step_kernels[name]),
              f"{stp[name] / args.calls * 1e3:.2f}", f"{stp[name] / stp['ungraded']:.3f}"]
             for name in ARMS]
-    print(f"# Host work of grading: TransformerLM, 12 layers, d_model 32, B=2, T=64, float32, "
+    print(f"# Host work of grading: TransformerLM, 12 layers, d_model 32, B=2, T=64, "
+          f"{args.dtype}{' (autocast)' if args.dtype != 'float32' else ''}, "
           f"one CPU thread; median of {args.rounds} interleaved rounds of {args.calls} calls; "
           f"{machine(torch.device('cpu'))}\n")
-    print(table(["model", "operators / forward", "forward ms", "forward / ungraded",
-                 "operators / step", "step ms", "step / ungraded"], rows))
+    print(table(["model", "kernels / forward", "forward ms", "forward / ungraded",
+                 "kernels / step", "step ms", "step / ungraded"], rows))
 
 
 if __name__ == "__main__":

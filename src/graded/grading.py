@@ -191,19 +191,18 @@ def graded_linear(
 
 class FoldedLinears:
     """The folded weights diag(s_i) W_i and biases s_i·b_i of several linear maps, all
-    computed in two calls (``torch._foreach_mul``, one for the weights, one for the biases)
-    when the first is asked for: the values and gradients of :func:`graded_linear`'s fold map
-    by map (the same products), in a few operators instead of two per map. ``maps`` are the
-    (W_i, b_i or None) pairs, ``scales`` returns the row scales s_i (out_i,) of all of them
-    when called. ``fold(i)`` is map i's pair; it is handed out once (and then freed here), a
-    second call for the same map computes it alone. A model's layers fold their graded
-    projections this way within one forward pass (:mod:`graded.transformer.graded`).
+    computed in one call (:func:`fold_rows`) when the first is asked for: the values and
+    gradients of :func:`graded_linear`'s fold map by map, with one dispatch for all maps
+    (the products are one kernel per map either way). ``maps`` are the (W_i, b_i or None)
+    pairs, ``scales`` returns the row scales s_i (out_i,) of all of them when called.
+    ``fold(i)`` is map i's pair; it is handed out once (and then freed here), a second call
+    for the same map computes it alone. A model's layers fold their graded projections this
+    way within one forward pass (:mod:`graded.transformer.graded`).
 
-    The backward pass is written out (:class:`_FoldRows`: foreach products, one row sum per map
-    for the scales' gradient); ``written_backward = False`` (on the class, for comparisons, as
-    ``benchmarks/lm_training_step.py --fold-backward both`` does) and ``torch.func``
-    transforms take autograd's backward of the foreach products instead: the same gradients in
-    about five operators per map."""
+    The backward pass is written out (:class:`_FoldRows`); ``written_backward = False`` (on
+    the class, for comparisons, as ``benchmarks/lm_training_step.py --fold-backward both``
+    does) takes the code before it: autograd's backward of float32 foreach products, which
+    ``F.linear`` casts under autocast. The same values and gradients."""
 
     # False: autograd's own backward of the foreach products (see above)
     written_backward: bool = True
@@ -281,8 +280,7 @@ def _autocast_dtype(weights: Sequence[Tensor]) -> torch.dtype | None:
 
 
 # Entries of the products ∂W'_i ⊙ W_i that _FoldRows's backward holds at once (64 MiB in
-# float32): a few foreach launches' worth (each covers up to ~2e7 entries), the transient
-# memory of a few layers' weights rather than of all.
+# float32): the transient memory of a few layers' weights rather than of all.
 _FOLD_GROUP = 1 << 24
 
 
@@ -302,16 +300,16 @@ def _groups_of_size(items: list[int], sizes: list[int], budget: int) -> Iterator
 
 
 class _FoldRows(torch.autograd.Function):
-    """The folds (diag(s_i) W_i, s_i·b_i) of n linear maps in ``torch._foreach_mul`` calls, with
-    a backward in foreach calls too: ∂W_i = s_i·∂W'_i, ∂b_i = s_i·∂b'_i and
+    """The folds (diag(s_i) W_i, s_i·b_i) of n linear maps, with a backward written out in
+    products over the lists of maps: ∂W_i = s_i·∂W'_i, ∂b_i = s_i·∂b'_i and
     ∂s_i = Σ_j ∂W'_ij W_ij + ∂b'_i b_i (one row sum per map), summed over the maps that share
     a scale tensor (``scale_of[i]`` is map i's among the distinct ``scales``). Autograd's own
-    backward of ``_foreach_mul`` takes two products per map and tensor, a sum and an
-    accumulation per scale: ~5 kernels per map with learnable scales against ~1 here.
-    With ``dtype`` (:func:`fold_rows` under autocast) the folds are made in that dtype and
-    their gradients arrive in it; the products with the float32 weights and scales promote to
-    float32, as the gradient of autocast's cast would. Differentiable twice (the backward is
-    made of differentiable operators)."""
+    backward of the products took per map the two products, a reduction for the broadcast
+    scale, the bias terms and an accumulation per use of a scale: with learnable scales about
+    three kernels per map here against six. With ``dtype`` (:func:`fold_rows` under
+    autocast) the folds are made in that dtype and their gradients arrive in it; the products
+    with the float32 weights and scales promote to float32, as the gradient of autocast's cast
+    would. Differentiable twice (the backward is made of differentiable operators)."""
 
     @staticmethod
     def forward(ctx: Any, with_bias: tuple[int, ...], scale_of: tuple[int, ...],

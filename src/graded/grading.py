@@ -305,8 +305,9 @@ class _FoldRows(torch.autograd.Function):
     ∂s_i = Σ_j ∂W'_ij W_ij + ∂b'_i b_i (one row sum per map), summed over the maps that share
     a scale tensor (``scale_of[i]`` is map i's among the distinct ``scales``). Autograd's own
     backward of the products took per map the two products, a reduction for the broadcast
-    scale, the bias terms and an accumulation per use of a scale: with learnable scales about
-    three kernels per map here against six. With ``dtype`` (:func:`fold_rows` under
+    scale, the bias terms and an accumulation per use of a scale, and under autocast the casts
+    back of the folds' gradients (the kernel counts: ``benchmarks/host_overhead.py``). With
+    ``dtype`` (:func:`fold_rows` under
     autocast) the folds are made in that dtype and their gradients arrive in it; the products
     with the float32 weights and scales promote to float32, as the gradient of autocast's cast
     would. Differentiable twice (the backward is made of differentiable operators)."""

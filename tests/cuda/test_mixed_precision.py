@@ -87,3 +87,45 @@ def test_large_exponential_grades_keep_logits_and_gradients_finite_under_autocas
     loss.backward()  # unscaled: the scaler's first scale, 2^16, may overflow (and is skipped)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(bool(g.isfinite().all()) for g in grads)
+
+
+@pytest.mark.parametrize("precision", list(LOW))
+@pytest.mark.parametrize("learnable", [True, False])
+def test_folds_in_the_autocast_dtype_equal_the_cast_of_the_float32_fold(
+        device, precision, learnable, monkeypatch):
+    """Under autocast on the accelerator the folds are made in its dtype in one kernel
+    (``graded.grading.fold_rows``): the logits equal those of the float32 folds that
+    ``F.linear`` casts (``FoldedLinears.written_backward = False``) bit for bit, the
+    gradients up to the order of a sum; the folded weights themselves equal the CPU's."""
+    from graded.grading import FoldedLinears, fold_rows
+
+    dtype = LOW[precision]
+    skip_without_bf16(device, dtype)
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(
+        vocab_size=17, d_model=32, n_heads=4, n_layers=2, max_len=32, d_ff=64,
+        positional="learned", grading="linear", learnable_grades=learnable,
+        grade_init="warm_start", grade_init_value=0.05)).to(device)
+    ids = torch.randint(0, 17, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
+
+    def step():
+        model.zero_grad()
+        with torch.autocast(device.type, dtype=dtype):
+            logits = model(ids)
+        logits.float().square().mean().backward()
+        return logits, {n: p.grad.clone() for n, p in model.named_parameters()
+                        if p.grad is not None}
+
+    logits, grads = step()
+    monkeypatch.setattr(FoldedLinears, "written_backward", False)
+    logits_c, grads_c = step()
+    assert logits.dtype == dtype and torch.equal(logits, logits_c)
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_c[name], rtol=1e-5, atol=1e-6, msg=name)
+    w = torch.randn(48, 32, generator=torch.Generator().manual_seed(2))
+    s = torch.rand(48, generator=torch.Generator().manual_seed(3)).add(0.5)
+    with torch.autocast(device.type, dtype=dtype):
+        (on_device, _), = fold_rows([(w.to(device), None)], [s.to(device)])
+    with torch.autocast("cpu", dtype=dtype):
+        (on_cpu, _), = fold_rows([(w, None)], [s])
+    assert on_device.dtype == dtype and torch.equal(on_device.cpu(), on_cpu)

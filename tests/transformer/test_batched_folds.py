@@ -3,10 +3,12 @@
 A graded model folds its attention grading into each layer's packed projection rows and its
 feed-forward grading into each output layer (000 Defs 5.22, 5.23; ``graded_linear``). In an
 eager forward pass the model's hooks fold the weights of all its layers together, two
-``torch._foreach_mul`` calls per kind instead of two products per layer. Checked here against
-the layer-by-layer fold (``model.batch_grading = False``) and against the products written
-out: the same values bit for bit, the same gradients, fewer operators, nothing kept after
-the pass.
+``torch._foreach_mul`` calls per kind instead of two per layer. Checked here against the
+layer-by-layer fold (``model.batch_grading = False``) and against the products written out:
+the same values bit for bit, the same gradients, fewer operators, nothing kept after the
+pass. The folds' written-out backward (``_FoldRows``) is checked against finite differences
+and autograd's, and the folds under autocast (made in its dtype) against the cast of the
+float32 fold.
 """
 
 from __future__ import annotations

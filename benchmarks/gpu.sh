@@ -12,7 +12,7 @@
 # Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_LM, T_LM_B2B,
 # T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step cannot take the others with it;
 # every log is written to OUT as it is produced. STEPS (default: all but lm_step_folds, the LM
-# step of LGT with the folds' backward written out and by autograd side by side) picks steps by name
+# step of LGT beside the same with the folds of the code before 28a0b8f) picks steps by name
 # and runs them in the order given, e.g. STEPS="long_sequence tests"; a step named again runs
 # again, its log and details suffixed _2, _3, ... (STEPS="lm_step lm_step lm_step": three runs
 # on one machine).
@@ -58,7 +58,7 @@ for base in $STEPS; do
         --dtype bf16 --rounds 15 --out "$DETAILS/$name" ;;
     lm_step_folds) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py \
         --device cuda --dtype bf16 --rounds 15 --no-hf --models LGT "LGT fixed" \
-        --fold-backward both --out "$DETAILS/$name" ;;
+        --compare-folds --out "$DETAILS/$name" ;;
     lm_step_back_to_back) step "$name" "${T_LM_B2B:-120}" "$PY" \
         benchmarks/lm_training_step.py --device cuda --dtype bf16 --back-to-back 5 \
         --rounds 8 --out "$DETAILS/$name" ;;

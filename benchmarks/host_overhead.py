@@ -11,17 +11,23 @@ thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed 
 of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the CUDA kernels that one
 forward pass and one training step (forward, backward, AdamW in its foreach form, the default
 on a GPU) would launch, from the ATen operators they dispatch (``kernels_of``: views and
-allocations none, a foreach operator one per tensor unless torch's fused route applies).
+allocations none, a foreach operator one per tensor unless torch's fused route applies), and
+the kernels and host time before a forward pass's first matrix product (its lead-in).
 
     python benchmarks/host_overhead.py
     python benchmarks/host_overhead.py --dtype bfloat16
+    python benchmarks/host_overhead.py --dtype bfloat16 --compare-folds
     python benchmarks/host_overhead.py --quick     # fewer rounds, seconds
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import statistics
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -31,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import interleaved, machine, table
 
 from graded import TransformerConfig, TransformerLM
+from graded.grading import FoldedLinears
 
 SHAPE = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=12, d_ff=128, max_len=64,
              dropout=0.0, positional="learned")
@@ -68,22 +75,86 @@ def kernels_of(func, args) -> int:
     return 1
 
 
+PRODUCTS = {"addmm", "mm", "bmm", "linear", "matmul"}
+
+
 class _CountOps(TorchDispatchMode):
+    """Kernels of the operators dispatched inside the block, and those before the first
+    matrix product (``lead_in``)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.kernels = 0
+        self.lead_in: int | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.lead_in is None and func.overloadpacket.__name__ in PRODUCTS:
+            self.lead_in = self.kernels
         self.kernels += kernels_of(func, args)
         return func(*args, **(kwargs or {}))
 
 
-def build(batch: int, length: int, dtype: torch.dtype = torch.float32
-          ) -> tuple[dict, dict, dict, dict]:
+@contextlib.contextmanager
+def first_product_time() -> Iterator[dict]:
+    """Inside the block ``F.linear`` notes the time of its first call in the dict yielded
+    (key "t"; cleared by the caller): when a forward pass hands the device its first matrix
+    product. Every matrix product of these models goes through ``F.linear``."""
+    seen: dict = {}
+    linear = torch.nn.functional.linear
+
+    def noting(*args, **kwargs):
+        seen.setdefault("t", time.perf_counter())
+        return linear(*args, **kwargs)
+
+    torch.nn.functional.linear = noting
+    try:
+        yield seen
+    finally:
+        torch.nn.functional.linear = linear
+
+
+def lead_in_times(forwards: dict, rounds: int) -> dict[str, float]:
+    """Median seconds from the start of each forward pass to its first matrix product: what
+    a synchronised GPU step waits for the host before its first large kernel."""
+    times: dict[str, list[float]] = {name: [] for name in forwards}
+    with first_product_time() as seen:
+        for _ in range(rounds):
+            for name, forward in forwards.items():
+                seen.clear()
+                start = time.perf_counter()
+                forward()
+                times[name].append(seen["t"] - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+PREVIOUS = ", previous folds"  # suffix of the --compare-folds arms
+
+
+def previous_folds(fn):
+    """``fn`` with ``FoldedLinears.previous_form`` on for its length."""
+    def run(*args, **kwargs):
+        FoldedLinears.previous_form = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            FoldedLinears.previous_form = False
+    return run
+
+
+def arms(compare_folds: bool = False) -> dict[str, dict]:
+    """The arms: ungraded, LGT, EGT, fixed grades; with ``compare_folds`` the LGT arms again
+    with the folds of the code before 28a0b8f."""
+    if not compare_folds:
+        return dict(ARMS)
+    return {**ARMS, **{name + PREVIOUS: ARMS[name] for name in ("LGT", "LGT fixed")}}
+
+
+def build(batch: int, length: int, dtype: torch.dtype = torch.float32,
+          compare_folds: bool = False) -> tuple[dict, dict, dict]:
     x = torch.randint(0, SHAPE["vocab_size"], (batch, length + 1),
                       generator=torch.Generator().manual_seed(0))
-    forwards, steps, kernels, step_kernels = {}, {}, {}, {}
-    for name, extra in ARMS.items():
+    forwards, steps, kernels, step_kernels, lead_in = {}, {}, {}, {}, {}
+    for name, extra in arms(compare_folds).items():
         torch.manual_seed(0)
         if extra:
             extra = dict(extra, grade_init="warm_start", grade_init_value=0.01)
@@ -101,6 +172,8 @@ def build(batch: int, length: int, dtype: torch.dtype = torch.float32
                                               x[:, 1:].flatten()).backward()
             opt.step()
 
+        if name.endswith(PREVIOUS):
+            forward, step = previous_folds(forward), previous_folds(step)
         step()
         with _CountOps() as count:
             forward()
@@ -108,7 +181,8 @@ def build(batch: int, length: int, dtype: torch.dtype = torch.float32
             step()
         forwards[name], steps[name] = forward, step
         kernels[name], step_kernels[name] = count.kernels, count_step.kernels
-    return forwards, steps, kernels, step_kernels
+        lead_in[name] = count.lead_in
+    return forwards, steps, {"forward": kernels, "step": step_kernels, "lead_in": lead_in}
 
 
 def repeat(fn, calls: int):
@@ -125,27 +199,35 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="5 rounds of 2 calls")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="bfloat16: forward passes under CPU autocast, as on a GPU in bf16")
+    p.add_argument("--compare-folds", action="store_true",
+                   help="also the LGT arms with the folds of the code before 28a0b8f")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.calls = 5, 2
     torch.set_num_threads(1)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    forwards, steps, kernels, step_kernels = build(batch=2, length=SHAPE["max_len"],
-                                                   dtype=dtype)
+    forwards, steps, kernels = build(batch=2, length=SHAPE["max_len"], dtype=dtype,
+                                     compare_folds=args.compare_folds)
     fwd = interleaved({n: repeat(f, args.calls) for n, f in forwards.items()},
                       rounds=args.rounds, warmup=2)
     stp = interleaved({n: repeat(f, args.calls) for n, f in steps.items()},
                       rounds=args.rounds, warmup=2)
-    rows = [[name, str(kernels[name]), f"{fwd[name] / args.calls * 1e3:.2f}",
-             f"{fwd[name] / fwd['ungraded']:.3f}", str(step_kernels[name]),
+    lead = lead_in_times(forwards, rounds=args.rounds * args.calls)
+    rows = [[name, str(kernels["lead_in"][name]), f"{lead[name] * 1e3:.2f}",
+             str(kernels["forward"][name]), f"{fwd[name] / args.calls * 1e3:.2f}",
+             f"{fwd[name] / fwd['ungraded']:.3f}", str(kernels["step"][name]),
              f"{stp[name] / args.calls * 1e3:.2f}", f"{stp[name] / stp['ungraded']:.3f}"]
-            for name in ARMS]
+            for name in forwards]
     print(f"# Host work of grading: TransformerLM, 12 layers, d_model 32, B=2, T=64, "
           f"{args.dtype}{' (autocast)' if args.dtype != 'float32' else ''}, "
           f"one CPU thread; median of {args.rounds} interleaved rounds of {args.calls} calls; "
           f"{machine(torch.device('cpu'))}\n")
-    print(table(["model", "kernels / forward", "forward ms", "forward / ungraded",
-                 "kernels / step", "step ms", "step / ungraded"], rows))
+    print(table(["model", "kernels before the first product", "ms to it", "kernels / forward",
+                 "forward ms", "forward / ungraded", "kernels / step", "step ms",
+                 "step / ungraded"], rows))
+    print("\nkernels before the first product, ms to it: what a forward pass issues before its "
+          "first matrix product, and the host time until then (a synchronised GPU step waits "
+          "that long for its first large kernel)")
 
 
 if __name__ == "__main__":

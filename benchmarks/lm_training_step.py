@@ -30,9 +30,10 @@ call's over K.
         --no-hf --out runs/lm_step_back_to_back
     python benchmarks/lm_training_step.py --quick     # a tiny shape on the CPU, seconds
 
-``--fold-backward both`` adds, for each graded arm, a twin ("…, autograd folds") whose folded
-weights take autograd's backward of the foreach products instead of the written-out one
-(``graded.grading.FoldedLinears.written_backward``), timed in the same rounds.
+``--compare-folds`` adds, for each graded arm, a twin ("…, previous folds") that folds its
+grading into the weights as the code before 28a0b8f did (all layers at the first ask, float32
+products with autograd's backward, cast by ``F.linear`` under autocast:
+``graded.grading.FoldedLinears.previous_form``), timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def hf_gpt2(args: argparse.Namespace, ours: TransformerConfig) -> torch.nn.Modul
     return GPT2LMHeadModel(cfg)
 
 
-AUTOGRAD_FOLDS = ", autograd folds"  # suffix of the twin arms of --fold-backward both
+PREVIOUS_FOLDS = ", previous folds"  # suffix of the twin arms of --compare-folds
 
 
 def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.Module]:
@@ -103,8 +104,8 @@ def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.
         grading, learnable = GRADINGS[name]
         extra = {} if grading is None else dict(grading=grading, learnable_grades=learnable,
                                                  grade_init="warm_start", grade_init_value=0.01)
-        twins = [name] + ([name + AUTOGRAD_FOLDS]
-                          if grading is not None and args.fold_backward == "both" else [])
+        twins = [name] + ([name + PREVIOUS_FOLDS]
+                          if grading is not None and args.compare_folds else [])
         for arm in twins:
             torch.manual_seed(0)
             models[arm] = TransformerLM(TransformerConfig(**{**base.model_dump(), **extra}))
@@ -126,14 +127,14 @@ def logits_of(model: torch.nn.Module, compile: bool):
     return lambda ids: forward(input_ids=ids).logits  # a Hugging Face causal LM
 
 
-def with_autograd_folds(step):
-    """``step`` with ``FoldedLinears.written_backward`` off for its length."""
+def with_previous_folds(step):
+    """``step`` with ``FoldedLinears.previous_form`` on for its length."""
     def run() -> None:
-        FoldedLinears.written_backward = False
+        FoldedLinears.previous_form = True
         try:
             step()
         finally:
-            FoldedLinears.written_backward = True
+            FoldedLinears.previous_form = False
     return run
 
 
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> dict:
         steps[name] = TrainingStep(logits_of(model, args.compile), model.parameters(), x,
                                    dtype=dtype)
     k = args.back_to_back
-    single = {name: with_autograd_folds(step) if name.endswith(AUTOGRAD_FOLDS) else step
+    single = {name: with_previous_folds(step) if name.endswith(PREVIOUS_FOLDS) else step
               for name, step in steps.items()}
     calls = single if k == 1 else {name: back_to_back(step, k) for name, step in single.items()}
     if k > 1:
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> dict:
                   "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab},
         "device": str(device), "dtype": dtype_name(dtype), "compile": args.compile,
         "rounds": args.rounds, "warmup": args.warmup, "back_to_back": args.back_to_back,
-        "fold_backward": args.fold_backward,
+        "compare_folds": args.compare_folds,
         "machine": machine(device),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "hf_attention": None if hf is None else hf.config._attn_implementation,
@@ -249,8 +250,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", default=list(GRADINGS), choices=list(GRADINGS),
                    metavar="ARM", help=f"our arms to time (default all: {', '.join(GRADINGS)}); "
                    "the ungraded one is always timed")
-    p.add_argument("--fold-backward", choices=["written", "both"], default="written",
-                   help="both: each graded arm also with autograd's backward of its folds "
+    p.add_argument("--compare-folds", action="store_true",
+                   help="each graded arm also with the folds of the code before 28a0b8f "
                    "(a twin arm, same rounds)")
     p.add_argument("--no-hf", dest="hf", action="store_false",
                    help="leave Hugging Face's GPT-2 out even when transformers is importable")

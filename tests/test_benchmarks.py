@@ -104,28 +104,28 @@ def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp
     assert bad.returncode != 0 and "--back-to-back must be at least 1, got 0" in bad.stderr
 
 
-def test_lm_training_step_times_the_folds_backward_both_ways_in_one_run(tmp_path):
-    """--fold-backward both: a twin of each graded arm runs with autograd's backward of its
-    folds (FoldedLinears.written_backward off for the twin's calls only, back on after)."""
+def test_lm_training_step_times_the_previous_folds_beside_in_one_run(tmp_path):
+    """--compare-folds: a twin of each graded arm runs with the previous form of the folds
+    (FoldedLinears.previous_form on for the twin's calls only, back off after)."""
     lm_training_step = _load("lm_training_step")
     from graded.grading import FoldedLinears
 
     seen = []
-    lm_training_step.with_autograd_folds(lambda: seen.append(FoldedLinears.written_backward))()
-    assert seen == [False] and FoldedLinears.written_backward
+    lm_training_step.with_previous_folds(lambda: seen.append(FoldedLinears.previous_form))()
+    assert seen == [True] and not FoldedLinears.previous_form
 
     def fail():
         raise RuntimeError("in the step")
 
     with pytest.raises(RuntimeError, match="in the step"):
-        lm_training_step.with_autograd_folds(fail)()
-    assert FoldedLinears.written_backward
+        lm_training_step.with_previous_folds(fail)()
+    assert not FoldedLinears.previous_form
     run_benchmark("lm_training_step", ["--quick", "--rounds", "1", "--no-hf", "--models",
-                                       "LGT", "--fold-backward", "both",
+                                       "LGT", "--compare-folds",
                                        "--out", str(tmp_path / "lm")], tmp_path)
     res = json.loads((tmp_path / "lm" / "results.json").read_text())
-    assert list(res["models"]) == ["ungraded", "LGT", "LGT, autograd folds"]
-    assert res["fold_backward"] == "both"
+    assert list(res["models"]) == ["ungraded", "LGT", "LGT, previous folds"]
+    assert res["compare_folds"] is True
 
 
 def _load(name: str):

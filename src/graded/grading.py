@@ -190,45 +190,52 @@ def graded_linear(
 
 
 class FoldedLinears:
-    """The folded weights diag(s_i) W_i and biases s_i·b_i of several linear maps, all
-    computed in one call (:func:`fold_rows`) when the first is asked for: the values and
-    gradients of :func:`graded_linear`'s fold map by map, with one dispatch for all maps
-    (the products are one kernel per map either way). ``maps`` are the (W_i, b_i or None)
-    pairs, ``scales`` returns the row scales s_i (out_i,) of all of them when called.
-    ``fold(i)`` is map i's pair; it is handed out once (and then freed here), a second call
-    for the same map computes it alone. A model's layers fold their graded projections this
-    way within one forward pass (:mod:`graded.transformer.graded`).
+    """The folded weights diag(s_i) W_i and biases s_i·b_i of several linear maps
+    (:func:`fold_rows`): the values and gradients of :func:`graded_linear`'s fold map by map.
+    ``maps`` are the (W_i, b_i or None) pairs, ``scales(which)`` returns the row scales s_i
+    (out_i,) of the maps ``which`` (a list of indices). ``fold(i)`` is map i's pair, handed
+    out once; a second call for the same map computes it again. A model's layers fold their
+    graded projections this way within one forward pass (:mod:`graded.transformer.graded`).
 
-    The backward pass is written out (:class:`_FoldRows`); ``written_backward = False`` (on
-    the class, for comparisons, as ``benchmarks/lm_training_step.py --fold-backward both``
-    does) takes the code before it: autograd's backward of float32 foreach products, which
-    ``F.linear`` casts under autocast. The same values and gradients."""
+    The first map asked for is folded alone (its scales too) and the others together at the
+    next ask: the first layer's product can start on the device before the other layers'
+    scales and folds are issued (an eager step on a GPU waits for the host until then), and
+    the rest take one dispatch (the products are one kernel per map either way).
 
-    # False: autograd's own backward of the foreach products (see above)
-    written_backward: bool = True
+    ``previous_form = True`` (on the class, for side-by-side timing:
+    ``benchmarks/lm_training_step.py --compare-folds``) folds as before 28a0b8f: all maps at
+    the first ask, in float32 foreach products with autograd's backward, which ``F.linear``
+    casts under autocast. The same values and gradients."""
+
+    previous_form: bool = False
 
     def __init__(self, maps: Sequence[tuple[Tensor, Tensor | None]],
-                 scales: Callable[[], Sequence[Tensor]]) -> None:
+                 scales: Callable[[list[int]], Sequence[Tensor]]) -> None:
         self.maps = list(maps)
         self._scales = scales
-        self._scale_values: Sequence[Tensor] = ()
-        self._folded: list[tuple[Tensor, Tensor | None] | None] | None = None
+        self._pending: list[int] | None = None  # maps not folded yet (None: nothing asked)
+        self._folded: dict[int, tuple[Tensor, Tensor | None]] = {}
 
     def fold(self, i: int) -> tuple[Tensor, Tensor | None]:
-        if self._folded is None:
-            self._scale_values = self._scales()
-            self._folded = self._fold_all(self._scale_values)
-        out = self._folded[i]
-        if out is None:  # handed out already: map i is used twice in this pass
-            return self._fold_all([self._scale_values[i]], [self.maps[i]])[0]
-        self._folded[i] = None
-        return out
+        if self._pending is None:  # the first ask
+            if not self.previous_form:
+                self._pending = [j for j in range(len(self.maps)) if j != i]
+                return self._compute([i])[0]
+            self._store(list(range(len(self.maps))))
+            self._pending = []
+        elif i in self._pending:
+            self._store(self._pending)
+            self._pending = []
+        if i in self._folded:
+            return self._folded.pop(i)
+        return self._compute([i])[0]  # handed out already: map i is used twice in this pass
 
-    def _fold_all(self, scales: Sequence[Tensor],
-                  maps: list[tuple[Tensor, Tensor | None]] | None = None,
-                  ) -> list[tuple[Tensor, Tensor | None] | None]:
-        return list(fold_rows(self.maps if maps is None else maps, scales,
-                              written_backward=self.written_backward))
+    def _compute(self, which: list[int]) -> list[tuple[Tensor, Tensor | None]]:
+        return fold_rows([self.maps[j] for j in which], self._scales(which),
+                         written_backward=not self.previous_form)
+
+    def _store(self, which: list[int]) -> None:
+        self._folded.update(zip(which, self._compute(which), strict=True))
 
 
 def fold_rows(maps: Sequence[tuple[Tensor, Tensor | None]], scales: Sequence[Tensor], *,

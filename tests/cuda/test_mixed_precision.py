@@ -95,7 +95,7 @@ def test_folds_in_the_autocast_dtype_equal_the_cast_of_the_float32_fold(
         device, precision, learnable, monkeypatch):
     """Under autocast on the accelerator the folds are made in its dtype in one kernel
     (``graded.grading.fold_rows``): the logits equal those of the float32 folds that
-    ``F.linear`` casts (``FoldedLinears.written_backward = False``) bit for bit, the
+    ``F.linear`` casts (``FoldedLinears.previous_form = True``) bit for bit, the
     gradients up to the order of a sum; the folded weights themselves equal the CPU's."""
     from graded.grading import FoldedLinears, fold_rows
 
@@ -117,7 +117,7 @@ def test_folds_in_the_autocast_dtype_equal_the_cast_of_the_float32_fold(
                         if p.grad is not None}
 
     logits, grads = step()
-    monkeypatch.setattr(FoldedLinears, "written_backward", False)
+    monkeypatch.setattr(FoldedLinears, "previous_form", True)
     logits_c, grads_c = step()
     assert logits.dtype == dtype and torch.equal(logits, logits_c)
     for name in grads:

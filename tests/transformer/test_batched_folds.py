@@ -2,8 +2,9 @@
 
 A graded model folds its attention grading into each layer's packed projection rows and its
 feed-forward grading into each output layer (000 Defs 5.22, 5.23; ``graded_linear``). In an
-eager forward pass the model's hooks fold the weights of all its layers together, two
-``torch._foreach_mul`` calls per kind instead of two per layer. Checked here against the
+eager forward pass the model's hooks fold the weights of all its layers together (the first
+layer's alone, then the rest), a few ``torch._foreach_mul`` calls per kind instead of two per
+layer. Checked here against the
 layer-by-layer fold (``model.batch_grading = False``) and against the products written out:
 the same values bit for bit, the same gradients, fewer operators, nothing kept after the
 pass. The folds' written-out backward (``_FoldRows``) is checked against finite differences
@@ -51,9 +52,11 @@ def _maps(biases=(True, False, True)):
 def test_folded_linears_equal_the_products_written_out():
     maps, scales = _maps()
     calls = []
-    batch = FoldedLinears(maps, lambda: calls.append(1) or scales)
-    got = [batch.fold(i) for i in range(3)]
-    assert calls == [1]  # the scales are asked for once, on the first fold
+    batch = FoldedLinears(maps, lambda which: calls.append(which) or [scales[j] for j in which])
+    got = [batch.fold(i) for i in (1, 0, 2)]
+    got = [got[1], got[0], got[2]]
+    # the first map asked for alone, the others together at the next ask
+    assert calls == [[1], [0, 2]]
     leaves = [t for m in maps for t in m if t is not None] + scales
     expected = [(s[:, None] * w, None if b is None else s * b)
                 for (w, b), s in zip(maps, scales)]
@@ -161,7 +164,7 @@ def test_under_autocast_the_folds_are_made_in_its_dtype_as_its_cast_would(dtype)
 def test_an_autocast_step_folds_in_its_dtype_with_the_same_results(learnable, monkeypatch):
     """A graded LM's forward and backward under bfloat16 autocast: with the folds made in
     bfloat16 (default) the logits equal those of the float32 folds cast by ``F.linear``
-    (``FoldedLinears.written_backward = False``) bit for bit, the gradients up to the
+    (``FoldedLinears.previous_form = True``) bit for bit, the gradients up to the
     order of a sum, and each folded weight and bias is one cast (``_to_copy``) fewer."""
     torch.manual_seed(0)
     model = TransformerLM(TransformerConfig(
@@ -180,7 +183,7 @@ def test_an_autocast_step_folds_in_its_dtype_with_the_same_results(learnable, mo
 
     step()
     logits, grads, ops = step()
-    monkeypatch.setattr(FoldedLinears, "written_backward", False)
+    monkeypatch.setattr(FoldedLinears, "previous_form", True)
     logits_c, grads_c, ops_c = step()
     assert torch.equal(logits, logits_c)
     assert grads.keys() == grads_c.keys()
@@ -191,17 +194,42 @@ def test_an_autocast_step_folds_in_its_dtype_with_the_same_results(learnable, mo
     assert ops_c["_to_copy"] - ops["_to_copy"] == 2 * 12
 
 
+class OpOrder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        # a foreach operator once per tensor of its list (one kernel each here)
+        self.names += [name] * (len(args[0]) if name.startswith("_foreach_") else 1)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("learnable", [True, False])
+def test_the_first_layers_product_comes_before_the_other_layers_folds(learnable):
+    """Before the first matrix product of a forward pass only the first layer's projection
+    is folded (its weight and bias): the device can start on it while the host issues the
+    other layers' scales and folds."""
+    model = lm("linear", learnable, n_layers=4, positional="learned")
+    with OpOrder() as order:
+        model(IDS)
+    first = next(i for i, n in enumerate(order.names) if n in ("addmm", "mm", "bmm", "linear"))
+    assert order.names[:first].count("_foreach_mul") == 2  # one weight, one bias
+    assert order.names.count("_foreach_mul") == 2 * 2 * 4  # both kinds, 4 layers
+
+
 def test_a_map_asked_for_twice_is_folded_again():
     maps, scales = _maps()
-    batch = FoldedLinears(maps, lambda: scales)
+    batch = FoldedLinears(maps, lambda which: [scales[j] for j in which])
     first = batch.fold(1)
     again = batch.fold(1)
     assert again[0] is not first[0]
     torch.testing.assert_close(again[0], first[0], rtol=0, atol=0)
 
 
-def lm(grading: str, learnable: bool, **extra) -> TransformerLM:
-    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=3, max_len=32,
+def lm(grading: str, learnable: bool, n_layers: int = 3, **extra) -> TransformerLM:
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=n_layers, max_len=32,
                             d_ff=32, grading=grading, learnable_grades=learnable,
                             grade_init="warm_start", grade_init_value=0.2, **extra)
     torch.manual_seed(0)
@@ -241,8 +269,9 @@ def test_a_model_folding_its_layers_together_gives_the_same_logits_and_gradients
     for name in gb:
         torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
     # layer by layer, each layer folds its packed projection (weight, bias) and its FFN's
-    # output layer (weight, bias) in a foreach product each: four per layer against four
-    assert ops_u["_foreach_mul"] == 4 * 3 and ops_b["_foreach_mul"] == 4
+    # output layer (weight, bias) in a foreach product each: four per layer; together, the
+    # first layer's alone and the others' in one call: eight
+    assert ops_u["_foreach_mul"] == 4 * 3 and ops_b["_foreach_mul"] == 8
 
 
 @pytest.mark.parametrize("grading", ["linear", "exponential"])
@@ -259,7 +288,7 @@ def test_the_folds_backward_takes_a_few_operators_per_layer(grading):
         return sum(count.ops.values())
 
     extra = {}
-    for layers in (2, 4):
+    for layers in (3, 5):  # the layers after the first fold together
         cfg = dict(vocab_size=17, d_model=16, n_heads=2, n_layers=layers, max_len=32, d_ff=32,
                    positional="learned")
         torch.manual_seed(0)
@@ -269,25 +298,29 @@ def test_the_folds_backward_takes_a_few_operators_per_layer(grading):
             **cfg, grading=grading, learnable_grades=True, grade_init="warm_start",
             grade_init_value=0.2)).double()
         extra[layers] = backward_ops(graded) - backward_ops(ungraded)
-    assert extra[4] - extra[2] <= 2 * 2, extra
+    assert extra[5] - extra[3] <= 2 * 2, extra
 
 
 @pytest.mark.parametrize("grading", ["linear", "exponential"])
 @pytest.mark.parametrize("learnable", [True, False])
-def test_autograds_backward_of_the_folds_gives_the_same_gradients(grading, learnable,
-                                                                   monkeypatch):
-    """``FoldedLinears.written_backward = False`` (for comparisons) takes autograd's backward
-    of the foreach products: the same gradients, more operators."""
-    model = lm(grading, learnable)
-    run(model, True)
-    logits, written, ops_written = run_backward(model)
-    monkeypatch.setattr(FoldedLinears, "written_backward", False)
-    logits_a, by_autograd, ops_autograd = run_backward(model)
-    torch.testing.assert_close(logits, logits_a, rtol=0, atol=0)
-    for name in written:
-        torch.testing.assert_close(written[name], by_autograd[name], rtol=0, atol=1e-14,
-                                   msg=name)
-    assert ops_autograd - ops_written >= (5 if learnable else 2) * 3  # per layer, 3 layers
+def test_the_previous_folds_give_the_same_gradients(grading, learnable, monkeypatch):
+    """``FoldedLinears.previous_form = True`` (for comparisons) folds all maps at once and
+    takes autograd's backward of the foreach products: the same logits and gradients, and
+    per layer more operators in the backward pass."""
+    saved = {}
+    for layers in (3, 5):
+        model = lm(grading, learnable, n_layers=layers)
+        run(model, True)
+        logits, now, ops_now = run_backward(model)
+        monkeypatch.setattr(FoldedLinears, "previous_form", True)
+        logits_p, previous, ops_previous = run_backward(model)
+        monkeypatch.setattr(FoldedLinears, "previous_form", False)
+        torch.testing.assert_close(logits, logits_p, rtol=0, atol=0)
+        for name in now:
+            torch.testing.assert_close(now[name], previous[name], rtol=0, atol=1e-14,
+                                       msg=name)
+        saved[layers] = ops_previous - ops_now
+    assert saved[5] - saved[3] >= (5 if learnable else 2) * 2, saved  # per layer, 2 layers
 
 
 def run_backward(model):
@@ -356,7 +389,7 @@ def test_every_attention_variant_folds_its_rows_together_exactly(options):
     attention_folds = any(m.packs_folded_rows() for m in model.grading_plan.self_attention)
     assert attention_folds == (options.get("positional") != "rope"
                                or options.get("grade_attention_variant") == "values")
-    assert ops_b["_foreach_mul"] == (4 if attention_folds else 2)
+    assert ops_b["_foreach_mul"] == (8 if attention_folds else 4)  # first alone, then the rest
     if attention_folds:
         assert ops_b.get("cat", 0) < ops_u["cat"]  # the rows of all layers in one cat
 
@@ -409,7 +442,7 @@ def test_a_seq2seq_model_folds_encoder_and_decoder_layers():
     torch.testing.assert_close(lb, lu, rtol=0, atol=0)
     for name in gb:
         torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
-    # the 4 self-attention and 4 feed-forward layers of both stacks in 4 foreach products
-    # (weights and biases of each kind) against 16; each of the 2 cross-attention layers
-    # folds its query rows alone (weight, bias) either way
-    assert ops_b["_foreach_mul"] == 4 + 2 * 2 and ops_u["_foreach_mul"] == 16 + 2 * 2
+    # the 4 self-attention and 4 feed-forward layers of both stacks in 8 foreach products
+    # (weights and biases of each kind, the first layer alone, then the rest) against 16;
+    # each of the 2 cross-attention layers folds its query rows alone (weight, bias)
+    assert ops_b["_foreach_mul"] == 8 + 2 * 2 and ops_u["_foreach_mul"] == 16 + 2 * 2

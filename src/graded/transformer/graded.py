@@ -378,11 +378,11 @@ def _hold_folds(plan: GradingPlan) -> list[nn.Module]:
     held: list[nn.Module] = []
     if len(attention) > 1:
         batch = FoldedLinears([(m.in_proj_weight, m.in_proj_bias) for m in attention],
-                              lambda: packed_rows_together(attention))
+                              lambda which: packed_rows_together([attention[j] for j in which]))
         held += _give_folds(attention, batch)
     if len(outputs) > 1:
         batch = FoldedLinears([(lin.weight, lin.bias) for _, (lin, _) in outputs],
-                              lambda: [g.scales() for _, (_, g) in outputs])
+                              lambda which: [outputs[j][1][1].scales() for j in which])
         held += _give_folds([m for m, _ in outputs], batch)
     return held
 

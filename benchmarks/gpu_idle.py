@@ -42,12 +42,17 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from graded import TransformerConfig, TransformerLM
+from graded.grading import FoldedLinears
 
 FULL = dict(vocab=50257, d_model=768, heads=12, layers=12, seq_len=1024, batch=8)
 QUICK = dict(vocab=256, d_model=64, heads=4, layers=2, seq_len=32, batch=2)
 ARMS = {"ungraded": {}, "LGT": dict(grading="linear", learnable_grades=True),
         "LGT fixed": dict(grading="linear", learnable_grades=False),
-        "EGT": dict(grading="exponential", learnable_grades=True)}
+        "EGT": dict(grading="exponential", learnable_grades=True),
+        # the same LGT with the folds of the code before 28a0b8f (FoldedLinears.previous_form)
+        "LGT, previous folds": dict(grading="linear", learnable_grades=True)}
+DEFAULT_ARMS = ["ungraded", "LGT", "LGT fixed", "EGT"]
+PREVIOUS = ", previous folds"
 PHASES = ("forward", "backward", "optimizer")
 STEP = "profiled_step"
 WINDOW = "profiled_steps"  # around all the profiled steps when they run back to back
@@ -241,7 +246,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per model")
     parser.add_argument("--back-to-back", action="store_true",
                         help="no synchronisation between the profiled steps")
-    parser.add_argument("--models", nargs="+", choices=list(ARMS), default=list(ARMS))
+    parser.add_argument("--models", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS,
+                        help=f"default: {', '.join(DEFAULT_ARMS)}")
     parser.add_argument("--top", type=int, default=8, help="causes listed per model")
     parser.add_argument("--trace-dir", type=Path, default=None,
                         help="also write each model's Chrome trace here")
@@ -260,8 +266,12 @@ def main() -> None:
     print("# per step: step time, GPU busy and idle time (by phase), then the idle gaps' "
           "causes (the operator whose launch ended a gap) by idle time")
     for name in args.models:
-        report = profile_arm(name, ARMS[name], shape, device, args.steps, args.back_to_back,
-                             args.trace_dir)
+        FoldedLinears.previous_form = name.endswith(PREVIOUS)
+        try:
+            report = profile_arm(name, ARMS[name], shape, device, args.steps,
+                                 args.back_to_back, args.trace_dir)
+        finally:
+            FoldedLinears.previous_form = False
         if device.type == "cuda":  # the model and optimizer of the last arm are gone
             torch.cuda.empty_cache()
         lines = report.lines(args.top)

@@ -272,6 +272,16 @@ def fold_rows(maps: Sequence[tuple[Tensor, Tensor | None]], scales: Sequence[Ten
     return list(zip(folded_w, folded_b, strict=True))
 
 
+def _autocast_on(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes in on ``device_type`` now, None where it is off (or the
+    device type has no autocast, as "meta")."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # "unknown device type for autocast"
+        return None
+    return torch.get_autocast_dtype(device_type) if enabled else None
+
+
 def _autocast_dtype(weights: Sequence[Tensor]) -> torch.dtype | None:
     """The dtype ``F.linear`` casts these float32 weights to under the autocast now in force
     (None: no autocast on their device, or weights that are not all float32 on one device)."""
@@ -279,10 +289,7 @@ def _autocast_dtype(weights: Sequence[Tensor]) -> torch.dtype | None:
     if (first.dtype != torch.float32
             or any(w.dtype != first.dtype or w.device != first.device for w in weights)):
         return None
-    device = first.device.type
-    if not torch.is_autocast_enabled(device):
-        return None
-    dtype = torch.get_autocast_dtype(device)
+    dtype = _autocast_on(first.device.type)
     return None if dtype == first.dtype else dtype
 
 
@@ -506,9 +513,8 @@ class GradingMap(nn.Module):
     _scales_memo: dict | None = None
 
     def _memo_key(self, grades: Tensor) -> tuple:
-        device = grades.device.type
-        fast = torch.is_autocast_enabled(device)
-        return (torch.is_grad_enabled(), fast, torch.get_autocast_dtype(device) if fast else None)
+        fast = _autocast_on(grades.device.type)
+        return (torch.is_grad_enabled(), fast is not None, fast)
 
     def _hold_scales(self) -> bool:
         """Start keeping :meth:`scales` (:func:`shared_scales`); False, and nothing done, when
@@ -850,11 +856,9 @@ class ExponentialGrading(GradingMap):
         if self.max_log_scale is not None:
             return self.max_log_scale
         dtype = self.grades.dtype
-        device = self.grades.device.type
-        if torch.is_autocast_enabled(device):
-            fast = torch.get_autocast_dtype(device)
-            if torch.finfo(fast).max < torch.finfo(dtype).max:
-                dtype = fast
+        fast = _autocast_on(self.grades.device.type)
+        if fast is not None and torch.finfo(fast).max < torch.finfo(dtype).max:
+            dtype = fast
         return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
 
     def _sources(self) -> tuple[Tensor, ...]:

@@ -219,6 +219,16 @@ def test_the_first_layers_product_comes_before_the_other_layers_folds(learnable)
     assert order.names.count("_foreach_mul") == 2 * 2 * 4  # both kinds, 4 layers
 
 
+def test_the_autocast_dtype_is_read_per_device_type():
+    """What the folds and the scales' memo ask: the autocast dtype on a device type, None
+    where autocast is off or the device type has none (meta)."""
+    from graded.grading import _autocast_on
+
+    assert _autocast_on("cpu") is None and _autocast_on("meta") is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert _autocast_on("cpu") == torch.bfloat16 and _autocast_on("meta") is None
+
+
 def test_a_map_asked_for_twice_is_folded_again():
     maps, scales = _maps()
     batch = FoldedLinears(maps, lambda which: [scales[j] for j in which])

@@ -19,6 +19,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from graded.grading import FoldedLinears
 
 #: ``--dtype`` names (with train.precision's short names as aliases) and their dtypes.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -149,3 +152,65 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+# Operators that launch no kernel on a GPU besides views (func.is_view): allocations, lifts.
+_NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+              "lift_fresh", "_unsafe_view"}
+#: The matrix products (the first one ends a forward pass's lead-in).
+PRODUCTS = {"addmm", "mm", "bmm", "linear", "matmul"}
+
+
+def kernels_of(func, args) -> int:
+    """The CUDA kernels one dispatched operator launches, as counted here: none for a view or
+    an allocation; one for an operator; for a foreach operator one (torch's fused route, one
+    multi-tensor kernel per few dozen tensors) when its tensor lists agree pairwise in shape,
+    strides and dtype on one dtype and device, else one per tensor (the route that loops over
+    the pairs: a weight times its row scales' column, bf16 gradients times float32 scales)."""
+    name = func.overloadpacket.__name__
+    if func.is_view or name in _NO_KERNEL:
+        return 0
+    if not name.startswith("_foreach_"):
+        return 1
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a
+             and all(isinstance(t, torch.Tensor) for t in a)]
+    first = lists[0]
+    if len({(t.dtype, t.device) for t in first}) > 1:
+        return len(first)
+    for other in lists[1:]:
+        if any(a.shape != b.shape or a.stride() != b.stride() or a.dtype != b.dtype
+               for a, b in zip(first, other, strict=True)):
+            return len(first)
+    return 1
+
+
+class KernelCount(TorchDispatchMode):
+    """The kernels (:func:`kernels_of`) of the operators dispatched inside the block, and
+    ``lead_in``: those before the first matrix product (None if there was none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.lead_in: int | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.lead_in is None and func.overloadpacket.__name__ in PRODUCTS:
+            self.lead_in = self.count
+        self.count += kernels_of(func, args)
+        return func(*args, **(kwargs or {}))
+
+
+#: Suffix of the arms that fold as the code before 28a0b8f (``--compare-folds``).
+PREVIOUS_FOLDS = ", previous folds"
+
+
+def previous_folds(fn: Callable) -> Callable:
+    """``fn`` with ``FoldedLinears.previous_form`` on for the length of each call (the folds
+    of the code before 28a0b8f, for side-by-side timing)."""
+    def run(*args, **kwargs):
+        FoldedLinears.previous_form = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            FoldedLinears.previous_form = False
+    return run

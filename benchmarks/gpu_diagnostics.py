@@ -17,20 +17,25 @@
     python benchmarks/gpu_diagnostics.py
     python benchmarks/gpu_diagnostics.py --quick --device cpu   # a tiny shape: a smoke run
 
-On the CPU (``--device cpu``) a step's ATen operators are counted instead of CUDA kernels
-(views excluded; each launches a kernel on a GPU), and the FlexAttention check is skipped:
+On the CPU (``--device cpu``) a step's kernels are counted from its dispatched ATen operators
+instead (``_timing.kernels_of``: views and allocations none, a foreach operator one per tensor
+off torch's fused route), and the FlexAttention check is skipped:
 
     python benchmarks/gpu_diagnostics.py --device cpu --quick --layers 12
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch._dynamo.utils as dynamo_utils
 from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import KernelCount
 
 from graded import TransformerConfig, TransformerLM
 
@@ -81,9 +86,9 @@ def kernel_profile(device: torch.device, shape: dict) -> None:
             counted = (f"kernels {len(kernels)}, kernel time "
                        f"{sum(e.device_time for e in kernels) / 1e3:.1f} ms")
         else:
-            with OperatorCount() as ops:
+            with KernelCount() as ops:
                 step()
-            counted = f"operators {ops.count} (views excluded: a proxy for GPU kernels)"
+            counted = f"kernels {ops.count} (as the dispatched operators would launch them)"
         t0 = time.perf_counter()
         for _ in range(5):
             step()
@@ -130,24 +135,6 @@ def phase_times(step, device: torch.device, steps: int = 5) -> str:
         return "host " + ", ".join(f"{n} {h:.1f}" for n, h in zip(names, host, strict=True))
     return "phases GPU | host ms: " + ", ".join(
         f"{n} {g:.1f} | {h:.1f}" for n, g, h in zip(names, gpu, host, strict=True))
-
-
-class OperatorCount(TorchDispatchMode):
-    """Counts the ATen operators dispatched inside the block, views and aliases excluded
-    (those launch no kernel on a GPU)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not func.is_view and func.overloadpacket not in _NO_KERNEL:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
-_NO_KERNEL = {torch.ops.aten.detach, torch.ops.aten.t, torch.ops.aten._unsafe_view,
-              torch.ops.aten.lift_fresh}
 
 
 def sync(device: torch.device) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import sys
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -41,8 +42,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import PREVIOUS_FOLDS, previous_folds
+
 from graded import TransformerConfig, TransformerLM
-from graded.grading import FoldedLinears
 
 FULL = dict(vocab=50257, d_model=768, heads=12, layers=12, seq_len=1024, batch=8)
 QUICK = dict(vocab=256, d_model=64, heads=4, layers=2, seq_len=32, batch=2)
@@ -52,7 +55,6 @@ ARMS = {"ungraded": {}, "LGT": dict(grading="linear", learnable_grades=True),
         # the same LGT with the folds of the code before 28a0b8f (FoldedLinears.previous_form)
         "LGT, previous folds": dict(grading="linear", learnable_grades=True)}
 DEFAULT_ARMS = ["ungraded", "LGT", "LGT fixed", "EGT"]
-PREVIOUS = ", previous folds"
 PHASES = ("forward", "backward", "optimizer")
 STEP = "profiled_step"
 WINDOW = "profiled_steps"  # around all the profiled steps when they run back to back
@@ -266,12 +268,9 @@ def main() -> None:
     print("# per step: step time, GPU busy and idle time (by phase), then the idle gaps' "
           "causes (the operator whose launch ended a gap) by idle time")
     for name in args.models:
-        FoldedLinears.previous_form = name.endswith(PREVIOUS)
-        try:
-            report = profile_arm(name, ARMS[name], shape, device, args.steps,
-                                 args.back_to_back, args.trace_dir)
-        finally:
-            FoldedLinears.previous_form = False
+        profile = previous_folds(profile_arm) if name.endswith(PREVIOUS_FOLDS) else profile_arm
+        report = profile(name, ARMS[name], shape, device, args.steps, args.back_to_back,
+                         args.trace_dir)
         if device.type == "cuda":  # the model and optimizer of the last arm are gone
             torch.cuda.empty_cache()
         lines = report.lines(args.top)

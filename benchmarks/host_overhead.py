@@ -10,7 +10,7 @@ B = 2, T = 64 (128 rows: every grading folds into its weights, as at the full sh
 thread, ungraded and LGT / EGT with learnable and with fixed grades, each timed as the median
 of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the CUDA kernels that one
 forward pass and one training step (forward, backward, AdamW in its foreach form, the default
-on a GPU) would launch, from the ATen operators they dispatch (``kernels_of``: views and
+on a GPU) would launch, from the ATen operators they dispatch (``_timing.kernels_of``: views and
 allocations none, a foreach operator one per tensor unless torch's fused route applies), and
 the kernels and host time before a forward pass's first matrix product (its lead-in).
 
@@ -31,13 +31,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import interleaved, machine, table
+from _timing import (
+    PREVIOUS_FOLDS,
+    KernelCount,
+    interleaved,
+    machine,
+    previous_folds,
+    table,
+)
 
 from graded import TransformerConfig, TransformerLM
-from graded.grading import FoldedLinears
 
 SHAPE = dict(vocab_size=64, d_model=32, n_heads=4, n_layers=12, d_ff=128, max_len=64,
              dropout=0.0, positional="learned")
@@ -45,55 +50,6 @@ ARMS = {"ungraded": {}, "LGT": dict(grading="linear", learnable_grades=True),
         "EGT": dict(grading="exponential", learnable_grades=True),
         "LGT fixed": dict(grading="linear", learnable_grades=False),
         "EGT fixed": dict(grading="exponential", learnable_grades=False)}
-VIEWS = {"view", "t", "select", "expand", "unsqueeze", "permute", "transpose", "detach",
-         "unbind", "_unsafe_view", "reshape", "slice", "split", "alias"}
-# allocations launch no kernel either
-EMPTY = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
-
-
-def kernels_of(func, args) -> int:
-    """The CUDA kernels one operator launches, as counted here: none for a view or an
-    allocation, one for an
-    operator, and for a foreach operator one (torch's fast route, one multi-tensor kernel per
-    few dozen tensors) when its tensor lists agree pairwise in shape, strides and dtype on one
-    dtype and device, else one per tensor (the slow route: a loop over the pairs, e.g. a
-    weight times its row scales' column, or bfloat16 gradients times float32 scales)."""
-    name = func.overloadpacket.__name__
-    if name in VIEWS or name in EMPTY:
-        return 0
-    if not name.startswith("_foreach_"):
-        return 1
-    lists = [a for a in args if isinstance(a, (list, tuple)) and a
-             and all(isinstance(t, torch.Tensor) for t in a)]
-    first = lists[0]
-    if len({(t.dtype, t.device) for t in first}) > 1:
-        return len(first)
-    for other in lists[1:]:
-        if any(a.shape != b.shape or a.stride() != b.stride() or a.dtype != b.dtype
-               for a, b in zip(first, other, strict=True)):
-            return len(first)
-    return 1
-
-
-PRODUCTS = {"addmm", "mm", "bmm", "linear", "matmul"}
-
-
-class _CountOps(TorchDispatchMode):
-    """Kernels of the operators dispatched inside the block, and those before the first
-    matrix product (``lead_in``)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kernels = 0
-        self.lead_in: int | None = None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.lead_in is None and func.overloadpacket.__name__ in PRODUCTS:
-            self.lead_in = self.kernels
-        self.kernels += kernels_of(func, args)
-        return func(*args, **(kwargs or {}))
-
-
 @contextlib.contextmanager
 def first_product_time() -> Iterator[dict]:
     """Inside the block ``F.linear`` notes the time of its first call in the dict yielded
@@ -127,26 +83,12 @@ def lead_in_times(forwards: dict, rounds: int) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-PREVIOUS = ", previous folds"  # suffix of the --compare-folds arms
-
-
-def previous_folds(fn):
-    """``fn`` with ``FoldedLinears.previous_form`` on for its length."""
-    def run(*args, **kwargs):
-        FoldedLinears.previous_form = True
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            FoldedLinears.previous_form = False
-    return run
-
-
 def arms(compare_folds: bool = False) -> dict[str, dict]:
     """The arms: ungraded, LGT, EGT, fixed grades; with ``compare_folds`` the LGT arms again
     with the folds of the code before 28a0b8f."""
     if not compare_folds:
         return dict(ARMS)
-    return {**ARMS, **{name + PREVIOUS: ARMS[name] for name in ("LGT", "LGT fixed")}}
+    return {**ARMS, **{name + PREVIOUS_FOLDS: ARMS[name] for name in ("LGT", "LGT fixed")}}
 
 
 def build(batch: int, length: int, dtype: torch.dtype = torch.float32,
@@ -172,15 +114,15 @@ def build(batch: int, length: int, dtype: torch.dtype = torch.float32,
                                               x[:, 1:].flatten()).backward()
             opt.step()
 
-        if name.endswith(PREVIOUS):
+        if name.endswith(PREVIOUS_FOLDS):
             forward, step = previous_folds(forward), previous_folds(step)
         step()
-        with _CountOps() as count:
+        with KernelCount() as count:
             forward()
-        with _CountOps() as count_step:
+        with KernelCount() as count_step:
             step()
         forwards[name], steps[name] = forward, step
-        kernels[name], step_kernels[name] = count.kernels, count_step.kernels
+        kernels[name], step_kernels[name] = count.count, count_step.count
         lead_in[name] = count.lead_in
     return forwards, steps, {"forward": kernels, "step": step_kernels, "lead_in": lead_in}
 

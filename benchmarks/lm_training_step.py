@@ -48,6 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import (
+    PREVIOUS_FOLDS,
     TrainingStep,
     add_device_options,
     device_and_dtype,
@@ -55,12 +56,12 @@ from _timing import (
     interleaved,
     machine,
     peak_memory,
+    previous_folds,
     table,
 )
 
 from graded import TransformerConfig, TransformerLM
 from graded.checks import check_token_ids, checked_inputs
-from graded.grading import FoldedLinears
 
 # arm -> (grading, learnable grades)
 GRADINGS = {"ungraded": (None, False), "LGT": ("linear", True), "EGT": ("exponential", True),
@@ -94,9 +95,6 @@ def hf_gpt2(args: argparse.Namespace, ours: TransformerConfig) -> torch.nn.Modul
     return GPT2LMHeadModel(cfg)
 
 
-PREVIOUS_FOLDS = ", previous folds"  # suffix of the twin arms of --compare-folds
-
-
 def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.Module]:
     base = ungraded_config(args)
     models: dict[str, torch.nn.Module] = {}
@@ -127,17 +125,6 @@ def logits_of(model: torch.nn.Module, compile: bool):
     return lambda ids: forward(input_ids=ids).logits  # a Hugging Face causal LM
 
 
-def with_previous_folds(step):
-    """``step`` with ``FoldedLinears.previous_form`` on for its length."""
-    def run() -> None:
-        FoldedLinears.previous_form = True
-        try:
-            step()
-        finally:
-            FoldedLinears.previous_form = False
-    return run
-
-
 def back_to_back(step: TrainingStep, k: int):
     """``k`` steps in a row inside ``checked_inputs`` (the ids were checked once)."""
     def steps() -> None:
@@ -157,7 +144,7 @@ def run(args: argparse.Namespace) -> dict:
         steps[name] = TrainingStep(logits_of(model, args.compile), model.parameters(), x,
                                    dtype=dtype)
     k = args.back_to_back
-    single = {name: with_previous_folds(step) if name.endswith(PREVIOUS_FOLDS) else step
+    single = {name: previous_folds(step) if name.endswith(PREVIOUS_FOLDS) else step
               for name, step in steps.items()}
     calls = single if k == 1 else {name: back_to_back(step, k) for name, step in single.items()}
     if k > 1:

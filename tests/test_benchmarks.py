@@ -106,19 +106,20 @@ def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp
 
 def test_lm_training_step_times_the_previous_folds_beside_in_one_run(tmp_path):
     """--compare-folds: a twin of each graded arm runs with the previous form of the folds
-    (FoldedLinears.previous_form on for the twin's calls only, back off after)."""
-    lm_training_step = _load("lm_training_step")
+    (``_timing.previous_folds``: FoldedLinears.previous_form on for the twin's calls only,
+    back off after, also after an exception)."""
+    timing = _load("_timing")
     from graded.grading import FoldedLinears
 
     seen = []
-    lm_training_step.with_previous_folds(lambda: seen.append(FoldedLinears.previous_form))()
+    timing.previous_folds(lambda: seen.append(FoldedLinears.previous_form))()
     assert seen == [True] and not FoldedLinears.previous_form
 
     def fail():
         raise RuntimeError("in the step")
 
     with pytest.raises(RuntimeError, match="in the step"):
-        lm_training_step.with_previous_folds(fail)()
+        timing.previous_folds(fail)()
     assert not FoldedLinears.previous_form
     run_benchmark("lm_training_step", ["--quick", "--rounds", "1", "--no-hf", "--models",
                                        "LGT", "--compare-folds",
@@ -126,6 +127,24 @@ def test_lm_training_step_times_the_previous_folds_beside_in_one_run(tmp_path):
     res = json.loads((tmp_path / "lm" / "results.json").read_text())
     assert list(res["models"]) == ["ungraded", "LGT", "LGT, previous folds"]
     assert res["compare_folds"] is True
+
+
+def test_kernels_are_counted_as_a_gpu_would_launch_them():
+    """``_timing.KernelCount``: views and allocations launch nothing, a foreach operator over
+    pairs of one shape is one multi-tensor kernel, over weights times their row scales one
+    kernel per pair; ``lead_in`` counts the kernels before the first matrix product."""
+    timing = _load("_timing")
+    w = [torch.randn(4, 3), torch.randn(5, 3)]
+    rows = [torch.rand(4, 1), torch.rand(5, 1)]
+    a, b = torch.randn(2, 3), torch.randn(3, 2)
+    with timing.KernelCount() as count:
+        x = torch.empty(2, 3)  # none
+        x.t().unsqueeze(0)  # views: none
+        torch._foreach_mul(w, w)  # fused: 1
+        torch._foreach_mul(w, rows)  # per pair: 2
+        a @ b  # the first product: 1
+        x.add(1)  # 1
+    assert (count.count, count.lead_in) == (1 + 2 + 1 + 1, 1 + 2)
 
 
 def _load(name: str):

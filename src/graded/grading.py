@@ -232,22 +232,22 @@ class FoldedLinears:
 
     def _compute(self, which: list[int]) -> list[tuple[Tensor, Tensor | None]]:
         return fold_rows([self.maps[j] for j in which], self._scales(which),
-                         written_backward=not self.previous_form)
+                         previous_form=self.previous_form)
 
     def _store(self, which: list[int]) -> None:
         self._folded.update(zip(which, self._compute(which), strict=True))
 
 
 def fold_rows(maps: Sequence[tuple[Tensor, Tensor | None]], scales: Sequence[Tensor], *,
-              written_backward: bool = True) -> list[tuple[Tensor, Tensor | None]]:
+              previous_form: bool = False) -> list[tuple[Tensor, Tensor | None]]:
     """The folds (diag(s_i) W_i, s_i·b_i) of the linear maps ``maps`` (W_i, b_i or None) with
     their row scales ``scales`` (s_i, converted to W_i's dtype). Under autocast, where
     ``F.linear`` would cast a float32 weight to the autocast dtype, the folds are made in that
     dtype in the same kernel (s_i·W_i rounded once, as the cast of the float32 product would
     be: the same values), and their gradients come back in it: the cast and its backward
     are two kernels and a float32 copy of each weight fewer. The backward is written out
-    (:class:`_FoldRows`); ``written_backward=False`` and ``torch.func`` transforms take
-    autograd's backward of float32 products instead, ``torch.compile`` the products
+    (:class:`_FoldRows`); ``previous_form=True`` (the code before 28a0b8f) and ``torch.func``
+    transforms take autograd's backward of float32 products instead, ``torch.compile`` the products
     written out."""
     weights = [w for w, _ in maps]
     scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
@@ -256,13 +256,17 @@ def fold_rows(maps: Sequence[tuple[Tensor, Tensor | None]], scales: Sequence[Ten
                 for (w, b), s in zip(maps, scales, strict=True)]
     with_bias = [i for i, (_, b) in enumerate(maps) if b is not None]
     biases = [maps[i][1] for i in with_bias]
-    if not written_backward or torch._C._are_functorch_transforms_active():
+    if previous_form or torch._C._are_functorch_transforms_active():
         folded_w = list(torch._foreach_mul(weights, [s[:, None] for s in scales]))
         out_b = torch._foreach_mul(biases, [scales[i] for i in with_bias]) if biases else []
     else:
         distinct: dict[int, int] = {}  # one gradient per scale tensor shared by maps
-        scale_of = tuple(distinct.setdefault(id(s), len(distinct)) for s in scales)
-        firsts = [scales[scale_of.index(j)] for j in range(len(distinct))]
+        firsts: list[Tensor] = []
+        for s in scales:
+            if id(s) not in distinct:
+                distinct[id(s)] = len(firsts)
+                firsts.append(s)
+        scale_of = tuple(distinct[id(s)] for s in scales)
         out = _FoldRows.apply(tuple(with_bias), scale_of, _autocast_dtype(weights), *weights,
                               *biases, *firsts)
         folded_w, out_b = list(out[:len(weights)]), out[len(weights):]

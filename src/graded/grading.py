@@ -250,7 +250,8 @@ def fold_rows(maps: Sequence[tuple[Tensor, Tensor | None]], scales: Sequence[Ten
     transforms take autograd's backward of float32 products instead, ``torch.compile`` the products
     written out."""
     weights = [w for w, _ in maps]
-    scales = [s.to(w.dtype) for s, w in zip(scales, weights, strict=True)]
+    scales = [s if s.dtype == w.dtype else s.to(w.dtype)
+              for s, w in zip(scales, weights, strict=True)]
     if torch.compiler.is_compiling():  # the formula; the compiler fuses it with the cast
         return [(s[:, None] * w, None if b is None else s * b)
                 for (w, b), s in zip(maps, scales, strict=True)]
@@ -317,6 +318,24 @@ def _groups_of_size(items: list[int], sizes: list[int], budget: int) -> Iterator
         yield group
 
 
+def _products_in(xs: Sequence[Tensor], ys: Sequence[Tensor], dtype: torch.dtype) -> list[Tensor]:
+    """The products x_i·y_i, each rounded to ``dtype`` as it is stored (one kernel per product
+    on a GPU); the outputs of the x_i that share a shape are the slices of one allocation (one
+    dispatch instead of one per product)."""
+    alike: dict[tuple, list[int]] = {}
+    for i, x in enumerate(xs):
+        alike.setdefault((x.shape, x.device), []).append(i)
+    outs: list[Tensor] = [None] * len(xs)  # type: ignore[list-item]
+    for (shape, device), group in alike.items():
+        if len(group) == 1:
+            outs[group[0]] = torch.empty_like(xs[group[0]], dtype=dtype)
+            continue
+        block = torch.empty((len(group), *shape), dtype=dtype, device=device)
+        for i, out in zip(group, block.unbind(0), strict=True):
+            outs[i] = out
+    return [torch.mul(x, y, out=o) for x, y, o in zip(xs, ys, outs, strict=True)]
+
+
 class _FoldRows(torch.autograd.Function):
     """The folds (diag(s_i) W_i, s_i·b_i) of n linear maps, with a backward written out in
     products over the lists of maps: ∂W_i = s_i·∂W'_i, ∂b_i = s_i·∂b'_i and
@@ -338,16 +357,15 @@ class _FoldRows(torch.autograd.Function):
         ctx.with_bias, ctx.scale_of = with_bias, scale_of
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*tensors)
-        cols = [scales[j][:, None] for j in scale_of]
+        columns = [s[:, None] for s in scales]  # one view per distinct scale tensor
+        cols = [columns[j] for j in scale_of]
         rows = [scales[scale_of[i]] for i in with_bias]
         if dtype is None:
             folded_w = torch._foreach_mul(weights, cols)
             folded_b = torch._foreach_mul(biases, rows) if biases else []
         else:  # the product rounded to dtype as it is stored: one kernel (on a GPU) per map
-            folded_w = [torch.mul(w, c, out=torch.empty_like(w, dtype=dtype))
-                        for w, c in zip(weights, cols, strict=True)]
-            folded_b = [torch.mul(b, r, out=torch.empty_like(b, dtype=dtype))
-                        for b, r in zip(biases, rows, strict=True)]
+            folded_w = _products_in(weights, cols, dtype)
+            folded_b = _products_in(biases, rows, dtype)
         return (*folded_w, *folded_b)
 
     @staticmethod
@@ -458,6 +476,27 @@ def is_diagonal(grading: nn.Module) -> bool:
     """Whether ``grading`` is x ↦ x·scales(), a :class:`GradingMap` with the base class's
     forward: only such a grading can be folded into a neighbouring linear map."""
     return isinstance(grading, GradingMap) and type(grading).forward is GradingMap.forward
+
+
+def _stamp(sources: Sequence[Tensor]) -> tuple | None:
+    """What identifies the values of ``sources`` while their storage is held (address,
+    version counter, view shape of each), or None where values derived from them must not be
+    kept: under the compiler, when one is a parameter or takes a gradient, or is an inference
+    tensor (no version counter). See :meth:`GradingMap._kept_value`."""
+    if torch.compiler.is_compiling():
+        return None
+    for t in sources:
+        if t.requires_grad or t.is_inference() or _is_parameter(t):
+            return None
+    return tuple((t.data_ptr(), t._version, t.shape) for t in sources)
+
+
+def _is_parameter(t: Tensor) -> bool:
+    """``isinstance(t, nn.Parameter)``, without the metaclass's Python check for a plain
+    tensor (a buffer) that is not flagged as one."""
+    if type(t) is Tensor and not getattr(t, "_is_param", False):
+        return False
+    return isinstance(t, nn.Parameter)
 
 
 class GradingMap(nn.Module):
@@ -575,29 +614,33 @@ class GradingMap(nn.Module):
         too) cost nothing per forward pass. Learnable grades are computed afresh each call:
         a kept tensor must not carry a graph across passes, and parameters are what code
         perturbs through ``.data`` (finite differences), which no version counter sees.
-        Nothing is kept under the compiler, or when a source takes a gradient (grades
-        passed to ``torch.func.functional_call``). A change is seen through the sources'
+        Nothing is kept under the compiler, when a source takes a gradient (grades passed to
+        ``torch.func.functional_call``) or is an inference tensor (made under
+        ``torch.inference_mode``: no version counter). A change is seen through the sources'
         version counters (every in-place operation: ``set_grades``, ``set_base``,
         ``load_state_dict``) and their storage (``.to``, a new tensor); the kept entry holds
         the storage, so its address is not reused meanwhile. Writing a buffer through
         ``.data`` is not seen: change grades with ``set_grades``, the base with
         ``set_base``."""
-        if torch.compiler.is_compiling() or any(
-                isinstance(t, nn.Parameter) or t.requires_grad for t in sources):
+        stamp = _stamp(sources)
+        if stamp is None:
             return compute()
-        # what identifies a source while its storage is held: address, version, view shape
-        stamp = tuple((t.data_ptr(), t._version, t.shape) for t in sources)
         kept = self._kept
         entry = None if kept is None else kept.get(key)
         if entry is not None and entry[0] == stamp:
             return entry[2]
-        if any(t.is_inference() for t in sources):
-            return compute()
         value = compute()
         if kept is None:
             kept = self._kept = {}
         kept[key] = (stamp, tuple(t.detach() for t in sources), value)
         return value
+
+    def _fixed_stamp(self) -> tuple | None:
+        """What identifies the current values of everything the scales are computed from
+        (:func:`_stamp` of the sources), or None where :meth:`_kept_value` keeps nothing
+        (learnable grades among them): for code that keeps values derived from fixed scales,
+        as graded attention's packed row scales."""
+        return _stamp(self._sources())
 
     # -- to be provided by subclasses -------------------------------------------------------
     def _validate(self, grades: Tensor) -> None:

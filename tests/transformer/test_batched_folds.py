@@ -280,8 +280,8 @@ def test_a_model_folding_its_layers_together_gives_the_same_logits_and_gradients
         torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
     # layer by layer, each layer folds its packed projection (weight, bias) and its FFN's
     # output layer (weight, bias) in a foreach product each: four per layer; together, the
-    # first layer's alone and the others' in one call: eight
-    assert ops_u["_foreach_mul"] == 4 * 3 and ops_b["_foreach_mul"] == 8
+    # first map (the first layer's projection) alone and all the others in one call: four
+    assert ops_u["_foreach_mul"] == 4 * 3 and ops_b["_foreach_mul"] == 4
 
 
 @pytest.mark.parametrize("grading", ["linear", "exponential"])
@@ -399,7 +399,7 @@ def test_every_attention_variant_folds_its_rows_together_exactly(options):
     attention_folds = any(m.packs_folded_rows() for m in model.grading_plan.self_attention)
     assert attention_folds == (options.get("positional") != "rope"
                                or options.get("grade_attention_variant") == "values")
-    assert ops_b["_foreach_mul"] == (8 if attention_folds else 4)  # first alone, then the rest
+    assert ops_b["_foreach_mul"] == 4  # weights and biases: the first map alone, then the rest
     if attention_folds:
         assert ops_b.get("cat", 0) < ops_u["cat"]  # the rows of all layers in one cat
 
@@ -452,7 +452,7 @@ def test_a_seq2seq_model_folds_encoder_and_decoder_layers():
     torch.testing.assert_close(lb, lu, rtol=0, atol=0)
     for name in gb:
         torch.testing.assert_close(gb[name], gu[name], rtol=0, atol=1e-14, msg=name)
-    # the 4 self-attention and 4 feed-forward layers of both stacks in 8 foreach products
-    # (weights and biases of each kind, the first layer alone, then the rest) against 16;
-    # each of the 2 cross-attention layers folds its query rows alone (weight, bias)
-    assert ops_b["_foreach_mul"] == 8 + 2 * 2 and ops_u["_foreach_mul"] == 16 + 2 * 2
+    # the 4 self-attention and 4 feed-forward layers of both stacks in 4 foreach products
+    # (weights and biases: the first map alone, then the rest) against 16; each of the 2
+    # cross-attention layers folds its query rows alone (weight, bias)
+    assert ops_b["_foreach_mul"] == 4 + 2 * 2 and ops_u["_foreach_mul"] == 16 + 2 * 2

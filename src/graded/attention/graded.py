@@ -60,7 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import ExponentialGrading, LinearGrading, is_diagonal
+from graded.grading import ExponentialGrading, LinearGrading, _autocast_on, is_diagonal
 
 __all__ = [
     "PER_HEAD_VARIANTS",
@@ -70,6 +70,7 @@ __all__ = [
     "graded_parts",
     "make_grading",
     "packed_rows_together",
+    "rows_together",
 ]
 
 VARIANTS = ("scores", "queries_keys", "values", "multi_head")
@@ -225,6 +226,30 @@ class GradedMultiheadAttention(MultiheadAttention):
             return None, None, None
         return self._projection_scales_of(self.grading.scales())
 
+    def packed_projection_rows(self) -> Tensor | None:
+        """The row scales of the packed ``in_proj_weight``; with fixed grades kept across
+        passes and returned again while the grading (the module and the values of everything
+        its scales are computed from: :meth:`~graded.grading.GradingMap._fixed_stamp`), the
+        folded parts, the autocast dtype and the weight's dtype and device are unchanged: a
+        few comparisons per pass instead of the scales' chain of calls."""
+        grading = self.grading
+        folded = self.folded_parts
+        stamp = grading._fixed_stamp() if folded else None
+        if stamp is None:
+            return super().packed_projection_rows()
+        weight = self.in_proj_weight
+        key = (grading, stamp, folded, _autocast_on(weight.device.type), weight.dtype,
+               weight.device)
+        kept = self._kept_packed
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        rows = super().packed_projection_rows()
+        # the sources held with the rows: their addresses are not reused meanwhile
+        self._kept_packed = (key, rows, grading._sources())
+        return rows
+
+    _kept_packed: tuple | None = None
+
     def _projection_scales_of(self, m: Tensor) -> tuple[Tensor | None, ...]:
         """:meth:`projection_scales` for the scales ``m`` of the grading, a leading axis (the
         layers of :func:`packed_rows_together`) allowed: (…, heads, head_dim) per folded part."""
@@ -265,21 +290,45 @@ class GradedMultiheadAttention(MultiheadAttention):
                 f"qk_rotated={self.qk_rotated}")
 
 
+def rows_together(layers: Sequence[GradedMultiheadAttention]) -> bool:
+    """Whether :func:`packed_rows_together` builds the layers' rows in one chain: two or more
+    alike layers (``_rows_signature``) with learnable grades."""
+    if len(layers) < 2:
+        return False
+    signature = layers[0]._rows_signature()
+    return all(m.grading.grades.requires_grad and m._rows_signature() == signature
+               for m in layers)
+
+
 def packed_rows_together(layers: Sequence[GradedMultiheadAttention]) -> list[Tensor]:
-    """The packed row scales of each layer (its ``_packed_row_scales`` of its
-    ``projection_scales``), built in one chain of operators when the layers are alike and
-    their scales learnable (each layer's are new tensors every pass): the scales stacked, the
-    rows of all layers in one concatenation, each layer's a view. The same values, the same
+    """The packed row scales of each layer (its :meth:`packed_projection_rows`), built in one
+    chain of operators when :func:`rows_together` (learnable scales are new tensors every
+    pass): the scales stacked, the rows of all layers in one concatenation, each layer's a
+    view. Scales that are the rows of one stacked tensor already, in order (a model's
+    :func:`~graded.grading.batched_scales`), are used as they are. The same values, the same
     gradients to the grades. Otherwise (fixed scales are kept by each layer) layer by
     layer."""
+    if not rows_together(layers):
+        return [m.packed_projection_rows() for m in layers]
     first = layers[0]
-    signature = first._rows_signature()
-    if (len(layers) < 2 or not all(m.grading.grades.requires_grad for m in layers)
-            or any(m._rows_signature() != signature for m in layers)):
-        return [m._packed_row_scales(m.projection_scales()) for m in layers]
     # (L, head_dim) shared, (L, heads, head_dim) per head
-    m = torch.stack([layer.grading.scales() for layer in layers])
+    m = _stacked([layer.grading.scales() for layer in layers])
     return list(first._packed_rows(first._projection_scales_of(m)).unbind(0))
+
+
+def _stacked(scales: list[Tensor]) -> Tensor:
+    """``torch.stack(scales)``; the tensor they are the rows of, in order, when there is one
+    (no copy)."""
+    base = scales[0]._base
+    if (base is not None and base.shape[0] == len(scales)
+            and base.shape[1:] == scales[0].shape and base.is_contiguous()):
+        step = base.stride(0)
+        start = base.storage_offset()
+        if all(s._base is base and s.storage_offset() == start + i * step
+               and s.shape == scales[0].shape and s.stride() == base.stride()[1:]
+               for i, s in enumerate(scales)):
+            return base
+    return torch.stack(scales)
 
 
 def _tolerate_missing_grading(module: nn.Module, keys: Any) -> None:

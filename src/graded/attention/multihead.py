@@ -225,14 +225,14 @@ class MultiheadAttention(nn.Module):
         if (held is not None and query is key and key is value
                 and folds_rows(self.in_proj_weight, query)):
             return self._packed_heads(F.linear(query, *held()))
+        grouped = self.num_kv_heads != self.num_heads
+        if (not self.shared_qk and self._qkv_same_embed_dim and query is key and key is value
+                and not grouped):
+            return self._packed_heads(graded_linear(query, self.in_proj_weight, b,
+                                                    out_scales=self.packed_projection_rows()))
         s_q, s_k, s_v = self.projection_scales()
         if self.shared_qk:
             return self._project_shared_qk(query, key, value, s_q, s_v)
-        grouped = self.num_kv_heads != self.num_heads
-        if self._qkv_same_embed_dim and query is key and key is value and not grouped:
-            rows = self._packed_row_scales((s_q, s_k, s_v))
-            return self._packed_heads(graded_linear(query, self.in_proj_weight, b,
-                                                    out_scales=rows))
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.split([e, kv, kv])
         else:
@@ -270,6 +270,11 @@ class MultiheadAttention(nn.Module):
         qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias, out_scales=rows)
         qv = qv.unflatten(-1, (2, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
         return qv[0], qv[0], qv[1]
+
+    def packed_projection_rows(self) -> Tensor | None:
+        """The row scales of the packed ``in_proj_weight`` (the query, key and value blocks)
+        from :meth:`projection_scales`, or None when no block is scaled."""
+        return self._packed_row_scales(self.projection_scales())
 
     def _packed_row_scales(self, scales: tuple[Tensor | None, ...]) -> Tensor | None:
         """The row scales of the packed ``in_proj_weight`` from one (heads, head_dim) scale

@@ -50,7 +50,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graded.attention.graded import PER_HEAD_VARIANTS, make_grading, packed_rows_together
+from graded.attention.graded import (
+    PER_HEAD_VARIANTS,
+    make_grading,
+    packed_rows_together,
+    rows_together,
+)
 from graded.checks import check_finite_nonnegative, inputs_checked
 from graded.grading import (
     ExponentialGrading,
@@ -367,30 +372,55 @@ def _hold_plan_scales(module: nn.Module, args: Any) -> None:
 
 def _hold_folds(plan: GradingPlan) -> list[nn.Module]:
     """Give each layer that folds a grading into a linear map a ``_held_fold``: its folded
-    weight and bias, computed for all such layers of a kind together when the first is asked
-    for (:class:`graded.grading.FoldedLinears`): the packed projections of the
+    weight and bias, computed for all such layers together (:class:`graded.grading.FoldedLinears`:
+    the first asked for alone, the others at the next ask): the packed projections of the
     self-attention layers (:meth:`~graded.attention.GradedMultiheadAttention.packs_folded_rows`,
     their row scales built together, :func:`~graded.attention.graded.packed_rows_together`)
     and the output layers of the feed-forward sublayers (``folded_output``). Returns the
     layers given one."""
     attention = [m for m in plan.self_attention if m.packs_folded_rows()]
     outputs = [(m, fold) for m in plan.ffn_sublayers if (fold := m.folded_output()) is not None]
-    held: list[nn.Module] = []
-    if len(attention) > 1:
-        batch = FoldedLinears([(m.in_proj_weight, m.in_proj_bias) for m in attention],
-                              lambda which: packed_rows_together([attention[j] for j in which]))
-        held += _give_folds(attention, batch)
-    if len(outputs) > 1:
-        batch = FoldedLinears([(lin.weight, lin.bias) for _, (lin, _) in outputs],
-                              lambda which: [outputs[j][1][1].scales() for j in which])
-        held += _give_folds([m for m, _ in outputs], batch)
-    return held
-
-
-def _give_folds(layers: list[nn.Module], batch: FoldedLinears) -> list[nn.Module]:
+    layers = attention + [m for m, _ in outputs]
+    if len(layers) < 2:
+        return []
+    maps = ([(m.in_proj_weight, m.in_proj_bias) for m in attention]
+            + [(lin.weight, lin.bias) for _, (lin, _) in outputs])
+    batch = FoldedLinears(maps, _FoldScales(attention, [g for _, (_, g) in outputs]))
     for i, m in enumerate(layers):
         m.__dict__["_held_fold"] = functools.partial(batch.fold, i)
     return layers
+
+
+class _FoldScales:
+    """The row scales of the maps :func:`_hold_folds` folds, asked for by index (the
+    attention layers' packed projections, then the feed-forward output layers): the
+    attention rows of learnable scales of alike layers in one chain for all layers at the
+    first ask (one concatenation; the rest are views), fixed ones (kept by each layer)
+    layer by layer, as they are asked for; the output layers' the scales of their grading
+    (the shared feature grading's, computed once per pass)."""
+
+    def __init__(self, attention: list[nn.Module], outputs: list[GradingMap]) -> None:
+        self.attention = attention
+        self.outputs = outputs
+        self.together: list[Tensor] | None = [] if rows_together(attention) else None
+
+    def __call__(self, which: list[int]) -> list[Tensor]:
+        n = len(self.attention)
+        scales: dict[int, Tensor] = {}  # the output layers share a grading: asked once
+
+        def output(g: GradingMap) -> Tensor:
+            if id(g) not in scales:
+                scales[id(g)] = g.scales()
+            return scales[id(g)]
+
+        return [self._rows(j) if j < n else output(self.outputs[j - n]) for j in which]
+
+    def _rows(self, j: int) -> Tensor:
+        if self.together is None:
+            return self.attention[j].packed_projection_rows()
+        if not self.together:
+            self.together = packed_rows_together(self.attention)
+        return self.together[j]
 
 
 def _release_plan_scales(module: nn.Module, args: Any, output: Any) -> None:

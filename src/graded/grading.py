@@ -62,6 +62,7 @@ __all__ = [
     "activation_grading",
     "as_grade_tensor",
     "batched_scales",
+    "stacked_scales",
     "fold_rows",
     "folds_rows",
     "graded_linear",
@@ -428,12 +429,19 @@ def batched_scales(gradings: Sequence[GradingMap]) -> list[Tensor] | None:
     and device; EGT's bases may differ). A model's attention layers each hold a grading of
     their own: an eager forward pass computes all their scales this way, a few kernels
     instead of a few per layer (:mod:`graded.transformer.graded`)."""
+    stacked = stacked_scales(gradings)
+    return None if stacked is None else list(stacked.unbind(0))
+
+
+def stacked_scales(gradings: Sequence[GradingMap]) -> Tensor | None:
+    """:func:`batched_scales` as one tensor, the gradings' scales on its first axis (None
+    when they are not alike)."""
     if not gradings:
         return None
     signature = gradings[0]._batch_signature()
     if any(g._batch_signature() != signature for g in gradings):
         return None
-    return list(gradings[0]._batched_scales(gradings).unbind(0))
+    return gradings[0]._batched_scales(gradings)
 
 
 @contextlib.contextmanager
@@ -564,18 +572,22 @@ class GradingMap(nn.Module):
         they are kept already or under the compiler."""
         if self._scales_memo is not None or torch.compiler.is_compiling():
             return False
-        self._scales_memo = {}
+        self.__dict__["_scales_memo"] = {}  # a plain attribute: not nn.Module's __setattr__
         return True
 
     def _drop_scales(self) -> None:
-        self._scales_memo = None
+        self.__dict__["_scales_memo"] = None
 
-    def _hold_given_scales(self, value: Tensor) -> bool:
+    def _hold_given_scales(self, value: Tensor, index: int | None = None, *,
+                           key: tuple | None = None) -> bool:
         """:meth:`_hold_scales` with ``value`` as the scales of the current grad mode and
-        autocast dtype (:func:`batched_scales`); False, and nothing done, as there."""
+        autocast dtype (``key``: :meth:`_memo_key`, computed when not given), or with
+        ``index``, ``value[index]`` (:func:`stacked_scales`), taken at the first call of
+        :meth:`scales` (none where no call comes); False, and nothing done, as there."""
         if not self._hold_scales():
             return False
-        self._scales_memo[self._memo_key(self.grades)] = value
+        self._scales_memo[key or self._memo_key(self.grades)] = (
+            value if index is None else (value, index))
         return True
 
     def _batch_signature(self) -> tuple:
@@ -595,7 +607,10 @@ class GradingMap(nn.Module):
         memo = self._scales_memo
         key = self._memo_key(self.grades)
         if memo is not None and key in memo:
-            return memo[key]
+            value = memo[key]
+            if type(value) is tuple:  # (stacked, index): a row of stacked_scales, taken now
+                value = memo[key] = value[0][value[1]]
+            return value
         value = self._kept_value(("scales", *key), self._sources(), compute)
         if memo is not None:
             memo[key] = value

@@ -300,19 +300,22 @@ def rows_together(layers: Sequence[GradedMultiheadAttention]) -> bool:
                for m in layers)
 
 
-def packed_rows_together(layers: Sequence[GradedMultiheadAttention]) -> list[Tensor]:
+def packed_rows_together(layers: Sequence[GradedMultiheadAttention],
+                         stacked: Tensor | None = None) -> list[Tensor]:
     """The packed row scales of each layer (its :meth:`packed_projection_rows`), built in one
     chain of operators when :func:`rows_together` (learnable scales are new tensors every
     pass): the scales stacked, the rows of all layers in one concatenation, each layer's a
     view. Scales that are the rows of one stacked tensor already, in order (a model's
     :func:`~graded.grading.batched_scales`), are used as they are. The same values, the same
     gradients to the grades. Otherwise (fixed scales are kept by each layer) layer by
-    layer."""
-    if not rows_together(layers):
+    layer. ``stacked``: the layers' scales stacked already, given by a caller that checked
+    :func:`rows_together`."""
+    if stacked is None and not rows_together(layers):
         return [m.packed_projection_rows() for m in layers]
     first = layers[0]
     # (L, head_dim) shared, (L, heads, head_dim) per head
-    m = _stacked([layer.grading.scales() for layer in layers])
+    m = stacked if stacked is not None else _stacked([layer.grading.scales()
+                                                      for layer in layers])
     return list(first._packed_rows(first._projection_scales_of(m)).unbind(0))
 
 

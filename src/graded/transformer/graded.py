@@ -61,7 +61,7 @@ from graded.grading import (
     ExponentialGrading,
     FoldedLinears,
     GradingMap,
-    batched_scales,
+    stacked_scales,
     is_diagonal,
 )
 from graded.transformer.config import TransformerConfig
@@ -360,24 +360,29 @@ def _hold_plan_scales(module: nn.Module, args: Any) -> None:
     if not module.__dict__.get("batch_grading", True) or torch.compiler.is_compiling():
         return
     heads = module.grading_plan.heads
+    stacked = None
     if len(heads) > 1 and all(g._scales_memo is None and g.grades.requires_grad
                               for g in heads):
-        values = batched_scales(heads)
-        if values is not None:
-            for g, v in zip(heads, values, strict=True):
-                g._hold_given_scales(v)
+        stacked = stacked_scales(heads)
+        if stacked is not None:
+            key = heads[0]._memo_key(heads[0].grades)  # alike gradings: one key for all
+            for i, g in enumerate(heads):
+                g._hold_given_scales(stacked, i, key=key)
             module.__dict__["_holds_head_scales"] = True
-    module.__dict__["_held_folds"] = _hold_folds(module.grading_plan)
+    module.__dict__["_held_folds"] = _hold_folds(
+        module.grading_plan, None if stacked is None else (heads, stacked))
 
 
-def _hold_folds(plan: GradingPlan) -> list[nn.Module]:
+def _hold_folds(plan: GradingPlan,
+                heads: tuple[list[GradingMap], Tensor] | None = None) -> list[nn.Module]:
     """Give each layer that folds a grading into a linear map a ``_held_fold``: its folded
     weight and bias, computed for all such layers together (:class:`graded.grading.FoldedLinears`:
     the first asked for alone, the others at the next ask): the packed projections of the
     self-attention layers (:meth:`~graded.attention.GradedMultiheadAttention.packs_folded_rows`,
     their row scales built together, :func:`~graded.attention.graded.packed_rows_together`)
-    and the output layers of the feed-forward sublayers (``folded_output``). Returns the
-    layers given one."""
+    and the output layers of the feed-forward sublayers (``folded_output``). ``heads``: the
+    plan's head gradings and their scales stacked (:func:`graded.grading.stacked_scales`),
+    when the pass computed them so. Returns the layers given one."""
     attention = [m for m in plan.self_attention if m.packs_folded_rows()]
     outputs = [(m, fold) for m in plan.ffn_sublayers if (fold := m.folded_output()) is not None]
     layers = attention + [m for m, _ in outputs]
@@ -385,7 +390,7 @@ def _hold_folds(plan: GradingPlan) -> list[nn.Module]:
         return []
     maps = ([(m.in_proj_weight, m.in_proj_bias) for m in attention]
             + [(lin.weight, lin.bias) for _, (lin, _) in outputs])
-    batch = FoldedLinears(maps, _FoldScales(attention, [g for _, (_, g) in outputs]))
+    batch = FoldedLinears(maps, _FoldScales(attention, [g for _, (_, g) in outputs], heads))
     for i, m in enumerate(layers):
         m.__dict__["_held_fold"] = functools.partial(batch.fold, i)
     return layers
@@ -399,10 +404,16 @@ class _FoldScales:
     layer by layer, as they are asked for; the output layers' the scales of their grading
     (the shared feature grading's, computed once per pass)."""
 
-    def __init__(self, attention: list[nn.Module], outputs: list[GradingMap]) -> None:
+    def __init__(self, attention: list[nn.Module], outputs: list[GradingMap],
+                 heads: tuple[list[GradingMap], Tensor] | None) -> None:
         self.attention = attention
         self.outputs = outputs
         self.together: list[Tensor] | None = [] if rows_together(attention) else None
+        # the heads' stacked scales are the attention layers' when the gradings are theirs
+        self.stacked = None
+        if heads is not None and self.together is not None and len(heads[0]) == len(
+                attention) and all(m.grading is g for m, g in zip(attention, heads[0])):
+            self.stacked = heads[1]
 
     def __call__(self, which: list[int]) -> list[Tensor]:
         n = len(self.attention)
@@ -419,7 +430,7 @@ class _FoldScales:
         if self.together is None:
             return self.attention[j].packed_projection_rows()
         if not self.together:
-            self.together = packed_rows_together(self.attention)
+            self.together = packed_rows_together(self.attention, self.stacked)
         return self.together[j]
 
 

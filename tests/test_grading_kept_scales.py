@@ -236,3 +236,116 @@ def test_a_model_batching_its_head_scales_gives_the_same_logits_and_gradients(gr
     assert ops_b < ops_u, (ops_b, ops_u)  # fewer kernels in the forward pass
     heads = model.grading_plan.heads
     assert len(heads) == 3 and all(g._scales_memo is None for g in heads)  # nothing held
+
+
+# -- what changes the kept values, and what keeps nothing ---------------------------------
+
+@pytest.mark.parametrize("kind", ["linear", "exponential"])
+def test_gradings_made_under_inference_mode_give_their_scales_and_keep_nothing(kind):
+    """Inference tensors have no version counter: nothing derived from them is kept."""
+    from graded.attention.graded import make_grading
+
+    with torch.inference_mode():
+        g = make_grading(kind, 3, torch.tensor([0.0, 1.0, 2.0]), base=2.0)
+    expected = _linear([0.0, 1.0, 2.0]) if kind == "linear" else _exponential([0, 1, 2], 2.0)
+    torch.testing.assert_close(g.scales(), expected)
+    torch.testing.assert_close(g.scales(), expected)
+    assert g._fixed_stamp() is None and not g._kept
+
+
+def test_a_fixed_grade_lm_made_under_inference_mode_runs():
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=2, max_len=8,
+                            grading="linear", grade_init="warm_start", grade_init_value=0.3)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model = TransformerLM(cfg).eval()
+        ids = torch.randint(0, 17, (2, 6))
+        first = model(ids)
+        torch.testing.assert_close(model(ids), first, rtol=0, atol=0)
+    torch.manual_seed(0)
+    twin = TransformerLM(cfg).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids.clone()), first.clone(), rtol=0, atol=0)
+
+
+def test_is_parameter_agrees_with_isinstance():
+    from graded.grading import _is_parameter
+
+    flagged = torch.zeros(2)
+    flagged._is_param = True
+    cases = [torch.nn.Parameter(torch.zeros(2)), torch.zeros(2), flagged,
+             torch.nn.Parameter(torch.zeros(2), requires_grad=False)]
+    for t in cases:
+        assert _is_parameter(t) == isinstance(t, torch.nn.Parameter)
+
+
+def _attention(grading="linear", grades=(0.0, 1.0, 2.0, 3.0), **kw):
+    from graded.attention import GradedMultiheadAttention
+
+    torch.manual_seed(0)
+    return GradedMultiheadAttention(8, 2, grading=grading, grades=list(grades),
+                                    variant="queries_keys", batch_first=True, **kw)
+
+
+def test_kept_packed_rows_are_returned_again_and_follow_every_change():
+    """Fixed-grade packed rows are kept (the same tensor, no operator) and built afresh when
+    the grades, the grading module, the fold switch, the autocast dtype or the weights'
+    dtype change: each time equal to rows built from scratch."""
+    from graded.attention.graded import make_grading
+    from graded.grading import activation_grading
+
+    attn = _attention("exponential", (0.0, 1.0, 20.0, 3.0))
+
+    def fresh():  # the rows from the scales, without anything kept
+        return attn._packed_row_scales(attn._projection_scales_of(attn.grading._scales()))
+
+    first = attn.packed_projection_rows()
+    with _Count() as count:
+        assert attn.packed_projection_rows() is first
+    assert count.ops == []
+    torch.testing.assert_close(first, fresh(), rtol=0, atol=0)
+    attn.grading.set_grades([1.0, 0.0, 2.0, 0.5])
+    changed = attn.packed_projection_rows()
+    assert changed is not first
+    torch.testing.assert_close(changed, fresh(), rtol=0, atol=0)
+    attn.grading = make_grading("exponential", 4, torch.tensor([1.0, 0.0, 2.0, 0.5]), base=3.0)
+    other = attn.packed_projection_rows()
+    torch.testing.assert_close(other, fresh(), rtol=0, atol=0)
+    assert not torch.equal(other, changed)
+    with activation_grading(attn):
+        assert attn.packed_projection_rows() is None  # nothing folded
+    attn.grading.set_grades([0.0, 30.0, 0.0, 0.0])  # 3^30: clamped in float16 only
+    plain = attn.packed_projection_rows()
+    with torch.autocast("cpu", dtype=torch.float16), pytest.warns(RuntimeWarning, match="clamp"):
+        half = attn.packed_projection_rows()  # EGT's clamp depends on the compute dtype
+    assert half.max() < plain.max()
+    attn.double()
+    doubled = attn.packed_projection_rows()
+    assert doubled.dtype == torch.float64
+    torch.testing.assert_close(doubled, fresh(), rtol=0, atol=0)
+
+
+def test_learnable_attention_builds_its_rows_every_call():
+    attn = _attention(learnable_grades=True)
+    a, b = attn.packed_projection_rows(), attn.packed_projection_rows()
+    assert a is not b and a.grad_fn is not None
+
+
+def test_a_models_stacked_head_scales_are_taken_row_by_row_only_when_asked_for():
+    """The batched head scales of a pass are held as (stacked tensor, row): a layer that
+    asks for its scales gets a view of its row; the folds use the stacked tensor."""
+    from graded.grading import stacked_scales
+
+    gs = _alike("linear", 3)
+    stacked = stacked_scales(gs)
+    key = gs[0]._memo_key(gs[0].grades)
+    for i, g in enumerate(gs):
+        assert g._hold_given_scales(stacked, i, key=key)
+    assert all(type(g._scales_memo[key]) is tuple for g in gs)
+    got = gs[1].scales()
+    assert got._base is stacked and gs[1].scales() is got
+    torch.testing.assert_close(got, gs[1]._scales_from(gs[1].grades), rtol=0, atol=0)
+    assert type(gs[0]._scales_memo[key]) is tuple  # not asked for: no view made
+    for g in gs:
+        g._drop_scales()
+        assert g._scales_memo is None

@@ -456,3 +456,68 @@ def test_a_seq2seq_model_folds_encoder_and_decoder_layers():
     # (weights and biases: the first map alone, then the rest) against 16; each of the 2
     # cross-attention layers folds its query rows alone (weight, bias)
     assert ops_b["_foreach_mul"] == 4 + 2 * 2 and ops_u["_foreach_mul"] == 16 + 2 * 2
+
+
+def test_folds_of_maps_of_one_shape_share_one_allocation():
+    """Under autocast the folds of maps of one shape are the slices of one bf16 tensor (one
+    allocation), each equal to the cast of its float32 fold; a map of another shape gets its
+    own."""
+    from graded.grading import fold_rows
+
+    gen = torch.Generator().manual_seed(0)
+    maps = [(torch.randn(6, 4, generator=gen, requires_grad=True),
+             torch.randn(6, generator=gen, requires_grad=True)) for _ in range(3)]
+    maps.append((torch.randn(5, 4, generator=gen, requires_grad=True), None))
+    scales = [torch.rand(w.shape[0], generator=gen) + 0.5 for w, _ in maps]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        folds = fold_rows(maps, scales)
+    bases = {id(w._base) for w, _ in folds[:3]}
+    assert len(bases) == 1 and folds[0][0]._base is not None
+    assert folds[3][0]._base is None
+    for (w, b), (fw, fb), s in zip(maps, folds, scales, strict=True):
+        assert fw.dtype == torch.bfloat16
+        torch.testing.assert_close(fw, (s[:, None] * w).to(torch.bfloat16), rtol=0, atol=0)
+        if b is not None:
+            torch.testing.assert_close(fb, (s * b).to(torch.bfloat16), rtol=0, atol=0)
+    loss = sum((fw.float() ** 2).sum() for fw, _ in folds)
+    loss.backward()
+    for (w, _), s in zip(maps, scales, strict=True):
+        expected = 2 * (s[:, None] * w).to(torch.bfloat16).float() * s[:, None]
+        torch.testing.assert_close(w.grad, expected, rtol=1e-2, atol=1e-2)
+
+
+def test_packed_rows_together_use_the_stacked_scales_without_a_copy():
+    """Scales that are the rows of one stacked tensor, in order, are used as they are; in
+    another order they are stacked; the rows are the same either way."""
+    from graded.attention.graded import _stacked
+
+    base = torch.rand(3, 4, requires_grad=True) * 1.0
+    rows = list(base.unbind(0))
+    assert _stacked(rows) is base
+    assert _stacked([base[i] for i in range(3)]) is base
+    swapped = _stacked([rows[1], rows[0], rows[2]])
+    assert swapped is not base
+    torch.testing.assert_close(swapped, base[[1, 0, 2]], rtol=0, atol=0)
+    assert _stacked(rows[:2]) is not base
+
+
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+def test_an_lm_pass_folds_with_the_stacked_head_scales(grading):
+    """A learnable model's pass computes its heads' scales stacked and builds all packed rows
+    from that tensor: one concatenation for all layers instead of one per layer, no stack of
+    the heads' views, and no view of a head's row (none is asked for). Counted against the
+    layer-by-layer pass, whose other operators are the same."""
+    model = lm(grading, True)
+    model(IDS)  # what is kept (EGT's ln λ) is made
+    counts = {}
+    for batch in (True, False):
+        model.batch_grading = batch
+        with CountOps() as count:
+            model(IDS)
+        counts[batch] = count.ops
+    together, apart = counts[True], counts[False]
+    assert together["cat"] == 1 and apart["cat"] == 3
+    # the grades stacked (and EGT's ln λ): nothing else
+    assert together["stack"] == apart["stack"] + (2 if grading == "exponential" else 1)
+    assert together.get("select", 0) == apart.get("select", 0)
+    assert together.get("unbind", 0) == 1  # the rows of the packed projections

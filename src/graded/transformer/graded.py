@@ -390,10 +390,21 @@ def _hold_folds(plan: GradingPlan,
         return []
     maps = ([(m.in_proj_weight, m.in_proj_bias) for m in attention]
             + [(lin.weight, lin.bias) for _, (lin, _) in outputs])
-    batch = FoldedLinears(maps, _FoldScales(attention, [g for _, (_, g) in outputs], heads))
-    for i, m in enumerate(layers):
-        m.__dict__["_held_fold"] = functools.partial(batch.fold, i)
-    return layers
+    scales = _FoldScales(attention, [g for _, (_, g) in outputs], heads)
+    n = len(attention)
+    # the previous form (side-by-side timing) folded each kind in a batch of its own
+    batches = ([list(range(n)), list(range(n, len(maps)))] if FoldedLinears.previous_form
+               else [list(range(len(maps)))])
+    held: list[nn.Module] = []
+    for group in batches:
+        if len(group) < 2:
+            continue
+        batch = FoldedLinears([maps[i] for i in group],
+                              lambda which, group=group: scales([group[j] for j in which]))
+        for k, i in enumerate(group):
+            layers[i].__dict__["_held_fold"] = functools.partial(batch.fold, k)
+            held.append(layers[i])
+    return held
 
 
 class _FoldScales:

@@ -156,7 +156,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 # Operators that launch no kernel on a GPU besides views (func.is_view): allocations, lifts.
 _NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-              "lift_fresh", "_unsafe_view"}
+              "lift_fresh", "_unsafe_view",
+              # a value read to the host: a copy, not a kernel (AdamW's step counters are
+              # host tensors: no device work at all)
+              "_local_scalar_dense"}
 #: The matrix products (the first one ends a forward pass's lead-in).
 PRODUCTS = {"addmm", "mm", "bmm", "linear", "matmul"}
 
@@ -185,18 +188,22 @@ def kernels_of(func, args) -> int:
 
 
 class KernelCount(TorchDispatchMode):
-    """The kernels (:func:`kernels_of`) of the operators dispatched inside the block, and
-    ``lead_in``: those before the first matrix product (None if there was none)."""
+    """The kernels (:func:`kernels_of`) of the operators dispatched inside the block,
+    ``lead_in``: those before the first matrix product (None if there was none), and
+    ``operators``: every dispatched operator, views and allocations included (each a call
+    through the dispatcher, the host's share of the work whether it launches or not)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
+        self.operators = 0
         self.lead_in: int | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.lead_in is None and func.overloadpacket.__name__ in PRODUCTS:
             self.lead_in = self.count
         self.count += kernels_of(func, args)
+        self.operators += 1
         return func(*args, **(kwargs or {}))
 
 

@@ -12,7 +12,9 @@ of ``--rounds`` interleaved rounds of ``--calls`` calls. Also counts the CUDA ke
 forward pass and one training step (forward, backward, AdamW in its foreach form, the default
 on a GPU) would launch, from the ATen operators they dispatch (``_timing.kernels_of``: views and
 allocations none, a foreach operator one per tensor unless torch's fused route applies), and
-the kernels and host time before a forward pass's first matrix product (its lead-in).
+the kernels and host time before a forward pass's first matrix product (its lead-in), and the
+operators a forward pass dispatches (views and allocations included: host work that launches
+nothing).
 
     python benchmarks/host_overhead.py
     python benchmarks/host_overhead.py --dtype bfloat16
@@ -95,7 +97,7 @@ def build(batch: int, length: int, dtype: torch.dtype = torch.float32,
           compare_folds: bool = False) -> tuple[dict, dict, dict]:
     x = torch.randint(0, SHAPE["vocab_size"], (batch, length + 1),
                       generator=torch.Generator().manual_seed(0))
-    forwards, steps, kernels, step_kernels, lead_in = {}, {}, {}, {}, {}
+    forwards, steps, kernels, step_kernels, lead_in, operators = {}, {}, {}, {}, {}, {}
     for name, extra in arms(compare_folds).items():
         torch.manual_seed(0)
         if extra:
@@ -123,8 +125,9 @@ def build(batch: int, length: int, dtype: torch.dtype = torch.float32,
             step()
         forwards[name], steps[name] = forward, step
         kernels[name], step_kernels[name] = count.count, count_step.count
-        lead_in[name] = count.lead_in
-    return forwards, steps, {"forward": kernels, "step": step_kernels, "lead_in": lead_in}
+        lead_in[name], operators[name] = count.lead_in, count.operators
+    return forwards, steps, {"forward": kernels, "step": step_kernels, "lead_in": lead_in,
+                             "operators": operators}
 
 
 def repeat(fn, calls: int):
@@ -156,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
                       rounds=args.rounds, warmup=2)
     lead = lead_in_times(forwards, rounds=args.rounds * args.calls)
     rows = [[name, str(kernels["lead_in"][name]), f"{lead[name] * 1e3:.2f}",
-             str(kernels["forward"][name]), f"{fwd[name] / args.calls * 1e3:.2f}",
+             str(kernels["operators"][name]), str(kernels["forward"][name]),
+             f"{fwd[name] / args.calls * 1e3:.2f}",
              f"{fwd[name] / fwd['ungraded']:.3f}", str(kernels["step"][name]),
              f"{stp[name] / args.calls * 1e3:.2f}", f"{stp[name] / stp['ungraded']:.3f}"]
             for name in forwards]
@@ -164,12 +168,14 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.dtype}{' (autocast)' if args.dtype != 'float32' else ''}, "
           f"one CPU thread; median of {args.rounds} interleaved rounds of {args.calls} calls; "
           f"{machine(torch.device('cpu'))}\n")
-    print(table(["model", "kernels before the first product", "ms to it", "kernels / forward",
+    print(table(["model", "kernels before the first product", "ms to it",
+                 "operators / forward", "kernels / forward",
                  "forward ms", "forward / ungraded", "kernels / step", "step ms",
                  "step / ungraded"], rows))
     print("\nkernels before the first product, ms to it: what a forward pass issues before its "
           "first matrix product, and the host time until then (a synchronised GPU step waits "
-          "that long for its first large kernel)")
+          "that long for its first large kernel); operators / forward: every dispatched "
+          "operator, views and allocations included (the dispatcher's share of the host work)")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,9 @@ def test_kernels_are_counted_as_a_gpu_would_launch_them():
         torch._foreach_mul(w, rows)  # per pair: 2
         a @ b  # the first product: 1
         x.add(1)  # 1
+        torch.ones(()).item()  # a value read: none
     assert (count.count, count.lead_in) == (1 + 2 + 1 + 1, 1 + 2)
+    assert count.operators >= 9  # every dispatch, launching or not
 
 
 def _load(name: str):

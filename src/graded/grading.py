@@ -62,12 +62,12 @@ __all__ = [
     "activation_grading",
     "as_grade_tensor",
     "batched_scales",
-    "stacked_scales",
     "fold_rows",
     "folds_rows",
     "graded_linear",
     "is_diagonal",
     "shared_scales",
+    "stacked_scales",
     "straight_through_floor",
 ]
 

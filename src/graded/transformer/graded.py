@@ -61,8 +61,8 @@ from graded.grading import (
     ExponentialGrading,
     FoldedLinears,
     GradingMap,
-    stacked_scales,
     is_diagonal,
+    stacked_scales,
 )
 from graded.transformer.config import TransformerConfig
 

@@ -201,7 +201,8 @@ class FoldedLinears:
     The first map asked for is folded alone (its scales too) and the others together at the
     next ask: the first layer's product can start on the device before the other layers'
     scales and folds are issued (an eager step on a GPU waits for the host until then), and
-    the rest take one dispatch (the products are one kernel per map either way).
+    the rest take one call of the folds' autograd function (the products are one kernel per
+    map either way).
 
     ``previous_form = True`` (on the class, for side-by-side timing:
     ``benchmarks/lm_training_step.py --compare-folds``) folds as before 28a0b8f: all maps at

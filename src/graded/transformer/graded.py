@@ -352,7 +352,8 @@ def _hold_plan_scales(module: nn.Module, args: Any) -> None:
     """Forward pre-hook of a plan's owner: its feature grading's scales are computed once for
     the whole pass (:func:`graded.grading.shared_scales`, here as a pair of hooks), and, in
     an eager pass, the learnable scales of all its attention layers together
-    (:func:`graded.grading.batched_scales`), each layer then reading its own, and the folded
+    (:func:`graded.grading.stacked_scales`), each layer then reading its own row (a view
+    made when it asks), the folds using the stacked tensor, and the folded
     weights of all its layers together (:func:`_hold_folds`): the same values and gradients
     in fewer kernels. ``module.batch_grading = False`` computes them layer by layer."""
     if module.feature_grading._hold_scales():

@@ -269,7 +269,8 @@ def _run_pool(jobs: list[dict[str, Any]], workers: int, stop: _MainStop, note: A
             for conn in wait(list(busy), timeout=0.1):
                 try:
                     out = conn.recv()
-                except EOFError as exc:  # the worker died
+                except (EOFError, ConnectionResetError) as exc:  # the worker died (or, on a
+                    # stop, exited as its pipe was read)
                     if not stop.flag:
                         raise RuntimeError("a demo worker process died") from exc
                 else:

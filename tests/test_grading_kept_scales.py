@@ -349,3 +349,32 @@ def test_a_models_stacked_head_scales_are_taken_row_by_row_only_when_asked_for()
     for g in gs:
         g._drop_scales()
         assert g._scales_memo is None
+
+
+def test_shared_qk_attention_keeps_its_query_value_rows_and_follows_the_grades():
+    """With ``shared_qk`` the packed weight has query and value blocks: their fixed-grade
+    rows are kept the same way, equal to rows built from the scales, and rebuilt when the
+    grades change; the projection equals the packed weight's rows scaled by hand."""
+    from graded.attention import GradedMultiheadAttention
+
+    torch.manual_seed(0)
+    attn = GradedMultiheadAttention(
+        8, 2, grading="linear", grades=[0.0, 1.0, 2.0, 3.0], variant="values",
+        batch_first=True, backend="lsh",
+        backend_options={"shared_qk": True, "n_buckets": 1, "chunk_size": 8})
+    x = torch.randn(2, 5, 8)
+    rows = attn.packed_projection_rows()
+    assert rows.shape == (16,)
+    with _Count() as count:
+        assert attn.packed_projection_rows() is rows
+    assert count.ops == []
+    s_q, _, s_v = attn._projection_scales_of(attn.grading._scales_from(attn.grading.grades))
+    torch.testing.assert_close(rows, attn._packed_row_scales((s_q, s_v)), rtol=0, atol=0)
+    expected_v = (x @ attn.in_proj_weight.T + attn.in_proj_bias) * rows
+    q, k, v = attn.project(x, x, x)
+    torch.testing.assert_close(v.transpose(1, 2).flatten(-2), expected_v[..., 8:])
+    attn.grading.set_grades([1.0, 0.0, 0.5, 2.0])
+    changed = attn.packed_projection_rows()
+    s_q, _, s_v = attn._projection_scales_of(attn.grading._scales_from(attn.grading.grades))
+    torch.testing.assert_close(changed, attn._packed_row_scales((s_q, s_v)), rtol=0, atol=0)
+    assert not torch.equal(changed, rows)

@@ -486,21 +486,6 @@ def test_folds_of_maps_of_one_shape_share_one_allocation():
         torch.testing.assert_close(w.grad, expected, rtol=1e-2, atol=1e-2)
 
 
-def test_packed_rows_together_use_the_stacked_scales_without_a_copy():
-    """Scales that are the rows of one stacked tensor, in order, are used as they are; in
-    another order they are stacked; the rows are the same either way."""
-    from graded.attention.graded import _stacked
-
-    base = torch.rand(3, 4, requires_grad=True) * 1.0
-    rows = list(base.unbind(0))
-    assert _stacked(rows) is base
-    assert _stacked([base[i] for i in range(3)]) is base
-    swapped = _stacked([rows[1], rows[0], rows[2]])
-    assert swapped is not base
-    torch.testing.assert_close(swapped, base[[1, 0, 2]], rtol=0, atol=0)
-    assert _stacked(rows[:2]) is not base
-
-
 @pytest.mark.parametrize("grading", ["linear", "exponential"])
 def test_an_lm_pass_folds_with_the_stacked_head_scales(grading):
     """A learnable model's pass computes its heads' scales stacked and builds all packed rows

@@ -305,8 +305,7 @@ def packed_rows_together(layers: Sequence[GradedMultiheadAttention],
     """The packed row scales of each layer (its :meth:`packed_projection_rows`), built in one
     chain of operators when :func:`rows_together` (learnable scales are new tensors every
     pass): the scales stacked, the rows of all layers in one concatenation, each layer's a
-    view. Scales that are the rows of one stacked tensor already, in order (a model's
-    :func:`~graded.grading.batched_scales`), are used as they are. The same values, the same
+    view. The same values, the same
     gradients to the grades. Otherwise (fixed scales are kept by each layer) layer by
     layer. ``stacked``: the layers' scales stacked already, given by a caller that checked
     :func:`rows_together`."""
@@ -314,24 +313,9 @@ def packed_rows_together(layers: Sequence[GradedMultiheadAttention],
         return [m.packed_projection_rows() for m in layers]
     first = layers[0]
     # (L, head_dim) shared, (L, heads, head_dim) per head
-    m = stacked if stacked is not None else _stacked([layer.grading.scales()
-                                                      for layer in layers])
+    m = stacked if stacked is not None else torch.stack([layer.grading.scales()
+                                                         for layer in layers])
     return list(first._packed_rows(first._projection_scales_of(m)).unbind(0))
-
-
-def _stacked(scales: list[Tensor]) -> Tensor:
-    """``torch.stack(scales)``; the tensor they are the rows of, in order, when there is one
-    (no copy)."""
-    base = scales[0]._base
-    if (base is not None and base.shape[0] == len(scales)
-            and base.shape[1:] == scales[0].shape and base.is_contiguous()):
-        step = base.stride(0)
-        start = base.storage_offset()
-        if all(s._base is base and s.storage_offset() == start + i * step
-               and s.shape == scales[0].shape and s.stride() == base.stride()[1:]
-               for i, s in enumerate(scales)):
-            return base
-    return torch.stack(scales)
 
 
 def _tolerate_missing_grading(module: nn.Module, keys: Any) -> None:

@@ -230,9 +230,9 @@ class MultiheadAttention(nn.Module):
                 and not grouped):
             return self._packed_heads(graded_linear(query, self.in_proj_weight, b,
                                                     out_scales=self.packed_projection_rows()))
-        s_q, s_k, s_v = self.projection_scales()
         if self.shared_qk:
-            return self._project_shared_qk(query, key, value, s_q, s_v)
+            return self._project_shared_qk(query, key, value)
+        s_q, s_k, s_v = self.projection_scales()
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.split([e, kv, kv])
         else:
@@ -257,8 +257,7 @@ class MultiheadAttention(nn.Module):
         attention."""
         return False
 
-    def _project_shared_qk(self, query: Tensor, key: Tensor | None, value: Tensor | None,
-                           s_q: Tensor | None, s_v: Tensor | None
+    def _project_shared_qk(self, query: Tensor, key: Tensor | None, value: Tensor | None
                            ) -> tuple[Tensor, Tensor, Tensor]:
         """Shared-QK projection: queries and values from the packed (2E, E) weight; the keys
         passed on are the queries (the backend normalises them)."""
@@ -266,15 +265,17 @@ class MultiheadAttention(nn.Module):
             raise ValueError(
                 f"attention backend {self.backend_name!r} with shared_qk=True attends a "
                 "sequence to itself: query, key and value must be the same tensor")
-        rows = self._packed_row_scales((s_q, s_v))
-        qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias, out_scales=rows)
+        qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias,
+                           out_scales=self.packed_projection_rows())
         qv = qv.unflatten(-1, (2, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
         return qv[0], qv[0], qv[1]
 
     def packed_projection_rows(self) -> Tensor | None:
-        """The row scales of the packed ``in_proj_weight`` (the query, key and value blocks)
-        from :meth:`projection_scales`, or None when no block is scaled."""
-        return self._packed_row_scales(self.projection_scales())
+        """The row scales of the packed ``in_proj_weight`` (its blocks: query, key and value;
+        query and value with ``shared_qk``) from :meth:`projection_scales`, or None when no
+        block is scaled."""
+        s_q, s_k, s_v = self.projection_scales()
+        return self._packed_row_scales((s_q, s_v) if self.shared_qk else (s_q, s_k, s_v))
 
     def _packed_row_scales(self, scales: tuple[Tensor | None, ...]) -> Tensor | None:
         """The row scales of the packed ``in_proj_weight`` from one (heads, head_dim) scale
@@ -282,23 +283,7 @@ class MultiheadAttention(nn.Module):
         when every block is unscaled."""
         if all(s is None for s in scales):
             return None
-        weight = self.in_proj_weight
-        # fixed scales (GradingMap keeps them) give the same rows as last time: kept, outside
-        # the compiler; learnable ones are new tensors on every pass
-        keep = not torch.compiler.is_compiling() and not any(
-            s is not None and s.requires_grad for s in scales)
-        if keep:
-            origins = tuple(s if s is None or s._base is None else s._base for s in scales)
-            meta = (weight.dtype, weight.device,
-                    tuple(None if s is None else (s.shape, s.stride()) for s in scales))
-            kept = self._kept_rows
-            if kept is not None and kept[1] == meta and all(
-                    a is b for a, b in zip(kept[0], origins, strict=True)):
-                return kept[2]
-        rows = self._packed_rows(scales)
-        if keep:
-            self._kept_rows = (origins, meta, rows)
-        return rows
+        return self._packed_rows(scales)
 
     def _packed_rows(self, scales: tuple[Tensor | None, ...]) -> Tensor:
         """The rows of the packed ``in_proj_weight`` from one (…, heads, head_dim) scale tensor
@@ -315,8 +300,6 @@ class MultiheadAttention(nn.Module):
                   else s.to(one) for s, n in zip(scales, self._proj_rows, strict=True)]
         return torch.cat(blocks, dim=-2).flatten(-2)
 
-    # (scale tensors, their layout, rows) of the last call with fixed scales
-    _kept_rows: tuple | None = None
     _one: Tensor | None = None
 
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:

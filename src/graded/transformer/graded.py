@@ -421,11 +421,16 @@ class _FoldScales:
         self.attention = attention
         self.outputs = outputs
         self.together: list[Tensor] | None = [] if rows_together(attention) else None
-        # the heads' stacked scales are the attention layers' when the gradings are theirs
+        # the attention layers' scales: a slice of the heads' stacked ones when their
+        # gradings are consecutive heads (all of an LM's; not a seq2seq decoder's, whose
+        # cross-attention heads lie between)
         self.stacked = None
-        if heads is not None and self.together is not None and len(heads[0]) == len(
-                attention) and all(m.grading is g for m, g in zip(attention, heads[0])):
-            self.stacked = heads[1]
+        if heads is not None and self.together is not None:
+            where = {id(g): i for i, g in enumerate(heads[0])}
+            first = where.get(id(attention[0].grading))
+            if first is not None and all(where.get(id(m.grading)) == first + k
+                                         for k, m in enumerate(attention)):
+                self.stacked = heads[1][first:first + len(attention)]
 
     def __call__(self, which: list[int]) -> list[Tensor]:
         n = len(self.attention)

@@ -430,7 +430,9 @@ class _FoldScales:
             first = where.get(id(attention[0].grading))
             if first is not None and all(where.get(id(m.grading)) == first + k
                                          for k, m in enumerate(attention)):
-                self.stacked = heads[1][first:first + len(attention)]
+                stacked = heads[1]
+                self.stacked = (stacked if len(attention) == stacked.shape[0]
+                                else stacked[first:first + len(attention)])
 
     def __call__(self, which: list[int]) -> list[Tensor]:
         n = len(self.attention)

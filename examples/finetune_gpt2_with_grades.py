@@ -12,7 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from graded.interop import from_gpt2, graft_grading
-from graded.train import Trainer, TrainOptions
+from graded.train import Trainer, TrainOptions, get_recipe
 
 torch.manual_seed(0)
 hf = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=32, n_embd=32, n_layer=2, n_head=4,
@@ -28,7 +28,9 @@ ids = data["inputs"][:4]
 print(f"grafted model equals GPT-2: max |Δ logits| = "
       f"{(graded(ids) - hf(ids).logits).abs().max().item():.2e}")
 
-trainer = Trainer(graded, data, data, kind="lm", recipe="egt-alg7.1", run_dir="runs/gpt2-egt",
+# the tokens of this task carry no grades: Algorithm 7.1 on the plain loss
+recipe = get_recipe("egt-alg7.1", graded_loss=False)
+trainer = Trainer(graded, data, data, kind="lm", recipe=recipe, run_dir="runs/gpt2-egt",
                   options=TrainOptions(steps=60, lr=3e-3, batch_size=32, eval_every=30,
                                        progress=False, tensorboard=False), overwrite=True)
 result = trainer.fit()

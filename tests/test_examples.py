@@ -1,19 +1,41 @@
-"""The scripts in examples/ run as a user would run them."""
+"""The scripts in examples/ and the README's Python example run as a user would run them,
+without a warning of the library (a RuntimeWarning or UserWarning is an error here)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+STRICT = ["-W", "error::RuntimeWarning", "-W", "error::UserWarning"]
 
 
 def run(script: str, cwd: Path) -> str:
-    done = subprocess.run([sys.executable, str(EXAMPLES / script)], cwd=cwd, text=True,
+    return run_code([str(EXAMPLES / script)], cwd)
+
+
+def run_code(args: list[str], cwd: Path) -> str:
+    done = subprocess.run([sys.executable, *STRICT, *args], cwd=cwd, text=True,
                           capture_output=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def readme_example() -> str:
+    """The README's "Train a graded model on your own data" code block."""
+    text = (ROOT / "README.md").read_text()
+    after = text.split("**Train a graded model on your own data.**", 1)[1]
+    return re.search(r"```python\n(.*?)```", after, re.S).group(1)
+
+
+def test_readme_training_example_runs_without_warnings_and_learns(tmp_path):
+    out = run_code(["-c", readme_example()], tmp_path)
+    accuracy = float(re.search(r"'accuracy': ([0-9.]+)", out).group(1))
+    assert accuracy > 0.9, out
+    assert (tmp_path / "runs" / "mine" / "config.yaml").exists()
 
 
 def test_graded_attention_dropin_example_matches_torch_at_neutral_grades(tmp_path):

@@ -169,7 +169,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         ids = torch.tensor([task.vocab.encode(args.prompt)])
     except ValueError as exc:
-        return _fail(f"--prompt {args.prompt!r}: {exc}")
+        return _fail(f"--prompt {args.prompt!r}: {exc} (a prompt is tokens separated by "
+                     "spaces)")
     if ids.shape[1] == 0:
         return _fail("--prompt is empty: give at least one token of the task's vocabulary")
     kind = as_kind(task.kind, model)

@@ -61,6 +61,12 @@ def test_generate_names_a_token_outside_the_vocabulary(run, capsys):
     assert "banana" in _one_error_line(capsys.readouterr().err)
 
 
+def test_generate_says_a_prompt_is_space_separated_tokens(run, capsys):
+    assert main(["generate", str(run), "--prompt", "(["]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "unknown token '(['" in line and "separated by spaces" in line
+
+
 @pytest.mark.parametrize(("option", "value", "expected"), [
     ("--max-new-tokens", "0", "expected an integer >= 1, got 0"),
     ("--max-new-tokens", "many", "expected an integer, got 'many'"),

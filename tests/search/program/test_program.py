@@ -86,6 +86,28 @@ def test_registry_names_known_problems():
         get_problem("cap_set")
 
 
+@pytest.mark.parametrize("name", ["cap-set", "bin-packing", "matmul"])
+def test_registry_refuses_an_option_the_problem_does_not_take(name):
+    with pytest.raises(ValueError, match=rf"unknown option\(s\) \['sizee'\] for problem '{name}'"):
+        get_problem(name, sizee=3)
+
+
+def test_registry_passes_options_to_a_factory_that_takes_any(monkeypatch):
+    from graded.search.program import problem as registry
+
+    get_problem("cap-set")  # the shipped problems registered before the registry is copied
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    seen = {}
+
+    def factory(**options):
+        seen.update(options)
+        return get_problem("cap-set", n=2)
+
+    registry.register_problem("test-any-options", factory)
+    get_problem("test-any-options", colour="red")
+    assert seen == {"colour": "red"}
+
+
 FILES = {
     "main.py": "import helper\n\n\ndef run(x):\n    return helper.scale(x) + 1\n",
     "helper.py": ("FACTOR = 1\n\n# EVOLVE-BLOCK-START\ndef scale(x):\n    return FACTOR * x\n"

@@ -37,18 +37,23 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     a("--n", type=int, help="size option of the problem (cap-set: dimension; matmul: n)")
     a("--option", action="append", type=_problem_option, default=[], metavar="KEY=VALUE",
       help="another problem option (JSON value), e.g. --option dataset=\"weibull5k\"")
-    a("--proposer", choices=("offline", "openai", "ensemble"), default="offline")
+    a("--proposer", choices=("offline", "openai", "ensemble"), default="offline",
+      help="who writes candidates: offline genetic programming (no network), a language "
+      "model at --base-url, or both in turn (default offline)")
     a("--base-url", help="OpenAI-compatible endpoint (openai/ensemble proposers)")
     a("--model", help="model name at the endpoint")
     a("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
     a("--max-requests", type=int, default=1000, help="request budget of the openai proposer")
-    a("--islands", type=int, default=4)
-    a("--programs-per-prompt", type=int, default=2)
+    a("--islands", type=int, default=4, help="independent program populations (default 4)")
+    a("--programs-per-prompt", type=int, default=2,
+      help="earlier programs shown to the proposer per request (default 2)")
     a("--reset-period", type=int, default=200, help="evaluations between island resets")
-    a("--selection", choices=("clusters", "pareto", "map-elites"), default="clusters")
+    a("--selection", choices=("clusters", "pareto", "map-elites"), default="clusters",
+      help="how parents are drawn: FunSearch's score clusters, the Pareto front of the "
+      "problem's named scores, or a MAP-Elites grid over two descriptors (default clusters)")
     a("--budget", type=int, default=200, help="evaluations in all")
     a("--workers", type=int, default=2, help="evaluations in parallel")
-    a("--seed", type=int, default=0)
+    a("--seed", type=int, default=0, help="seed of the proposer and the database (default 0)")
     a("--isolation", choices=("auto", "require", "none"), default="auto",
       help="network and PID namespaces for candidates: use when available, require, or never")
     a("--dask", metavar="ADDRESS", help="run evaluations on a dask.distributed scheduler "

@@ -15,6 +15,7 @@ e.g. ``priority``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,4 +111,23 @@ def get_problem(name: str, **options: Any) -> Problem:
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
         raise ValueError(f"unknown problem {name!r}; known problems: {known}")
-    return _REGISTRY[name](**options)
+    factory = _REGISTRY[name]
+    allowed = _option_names(factory)
+    unknown = sorted(set(options) - allowed) if allowed is not None else []
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for problem {name!r}; expected some of "
+                         f"{sorted(allowed)}")
+    return factory(**options)
+
+
+def _option_names(factory: Callable[..., Problem]) -> set[str] | None:
+    """The keyword options ``factory`` takes; None when it takes any (``**options``) or its
+    signature cannot be read."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}

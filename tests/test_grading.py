@@ -55,6 +55,14 @@ def test_identity_grading_rejects_non_positive_grades_naming_the_value():
         LinearGrading(2, [-1.0, 0.0], f="shift")
 
 
+@pytest.mark.parametrize("grading", [LinearGrading, ExponentialGrading])
+def test_grades_given_in_place_of_dim_are_named_with_the_argument_order(grading):
+    with pytest.raises(ValueError, match=r"got \[1\.0, 2\.0\]; the grades go second"):
+        grading([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"dim must be a positive int, got 0$"):
+        grading(0)
+
+
 def test_learnable_identity_grades_are_floored_straight_through():
     g = LinearGrading(3, [1.0, 2.0, 3.0], f="identity", learnable=True, floor=1e-3, dtype=F64)
     with torch.no_grad():

@@ -534,7 +534,9 @@ class GradingMap(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise ValueError(f"dim must be a positive int, got {dim!r}")
+            hint = ("; the grades go second: (dim, grades)"
+                    if isinstance(dim, (list, tuple, Tensor)) else "")
+            raise ValueError(f"dim must be a positive int, got {dim!r}{hint}")
         if num_heads is not None and (not isinstance(num_heads, int) or num_heads < 1):
             raise ValueError(f"num_heads must be a positive int or None, got {num_heads!r}")
         if dtype is None and isinstance(grades, Tensor) and grades.is_floating_point():

@@ -274,3 +274,29 @@ def test_config_and_set_override_reach_the_trainer(tmp_path):
     assert off.built_recipe.name == "egt-alg7.1" and off.built_recipe.graded_loss is False
     trainer = build_run(off).trainer
     assert not trainer.graded_loss and trainer.plain_loss_note is None
+
+
+def test_the_summary_and_the_report_say_which_runs_trained_on_the_graded_loss(tmp_path):
+    """metrics.json names the objective of train_loss; the run report marks a graded training
+    loss and says that it does not compare with a plain one (the eval losses are plain)."""
+    from graded.train.report import write_runs_report
+
+    task = get_task("polynomials", max_degree=2)
+    train, test = task.split("random", 32, 8, seed=1)
+    runs = {}
+    for name, recipe in [("graded", "lgt-alg5.1"), ("plain", None)]:
+        model = model_for(task, "linear", dtype=torch.float32)
+        trainer = Trainer(model, train.tensors, test.tensors, kind=task.kind,
+                          options=TrainOptions(steps=2, **OPTIONS), run_dir=tmp_path / name,
+                          recipe=recipe)
+        result = trainer.fit()
+        summary = json.loads((tmp_path / name / "metrics.json").read_text())
+        assert summary["train_objective"] == name
+        assert summary["train_loss"] == pytest.approx(result.losses[-1])
+        runs[name] = summary
+    report = write_runs_report([tmp_path / "graded", tmp_path / "plain"], tmp_path / "rep")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in report.read_text().splitlines()
+            if line.startswith("| graded |") or line.startswith("| plain |")}
+    assert f"{runs['graded']['train_loss']:.4g} (graded)" in rows["graded"]
+    assert "(graded)" not in rows["plain"]
+    assert "not comparable with another run's" in report.read_text()

@@ -100,14 +100,23 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     lines = ["# Run report", "", "| run | steps | train loss | "
              + " | ".join(f"eval {n}" for n in names) + " |",
              "|---|---|---|" + "---|" * len(names)]
+    graded = [r.name for r, s in summaries.items() if s.get("train_objective") == "graded"]
     for r, s in summaries.items():
         ev = s.get("eval", {})
         cells = [f"{ev[n]:.4g}" if n in ev else "–" for n in names]
         loss = s.get("train_loss")
+        mark = " (graded)" if r.name in graded else ""
         lines.append(f"| {r.name} | {s.get('step')} | "
-                     f"{'–' if loss is None else f'{loss:.4g}'} | " + " | ".join(cells) + " |")
+                     f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
+                     + " |")
     lines.append("")
-    train = {r.name: [read_metrics(r).get("train", {}).get("loss", [])] for r in runs}
+    if graded:
+        lines += ["A training loss marked (graded) is the recipe's graded loss (000 Def 5.37: "
+                  "each item weighted by its grade), larger than the plain loss where the "
+                  "weights exceed 1 and not comparable with another run's; the eval loss is the "
+                  "plain loss in every run.", ""]
+    train = {r.name + (" (graded)" if r.name in graded else ""):
+             [read_metrics(r).get("train", {}).get("loss", [])] for r in runs}
     plot_curves(train, out_dir / "train_loss.png", title="training loss", ylabel="loss")
     lines += ["## Learning curves", "", "![training loss](train_loss.png)", ""]
     for metric in names:

@@ -547,6 +547,9 @@ class Trainer:
             "step": result.step,
             "steps": self.opts.steps,
             "train_loss": result.losses[-1] if result.losses else None,
+            # what train_loss measures: the recipe's graded loss (items weighted by their
+            # grades) or the plain loss, the unit of every eval loss
+            "train_objective": "graded" if self.graded_loss else "plain",
             "eval": result.final_eval,
             "monitor": self.opts.monitor,
             "best": result.best_metric,

@@ -42,6 +42,7 @@ a message naming the resume command (a second Ctrl-C aborts at once).
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import random
 import sys
@@ -539,7 +540,17 @@ class Trainer:
         return result
 
     def close(self) -> None:
-        """Leave the process group this trainer joined (under torchrun); call once at the end."""
+        """Leave the process group this trainer joined (under torchrun); call once at the end.
+
+        The DDP wrapper goes first, while the process group is still registered: its C++
+        reducer holds the group and is freed with the GIL held, so were it the group's last
+        holder, the gloo group's destructor would join its worker threads under the GIL while
+        one of them waits for the GIL to free a finished collective's tensors (a hang at exit,
+        seen in about one 2-process run in twenty). The group is then destroyed by
+        ``destroy_process_group``, whose Python binding frees it without the GIL."""
+        if self.step_module is not self.model and self.ctx.distributed:
+            self.step_module = self.kind.training_module(self.model)
+            gc.collect()  # the wrapper and its reducer, now, not at some later collection
         D.teardown(self.ctx)
 
     def _summary(self, result: TrainResult) -> dict[str, Any]:

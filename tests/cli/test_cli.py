@@ -184,6 +184,23 @@ def test_every_demo_run_config_is_valid(tmp_path, quick):
                                          "exponential": "egt-alg7.1"}[grading]
 
 
+def test_demo_runs_train_on_the_graded_loss_where_the_targets_have_grades(tmp_path):
+    """No run of the main job warns of a missing loss grading: LGT and EGT take the graded
+    loss on weighted_projective (targets graded by their weights) and are asked for the
+    plain loss on polynomial_regression (one ungraded target)."""
+    from graded.config import build_run, validate_config
+    from graded.demo import MODELS, TASKS, run_config
+
+    for task, spec in TASKS.items():
+        for model in MODELS:
+            cfg = validate_config(run_config(task, model, 0, tmp_path, True))
+            trainer = build_run(cfg, tmp_path / task / model).trainer
+            assert trainer.plain_loss_note is None, (task, model)
+            graded = MODELS[model]["grading"] is not None and spec.get("graded_loss", True)
+            assert trainer.graded_loss == graded, (task, model)
+    assert TASKS["weighted_projective"].get("graded_loss", True)
+
+
 def test_demo_verdict_calls_a_difference_only_beyond_two_standard_errors():
     from graded.demo import _verdict
 

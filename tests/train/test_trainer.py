@@ -171,8 +171,9 @@ def test_graded_model_with_recipe_resumes_with_identical_losses(tmp_path, gradin
                             progress=False, tensorboard=False, device="cpu", warmup_steps=1)
         return Trainer(TransformerClassifier(cfg, 3), make_data(64, 1), make_data(32, 2),
                        kind="classification", options=opts, run_dir=run, seed=0,
-                       recipe=get_recipe(recipe))
+                       recipe=get_recipe(recipe), output_grades=[0.0, 1.0, 2.0])
 
+    assert trainer(tmp_path / "check").graded_loss  # the graded loss of 000 Def 5.37 / 7.1
     full = trainer(tmp_path / "full").fit()
     first = trainer(tmp_path / "part").fit(pause_after=3)
     rest = trainer(tmp_path / "part").fit(resume_from=tmp_path / "part")

@@ -15,7 +15,7 @@ import contextlib
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -221,3 +221,39 @@ def previous_folds(fn: Callable) -> Callable:
         finally:
             FoldedLinears.previous_form = False
     return run
+
+
+@contextlib.contextmanager
+def first_product_time() -> Iterator[dict]:
+    """Inside the block ``F.linear`` notes the time of its first call in the dict yielded
+    (key "t"; cleared by the caller): when a forward pass hands the device its first matrix
+    product. Every matrix product of these models goes through ``F.linear``."""
+    seen: dict = {}
+    linear = torch.nn.functional.linear
+
+    def noting(*args, **kwargs):
+        seen.setdefault("t", time.perf_counter())
+        return linear(*args, **kwargs)
+
+    torch.nn.functional.linear = noting
+    try:
+        yield seen
+    finally:
+        torch.nn.functional.linear = linear
+
+
+def lead_in_times(forwards: dict, rounds: int,
+                  device: torch.device | str = "cpu") -> dict[str, float]:
+    """Median seconds from the start of each forward pass to its first matrix product: what
+    a synchronised GPU step waits for the host before its first large kernel. The device is
+    synchronised before each pass (it starts idle, as a synchronised step does)."""
+    times: dict[str, list[float]] = {name: [] for name in forwards}
+    with first_product_time() as seen:
+        for _ in range(rounds):
+            for name, forward in forwards.items():
+                synchronize(device)
+                seen.clear()
+                start = time.perf_counter()
+                forward()
+                times[name].append(seen["t"] - start)
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -25,11 +25,7 @@ nothing).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import statistics
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -39,6 +35,7 @@ from _timing import (
     PREVIOUS_FOLDS,
     KernelCount,
     interleaved,
+    lead_in_times,
     machine,
     previous_folds,
     table,
@@ -52,39 +49,6 @@ ARMS = {"ungraded": {}, "LGT": dict(grading="linear", learnable_grades=True),
         "EGT": dict(grading="exponential", learnable_grades=True),
         "LGT fixed": dict(grading="linear", learnable_grades=False),
         "EGT fixed": dict(grading="exponential", learnable_grades=False)}
-@contextlib.contextmanager
-def first_product_time() -> Iterator[dict]:
-    """Inside the block ``F.linear`` notes the time of its first call in the dict yielded
-    (key "t"; cleared by the caller): when a forward pass hands the device its first matrix
-    product. Every matrix product of these models goes through ``F.linear``."""
-    seen: dict = {}
-    linear = torch.nn.functional.linear
-
-    def noting(*args, **kwargs):
-        seen.setdefault("t", time.perf_counter())
-        return linear(*args, **kwargs)
-
-    torch.nn.functional.linear = noting
-    try:
-        yield seen
-    finally:
-        torch.nn.functional.linear = linear
-
-
-def lead_in_times(forwards: dict, rounds: int) -> dict[str, float]:
-    """Median seconds from the start of each forward pass to its first matrix product: what
-    a synchronised GPU step waits for the host before its first large kernel."""
-    times: dict[str, list[float]] = {name: [] for name in forwards}
-    with first_product_time() as seen:
-        for _ in range(rounds):
-            for name, forward in forwards.items():
-                seen.clear()
-                start = time.perf_counter()
-                forward()
-                times[name].append(seen["t"] - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def arms(compare_folds: bool = False) -> dict[str, dict]:
     """The arms: ungraded, LGT, EGT, fixed grades; with ``compare_folds`` the LGT arms again
     with the folds of the code before 28a0b8f."""

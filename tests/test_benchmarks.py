@@ -129,6 +129,31 @@ def test_lm_training_step_times_the_previous_folds_beside_in_one_run(tmp_path):
     assert res["compare_folds"] is True
 
 
+def test_the_lead_in_ends_at_each_forward_passs_first_matrix_product():
+    """``_timing.lead_in_times``: the host time from a call to its first ``F.linear`` (torch's
+    module reaches it through ``F.multi_head_attention_forward``), each pass on its own;
+    F.linear is restored afterwards."""
+    import time
+
+    timing = _load("_timing")
+    linear = torch.nn.functional.linear
+    w = torch.randn(3, 3)
+
+    def slow_then_linear():
+        time.sleep(0.02)
+        torch.nn.functional.linear(torch.randn(2, 3), w)
+        time.sleep(0.05)  # after the product: not in the lead-in
+
+    attention = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(1, 4, 8)
+    lead = timing.lead_in_times({"slow": slow_then_linear,
+                                 "torch": lambda: attention(x, x, x, need_weights=False)},
+                                rounds=3)
+    assert 0.02 <= lead["slow"] < 0.045
+    assert 0 < lead["torch"] < 0.02
+    assert torch.nn.functional.linear is linear
+
+
 def test_kernels_are_counted_as_a_gpu_would_launch_them():
     """``_timing.KernelCount``: views and allocations launch nothing, a foreach operator over
     pairs of one shape is one multi-tensor kernel, over weights times their row scales one

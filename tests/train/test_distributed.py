@@ -91,6 +91,11 @@ def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp
     assert CheckpointManager(tmp_path / "ddp" / "checkpoints").latest().name == "step_000000006"
 
 
+def test_a_torchrun_script_that_never_closes_its_trainer_exits_cleanly(tmp_path):
+    ddp = _torchrun(tmp_path, "--steps", "4", "--no-close")
+    assert len(ddp) == 4
+
+
 @pytest.mark.parametrize("task", ["dyck", "polynomials"])
 def test_two_process_language_model_matches_one_process_to_1e6(tmp_path, task):
     # Rows differ in scored tokens, so the ranks' halves of a batch do too: the step's loss is
@@ -127,3 +132,36 @@ def test_close_frees_the_ddp_wrapper_before_it_leaves_the_process_group(tmp_path
     trainer.close()
     assert seen == [True]
     assert trainer.step_module is trainer.model
+
+
+def test_a_trainer_under_torchrun_that_is_never_closed_is_closed_at_exit(tmp_path, monkeypatch):
+    """Trainer registers close() with atexit when it runs on several ranks (through a weak
+    reference: the trainer is not kept alive by it), and close() withdraws it; a trainer
+    already freed at exit still leaves its process group."""
+    import atexit
+    import gc
+    import weakref
+
+    from graded.train import distributed as D
+
+    registered, left = [], []
+    monkeypatch.setattr(D, "setup", lambda device: D.DistContext(rank=0, world_size=2))
+    monkeypatch.setattr(D, "wrap_model", lambda model, ctx: model)
+    monkeypatch.setattr(D, "teardown", lambda ctx: left.append(ctx))
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(atexit, "unregister", registered.remove)
+    trainer = make_trainer(tmp_path / "a")
+    assert len(registered) == 1
+    hook = registered[0]
+    hook()  # as at exit: closes the trainer, which withdraws the hook
+    assert registered == [] and left == [trainer.ctx]
+    trainer.close()  # a second close: nothing left to withdraw
+    assert registered == []
+
+    other = make_trainer(tmp_path / "b")
+    hook, ctx, alive = registered[0], other.ctx, weakref.ref(other)
+    del other
+    gc.collect()
+    assert alive() is None  # the hook did not keep it
+    hook()  # the trainer is gone: its process group is left all the same
+    assert left[-1] is ctx

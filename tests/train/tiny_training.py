@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=4)
     parser.add_argument("--task", choices=sorted(LM_TASKS), default=None)
     parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--no-close", action="store_true",
+                        help="leave the trainer open: closed at exit (atexit)")
     args = parser.parse_args(argv)
     common = {"steps": args.steps, "batch_size": args.batch_size, "eval_every": args.eval_every,
               "grad_accum": args.grad_accum}
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         trainer = make_lm_trainer(args.run_dir, args.task, **common)
     result = trainer.fit()
-    trainer.close()
+    if not args.no_close:
+        trainer.close()
     if args.losses is not None and trainer.ctx.is_main:
         args.losses.write_text(json.dumps(result.losses))
     return 130 if result.interrupted else 0

@@ -41,13 +41,16 @@ a message naming the resume command (a second Ctrl-C aborts at once).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import gc
 import math
 import random
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +126,15 @@ class _StopSignal(StopSignals):
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def _close_at_exit(trainer: weakref.ref, ctx: D.DistContext) -> None:
+    """At interpreter exit: close the trainer if it is alive, else leave its process group."""
+    alive = trainer()
+    if alive is not None:
+        alive.close()
+    else:
+        D.teardown(ctx)
+
+
 class Trainer:
     """Train ``model`` on ``train_data`` and evaluate on ``eval_data`` (dicts of tensors).
 
@@ -189,6 +201,10 @@ class Trainer:
         # the training data checked once here: the steps then read no input values
         self.inputs_checked = self.kind.check_data(self.model, self.train_data)
         self.step_module = D.wrap_model(self.kind.training_module(self.model), self.ctx)
+        self._close_at_exit: Callable[[], None] | None = None
+        if self.ctx.distributed:  # a script that never calls close() still leaves safely
+            self._close_at_exit = functools.partial(_close_at_exit, weakref.ref(self), self.ctx)
+            atexit.register(self._close_at_exit)
         if self.opts.compile:
             self.step_module = torch.compile(self.step_module)
         self.autocast_dtype = AUTOCAST_DTYPES[self.opts.precision]
@@ -546,8 +562,13 @@ class Trainer:
         reducer holds the group and is freed with the GIL held, so were it the group's last
         holder, the gloo group's destructor would join its worker threads under the GIL while
         one of them waits for the GIL to free a finished collective's tensors (a hang at exit,
-        seen in about one 2-process run in twenty). The group is then destroyed by
-        ``destroy_process_group``, whose Python binding frees it without the GIL."""
+        seen once in about 45 two-process launches). The group is then destroyed by
+        ``destroy_process_group``, whose Python binding frees it without the GIL. Under
+        torchrun a trainer that is never closed is closed at interpreter exit (``atexit``),
+        before the interpreter frees what is left in an arbitrary order."""
+        if self._close_at_exit is not None:
+            atexit.unregister(self._close_at_exit)
+            self._close_at_exit = None
         if self.step_module is not self.model and self.ctx.distributed:
             self.step_module = self.kind.training_module(self.model)
             gc.collect()  # the wrapper and its reducer, now, not at some later collection

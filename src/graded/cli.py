@@ -237,15 +237,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     from graded.train.report import write_runs_report
     from graded.train.runs import RunFolder
 
-    runs = [Path(r) for r in args.runs]
-    missing = [str(r) for r in runs if not (r / "metrics.json").exists()]
+    given = [Path(r) for r in args.runs]
+    runs, missing = [], []
+    for path in given:
+        inside = _finished_runs_in(path)
+        if (path / "metrics.json").exists():
+            runs.append(path)
+        elif inside:
+            runs.extend(inside)
+        else:
+            missing.append(str(path))
     if missing:
-        return _fail(f"not finished run folders (no metrics.json): {missing}")
+        return _fail(f"not finished run folders (no metrics.json), nor folders holding "
+                     f"finished runs: {missing}")
     # every check before the first write: a report is written whole or not at all
     morphic = [r for r in runs if (r / "config.yaml").is_file() and _is_run_config(r)
                and load_run_config(r).model.architecture == "morphic"]
-    out = Path(args.out) if args.out else runs[0] / "report"
-    if args.out is None:
+    first_is_run = runs[0] == given[0]
+    out = Path(args.out) if args.out else (runs[0] if first_is_run else given[0]) / "report"
+    if args.out is None and first_is_run:
         RunFolder(runs[0]).record("report")
     report = write_runs_report(runs, out)
     extra = []
@@ -259,6 +269,13 @@ def cmd_report(args: argparse.Namespace) -> int:
             fh.write("\n## Morphic diagnostics (004 §5.4)\n\n" + "\n".join(extra) + "\n")
     print(f"report: {report}")
     return 0
+
+
+def _finished_runs_in(folder: Path) -> list[Path]:
+    """The finished run folders (with metrics.json) directly inside ``folder``, by name."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if (p / "metrics.json").is_file())
 
 
 def _is_run_config(run_dir: Path) -> bool:
@@ -400,8 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="Markdown + PNG summary of finished runs",
                        formatter_class=fmt)
-    p.add_argument("runs", nargs="+", help="run folders")
-    p.add_argument("--out", help="output folder (default: FIRST_RUN/report)")
+    p.add_argument("runs", nargs="+", help="run folders, or folders holding run folders "
+                   "(e.g. runs: every finished run directly inside)")
+    p.add_argument("--out", help="output folder (default: FIRST_RUN/report, or FOLDER/report "
+                   "when the first argument is a folder of runs)")
     p.set_defaults(handler=cmd_report)
 
     p = sub.add_parser("demo", help="the main job: baseline vs LGT vs EGT on two graded tasks",

@@ -117,3 +117,16 @@ def test_read_only_output_folder_is_a_one_line_error(tmp_path, capsys):
 def test_eval_of_a_folder_without_a_run_is_a_one_line_error(tmp_path, capsys):
     assert main(["eval", str(tmp_path)]) == 2
     assert str(tmp_path) in _one_error_line(capsys.readouterr().err)
+
+
+def test_report_takes_a_folder_of_runs_and_names_one_without_any(run, tmp_path, capsys):
+    """``graded report FOLDER``: every finished run directly inside, into FOLDER/report; a
+    folder with no finished run is named in one error line."""
+    runs = run.parent
+    assert main(["report", str(runs)]) == 0
+    text = (runs / "report" / "report.md").read_text()
+    assert f"| {run.name} |" in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert str(empty) in _one_error_line(capsys.readouterr().err)

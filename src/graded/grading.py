@@ -653,13 +653,6 @@ class GradingMap(nn.Module):
         kept[key] = (stamp, tuple(t.detach() for t in sources), value)
         return value
 
-    def _fixed_stamp(self) -> tuple | None:
-        """What identifies the current values of everything the scales are computed from
-        (:func:`_stamp` of the sources), or None where :meth:`_kept_value` keeps nothing
-        (learnable grades among them): for code that keeps values derived from fixed scales,
-        as graded attention's packed row scales."""
-        return _stamp(self._sources())
-
     # -- to be provided by subclasses -------------------------------------------------------
     def _validate(self, grades: Tensor) -> None:
         raise NotImplementedError

@@ -227,28 +227,19 @@ class GradedMultiheadAttention(MultiheadAttention):
         return self._projection_scales_of(self.grading.scales())
 
     def packed_projection_rows(self) -> Tensor | None:
-        """The row scales of the packed ``in_proj_weight``; with fixed grades kept across
-        passes and returned again while the grading (the module and the values of everything
-        its scales are computed from: :meth:`~graded.grading.GradingMap._fixed_stamp`), the
-        folded parts, the autocast dtype and the weight's dtype and device are unchanged: a
-        few comparisons per pass instead of the scales' chain of calls."""
-        grading = self.grading
+        """The row scales of the packed ``in_proj_weight``; with fixed grades kept by the
+        grading with its scales (:meth:`~graded.grading.GradingMap._kept_value`: returned
+        again while the values it computes them from are unchanged) for the folded parts, the
+        autocast dtype and the weight's dtype and device: a few comparisons per pass instead
+        of the scales' chain of calls."""
         folded = self.folded_parts
-        stamp = grading._fixed_stamp() if folded else None
-        if stamp is None:
+        if not folded:
             return super().packed_projection_rows()
         weight = self.in_proj_weight
-        key = (grading, stamp, folded, _autocast_on(weight.device.type), weight.dtype,
+        key = ("packed rows", folded, _autocast_on(weight.device.type), weight.dtype,
                weight.device)
-        kept = self._kept_packed
-        if kept is not None and kept[0] == key:
-            return kept[1]
-        rows = super().packed_projection_rows()
-        # the sources held with the rows: their addresses are not reused meanwhile
-        self._kept_packed = (key, rows, grading._sources())
-        return rows
-
-    _kept_packed: tuple | None = None
+        return self.grading._kept_value(key, self.grading._sources(),
+                                        super().packed_projection_rows)
 
     def _projection_scales_of(self, m: Tensor) -> tuple[Tensor | None, ...]:
         """:meth:`projection_scales` for the scales ``m`` of the grading, a leading axis (the

@@ -73,8 +73,7 @@ def run_config(task: str, model: str, seed: int, out_dir: Path, quick: bool) -> 
         "seed": seed,
         "task": task_section,
         "model": {**MODEL_SIZE, **spec["model"], **MODELS[model]},
-        "recipe": ("auto" if spec.get("graded_loss", True) or MODELS[model]["grading"] is None
-                   else {"name": "auto", "options": {"graded_loss": False}}),
+        "recipe": {"name": "auto", "options": {"graded_loss": spec.get("graded_loss", True)}},
         "train": {
             "steps": steps, "batch_size": BATCH_SIZE, "lr": spec["lr"],
             "warmup_steps": max(1, steps // 20), "schedule": "cosine",

@@ -240,12 +240,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     given = [Path(r) for r in args.runs]
     runs, missing = [], []
     for path in given:
-        inside = _finished_runs_in(path)
-        if (path / "metrics.json").exists():
-            runs.append(path)
-        elif inside:
-            runs.extend(inside)
-        else:
+        inside = [path] if (path / "metrics.json").exists() else _finished_runs_in(path)
+        runs.extend(inside)
+        if not inside:
             missing.append(str(path))
     if missing:
         return _fail(f"not finished run folders (no metrics.json), nor folders holding "

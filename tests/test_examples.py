@@ -1,5 +1,7 @@
-"""The scripts in examples/ and the README's Python example run as a user would run them,
-without a warning of the library (a RuntimeWarning or UserWarning is an error here)."""
+"""The scripts in examples/, the README's Python example and the Python examples of docs/ run
+as a user would run them, without a warning of the library (a RuntimeWarning or UserWarning is
+an error here). A document's ```python blocks run in order as one script (a later block
+continues an earlier one), in an empty folder."""
 
 import re
 import subprocess
@@ -24,11 +26,37 @@ def run_code(args: list[str], cwd: Path) -> str:
     return done.stdout
 
 
+BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+# documents whose examples run for a minute or more: behind the slow marker
+SLOW_DOCS = {"patternboost.md"}
+
+
 def readme_example() -> str:
     """The README's "Train a graded model on your own data" code block."""
     text = (ROOT / "README.md").read_text()
     after = text.split("**Train a graded model on your own data.**", 1)[1]
-    return re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    return BLOCK.search(after).group(1)
+
+
+def script_of(path: Path) -> str:
+    return "\n\n".join(BLOCK.findall(path.read_text(encoding="utf-8")))
+
+
+DOCS_WITH_CODE = [p for p in sorted((ROOT / "docs").glob("*.md")) if script_of(p)]
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, id=p.name, marks=[pytest.mark.slow] if p.name in SLOW_DOCS else [])
+    for p in DOCS_WITH_CODE])
+def test_the_python_examples_of_a_document_run(path, tmp_path):
+    script = tmp_path / f"{path.stem}_examples.py"
+    script.write_text(script_of(path), encoding="utf-8")
+    run_code([str(script)], tmp_path)
+
+
+def test_the_documents_with_examples_are_found():
+    names = {p.name for p in DOCS_WITH_CODE}
+    assert {"training.md", "analysis.md", "morphic.md", "program_search.md"} <= names
 
 
 def test_readme_training_example_runs_without_warnings_and_learns(tmp_path):

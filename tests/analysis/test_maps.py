@@ -13,6 +13,7 @@ from graded.analysis import (
     attention_entropy,
     attention_maps,
     attention_rollout,
+    capture_attention,
     plot_attention_maps,
 )
 
@@ -119,3 +120,90 @@ def test_seq2seq_maps_include_encoder_decoder_and_cross_attention():
               for name, w in maps.items()}
     assert shapes == {"encoder": (2, 2, 5, 5), "decoder": (2, 2, 4, 4),
                       "decoder/cross": (2, 2, 4, 5)}
+
+
+PATTERNS = {  # backend options, and the keys query i may see (before causality), by hand
+    "sliding_window": ({"window": 2}, lambda i, j: abs(i - j) <= 2),
+    "dilated": ({"dilation": 2}, lambda i, j: (i - j) % 2 == 0),
+    "bigbird": ({"block_size": 2, "num_global_blocks": 1, "num_random_blocks": 0},
+                lambda i, j: i // 2 == 0 or j // 2 == 0 or abs(i // 2 - j // 2) <= 1),
+    "block_sparse": ({"layout": [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 1]],
+                      "block_size": 2}, None),
+}
+
+
+def _block_sparse_keep(i, j):
+    layout = PATTERNS["block_sparse"][0]["layout"]
+    return bool(layout[i // 2][j // 2])
+
+
+@pytest.mark.parametrize("backend", sorted(PATTERNS))
+def test_attention_maps_of_a_pattern_backend_are_the_weights_of_the_attention_it_computes(
+    backend, tokens
+):
+    """A backend that returns no weights used to make every map-based diagnostic raise
+    ("pass need_weights=False"). Now its maps are the softmax over its pattern, computed
+    beside the backend, which still computes the model's output."""
+    options, rule = PATTERNS[backend]
+    rule = rule or _block_sparse_keep
+    torch.manual_seed(0)
+    model = TransformerLM(tiny_config(grading="exponential", grade_init="warm_start",
+                                      grade_init_value=0.2, grades_per_head=True,
+                                      attn_backend=backend, attn_backend_options=options))
+    model.eval()
+    with torch.no_grad():
+        plain = model(tokens)
+    with torch.no_grad(), capture_attention(model) as calls:
+        captured = model(tokens)
+    torch.testing.assert_close(captured, plain)  # the capture changes no layer's output
+    maps = attention_maps(model, tokens)
+    assert len(maps) == 2
+    t = tokens.shape[1]
+    for call, w in zip(calls, maps.values(), strict=True):
+        torch.testing.assert_close(w, call.weights)
+        for i in range(t):  # zero outside the pattern and the causal mask, rows sum to 1
+            for j in range(t):
+                if j > i or not rule(i, j):
+                    assert torch.all(w[:, :, i, j] == 0), (backend, i, j)
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+        # the backend's own output is these weights applied to the graded values
+        _, _, v = call.module.transform_heads(call.q, call.k, call.v)
+        torch.testing.assert_close(w @ v, call.heads, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_maps_of_an_approximate_backend_are_the_exact_softmax_of_its_q_and_k(
+    tokens
+):
+    torch.manual_seed(0)
+    model = TransformerLM(tiny_config(attn_backend="performer",
+                                      attn_backend_options={"num_features": 8, "seed": 0}))
+    model.eval()
+    with torch.no_grad(), capture_attention(model) as calls:
+        captured = model(tokens)
+    with torch.no_grad():
+        torch.testing.assert_close(captured, model(tokens))  # the backend's own output
+    maps = attention_maps(model, tokens)
+    t, call_dim = tokens.shape[1], calls[0].q.shape[-1]
+    for call, w in zip(calls, maps.values(), strict=True):
+        for b in range(tokens.shape[0]):
+            for h in range(call.q.shape[1]):
+                for i in range(t):
+                    s = [float(call.q[b, h, i] @ call.k[b, h, j]) / math.sqrt(call_dim)
+                         for j in range(i + 1)]
+                    z = sum(math.exp(x) for x in s)
+                    want = [math.exp(x) / z for x in s] + [0.0] * (t - i - 1)
+                    assert w[b, h, i].tolist() == pytest.approx(want, abs=1e-5)
+
+
+def test_a_pattern_backend_call_keeps_only_its_pattern_for_the_rank_diagnostics(tokens):
+    torch.manual_seed(0)
+    model = TransformerLM(tiny_config(attn_backend="sliding_window",
+                                      attn_backend_options={"window": 1}))
+    with torch.no_grad(), capture_attention(model, need_weights=False) as calls:
+        model(tokens)
+    keep, bias = calls[0].keep_and_bias()
+    t = tokens.shape[1]
+    want = torch.tensor([[0 <= i - j <= 1 for j in range(t)] for i in range(t)])
+    assert bias is None
+    assert torch.equal(keep.broadcast_to(tokens.shape[0], 2, t, t),
+                       want.expand(tokens.shape[0], 2, t, t))

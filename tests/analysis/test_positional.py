@@ -56,6 +56,31 @@ def test_sweep_at_the_models_own_alpha_reproduces_its_maps_and_restores_it(gradi
     assert len(sweep["mean"]) == 2
 
 
+def test_sweep_uniform_reference_is_uniform_over_the_keys_each_query_sees(tokens):
+    """The reference used to assume every earlier key visible: with a sliding window and
+    padding it must be uniform attention over the window's unpadded keys."""
+    torch.manual_seed(0)
+    window, k = 2, 2
+    model = TransformerLM(tiny_config(grading="exponential", grade_init="constant",
+                                      grade_init_value=0.3, attn_backend="sliding_window",
+                                      attn_backend_options={"window": window}))
+    pad = torch.zeros(tokens.shape, dtype=torch.bool)
+    pad[0, 0] = True  # the first key of sequence 0 is padding
+    sweep = positional_bias_sweep(model, tokens, [0.0, 0.2], k=k, key_padding_mask=pad)
+    t = tokens.shape[1]
+    shares = []
+    for b in range(tokens.shape[0]):
+        for i in range(k, t):
+            seen = [j for j in range(max(0, i - window), i + 1) if not pad[b, j]]
+            shares.append(sum(1 for j in seen if j < k) / len(seen))
+    want = sum(shares) / len(shares)  # every head alike
+    for name, reference in sweep["uniform_by_layer"].items():
+        assert reference == pytest.approx(want), name
+    # and the masses are those of the maps the model computes
+    for name, w in attention_maps(model, tokens, key_padding_mask=pad).items():
+        assert sweep["layers"][name][0] == pytest.approx(early_attention_mass(w, k), abs=1e-6)
+
+
 def test_sweep_rejects_models_where_alpha_is_undefined(tokens):
     with pytest.raises(ValueError, match="graded model"):
         positional_bias_sweep(TransformerLM(tiny_config()), tokens, [0.1])

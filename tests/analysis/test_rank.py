@@ -10,6 +10,7 @@ from analysis_helpers import tiny_config
 
 from graded import TransformerLM
 from graded.analysis import (
+    attention_maps,
     attention_rank,
     compare_attention_rank,
     effective_rank,
@@ -157,6 +158,33 @@ def test_attention_rank_of_an_ungraded_model_has_equal_conditions(tokens):
     for r in ranks.values():
         assert r.attention["graded"].effective_rank == pytest.approx(
             r.attention["ungraded"].effective_rank)
+
+
+def _effective_rank_by_hand(matrix):
+    s = [x for x in torch.linalg.svdvals(matrix.double()).tolist() if x > 0]
+    p = [x / sum(s) for x in s]
+    return math.exp(-sum(x * math.log(x) for x in p))
+
+
+@pytest.mark.parametrize("changes", [
+    {"n_heads": 4, "n_kv_heads": 2},  # grouped-query keys: attention_rank used to crash
+    {"attn_backend": "full", "attn_backend_options": {"scale": 0.9}},  # not 1/√d_k
+    {"attn_backend": "sliding_window", "attn_backend_options": {"window": 2}},  # a pattern
+], ids=["grouped-query", "backend scale", "sliding window"])
+def test_graded_attention_rank_is_the_rank_of_the_maps_the_model_computes(changes, tokens):
+    """The "graded" condition recomputes the layer's attention from its captured Q and K;
+    it must be the attention the layer computes (its maps) in every configuration."""
+    torch.manual_seed(0)
+    model = TransformerLM(tiny_config(grading="exponential", grade_init="warm_start",
+                                      grade_init_value=0.2, grades_per_head=True, **changes))
+    ranks = attention_rank(model, tokens)
+    maps = attention_maps(model, tokens)
+    assert list(ranks) == list(maps)
+    for name, w in maps.items():
+        want = [_effective_rank_by_hand(w[b, h]) for b in range(w.shape[0])
+                for h in range(w.shape[1])]
+        got = ranks[name].attention["graded"].effective_rank_per_matrix.flatten().tolist()
+        assert got == pytest.approx(want, rel=1e-4)
 
 
 def test_random_study_reproduces_the_notes_numerical_check_of_001_prop_3_5():

@@ -61,8 +61,9 @@ def test_orthogonal_features_are_orthogonal_within_a_block_with_gaussian_norms()
     assert abs((norms**2).mean().item() - 8) < 0.6  # E‖ω‖² = d, sd of the mean 0.14
 
 
-def reference_favor_attention(q, k, v, omega, scale, causal):
-    """y_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j), unstabilised, as a (T, T) matrix."""
+def reference_favor_attention(q, k, v, omega, scale, causal, eps=0.0, pad=None):
+    """y_i = Σ_j φ(q_i)·φ(k_j) v_j / (Σ_j φ(q_i)·φ(k_j) + eps), unstabilised, as a (T, T)
+    matrix; ``pad`` (B, T) drops keys."""
     root = math.sqrt(scale)
     m = omega.shape[0]
 
@@ -72,7 +73,68 @@ def reference_favor_attention(q, k, v, omega, scale, causal):
     sim = phi(q * root) @ phi(k * root).transpose(-2, -1)
     if causal:
         sim = sim.tril()
-    return (sim @ v) / sim.sum(-1, keepdim=True)
+    if pad is not None:
+        sim = sim.masked_fill(pad[:, None, None, :], 0.0)
+    return (sim @ v) / (sim.sum(-1, keepdim=True) + eps)
+
+
+def loud_key(backend, head_dim):
+    """A key whose feature exponent is the largest any key can have: along the longest ω, at
+    the norm that maximises ωᵀx − ‖x‖²/2 (x = key · scale^½)."""
+    omega = backend.omega.double()
+    w = omega[omega.norm(dim=1).argmax()]
+    return w * head_dim**0.25
+
+
+def test_performer_causal_output_of_a_position_ignores_later_keys_with_the_default_eps():
+    """The keys' stabilising shift is their largest exponent over the whole sequence; the
+    default eps (1e-6) must still act as in the unshifted formula, or a later key with a large
+    exponent shrinks the earlier rows' denominators until eps dominates them."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 12, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    backend = get_backend("performer", num_features=16, seed=0, head_dim=16)
+    k_loud = k.clone()
+    k_loud[:, :, -1] = loud_key(backend, 16)
+    out = backend(q, k_loud, v, is_causal=True)
+    ref = reference_favor_attention(q, k_loud, v, backend.omega.double(), 16**-0.5, True,
+                                    eps=1e-6)
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
+    prefix = backend(q[:, :, :-1], k[:, :, :-1], v[:, :, :-1], is_causal=True)
+    torch.testing.assert_close(out[:, :, :-1], prefix, rtol=1e-9, atol=1e-12)
+
+
+def test_performer_output_ignores_the_content_of_padded_keys():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 2, 9, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[0, -2:] = True
+    pad[1, :] = True  # a row with no key at all returns zeros
+    backend = get_backend("performer", num_features=16, seed=0, head_dim=16)
+    k_loud = k.clone()
+    k_loud[:, :, -2:] = loud_key(backend, 16)
+    for causal in (False, True):
+        out = backend(q, k_loud, v, key_padding_mask=pad, is_causal=causal)
+        ref = reference_favor_attention(q, k, v, backend.omega.double(), 16**-0.5, causal,
+                                        eps=1e-6, pad=pad)
+        torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+
+
+def test_performer_decoding_token_by_token_equals_the_causal_pass_with_the_default_eps():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 10, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    backend = get_backend("performer", num_features=16, seed=0, head_dim=16)
+    k[:, :, 6] = loud_key(backend, 16)  # the shift grows mid-sequence
+    pad = torch.zeros(1, 10, dtype=torch.bool)
+    pad[0, 3] = True
+    ref = reference_favor_attention(q, k, v, backend.omega.double(), 16**-0.5, True,
+                                    eps=1e-6, pad=pad)
+    state, outs = None, []
+    for t in range(10):
+        out, state = backend.decode(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
+                                    state, key_padding_mask=pad[:, t:t + 1])
+        outs.append(out)
+    torch.testing.assert_close(torch.cat(outs, dim=2), ref, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -1,5 +1,7 @@
 """The backend registry, the shared input checks, and composition with grading."""
 
+import re
+
 import pytest
 import torch
 
@@ -51,6 +53,43 @@ def test_missing_required_option_is_named():
         get_backend("linformer")
     with pytest.raises(ValueError, match=r"'block_sparse' needs option\(s\) layout"):
         get_backend("block_sparse")
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n not in ("linear",)])
+@pytest.mark.parametrize("scale", [0, 0.0, -0.5, float("nan"), float("inf"), True, "0.5"])
+def test_every_backend_refuses_a_softmax_scale_that_is_not_positive_and_finite(name, scale):
+    """``full`` with scale 0 or -0.5 returned NaN rows under a causal mask (the fused kernel
+    multiplies the masked -inf scores by the scale); the others took the square root of a
+    negative scale (performer) or silently flipped the ranking."""
+    with pytest.raises(ValueError, match=rf"{name} backend: scale must be None .* got "
+                                         rf"{re.escape(repr(scale))}"):
+        get_backend(name, **{**OPTIONS[name], "scale": scale})
+
+
+def test_a_positive_scale_is_the_softmax_temperature_of_the_full_backend():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    out = get_backend("full", scale=0.3)(q, k, v, is_causal=True)
+    scores = (q @ k.transpose(-2, -1) * 0.3).masked_fill(~torch.ones(5, 5).tril().bool(),
+                                                          float("-inf"))
+    torch.testing.assert_close(out, torch.softmax(scores, -1) @ v)
+
+
+@pytest.mark.parametrize("option, value", [("chunk_size", 0), ("eps", 0.0), ("eps", -1e-6),
+                                           ("head_dim", -3)])
+def test_performer_refuses_a_bad_option_naming_it_and_the_value(option, value):
+    with pytest.raises(ValueError, match=rf"performer backend: {option} must be a positive .*"
+                                         rf"got {re.escape(repr(value))}"):
+        get_backend("performer", **{option: value})
+
+
+@pytest.mark.parametrize("name", ["bigbird", "lsh", "performer"])
+@pytest.mark.parametrize("seed", [1.5, "0", True])
+def test_a_seeded_backend_refuses_a_seed_that_is_not_an_int(name, seed):
+    """The generator truncated a float seed: bigbird with seed=1.5 drew seed 1's blocks."""
+    with pytest.raises(ValueError, match=rf"{name} backend: seed must be an int.*got "
+                                         rf"{re.escape(repr(seed))}"):
+        get_backend(name, **{**OPTIONS[name], "seed": seed})
 
 
 def test_register_backend_adds_a_custom_backend_and_refuses_a_clash(monkeypatch):

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graded.attention.backends.base import capabilities_of, default_scale, softmax_rows
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
 from graded.grading import activation_grading
@@ -32,7 +33,8 @@ class AttentionCall:
     ``q``, ``k``, ``v`` are (B, H, T, head_dim) before the grading; ``heads`` the per-head
     outputs (B, H, Tq, Dv); ``weights`` (B, H, Tq, Tk) when recorded. Masks keep the
     conventions of ``attend``: ``attn_mask`` is a keep-mask (True = may attend) or additive
-    float bias, ``key_padding_mask`` is (B, Tk) with True = padding.
+    float bias, ``key_padding_mask`` is (B, Tk) with True = padding. ``pattern`` is the
+    (Tq, Tk) keep-set of a sparse-pattern backend (window, stride, blocks), None otherwise.
     """
 
     name: str
@@ -45,6 +47,7 @@ class AttentionCall:
     is_causal: bool
     heads: Tensor
     weights: Tensor | None
+    pattern: Tensor | None = None
 
     def keep_and_bias(self) -> tuple[Tensor | None, Tensor | None]:
         """The call's masks as a boolean keep-mask and an additive finite bias, both
@@ -57,6 +60,8 @@ class AttentionCall:
         if self.key_padding_mask is not None:
             kp = ~self.key_padding_mask[:, None, None, :]
             keep = kp if keep is None else keep & kp
+        if self.pattern is not None:
+            keep = self.pattern if keep is None else keep & self.pattern
         if self.attn_mask is not None:
             m = self.attn_mask
             if m.dtype == torch.bool:
@@ -79,24 +84,34 @@ def capture_attention(
 ) -> Iterator[list[AttentionCall]]:
     """Inside the block, every ``attend`` call of the model's attention modules is recorded.
 
-    With ``need_weights`` (default) each call is forced onto the explicit softmax path so its
-    weights are returned; for an approximate backend (Performer, Linformer, ...) these are
-    the exact softmax weights of the same Q, K, not the backend's approximation.
+    With ``need_weights`` (default) each call's weights are recorded. The dense backends
+    (``full``, ``explicit``, ``chunked``) return their own. A backend that returns none keeps
+    computing the model's output (so later layers see what they see without the capture),
+    and the weights are computed beside it from the same graded Q and K, scale and masks: for
+    a sparse-pattern backend (``sliding_window``, ``dilated``, ``block_sparse``, ``bigbird``)
+    the softmax over its pattern, which is the attention it computes; for an approximate
+    backend (``linear``, ``performer``, ``linformer``, ``lsh``) the exact softmax, not the
+    backend's approximation.
     """
     calls: list[AttentionCall] = []
     patched: list[tuple[nn.Module, Any]] = []  # (module, its previous instance attribute)
 
     def wrap(name: str, module: MultiheadAttention, original: Any) -> Any:
         def attend(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> tuple[Tensor, Any]:
-            if need_weights:
+            backend = getattr(module, "backend", None)
+            own_weights = backend is None or capabilities_of(backend).attention_weights
+            if need_weights and own_weights:
                 kwargs["need_weights"] = True
             heads, weights = original(q, k, v, **kwargs)
+            pattern = _pattern(backend, q, k, bool(kwargs.get("is_causal", False)))
+            if need_weights and not own_weights:
+                weights = _softmax_weights(module, backend, q, k, v, kwargs, pattern)
             calls.append(AttentionCall(
                 name=name, module=module, q=q.detach(), k=k.detach(), v=v.detach(),
                 attn_mask=_detach(kwargs.get("attn_mask")),
                 key_padding_mask=_detach(kwargs.get("key_padding_mask")),
                 is_causal=bool(kwargs.get("is_causal", False)), heads=heads.detach(),
-                weights=_detach(weights),
+                weights=_detach(weights), pattern=pattern,
             ))
             return heads, weights
 
@@ -114,6 +129,35 @@ def capture_attention(
                 del module.attend
             else:
                 module.attend = previous
+
+
+def _pattern(backend: Any, q: Tensor, k: Tensor, is_causal: bool) -> Tensor | None:
+    """The (Tq, Tk) keep-set of a sparse-pattern backend's self-attention call, or None."""
+    pattern_keep = getattr(backend, "pattern_keep", None)
+    if pattern_keep is None or q.shape[-2] != k.shape[-2]:
+        return None
+    return pattern_keep(q.shape[-2], is_causal, q.device)
+
+
+def _softmax_weights(module: MultiheadAttention, backend: Any, q: Tensor, k: Tensor,
+                     v: Tensor, kwargs: dict[str, Any], pattern: Tensor | None) -> Tensor:
+    """softmax(Q Kᵀ · scale) of the call, over the keys its masks and ``pattern`` keep, with
+    the module's grading applied to q and k as ``attend`` applies it (such backends take no
+    custom score and no additive bias)."""
+    q, k, _ = module.transform_heads(q, module.expand_kv(k), module.expand_kv(v))
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    keep = pattern
+    if kwargs.get("is_causal", False):
+        causal = causal_mask(t_q, t_k, q.device)
+        keep = causal if keep is None else keep & causal
+    pad = kwargs.get("key_padding_mask")
+    if pad is not None:
+        keep = (~pad[:, None, None, :]) if keep is None else keep & ~pad[:, None, None, :]
+    mask = kwargs.get("attn_mask")
+    if mask is not None:
+        keep = mask if keep is None else keep & mask
+    scale = default_scale(getattr(backend, "scale", None), q.shape[-1])
+    return softmax_rows(torch.matmul(q, k.transpose(-2, -1)) * scale, keep).detach()
 
 
 def _detach(x: Tensor | None) -> Tensor | None:

@@ -31,7 +31,7 @@ from graded.analysis._common import (
     run_model,
     save_figure,
 )
-from graded.analysis.capture import capture_attention
+from graded.analysis.capture import AttentionCall, capture_attention
 from graded.grading import ExponentialGrading
 from graded.transformer.blocks import AttentionSublayer
 from graded.transformer.graded import GradedPositions, feature_grading
@@ -66,6 +66,21 @@ def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
     return sum(k / (i + 1) for i in range(k, length)) / (length - k)
 
 
+def _uniform_reference(call: AttentionCall, k: int) -> float:
+    """:func:`early_attention_mass` of uniform attention over the keys each query of ``call``
+    may see: its causal mask, its padding and a sparse backend's pattern (a query with no
+    key counts 0, as its attention does)."""
+    t_q, t_k = call.q.shape[-2], call.k.shape[-2]
+    _check_k(k, t_q)
+    keep, _ = call.keep_and_bias()
+    if keep is None:
+        return uniform_early_mass(t_q, k, causal=False)
+    keep = keep.broadcast_to(call.q.shape[0], call.q.shape[1], t_q, t_k)[..., k:, :]
+    seen = keep.sum(dim=-1).to(torch.float64)
+    early = keep[..., :k].sum(dim=-1).to(torch.float64)
+    return float((early / seen.clamp(min=1.0)).mean())
+
+
 def _embeddings(model: nn.Module) -> list[InputEmbedding]:
     return [m for m in model.modules() if isinstance(m, InputEmbedding)]
 
@@ -90,8 +105,9 @@ def positional_bias_sweep(
 
     Returns ``{"alphas": [...], "k": k, "layers": {name: [mass per α]}, "mean": [mass per α
     averaged over layers], "uniform": the uniform reference averaged over layers,
-    "uniform_by_layer": {name: reference}}``. The reference ignores padding: with a
-    ``key_padding_mask`` compare masses between α values rather than with it.
+    "uniform_by_layer": {name: reference}}``. The reference is uniform attention over the keys
+    each query may see: its causal mask, its ``key_padding_mask`` and a sparse backend's
+    pattern.
     """
     config = getattr(model, "config", None)
     kind = getattr(config, "grading", None)
@@ -126,8 +142,7 @@ def positional_bias_sweep(
                         continue
                     layers.setdefault(call.name, []).append(
                         early_attention_mass(call.weights, k))
-                    uniform[call.name] = uniform_early_mass(call.q.shape[-2], k,
-                                                            causal=call.is_causal)
+                    uniform[call.name] = _uniform_reference(call, k)
     finally:
         for e, pg in zip(embeds, saved):
             e.position_grading = pg

@@ -222,7 +222,8 @@ def attention_rank(
 
     Q and K are the layer's own projections (captured before its grading), the scales and
     variant those of its :class:`~graded.attention.graded.GradedMultiheadAttention`; masks
-    (causal, padding, ALiBi) are the layer's. A plain attention layer gives three equal
+    (causal, padding, ALiBi, a sparse backend's pattern), the softmax scale and the
+    grouped-query sharing of keys are the layer's. A plain attention layer gives three equal
     conditions. What "ungraded" removes is the *attention* grading only: the feature gradings
     upstream (input, FFN) have already shaped Q and K; compare with
     :func:`graded.analysis.ungraded_twin` for the whole-model contrast.
@@ -235,8 +236,10 @@ def attention_rank(
         scales, variant = _call_grading(call)
         keep, bias = call.keep_and_bias()
         key = call.name if call.name not in out else f"{call.name}#{len(out)}"
-        out[key] = compare_attention_rank(call.q, call.k, scales, variant, keep=keep,
-                                          bias=bias, rtol=rtol)
+        k = call.module.expand_kv(call.k)  # grouped-query keys, one per query head
+        scale = getattr(call.module.backend, "scale", None)  # the layer's temperature
+        out[key] = compare_attention_rank(call.q, k, scales, variant, keep=keep,
+                                          bias=bias, scale=scale, rtol=rtol)
     return out
 
 

@@ -15,6 +15,7 @@ fused kernel alone would return NaN there).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -29,6 +30,8 @@ __all__ = [
     "PatternDecoding",
     "check_inputs",
     "check_kernel",
+    "check_scale",
+    "check_seed",
     "check_self_attention",
     "decodes_with_state",
     "default_scale",
@@ -161,6 +164,15 @@ class PatternDecoding:
         (1, m), before causality."""
         raise NotImplementedError
 
+    def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None
+                     ) -> Tensor:
+        """The (T, T) bool keep-set of a self-attention call of length ``t``, causality
+        included: the keys each query's softmax runs over (used to show the weights of the
+        attention the pattern computes)."""
+        pos = torch.arange(t, device=device)
+        keep = self.keep(pos[:, None], pos[None, :])
+        return keep & (pos[None, :] <= pos[:, None]) if is_causal else keep
+
     def decode(
         self,
         q: Tensor,
@@ -214,6 +226,32 @@ def capabilities_of(backend: object) -> Capabilities:
 def default_scale(scale: float | None, head_dim: int) -> float:
     """The softmax temperature: ``scale`` when given, else 1/√D (002 Eq. 2.15)."""
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
+def check_scale(name: str, scale: object) -> float | None:
+    """A backend's ``scale`` option: None (1/√D) or a positive finite number. A zero or
+    negative temperature is refused: the fused kernel turns the masked scores (-inf) into NaN
+    with it, and FAVOR+ takes its square root."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) \
+            or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(
+            f"{name} backend: scale must be None (1/√head_dim) or a positive finite number (the "
+            f"softmax temperature), got {scale!r}"
+        )
+    return float(scale)
+
+
+def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:
+    """A backend's ``seed`` option: an int (None too when ``optional``). A float would be
+    truncated by the generator (1.5 would draw what 1 draws), so it is refused."""
+    if seed is None and optional:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        expected = "an int or None" if optional else "an int"
+        raise ValueError(f"{name} backend: seed must be {expected}, got {seed!r}")
+    return int(seed)
 
 
 def check_inputs(

@@ -30,6 +30,7 @@ from graded.attention.backends.base import (
     Capabilities,
     check_inputs,
     check_kernel,
+    check_scale,
     default_scale,
 )
 from graded.attention.backends.dense import dense_attention_weights
@@ -241,7 +242,7 @@ class ChunkedBackend(AttentionBackend):
         for label, val in (("query_chunk", query_chunk), ("key_chunk", key_chunk)):
             if not isinstance(val, int) or val <= 0:
                 raise ValueError(f"chunked backend: {label} must be a positive int, got {val!r}")
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self.query_chunk = query_chunk
         self.key_chunk = key_chunk
         self.checkpointing = checkpointing

@@ -13,6 +13,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_scale,
     default_scale,
     softmax_rows,
 )
@@ -87,7 +88,7 @@ class FullBackend(AttentionBackend):
 
     def __init__(self, scale: float | None = None) -> None:
         super().__init__()
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
 
     def forward(
         self,
@@ -143,7 +144,7 @@ class ExplicitBackend(AttentionBackend):
             raise ValueError(
                 f"explicit backend: max_elements must be a positive int, got {max_elements!r}"
             )
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self.max_elements = max_elements
         self.store_weights = store_weights
         self.last_weights: Tensor | None = None

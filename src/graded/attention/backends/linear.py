@@ -48,12 +48,14 @@ def check_dropout(name: str, dropout_p: float, ignore_dropout: bool) -> None:
 
 
 def kernel_attention(
-    phi_q: Tensor, phi_k: Tensor, v: Tensor, *, causal: bool, chunk: int = 64, eps: float = 1e-6
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, *, causal: bool, chunk: int = 64,
+    eps: float | Tensor = 1e-6,
 ) -> Tensor:
-    """φ(Q)(φ(K)ᵀV) normalised by φ(Q)Σφ(K); features (B, H, T, F), values (B, H, Tk, Dv).
+    """φ(Q)(φ(K)ᵀV) normalised by φ(Q)Σφ(K) + eps; features (B, H, T, F), values (B, H, Tk, Dv).
 
     Causal needs Tq == Tk and is computed chunkwise (module docstring). Zero rows of ``phi_k``
-    drop keys (padding)."""
+    drop keys (padding). ``eps`` is a number or a per-query tensor broadcastable to
+    (B, H, Tq, 1) (features rescaled per query carry their guard rescaled alike)."""
     if not causal:
         kv = torch.matmul(phi_k.transpose(-2, -1), v)  # (B, H, F, Dv)
         z = phi_k.sum(dim=-2)  # (B, H, F)
@@ -74,13 +76,16 @@ def kernel_attention(
     scores = scores * torch.ones(chunk, chunk, dtype=torch.bool, device=qc.device).tril()
     num = torch.matmul(qc, state) + torch.matmul(scores, vc)
     den = torch.matmul(qc, z_prev.unsqueeze(-1)) + scores.sum(dim=-1, keepdim=True)
+    if isinstance(eps, Tensor):  # per query: into chunks, 1 on the padded rows (no 0/0)
+        eps = F.pad(eps.expand(b, h, t, 1), (0, 0, 0, n * chunk - t), value=1.0)
+        eps = eps.view(b, h, n, chunk, 1)
     out = num / (den + eps)
     return out.reshape(b, h, n * chunk, -1)[:, :, :t]
 
 
 def kernel_decode(
     phi_q: Tensor, phi_k: Tensor, v: Tensor, state: DecodeState | None, *, chunk: int,
-    eps: float, extra: dict[str, Tensor] | None = None,
+    eps: float | Tensor, extra: dict[str, Tensor] | None = None,
 ) -> tuple[Tensor, DecodeState]:
     """Causal kernel attention of new positions against the running sums of the earlier ones
     (Katharopoulos et al. 2020, Eqs. 8–11: the transformer as an RNN), the state being

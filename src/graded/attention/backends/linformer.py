@@ -17,6 +17,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_scale,
     default_scale,
 )
 
@@ -58,7 +59,7 @@ class LinformerBackend(AttentionBackend):
         self.max_len = max_len
         self.rank = rank
         self.share_kv = share_kv
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self.E = nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
         self.F = None if share_kv else nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
 

@@ -16,6 +16,7 @@ from graded.attention.backends.base import (
     Capabilities,
     PatternDecoding,
     check_inputs,
+    check_scale,
     check_self_attention,
     default_scale,
     reject_attn_mask,
@@ -100,7 +101,7 @@ class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
             raise ValueError(
                 f"sliding_window backend: block_size ({block_size}) must be >= window ({window})"
             )
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self.horizon = self.window
         self.init_kernel(kernel)
 
@@ -166,7 +167,7 @@ class DilatedBackend(FlexKernel, PatternDecoding, AttentionBackend):
         super().__init__()
         self.dilation = _positive_int(self.name, "dilation", dilation)
         self.window = None if window is None else _positive_int(self.name, "window", window)
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self.horizon = None if self.window is None else self.window * self.dilation
         self.init_kernel(kernel)
 

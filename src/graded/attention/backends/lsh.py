@@ -25,6 +25,8 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_scale,
+    check_seed,
     check_self_attention,
     default_scale,
     reject_attn_mask,
@@ -100,8 +102,8 @@ class LSHBackend(AttentionBackend):
         self.n_buckets = n_buckets
         self.n_rounds = n_rounds
         self.chunk_size = chunk_size
-        self.seed = seed
-        self.scale = scale
+        self.seed = check_seed(self.name, seed, optional=True)
+        self.scale = check_scale(self.name, scale)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, shared_qk={self.shared_qk}"

@@ -25,6 +25,8 @@ from graded.attention.backends.base import (
     Capabilities,
     DecodeState,
     check_inputs,
+    check_scale,
+    check_seed,
     check_self_attention,
     default_scale,
     reject_attn_mask,
@@ -84,6 +86,28 @@ def favor_features(x: Tensor, omega: Tensor, *, stabilize: str | None = None) ->
     return torch.exp(log_phi) / math.sqrt(omega.shape[0])
 
 
+def _shifted_query_features(x: Tensor, omega: Tensor) -> tuple[Tensor, Tensor]:
+    """φ(x) of each query divided by e^c, c its largest exponent, and c (B, H, T, 1), detached:
+    a per-query constant that cancels in attention's normalisation."""
+    log_phi = _log_features(x, omega)
+    shift = log_phi.amax(dim=-1, keepdim=True).detach()
+    return torch.exp(log_phi - shift) / math.sqrt(omega.shape[0]), shift
+
+
+def _key_maxima(log_k: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """The largest exponent of each key, (B, H, T) detached, -inf at padding: padded keys
+    never set the keys' stabilising shift."""
+    key_max = log_k.amax(dim=-1).detach()
+    if key_padding_mask is not None:
+        key_max = key_max.masked_fill(key_padding_mask[:, None, :], float("-inf"))
+    return key_max
+
+
+def _finite(x: Tensor) -> Tensor:
+    """``x`` with -inf (no unpadded key) replaced by 0."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+
+
 class PerformerBackend(AttentionBackend):
     """FAVOR+ approximation of softmax attention (Choromanski et al. 2021, Lemma 1, §2.4–2.6).
 
@@ -97,13 +121,19 @@ class PerformerBackend(AttentionBackend):
     this many forward calls in training mode; None = never), ``seed`` (features drawn from a
     private generator, reproducible), ``head_dim`` (draw at construction so the features are in
     the state dict from the start; otherwise drawn at the first call), ``scale`` (default 1/√D),
-    ``chunk_size`` (causal), ``eps``, ``ignore_dropout``. :meth:`redraw_features` redraws.
+    ``chunk_size`` (causal), ``eps`` (denominator guard of the unshifted formula, default
+    1e-6), ``ignore_dropout``. :meth:`redraw_features` redraws.
+
+    Stabilisation: each query's exponents are shifted by their maximum and the keys' by the
+    largest over the unpadded keys; ``eps`` is carried through both shifts, so the output is
+    Σφ(q)ᵀφ(k)v / (Σφ(q)ᵀφ(k) + eps) whatever they are (causally, a row never depends on a
+    later key).
 
     Incremental decoding keeps the running sums of :func:`.linear.kernel_decode` with the key
-    features' stabilising shift (the largest exponent so far; the sums are rescaled when it
-    grows), so memory is O(m·Dv) per layer and head whatever the length, and each step equals
-    the causal pass over the whole sequence for the newest position. Features are never
-    redrawn while decoding.
+    features' stabilising shift (the largest unpadded exponent so far; the sums are rescaled
+    when it grows), so memory is O(m·Dv) per layer and head whatever the length, and each
+    step equals the causal pass over the whole sequence for the newest position. Features are
+    never redrawn while decoding.
     """
 
     name = "performer"
@@ -139,13 +169,24 @@ class PerformerBackend(AttentionBackend):
                 "performer backend: redraw_interval must be a positive int or None, got "
                 f"{redraw_interval!r}"
             )
+        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
+            raise ValueError(
+                f"performer backend: chunk_size must be a positive int, got {chunk_size!r}"
+            )
+        if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise ValueError(f"performer backend: eps must be a positive number, got {eps!r}")
+        if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0):
+            raise ValueError(
+                f"performer backend: head_dim must be a positive int or None, got {head_dim!r}"
+            )
         self.num_features = num_features
         self.feature_type = feature_type
         self.redraw_interval = redraw_interval
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self.chunk_size = chunk_size
         self.eps = eps
         self.ignore_dropout = ignore_dropout
+        seed = check_seed(self.name, seed, optional=True)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
         self._calls = 0
         self.register_buffer("omega", torch.empty(0, 0))
@@ -200,13 +241,25 @@ class PerformerBackend(AttentionBackend):
             self._calls += 1
         root = math.sqrt(default_scale(self.scale, d))
         omega = self.omega.to(q.device)
-        phi_q = favor_features(q * root, omega, stabilize="row")
-        phi_k = favor_features(k * root, omega, stabilize="all")
+        phi_q, shift_q = _shifted_query_features(q * root, omega)
+        log_k = _log_features(k * root, omega)
+        key_max = _key_maxima(log_k, key_padding_mask)
+        shift = _finite(key_max.amax(dim=-1, keepdim=True)).unsqueeze(-1)  # (B, H, 1, 1)
+        phi_k = torch.exp(log_k - shift) / math.sqrt(omega.shape[0])
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-        return kernel_attention(
-            phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size, eps=self.eps
-        )
+        return kernel_attention(phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size,
+                                eps=self._guard(shift_q, shift))
+
+    def _guard(self, shift_q: Tensor, shift_k: Tensor) -> Tensor:
+        """The denominator guard ``eps`` of the unshifted formula, carried into the shifted
+        features, (B, H, Tq, 1): φ(q)ᵀφ(k) is computed as e^{-(c_q + c_k)}·φ(q)ᵀφ(k), so the
+        guard is e^{-(c_q + c_k)}·eps, and the output is Σφ(q)ᵀφ(k)v / (Σφ(q)ᵀφ(k) + eps)
+        whatever the shifts. So the key shift, taken over all keys, cannot make a causal
+        query's output depend on later keys, nor decoding differ from the full pass. At least
+        the smallest normal number, so that a query with no key gets 0, not 0/0."""
+        guard = torch.exp(math.log(self.eps) - shift_q - shift_k)
+        return guard.clamp_min(torch.finfo(guard.dtype).tiny)
 
     def decode(
         self,
@@ -224,17 +277,19 @@ class PerformerBackend(AttentionBackend):
         self._features_ready(d)
         root = math.sqrt(default_scale(self.scale, d))
         omega = self.omega.to(q.device)
-        phi_q = favor_features(q * root, omega, stabilize="row")
+        phi_q, shift_q = _shifted_query_features(q * root, omega)
         log_k = _log_features(k * root, omega)
-        shift = log_k.amax(dim=(-2, -1), keepdim=True).detach()  # (B, H, 1, 1)
+        latest = _key_maxima(log_k, key_padding_mask).amax(dim=-1, keepdim=True).unsqueeze(-1)
         if state is not None and state.length > 0:
-            old = state.tensors["shift"]
-            shift = torch.maximum(old, shift)
-            factor = torch.exp(old - shift)  # rescale the sums to the new shift
+            old = state.tensors["shift"]  # the largest unpadded key exponent so far, or -inf
+            latest = torch.maximum(latest, old)
+        shift = _finite(latest)  # (B, H, 1, 1)
+        if state is not None and state.length > 0:
+            factor = torch.exp(old - shift)  # rescale the sums to the new shift (0 if none)
             state = DecodeState(state.length, {"kv": state.tensors["kv"] * factor,
                                                "z": state.tensors["z"] * factor[..., 0]})
         phi_k = torch.exp(log_k - shift) / math.sqrt(omega.shape[0])
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-        return kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size, eps=self.eps,
-                             extra={"shift": shift})
+        return kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size,
+                             eps=self._guard(shift_q, shift), extra={"shift": latest})

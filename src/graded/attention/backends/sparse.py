@@ -14,6 +14,8 @@ from graded.attention.backends.base import (
     Capabilities,
     PatternDecoding,
     check_inputs,
+    check_scale,
+    check_seed,
     check_self_attention,
     default_scale,
     reject_attn_mask,
@@ -71,7 +73,7 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
             )
         self.register_buffer("layout", layout_t, persistent=False)
         self.block_size = block_size
-        self.scale = scale
+        self.scale = check_scale(self.name, scale)
         self._key_block_cache: dict[tuple, Tensor] = {}  # as BigBird's, see _key_blocks
         self.init_kernel(kernel)
 
@@ -180,8 +182,8 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self.num_global_blocks = num_global_blocks
         self.num_random_blocks = num_random_blocks
         self.window_blocks = window_blocks
-        self.seed = seed
-        self.scale = scale
+        self.seed = check_seed(self.name, seed)
+        self.scale = check_scale(self.name, scale)
         self._key_block_cache: dict[tuple[int, bool], Tensor] = {}
         self.init_kernel(kernel)
 
@@ -245,6 +247,17 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         blocks = layout_to_key_blocks(self.block_layout(n_blocks, causal)[self.num_global_blocks:])
         self._key_block_cache[(n_blocks, causal)] = blocks
         return blocks
+
+    def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None
+                     ) -> Tensor:
+        """The (T, T) keep-set of a call of length ``t`` (its random blocks are drawn for the
+        non-causal and the causal pattern apart), causality included."""
+        blocks = torch.arange(t) // self.block_size
+        layout = self.block_layout(-(-t // self.block_size), is_causal)
+        keep = layout[blocks[:, None], blocks[None, :]]
+        if is_causal:
+            keep = keep & torch.ones(t, t, dtype=torch.bool).tril()
+        return keep.to(device)
 
     def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
         layout = self.block_layout(-(-t // self.block_size), causal).to(device)

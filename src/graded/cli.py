@@ -219,16 +219,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _morphic_report(run_dir: Path, out: Path) -> Path | None:
     """004 §5.4 diagnostics (utilities, routing, calibration, ablation) of a morphic run, through
     ``graded.morphic.diagnostics.write_report``; None for other runs."""
-    from graded.config import build_data
+    import torch
+
+    from graded.config import build_data, build_model
     from graded.morphic.diagnostics import write_report
 
     cfg, task, model, _, _ = _load_run(run_dir, "best")
     if cfg.model.architecture != "morphic":
         return None
+    torch.manual_seed(cfg.seed)  # the run's initial weights, built as config.build_run builds them
+    before = build_model(cfg, task)
     _, test = build_data(cfg, task)
     n = min(len(test), 256)
     target = out / f"morphic_{run_dir.name}"
-    write_report(model, [(test.inputs[:n], test.targets[:n])], target)
+    write_report(model, [(test.inputs[:n], test.targets[:n])], target, before=before)
     return target
 
 

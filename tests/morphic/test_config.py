@@ -84,7 +84,7 @@ def test_option_models_have_exactly_the_constructor_keywords_and_defaults():
         assert options().model_dump() == expected, kind
     assert RouterOptions().model_dump() == _keywords(Router, ("space", "edges"))
     layer = _keywords(MorphicLayer, ("space", "edges", "blocks"))
-    spec = MorphicLayerSpec(banded=[0]).model_dump(exclude={"edges", "banded", "block",
+    spec = MorphicLayerSpec(banded=[0]).model_dump(exclude={"edges", "banded", "dag", "block",
                                                             "block_options"})
     assert layer.pop("pre_norm") is None and spec.pop("pre_norm") == "layer"  # documented
     assert spec == {**layer, "router": None}
@@ -139,3 +139,38 @@ def test_variable_addition_preset_takes_the_vocabulary_and_length_of_its_data():
         MorphicConfig(preset="variable_addition", max_len=2)
     with pytest.raises(ValueError, match=r"preset_options=.* not 'tol' \(did you mean 'tool'"):
         MorphicConfig(preset="variable_addition", preset_options={"tol": "external"})
+
+
+def test_a_dag_layer_holds_exactly_its_edges_and_refuses_a_cycle_naming_it():
+    """``dag: true`` on a layer builds ``EdgeSet.dag`` of the same edges (self-loops allowed);
+    the cycle g0 → g1 → g0 found by hand below is the one the error names."""
+    grades = CONFIG["grades"]
+    acyclic = [["g0", "g1", "up"], ["g1", "g1", "stay"]]
+    model = build_morphic_model({"vocab_size": 5, "grades": grades,
+                                 "layers": [{"edges": acyclic, "dag": True}]})
+    edges = model.layers[0].edges
+    assert edges.acyclic and [[e.source, e.dest, e.name] for e in edges] == acyclic
+    cyclic = {"vocab_size": 5, "grades": grades,
+              "layers": [{"edges": acyclic}, {"edges": [*acyclic, ["g1", "g0", "down"]],
+                                              "dag": True}]}
+    with pytest.raises(ValueError, match=r"MorphicConfig.layers.1: edge set must be acyclic "
+                                         r"\(self-loops allowed\), found cycle \['g0', 'g1', "
+                                         r"'g0'\]"):
+        build_morphic_model(cyclic)
+    cyclic["layers"][1]["dag"] = False  # the same edges without the flag: an explicit set
+    assert not build_morphic_model(cyclic).layers[1].edges.acyclic
+
+
+@pytest.mark.parametrize(("layer", "message"), [
+    ({"banded": [7]}, r"layers.0: banded shifts \[7\] give no edge.*indices \[0, 1\]"),
+    ({"banded": [0], "pre_norm": "batch"},
+     r"layers.0: pre_norm must be 'layer', 'rms' or None, got 'batch'"),
+    ({"banded": [0], "router": {"temperature": 0}},
+     r"layers.0: temperature must be a finite number > 0, got 0.0"),
+    ({"edges": [["g0", "g9", "x"]]}, r"layers.0: edge 'x' uses unknown grade 'g9'; expected "
+                                     r"one of \['g0', 'g1'\]"),
+])
+def test_values_only_the_built_layer_checks_are_reported_with_the_layer_they_belong_to(
+        layer, message):
+    with pytest.raises(ValueError, match=message):
+        build_morphic_model({"vocab_size": 5, "grades": CONFIG["grades"], "layers": [layer]})

@@ -235,3 +235,40 @@ def test_calibration_rejects_bad_bins_binning_and_lengths():
         calibration(p, y, binning="quantile")
     with pytest.raises(ValueError, match="probs has 10 entries and positive 9"):
         calibration(p, y[:9])
+
+
+def test_cli_report_of_a_morphic_run_has_utilities_before_training_from_the_runs_initial_model(
+        tmp_path):
+    """``graded report`` compares the trained run with its initial weights: the "before"
+    figures equal ``collect`` on the model ``build_run`` makes (the trainer's own start), and
+    differ from the "after" ones."""
+    import json
+
+    import yaml
+
+    from graded.cli import main
+    from graded.config import build_run, load_run_config
+    from graded.morphic.diagnostics import collect
+
+    cfg = {"name": "m", "seed": 3,
+           "task": {"name": "dyck", "options": {"max_length": 8, "max_depth": 3},
+                    "n_train": 64, "n_eval": 16},
+           "model": {"architecture": "morphic", "morphic": {
+               "grades": [{"label": "g0", "dim": 8, "index": 0},
+                          {"label": "g1", "dim": 8, "index": 1}],
+               "layers": [{"banded": [0, 1], "router": {"rank": 4}}]}},
+           "recipe": "plain",
+           "train": {"steps": 4, "batch_size": 16, "warmup_steps": 1, "eval_every": 4,
+                     "lr": 0.01, "progress": False, "tensorboard": False},
+           "output": {"dir": str(tmp_path / "runs")}}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["train", str(path)]) == 0
+    run = tmp_path / "runs" / "m"
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    layer = json.loads((tmp_path / "rep" / "morphic_m" / "report.json").read_text())["layers"][0]
+    parts = build_run(load_run_config(run), tmp_path / "unused")
+    ids, targets = parts.test.inputs[:16], parts.test.targets[:16]
+    want = collect(parts.model, [(ids, targets)])[0]["utilities"]
+    assert layer["mean_utility_before"] == pytest.approx(want.mean(0).tolist(), abs=1e-6)
+    assert layer["mean_utility_before"] != pytest.approx(layer["mean_utility"], abs=1e-6)

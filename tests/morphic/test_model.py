@@ -169,6 +169,40 @@ def test_context_agreement_counts_stay_choices_per_routed_group_by_hand():
     assert routing_agreement(Router(sp, es, stay=False), u, c, valid) == pytest.approx(0.5)
 
 
+def test_context_agreement_of_a_model_skips_layers_without_a_choice_instead_of_becoming_nan():
+    """Layer 0 is one always-on block (stay=False): it has no agreement. The model's figure is
+    layer 1's, recounted here from its traces by hand (argmax per destination, stay included)."""
+    from graded.morphic.config import build_morphic_model
+
+    grades = [{"label": "g0", "dim": 4, "index": 0}, {"label": "g1", "dim": 4, "index": 1}]
+    model = build_morphic_model({
+        "vocab_size": 6, "max_len": 8, "grades": grades,
+        "layers": [{"edges": [["g0", "g1", "x"]], "router": {"stay": False}},
+                   {"banded": [0, 1], "router": {"init_std": 0.5}}]})
+    assert model.layers[0].router.routed_groups == []
+    torch.manual_seed(1)
+    ids = torch.randint(0, 6, (3, 7))
+    targets = ids.roll(-1, 1)
+    targets[0, 3] = -100
+    _, metrics = model.training_loss(ids, targets)
+    with torch.no_grad():
+        _, traces = model.utility_routing(ids, targets)
+    layer, tr = model.layers[1], traces[1]
+    hits = total = 0
+    for b in range(3):
+        for t in range(7):
+            if targets[b, t] == -100:
+                continue
+            for h in layer.edges.dests:  # each destination: its edges and the stay option (0)
+                idx = layer.edges.incoming(h)
+                pick = [float(tr.utility_logits[b, t, i]) for i in idx] + [0.0]
+                ctx = [float(tr.context_logits[b, t, i]) for i in idx] + [0.0]
+                hits += max(range(len(pick)), key=pick.__getitem__) == max(
+                    range(len(ctx)), key=ctx.__getitem__)
+                total += 1
+    assert metrics["context_agreement"] == pytest.approx(hits / total)
+
+
 def test_utility_routed_training_also_reports_the_context_routed_loss():
     """loss_context is the cross-entropy of the evaluation path model(ids), recomputed here."""
     ids, targets = batch()

@@ -1,8 +1,10 @@
 import json
+import math
 
 import pytest
 import torch
 
+from graded.morphic import Router
 from graded.morphic.diagnostics import calibration, edge_ablation, write_report
 from graded.morphic.tasks import (
     DyckDepthTask,
@@ -148,6 +150,33 @@ def test_adder_distractor_is_one_more_num_edge_with_a_fixed_block_that_is_no_add
                                                 "utility_routing_accuracy"}
 
 
+@pytest.mark.parametrize("shift", [0.0, 5.0, 100.0])
+def test_adder_routing_accuracy_counts_a_token_left_on_the_skip_path_as_no_adder(shift,
+                                                                                 monkeypatch):
+    """Layer 2's context logits set by hand: ℓ_e = 2·1[e = the example's adder] − shift. The
+    right adder always has the largest α_e among the edges; it is routed only where it also beats
+    the stay option (logit 0), which the per-destination softmax is computed for here by hand.
+    The earlier count (argmax over the edges alone) gave 1.0 at every shift."""
+    task = VariableAdditionTask(5, (1, 2))
+    torch.manual_seed(0)
+    model = build_adder_model(task, sem_dim=8, rank=4)
+    router = model.layers[1].router
+
+    def hand_logits(z, parts=None, input_ids=None):
+        adder = (input_ids[:, 1] - task.p).view(-1, 1, 1)
+        edges = torch.arange(len(task.shifts)).view(1, 1, -1)
+        return (2.0 * (edges == adder) - shift).expand(*input_ids.shape, -1).to(z.dtype)
+
+    monkeypatch.setattr(router, "context_logits", hand_logits)
+    res = evaluate_adder(model, task)
+    right, other = math.exp(2.0 - shift), math.exp(-shift)
+    alpha_right = right / (1 + right + other)
+    stay = 1 / (1 + right + other)
+    assert res["routing_accuracy"] == float(alpha_right > stay)
+    if shift == 100.0:  # every ℓ̃ = ℓ + β(ΔL − τ) is far below the stay option's 0
+        assert res["utility_routing_accuracy"] == 0.0
+
+
 def test_adder_rejects_an_unknown_distractor():
     with pytest.raises(ValueError, match=r"distractor must be one of .* got 'noise'"):
         build_adder_model(VariableAdditionTask(5, (1, 2)), distractor="noise")
@@ -160,13 +189,27 @@ def test_report_counts_agreement_per_destination_group_and_lists_single_edges_ap
     ids, t, _ = task.all_examples()
     report = write_report(model, [(ids, t)], tmp_path)
     copy_layer, add_layer = report["layers"]
-    # layer 1 has one edge (copy): no choice, so no agreement and no calibration
+    # layer 1 has one edge (copy): no choice between edges, so no agreement; with the stay
+    # option it is no always-on block (copy or identity), so it is calibrated like any routed edge
     assert copy_layer["groups"]["groups"] == [] and copy_layer["context_matches_utility"] is None
-    assert [r["edge"] for r in copy_layer["groups"]["always_on"]] == ["copy"]
-    assert copy_layer["calibration"] is None
-    # layer 2: one group {add_1, add_2}; agreement recounted from the traces by hand
+    assert copy_layer["groups"]["always_on"] == []
+    assert [r["edge"] for r in copy_layer["groups"]["single_routed"]] == ["copy"]
     _, traces = model.utility_routing(ids, targets=t)
     valid = t != -100
+    ell = traces[0].context_logits[valid][:, 0].detach()
+    k_copy = torch.exp(ell) / (1 + torch.exp(ell))  # softmax over {copy, stay (logit 0)}
+    positive = traces[0].utilities[valid][:, 0] > 0
+    chunks = torch.tensor_split(k_copy.argsort(stable=True), 10)
+    ece = sum(len(c) * abs(float(k_copy[c].mean()) - float(positive[c].float().mean()))
+              for c in chunks if len(c)) / len(k_copy)
+    assert copy_layer["calibration"]["context"]["ece"] == pytest.approx(ece, abs=1e-6)
+    # without the stay option the copy edge has no choice: always-on, not calibrated
+    fixed = build_adder_model(task, sem_dim=8, rank=4)
+    fixed.layers[0].router = Router(fixed.space, fixed.layers[0].edges, rank=4, stay=False)
+    fixed_copy = write_report(fixed, [(ids, t)], tmp_path / "fixed")["layers"][0]
+    assert [r["edge"] for r in fixed_copy["groups"]["always_on"]] == ["copy"]
+    assert fixed_copy["calibration"] is None
+    # layer 2: one group {add_1, add_2}; agreement recounted from the traces by hand
     r = model.layers[1].router
     ctx = r.probabilities(traces[1].context_logits)[valid]
     utl = r.probabilities(traces[1].utility_logits)[valid]

@@ -42,6 +42,7 @@ class GradeTypedAttention(nn.Module):
             if v not in ("dest", "source"):
                 raise ValueError(f"{name} must be 'dest' or 'source', got {v!r}")
         self.num_heads, self.head_dim = num_heads, head_dim
+        self.d_in, self.d_out = d_src, d_dst
         self.value_source, self.key_source = value_source, key_source
         self.identity_values = identity_values
         d_key_in = d_dst if key_source == "dest" else d_src

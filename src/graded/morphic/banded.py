@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
+from graded.morphic.router import positive_finite
 from graded.morphic.state import GradedStateSpace
 
 
@@ -55,6 +56,7 @@ class _SharedKernel(nn.Module):
     ) -> None:
         super().__init__()
         self.kernel = kernel
+        self.d_in, self.d_out = kernel.d_in, kernel.d_out
         self.conjugated = scale_src is not None
         if self.conjugated:
             self.register_buffer("scale_src", scale_src.clone())
@@ -108,9 +110,8 @@ class ConjugatedBlocks(BandedBlocks):
         diag = {}
         for g in space.grades:
             if base is not None:
-                if base <= 0:
-                    raise ValueError(f"base λ must be > 0, got {base}")
-                diag[g.label] = torch.full((self.d,), float(base) ** space.index(g.label))
+                lam = positive_finite("base λ", base)
+                diag[g.label] = torch.full((self.d,), lam ** space.index(g.label))
             else:
                 if g.label not in scales:
                     raise ValueError(f"scales is missing grade {g.label!r}")

@@ -8,7 +8,9 @@ A block whose ``token_local`` attribute is True computes each token's output fro
 rows alone, so a routed layer may run it on the routed rows only (sparse execution, ``layer.py``);
 blocks without it (attention mixes tokens) run on the whole sequence. A block whose ``reads_dest``
 attribute is False ignores ``x_dst`` (sparse execution then does not gather it); a block without
-the attribute is assumed to read it.
+the attribute is assumed to read it. A block whose ``d_in`` and ``d_out`` attributes are set
+declares the grade dimensions it maps between; ``MorphicLayer`` checks them against its edges
+when it is built, and checks every block's output width when it runs.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class LinearBlock(nn.Module):
     def __init__(self, d_in: int, d_out: int, *, bias: bool = False, init: str = "default") -> None:
         super().__init__()
         _check_dims(d_in=d_in, d_out=d_out)
+        self.d_in, self.d_out = d_in, d_out
         self.proj = nn.Linear(d_in, d_out, bias=bias)
         if init == "identity":
             if d_in != d_out:
@@ -67,6 +70,7 @@ class FFNBlock(nn.Module):
     ) -> None:
         super().__init__()
         _check_dims(d_in=d_in, d_out=d_out, hidden=hidden)
+        self.d_in, self.d_out = d_in, d_out
         if activation not in _ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
@@ -93,6 +97,7 @@ class FixedLinearBlock(nn.Module):
         if not isinstance(matrix, Tensor) or matrix.dim() != 2:
             raise ValueError(f"matrix must be a 2-D Tensor, got {getattr(matrix, 'shape', matrix)}")
         self.register_buffer("matrix", matrix.detach().clone().float())
+        self.d_out, self.d_in = matrix.shape
 
     @classmethod
     def cyclic_shift(cls, p: int, k: int) -> FixedLinearBlock:
@@ -126,6 +131,7 @@ class RetrievalBlock(nn.Module):
         if not keys.is_floating_point():
             raise TypeError(f"keys must be a floating tensor, got {keys.dtype}")
         self.register_buffer("keys", keys.detach().clone())
+        self.d_in, self.d_out = d_in, keys.shape[0]
         self.temperature = float(temperature)
         self.query = nn.Linear(d_in, keys.shape[1], bias=False)
         if not learn_query:

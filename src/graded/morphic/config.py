@@ -183,11 +183,13 @@ def _typed_block_options(data: Any) -> Any:
 
 class MorphicLayerSpec(Strict):
     """One :class:`MorphicLayer`: its edges (explicit ``[source, dest, name]`` triples or
-    ``banded`` index shifts, 004 §4.1), one block kind for every edge with its options, the
+    ``banded`` index shifts, 004 §4.1; ``dag: true`` refuses them unless they are acyclic apart
+    from self-loops, ``EdgeSet.dag``), one block kind for every edge with its options, the
     router (004 §4.2), the update rule and the routing hyperparameters."""
 
     edges: list[list[str]] | None = None
     banded: list[int] | None = None
+    dag: bool = False
     block: Literal[BLOCKS] = "linear"
     block_options: SerializeAsAny[BlockOptions] = Field(default_factory=LinearBlockOptions)
     router: RouterOptions | None = None
@@ -216,6 +218,8 @@ class MorphicLayerSpec(Strict):
     def build(self, space: GradedStateSpace) -> MorphicLayer:
         edges = (EdgeSet.banded(space, self.banded) if self.banded is not None
                  else EdgeSet.explicit(space, [tuple(e) for e in self.edges or []]))
+        if self.dag:  # the same edges, refused unless acyclic apart from self-loops
+            edges = EdgeSet.dag(space, edges)
         blocks = [self.block_options.build(space.dim(e.source), space.dim(e.dest))
                   for e in edges]
         router = self.router.model_dump() if self.router is not None else None
@@ -339,7 +343,12 @@ def build_morphic_model(config: MorphicConfig | dict[str, Any]) -> MorphicTransf
         return build_adder_model(opts.task(), objective=objective, **extra, **opts.model_dump(
             exclude={"p", "shifts"}))
     space = GradedStateSpace([Grade(g.label, g.dim, g.index) for g in cfg.grades])
-    layers = [spec.build(space) for spec in cfg.layers]
+    layers = []
+    for i, spec in enumerate(cfg.layers):
+        try:
+            layers.append(spec.build(space))
+        except ValueError as exc:  # a value only the built layer checks: say which layer
+            raise ValueError(f"MorphicConfig.layers.{i}: {exc}") from exc
     return MorphicTransformer(space, layers, int(cfg.vocab_size or 0),
                               max_len=cfg.max_len or cfg.default_max_len,
                               positional=cfg.positional, objective=objective)

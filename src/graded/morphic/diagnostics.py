@@ -5,17 +5,21 @@
 - per destination group (the edges e → h of a destination h with ≥ 2 incoming edges, the only
   place where a router chooses *between edges*): agreement of argmax_{e→h} K(ℓ)_e with
   argmax_{e→h} K(ℓ̃)_e, and entropy and support of the in-group distribution
-  q_e = K_e / Σ_{e'→h} K_{e'}. A destination with one incoming edge is reported apart as
-  always-on: one argmax over one edge always "agrees", so counting it would inflate agreement;
+  q_e = K_e / Σ_{e'→h} K_{e'}. A destination with one incoming edge is reported apart: one
+  argmax over one edge always "agrees", so counting it would inflate agreement. Given the
+  router's ``always_on`` edges it is listed as always-on only when it is one (no choice at all);
+  otherwise (with the stay option: the edge or the identity; under a global softmax: against every
+  edge) it is listed under ``single_routed``;
 - edge ablation: evaluation loss change when edge e is disabled in its router (``layer.disabled``:
   ℓ_e = −∞, so its mass goes to the other options of its group, the stay option included, and a
   group with no option left routes nothing, leaving z^{(h)} on the skip path) under every routing
   mode, with the deterministic evaluation routing (``model(ids)``: context logits, argmax for
   hard / Gumbel / REINFORCE);
 - calibration: routing probability against the realised frequency of ΔL > 0 over equal-count
-  (adaptive) bins, ECE = Σ_b (n_b / N) |mean K in b − frac{ΔL > 0} in b|, for the edges of
-  destination groups, both for the utility-augmented ℓ̃ (partly tautological: it contains βΔL)
-  and for the context-only ℓ (what evaluation has). Fixed-width bins put a confident router's
+  (adaptive) bins, ECE = Σ_b (n_b / N) |mean K in b − frac{ΔL > 0} in b|, for every edge the
+  router chooses (``Router.routed_groups``: with the stay option every edge, a single edge into
+  its destination included), both for the utility-augmented ℓ̃ (partly tautological: it contains
+  βΔL) and for the context-only ℓ (what evaluation has). Fixed-width bins put a confident router's
   probabilities into the two end bins, and the table says nothing.
 
 Utilities need targets, so the diagnostics read the targets of the given batches; they measure a
@@ -101,7 +105,8 @@ def destination_groups(edges: EdgeSet) -> tuple[dict[str, list[int]], dict[str, 
 
 
 def group_routing(
-    context_probs: Tensor, utility_probs: Tensor, edges: EdgeSet, eps: float = 0.05
+    context_probs: Tensor, utility_probs: Tensor, edges: EdgeSet, eps: float = 0.05,
+    always_on: Iterable[int] | None = None,
 ) -> dict[str, object]:
     """Routing diagnostics per destination group, over N tokens ((N, |E|) kernels K per edge).
 
@@ -110,7 +115,10 @@ def group_routing(
     mean_t #{e → h : q_e > ε} of the in-group distribution q_e = K(ℓ_t)_e / Σ_{e'→h} K(ℓ_t)_{e'};
     ``choice_freq`` = how often each edge is the context argmax. The pooled ``agreement`` is the
     mean over all (token, group) pairs, None when no destination has a choice. Destinations with
-    one incoming edge are listed in ``always_on`` with their mean K and not counted.
+    one incoming edge are listed with their mean K and not counted: in ``always_on`` when their
+    edge is one of ``always_on`` (the router's: no choice at all), in ``single_routed`` otherwise
+    (the router still chooses: the edge or the identity with the stay option, or against every
+    edge under a global softmax). Without ``always_on`` every single edge is listed as always-on.
     """
     if context_probs.shape != utility_probs.shape or context_probs.shape[-1:] != (len(edges),):
         raise ValueError(f"context_probs {tuple(context_probs.shape)} and utility_probs "
@@ -135,10 +143,13 @@ def group_routing(
             "choice_freq": (torch.bincount(pick_c, minlength=len(idx)).float() / n).tolist(),
         })
     pooled = torch.cat(same_all) if same_all else torch.zeros(0, dtype=torch.bool)
-    always_on = [{"dest": h, "edge": edges[i].name,
-                  "mean_prob": float(context_probs[:, i].float().mean())
-                  if len(context_probs) else None} for h, i in single.items()]
-    return {"groups": groups, "always_on": always_on, "eps": eps,
+    fixed = set(single.values()) if always_on is None else set(always_on)
+    listed: dict[str, list[dict[str, object]]] = {"always_on": [], "single_routed": []}
+    for h, i in single.items():
+        mean = float(context_probs[:, i].float().mean()) if len(context_probs) else None
+        listed["always_on" if i in fixed else "single_routed"].append(
+            {"dest": h, "edge": edges[i].name, "mean_prob": mean})
+    return {"groups": groups, **listed, "eps": eps,
             "agreement": float(pooled.float().mean()) if pooled.numel() else None}
 
 
@@ -249,7 +260,7 @@ def _plot_calibration(cal: list[dict], path: Path) -> None:
     for li, ax in enumerate(axes[0]):
         ax.set_title(f"layer {li}")
         if cal[li] is None:
-            ax.text(0.5, 0.5, "no destination with\n≥ 2 incoming edges", ha="center",
+            ax.text(0.5, 0.5, "no routed edge\n(always-on blocks only)", ha="center",
                     va="center", transform=ax.transAxes)
             continue
         for key, label in (("utility", "utility-augmented"), ("context", "context-only")):
@@ -296,9 +307,11 @@ def write_report(
     layers = []
     for li, (stats, layer) in enumerate(zip(after, model.layers)):
         positive = stats["utilities"] > 0
-        groups = group_routing(stats["context_probs"], stats["utility_probs"], layer.edges, eps)
-        # calibration over the edges that compete with another edge for their destination
-        cols = [i for idx in destination_groups(layer.edges)[0].values() for i in idx]
+        router = layer.router
+        groups = group_routing(stats["context_probs"], stats["utility_probs"], layer.edges, eps,
+                               always_on=router.always_on)
+        # calibration over every edge the router chooses (against another edge or the identity)
+        cols = sorted(i for idx in router.routed_groups for i in idx)
         entry = {
             "edges": [e.name for e in layer.edges],
             "mean_utility": stats["utilities"].mean(0).tolist(),

@@ -87,7 +87,7 @@ class EdgeSet:
     def banded(cls, space: GradedStateSpace, shifts: Iterable[int]) -> EdgeSet:
         """𝓔 = {(g, h) : index(h) − index(g) ∈ Δ}; shifts that leave G are dropped (004 §4.1)."""
         shifts = list(shifts)
-        if not shifts or not all(isinstance(d, int) for d in shifts):
+        if not shifts or not all(isinstance(d, int) and not isinstance(d, bool) for d in shifts):
             raise ValueError(f"shifts must be a non-empty list of ints, got {shifts!r}")
         edges = []
         for g in space.labels:
@@ -95,6 +95,10 @@ class EdgeSet:
                 h = space.label_at_index(space.index(g) + delta)
                 if h is not None:
                     edges.append(Edge(g, h, f"{h}<-{g}"))
+        if not edges:
+            raise ValueError(f"banded shifts {shifts} give no edge; expected some shift δ with "
+                             f"index(g) + δ = index(h) for grades g, h (indices "
+                             f"{[space.index(g) for g in space.labels]})")
         return cls(space, edges)
 
     # -------------------------------------------------------------- queries
@@ -172,5 +176,7 @@ def masked_pair_softmax(dense_logits: Tensor, mask: Tensor, temperature: float =
         )
     if not mask.any():
         raise ValueError("mask admits no edge; a softmax over an empty set is undefined")
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     flat = dense_logits.masked_fill(~mask, float("-inf")).flatten(-2) / temperature
     return torch.softmax(flat, dim=-1).view_as(dense_logits)

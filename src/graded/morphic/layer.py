@@ -30,10 +30,10 @@ import torch
 from torch import Tensor, nn
 
 from graded.morphic.banded import BandedBlocks
-from graded.morphic.edges import EdgeSet
+from graded.morphic.edges import Edge, EdgeSet
 from graded.morphic.norm import GradewiseNorm
 from graded.morphic.objective import utility_augmented_logits
-from graded.morphic.router import Router
+from graded.morphic.router import Router, positive_finite
 from graded.morphic.state import GradedStateSpace
 from graded.morphic.update import UPDATE_MODES, apply_update
 from graded.morphic.utilities import UTILITY_KINDS, compute_utilities
@@ -85,18 +85,34 @@ class MorphicLayer(nn.Module):
         train_routing: str = "context",
     ) -> None:
         super().__init__()
+        if edges.space is not space and edges.space.grades != space.grades:
+            raise ValueError(f"edges were built over the grades {list(edges.space.grades)}; "
+                             f"expected the layer's, {list(space.grades)}")
         if isinstance(blocks, BandedBlocks):
             if blocks.edge_set.edges != edges.edges:
                 raise ValueError("BandedBlocks edge set differs from the layer's edges")
             blocks = blocks.blocks()
         if len(blocks) != len(edges):
             raise ValueError(f"got {len(blocks)} blocks for {len(edges)} edges")
+        for e, block in zip(edges, blocks):  # the dims a block declares (``blocks.py``)
+            declared = (getattr(block, "d_in", None), getattr(block, "d_out", None))
+            expected = (space.dim(e.source), space.dim(e.dest))
+            if None not in declared and declared != expected:
+                raise ValueError(
+                    f"edge {e.name!r} ({e.dest} <- {e.source}): block {type(block).__name__} "
+                    f"maps {declared[0]} -> {declared[1]}; expected d_{e.source} = "
+                    f"{expected[0]} -> d_{e.dest} = {expected[1]}")
+        if isinstance(router, Router) and (router.edges.edges != edges.edges
+                                           or router.space.grades != space.grades):
+            raise ValueError(
+                f"router was built for edges {[(e.source, e.dest, e.name) for e in router.edges]} "
+                f"over {router.space}; expected the layer's edges "
+                f"{[(e.source, e.dest, e.name) for e in edges]} over {space}")
         if update not in UPDATE_MODES:
             raise ValueError(f"update must be one of {UPDATE_MODES}, got {update!r}")
         if train_routing not in ("utility", "context"):
             raise ValueError(f"train_routing must be 'utility' or 'context', got {train_routing!r}")
-        if beta <= 0:
-            raise ValueError(f"beta must be > 0, got {beta}")
+        beta, eta = positive_finite("beta", beta), positive_finite("eta", eta)
         self.space, self.edges = space, edges
         self.blocks = nn.ModuleList(blocks)
         self.router = router if isinstance(router, Router) else Router(space, edges,
@@ -109,12 +125,17 @@ class MorphicLayer(nn.Module):
                              f"and top_k=1, got top_k={self.router.top_k}")
         self.update, self.eta, self.beta = update, eta, float(beta)
         self.train_routing = train_routing
+        if pre_norm not in (None, "layer", "rms"):
+            raise ValueError(f"pre_norm must be 'layer', 'rms' or None, got {pre_norm!r}")
         self.pre_norm = GradewiseNorm(space, pre_norm) if pre_norm else None
         self.norm = (GradewiseNorm(space, "layer") if update == "routed_LN" else None)
         tau = torch.as_tensor(thresholds, dtype=torch.float32)
         tau = tau.expand(len(edges)).clone() if tau.dim() == 0 else tau
         if tau.shape != (len(edges),):
-            raise ValueError(f"thresholds must be a float or {len(edges)} values, got {tau.shape}")
+            raise ValueError(f"thresholds must be a float or {len(edges)} values (one per edge), "
+                             f"got shape {tuple(tau.shape)}")
+        if not bool(torch.isfinite(tau).all()):
+            raise ValueError(f"thresholds must be finite, got {tau.tolist()}")
         self.register_buffer("thresholds", tau)
         self.disabled: set[int] = set()
         if execution not in EXECUTIONS:
@@ -133,9 +154,20 @@ class MorphicLayer(nn.Module):
             parts = self.space.split(z)
         out = []
         for e, block in zip(self.edges, self.blocks):
-            y = block(parts[e.source], parts[e.dest])
+            y = self._checked(e, block, block(parts[e.source], parts[e.dest]), z.shape[:-1])
             out.append(y if getattr(block, "differentiable", True) else y.detach())
         return out
+
+    def _checked(self, e: Edge, block: nn.Module, y: Tensor, rows: torch.Size) -> Tensor:
+        """``y`` if it is φ_e's output for ``rows`` tokens, (…rows, d_h); a ValueError naming
+        the edge otherwise (a narrower output would broadcast in the update, silently)."""
+        expected = (*rows, self.space.dim(e.dest))
+        if not isinstance(y, Tensor) or tuple(y.shape) != expected:
+            raise ValueError(
+                f"edge {e.name!r} ({e.dest} <- {e.source}): block {type(block).__name__} "
+                f"returned shape {tuple(getattr(y, 'shape', ()))}; expected {expected} "
+                f"(d_{e.dest} = {expected[-1]})")
+        return y
 
     def sparse_mixes(self, z: Tensor, alpha: Tensor, parts: dict[str, Tensor] | None = None
                      ) -> Tensor:
@@ -170,9 +202,11 @@ class MorphicLayer(nn.Module):
             if getattr(block, "token_local", False):
                 dst = (flat[e.dest].index_select(0, rows).unsqueeze(1)
                        if getattr(block, "reads_dest", True) else None)
-                y = block(flat[e.source].index_select(0, rows).unsqueeze(1), dst).squeeze(1)
+                y = block(flat[e.source].index_select(0, rows).unsqueeze(1), dst)
+                y = self._checked(e, block, y, torch.Size((rows.numel(), 1))).squeeze(1)
             else:
-                y = block(parts[e.source], parts[e.dest]).reshape(n, -1).index_select(0, rows)
+                y = self._checked(e, block, block(parts[e.source], parts[e.dest]), z.shape[:-1])
+                y = y.reshape(n, -1).index_select(0, rows)
             if not getattr(block, "differentiable", True):
                 y = y.detach()
             mix[:, self.space.slices[e.dest]].index_add_(0, rows, y if unit else weight_of[i] * y)

@@ -32,6 +32,7 @@ no longer matters, which freezes whatever routing ℓ had (observed: collapse on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ from graded.morphic.objective import (
 )
 from graded.morphic.router import Router
 from graded.morphic.state import GradedStateSpace
+from graded.morphic.utilities import ATTACHES, UTILITY_KINDS
 from graded.transformer import generation
 
 
@@ -68,9 +70,15 @@ class MorphicObjective:
     def __post_init__(self) -> None:
         if self.omega not in OMEGAS:
             raise ValueError(f"omega must be one of {OMEGAS}, got {self.omega!r}")
+        if self.utility not in UTILITY_KINDS:
+            raise ValueError(f"utility must be one of {UTILITY_KINDS}, got {self.utility!r}")
+        if self.attach not in ATTACHES:
+            raise ValueError(f"attach must be one of {ATTACHES}, got {self.attach!r}")
         for name in ("utility_weight", "omega_weight", "distill_weight", "reinforce_weight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 <= value < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 class MorphicTransformer(nn.Module):
@@ -87,9 +95,10 @@ class MorphicTransformer(nn.Module):
             raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
         if positional not in ("learned", "none"):
             raise ValueError(f"positional must be 'learned' or 'none', got {positional!r}")
-        for layer in layers:
-            if layer.space is not space and layer.space.labels != space.labels:
-                raise ValueError("every layer must use the model's graded space")
+        for i, layer in enumerate(layers):  # labels, dims and indices: the slice layout
+            if layer.space is not space and layer.space.grades != space.grades:
+                raise ValueError(f"layer {i} uses the grades {list(layer.space.grades)}; "
+                                 f"expected the model's, {list(space.grades)}")
         self.space, self.vocab_size, self.max_len = space, vocab_size, max_len
         self.ignore_index = ignore_index
         self.objective = objective or MorphicObjective()
@@ -186,8 +195,9 @@ class MorphicTransformer(nn.Module):
         evaluation has: when some layer routes by the utilities (``train_routing="utility"``,
         which reads the targets and so is optimistic), it is computed by a second,
         gradient-free pass with ``stochastic=False``;
-        when every layer routes by context it is ``lm_loss`` itself. ``routing_entropy`` and
-        ``context_agreement`` are means over the layers (nan when no token is scored)."""
+        when every layer routes by context it is ``lm_loss`` itself. ``routing_entropy`` is a mean
+        over the layers, ``context_agreement`` a mean over the layers that have a routed group
+        (nan when no layer has one or no token is scored)."""
         loss, terms = self.training_terms(input_ids, targets, key_padding_mask)
         return loss, {k: float(v) for k, v in terms.items()}
 
@@ -202,7 +212,8 @@ class MorphicTransformer(nn.Module):
         lm = F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
                              ignore_index=self.ignore_index)
         valid = targets != self.ignore_index
-        penalty = omega = distill = reinforce = entropy_sum = agree_sum = logits.new_zeros(())
+        penalty = omega = distill = reinforce = entropy_sum = logits.new_zeros(())
+        agreements = []
         for layer, tr in zip(self.layers, traces):
             tau = layer.thresholds.to(logits.dtype)
             router = layer.router
@@ -217,8 +228,8 @@ class MorphicTransformer(nn.Module):
             if tr.log_prob is not None:
                 reinforce = reinforce + reinforce_surrogate(
                     tr.log_prob, tr.utilities, tr.alpha, tau, tr.probs, valid)
-            agree_sum = agree_sum + routing_agreement(router, tr.utility_logits,
-                                                      tr.context_logits, valid)
+            agreements.append(routing_agreement(router, tr.utility_logits, tr.context_logits,
+                                                valid))
         loss = (lm + obj.utility_weight * penalty + obj.omega_weight * omega
                 + obj.distill_weight * distill + obj.reinforce_weight * reinforce)
         if any(layer.train_routing == "utility" for layer in self.layers):
@@ -231,7 +242,8 @@ class MorphicTransformer(nn.Module):
         terms = {
             "loss": loss, "lm_loss": lm, "loss_context": loss_context, "utility_penalty": penalty,
             "omega": omega, "distill": distill, "routing_entropy": entropy_sum / len(traces),
-            "context_agreement": agree_sum / len(traces),
+            # over the layers where it is defined: a layer of always-on blocks has no choice
+            "context_agreement": torch.stack(agreements).nanmean(),
         }
         return loss, {k: v.detach() for k, v in terms.items()}
 

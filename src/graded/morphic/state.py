@@ -24,8 +24,9 @@ class Grade:
     index: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.label, str) or not self.label:
-            raise ValueError(f"grade label must be a non-empty string, got {self.label!r}")
+        if not isinstance(self.label, str) or not self.label or "." in self.label:
+            raise ValueError(f"grade label must be a non-empty string without '.' (labels name "
+                             f"the per-grade router and norm modules), got {self.label!r}")
         if not isinstance(self.dim, int) or self.dim <= 0:
             raise ValueError(f"grade {self.label!r}: dim must be a positive int, got {self.dim!r}")
         if self.index is not None and not isinstance(self.index, int):

@@ -28,11 +28,12 @@ from graded.morphic.edges import EdgeSet
 from graded.morphic.state import GradedStateSpace
 
 UTILITY_KINDS = ("exact", "first_order")
+ATTACHES = ("phi", "all")  # what carries the utilities' gradient (module doc)
 
 
 def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, attach):
-    if attach not in ("phi", "all"):
-        raise ValueError(f"attach must be 'phi' or 'all', got {attach!r}")
+    if attach not in ATTACHES:
+        raise ValueError(f"attach must be one of {ATTACHES}, got {attach!r}")
     if len(candidates) != len(edges):
         raise ValueError(f"got {len(candidates)} candidates for {len(edges)} edges")
     if targets.shape != z.shape[:-1]:

@@ -16,7 +16,8 @@ defined relative to a calibrated decoder.
   Enc ∘ calculator ∘ Dec (``tool="external"``, non-differentiable); a per-destination softmax
   router must pick the adder from the causal context (the ADD_k token), per token.
 
-Routing accuracy = fraction of "=" positions where argmax α (layer 2) is the adder of the example.
+Routing accuracy = fraction of "=" positions where layer 2's most probable option, the stay
+option included, is the adder of the example (a token left on the skip path has picked no adder).
 
 ``distractor=`` adds one more edge num ← num to layer 2, named "distractor", after the adders,
 whose block is useless for every example: "zero" (φ ≡ 0) or "random" (a fixed Gaussian matrix
@@ -175,16 +176,25 @@ def distractor_block(p: int, kind: str, seed: int = 0) -> FixedLinearBlock:
 def evaluate_adder(model: MorphicTransformer, task: VariableAdditionTask,
                    data: tuple[Tensor, Tensor, Tensor] | None = None) -> dict[str, float]:
     """Answer and routing accuracy with context-only routing (``model(ids)``, no targets), and
-    for comparison the routing accuracy of the utility-augmented logits ℓ̃ (which need targets)."""
+    for comparison the routing accuracy of the utility-augmented logits ℓ̃ (which need targets).
+
+    Routing is correct at "=" when the example's adder is layer 2's most probable option, the
+    stay option included: the largest α_e exceeds the identity mass 1 − Σ_e α_e (every edge of
+    layer 2 enters ``num``), and for ℓ̃ the argmax over [edges | stay] (``Router.choices``)."""
     ids, targets, adder = data if data is not None else task.all_examples()
     was_training = model.training
     model.eval()
     logits = model(ids)
     answer = (logits[:, 2].argmax(-1) == targets[:, 2]).float().mean()
     traces = model.routing(ids)
-    routing = (traces[-1].alpha[:, 2].argmax(-1) == adder).float().mean()
+    alpha = traces[-1].alpha[:, 2]
+    top = alpha.max(-1)
+    stay = 1 - alpha.sum(-1)  # the identity mass of ``num``; 0 without a stay option
+    routing = ((top.indices == adder) & (top.values > stay)).float().mean()
     _, utraces = model.utility_routing(ids, targets)
-    u_routing = (utraces[-1].utility_logits[:, 2].argmax(-1) == adder).float().mean()
+    router = model.layers[-1].router
+    u_pick = router.choices(utraces[-1].utility_logits[:, 2])[..., 0]  # one group: ``num``
+    u_routing = (u_pick == adder).float().mean()
     model.train(was_training)
     return {"answer_accuracy": float(answer), "routing_accuracy": float(routing),
             "utility_routing_accuracy": float(u_routing)}

@@ -119,3 +119,32 @@ def test_canonical_labelling_refuses_graphs_above_the_vertex_limit():
     n = MAX_CANONICAL_VERTICES + 1
     with pytest.raises(ValueError, match=f"limited to {MAX_CANONICAL_VERTICES} vertices"):
         canonical_certificate(np.zeros((n, n), dtype=np.int64))
+
+
+def test_cospectral_strongly_regular_pair_is_told_apart_and_each_is_relabelling_invariant():
+    """The 4x4 rook's graph and the Shrikhande graph are both srg(16, 6, 2, 2): colour refinement
+    cannot split either, so only the search tree separates them. They are not isomorphic: the
+    neighbourhood of a vertex is two disjoint triangles in the rook's graph and a 6-cycle in the
+    Shrikhande graph."""
+    rook = adjacency_from_edges(16, [(a, b) for a in range(16) for b in range(a + 1, 16)
+                                     if (a // 4 == b // 4) != (a % 4 == b % 4)])
+    steps = {(0, 1), (0, 3), (1, 0), (3, 0), (1, 1), (3, 3)}
+    shrikhande = adjacency_from_edges(16, [
+        (a, b) for a in range(16) for b in range(a + 1, 16)
+        if ((a // 4 - b // 4) % 4, (a % 4 - b % 4) % 4) in steps])
+    for adj in (rook, shrikhande):  # both srg(16, 6, 2, 2)
+        assert set(adj.sum(1).tolist()) == {6}
+        common = adj @ adj
+        assert {int(common[i, j]) for i in range(16) for j in range(16) if i != j} == {2}
+    # neighbourhoods: the rook's has 6 edges in two triangles, the Shrikhande's a 6-cycle
+    nbhd = [adj[np.ix_(np.flatnonzero(adj[0]), np.flatnonzero(adj[0]))] for adj in
+            (rook, shrikhande)]
+    assert [int(m.sum()) // 2 for m in nbhd] == [6, 6]
+    assert int(np.trace(np.linalg.matrix_power(nbhd[0], 3))) // 6 == 2
+    assert int(np.trace(np.linalg.matrix_power(nbhd[1], 3))) // 6 == 0
+    assert canonical_certificate(rook) != canonical_certificate(shrikhande)
+    rng = np.random.default_rng(1)
+    for adj in (rook, shrikhande):
+        for _ in range(5):
+            perm = rng.permutation(16)
+            assert canonical_certificate(adj[np.ix_(perm, perm)]) == canonical_certificate(adj)

@@ -112,3 +112,47 @@ def test_stochastic_merge_requires_prefix_closed_pieces():
 
 def test_bpe_compresses_its_training_text(bpe):
     assert len(bpe.encode(CORPUS[0])) < len(CORPUS[0]) // 2
+
+
+SPECIAL_CORPUS = ["x<pad>y<eos>", "<bos>ab<pad>", "<pad><pad>x", "a<eos>b<bos>"] * 3
+special_texts = st.text(alphabet=sorted(set("".join(SPECIAL_CORPUS))), max_size=40)
+
+
+@pytest.fixture(scope="module")
+def special_tokenizers(tmp_path_factory):
+    bpe = BPETokenizer.train(SPECIAL_CORPUS, vocab_size=40)
+    path = tmp_path_factory.mktemp("tok") / "bpe.json"
+    bpe.save(path)
+    return [
+        CharTokenizer.from_texts(SPECIAL_CORPUS),
+        # pieces of length 5 could include "<pad>" itself; length 4 includes "<pad"
+        StochasticMergeTokenizer.from_texts(SPECIAL_CORPUS, max_piece_length=5, p=1.0),
+        StochasticMergeTokenizer.from_texts(SPECIAL_CORPUS, max_piece_length=4, p=1.0),
+        bpe,
+        load_tokenizer(path),
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(special_texts)
+def test_text_spelling_a_special_token_round_trips_and_never_encodes_to_a_special_id(
+        special_tokenizers, text):
+    for tok in special_tokenizers:
+        ids = tok.encode(text + "<pad>")
+        assert tok.decode(ids) == text + "<pad>"
+        assert all(len(tok.specials) <= i < tok.vocab_size for i in ids)
+
+
+def test_tokenizers_name_a_text_that_is_not_a_string(bpe, merge):
+    for tok in all_tokenizers(bpe, merge):
+        with pytest.raises(TypeError, match=r"a tokenizer encodes a str, got int 5"):
+            tok.encode(5)
+
+
+def test_bpe_names_a_vocab_size_too_small_for_its_specials_and_alphabet():
+    least = 3 + 1 + len(ALPHABET)  # <pad> <bos> <eos>, <unk>, one token per character
+    with pytest.raises(ValueError, match=rf"vocab_size={least - 1} cannot hold the 3 special "
+                                         rf"tokens, <unk> and the {len(ALPHABET)} characters of "
+                                         rf"the texts: it must be >= {least}"):
+        BPETokenizer.train(CORPUS, vocab_size=least - 1)
+    assert BPETokenizer.train(CORPUS, vocab_size=least).vocab_size == least

@@ -30,6 +30,41 @@ def test_random_split_is_a_partition():
         random_split(_toy(), n_test=10)
 
 
+def test_random_split_of_distinct_inputs_takes_the_first_n_test_of_a_seeded_permutation():
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(4))
+    train, test = random_split(_toy(), n_test=4, seed=4)
+    assert test.targets.tolist() == perm[:4].tolist()
+    assert train.targets.tolist() == perm[4:].tolist()
+
+
+def test_random_split_keeps_every_copy_of_an_input_on_one_side():
+    # 40 examples: 20 inputs once, 5 inputs 4 times each, shuffled; targets number them
+    g = torch.Generator().manual_seed(0)
+    rows = torch.cat([torch.arange(20), torch.arange(20, 25).repeat(4)])
+    rows = rows[torch.randperm(40, generator=g)]
+    data = TaskDataset({"inputs": torch.stack([rows, rows * 7]).T, "targets": torch.arange(40)},
+                       task="t", kind="classification")
+    for seed in range(5):
+        train, test = random_split(data, n_test=10, seed=seed)
+        assert len(test) == 10
+        assert sorted(train.targets.tolist() + test.targets.tolist()) == list(range(40))
+        train_rows = {tuple(r) for r in train.inputs.tolist()}
+        assert not train_rows & {tuple(r) for r in test.inputs.tolist()}
+        # each input's examples are all on the side its first copy went to
+        for r in set(rows.tolist()):
+            copies = set(torch.nonzero(rows == r).flatten().tolist())
+            assert copies <= set(test.targets.tolist()) or copies <= set(train.targets.tolist())
+
+
+def test_random_split_names_a_test_size_that_whole_groups_cannot_reach():
+    data = TaskDataset({"inputs": torch.tensor([[0], [0], [1], [1]]),
+                        "targets": torch.arange(4)}, task="t", kind="classification")
+    with pytest.raises(ValueError, match=r"n_test=1 cannot be met without putting copies of one "
+                                         r"input on both sides: .* test set of 0; 4 examples "
+                                         r"hold 2 distinct inputs"):
+        random_split(data, n_test=1)
+
+
 def test_size_split_thresholds_the_lengths():
     data = _toy()
     assert sequence_lengths(data).tolist() == list(range(1, 11))
@@ -44,9 +79,15 @@ def test_make_split_relabelled_dyck_keeps_the_words_balanced_and_renames_types()
     task = get_task("dyck_recognition", k=2, max_length=12)
     train, test = make_split(task, "relabelled", 30, 30, seed=0)
     plain = task.generate(30, seed=1)  # the objects before relabelling
-    assert torch.equal(test.targets, plain.targets)
-    assert not torch.equal(test.inputs, plain.inputs)
+    shown = task.relabel(plain, seed=2)  # the split's test candidates
+    assert torch.equal(shown.targets, plain.targets)
+    assert not torch.equal(shown.inputs, plain.inputs)
     assert torch.equal(train.inputs, task.generate(30, seed=0).inputs)  # canonical = as drawn
+    # short words repeat: the test side keeps the relabelled words not shown in training
+    seen = {tuple(r) for r in train.inputs.tolist()}
+    kept = [r for r in shown.inputs.tolist() if tuple(r) not in seen]
+    assert len(kept) < 30 and test.inputs.tolist()[: len(kept)] == kept and len(test) == 30
+    assert not seen & {tuple(r) for r in test.inputs.tolist()}
     with pytest.raises(ValueError, match="split kind must be one of"):
         make_split(task, "by_colour")
     with pytest.raises(ValueError, match="family split is not meaningful for task "
@@ -63,6 +104,23 @@ def test_family_split_holds_out_exactly_the_test_families():
     names = ["tree", "cycle"] * 5
     train, test = family_split(data, names, ["cycle"])
     assert train.targets.tolist() == [0, 2, 4, 6, 8] and test.targets.tolist() == [1, 3, 5, 7, 9]
+
+
+def test_family_split_leaves_out_held_out_examples_whose_inputs_occur_in_training():
+    from graded.encodings import adjacency_from_edges
+
+    task = get_task("graph_properties", max_vertices=6)
+    c4 = adjacency_from_edges(4, [(0, 1), (1, 2), (2, 3), (0, 3)])  # a cycle, and 2-regular
+    star = adjacency_from_edges(4, [(0, 1), (0, 2), (0, 3)])
+    c5 = adjacency_from_edges(5, [(0, 1), (1, 2), (2, 3), (3, 4), (0, 4)])
+    data = task.encode_graphs([c4, star, c4, c5])
+    names = ["regular", "tree", "cycle", "cycle"]
+    train, test = family_split(data, names, ["cycle"])
+    assert torch.equal(train.inputs, data.inputs[[0, 1]])
+    assert torch.equal(test.inputs, data.inputs[[3]])  # the C4 drawn as a cycle is left out
+    with pytest.raises(ValueError, match=r"every example of the test families \['cycle'\] has "
+                                         r"inputs that also occur in a training family"):
+        family_split(data.subset([0, 1, 2]), names[:3], ["cycle"])
 
 
 def test_family_split_rejects_absent_families_an_empty_train_side_and_bad_lengths():

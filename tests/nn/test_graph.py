@@ -141,6 +141,26 @@ def test_layer_rejects_negative_slope_and_mismatched_shapes():
         layer(torch.randn(4), torch.ones(4, 4))
 
 
+@pytest.mark.parametrize("layer_cls", [GATLayer, GATv2Layer])
+def test_layer_names_a_feature_width_other_than_in_features(layer_cls):
+    with pytest.raises(ValueError, match=r"node features have 3 channels, the layer expects "
+                                         r"in_features=4"):
+        layer_cls(4, 2)(torch.randn(5, 3), torch.ones(5, 5))
+
+
+def test_graded_graph_attention_names_grades_that_are_not_one_per_node():
+    layer = GradedGraphAttention(4, 2)
+    with pytest.raises(ValueError, match=r"grades must have shape \(5,\) \(one per node\), "
+                                         r"got \(4,\)"):
+        layer(torch.randn(5, 4), torch.ones(5, 5), grades=torch.ones(4))
+    with pytest.raises(ValueError, match=r"grades must have shape \(5,\) or \(2, 5\) \(one per "
+                                         r"node\), got \(3, 5\)"):
+        layer(torch.randn(2, 5, 4), torch.ones(5, 5), grades=torch.ones(3, 5))
+    # shared (N,) grades on a batch act as the same (B, N) grades on every graph
+    x, adj, q = torch.randn(2, 5, 4), (torch.rand(5, 5) < 0.5).float(), torch.rand(5)
+    assert torch.allclose(layer(x, adj, grades=q), layer(x, adj, grades=q.expand(2, 5)))
+
+
 # --- centrality -----------------------------------------------------------------------------
 
 

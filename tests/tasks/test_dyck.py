@@ -96,3 +96,29 @@ def test_relabelling_permutes_bracket_types_bijectively(cls):
 def test_odd_lengths_are_rejected():
     with pytest.raises(ValueError, match="even"):
         DyckLM(max_length=15)
+
+
+@pytest.mark.parametrize("cls, options", [
+    (DyckLM, {"k": 2, "max_length": 16, "max_depth": 2}),
+    (DyckRecognition, {"k": 2, "max_length": 16, "max_depth": 2, "p_open": 0.9}),
+    (DyckRecognition, {"k": 1, "max_length": 20, "max_depth": 3, "p_open": 0.9}),
+])
+def test_grades_list_every_token_grade_the_data_holds(cls, options):
+    # graded_object "tokens": ``grades`` lists the possible values of ``token_grades``
+    task = cls(**options)
+    data = task.generate(1500, seed=0)
+    held = set(data.tensors["token_grades"].flatten().tolist())
+    assert held <= set(task.grades)
+    # the depth counter, recomputed by hand with the clamp at 0, reaches the top grade:
+    # a close flipped to an open lifts the later depths by 2 past a balanced word's max_depth-1
+    top = 0
+    for w in task.words(data):
+        d = 0
+        for t in w:
+            if t in "([{<":
+                top, d = max(top, d), d + 1
+            else:
+                d = max(d - 1, 0)
+                top = max(top, d)
+    assert top == max(held) == (task.max_depth - 1 if cls is DyckLM else task.max_depth + 1)
+    assert max(task.grades) == top

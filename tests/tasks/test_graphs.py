@@ -208,17 +208,23 @@ def test_relabelled_copies_are_isomorphic_with_the_same_targets(target):
     task = GraphProperties(target=target, min_vertices=4, max_vertices=6, edge_prob=0.5)
     train, test = task.split("relabelled", 20, 20, seed=0)
     plain = task.generate(20, seed=1)  # the test graphs before relabelling
-    assert torch.equal(test.targets, plain.targets)
-    assert torch.equal(test.tensors["family"], plain.tensors["family"])
-    moved = sum(not torch.equal(a, b) for a, b in zip(test.inputs, plain.inputs))
+    shown = task.relabel(plain, seed=2)  # the split's test candidates
+    assert torch.equal(shown.targets, plain.targets)
+    assert torch.equal(shown.tensors["family"], plain.tensors["family"])
+    moved = sum(not torch.equal(a, b) for a, b in zip(shown.inputs, plain.inputs))
     assert moved >= 10
-    for a, b in zip(graphs_of(task, test), graphs_of(task, plain)):
+    for a, b in zip(graphs_of(task, shown), graphs_of(task, plain)):
         assert isomorphic_by_brute_force(a, b)
+    # the test side: the relabelled graphs that are not shown in training, in order
+    seen = {tuple(r) for r in train.inputs.tolist()}
+    kept = [r for r in shown.inputs.tolist() if tuple(r) not in seen]
+    assert test.inputs.tolist()[: len(kept)] == kept and len(test) == 20
+    assert not seen & {tuple(r) for r in test.inputs.tolist()}
     # train holds canonical forms: same targets as drawn, and canonical again is unchanged
     drawn = task.generate(20, seed=0)
     assert torch.equal(train.targets, drawn.targets)
     assert torch.equal(task.canonicalize(train).inputs, train.inputs)
-    assert torch.equal(task.canonicalize(test).inputs, task.canonicalize(plain).inputs)
+    assert torch.equal(task.canonicalize(shown).inputs, task.canonicalize(plain).inputs)
 
 
 @pytest.mark.parametrize("options, pattern", [

@@ -50,7 +50,7 @@ def test_relabelled_test_set_is_correct_and_a_bijective_image(op):
     task = ModularArithmetic(p=11, operation=op)
     sigma = task.automorphism(seed=2)
     assert sorted(sigma.tolist()) == list(range(11)) and not torch.equal(sigma, torch.arange(11))
-    _, test = task.split("relabelled", 40, 60, seed=0)
+    _, test = task.split("relabelled", 40, 40, seed=0)
     a, b = task.operands(test)
     assert [reference(x, y, 11, op) for x, y in zip(a.tolist(), b.tolist())] == \
         test.targets.tolist()
@@ -70,3 +70,26 @@ def test_documented_example_round_trips():
     data = task.generate(97 * 97, seed=0)
     row = (data.inputs == torch.tensor(ids)).all(1)
     assert data.targets[row].tolist() == [85]
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_relabelled_split_shows_no_training_pair_in_its_test_set(op):
+    # σ maps the table onto itself: the image (σa, σb) of a held-out pair is a training pair
+    # for about train_fraction of them, and would be scored with its training answer
+    task = ModularArithmetic(p=11, operation=op, train_fraction=0.5)
+    train, test = task.split("relabelled", seed=0)
+    train_pairs = set(zip(*(t.tolist() for t in task.operands(train))))
+    test_pairs = list(zip(*(t.tolist() for t in task.operands(test))))
+    assert not train_pairs & set(test_pairs)
+    # independently: the held-out pairs (a, b) with (σa, σb) held out too, in table order
+    sigma = task.automorphism(seed=1).tolist()
+    order = list(zip(*(t.tolist() for t in task.operands(task.generate(121, seed=0)))))
+    held_out = order[len(train):]
+    expected = [(sigma[a], sigma[b]) for a, b in held_out
+                if (sigma[a], sigma[b]) not in train_pairs]
+    assert test_pairs == expected and 0 < len(expected) < len(held_out)
+    assert test.targets.tolist() == [reference(a, b, 11, op) for a, b in test_pairs]
+    with pytest.raises(ValueError, match=rf"has {len(expected)} held-out pairs whose "
+                                         rf"relabelled pair is not a training pair, fewer "
+                                         rf"than n_test={len(expected) + 1}"):
+        task.split("relabelled", len(train), len(expected) + 1, seed=0)

@@ -143,6 +143,54 @@ def test_random_split_partitions_one_pool(name):
         assert rows_train | rows_test == set(map(tuple, pool.reshape(len(pool), -1).tolist()))
 
 
+def _rows(data):
+    return [tuple(r) for r in data.inputs.reshape(len(data), -1).tolist()]
+
+
+# small configurations whose generators repeat objects, so an unfiltered split leaks
+REPEATING = [
+    ("dyck", {"k": 1, "max_length": 10}, "random"),
+    ("dyck_recognition", {"k": 2, "max_length": 10}, "relabelled"),
+    ("graph_properties", {"max_vertices": 5}, "random"),
+    ("graph_properties", {"max_vertices": 5}, "relabelled"),
+    ("graph_properties", {"max_vertices": 5, "graph_families": ("cycle", "regular", "grid"),
+                          "test_families": ("cycle",)}, "family"),
+    ("listops", {"min_length": 4, "max_length": 6, "max_depth": 1, "max_args": 2}, "random"),
+]
+
+
+@pytest.mark.parametrize("name, options, kind", REPEATING)
+def test_no_test_input_of_a_split_occurs_in_its_training_set(name, options, kind):
+    task = get_task(name, **options)
+    train, test = task.split(kind, 150, 100, seed=0)
+    assert (len(train), len(test)) == (150, 100)
+    seen = set(_rows(train))
+    assert not seen & set(_rows(test))
+    # the unfiltered draw (the test candidates of the split) does repeat training inputs
+    if kind == "random":
+        pool = task.generate(250, seed=0)
+        perm = torch.randperm(250, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(train.inputs, pool.inputs[perm[:150]])  # train is untouched
+        candidates = _rows(pool.subset(perm[150:]))
+    elif kind == "family":
+        candidates = _rows(task.family_configs()[1].generate(100, seed=1))
+    else:
+        candidates = _rows(task.relabel(task.generate(100, seed=1), seed=2))
+    fresh = [r for r in candidates if r not in seen]
+    assert len(fresh) < 100 and _rows(test)[: len(fresh)] == fresh
+    # deterministic under the seed, top-up draws included
+    again = task.split(kind, 150, 100, seed=0)[1]
+    assert torch.equal(again.inputs, test.inputs) and torch.equal(again.targets, test.targets)
+
+
+def test_a_split_asking_for_more_unseen_objects_than_exist_names_the_shortfall():
+    task = get_task("dyck", k=1, max_length=4)  # three words: (), (()), ()()
+    with pytest.raises(ValueError, match=r"only 0 of n_test=5 test examples could be drawn "
+                                         r"whose inputs are not among the 20 training "
+                                         r"examples \(3 distinct\)"):
+        task.split("random", 20, 5, seed=0)
+
+
 @pytest.mark.parametrize("name", ["polynomials", "polynomial_regression", "listops", "dyck",
                                   "dyck_recognition"])
 def test_size_split_trains_on_smaller_objects_than_it_tests(name):

@@ -107,6 +107,10 @@ class _PieceTokenizer(StringTokenizer):
             raise ValueError(f"token {token!r} is not in the vocabulary")
         return self.stoi[token]
 
+    def _check_text(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"a tokenizer encodes a str, got {type(text).__name__} {text!r}")
+
     def _char_id(self, ch: str, pos: int) -> int:
         i = self.stoi.get(ch)
         if i is None or i < len(self.specials):
@@ -144,6 +148,7 @@ class CharTokenizer(_PieceTokenizer):
         return cls(sorted({ch for text in texts for ch in text}), specials)
 
     def encode(self, text: str) -> list[int]:
+        self._check_text(text)
         return [self._char_id(ch, pos) for pos, ch in enumerate(text)]
 
     def to_dict(self) -> dict[str, Any]:
@@ -215,7 +220,7 @@ class StochasticMergeTokenizer(_PieceTokenizer):
         for piece, c in sorted(counts.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0])):
             if len(multi) >= max_pieces or c < min_count:
                 break
-            if piece[:-1] in chosen:
+            if piece[:-1] in chosen and piece not in specials:
                 chosen.add(piece)
                 multi.append(piece)
         return cls([*chars, *multi], p=p, seed=seed, specials=specials)
@@ -224,13 +229,16 @@ class StochasticMergeTokenizer(_PieceTokenizer):
         self, text: str, p: float | None = None, rng: random.Random | None = None
     ) -> list[int]:
         """Segment ``text``; ``p`` and ``rng`` override the tokenizer's own for this call."""
+        self._check_text(text)
         p = self.p if p is None else float(p)
         rng = self.rng if rng is None else rng
         ids: list[int] = []
         current = ""
+        n_specials = len(self.specials)
         for pos, ch in enumerate(text):
             self._char_id(ch, pos)
-            if current and (current + ch) in self.stoi and p > 0 and (p >= 1 or rng.random() < p):
+            mergeable = self.stoi.get(current + ch, -1) >= n_specials  # a piece, not "<pad>"
+            if current and mergeable and p > 0 and (p >= 1 or rng.random() < p):
                 current += ch
                 continue
             if current:
@@ -266,6 +274,9 @@ class BPETokenizer(StringTokenizer):
 
     def __init__(self, hf_tokenizer: Any, specials: Sequence[str] = DEFAULT_SPECIALS) -> None:
         self.hf = hf_tokenizer
+        # The text is data: "<pad>" written in it is five characters, not the padding id (which
+        # decode would then drop). Not kept by ``to_str``, so set on every construction.
+        self.hf.encode_special_tokens = True
         self.specials = tuple(specials)
 
     @classmethod
@@ -281,6 +292,12 @@ class BPETokenizer(StringTokenizer):
 
         texts = list(texts)
         alphabet = sorted({ch for text in texts for ch in text})
+        least = len(specials) + 1 + len(alphabet)  # the specials, <unk> and every character
+        if int(vocab_size) < least:
+            raise ValueError(
+                f"vocab_size={vocab_size} cannot hold the {len(specials)} special tokens, "
+                f"{cls.UNK} and the {len(alphabet)} characters of the texts: it must be >= {least}"
+            )
         hf = Tokenizer(models.BPE(unk_token=cls.UNK))
         hf.decoder = decoders.Fuse()
         trainer = trainers.BpeTrainer(
@@ -305,14 +322,26 @@ class BPETokenizer(StringTokenizer):
         return int(i)
 
     def encode(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"a tokenizer encodes a str, got {type(text).__name__} {text!r}")
         encoding = self.hf.encode(text, add_special_tokens=False)
-        unk = self.hf.token_to_id(self.UNK)
-        if unk in encoding.ids:
-            start = encoding.offsets[encoding.ids.index(unk)][0]
-            raise ValueError(
-                f"character {text[start]!r} at position {start} is not in the alphabet"
-            )
-        return list(encoding.ids)
+        reserved = {self.hf.token_to_id(t) for t in (*self.specials, self.UNK)}
+        ids: list[int] = []
+        for i, (start, end) in zip(encoding.ids, encoding.offsets):
+            if i not in reserved:
+                ids.append(i)
+                continue
+            # ``<unk>`` for a character outside the alphabet, or a learned merge that spells a
+            # reserved token (text "<pad>" merged into the padding id, which decode drops):
+            # the text is written character by character instead.
+            for pos in range(start, end):
+                char_id = self.hf.token_to_id(text[pos])
+                if char_id is None or char_id in reserved:
+                    raise ValueError(
+                        f"character {text[pos]!r} at position {pos} is not in the alphabet"
+                    )
+                ids.append(char_id)
+        return ids
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = [int(i) for i in ids]

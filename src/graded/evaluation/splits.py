@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from graded.checks import check_int
-from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset
+from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, input_keys
 
 
 def make_split(task: Task, kind: str = "random", n_train: int = 1000, n_test: int = 1000,
@@ -29,10 +29,34 @@ def make_split(task: Task, kind: str = "random", n_train: int = 1000, n_test: in
 
 def random_split(data: TaskDataset, n_test: int, seed: int = 0
                  ) -> tuple[TaskDataset, TaskDataset]:
-    """A uniformly random partition into len(data) - n_test train and n_test test examples."""
+    """A random partition into len(data) - n_test train and n_test test examples that keeps
+    every copy of one input on the same side (no test input occurs in training).
+
+    Examples are visited in a seeded random order; each one not placed yet goes to the test
+    side with all its copies (equal ``inputs``) if they fit in ``n_test``, else to the train
+    side. Without repeated inputs this is the first ``n_test`` of the random order. A test size
+    no grouping reaches exactly raises ``ValueError``.
+    """
     check_int("n_test", n_test, minimum=1, maximum=len(data) - 1)
-    perm = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
-    return data.subset(perm[n_test:]), data.subset(perm[:n_test])
+    perm = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed)).tolist()
+    copies: dict[bytes, list[int]] = {}
+    keys = input_keys(data)
+    for i in perm:
+        copies.setdefault(keys[i], []).append(i)
+    test: list[int] = []
+    train: list[int] = []
+    for i in perm:
+        group = copies.pop(keys[i], None)
+        if group is None:  # placed with an earlier copy
+            continue
+        (test if len(test) + len(group) <= n_test else train).extend(group)
+    if len(test) != n_test:
+        raise ValueError(
+            f"n_test={n_test} cannot be met without putting copies of one input on both sides: "
+            f"whole groups of equal inputs give a test set of {len(test)}; "
+            f"{len(data)} examples hold {len(set(keys))} distinct inputs"
+        )
+    return data.subset(train), data.subset(test)
 
 
 def sequence_lengths(data: TaskDataset) -> Tensor:
@@ -66,7 +90,9 @@ def family_split(data: TaskDataset, family_ids: Tensor | Sequence[object],
 
     ``family_ids`` gives each example's family: a (N,) tensor of ints (as the ``family`` tensor
     of a task with families, indices into ``task.families()``) or a sequence of names;
-    ``test_families`` holds values of the same kind. A held-out family absent from
+    ``test_families`` holds values of the same kind. A held-out example whose inputs equal a
+    training example's (one graph drawn by two generators: a 4-cycle is also 2-regular) is left
+    out of the test side, so no test input occurs in training. A held-out family absent from
     ``family_ids``, or either side being empty, raises.
     """
     ids = family_ids.tolist() if isinstance(family_ids, Tensor) else list(family_ids)
@@ -78,9 +104,14 @@ def family_split(data: TaskDataset, family_ids: Tensor | Sequence[object],
     if missing:
         raise ValueError(f"test families {missing} do not occur in the data; its families are "
                          f"{sorted(map(str, set(ids)))}")
-    test = [i for i, f in enumerate(ids) if f in held_out]
     train = [i for i, f in enumerate(ids) if f not in held_out]
     if not train:
         raise ValueError(f"test families {sorted(map(str, held_out))} cover every example, "
                          "leaving no training family")
+    keys = input_keys(data)
+    seen = {keys[i] for i in train}
+    test = [i for i, f in enumerate(ids) if f in held_out and keys[i] not in seen]
+    if not test:
+        raise ValueError(f"every example of the test families {sorted(map(str, held_out))} "
+                         "has inputs that also occur in a training family")
     return data.subset(train), data.subset(test)

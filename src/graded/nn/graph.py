@@ -110,6 +110,9 @@ class _GraphAttention(nn.Module):
         Returns the new features (B?, N, H·F' or F') and, with ``need_weights``, α (B?, H, N, N).
         """
         xb, mask, batched = _check_graph(x, adj)
+        if xb.shape[-1] != self.in_features:
+            raise ValueError(f"node features have {xb.shape[-1]} channels, the layer expects "
+                             f"in_features={self.in_features}")
         if self.add_self_loops:
             mask = mask | torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
         e, messages = self.logits(xb)  # (B, H, N, N), (B, H, N, F')
@@ -358,7 +361,14 @@ class GradedGraphAttention(nn.Module):
     def forward(
         self, x: Tensor, adj: Tensor, *, grades: Tensor | None = None, need_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        q = self.node_grades(adj) if grades is None else grades
+        if grades is None:
+            q = self.node_grades(adj)
+        else:
+            q = grades
+            allowed = list(dict.fromkeys([(adj.shape[-1],), (*x.shape[:-2], adj.shape[-1])]))
+            if tuple(q.shape) not in allowed:  # one grade per node: (N,) or (B, N)
+                raise ValueError(f"grades must have shape {' or '.join(map(str, allowed))} "
+                                 f"(one per node), got {tuple(q.shape)}")
         log_w = self.log_weights(q.to(x.dtype))  # (B?, N)
         if self.apply_to == "features":
             return self.layer(x * log_w.exp().unsqueeze(-1), adj, need_weights=need_weights)

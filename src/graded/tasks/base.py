@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -288,6 +288,8 @@ class Task(abc.ABC):
           (``family_configs``);
         - ``"relabelled"``: train on canonical copies (``canonicalize``), test on fresh objects
           presented under a label-preserving bijection (``relabel``).
+
+        Whatever the kind, no test input occurs among the training inputs (``unseen_test``).
         """
         if kind not in SPLIT_KINDS:
             raise ValueError(f"split kind must be one of {SPLIT_KINDS}, got {kind!r}")
@@ -296,13 +298,65 @@ class Task(abc.ABC):
         if kind == "random":
             pool = self.generate(n_train + n_test, seed)
             perm = torch.randperm(n_train + n_test, generator=torch.Generator().manual_seed(seed))
-            return pool.subset(perm[:n_train]), pool.subset(perm[n_train:])
+            train = pool.subset(perm[:n_train])
+            return train, unseen_test(train, pool.subset(perm[n_train:]), n_test,
+                                      lambda m, s: self.generate(m, s), seed)
         if kind in ("size", "family"):
             train_task, test_task = self.split_configs(kind)
-            return train_task.generate(n_train, seed), test_task.generate(n_test, seed + 1)
+            train = train_task.generate(n_train, seed)
+            return train, unseen_test(train, test_task.generate(n_test, seed + 1), n_test,
+                                      lambda m, s: test_task.generate(m, s), seed)
         train = self.canonicalize(self.generate(n_train, seed))
         test = self.relabel(self.generate(n_test, seed + 1), seed + 2)
-        return train, test
+        return train, unseen_test(train, test, n_test,
+                                  lambda m, s: self.relabel(self.generate(m, s), s + 1), seed)
+
+
+# ---- train/test disjointness ----------------------------------------------------------------
+TOP_UP_DRAWS = 6  # fresh draws (of n_test, 2·n_test, 4·n_test, ... examples) before giving up
+
+
+def input_keys(data: TaskDataset) -> list[bytes]:
+    """One hashable key per example: the bytes of its ``inputs`` row (equal iff the inputs are)."""
+    x = data.inputs.detach().cpu().contiguous()
+    return [row.tobytes() for row in x.reshape(len(x), -1).numpy()]
+
+
+def concat_datasets(parts: Sequence[TaskDataset]) -> TaskDataset:
+    """The examples of ``parts`` one after the other (same task, kind, info and keys)."""
+    keys = parts[0].keys()
+    return parts[0].replace(**{k: torch.cat([p.tensors[k] for p in parts]) for k in keys})
+
+
+def unseen_test(train: TaskDataset, candidates: TaskDataset, n_test: int,
+                draw: Callable[[int, int], TaskDataset], seed: int) -> TaskDataset:
+    """``n_test`` test examples whose inputs occur nowhere in ``train`` (no train/test leakage).
+
+    A generated pool can repeat an object (a short Dyck word, a small graph with the same
+    numbering, a relabelled modular pair that is a training pair), and an input seen in training
+    with its answer measures memory, not the rule a split tests. The test set is the
+    ``candidates`` whose inputs are unseen, in order, topped up from fresh draws
+    ``draw(m, seed')``; when ``candidates`` are all unseen they are returned unchanged.
+    ``ValueError`` when the task has too few distinct objects for the sizes asked for.
+    """
+    seen = set(input_keys(train))
+    parts: list[TaskDataset] = []
+    have, source, m = 0, candidates, n_test
+    for attempt in range(TOP_UP_DRAWS + 1):
+        keep = [i for i, key in enumerate(input_keys(source)) if key not in seen]
+        if keep:
+            parts.append(source.subset(keep[: n_test - have]))
+            have += len(parts[-1])
+        if have == n_test:
+            return parts[0] if len(parts) == 1 else concat_datasets(parts)
+        if attempt < TOP_UP_DRAWS:
+            source = draw(m, seed + 1_000_003 * (attempt + 1))
+            m *= 2
+    raise ValueError(
+        f"only {have} of n_test={n_test} test examples could be drawn whose inputs are not "
+        f"among the {len(train)} training examples ({len(seen)} distinct): the task has too "
+        "few distinct objects for these sizes; ask for fewer examples or a larger configuration"
+    )
 
 
 # ---- validation helpers ---------------------------------------------------------------------

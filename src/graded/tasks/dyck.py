@@ -195,11 +195,20 @@ class DyckRecognition(DyckLM):
     (k > 1), two adjacent different tokens swapped, or one bracket flipped between open and
     close (this changes the word's balance). Corruptions are re-drawn until the stack recogniser
     rejects the word. Inputs (N, max_length) without ``<bos>``/``<eos>``.
+
+    Grades: the depth counter of :func:`nesting_depths` on the word as shown. A balanced word
+    stays below ``max_depth``, but a corrupted one can go higher: a close flipped to an open
+    lifts every later depth by 2 (an adjacent swap by at most 1), so ``grades`` is
+    0..max_depth+1, the values the data can hold.
     """
 
     name: ClassVar[str] = "dyck_recognition"
     kind: ClassVar[str] = "classification"
     metric: ClassVar[str] = "accuracy"
+
+    @property
+    def grades(self) -> tuple[float, ...]:
+        return tuple(float(d) for d in range(self.max_depth + 2))
 
     @property
     def num_outputs(self) -> int:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from graded.checks import check_choice, check_float, check_int
-from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, Vocab
+from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, Vocab, input_keys
 
 OPERATIONS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "quad": "^"}
 
@@ -132,7 +132,11 @@ class ModularArithmetic(Task):
               n_test: int | None = None, seed: int = 0) -> tuple[TaskDataset, TaskDataset]:
         """Disjoint train/test pairs of the table; sizes default to ``train_fraction``.
 
-        ``"relabelled"`` presents the test pairs under an automorphism (``relabel``).
+        ``"relabelled"`` presents held-out pairs under an automorphism σ (``relabel``). σ maps
+        the table onto itself, so the shown pair (σa, σb) of a held-out pair (a, b) can be a
+        training pair, with its training answer; those are left out, and the test set is the
+        held-out pairs whose image is held out too (by default all of them, about
+        (1 - train_fraction)² of the table).
         """
         check_choice("split kind", kind, SPLIT_KINDS)
         if kind in ("size", "family"):
@@ -140,18 +144,30 @@ class ModularArithmetic(Task):
         total = self.table()[0].shape[0]
         if n_train is None:
             n_train = max(1, min(total - 1, round(self.train_fraction * total)))
-        if n_test is None:
-            n_test = total - n_train
-        check_int("n_train", n_train, minimum=1)
-        check_int("n_test", n_test, minimum=1)
-        if n_train + n_test > total:
-            raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {total} pairs")
-        pool = self.generate(n_train + n_test, seed)
+        check_int("n_train", n_train, minimum=1, maximum=total - 1)
+        if n_test is not None:
+            check_int("n_test", n_test, minimum=1)
+            if n_train + n_test > total:
+                raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {total} "
+                                 "pairs")
+        pool = self.generate(total, seed)
         train = pool.subset(torch.arange(n_train))
-        test = pool.subset(torch.arange(n_train, n_train + n_test))
-        if kind == "relabelled":
-            test = self.relabel(test, seed + 1)
-        return train, test
+        held_out = pool.subset(torch.arange(n_train, total))
+        if kind == "random":
+            return train, held_out.subset(torch.arange(total - n_train if n_test is None
+                                                       else n_test))
+        shown = self.relabel(held_out, seed + 1)
+        seen = set(input_keys(train))
+        fresh = [i for i, key in enumerate(input_keys(shown)) if key not in seen]
+        if n_test is None:
+            n_test = len(fresh)
+        if n_test > len(fresh) or n_test == 0:
+            raise ValueError(
+                f"a relabelled split with n_train={n_train} has {len(fresh)} held-out pairs "
+                f"whose relabelled pair is not a training pair, fewer than n_test="
+                f"{max(n_test, 1)}; lower n_train or n_test"
+            )
+        return train, shown.subset(fresh[:n_test])
 
     def automorphism(self, seed: int) -> Tensor:
         """A table σ of 0..p-1 with σ(a ∘ b) = σ(a) ∘ σ(b): x ↦ u·x (u a unit ≠ 1) for add/sub;

@@ -197,3 +197,16 @@ def test_beam_search_equals_reference_beam_over_torch_transformer(activation, no
     out = model.generate(src, 5, bos_token_id=1, src_key_padding_mask=pad, num_beams=3,
                          use_cache=use_cache)
     assert torch.equal(out, reference_beam(ref, src, pad, 3, 5))
+
+
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+def test_grafted_seq2seq_starts_from_torch_transformer(grading):
+    from graded.interop import graft_grading
+
+    model = seq2seq("gelu", False)
+    ref = Reference(model, "gelu", False)
+    graded = graft_grading(model, grading, learnable_grades=True)
+    assert type(graded) is Seq2SeqTransformer
+    src, pad = sources()
+    tgt = torch.randint(0, V, (3, 6), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(graded(src, tgt, pad), ref(src, tgt, pad), **TOL)

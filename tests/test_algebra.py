@@ -71,6 +71,36 @@ def test_action_broadcasts_one_lambda_per_vector():
                                torch.tensor([[1.0, 1.0], [2.0, 4.0], [-3.0, 9.0]], dtype=F64))
 
 
+def test_action_refuses_a_lambda_shape_that_would_enlarge_the_batch():
+    space = GradedSpace([1, 2])
+    x = torch.tensor([[1.0, 1.0], [1.0, -1.0], [2.0, 0.5]], dtype=F64)
+    # a column of λs would broadcast against the batch into a (3, 3, 2) result
+    with pytest.raises(ValueError, match=r"λ has shape \(3, 1\).*x.shape\[:-1\] = \(3,\)"):
+        space.act(torch.tensor([[2.0], [3.0], [4.0]], dtype=F64), x)
+    with pytest.raises(TypeError, match=r"floating-point x.*torch\.int64"):
+        space.act(0.5, torch.tensor([1, 2]))
+    # one λ per vector of a (2, 3, 2) batch, against a loop over the vectors
+    xs = torch.randn(2, 3, 2, dtype=F64)
+    lams = torch.tensor([[0.5, 2.0, -1.5], [3.0, -0.25, 1.0]], dtype=F64)
+    expected = torch.tensor([[[lams[i, j].item() ** q * xs[i, j, k].item()
+                               for k, q in enumerate((1, 2))] for j in range(3)]
+                             for i in range(2)], dtype=F64)
+    torch.testing.assert_close(space.act(lams, xs), expected)
+    torch.testing.assert_close(space.act(torch.tensor([2.0], dtype=F64), x), space.act(2.0, x))
+
+
+@SETTINGS
+@given(grades=st.lists(st.floats(0.1, 3.0), min_size=1, max_size=4),
+       lam=st.floats(0.2, 5.0), mu=st.floats(0.2, 5.0))
+def test_action_is_a_group_action_for_fractional_grades_and_positive_lambda(grades, lam, mu):
+    space = GradedSpace(grades)
+    x = torch.linspace(-1, 2, len(grades), dtype=F64)
+    torch.testing.assert_close(space.act(lam, space.act(mu, x)), space.act(lam * mu, x))
+    expected = torch.tensor([(lam * mu) ** q * v for q, v in zip(grades, x.tolist())],
+                            dtype=F64)
+    torch.testing.assert_close(space.act(lam * mu, x), expected)
+
+
 @SETTINGS
 @given(grades=int_grades, lam=nonzero_lam, mu=nonzero_lam)
 def test_action_is_a_group_action(grades, lam, mu):
@@ -130,6 +160,39 @@ def test_homogeneous_norm_scales_by_abs_lambda_for_negative_lambda(grades, lam, 
                                abs(lam) * space.homogeneous_norm(x), rtol=1e-9, atol=1e-12)
 
 
+@SETTINGS
+@given(grades=pos_grades, data=st.data())
+def test_normalize_in_float32_equals_the_float64_action_and_has_unit_norm(grades, data):
+    # coordinates from 1e-30 to 1e30 (or 0): the factor N^{-q_i} of (1/N)⋆x overflowed float32
+    # for a small N and turned zero coordinates into NaN (0·∞)
+    n = len(grades)
+    mant = data.draw(st.lists(st.floats(-9.0, 9.0), min_size=n, max_size=n))
+    exps = data.draw(st.lists(st.integers(-30, 30), min_size=n, max_size=n))
+    zero = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    vals = [0.0 if z else m * 10.0**e for m, e, z in zip(mant, exps, zero)]
+    if all(v == 0.0 for v in vals) or any(v != 0 and abs(v) < 1e-30 for v in vals):
+        vals[0] = 1e-30  # a non-zero vector, every coordinate a normal float32
+    space = GradedSpace(grades)
+    x64 = torch.tensor(vals, dtype=F64)
+    n64 = float(space.homogeneous_norm(x64))
+    expected = torch.tensor([v / n64**q for v, q in zip(vals, grades)], dtype=F64)
+    got = space.normalize(x64.float())
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(space.homogeneous_norm(got.double()),
+                               torch.tensor(1.0, dtype=F64), rtol=1e-4, atol=0)
+
+
+def test_normalize_of_a_tiny_vector_with_zero_coordinates_is_finite():
+    space = GradedSpace([1, 2, 3.5])
+    x = torch.tensor([[1e-30, 0.0, 0.0], [0.0, 0.0, -1e-35]], dtype=torch.float32)
+    expected = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0]], dtype=torch.float32)
+    torch.testing.assert_close(space.normalize(x), expected)
+    y = x.double().requires_grad_(True)
+    space.normalize(y).sum().backward()
+    assert torch.isfinite(y.grad).all()
+
+
 def test_homogeneous_norm_gradient_is_finite_with_zero_coordinates():
     space = GradedSpace([1.0, 2.0, 3.0])
     x = torch.tensor([0.0, 1.5, 0.0], dtype=F64, requires_grad=True)
@@ -150,6 +213,22 @@ def test_normal_forms_agree_on_an_orbit(grades, lam, data):
     nf = space.normal_form(x)
     torch.testing.assert_close(space.normal_form(space.act(lam, x)), nf, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(space.homogeneous_norm(nf), torch.tensor(1.0, dtype=F64))
+
+
+@SETTINGS
+@given(grades=pos_grades, lam=st.floats(0.05, 20.0), data=st.data())
+def test_normal_forms_agree_on_a_positive_orbit_for_fractional_grades(grades, lam, data):
+    # fractional grades: the orbit is under λ > 0 only, and the normal form is the point of
+    # unit homogeneous norm
+    space = GradedSpace(grades)
+    x = torch.tensor(data.draw(vectors(len(grades))), dtype=F64)
+    if not bool((x != 0).any()):
+        x[0] = 1.0
+    nf = space.normal_form(x)
+    torch.testing.assert_close(space.normal_form(space.act(lam, x)), nf, rtol=1e-9, atol=1e-12)
+    n = float(space.homogeneous_norm(x))
+    expected = torch.tensor([v / n**q for v, q in zip(x.tolist(), grades)], dtype=F64)
+    torch.testing.assert_close(nf, expected, rtol=1e-9, atol=1e-12)
 
 
 @SETTINGS
@@ -234,6 +313,16 @@ def test_weighted_gcd_and_factorize_against_brute_force():
         weighted_gcd([0, 0], [1, 2])
 
 
+def test_weighted_gcd_refuses_grades_and_coordinates_that_are_not_integers():
+    # these returned 0.125 (grade -1), 8 (grade 1.5 read as 1) and a ZeroDivisionError
+    for q, bad in (([-1], "-1"), ([1.5], r"1\.5"), ([0], "0")):
+        with pytest.raises(ValueError, match=rf"positive integer grades, got {bad} at index 0"):
+            weighted_gcd([8], q)
+    with pytest.raises(ValueError, match=r"integer coordinates, got 8\.5 at index 1"):
+        weighted_gcd([4, 8.5], [1, 3])
+    assert weighted_gcd([8.0, 16], [3.0, 2]) == 2  # integer values given as floats: 2^3 | 8
+
+
 # -- graded linear maps (000 Lemma 2.3) --------------------------------------------------------
 @SETTINGS
 @given(q=st.lists(st.integers(0, 4), min_size=1, max_size=4),
@@ -266,6 +355,12 @@ def test_degree_of_explicit_maps():
     assert is_homogeneous_map(batch, v, v, 0).tolist() == [True, False]
     with pytest.raises(ValueError, match=r"\(\.\.\., 2, 2\)"):
         v.degree_of(torch.ones(3, 2), v)
+    # a NaN entry is not a zero entry: it was read as one, and the map passed as degree 0
+    nan_map = torch.tensor([[1.0, float("nan")], [0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"finite, got nan at index \(0, 1\)"):
+        v.degree_of(nan_map, v)
+    with pytest.raises(ValueError, match=r"finite, got nan at index \(0, 1\)"):
+        is_homogeneous_map(nan_map, v, v, 0)
 
 
 # -- invariant subspaces (000 Lemma 2.4) -----------------------------------------------------
@@ -303,3 +398,29 @@ def test_lemma_2_4_examples():
     assert not space.is_spanned_by_homogeneous(torch.tensor([[1.0, 1, 0, 0]]))
     # a mixed vector whose span with another is still a sum of homogeneous pieces
     assert space.is_spanned_by_homogeneous(torch.tensor([[1.0, 1, 0, 0], [0, 1, 0, 0]]))
+
+
+@SETTINGS
+@given(grades=st.lists(st.integers(0, 40), min_size=2, max_size=5, unique=True),
+       seed=st.integers(0, 10_000))
+def test_lemma_2_4_with_grades_far_apart_rejects_a_mixed_line(grades, seed):
+    # span(e_a + e_b) with grades q_a ≠ q_b is never invariant (λ⋆ moves it off the line);
+    # with 2^{q} as the test operator, grades 0 and 30 made it look invariant
+    space = GradedSpace(grades)
+    gen = torch.Generator().manual_seed(seed)
+    a, b = torch.randperm(len(grades), generator=gen)[:2].tolist()
+    line = torch.zeros(1, len(grades), dtype=F64)
+    line[0, a], line[0, b] = 1.0, 1.0
+    assert not space.is_invariant(line)
+    assert not space.is_spanned_by_homogeneous(line)
+    # adding e_a makes the span ⊕ of its homogeneous parts: invariant
+    plane = torch.cat([line, torch.eye(len(grades), dtype=F64)[a:a + 1]])
+    assert space.is_invariant(plane) and space.is_spanned_by_homogeneous(plane)
+
+
+def test_lemma_2_4_example_with_grades_0_and_30():
+    space = GradedSpace([0, 30])
+    line = torch.tensor([[1.0, 1.0]], dtype=F64)
+    moved = space.act(2.0, line)  # (1, 2^30): not a multiple of (1, 1)
+    assert not torch.allclose(moved / moved[0, 0], line)
+    assert not space.is_invariant(line)

@@ -270,3 +270,47 @@ def test_bad_input_raises_errors_naming_the_value():
         graded_cross_entropy(pred, torch.tensor([0, 5]), torch.ones(3))
     with pytest.raises(ValueError, match="base_loss"):
         linearly_graded_loss(pred, target, torch.ones(3), base_loss="hinge")
+
+
+def test_a_reducing_base_loss_is_refused_not_broadcast_against_the_weights():
+    # F.mse_loss reduces to a scalar by default; broadcast against q it gave mean(q)·MSE, the
+    # weights lost; the elementwise form (reduction="none") is the weighted loss
+    pred = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]], dtype=F64)
+    target = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 0.0]], dtype=F64)
+    q = torch.tensor([0.0, 1.0, 2.0], dtype=F64)
+    with pytest.raises(ValueError, match=r"base_loss returned \(\); expected elementwise "
+                                         r"losses of the input's shape \(2, 3\)"):
+        linearly_graded_loss(pred, target, q, base_loss=F.mse_loss)
+    with pytest.raises(ValueError, match=r"base_loss returned \(2,\)"):
+        exponentially_graded_loss(pred, target, q, base_loss=lambda i, t: (i - t).abs().sum(-1))
+    got = linearly_graded_loss(pred, target, q, base_loss=lambda i, t: F.mse_loss(
+        i, t, reduction="none"), reduction="sum")
+    assert math.isclose(float(got), 0 * 1 + 1 * 4 + 2 * 9 + 0 * 0 + 1 * 0 + 2 * 1)
+
+
+def test_exponentially_graded_loss_refuses_an_infinite_base():
+    pred, target = torch.randn(2, 3), torch.randn(2, 3)
+    # λ = ∞ gave ∞^0 · ℓ = NaN for a zero grade
+    with pytest.raises(ValueError, match=r"finite base λ >= 1, got base=inf"):
+        exponentially_graded_loss(pred, target, torch.tensor([0.0, 1.0, 2.0]),
+                                  base=float("inf"))
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_graded_cross_entropy_zero_weight_class_with_zero_probability_counts_zero(soft):
+    # probabilities with p_0 = 0 on a class of weight q_0 = 0: its term 0·y·log 0 is 0, not NaN
+    probs = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]], dtype=F64)
+    q = torch.tensor([0.0, 1.0, 2.0], dtype=F64)
+    target = (torch.tensor([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]], dtype=F64) if soft
+              else torch.tensor([0, 1]))
+    expected = ([-(1.0 * 0.5 * math.log(0.5)), -math.log(0.3)] if soft
+                else [0.0, -math.log(0.3)])
+    got = graded_cross_entropy(probs, target, q, from_logits=False, reduction="none")
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=F64))
+    # learnable weights get finite gradients there, and an ignored target adds nothing
+    grading = LinearGrading(3, [-1.0, 0.0, 1.0], f="shift", learnable=True, dtype=F64)
+    index = torch.tensor([-100, 1])
+    loss = graded_cross_entropy(probs, index, grading, from_logits=False, reduction="sum")
+    assert math.isclose(float(loss.detach()), -1.0 * math.log(0.3))  # f(0) = 1, class 1
+    loss.backward()
+    assert torch.isfinite(grading.grades.grad).all()

@@ -8,7 +8,13 @@ import torch
 from graded import TransformerConfig, TransformerLM
 from graded.attention.graded import GradedMultiheadAttention
 from graded.train import sequence_cross_entropy
-from graded.train.recipes import anneal_lambda, coordination_penalty, get_recipe, grade_lr_bound
+from graded.train.recipes import (
+    Recipe,
+    anneal_lambda,
+    coordination_penalty,
+    get_recipe,
+    grade_lr_bound,
+)
 from graded.transformer.graded import gradings, head_gradings
 
 
@@ -213,3 +219,150 @@ def test_start_step_then_finish_equals_on_step_and_reads_only_when_finished(name
     assert a == b and lr_a == lr_b and lr_a[0] < 1.0  # the bound capped it
     for x, y in zip(base_a, base_b):
         assert (x is None and y is None) or torch.equal(x, y)
+
+
+@pytest.mark.parametrize(("grading", "recipe_name"),
+                         [("linear", "lgt-alg5.1"), ("exponential", "egt-alg7.1")])
+def test_grade_lr_bound_caps_grades_in_a_group_built_without_the_recipe(grading, recipe_name):
+    # an optimizer built by hand, grades in a group of their own but not named "grades": the
+    # bound used to be skipped silently, leaving η_q = 0.5 above 1/q_max
+    model = lm(grading, grade_init="warm_start", grade_init_value=0.5, grading_base=2.5)
+    recipe = get_recipe(recipe_name)
+    grades = [p for n, p in model.named_parameters() if n.endswith("grades")]
+    others = [p for n, p in model.named_parameters() if not n.endswith("grades")]
+    opt = torch.optim.AdamW([{"params": others}, {"params": grades, "lr": 0.5}], lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)  # resets the rate each step
+    steps = 6
+    recipe.on_step(model, opt, 0, steps)
+    x = torch.randint(0, 11, (4, 6))
+    for s in range(steps):
+        gs = list(gradings(model).values())
+        if grading == "linear":  # q_max = the largest entry of M = diag(f(q)), f(q) = q + 1
+            q_max = max(float(g.grades.detach().max()) + 1.0 for g in gs)
+            bound = 1.0 / q_max
+        else:
+            lam = 1.0 + 1.5 * (s + 1) / steps
+            q_max = max(float(g.grades.detach().max()) for g in gs)
+            bound = 1.0 / (lam**q_max * math.log(lam))
+        assert opt.param_groups[1]["lr"] == pytest.approx(min(0.5, 0.9 * bound))
+        assert opt.param_groups[0]["lr"] == 1e-3  # the other parameters keep their rate
+        loss = sequence_cross_entropy(model(x)[:, :-1], x[:, 1:]) - sum(g.grades.sum()
+                                                                         for g in gs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        recipe.on_step(model, opt, s + 1, steps)
+
+
+def test_grades_sharing_a_group_with_other_parameters_are_refused():
+    model = lm("linear", grade_init="warm_start", grade_init_value=0.5)
+    n_grades = sum(n.endswith("grades") for n, _ in model.named_parameters())
+    n_other = sum(not n.endswith("grades") for n, _ in model.named_parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.5)
+    with pytest.raises(ValueError, match=rf"group '#0' holds {n_grades} grade parameter\(s\) "
+                                         rf"together with {n_other} other\(s\)"):
+        get_recipe("lgt-alg5.1").on_step(model, opt, 0, 10)
+    assert opt.param_groups[0]["lr"] == 0.5
+    # with the bound off there is nothing to cap: the rate stands
+    info = get_recipe("lgt-alg5.1", lr_bound="off").on_step(model, opt, 0, 10)
+    assert info["grade_lr"] == 0.5 and opt.param_groups[0]["lr"] == 0.5
+
+
+def test_recipe_options_are_checked_naming_the_value():
+    cases = [({"gamma": -1.0}, r"gamma=-1\.0; expected a finite number >= 0"),
+             ({"gamma_heads": math.nan}, r"gamma_heads=nan; expected a finite number >= 0"),
+             ({"gamma_coord": "1e-4"}, r"gamma_coord='1e-4'; expected a finite number >= 0"),
+             ({"lambda_max": 0.5}, r"lambda_max=0\.5; expected a finite number > 1"),
+             ({"lambda_max": math.inf}, r"lambda_max=inf; expected a finite number > 1"),
+             ({"clip_norm": 0.0}, r"clip_norm=0\.0; expected a finite number > 0"),
+             ({"lr_margin": True}, r"lr_margin=True; expected a number in \(0, 1\]")]
+    for options, message in cases:
+        with pytest.raises(ValueError, match=message):
+            get_recipe("egt-alg7.1", **options)
+    with pytest.raises(ValueError, match=r"kind='quadratic'; expected one of"):
+        Recipe(kind="quadratic")
+    # λ annealing on an LGT recipe did nothing, silently
+    with pytest.raises(ValueError, match=r"anneal=True: λ is the base of an exponential "
+                                         r"grading, but recipe 'lgt-alg5.1' has kind 'linear'"):
+        get_recipe("lgt-alg5.1", anneal=True)
+    with pytest.raises(ValueError, match=r"lambda_max=3\.0: .* kind 'linear'"):
+        get_recipe("lgt-alg5.1", lambda_max=3.0)
+    ok = get_recipe("egt-alg7.1", gamma=0, lambda_max=3, clip_norm=None)
+    assert (ok.gamma, ok.lambda_max, ok.clip_norm) == (0, 3, None)
+
+
+def test_annealing_resumed_mid_run_continues_the_schedule_to_lambda_max():
+    # a run interrupted after 40 of 100 steps: a fresh model (base λ = 3 from its config) told
+    # that 40 steps are done gets λ_41, as the uninterrupted run had; the last step gets λ_max
+    steps, lam_max = 100, 3.0
+    uninterrupted = lm("exponential", grading_base=lam_max)
+    resumed = lm("exponential", grading_base=lam_max)
+    recipe = get_recipe("egt-alg7.1")
+    opt_a = torch.optim.AdamW(recipe.param_groups(uninterrupted, lr=1e-3, weight_decay=0.0))
+    opt_b = torch.optim.AdamW(recipe.param_groups(resumed, lr=1e-3, weight_decay=0.0))
+    for done in range(41):
+        recipe.on_step(uninterrupted, opt_a, done, steps)
+    info = recipe.on_step(resumed, opt_b, 40, steps)
+    expected = 1.0 + (lam_max - 1.0) * 41 / steps
+    assert info["lambda"] == pytest.approx(expected, rel=1e-12)
+    assert float(resumed.feature_grading.base) == float(uninterrupted.feature_grading.base)
+    assert recipe.on_step(resumed, opt_b, steps - 1, steps)["lambda"] == lam_max
+
+
+def test_grade_lr_follows_the_current_bound_without_a_scheduler():
+    # no scheduler resets the rate: after large grades tightened the bound, smaller grades
+    # must give the rate back (min(η, 0.9/q_max) now), not keep the tightest cap ever applied
+    model = lm("linear")
+    recipe = get_recipe("lgt-alg5.1")
+    opt = torch.optim.AdamW(recipe.param_groups(model, lr=1e-3, weight_decay=0.0, grade_lr=0.5))
+    group = next(g for g in opt.param_groups if g["name"] == "grades")
+    for top, expected in ((3.0, 0.9 / 4.0), (0.0, 0.5), (1.0, 0.45), (7.0, 0.9 / 8.0)):
+        with torch.no_grad():  # f(q) = q + 1: the largest entry of M is top + 1
+            for g in gradings(model).values():
+                g.grades.fill_(0.0).view(-1)[0] = top
+        recipe.on_step(model, opt, 0, 10)
+        assert group["lr"] == pytest.approx(expected)
+    group["lr"] = 0.01  # a rate set by hand (or a scheduler) below the bound stands
+    recipe.on_step(model, opt, 1, 10)
+    assert group["lr"] == 0.01
+
+
+def test_regulariser_gradients_equal_hand_computation():
+    # ∂/∂q γ‖q‖² = 2γq; ∂/∂Q (γ′‖Q‖² + γ_c Σ_i‖Q_i − mean_j Q_j‖²) = 2γ′Q + 2γ_c(Q − mean),
+    # the mean's own derivative summing to zero over the heads
+    model = lm("exponential", grades_per_head=True)
+    feature = model.feature_grading
+    (head,) = head_gradings(model)
+    q = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 0.25, 3.0, 1.0])
+    heads = torch.tensor([[0.0, 1.0, 2.0, 3.0], [1.0, 0.5, 1.0, 2.0]])
+    with torch.no_grad():
+        feature.grades.copy_(q)
+        head.grades.copy_(heads)
+    gamma, gamma_heads, gamma_coord = 0.5, 0.25, 2.0
+    recipe = get_recipe("egt-alg7.1", gamma=gamma, gamma_heads=gamma_heads,
+                        gamma_coord=gamma_coord)
+    recipe.regularization(model).backward()
+    torch.testing.assert_close(feature.grades.grad, 2 * gamma * q)
+    mean = [(heads[0, k] + heads[1, k]) / 2 for k in range(4)]
+    expected = torch.tensor([[2 * gamma_heads * heads[i, k] + 2 * gamma_coord * (heads[i, k]
+                                                                                 - mean[k])
+                              for k in range(4)] for i in range(2)])
+    torch.testing.assert_close(head.grades.grad, expected)
+
+
+def test_grade_groups_are_found_again_when_the_optimizer_gains_a_group():
+    # the grade groups are kept per optimizer (host time per step); a group added later
+    # (torch's add_param_group) must still be capped
+    model = lm("linear", grade_init="warm_start", grade_init_value=0.5)
+    recipe = get_recipe("lgt-alg5.1")
+    grades = [p for n, p in model.named_parameters() if n.endswith("grades")]
+    others = [p for n, p in model.named_parameters() if not n.endswith("grades")]
+    opt = torch.optim.AdamW([{"params": others}], lr=1e-3)
+    recipe.on_step(model, opt, 0, 10)
+    assert opt.param_groups[0]["lr"] == 1e-3  # no grades: nothing capped
+    opt.add_param_group({"params": grades, "lr": 0.5})
+    recipe.on_step(model, opt, 1, 10)
+    q_max = max(float(g.grades.detach().max()) + 1.0 for g in gradings(model).values())
+    assert opt.param_groups[1]["lr"] == pytest.approx(0.9 * (1.0 / q_max))
+    assert opt.param_groups[0]["lr"] == 1e-3

@@ -16,6 +16,7 @@ vector for ``"none"`` and average or sum those.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -102,6 +103,18 @@ def _base_loss(base_loss: BaseLoss) -> Callable[[Tensor, Tensor], Tensor]:
     return _BASE_LOSSES[base_loss]
 
 
+def _elementwise(base_loss: BaseLoss, input: Tensor, target: Tensor) -> Tensor:
+    """ℓ(ŷ, y) elementwise; a callable that reduces (``F.mse_loss`` with its default
+    ``reduction="mean"``) would otherwise be broadcast against the weights and weight nothing."""
+    ell = _base_loss(base_loss)(input, target)
+    if not isinstance(ell, Tensor) or ell.shape != input.shape:
+        got = tuple(ell.shape) if isinstance(ell, Tensor) else type(ell).__name__
+        raise ValueError(f"base_loss returned {got}; expected elementwise losses of the input's "
+                         f"shape {tuple(input.shape)} (a torch.nn.functional loss needs "
+                         "reduction='none')")
+    return ell
+
+
 def graded_mse(input: Tensor, target: Tensor, grades: GradesArg, *,
                reduction: str = "mean") -> Tensor:
     """Graded MSE (000 Eq. 2): (1/n) Σ_i q_i (y_i − ŷ_i)² per vector; elementwise terms
@@ -151,6 +164,8 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
                          reduction: str = "mean") -> Tensor:
     """Graded cross-entropy −Σ_i q_i y_i log ŷ_i (000 §3.3), one value per vector.
 
+    A term with y_i = 0 or q_i = 0 is 0, also where ŷ_i = 0 (0·log 0 = 0).
+
     ``input`` (..., C) holds logits (``from_logits=True``; log-softmax is applied) or
     probabilities. ``target`` is (..., C) class probabilities or (...) class indices; index
     targets equal to ``ignore_index`` are left out of the sum and the mean. The mean is over
@@ -179,12 +194,16 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
         if bool(out_of_range.any()):
             raise ValueError(f"class-index target out of range [0, {c}): got "
                              f"{target[out_of_range][:5].tolist()}")
-        per = -(q.expand_as(logp).gather(-1, idx) * logp.gather(-1, idx)).squeeze(-1)
-        per = torch.where(keep, per, torch.zeros_like(per))
+        q_y = q.expand_as(logp).gather(-1, idx).squeeze(-1)
+        logp_y = logp.gather(-1, idx).squeeze(-1)
+        # a left-out target or a zero weight contributes 0, also where log p = −inf (and no NaN
+        # gradient reaches learnable weights through 0·(−inf))
+        drop = ~keep | (q_y == 0)
+        per = -(q_y * torch.where(drop, torch.zeros_like(logp_y), logp_y))
     else:
         _check(input, target, reduction)
-        terms = q * target * logp
-        per = -torch.where(target == 0, torch.zeros_like(terms), terms).sum(-1)
+        drop = (target == 0) | (q == 0)  # 0·log 0 = 0, as for a zero weight
+        per = -(q * target * torch.where(drop, torch.zeros_like(logp), logp)).sum(-1)
     if reduction == "mean" and keep is not None:
         return per.sum() / keep.sum().clamp(min=1)
     return _reduce(per, reduction)
@@ -212,7 +231,7 @@ def linearly_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
         raise TypeError("linearly_graded_loss got an ExponentialGrading; use "
                         "exponentially_graded_loss for weights λ^q")
     q = _weights(grades, input, what="linearly_graded_loss")
-    return _reduce(q * _base_loss(base_loss)(input, target), reduction)
+    return _reduce(q * _elementwise(base_loss, input, target), reduction)
 
 
 def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
@@ -236,11 +255,12 @@ def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, 
         w = _weights(grades, input, what="exponentially_graded_loss")
     else:
         lam = 2.0 if base is None else float(base)
-        if not lam >= 1.0:
-            raise ValueError(f"exponentially_graded_loss needs base λ >= 1, got base={base!r}")
+        if not 1.0 <= lam < math.inf:
+            raise ValueError(f"exponentially_graded_loss needs a finite base λ >= 1, got "
+                             f"base={base!r}")
         q = _weights(grades, input, what="exponentially_graded_loss")
         w = torch.exp(q * torch.log(torch.tensor(lam, dtype=q.dtype, device=q.device)))
-    return _reduce(w * _base_loss(base_loss)(input, target), reduction)
+    return _reduce(w * _elementwise(base_loss, input, target), reduction)
 
 
 class _GradedLoss(nn.Module):

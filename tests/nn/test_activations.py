@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from graded.algebra import GradedSpace
 from graded.nn import GradedExp, GradedReLU, graded_exp, graded_relu, signed_power
+from graded.nn.activations import DEFAULT_MAX_SLOPE
 
 F64 = torch.float64
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
@@ -98,6 +99,30 @@ def test_signed_power_is_exact_forward_with_capped_slope():
     assert torch.equal(signed_power(ident, 1.0), ident)  # q = 1 is the identity, bit for bit
 
 
+def test_slope_of_powers_at_least_one_is_exact_at_large_inputs():
+    # the slope cap guards the infinite slope of |x|^p, p < 1, at 0; for p >= 1 the slope
+    # p|x|^{p-1} at a large |x| is the true derivative and must not be cut at max_slope
+    x = torch.tensor([-100.0, 50.0, 3.0], dtype=F64, requires_grad=True)
+    q = torch.tensor([0.25, 0.5, 0.1], dtype=F64)  # p = 1/q = 4, 2, 10
+    for mode in ("abs", "threshold", "odd"):
+        x.grad = None
+        graded_relu(x, q, mode=mode).sum().backward()
+        p = [4.0, 2.0, 10.0]
+        slopes = [pi * abs(v) ** (pi - 1) for pi, v in zip(p, x.tolist())]
+        signs = [-1.0, 1.0, 1.0] if mode == "abs" else [1.0, 1.0, 1.0]
+        if mode == "threshold":  # relu of the odd power: zero slope where x < 0
+            signs[0] = 0.0
+        expected = torch.tensor([s * d for s, d in zip(signs, slopes)], dtype=F64)
+        torch.testing.assert_close(x.grad, expected)
+        assert float(x.grad.abs().max()) > DEFAULT_MAX_SLOPE  # 4·10^6 and 1.97·10^5 exceed it
+    # the cap still applies to p < 1 near 0
+    z = torch.tensor([1e-30], dtype=F64, requires_grad=True)
+    signed_power(z, 0.5, max_slope=7.0).sum().backward()
+    assert float(z.grad) == 7.0
+    with pytest.raises(ValueError, match=r"max_slope must be a positive number, got -1\.0"):
+        signed_power(z, 0.5, max_slope=-1.0)
+
+
 @pytest.mark.parametrize("mode", ["abs", "threshold", "odd"])
 def test_gradcheck_graded_relu_wrt_input_and_grades(mode):
     x = torch.tensor([[-1.3, 0.4, 2.2], [0.8, -0.6, 1.7]], dtype=F64, requires_grad=True)
@@ -127,6 +152,8 @@ def test_bad_grades_raise_errors_naming_the_value():
         GradedReLU([1.0, -2.0])
     with pytest.raises(ValueError, match="expected 2 features"):
         GradedExp([1.0, 2.0])(torch.ones(3))
+    with pytest.raises(ValueError, match="finite max_slope > 0, got 0"):
+        GradedReLU([1.0, 2.0], max_slope=0)
 
 
 def test_learnable_activation_grades_below_the_floor_stay_finite():

@@ -58,6 +58,17 @@ def test_graded_neuron_of_lambda_action_equals_neuron_with_scaled_weights(grades
     torch.testing.assert_close(layer(GradedSpace(grades).act(lam, x)), scaled(x))
 
 
+def test_graded_linear_weight_gradient_is_exact_for_large_weights():
+    # d/dw (w^3 x) = 3 w^2 x = 3·10^4 at w = 100, x = 1: above the slope cap that guards w^q,
+    # q < 1, at w = 0, and the true derivative
+    layer = GradedLinear(2, 1, [3.0, 0.5], bias=False, dtype=F64)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[100.0, 4.0]], dtype=F64))
+    layer(torch.ones(1, 2, dtype=F64)).sum().backward()
+    torch.testing.assert_close(layer.weight.grad,
+                               torch.tensor([[3 * 100.0**2, 0.5 * 4.0**-0.5]], dtype=F64))
+
+
 def test_graded_linear_gradients_are_finite_at_zero_weights():
     layer = GradedLinear(3, 2, [0.5, 1.0, 2.0], learnable_grades=True)
     with torch.no_grad():
@@ -126,6 +137,33 @@ def test_multiplicative_layer_zero_factor_gives_bias_and_finite_gradients():
     torch.testing.assert_close(out, layer.bias.detach().reshape(1, 1))
     out.sum().backward()
     assert torch.isfinite(x.grad).all() and torch.isfinite(layer.grades.grad).all()
+
+
+@pytest.mark.parametrize("sign_mode", ["odd", "power"])
+def test_multiplicative_layer_gradient_at_a_zero_factor_is_the_polynomial_derivative(sign_mode):
+    # with integer grades and sign_mode power (odd: grades 1 and 3) the neuron is the monomial
+    # Π (w_i x_i)^{q_i}; at a zero factor of grade 1 its derivative is the product of the
+    # other factors (ReLU features and one-hot inputs are exactly 0), not 0
+    q = [1, 1, 2] if sign_mode == "power" else [1, 1, 3]
+    layer = MultiplicativeGradedLinear(3, 2, [float(g) for g in q], bias=False,
+                                       sign_mode=sign_mode, dtype=F64)
+    w = [[2.0, 3.0, 0.5], [-1.5, 0.75, 2.0]]
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor(w, dtype=F64))
+    rows = [[0.0, 1.5, -2.0], [0.7, 0.0, 1.1], [0.0, 0.0, 1.3], [0.4, -1.2, 0.0], [0.3, 0.6, 0.9]]
+    x = torch.tensor(rows, dtype=F64, requires_grad=True)
+    layer(x).sum().backward()
+
+    def d_dx(row, k):  # Σ_j ∂/∂x_k Π_i (w_ji x_i)^{q_i}, by hand
+        total = 0.0
+        for wj in w:
+            rest = math.prod((wj[i] * row[i]) ** q[i] for i in range(3) if i != k)
+            total += q[k] * wj[k] * (wj[k] * row[k]) ** (q[k] - 1) * rest
+        return total
+
+    expected = [[d_dx(row, k) for k in range(3)] for row in rows]
+    torch.testing.assert_close(x.grad, torch.tensor(expected, dtype=F64))
+    assert x.grad[0, 0] != 0 and x.grad[1, 1] != 0  # grade-1 zero factors carry a slope
 
 
 def test_multiplicative_layer_log_space_avoids_intermediate_underflow():
@@ -211,6 +249,10 @@ def test_bad_arguments_raise_errors_naming_the_value():
         GradedLinear(3, 2)(torch.ones(2, 4))
     with pytest.raises(ValueError, match="activation"):
         InputGradedLinear(2, 2, activation="swish")
+    with pytest.raises(ValueError, match=r"finite max_slope > 0, got -1\.0"):
+        GradedLinear(2, 2, max_slope=-1.0)
+    with pytest.raises(ValueError, match=r"finite min_grade > 0, got 0\.0"):
+        GradedLinear(2, 2, learnable_grades=True, min_grade=0.0)
 
 
 # -- GradedMLP ---------------------------------------------------------------------------------

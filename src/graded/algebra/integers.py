@@ -11,6 +11,7 @@ found without factoring), so :func:`factorize` uses trial division, a Miller–R
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from collections.abc import Sequence
 
@@ -104,6 +105,12 @@ def weighted_gcd(x: Sequence[int], grades: Sequence[int]) -> int:
     """
     if len(x) != len(grades):
         raise ValueError(f"x has {len(x)} coordinates but there are {len(grades)} grades")
+    for i, q in enumerate(grades):
+        if not _is_integral(q) or q <= 0:
+            raise ValueError(f"weighted_gcd needs positive integer grades, got {q!r} at index {i}")
+    for i, v in enumerate(x):
+        if not _is_integral(v):
+            raise ValueError(f"weighted_gcd needs integer coordinates, got {v!r} at index {i}")
     support = [(int(v), int(q)) for v, q in zip(x, grades) if v != 0]
     if not support:
         raise ValueError(f"the zero tuple {tuple(x)!r} has no weighted gcd")
@@ -115,6 +122,13 @@ def weighted_gcd(x: Sequence[int], grades: Sequence[int]) -> int:
         e = min(_valuation(v, p) // q for v, q in support)
         d *= p**e
     return d
+
+
+def _is_integral(v: object) -> bool:
+    """An int, or a real number with an integer value (2.0); not a bool."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return False
+    return isinstance(v, numbers.Integral) or (math.isfinite(v) and float(v).is_integer())
 
 
 def _valuation(v: int, p: int) -> int:

@@ -30,6 +30,11 @@ def _check_matrix(matrix: Tensor, source: GradedSpace, target: GradedSpace) -> N
             f"a map V_q → V_r needs a matrix of shape (..., {target.dim}, {source.dim}) "
             f"(target dim, source dim), got {tuple(matrix.shape)}"
         )
+    bad = ~torch.isfinite(matrix.detach())
+    if bool(bad.any()):  # |NaN| > atol is False: a NaN entry would pass as a zero
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(f"matrix entries must be finite, got {matrix[index].item()!r} at "
+                         f"index {index}")
 
 
 def degree_mask(source: GradedSpace, target: GradedSpace, degree: float, *,
@@ -96,17 +101,22 @@ def _check_vectors(space: GradedSpace, vectors: Tensor) -> None:
 def is_invariant_subspace(space: GradedSpace, vectors: Tensor, *, rtol: float = 1e-9) -> bool:
     """000 Lemma 2.4 (i): is W = span(rows) invariant under λ⋆ for every λ ≠ 0?
 
-    Tested through the action itself: for λ = 2 the operator diag(2^{q_i}) has one eigenvalue
-    per distinct grade, and a subspace invariant under a diagonalisable operator is the sum of
-    its intersections with the eigenspaces; so invariance under λ = 2 already forces
-    W = ⊕_d (W ∩ V_d), which is invariant under every λ. The test is rank[W; 2⋆W] = rank W.
+    λ⋆ = Σ_d λ^d P_d with P_d the projection onto V_d, and each P_d is a combination of the
+    operators λ⋆ for as many λ as there are distinct grades (a Vandermonde system), so W is
+    invariant under every λ⋆ iff P_d W ⊆ W for every grade d. The test is
+    rank[B; P_d B for every d] = rank B for an orthonormal basis B of W. Testing with one λ
+    instead (say λ = 2) is equivalent in exact arithmetic but fails in floating point when the
+    grades are far apart: 2^{30} next to 2^0 makes a non-invariant W look invariant.
     """
     _check_vectors(space, vectors)
     b = _basis(vectors, rtol)
     if b.shape[0] == 0:
         return True
-    moved = space.act(2.0, b)
-    stacked = torch.cat([b, moved], 0)
+    parts = [b]
+    for d in space.distinct_grades:
+        keep = torch.tensor([g == d for g in space.grades], dtype=b.dtype, device=b.device)
+        parts.append(b * keep)
+    stacked = torch.cat(parts, 0)
     s = torch.linalg.svdvals(stacked)
     return int((s > rtol * float(s.max()) * max(stacked.shape)).sum()) == b.shape[0]
 

@@ -105,11 +105,25 @@ class GradedSpace:
     def act(self, lam: float | Tensor, x: Tensor) -> Tensor:
         """λ⋆x = (λ^{q_0} x_0, ..., λ^{q_{n-1}} x_{n-1}).
 
-        ``lam`` is a number or a tensor broadcastable to ``x.shape[:-1]`` (one λ per vector).
-        λ = 0 is rejected (it is not in F^×); λ < 0 needs integer grades.
+        ``lam`` is a number or a tensor broadcastable to ``x.shape[:-1]`` (one λ per vector);
+        a shape that would enlarge the batch (a column (n, 1) for x of shape (n, d)) is an
+        error, as is an integer x. λ = 0 is rejected (it is not in F^×); λ < 0 needs integer
+        grades.
         """
         self._check(x)
+        if not x.is_floating_point():
+            raise TypeError(f"the action needs a floating-point x (λ^q is real), got {x.dtype}")
         lam_t = torch.as_tensor(lam, dtype=x.dtype, device=x.device)
+        batch = tuple(x.shape[:-1])
+        try:
+            fits = torch.broadcast_shapes(lam_t.shape, batch) == batch
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"λ has shape {tuple(lam_t.shape)}; the action needs one λ per vector, a shape "
+                f"that broadcasts to x.shape[:-1] = {batch} (x has shape {tuple(x.shape)})"
+            )
         if bool((lam_t == 0).any()):
             raise ValueError(f"the action needs λ ≠ 0 (λ ∈ F^×), got λ={lam!r}")
         if not bool(torch.isfinite(lam_t).all()):
@@ -187,13 +201,11 @@ class GradedSpace:
         """N_w(x) = (Σ_i |x_i|^{w/q_i})^{1/w}, homogeneous of degree 1: N(λ⋆x) = |λ| N(x).
 
         Needs q_i > 0 and w > 0 (``math.inf`` gives max_i |x_i|^{1/q_i}). Computed as
-        m·(Σ (a_i/m)^w)^{1/w} with a_i = |x_i|^{1/q_i} and m = max a_i, which cannot overflow.
+        m·(Σ (a_i/m)^w)^{1/w} with a_i = |x_i|^{1/q_i} and m = max a_i, which cannot overflow
+        in the sum (N itself, and a_i for q_i < 1, are outside the dtype's range when they are).
         """
         self._check(x)
-        self._require_positive("the homogeneous norm")
-        w = self.default_w() if w is None else float(w)
-        if not w > 0:
-            raise ValueError(f"the homogeneous norm needs an exponent w > 0, got w={w!r}")
+        w = self._norm_exponent(w)
         zero = x == 0
         xs = torch.where(zero, torch.ones_like(x), x).abs()
         a = torch.where(zero, torch.zeros_like(x), xs ** (1.0 / self.grade_tensor(x)))
@@ -206,6 +218,13 @@ class GradedSpace:
         n = m_safe * total ** (1.0 / w)
         return torch.where(m > 0, n, torch.zeros_like(n)).squeeze(-1)
 
+    def _norm_exponent(self, w: float | None) -> float:
+        self._require_positive("the homogeneous norm")
+        w = self.default_w() if w is None else float(w)
+        if not w > 0:
+            raise ValueError(f"the homogeneous norm needs an exponent w > 0, got w={w!r}")
+        return w
+
     # -- weighted projective normal forms ----------------------------------------------------
     def _support_gcd_grades(self, x: Tensor) -> Tensor:
         """Per vector, grades divided by the gcd of the grades on the support of x."""
@@ -217,11 +236,28 @@ class GradedSpace:
         return q // g.clamp(min=1).unsqueeze(-1)
 
     def normalize(self, x: Tensor, w: float | None = None) -> Tensor:
-        """(1/N(x))⋆x: the point of the ℝ_{>0}-orbit of x with homogeneous norm 1."""
-        n = self.homogeneous_norm(x, w)
-        if bool((n == 0).any()):
+        """(1/N(x))⋆x: the point of the ℝ_{>0}-orbit of x with homogeneous norm 1.
+
+        Computed in log space, y_i = sgn(x_i)·exp(ln|x_i| − q_i ln N) with
+        ln N = (1/w) logsumexp_i(w ln|x_i| / q_i), so that no intermediate leaves the dtype's
+        range: the factor N^{−q_i} of (1/N)⋆x is ∞ in float32 already for N = 10^{−30},
+        q_i = 2 (and ∞·0 made zero coordinates NaN), and N or |x_i|^{1/q_i} themselves can
+        under- or overflow (q_i < 1) while y cannot, as |y_i| ≤ 1.
+        """
+        self._check(x)
+        w = self._norm_exponent(w)
+        q = self.grade_tensor(x)
+        zero = x == 0
+        log_x = torch.log(torch.where(zero, torch.ones_like(x), x).abs())
+        log_a = torch.where(zero, torch.full_like(x, -math.inf), log_x / q)
+        if math.isinf(w):
+            log_n = log_a.amax(-1, keepdim=True)
+        else:
+            log_n = torch.logsumexp(w * log_a, -1, keepdim=True) / w
+        if bool(torch.isneginf(log_n).any()):
             raise ValueError("the zero vector is not a point of a weighted projective space")
-        return self.act(1.0 / n, x)
+        y = torch.sign(x) * torch.exp(log_x - q * log_n)
+        return torch.where(zero, torch.zeros_like(y), y)
 
     def normal_form(self, x: Tensor, w: float | None = None, *, closure: bool = False) -> Tensor:
         """Canonical representative of the orbit of x ≠ 0 (a point of weighted projective space).

@@ -7,12 +7,15 @@
 - the exponential graded activation exp(x_i/q_i) − 1 (000 Eq. 1), computed with ``expm1``.
 
 |x|^p has an infinite slope at x = 0 when p < 1 (that is, q > 1 for the graded ReLU). The powers
-here are exact in the forward pass, and their derivative p|x|^{p−1} is capped in magnitude at
-``max_slope`` (default 1e4), so gradients are finite at and near 0; the derivative with respect
-to the exponent, y·ln|x|, is taken as its limit 0 at x = 0.
+here are exact in the forward pass, and for p < 1 their derivative p|x|^{p−1} is capped in
+magnitude at ``max_slope`` (default 1e4), so gradients are finite at and near 0; for p ≥ 1 the
+slope is bounded near 0 and is left exact (a large slope at a large |x| is the true derivative).
+The derivative with respect to the exponent, y·ln|x|, is taken as its limit 0 at x = 0.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -53,7 +56,10 @@ class _Power(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             slope = p * torch.pow(a, p - 1)
             slope = torch.where(p == 0, torch.zeros_like(slope), slope)
-            slope = slope.clamp(-ctx.max_slope, ctx.max_slope)
+            # only p < 1 has an unbounded slope (at x = 0); for p >= 1 a large slope at a large
+            # |x| is the true derivative and stands
+            capped = slope.clamp(-ctx.max_slope, ctx.max_slope)
+            slope = torch.where(p < 1, capped, slope)
             if not ctx.odd:
                 slope = slope * torch.sign(x)
             grad_x = (grad * slope).sum_to_size(x.shape)
@@ -69,10 +75,13 @@ def signed_power(x: Tensor, p: Tensor | float, *, odd: bool = True,
     """sgn(x)|x|^p (``odd=True``) or |x|^p (``odd=False``), elementwise with broadcasting.
 
     The forward value is exact (``torch.pow``; p = 1 returns x itself). The derivative in x is
-    p|x|^{p−1} capped at ``max_slope`` in magnitude, so it stays finite at 0; the derivative in p
+    p|x|^{p−1}, capped at ``max_slope`` in magnitude where p < 1, so it stays finite at 0 (for
+    p ≥ 1 it is exact: finite at 0, and not cut off at a large |x|); the derivative in p
     is y·ln|x| (0 at x = 0). This is how the graded layers define w^q for negative w and
     non-integer q (000 §3 leaves it undefined): the odd extension sgn(w)|w|^q.
     """
+    if not float(max_slope) > 0:
+        raise ValueError(f"max_slope must be a positive number, got {max_slope!r}")
     p_t = torch.as_tensor(p, dtype=x.dtype, device=x.device)
     return _Power.apply(x, p_t, odd, float(max_slope))
 
@@ -165,6 +174,8 @@ class GradedReLU(_GradedActivation):
                  dtype: torch.dtype | None = None) -> None:
         if mode not in RELU_MODES:
             raise ValueError(f"mode must be one of {RELU_MODES}, got {mode!r}")
+        if not 0 < float(max_slope) < math.inf:
+            raise ValueError(f"GradedReLU needs a finite max_slope > 0, got {max_slope!r}")
         super().__init__(grades, learnable, features, device, dtype)
         self.mode, self.max_slope = mode, max_slope
 

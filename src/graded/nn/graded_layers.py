@@ -14,6 +14,7 @@ w = 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -100,6 +101,9 @@ class GradedLinear(_LinearBase):
         super().__init__(in_features, out_features, bias, device, dtype)
         _grade_storage(self, grades, in_features, learnable_grades, device,
                        dtype or self.weight.dtype, "GradedLinear")
+        for name, v in (("max_slope", max_slope), ("min_grade", min_grade)):
+            if not 0 < float(v) < math.inf:
+                raise ValueError(f"GradedLinear needs a finite {name} > 0, got {v!r}")
         self.max_slope, self.min_grade = max_slope, float(min_grade)
 
     def effective_weight(self) -> Tensor:
@@ -129,8 +133,11 @@ class MultiplicativeGradedLinear(_LinearBase):
     - ``"power"``: the real power sgn(u)^{q}|u|^q, which needs integer grades;
     - ``"abs"``: |u|^q (signs dropped).
 
-    A factor that is exactly 0 makes the product 0; its gradient is taken as 0 there (the
-    subgradient convention), so gradients stay finite. With b = 0 and λ > 0,
+    A factor that is exactly 0 makes the product 0. Its gradients are the true derivatives where
+    they exist: with one zero factor u_k of grade q_k = 1 (``"odd"``, ``"power"``) the slope in
+    u_k is the product of the other factors; for q_k > 1, or with two zero factors, it is 0.
+    Where the derivative is infinite (q_k < 1) or absent (|u| in ``"abs"``) it is taken as 0,
+    so gradients stay finite. With b = 0 and λ > 0,
     β(λ⋆x) = λ^{Σ q_i²} β(x) (000 §3).
     """
 
@@ -169,7 +176,18 @@ class MultiplicativeGradedLinear(_LinearBase):
         else:
             neg = torch.zeros_like(mag, dtype=torch.int64)
         sign = 1.0 - 2.0 * torch.remainder(neg, 2).to(mag.dtype)
-        out = torch.where(zero.any(-1), torch.zeros_like(mag), sign * mag)
+        rest = sign * mag  # the product of the non-zero factors
+        n_zero = zero.sum(-1)
+        if self.sign_mode != "abs":
+            # one zero factor u_k of grade 1: the product is rest·u_k, smooth at u_k = 0 with
+            # slope rest (q_k > 1: slope 0; q_k < 1: infinite, taken as 0). The term below is 0
+            # in value and carries that slope; two or more zero factors have slope 0.
+            unit = zero & (self.grades.detach() == 1)
+            linear = torch.where(unit, u, torch.zeros_like(u)).sum(-1)
+            out = torch.where(n_zero == 0, rest,
+                              torch.where(n_zero == 1, rest * linear, torch.zeros_like(mag)))
+        else:  # |u| has no derivative at 0; its subgradient 0 is used
+            out = torch.where(n_zero == 0, rest, torch.zeros_like(mag))
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:

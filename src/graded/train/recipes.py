@@ -14,6 +14,12 @@ A recipe says how grades are optimised; the trainer calls it at four points:
   grade), recomputed from the current grades (over feature and head grades); with
   ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound;
   where the bound is infinite (q_max ≤ 0 for LGT, λ_t = 1 for EGT) the scheduled rate stands.
+  It caps the ``grades`` group of :meth:`Recipe.param_groups` and any other optimizer group
+  that holds learnable grades (an optimizer built by hand); a group that mixes grades with
+  other parameters is refused (ValueError), as its rate cannot bound the grades alone. The
+  scheduled rate is the group's rate as a scheduler (or the user) last set it: without a
+  scheduler, a bound that loosens again gives the rate back (the group keeps ``scheduled_lr``
+  and ``capped_lr`` to tell the two apart).
   For EGT it also projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are
   the grades used;
 - :meth:`Recipe.loss_weights` — the graded loss the algorithms minimise (000 Def 5.37,
@@ -54,6 +60,8 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 from __future__ import annotations
 
 import math
+import numbers
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -67,12 +75,25 @@ from graded.transformer.graded import feature_grading, gradings
 __all__ = [
     "LR_BOUNDS",
     "RECIPES",
+    "RECIPE_KINDS",
     "Recipe",
     "anneal_lambda",
     "coordination_penalty",
     "get_recipe",
     "grade_lr_bound",
 ]
+
+
+#: Recipe kinds: plain (None), LGT (``"linear"``), EGT (``"exponential"``).
+RECIPE_KINDS = (None, "linear", "exponential")
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+# optimizer -> (signature of its groups, model and lr_bound; indices of its grade groups)
+_GRADE_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def anneal_lambda(step: int, total_steps: int, lambda_max: float) -> float:
@@ -125,8 +146,28 @@ class Recipe:
             object.__setattr__(self, "lr_bound", "off")
         if self.lr_bound not in LR_BOUNDS:
             raise ValueError(f"lr_bound={self.lr_bound!r}; expected one of {LR_BOUNDS}")
-        if not 0.0 < self.lr_margin <= 1.0:
+        if self.kind not in RECIPE_KINDS:
+            raise ValueError(f"kind={self.kind!r}; expected one of {RECIPE_KINDS}")
+        if not _is_number(self.lr_margin) or not 0.0 < self.lr_margin <= 1.0:
             raise ValueError(f"lr_margin={self.lr_margin!r}; expected a number in (0, 1]")
+        for name in ("gamma", "gamma_heads", "gamma_coord"):
+            v = getattr(self, name)
+            if not _is_number(v) or not 0.0 <= v < math.inf:
+                raise ValueError(f"{name}={v!r}; expected a finite number >= 0 (a negative "
+                                 "weight would reward large grades)")
+        if self.lambda_max is not None and (
+                not _is_number(self.lambda_max) or not 1.0 < self.lambda_max < math.inf):
+            raise ValueError(f"lambda_max={self.lambda_max!r}; expected a finite number > 1 "
+                             "(λ is annealed from 1 up to it), or None for the model's base")
+        if self.kind != "exponential" and (self.anneal or self.lambda_max is not None):
+            given = "anneal=True" if self.anneal else f"lambda_max={self.lambda_max!r}"
+            raise ValueError(f"{given}: λ is the base of an exponential grading, but recipe "
+                             f"{self.name!r} has kind {self.kind!r}; annealing is for "
+                             "egt-alg7.1")
+        if self.clip_norm is not None and (
+                not _is_number(self.clip_norm) or not 0.0 < self.clip_norm < math.inf):
+            raise ValueError(f"clip_norm={self.clip_norm!r}; expected a finite number > 0, or "
+                             "None for no clipping")
 
     def check(self, model: nn.Module) -> None:
         """Refuses a model whose grading this recipe does not train: an LGT recipe needs linear
@@ -250,6 +291,7 @@ class Recipe:
         gs = list(gradings(model).values()) if self.kind is not None else []
         if not gs:
             return lambda: {}
+        capped = self._grade_groups(model, optimizer)
         lam = None
         queued = []
         with torch.no_grad():
@@ -277,27 +319,77 @@ class Recipe:
             nonlocal done
             if done is None:
                 read = _read_host(values)  # q_max, then a fixed λ
-                done = self._cap_grade_lr(optimizer, read[0], lam if lam is not None
+                done = self._cap_grade_lr(optimizer, capped, read[0], lam if lam is not None
                                           else read[1] if len(read) > 1 else None)
             return done
 
         return finish
 
-    def _cap_grade_lr(self, optimizer: torch.optim.Optimizer, q_max: float,
+    def _grade_groups(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> list[int]:
+        """Indices of the optimizer's groups that hold grades: the ``grades`` group of
+        :meth:`param_groups`, and any other group holding a grading's grades (an optimizer
+        built without :meth:`param_groups`), whose rate the bound then caps too. A group that
+        mixes grades with other parameters cannot be capped alone: ValueError.
+
+        Kept per optimizer while its groups (their first parameter, size and name), the model
+        and ``lr_bound`` stay the same: finding them walks every parameter, a few hundred
+        microseconds of host time per step on a 12-layer model."""
+        groups = optimizer.param_groups
+        signature = (id(model), self.lr_bound, tuple(
+            (id(g["params"][0]) if g["params"] else None, len(g["params"]), g.get("name"))
+            for g in groups))
+        kept = _GRADE_GROUPS.get(optimizer)
+        if kept is not None and kept[0] == signature:
+            return kept[1]
+        found = self._find_grade_groups(model, optimizer)
+        _GRADE_GROUPS[optimizer] = (signature, found)
+        return found
+
+    def _find_grade_groups(self, model: nn.Module, optimizer: torch.optim.Optimizer
+                           ) -> list[int]:
+        grade_ids = {id(p) for n, p in model.named_parameters() if is_grade_parameter(n)}
+        grade_ids |= {id(g.grades) for g in gradings(model).values() if g.learnable}
+        found = []
+        for i, group in enumerate(optimizer.param_groups):
+            params = group["params"]
+            held = sum(id(p) in grade_ids for p in params)
+            if group.get("name") != "grades" and held == 0:
+                continue
+            if held < len(params) and self.lr_bound == "paper":
+                name = group.get("name", f"#{i}")
+                raise ValueError(
+                    f"recipe {self.name!r}: optimizer group {name!r} holds {held} grade "
+                    f"parameter(s) together with {len(params) - held} other(s); the grade "
+                    "learning-rate bound needs the grades in a group of their own (build the "
+                    "optimizer from recipe.param_groups(model, ...), or set lr_bound: off)")
+            found.append(i)
+        return found
+
+    def _cap_grade_lr(self, optimizer: torch.optim.Optimizer, groups: list[int], q_max: float,
                       lam: float | None) -> dict[str, float]:
-        """Cap the grades' learning rate by the bound at ``q_max`` (and λ for EGT); the values
-        to log."""
+        """Cap the learning rate of the grade ``groups`` by the bound at ``q_max`` (and λ for
+        EGT); the values to log."""
         logged: dict[str, float] = {}
         if self.kind == "exponential":
             logged["lambda"] = lam
         bound = grade_lr_bound(self.kind, q_max, lam)
         logged["q_max"] = q_max
         logged["grade_lr_bound"] = bound if math.isfinite(bound) else -1.0
-        for group in optimizer.param_groups:
-            if group.get("name") == "grades":
-                if self.lr_bound == "paper" and math.isfinite(bound):
-                    group["lr"] = min(group["lr"], self.lr_margin * bound)
-                logged["grade_lr"] = group["lr"]
+        for i in groups:
+            group = optimizer.param_groups[i]
+            if self.lr_bound == "paper":
+                # the rate to cap is the scheduled one: what a scheduler (or the user) set since
+                # the last cap, else the rate the last cap started from, so that a bound that
+                # loosens again (smaller grades) gives the rate back without a scheduler
+                lr = group["lr"]
+                scheduled = (group["scheduled_lr"] if lr == group.get("capped_lr", math.nan)
+                             else lr)
+                if math.isfinite(bound):
+                    lr = min(scheduled, self.lr_margin * bound)
+                else:
+                    lr = scheduled
+                group.update(lr=lr, scheduled_lr=scheduled, capped_lr=lr)
+            logged["grade_lr"] = max(logged.get("grade_lr", 0.0), group["lr"])
         return logged
 
 

@@ -85,3 +85,25 @@ def test_module_entry_point_shows_help(capsys):
         main(["--help"])
     assert exit_info.value.code == 0
     assert "python -m graded.search.patternboost" in capsys.readouterr().out
+
+
+def test_an_option_the_problem_does_not_take_is_a_one_line_error_naming_it(tmp_path, capsys):
+    # --pattern belongs to the permanent problem; elsewhere it used to end in a TypeError
+    # traceback from the problem's constructor, after the run folder had been written
+    from graded.cli import main
+
+    out = tmp_path / "run"
+    assert main(["search", "patternboost", "--problem", "hypercube", "--n", "3", "--pattern",
+                 "123", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "problem_options={'pattern': '123'} is invalid" in err
+    assert "options of problem 'hypercube', not 'pattern'; allowed keys: bits_per_token" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("pattern", ["abc", "1,2,3", "1234", "113"])
+def test_a_bad_pattern_names_the_value_and_what_is_expected(pattern):
+    from graded.search.patternboost.permanent import PatternAvoidingPermanent
+
+    with pytest.raises(ValueError, match=f"permutation of 1, 2, 3.*got '{pattern}'"):
+        PatternAvoidingPermanent(3, pattern=pattern)

@@ -162,3 +162,79 @@ def test_config_errors_name_the_field_the_value_and_what_is_allowed():
     with pytest.raises(ValueError, match=r"PatternBoostConfig\.rounds=-1 is invalid"):
         config.rounds = -1
     assert config.rounds == 20 and PatternBoostConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_stop_at_score_that_no_score_can_reach_is_refused(value):
+    # every comparison with NaN is false: the rule silently never stopped the run
+    with pytest.raises(ValueError, match=rf"PatternBoostConfig\.stop_at={value!r} is invalid: "
+                                         r"expected None or a finite score"):
+        PatternBoostConfig(stop_at=value)
+    assert PatternBoostConfig(stop_at=12).stop_at == 12.0
+
+
+def test_options_of_another_problem_are_refused_with_the_allowed_keys():
+    with pytest.raises(ValueError, match=r"PatternBoostConfig\.problem_options=\{'pattern': "
+                                         r"'123'\} is invalid: expected options of problem "
+                                         r"'c4-free', not 'pattern'; allowed keys: "
+                                         r"bits_per_token"):
+        PatternBoostConfig(problem="c4-free", problem_options={"pattern": "123"})
+    config = PatternBoostConfig(problem="permanent", problem_options={"pattern": "123"})
+    assert config.problem_options == {"pattern": "123"}
+
+
+def _has_four_cycle(a) -> bool:
+    """Brute force: some 4 distinct vertices i-j-k-l-i joined in a cycle."""
+    import itertools
+
+    return any(a[i][j] and a[j][k] and a[k][l] and a[l][i]
+               for i, j, k, l in itertools.permutations(range(len(a)), 4))
+
+
+def test_global_only_never_reports_an_object_that_violates_the_constraint(tmp_path, monkeypatch):
+    # An 8-vertex 4-cycle-free graph with ex(8; C4) = 11 edges, plus the edge (2, 4) that closes
+    # exactly one 4-cycle: 12 edges, score 12 - 2 = 10. That is what a model trained on extremal
+    # graphs samples, and it ties with a valid 10-edge graph; the unrepaired sample used to be
+    # reported as the best object ("12 edges, score 10").
+    from graded.search.patternboost.graphs import C4Free
+
+    edges = [(0, 3), (0, 5), (0, 7), (1, 2), (1, 5), (1, 6), (2, 6), (3, 4), (3, 5), (4, 6),
+             (6, 7), (2, 4)]
+    bad = [[0] * 8 for _ in range(8)]
+    for i, j in edges:
+        bad[i][j] = bad[j][i] = 1
+    assert _has_four_cycle(bad)
+    problem = C4Free(8)
+    tokens = problem.encode(torch.tensor(bad).numpy().astype("uint8"))
+    assert problem.score(problem.decode(tokens)) == 10.0
+    monkeypatch.setattr(pb_model, "sample_sequences",
+                        lambda model, count, *args, **kwargs: [list(tokens)] * count)
+    config = dict(problem="c4-free", n=8, mode="global-only", initial=1, keep=2,
+                  database_size=10, samples=2, train_steps=1, batch_size=2, model=TINY_MODEL,
+                  progress=False)
+    # a seed whose single initial local search stops at 10 edges, so the sample ties the best
+    seed = next(s for s in range(50) if run_patternboost(
+        PatternBoostConfig(**config, seed=s, rounds=0), tmp_path / f"r0-{s}").best_score <= 10)
+    result = run_patternboost(PatternBoostConfig(**config, seed=seed, rounds=1), tmp_path / "run")
+    entries = json.loads((tmp_path / "run" / "state.json").read_text())["database"]["entries"]
+    assert any(tuple(e[2]) == tuple(tokens) for e in entries)  # the sample did enter
+    best = result.best_object
+    assert not _has_four_cycle(best.tolist())
+    assert result.best_score == best.sum() // 2 == result.metrics[-1]["best"]
+
+
+def test_database_keeps_and_reports_only_valid_objects_as_best():
+    from graded.search.patternboost.database import Database
+
+    db = Database(2)
+    db.add("valid", 5.0, [1])
+    db.add("a", 9.0, [2], valid=False)
+    db.add("b", 8.0, [3], valid=False)
+    db.prune()  # the two best are invalid: the best valid one stays in place of the second
+    assert sorted(e.key for e in db.sorted()) == ["a", "valid"]
+    assert db.best() == 5.0 and db.best_entry().key == "valid"
+    restored = Database.from_json(json.loads(json.dumps(db.to_json())))
+    assert [(e.key, e.valid) for e in restored.sorted()] == [("a", False), ("valid", True)]
+    # a state written before validity was recorded holds local-search results: all valid
+    old = Database.from_json({"capacity": 3, "entries": [["x", 1.0, [0]]]})
+    assert old.best_entry().valid and old.best() == 1.0

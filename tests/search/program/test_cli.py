@@ -19,3 +19,35 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "unknown problem 'nope'" in capsys.readouterr().err
     assert main(["search", "program", "--proposer", "openai", "--out", str(tmp_path / "y")]) == 2
     assert "--base-url" in capsys.readouterr().err
+
+
+def test_an_endpoint_that_fails_ends_the_cli_with_one_line_not_a_traceback(tmp_path, capsys):
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Refuses(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        code = main(["search", "program", "--problem", "cap-set", "--n", "2", "--budget", "2",
+                     "--workers", "1", "--proposer", "openai", "--model", "m", "--base-url",
+                     f"http://127.0.0.1:{httpd.server_address[1]}/v1",
+                     "--out", str(tmp_path / "run")])
+    finally:
+        httpd.shutdown()
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the progress bar
+    assert code == 1 and "Traceback" not in err
+    assert last.startswith("graded: error: the openai proposer stopped the search")
+    assert "HTTP 401" in last
+    assert main(["search", "program", "--proposer", "openai", "--model", "m", "--base-url",
+                 "http://127.0.0.1:1/v1", "--max-requests", "0", "--out", str(tmp_path / "z")]) == 2
+    assert "max_requests=0; expected an integer >= 1" in capsys.readouterr().err

@@ -136,3 +136,86 @@ def test_several_file_skeletons_are_checked():
         parse_skeleton({"main.py": FILES["main.py"], "pkg/helper.py": FILES["helper.py"]})
     with pytest.raises(ValueError, match="no evolvable block"):
         parse_skeleton({"main.py": FILES["main.py"]})
+
+
+def test_evaluating_a_program_that_forges_its_result_file_reports_a_failure():
+    # a wrong number of artefacts used to reach the verifier's zip and come back as a
+    # misnamed "non_finite"; a non-object result used to raise in the parent
+    for written, failure in (('{"artefacts": []}', "wrong_type"), ("[0]", "wrong_type"),
+                             ('{"artefacts": [NaN]}', "non_finite")):
+        skeleton = ("import os\n# EVOLVE-BLOCK-START\ndef g(x):\n    return x\n"
+                    "# EVOLVE-BLOCK-END\n"
+                    f"def entry(x):\n    open('result.json', 'w').write({written!r})\n"
+                    "    os._exit(0)\n")
+        problem = Problem(name="forge", skeleton=skeleton, entry="entry", inputs=(1,),
+                          score=lambda x, a: float(a), time_limit_s=10.0, memory_mb=512)
+        result = evaluate(problem, parse_skeleton(skeleton).initial)
+        assert result.failure == failure and result.score is None
+
+
+_OFFLINE_PACK = '''def priority(item, bins):
+    return -(bins - item)
+
+
+def pack(instance):  # first fit decreasing: sees every item before placing any
+    capacity, items = instance["capacity"], instance["items"]
+    loads, where = [], [0] * len(items)
+    for i in sorted(range(len(items)), key=lambda i: -items[i]):
+        for b, load in enumerate(loads):
+            if load + items[i] <= capacity:
+                loads[b] += items[i]
+                where[i] = b
+                break
+        else:
+            loads.append(items[i])
+            where[i] = len(loads) - 1
+    order = {}
+    for b in where:
+        order.setdefault(b, len(order))
+    return [order[b] for b in where]
+'''
+
+
+def test_a_block_that_redefines_the_skeletons_packer_is_refused_not_scored_as_online():
+    # The verifier can check a packing but not that it was made online; a block that defines
+    # its own `pack` replaces the skeleton's online loop. Run directly, that offline packing
+    # beats best fit by far, which is what the search used to report for "online" packing.
+    from graded.search.program.problems.bin_packing import count_bins
+
+    problem = get_problem("bin-packing", dataset="or3", evolve_instances=1)
+    instance = problem.inputs[0]
+    namespace = {}
+    exec(problem.skeleton, namespace)
+    online = count_bins(instance, namespace["pack"](instance))
+    exec(_OFFLINE_PACK, namespace)
+    offline = count_bins(instance, namespace["pack"](instance))
+    assert offline < online  # the redefinition would have looked like a better heuristic
+    result = evaluate(problem, Program((_OFFLINE_PACK,)))
+    assert result.failure == "redefinition" and result.score is None
+    assert "block 0 redefines 'pack'" in result.reason
+
+
+def test_a_block_may_add_helpers_and_imports_of_its_own():
+    problem = get_problem("cap-set", n=2)
+    block = ("import numpy as np\n\n\ndef weight(el):\n    return 1.0\n\n\n"
+             "def priority(el, n):\n    return weight(el)\n")
+    result = evaluate(problem, Program((block,)))
+    assert result.ok and result.score == 2.0**2  # a constant priority gives {0, 1}^n
+
+
+def test_redefinitions_are_checked_file_by_file_in_a_several_file_skeleton():
+    from graded.search.program.program import fixed_redefinitions
+
+    skeleton = parse_skeleton({
+        "main.py": "import helper\n# EVOLVE-BLOCK-START\ndef g(x):\n    return x\n"
+                   "# EVOLVE-BLOCK-END\ndef entry(x):\n    return helper.h(g(x))\n",
+        "helper.py": "def fixed(x):\n    return x\n# EVOLVE-BLOCK-START\ndef h(x):\n"
+                     "    return fixed(x)\n# EVOLVE-BLOCK-END\n"})
+    assert fixed_redefinitions(skeleton, skeleton.initial) is None
+    g, h = skeleton.initial.blocks
+    # `fixed` lives in helper.py: main.py may use the name, helper.py may not rebind it
+    assert fixed_redefinitions(skeleton, Program((g + "fixed = 0\n", h))) is None
+    reason = fixed_redefinitions(skeleton, Program((g, h + "fixed = 0\n")))
+    assert reason.startswith("block 1 of helper.py redefines 'fixed'")
+    assert "redefines 'entry'" in fixed_redefinitions(
+        skeleton, Program((g + "def entry(x):\n    return 0\n", h)))

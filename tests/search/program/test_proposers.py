@@ -3,7 +3,9 @@ server (malformed replies included), diffs and the ensemble."""
 
 import ast
 import json
+import re
 import threading
+import time
 import typing
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -15,6 +17,7 @@ from graded.search.program.proposers import (
     EnsembleProposer,
     OpenAIProposer,
     ProposalError,
+    ProposerError,
     apply_diffs,
     parse_diffs,
     parse_function,
@@ -97,6 +100,17 @@ class Scripted(BaseHTTPRequestHandler):
         Scripted.seen.append((json.loads(self.rfile.read(length)),
                               self.headers.get("Authorization")))
         status, content = Scripted.script.pop(0)
+        if status == "raw":  # the whole reply, as bytes: broken HTTP
+            self.wfile.write(content)
+            return
+        if status == "drip":  # a complete reply, one byte every 20 ms
+            body = json.dumps({"choices": [{"message": {"content": content}}]}).encode()
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+            for i in range(len(body)):
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+                time.sleep(0.02)
+            return
         if status != 200:
             self.send_response(status)
             self.end_headers()
@@ -176,3 +190,60 @@ def test_ensemble_samples_members_by_weight():
     assert abs(ops.count("a:same") / 4000 - 0.75) < 0.03
     with pytest.raises(ValueError, match="weights"):
         EnsembleProposer([Fixed("a")], [-1.0])
+
+
+def _completion(content) -> bytes:
+    message = {"role": "assistant", "content": content}
+    return json.dumps({"choices": [{"message": message}]}).encode()
+
+
+def test_a_reply_without_text_is_rejected_and_retried_not_a_type_error(server):
+    # content null is what a refusal or a reply cut at its token limit gives; a list of text
+    # parts is what some compatible servers send
+    Scripted.script = [(200, _completion(None)),
+                       (200, _completion([{"type": "text", "text": "```python\n"},
+                                          {"type": "text", "text": "def priority_v2(el, n):\n"
+                                           "    return 3.0\n```"}]))]
+    proposer = OpenAIProposer(base_url=server, model="m", retries=2, backoff_s=0.0)
+    child, _ = proposer.propose([PARENT], "prompt")
+    assert child.blocks[0].strip() == "def priority(el, n):\n    return 3.0"
+    assert proposer.rejected == {"the reply has no text": 1} and proposer.budget.used == 2
+    Scripted.script = [(200, _completion({"text": "x"}))]
+    with pytest.raises(ProposalError, match="not a chat completion: message content is"):
+        proposer.propose([PARENT], "prompt")
+
+
+@pytest.mark.parametrize("broken", [
+    b"this is not http at all\r\n\r\n",                                    # BadStatusLine
+    b"HTTP/1.0 200 OK\r\nContent-Length: 1000\r\n\r\n" + _completion("x")[:20],  # cut short
+])
+def test_broken_http_replies_are_retried_like_connection_errors(server, broken):
+    reply = "```python\ndef priority(el, n):\n    return 4.0\n```"
+    Scripted.script = [("raw", broken), (200, reply)]
+    proposer = OpenAIProposer(base_url=server, model="m", retries=1, backoff_s=0.0)
+    child, _ = proposer.propose([PARENT], "prompt")
+    assert "return 4.0" in child.blocks[0] and proposer.budget.used == 2
+    Scripted.script = [("raw", broken), ("raw", broken)]
+    with pytest.raises(ProposerError, match="failed after 2 attempts"):
+        proposer.complete("prompt")
+
+
+def test_timeout_bounds_the_whole_reply_not_each_read(server):
+    # a reply of ~80 bytes at one byte per 20 ms takes ~1.6 s; every single read is fast
+    Scripted.script = [("drip", "def priority(el, n):\n    return 1.0\n")]
+    proposer = OpenAIProposer(base_url=server, model="m", retries=0, timeout_s=0.5)
+    start = time.monotonic()
+    with pytest.raises(ProposerError, match=re.escape("took longer than 0.5 s")):
+        proposer.complete("prompt")
+    assert time.monotonic() - start < 1.2
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"max_requests": 0}, "max_requests=0; expected an integer >= 1"),
+    ({"retries": -1}, "retries=-1; expected an integer >= 0"),
+    ({"timeout_s": 0}, "timeout_s=0; expected a positive number of seconds"),
+    ({"backoff_s": -1.0}, "backoff_s=-1.0; expected a number of seconds >= 0"),
+])
+def test_openai_settings_are_checked_with_the_bad_value(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        OpenAIProposer(base_url="http://127.0.0.1:1/v1", model="m", **kwargs)

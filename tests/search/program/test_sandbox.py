@@ -132,3 +132,49 @@ def test_bad_limits_and_modes_are_refused():
         Limits(wall_s=0)
     with pytest.raises(ValueError, match="isolation"):
         Sandbox(isolation="maybe")
+
+
+_FORGE = "import os\ndef f(x):\n    open('result.json', 'w').write({!r})\n    os._exit(0)\n"
+
+
+@pytest.mark.parametrize(
+    "written,failure,reason",
+    [
+        ("5", "wrong_type", "expected a JSON object, got int"),
+        ("[1, 2]", "wrong_type", "expected a JSON object, got list"),
+        ('{"artefacts": [1]}', "wrong_type", "expected a list of 2 artefacts (one per input), "
+         "got 1 artefacts"),
+        ('{"artefacts": 7}', "wrong_type", "artefacts=7"),
+        ('{"failure": "weird", "reason": "x"}', "wrong_type", "failure 'weird' is not one of"),
+        ('{"failure": [1], "reason": "x"}', "wrong_type", "failure [1] is not one of"),
+        ('{"failure": "crash", "reason": 5}', "wrong_type", "the reason of failure 'crash' is 5"),
+        ('{"artefacts": [NaN, 1]}', "non_finite", "NaN"),
+        ('{"artefacts": [[1, -Infinity], 1]}', "non_finite", "-Infinity"),
+    ],
+)
+def test_a_result_file_the_candidate_forges_is_a_named_failure_not_a_parent_error(
+        sandbox, written, failure, reason):
+    # the candidate runs in the runner's process, so it can write result.json and exit before
+    # the runner does; the parent must neither raise nor pass on what the runner never writes
+    out = sandbox.run(_FORGE.format(written), "f", [0, 1])
+    assert out.failure == failure and failure in FAILURES
+    assert reason in out.reason and out.artefacts is None
+
+
+def test_a_forged_result_of_the_right_shape_still_goes_to_the_verifier(sandbox):
+    out = sandbox.run(_FORGE.format('{"artefacts": [3, 4]}'), "f", [0, 1])
+    assert out.ok and out.artefacts == [3, 4]
+
+
+def test_a_result_left_in_a_waiting_childs_directory_is_not_credited_to_its_candidate():
+    # spare children wait in private directories that any candidate of the same user can
+    # write to; one that plants a result there must not make the next candidate look good
+    box = Sandbox(Limits(wall_s=5.0, memory_mb=512), preimport=(), warm=1)
+    try:
+        assert box.run("def f(x):\n    return 0\n", "f", [0]).ok  # leaves a spare waiting
+        (_, spare_dir), = box._spares
+        (spare_dir / "result.json").write_text('{"artefacts": [42]}')
+        out = box.run("import os\ndef f(x):\n    os._exit(0)\n", "f", [0])
+        assert out.failure == "crash" and out.artefacts is None
+    finally:
+        box.close()

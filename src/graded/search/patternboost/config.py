@@ -8,11 +8,21 @@ are :class:`graded.TransformerConfig` fields.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from graded._schema import ConfigModel, Invalid, choice, is_int, is_number, positive_int, satisfies
+from graded._schema import (
+    ConfigModel,
+    Invalid,
+    choice,
+    is_int,
+    is_number,
+    not_a_key,
+    positive_int,
+    satisfies,
+)
 
 __all__ = ["MODES", "RESUMABLE_CHANGES", "PatternBoostConfig"]
 
@@ -97,7 +107,8 @@ class PatternBoostConfig(ConfigModel):
     seed: Annotated[int, satisfies(is_int, "an integer")] = 0
     time_limit_s: Annotated[float | None, satisfies(
         lambda v: is_number(v) and v > 0, "a positive number of seconds", optional=True)] = None
-    stop_at: float | None = None
+    stop_at: Annotated[float | None, satisfies(
+        lambda v: is_number(v) and math.isfinite(v), "a finite score", optional=True)] = None
     max_local_search_calls: Annotated[int | None, positive_int(optional=True)] = None
     progress: bool = True
 
@@ -105,6 +116,20 @@ class PatternBoostConfig(ConfigModel):
     def _database_holds_keep(self) -> PatternBoostConfig:
         if self.database_size < self.keep:
             raise Invalid(f"at least keep={self.keep}", "database_size", self.database_size)
+        return self
+
+    @model_validator(mode="after")
+    def _options_fit_the_problem(self) -> PatternBoostConfig:
+        # checked here, before a run folder is written, not as a TypeError inside the run
+        from .problems import PROBLEMS, SIZE_ARGUMENT, problem_arguments
+
+        accepted = problem_arguments(PROBLEMS[self.problem])
+        if accepted is not None:
+            accepted.discard(SIZE_ARGUMENT.get(self.problem, "n"))  # set by `n`
+            for key in self.problem_options:
+                if key not in accepted:
+                    error = not_a_key(key, accepted, f"options of problem {self.problem!r}")
+                    raise Invalid(error.expected, "problem_options", self.problem_options)
         return self
 
     def differs_from(self, other: PatternBoostConfig) -> list[str]:

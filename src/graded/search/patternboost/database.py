@@ -10,18 +10,25 @@ __all__ = ["Database", "Entry", "key_to_str"]
 
 @dataclass(frozen=True)
 class Entry:
-    """One object of the database, kept as its tokens (objects are rebuilt by `decode`)."""
+    """One object of the database, kept as its tokens (objects are rebuilt by `decode`).
+
+    `valid`: whether the object satisfies the problem's constraint. Local search only returns
+    valid objects; the global-only baseline adds samples as decoded, violations and all.
+    """
 
     key: str
     score: float
     tokens: tuple[int, ...]
+    valid: bool = True
 
 
 class Database:
     """Distinct objects by key, at most `capacity` of them, the best kept.
 
     Order is deterministic: by score (higher first), then by key, so that a resumed run picks
-    the same training set as an uninterrupted one.
+    the same training set as an uninterrupted one. The best object is the best *valid* one: an
+    object that violates the constraint can score as much as a valid one (a 4-cycle-free graph
+    plus the edge that closes one 4-cycle scores #E − 2), but it is no construction.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -36,11 +43,12 @@ class Database:
     def __contains__(self, key: str) -> bool:
         return key in self._entries
 
-    def add(self, key: str, score: float, tokens: list[int] | tuple[int, ...]) -> bool:
+    def add(self, key: str, score: float, tokens: list[int] | tuple[int, ...],
+            valid: bool = True) -> bool:
         """Insert an object; returns whether its key was new. Call `prune` after a batch."""
         if key in self._entries:
             return False
-        self._entries[key] = Entry(key, float(score), tuple(int(t) for t in tokens))
+        self._entries[key] = Entry(key, float(score), tuple(int(t) for t in tokens), bool(valid))
         return True
 
     def sorted(self) -> list[Entry]:
@@ -52,25 +60,34 @@ class Database:
         return self.sorted()[:k]
 
     def prune(self) -> None:
-        """Keep only the best `capacity` entries."""
+        """Keep only the best `capacity` entries, the best valid one always among them."""
         if len(self._entries) > self.capacity:
-            self._entries = {e.key: e for e in self.sorted()[: self.capacity]}
+            kept = self.sorted()[: self.capacity]
+            best = self.best_entry()
+            if best is not None and not any(e.valid for e in kept):
+                kept[-1] = best
+            self._entries = {e.key: e for e in kept}
+
+    def best_entry(self) -> Entry | None:
+        """The best valid entry (first in `sorted` order), or None when there is none."""
+        return next((e for e in self.sorted() if e.valid), None)
 
     def best(self) -> float:
-        """Highest score, or -inf when empty."""
-        return max((e.score for e in self._entries.values()), default=float("-inf"))
+        """Highest score of a valid entry, or -inf when there is none."""
+        return max((e.score for e in self._entries.values() if e.valid), default=float("-inf"))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "capacity": self.capacity,
-            "entries": [[e.key, e.score, list(e.tokens)] for e in self.sorted()],
+            "entries": [[e.key, e.score, list(e.tokens)] + ([] if e.valid else [False])
+                        for e in self.sorted()],
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Database:
         db = cls(int(data["capacity"]))
-        for key, score, tokens in data["entries"]:
-            db.add(str(key), float(score), tokens)
+        for key, score, tokens, *valid in data["entries"]:  # valid: written when False
+            db.add(str(key), float(score), tokens, valid[0] if valid else True)
         return db
 
 

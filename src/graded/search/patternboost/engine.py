@@ -135,9 +135,9 @@ class _Run:
     def _merge(self, results) -> tuple[int, list[float]]:
         new = 0
         scores = []
-        for tokens, score, key in results:
+        for tokens, score, key, *valid in results:  # valid: given by global-only samples
             scores.append(score)
-            new += self.db.add(key, score, tokens)
+            new += self.db.add(key, score, tokens, valid[0] if valid else True)
         self.db.prune()
         return new, scores
 
@@ -185,7 +185,8 @@ class _Run:
                 from .database import key_to_str
 
                 results = [(self.problem.encode(obj), self.problem.score(obj),
-                            key_to_str(self.problem.key(obj))) for _, obj in decoded]
+                            key_to_str(self.problem.key(obj)), self.problem.is_valid(obj))
+                           for _, obj in decoded]
         new, scores = self._merge(results)
         self.round = r
         self.elapsed += time.perf_counter() - started
@@ -288,12 +289,12 @@ def run_patternboost(
         run.plot()
         if own_executor and executor is not None:
             executor.shutdown(wait=not interrupted, cancel_futures=True)
-    best = run.db.top(1)
+    best = run.db.best_entry()  # the best object that satisfies the constraint
     return PatternBoostResult(
         out_dir=out,
         problem=run.problem,
-        best_score=best[0].score if best else math.nan,
-        best_tokens=list(best[0].tokens) if best else [],
+        best_score=best.score if best else math.nan,
+        best_tokens=list(best.tokens) if best else [],
         rounds_done=run.round,
         metrics=run.metrics,
         interrupted=interrupted,

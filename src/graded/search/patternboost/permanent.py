@@ -45,10 +45,15 @@ def permanent(matrix: np.ndarray) -> int:
     return int(sum(int(s) * p for s, p in zip(signs, products)))
 
 
-def _check_pattern(pattern: Sequence[int]) -> tuple[int, int, int]:
-    p = tuple(int(x) for x in pattern)
+def _check_pattern(pattern: Sequence[int] | str) -> tuple[int, int, int]:
+    """`pattern` as a tuple; a string is its digits ("312")."""
+    try:
+        p = tuple(int(x) for x in pattern)
+    except (TypeError, ValueError):
+        p = ()
     if sorted(p) != [1, 2, 3]:
-        raise ValueError(f"pattern must be a permutation of (1, 2, 3), got {pattern!r}")
+        raise ValueError(f"pattern must be a permutation of 1, 2, 3 (e.g. '312' or (3, 1, 2)), "
+                         f"got {pattern!r}")
     return p  # type: ignore[return-value]
 
 
@@ -123,8 +128,6 @@ class PatternAvoidingPermanent(Problem):
     def __init__(self, n: int, pattern: Sequence[int] | str = (3, 1, 2), bits_per_token: int = 4):
         if not isinstance(n, int) or not 1 <= n <= 12:
             raise ValueError(f"n must be an int in 1..12 (pattern counting is cubic), got {n!r}")
-        if isinstance(pattern, str):
-            pattern = [int(ch) for ch in pattern]
         self.n = n
         self.pattern = _check_pattern(pattern)
         self.bits_per_token = bits_per_token

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from .graphs import C4Free, TriangleFree
@@ -9,7 +10,8 @@ from .hypercube import HypercubeDiameter
 from .permanent import PatternAvoidingPermanent
 from .problem import Problem
 
-__all__ = ["PROBLEMS", "make_problem", "problem_from_size"]
+__all__ = ["PROBLEMS", "SIZE_ARGUMENT", "make_problem", "problem_arguments",
+           "problem_from_size"]
 
 PROBLEMS: dict[str, type[Problem]] = {
     TriangleFree.name: TriangleFree,
@@ -19,17 +21,32 @@ PROBLEMS: dict[str, type[Problem]] = {
 }
 
 # The constructor argument that the command line's --n sets, per problem.
-_SIZE_ARGUMENT = {"hypercube": "d"}
+SIZE_ARGUMENT = {"hypercube": "d"}
 
 
 def make_problem(name: str, params: dict[str, Any]) -> Problem:
     """Problem `name` built from its `params()` dictionary."""
     if name not in PROBLEMS:
         raise ValueError(f"unknown problem {name!r}; expected one of {sorted(PROBLEMS)}")
-    return PROBLEMS[name](**params)
+    cls = PROBLEMS[name]
+    accepted = problem_arguments(cls)
+    unknown = sorted(set(params) - accepted) if accepted is not None else []
+    if unknown:
+        raise ValueError(f"problem {name!r} takes no option {', '.join(map(repr, unknown))}; "
+                         f"expected some of {sorted(accepted)}")
+    return cls(**params)
+
+
+def problem_arguments(cls: type[Problem]) -> set[str] | None:
+    """Keyword arguments of a problem's constructor (None when it takes any)."""
+    parameters = list(inspect.signature(cls).parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
 def problem_from_size(name: str, n: int, **options: Any) -> Problem:
     """Problem `name` of size `n` (vertices, matrix side, or cube dimension for 'hypercube')."""
-    params = {_SIZE_ARGUMENT.get(name, "n"): n, **options}
+    params = {SIZE_ARGUMENT.get(name, "n"): n, **options}
     return make_problem(name, params)

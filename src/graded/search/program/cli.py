@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ def run_cli(args: argparse.Namespace) -> int:
     from graded.search.program.database import DatabaseConfig
     from graded.search.program.engine import SearchConfig, run_search
     from graded.search.program.problem import get_problem
+    from graded.search.program.proposers import ProposalError, ProposerError
 
     options = dict(args.option)
     if args.n is not None:
@@ -95,6 +97,7 @@ def run_cli(args: argparse.Namespace) -> int:
                                 reset_period=args.reset_period, selection=args.selection),
         problem_options=options)
     out = args.out or Path("runs/program") / f"{args.problem}-seed{args.seed}"
+    proposer = build_proposer(args)
     executor = None
     client = None
     if args.dask:
@@ -102,8 +105,15 @@ def run_cli(args: argparse.Namespace) -> int:
 
         executor, client = dask_executor(args.dask, args.workers)
     try:
-        result = run_search(problem, build_proposer(args), config, out=out, resume=args.resume,
+        result = run_search(problem, proposer, config, out=out, resume=args.resume,
                             executor=executor, progress=True)
+    except (ProposerError, ProposalError) as e:
+        # the endpoint failed (or is not a chat-completions endpoint): one line, and how to go on
+        resume = ("; the folder keeps the last finished round: continue with --resume and the "
+                  "same options" if (out / "database.json").exists() else "")
+        print(f"graded: error: the {args.proposer} proposer stopped the search: {e}{resume}",
+              file=sys.stderr)
+        return 1
     finally:
         if client is not None:
             client.close()

@@ -17,7 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graded.search.program.problem import InvalidArtefact, Problem
-from graded.search.program.program import Program, Skeleton, check_program, parse_skeleton
+from graded.search.program.program import (
+    Program,
+    Skeleton,
+    check_program,
+    fixed_redefinitions,
+    parse_skeleton,
+)
 from graded.search.program.sandbox import Limits, Sandbox
 
 __all__ = ["Evaluation", "evaluate", "scalar_score"]
@@ -127,6 +133,9 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
     reason = check_program(source)
     if reason is not None:
         return failed("syntax", reason)
+    reason = fixed_redefinitions(skeleton, program)
+    if reason is not None:
+        return failed("redefinition", reason)
     sandbox = _sandbox(limits or Limits(wall_s=problem.time_limit_s, memory_mb=problem.memory_mb),
                        isolation)
     stages = [("precheck", problem.prechecks), ("inputs", problem.inputs)]

@@ -29,6 +29,7 @@ __all__ = [
     "Skeleton",
     "block_functions",
     "check_program",
+    "fixed_redefinitions",
     "parse_python",
     "parse_skeleton",
     "rename_function",
@@ -187,6 +188,67 @@ def check_program(source: str | Mapping[str, str]) -> str | None:
     except ValueError as e:  # e.g. null bytes
         return f"ValueError: {e}"
     return None
+
+
+def fixed_redefinitions(skeleton: Skeleton, program: Program) -> str | None:
+    """None, or the reason why ``program`` is refused: one of its blocks binds at top level a
+    name that the skeleton's fixed code defines as a function or class.
+
+    Python keeps the last definition of a name, so a block that defines, say, its own ``pack``
+    replaces the skeleton's code, and with it what the skeleton guarantees and the verifier
+    cannot see (bin packing: that items are placed online, one at a time). FunSearch keeps only
+    the evolved function's body of a reply; AlphaEvolve's blocks may hold anything, so here a
+    block may add any new name but not rebind a fixed one. Blocks indented inside a fixed
+    function or class, and several-file skeletons file by file, are handled alike.
+    """
+    if len(program.blocks) != len(skeleton.initial.blocks):
+        return None  # assemble() reports this
+    files = skeleton.files or (("", len(skeleton.initial.blocks)),)
+    p = b = 0
+    for name, count in files:
+        initial = skeleton.initial.blocks[b:b + count]
+        fixed = _defined(_join(skeleton.parts[p:p + count + 1], initial))
+        fixed -= set().union(*map(_bound, initial))
+        for index in range(b, b + count):
+            clash = sorted(_bound(program.blocks[index]) & fixed)
+            if clash:
+                where = f" of {name}" if name else ""
+                return (f"block {index}{where} redefines {', '.join(map(repr, clash))}, "
+                        "defined by the skeleton's fixed code; evolve only the blocks' own names")
+        p, b = p + count + 1, b + count
+    return None
+
+
+def _defined(source: str) -> set[str]:
+    """Functions and classes defined at the top level of ``source``."""
+    try:
+        tree = parse_python(source)
+    except (SyntaxError, ValueError):
+        return set()
+    return {n.name for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _bound(block: str) -> set[str]:
+    """Names a module-level block binds at its top level (definitions, imports, assignment and
+    loop targets); nothing for a block indented inside fixed code or that does not parse."""
+    first = next((line for line in block.splitlines() if line.strip()), "")
+    if first[:1].isspace():
+        return set()
+    try:
+        tree = parse_python(block)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            names.update(n.id for n in ast.walk(node)
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+    return names
 
 
 def block_functions(block: str) -> list[str]:

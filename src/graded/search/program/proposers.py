@@ -17,13 +17,17 @@ OpenAI-compatible server: a hosted API, vLLM, llama.cpp, Ollama) and reads the r
   applied in order to the best parent's blocks; a SEARCH text that occurs in no block, or
   in a block more than once, rejects the reply with that reason.
 
-Requests have a timeout, are retried with exponential back-off on connection errors, HTTP 429
-and 5xx, and count against a request budget. The API key is read from an environment variable
-named by the caller (never stored in the run folder).
+Requests have a timeout (the whole reply must arrive within it, however slowly a server sends
+it), are retried with exponential back-off on connection errors, broken HTTP replies, HTTP 429
+and 5xx, and count against a request budget. A reply whose message has no text (``content``
+null, as a refusal or a reply cut at its token limit gives) is rejected like one with no code.
+When the endpoint gives no usable reply, :class:`ProposerError` says why. The API key is read
+from an environment variable named by the caller (never stored in the run folder).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -36,12 +40,17 @@ import numpy as np
 
 from graded.search.program.program import Program, block_functions, check_program, rename_function
 
-__all__ = ["EnsembleProposer", "OpenAIProposer", "ProposalError", "apply_diffs", "parse_diffs",
-           "parse_function"]
+__all__ = ["EnsembleProposer", "OpenAIProposer", "ProposalError", "ProposerError", "apply_diffs",
+           "parse_diffs", "parse_function"]
 
 
 class ProposalError(ValueError):
     """A reply that cannot be turned into a program; the message is the reason."""
+
+
+class ProposerError(RuntimeError):
+    """The endpoint gave no usable reply (unreachable, HTTP error, budget spent); the message
+    says why. The search stops; its folder keeps the last finished round."""
 
 
 _DIFF = re.compile(r"<{5,} SEARCH\n(.*?)\n?={5,}\n(.*?)\n?>{5,} REPLACE", re.DOTALL)
@@ -107,6 +116,15 @@ class OpenAIProposer:
                  system: str = "You write Python. Reply with code only.") -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url={base_url!r}; expected an http(s) URL")
+        for label, value, least in (("max_requests", max_requests, 1), ("retries", retries, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{label}={value!r}; expected an integer >= {least}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not timeout_s > 0:
+            raise ValueError(f"timeout_s={timeout_s!r}; expected a positive number of seconds")
+        if isinstance(backoff_s, bool) or not isinstance(backoff_s, (int, float)) \
+                or not backoff_s >= 0:
+            raise ValueError(f"backoff_s={backoff_s!r}; expected a number of seconds >= 0")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.key = os.environ.get(api_key_env, "")
@@ -128,7 +146,7 @@ class OpenAIProposer:
     def complete(self, prompt: str) -> str:
         """One chat completion, with retries and back-off; counts against the budget."""
         if self.budget.used >= self.budget.requests:
-            raise RuntimeError(f"request budget of {self.budget.requests} exhausted")
+            raise ProposerError(f"request budget of {self.budget.requests} exhausted")
         body = json.dumps({"model": self.model, "temperature": self.temperature,
                            "messages": [{"role": "system", "content": self.system},
                                         {"role": "user", "content": prompt}]}).encode()
@@ -140,14 +158,15 @@ class OpenAIProposer:
             self.budget.used += 1
             request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                    data = json.loads(reply.read())
-                return data["choices"][0]["message"]["content"]
+                data = json.loads(self._post(request))
+                return _message_text(data["choices"][0]["message"])
             except urllib.error.HTTPError as e:
                 last = e
                 if e.code != 429 and e.code < 500:
-                    raise RuntimeError(f"{self.url} answered HTTP {e.code}: {e.reason}") from e
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                    raise ProposerError(f"{self.url} answered HTTP {e.code}: {e.reason}") from e
+            except (urllib.error.URLError, TimeoutError, ConnectionError,
+                    http.client.HTTPException) as e:
+                # HTTPException: a reply cut short (IncompleteRead) or not HTTP (BadStatusLine)
                 last = e
             except (KeyError, IndexError, TypeError, ValueError) as e:
                 raise ProposalError(f"the endpoint's reply is not a chat completion: {e}") from e
@@ -155,7 +174,24 @@ class OpenAIProposer:
                 time.sleep(self.backoff_s * 2**attempt)
             else:
                 break
-        raise RuntimeError(f"{self.url} failed after {attempt + 1} attempts: {last}")
+        raise ProposerError(f"{self.url} failed after {attempt + 1} attempts: "
+                            f"{type(last).__name__}: {last}")
+
+    def _post(self, request: urllib.request.Request) -> bytes:
+        """The reply's body; ``TimeoutError`` when it is not complete within ``timeout_s`` (the
+        socket timeout alone bounds each read, not a reply sent a byte at a time)."""
+        deadline = time.monotonic() + self.timeout_s
+        chunks = []
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+            expected = reply.length  # Content-Length, when the server sent one
+            while chunk := reply.read1(65_536):
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the reply took longer than {self.timeout_s:g} s")
+        body = b"".join(chunks)
+        if expected is not None and len(body) < expected:  # read1 stops quietly at a cut
+            raise http.client.IncompleteRead(body, expected - len(body))
+        return body
 
     def propose(self, parents: list[Program], prompt: str = "") -> tuple[Program, str]:
         best = parents[-1]
@@ -166,12 +202,14 @@ class OpenAIProposer:
             except ProposalError as e:
                 reason = str(e).split(":")[0]
                 self.rejected[reason] = self.rejected.get(reason, 0) + 1
-        raise RuntimeError(f"no usable reply in {self.retries + 1} requests "
-                           f"(rejections: {self.rejected})")
+        raise ProposerError(f"no usable reply in {self.retries + 1} requests "
+                            f"(rejections: {self.rejected})")
 
     @staticmethod
     def parse(text: str, best: Program) -> Program:
         """The program a reply describes: diffs against ``best``, or a whole function."""
+        if not text.strip():
+            raise ProposalError("the reply has no text")
         pairs = parse_diffs(text)
         if pairs:
             child = apply_diffs(best, pairs)
@@ -185,6 +223,22 @@ class OpenAIProposer:
             if reason is not None:
                 raise ProposalError(f"the proposed block does not parse: {reason}")
         return child
+
+
+def _message_text(message: dict) -> str:
+    """The text of a chat-completion message: its ``content`` string, the text parts of a list
+    of content parts, or "" when it has none (``null``); ``TypeError`` for anything else."""
+    content = message["content"]
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        texts = [part.get("text") for part in content
+                 if isinstance(part, dict) and part.get("type") == "text"]
+        if all(isinstance(t, str) for t in texts):
+            return "".join(texts)
+    if not isinstance(content, str):
+        raise TypeError(f"message content is {content!r:.80}; expected text")
+    return content
 
 
 class EnsembleProposer:

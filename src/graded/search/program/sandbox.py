@@ -58,6 +58,7 @@ __all__ = [
 #: Named failure reasons of one evaluation.
 FAILURES: dict[str, str] = {
     "syntax": "the program does not parse",
+    "redefinition": "an evolvable block redefines a function or class of the fixed code",
     "crash": "the program raised an exception or exited abnormally",
     "timeout": "the wall-clock or CPU-time limit was reached",
     "memory": "the address-space limit was reached",
@@ -325,6 +326,9 @@ class Sandbox:
         try:
             for name, text in files.items():
                 (workdir / name).write_text(text)
+            # a spare's directory waited in /tmp, writable by any candidate of this user: what
+            # comes back must be this candidate's result, not one left there before it started
+            (workdir / "result.json").unlink(missing_ok=True)
             request = {"entry": entry, "inputs": list(inputs)}
             (workdir / "request.json").write_text(json.dumps(request))
             start = time.perf_counter()
@@ -343,7 +347,8 @@ class Sandbox:
             elapsed = time.perf_counter() - start
             stdout = _head(workdir / "stdout", self.limits.output_bytes)
             stderr = _head(workdir / "stderr", self.limits.output_bytes)
-            outcome = self._outcome(workdir, child.returncode, timed_out, elapsed, stdout, stderr)
+            outcome = self._outcome(workdir, child.returncode, timed_out, elapsed, stdout, stderr,
+                                    len(request["inputs"]))
             outcome.extra["workdir"] = str(workdir)
             return outcome
         finally:
@@ -352,7 +357,7 @@ class Sandbox:
                 spares.append(self._spawn())
 
     def _outcome(self, workdir: Path, code: int, timed_out: bool, elapsed: float,
-                 stdout: str, stderr: str) -> Outcome:
+                 stdout: str, stderr: str, n_inputs: int) -> Outcome:
         def fail(kind: str, reason: str) -> Outcome:
             return Outcome(None, kind, reason, elapsed, stdout, stderr)
 
@@ -362,12 +367,20 @@ class Sandbox:
             return fail("timeout", "CPU-time limit reached")
         result_path = workdir / "result.json"
         if result_path.exists():
+            # the candidate runs in the runner's process and may have written this file itself:
+            # nothing in it is trusted until it has the shape the runner writes
             try:
-                result = json.loads(result_path.read_text())
+                result = json.loads(result_path.read_text(), parse_constant=_non_finite)
+            except _NonFinite as e:
+                return fail("non_finite", f"an artefact contains {e}")
             except (ValueError, UnicodeDecodeError, OSError) as e:
                 return fail("output", f"the result could not be read back ({e})")
+            malformed = _malformed_result(result, n_inputs)
+            if malformed is not None:
+                return fail("wrong_type", f"the child's result is not what the runner writes: "
+                            f"{malformed}")
             if "failure" in result:
-                return fail(result["failure"], result.get("reason", ""))
+                return fail(result["failure"], result["reason"])
             return Outcome(result["artefacts"], None, "", elapsed, stdout, stderr)
         if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
             return fail("output", "file-size limit reached")
@@ -375,6 +388,35 @@ class Sandbox:
             return fail("memory", f"killed or out of memory (exit status {code})")
         tail = stderr.strip().splitlines()[-1:] or [f"exit status {code}"]
         return fail("crash", f"the child exited with status {code}: {tail[0][:300]}")
+
+
+class _NonFinite(ValueError):
+    """NaN or ±Infinity in the child's result (the runner never writes them)."""
+
+
+def _non_finite(constant: str) -> Any:
+    raise _NonFinite(constant)
+
+
+def _malformed_result(result: Any, n_inputs: int) -> str | None:
+    """Why ``result`` is not what the runner writes (None when it is): either
+    ``{"failure": <a name of FAILURES>, "reason": <text>, ...}`` or ``{"artefacts": <a list with
+    one artefact per input>}``."""
+    if not isinstance(result, dict):
+        return f"expected a JSON object, got {type(result).__name__}"
+    if "failure" in result:
+        failure, reason = result["failure"], result.get("reason")
+        if not isinstance(failure, str) or failure not in FAILURES:
+            return f"failure {failure!r:.80} is not one of {sorted(FAILURES)}"
+        if not isinstance(reason, str):
+            return f"the reason of failure {failure!r} is {reason!r:.80}; expected text"
+        return None
+    artefacts = result.get("artefacts")
+    if not isinstance(artefacts, list) or len(artefacts) != n_inputs:
+        got = (f"{len(artefacts)} artefacts" if isinstance(artefacts, list)
+               else f"artefacts={artefacts!r}"[:100])
+        return f"expected a list of {n_inputs} artefacts (one per input), got {got}"
+    return None
 
 
 def _kill_group(child: subprocess.Popen) -> None:

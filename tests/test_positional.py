@@ -107,3 +107,50 @@ def test_position_beyond_max_len_is_rejected():
         LearnedPositions(4, 4)(torch.arange(5))
     with pytest.raises(ValueError, match=r"positive even dimension, got d=5"):
         sinusoidal_table(3, 5)
+
+
+def test_alibi_slopes_for_six_heads_follow_press_et_al_interleaving():
+    """Press et al.'s rule for n heads not a power of two: the 4-head slopes 2^-2, 2^-4,
+    2^-6, 2^-8, then every other one of the 8-head slopes 2^-1 .. 2^-8, the first 6 - 4."""
+    assert alibi_slopes(6).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+
+
+def naive_rotation(x, positions, base):
+    """RoPE as complex multiplication, one pair (2m, 2m+1) at a time, in float64."""
+    out = torch.empty(x.shape, dtype=torch.float64)
+    d = x.shape[-1]
+    for t, p in enumerate(positions.tolist()):
+        for m in range(d // 2):
+            z = complex(x[..., t, 2 * m].item(), x[..., t, 2 * m + 1].item())
+            z *= complex(math.cos(p * base ** (-2 * m / d)), math.sin(p * base ** (-2 * m / d)))
+            out[..., t, 2 * m], out[..., t, 2 * m + 1] = z.real, z.imag
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_rope_cast_to_a_low_precision_rotates_by_the_exact_angles(dtype):
+    """``.to(dtype)`` leaves the frequencies in float64: a bfloat16 ω is off by up to
+    2^-9·ω, which turned the angle p·ω at p = 4000 wrong by radians. The rotation of a
+    cast module equals the complex rotation to the input's rounding, and a round trip
+    through bfloat16 gives back the float32 rotation exactly."""
+    x = torch.randn(1, 1, 4, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    positions = torch.tensor([0, 100, 1000, 4000])
+    expected = naive_rotation(x, positions, 10000.0)
+    rope = RotaryEmbedding(16).to(dtype)
+    out = rope(x.to(dtype), positions).double()
+    tolerance = {torch.bfloat16: 0.05, torch.float16: 0.01, torch.float32: 1e-5}[dtype]
+    assert (out - expected).abs().max() < tolerance
+    back = RotaryEmbedding(16).to(torch.bfloat16).float()
+    assert torch.equal(back(x.float(), positions), RotaryEmbedding(16)(x.float(), positions))
+
+
+def test_sinusoidal_table_survives_a_round_trip_through_bfloat16():
+    """The table stays float64 under casts: after ``.to(bfloat16).float()`` the encodings are
+    the formula's in float32, not bfloat16 values widened."""
+    enc = SinusoidalPositions(8, 50).to(torch.bfloat16).float()
+    assert enc.table.dtype == torch.float64
+    positions = torch.arange(50)
+    assert torch.equal(enc(positions, torch.float32),
+                       sinusoidal_table(50, 8, dtype=torch.float64).float())
+    assert torch.equal(enc(positions, torch.bfloat16),
+                       sinusoidal_table(50, 8, dtype=torch.float64).to(torch.bfloat16))

@@ -47,6 +47,15 @@ def test_inverse_sqrt_schedule_is_002_eq_6_6():
     assert peak(4 * warmup - 1) == pytest.approx(0.5)
 
 
+def test_inverse_sqrt_refuses_a_d_model_that_is_not_a_positive_int():
+    """d_model^{-1/2} of a negative d_model is a complex number, which the schedule used to
+    hand to the optimiser as its learning rate."""
+    for bad in (-4, 0, 2.5):
+        with pytest.raises(ValueError, match=rf"d_model must be a positive int or None, got "
+                                             rf"{bad!r}"):
+            inverse_sqrt(4, d_model=bad)
+
+
 def test_warmup_cosine_values():
     fn = warmup_cosine(10, 110, min_ratio=0.1)
     assert fn(0) == pytest.approx(0.1)

@@ -14,6 +14,7 @@ batches and KV-cached generation place each token at its own position.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -89,20 +90,49 @@ def check_position_range(low: int, high: int, max_len: int | None, who: str) -> 
         )
 
 
-class SinusoidalPositions(nn.Module):
+class _Float64Tables(nn.Module):
+    """A module whose buffers are computed in float64 from its hyperparameters (``_tables``)
+    and stay so: a cast of the model (``.to(torch.bfloat16)``, ``.half()``, ``.float()``) moves
+    them to the new device but does not round them, so a cast model rotates and encodes as
+    the paper's formulas do and a round trip through a low precision loses nothing. (A rotary
+    frequency ω rounded to bfloat16 is off by up to 2⁻⁹·ω, and the angle p·ω then by ~1 rad
+    at position 1000.)"""
+
+    _kept: tuple[str, ...] = ()  # the names of the float64 buffers
+
+    def _tables(self, device: torch.device) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Float64Tables:
+        super()._apply(fn, recurse)
+        cast = [name for name in self._kept if self._buffers[name].dtype != torch.float64]
+        if cast:
+            tables = self._tables(self._buffers[cast[0]].device)
+            for name in cast:
+                self._buffers[name] = tables[name]
+        return self
+
+
+class SinusoidalPositions(_Float64Tables):
     """Fixed sinusoidal encodings added to embeddings; ``start`` = 0 or 1 (see module doc).
 
-    The table is kept in float64 and the rows taken are cast to ``dtype`` (default: torch's
-    default dtype), so a float64 model gets float64-exact encodings, not float32 values
-    widened."""
+    The table is kept in float64, whatever the model is cast to, and the rows taken are cast
+    to ``dtype`` (default: torch's default dtype), so a float64 model gets float64-exact
+    encodings, not float32 values widened."""
+
+    _kept = ("table",)
 
     def __init__(self, d_model: int, max_len: int, *, start: int = 0, base: float = 10000.0):
         super().__init__()
         if start not in (0, 1):
             raise ValueError(f"start must be 0 or 1, got {start}")
-        self.max_len = max_len
-        self.register_buffer("table", sinusoidal_table(max_len, d_model, start=start, base=base,
-                                                       dtype=torch.float64), persistent=False)
+        self.max_len, self.d_model, self.start, self.base = max_len, d_model, start, base
+        self.register_buffer("table", self._tables(None)["table"], persistent=False)
+
+    def _tables(self, device: torch.device | None) -> dict[str, Tensor]:
+        table = sinusoidal_table(self.max_len, self.d_model, start=self.start, base=self.base,
+                                 dtype=torch.float64)
+        return {"table": table.to(device)}
 
     def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """(…, T) integer positions -> (…, T, d_model) encodings in ``dtype``."""
@@ -125,20 +155,26 @@ class LearnedPositions(nn.Module):
         return out if dtype is None else out.to(dtype)
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(_Float64Tables):
     """Rotary position embedding (RoPE, Su et al. 2021) for per-head queries and keys.
 
     Dimension pairs (2m, 2m+1) of a head vector at position p are rotated by the angle p·ω_m,
-    ω_m = base^{-2m/D}, so that q_iᵀ k_j depends on positions only through i - j.
+    ω_m = base^{-2m/D}, so that q_iᵀ k_j depends on positions only through i - j. The
+    frequencies stay float64 whatever the model is cast to.
     """
+
+    _kept = ("inv_freq",)
 
     def __init__(self, head_dim: int, *, base: float = 10000.0) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
-        self.head_dim = head_dim
+        self.head_dim, self.base = head_dim, base
         # float64 angles: exact enough for long positions, cast to the input dtype after
-        self.register_buffer("inv_freq", _inverse_frequencies(head_dim, base), persistent=False)
+        self.register_buffer("inv_freq", self._tables(None)["inv_freq"], persistent=False)
+
+    def _tables(self, device: torch.device | None) -> dict[str, Tensor]:
+        return {"inv_freq": _inverse_frequencies(self.head_dim, self.base, device=device)}
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, T, D) at positions (B, T) or (T,)."""

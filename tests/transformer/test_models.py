@@ -1,5 +1,6 @@
 """Transformer models: equivariance, causality, shapes, config validation, learning."""
 
+import math
 import time
 
 import pytest
@@ -103,6 +104,16 @@ def test_config_round_trips_through_json_and_rejects_unknown_keys():
         (dict(n_layers=0), r"n_layers=0 is invalid: expected a positive integer"),
         (dict(activation="tanh"), r"activation='tanh'"),
         (dict(pad_id=99), r"pad_id=99 is invalid"),
+        # infinite or NaN numbers used to pass, reaching weights, frequencies or grades
+        (dict(rope_base=math.inf), r"rope_base=inf is invalid: expected a finite number > 1"),
+        (dict(init_std=math.nan), r"init_std=nan is invalid: expected a finite standard"),
+        (dict(init_std=-0.1), r"init_std=-0.1 is invalid: expected a finite standard"),
+        (dict(norm_eps=math.inf), r"norm_eps=inf is invalid: expected a finite positive"),
+        (dict(grading="exponential", grading_base=math.inf), r"grading_base=inf is invalid"),
+        (dict(grading="linear", grade_init_value=math.nan),
+         r"grade_init_value=nan is invalid: expected a finite number"),
+        (dict(grading="exponential", grade_position_alpha=math.inf),
+         r"grade_position_alpha=inf is invalid: expected a finite number >= 0"),
     ],
 )
 def test_bad_config_values_name_the_field(changes, pattern):
@@ -142,3 +153,21 @@ def test_small_lm_learns_modular_addition_within_seconds():
     lm.eval()
     accuracy = (lm(seqs[:, :-1])[:, -1].argmax(-1) == seqs[:, -1]).float().mean().item()
     assert accuracy >= 0.98, f"accuracy {accuracy:.3f} after 300 steps ({elapsed:.1f}s)"
+
+
+@pytest.mark.parametrize("pooling", ["first", "last", "mean"])
+def test_pooling_reads_the_real_tokens_of_left_and_right_padded_rows(pooling):
+    """A padded row is classified as its unpadded tokens alone, wherever the padding is:
+    ``first`` is the first real token (it used to read slot 0, a padding token's output,
+    in a left-padded row), ``last`` the last real one."""
+    torch.manual_seed(0)
+    model = TransformerClassifier(small(positional="learned", init_std=0.3), 3,
+                                  pooling=pooling).eval()
+    x = torch.randint(1, 23, (1, 4))
+    alone = model(x)
+    pad = torch.zeros(1, 2, dtype=torch.long)
+    real, padding = torch.zeros(1, 4, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool)
+    left = model(torch.cat([pad, x], 1), torch.cat([padding, real], 1))
+    right = model(torch.cat([x, pad], 1), torch.cat([real, padding], 1))
+    torch.testing.assert_close(left, alone, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(right, alone, atol=1e-5, rtol=1e-5)

@@ -25,6 +25,10 @@ def _check_warmup(warmup_steps: int) -> None:
 def inverse_sqrt(warmup_steps: int, d_model: int | None = None) -> Callable[[int], float]:
     """Multiplier for step ``s`` (0-based as LambdaLR counts); see module doc."""
     _check_warmup(warmup_steps)
+    if d_model is not None and (isinstance(d_model, bool) or not isinstance(d_model, int)
+                                or d_model <= 0):
+        # a negative d_model would make d_model^{-1/2} a complex number
+        raise ValueError(f"d_model must be a positive int or None, got {d_model!r}")
     w = max(warmup_steps, 1)
 
     def fn(step: int) -> float:

@@ -10,6 +10,7 @@ validated). Each choice is checked against the constant of the module that imple
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
@@ -38,6 +39,12 @@ def _grade_inits() -> tuple[str, ...]:
 def _probability(optional: bool = False) -> BeforeValidator:
     return satisfies(lambda v: is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1)",
                      optional=optional)
+
+
+def _finite(v: Any) -> bool:
+    """A number, neither infinite nor NaN (either would reach the weights or grades
+    silently)."""
+    return is_number(v) and math.isfinite(v)
 
 
 PositiveInt = Annotated[int, positive_int()]
@@ -100,8 +107,8 @@ class TransformerConfig(ConfigModel):
     n_heads: PositiveInt = 4
     n_layers: PositiveInt = 2
     n_kv_heads: OptionalPositiveInt = None
-    rope_base: Annotated[float, satisfies(lambda v: is_number(v) and v > 1,
-                                          "a number > 1 (RoPE's θ)")] = 10000.0
+    rope_base: Annotated[float, satisfies(lambda v: _finite(v) and v > 1,
+                                          "a finite number > 1 (RoPE's θ)")] = 10000.0
     d_ff: OptionalPositiveInt = None
     max_len: PositiveInt = 512
     dropout: Annotated[float, _probability()] = 0.0
@@ -109,8 +116,8 @@ class TransformerConfig(ConfigModel):
     positional: Annotated[Literal[POSITIONAL], choice(POSITIONAL)] = "sinusoidal"
     activation: Annotated[Literal[ACTIVATIONS], choice(ACTIVATIONS)] = "gelu"
     norm: Annotated[Literal[NORMS], choice(NORMS)] = "layer"
-    norm_eps: Annotated[float, satisfies(lambda v: is_number(v) and v > 0,
-                                                "a positive number")] = 1e-5
+    norm_eps: Annotated[float, satisfies(lambda v: _finite(v) and v > 0,
+                                                "a finite positive number")] = 1e-5
     norm_first: bool = True
     bias: bool = True
     # Architecture switches of reference models (None = follow ``bias`` / the norm placement).
@@ -130,17 +137,18 @@ class TransformerConfig(ConfigModel):
     pad_id: int | None = None
     input_dim: OptionalPositiveInt = None
     n_decoder_layers: OptionalPositiveInt = None
-    init_std: float = 0.02
+    init_std: Annotated[float, satisfies(lambda v: _finite(v) and v >= 0,
+                                         "a finite standard deviation >= 0")] = 0.02
     # Feature grading (000 §5-7): None, "linear" (LGT) or "exponential" (EGT).
     grading: Annotated[Literal[GRADINGS] | None, choice(
         GRADINGS, optional=True, what="None, 'linear' (LGT) or 'exponential' (EGT)")] = None
     grading_f: Annotated[Literal[LINEAR_FUNCTIONS], choice(LINEAR_FUNCTIONS)] = "shift"
-    grading_base: Annotated[float, satisfies(lambda v: is_number(v) and v > 1.0,
-                                              "a base lambda > 1 (000 Def 6.1)")] = 2.0
+    grading_base: Annotated[float, satisfies(lambda v: _finite(v) and v > 1.0,
+                                              "a finite base lambda > 1 (000 Def 6.1)")] = 2.0
     learnable_grades: bool = False
     grades_per_head: bool = False
     grade_init: Annotated[str, choice(_grade_inits)] = "neutral"
-    grade_init_value: float = 0.0
+    grade_init_value: Annotated[float, satisfies(_finite, "a finite number")] = 0.0
     grade_attention_variant: Annotated[Literal[VARIANTS], choice(VARIANTS)] = "scores"
     grade_input: bool = True
     grade_positions: bool = True
@@ -149,7 +157,7 @@ class TransformerConfig(ConfigModel):
     grade_output: bool = True
     grade_normalize: bool = False
     grade_position_alpha: Annotated[float, satisfies(
-        lambda v: is_number(v) and v >= 0, "a number >= 0")] = 0.0
+        lambda v: _finite(v) and v >= 0, "a finite number >= 0")] = 0.0
     fold_grading: bool = True
     input_grades: list[float] | None = None
     # Stages through which grading changes the function class (docs/what_grading_changes.md).

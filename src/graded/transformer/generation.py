@@ -27,22 +27,28 @@ Step = Callable[[Tensor, Tensor, "KVCache | None"], Tensor]
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Set logits outside the top-k, or outside the smallest set with probability >= top_p
-    (nucleus sampling, Holtzman et al. 2020), to -inf. The most likely token always stays."""
+    (nucleus sampling, Holtzman et al. 2020), to -inf. The most likely token always stays;
+    a token tied with the last one kept stays too (which of equal logits to drop would be
+    arbitrary), as top-k keeps ties; ``top_p=1`` keeps every token. The nucleus mass is summed
+    in the logits' dtype promoted to at least float32."""
     if top_k is not None:
-        if top_k <= 0:
-            raise ValueError(f"top_k must be a positive int or None, got {top_k}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
+            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
         k = min(top_k, logits.shape[-1])
         kth = torch.topk(logits, k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass strictly before it already reaches top_p
-        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
+        if top_p < 1.0:
+            sorted_logits = torch.sort(logits, descending=True, dim=-1).values
+            dtype = torch.promote_types(logits.dtype, torch.float32)
+            mass = torch.softmax(sorted_logits.to(dtype), dim=-1).cumsum(dim=-1)
+            # keep a token while the mass strictly before it is below top_p: a prefix of the
+            # sorted tokens (at least one), then every token tied with its smallest logit
+            kept = 1 + (mass[..., :-1] < top_p).sum(dim=-1, keepdim=True)
+            smallest = sorted_logits.gather(-1, kept - 1)
+            logits = logits.masked_fill(logits < smallest, float("-inf"))
     return logits
 
 
@@ -162,8 +168,10 @@ def _beam_search(
     is done (Hugging Face's ``early_stopping``): ``True``, as soon as it holds ``num_beams``
     finished hypotheses; ``False``, when moreover the best running beam, scored at its current
     length, cannot beat the worst kept hypothesis; ``"never"``, when it cannot even at the
-    length that scores it best (``max_new_tokens`` for length_penalty > 0). With one beam this is
-    greedy decoding."""
+    length that scores it best (``max_new_tokens`` for length_penalty > 0). A row still open
+    after ``max_new_tokens`` ranks its running beams with its finished hypotheses (they end
+    there, as at Hugging Face's maximum length), so the best hypothesis returned is the best
+    of all that the search finished. With one beam this is greedy decoding."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -204,8 +212,9 @@ def _beam_search(
                 slot += 1
                 if slot == k:
                     break
-            done[b] = _row_done(finished[b], float(next_scores[b, 0]), k, t + 1,
-                                max_new_tokens, length_penalty, early_stopping)
+            if t < max_new_tokens - 1:  # at the last step the running beams end as well
+                done[b] = _row_done(finished[b], float(next_scores[b, 0]), k, t + 1,
+                                    max_new_tokens, length_penalty, early_stopping)
         if all(done):
             break
         src = (torch.arange(batch, device=device)[:, None] * k + next_beam).view(-1)
@@ -225,7 +234,7 @@ def _beam_search(
     outputs = []
     for b in range(batch):
         hyps = list(finished[b])
-        if len(hyps) < k:
+        if not done[b]:  # its running beams end here and may beat every finished one
             for j in range(k):
                 score = float(beam_scores[b, j])
                 if score > float("-inf") and generated > 0:
@@ -242,6 +251,9 @@ def _beam_search(
 
 
 def _defaults(key_padding_mask: Tensor | None, input_ids: Tensor) -> Tensor:
+    """The prompt's padding mask (none: no padding), checked: a bool (B, T) mask whose last
+    column is real. The next token is read from the last position's logits, so a right-padded
+    prompt would continue from the output of a padding token."""
     if key_padding_mask is None:
         return torch.zeros(input_ids.shape, dtype=torch.bool, device=input_ids.device)
     if key_padding_mask.shape != input_ids.shape or key_padding_mask.dtype != torch.bool:
@@ -249,6 +261,14 @@ def _defaults(key_padding_mask: Tensor | None, input_ids: Tensor) -> Tensor:
             f"key_padding_mask must be a bool tensor of shape {tuple(input_ids.shape)}, got "
             f"{tuple(key_padding_mask.shape)} {key_padding_mask.dtype}"
         )
+    if input_ids.shape[1]:
+        rows = key_padding_mask[:, -1].nonzero().flatten().tolist()
+        if rows:
+            raise ValueError(
+                f"key_padding_mask marks the last prompt position of row(s) {rows[:8]} as "
+                "padding: prompts must be left-padded, with a real last token (each row's "
+                "next token is predicted from its last position)"
+            )
     return key_padding_mask
 
 
@@ -317,6 +337,7 @@ def check_cache_support(model: torch.nn.Module) -> None:
         )
 
 
+@torch.no_grad()
 def generate(
     model: torch.nn.Module,
     input_ids: Tensor,
@@ -361,6 +382,7 @@ def generate(
         model.train(was_training)
 
 
+@torch.no_grad()
 def generate_seq2seq(
     model: torch.nn.Module,
     src_ids: Tensor,

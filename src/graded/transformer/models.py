@@ -61,8 +61,12 @@ def default_positions(
     device: torch.device,
 ) -> Tensor:
     """Absolute positions (B, T) of new tokens: consecutive after the cached ones, skipping
-    left padding (a padded row's first real token is at position 0)."""
+    left padding (a padded row's first real token is at position 0). After the cached tokens
+    means after their real ones: a step without a mask that follows a padded one continues
+    each row from its own count."""
     if key_padding_mask is None:
+        if cache is not None and cache.real is not None:
+            return (cache.real + torch.arange(length, device=device)).expand(batch, length)
         start = cache.length if cache is not None else 0
         return torch.arange(start, start + length, device=device).expand(batch, length)
     real = (~key_padding_mask).long()
@@ -510,8 +514,8 @@ class TransformerClassifier(nn.Module):
     """Encoder with pooling and a linear head: (B, T) ids or (B, T, F) features ->
     (B, num_outputs), for classification (logits) or regression (values).
 
-    ``pooling``: ``"mean"`` over non-padding positions, ``"first"`` (a CLS-style first token)
-    or ``"last"`` (last non-padding token).
+    ``pooling``: ``"mean"`` over non-padding positions, ``"first"`` (first non-padding token:
+    a CLS-style first token, wherever the padding is) or ``"last"`` (last non-padding token).
     """
 
     def __init__(self, config: TransformerConfig, num_outputs: int, pooling: str = "mean"):
@@ -538,16 +542,15 @@ class TransformerClassifier(nn.Module):
         reaches it through the input and feed-forward stages only."""
         h, weights = self.encoder(inputs, key_padding_mask, need_weights=need_weights,
                                   token_grades=token_grades)
-        if self.pooling == "first":
-            pooled = h[:, 0]
-        elif key_padding_mask is None:
-            pooled = h.mean(dim=1) if self.pooling == "mean" else h[:, -1]
-        else:
+        if key_padding_mask is None:
+            index = {"first": 0, "last": -1}.get(self.pooling)
+            pooled = h.mean(dim=1) if index is None else h[:, index]
+        elif self.pooling == "mean":
             keep = (~key_padding_mask).unsqueeze(-1).to(h.dtype)
-            if self.pooling == "mean":
-                pooled = (h * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
-            else:
-                last = (~key_padding_mask).long().cumsum(1).argmax(dim=1)
-                pooled = h[torch.arange(h.shape[0], device=h.device), last]
+            pooled = (h * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)
+        else:  # argmax gives the first maximum: the first real token, or the last one's count
+            real = (~key_padding_mask).long()
+            index = real.argmax(dim=1) if self.pooling == "first" else real.cumsum(1).argmax(1)
+            pooled = h[torch.arange(h.shape[0], device=h.device), index]
         out = self.head(pooled)
         return (out, weights) if need_weights else out

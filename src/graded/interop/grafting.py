@@ -1,0 +1,61 @@
+"""Grading grafted onto a pretrained model: the LGT or EGT (000 §5-6) with its weights and
+neutral grades (M = I), so that fine-tuning with learnable grades starts from the pretrained
+function itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from graded.grading import GradingMap
+from graded.interop._common import _GRADING_FIELDS
+from graded.transformer import Seq2SeqTransformer, TransformerLM
+from graded.transformer.models import TransformerEncoder
+
+__all__ = ["graft_grading"]
+
+
+_GRAFTABLE = (TransformerLM, TransformerEncoder, Seq2SeqTransformer)
+
+
+def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
+    """An LGT (``grading="linear"``) or EGT (``"exponential"``) with ``lm``'s weights and
+    neutral grades (M = I), so that it computes the same outputs until its grades move.
+    ``lm`` is a :class:`TransformerLM`, a :class:`TransformerEncoder` (as :func:`from_bert`
+    builds) or a :class:`~graded.Seq2SeqTransformer`; the graded model is of the same class.
+
+    ``options`` are the other grading fields of :class:`TransformerConfig`
+    (``learnable_grades``, ``grade_attention_variant``, ``grade_ffn``, ...); ``grade_init``
+    other than ``"neutral"`` or ``grade_normalize`` change the function on purpose. Any other
+    field would change the architecture the weights belong to and is refused.
+
+    Which weights train is kept too: a parameter frozen in ``lm`` (``requires_grad=False``) is
+    frozen in the graded model, and an embedding's ``padding_idx`` (its row without gradient)
+    is kept, as :func:`~graded.interop.from_marian` sets them.
+    """
+    if not isinstance(lm, _GRAFTABLE):
+        raise TypeError(f"expected one of {[cls.__name__ for cls in _GRAFTABLE]}, got "
+                        f"{type(lm).__name__}")
+    not_grading = sorted(set(options) - _GRADING_FIELDS)
+    if not_grading:
+        raise ValueError(f"graft_grading sets grading fields only; got {not_grading}, expected "
+                         f"names among {sorted(_GRADING_FIELDS)}")
+    config = lm.config.replace(grading=grading, **options)
+    weight = next(lm.parameters())
+    graded = type(lm)(config).to(device=weight.device, dtype=weight.dtype)
+    missing, unexpected = graded.load_state_dict(lm.state_dict(), strict=False)
+    grading_maps = {name for name, m in graded.named_modules(remove_duplicate=False)
+                    if isinstance(m, GradingMap)}
+    not_grading = [k for k in missing if k.rpartition(".")[0] not in grading_maps]
+    if unexpected or not_grading:
+        raise ValueError(f"the model's weights do not fit its graded form: unexpected "
+                         f"{unexpected}, missing {not_grading}")
+    params = dict(graded.named_parameters(remove_duplicate=False))
+    for name, p in lm.named_parameters(remove_duplicate=False):
+        params[name].requires_grad_(p.requires_grad)
+    modules = dict(graded.named_modules())
+    for name, m in lm.named_modules():
+        if isinstance(m, nn.Embedding):
+            modules[name].padding_idx = m.padding_idx
+    return graded.train(lm.training)

@@ -4,8 +4,9 @@ L_GT = L_LM + λ · mean_t Σ_e ψ(τ_e − ΔL_t(e)) + μ · Ω(α),   ψ(u) = 
 
 Utilities are detached inside the routing logits ℓ̃ = ℓ + β(ΔL − τ) (Lemma 4.4) and attached in
 the penalty (Prop 4.8). Ω ∈ {"entropy_penalty" (+H, sparsity: §3.3 and App. B),
-"entropy_bonus" (−H, the Gibbs form of §6.2.4), "group_lasso" (Σ_e ‖α(e)‖₂ over tokens; 004 does
-not define the groups; the norm is divided by √N so it does not grow with the batch)}.
+"entropy_bonus" (−H, the Gibbs form of §6.2.4), "group_lasso" (Σ_e ‖K(e)‖₂ over tokens, K the
+routing kernel: α for softmax routing, the gate probabilities for logistic gates; 004 does not
+define the groups; the norm is divided by √N so it does not grow with the batch)}.
 
 Threshold sign (notes B8, G4): ∂L_GT/∂τ_e = λβ · mean_t σ(β(τ_e − ΔL_t(e))) ≥ 0. 004 Prop 4.8
 prints the opposite sign. Minimising L_GT over τ therefore drives every threshold to its lower
@@ -39,7 +40,8 @@ def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: T
 def routing_regularizer(
     kind: str, *, entropy: Tensor, alpha: Tensor, valid: Tensor
 ) -> Tensor:
-    """Ω(α): ``entropy`` is the per-token routing entropy (B, T), ``alpha`` (B, T, |E|)."""
+    """Ω: ``entropy`` is the per-token routing entropy (B, T), ``alpha`` (B, T, |E|) the routing
+    kernel K per edge (the layer trace's ``probs``: α itself for softmax routing)."""
     if kind == "entropy_penalty":
         return _masked_mean(entropy, valid)
     if kind == "entropy_bonus":

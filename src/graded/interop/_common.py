@@ -71,6 +71,16 @@ _ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu
 _ACTIVATION_OF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 
 
+def _activation(hf: Any, field: str) -> str:
+    """Our activation for the Hugging Face config field ``field`` of ``hf``; ValueError naming
+    the field and its value when the formula is not one of ours."""
+    name = getattr(hf, field)
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"{type(hf).__name__}.{field}={name!r} is not mapped; expected one of "
+                         f"{sorted(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]
+
+
 
 # Fields that do not change what an ungraded model computes in eval mode: regularisation,
 # initialisation, padding, seq2seq-only fields, and the grading fields (the model is ungraded).

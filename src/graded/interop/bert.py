@@ -17,7 +17,7 @@ import torch
 
 from graded.interop._common import (
     _ACTIVATION_OF,
-    _ACTIVATIONS,
+    _activation,
     _dtype,
     _load,
     _only_buffers,
@@ -32,9 +32,7 @@ __all__ = ["bert_config", "from_bert", "to_bert"]
 
 def bert_config(hf: Any) -> TransformerConfig:
     """The :class:`TransformerConfig` of a Hugging Face ``BertConfig`` (the encoder)."""
-    if hf.hidden_act not in _ACTIVATIONS:
-        raise ValueError(f"BertConfig.hidden_act={hf.hidden_act!r} is not mapped; expected one "
-                         f"of {sorted(_ACTIVATIONS)}")
+    activation = _activation(hf, "hidden_act")
     kind = getattr(hf, "position_embedding_type", "absolute")
     if kind != "absolute":
         raise ValueError(f"BertConfig.position_embedding_type={kind!r} is not mapped; expected "
@@ -46,7 +44,7 @@ def bert_config(hf: Any) -> TransformerConfig:
         vocab_size=hf.vocab_size, d_model=hf.hidden_size, n_heads=hf.num_attention_heads,
         n_layers=hf.num_hidden_layers, d_ff=hf.intermediate_size,
         max_len=hf.max_position_embeddings, dropout=0.0, positional="learned",
-        activation=_ACTIVATIONS[hf.hidden_act], norm="layer", norm_eps=hf.layer_norm_eps,
+        activation=activation, norm="layer", norm_eps=hf.layer_norm_eps,
         norm_first=False, bias=True, embed_norm=True,
     )
 

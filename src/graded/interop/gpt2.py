@@ -16,7 +16,7 @@ from torch import Tensor
 
 from graded.interop._common import (
     _ACTIVATION_OF,
-    _ACTIVATIONS,
+    _activation,
     _dtype,
     _load,
     _only_buffers,
@@ -31,9 +31,7 @@ __all__ = ["from_gpt2", "gpt2_config", "to_gpt2"]
 
 def gpt2_config(hf: Any) -> TransformerConfig:
     """The :class:`TransformerConfig` of a Hugging Face ``GPT2Config``."""
-    if hf.activation_function not in _ACTIVATIONS:
-        raise ValueError(f"GPT2Config.activation_function={hf.activation_function!r} is not "
-                         f"mapped; expected one of {sorted(_ACTIVATIONS)}")
+    activation = _activation(hf, "activation_function")
     if hf.scale_attn_by_inverse_layer_idx or not hf.scale_attn_weights:
         raise ValueError(
             "GPT2Config.scale_attn_by_inverse_layer_idx="
@@ -43,7 +41,7 @@ def gpt2_config(hf: Any) -> TransformerConfig:
     return TransformerConfig(
         vocab_size=hf.vocab_size, d_model=hf.n_embd, n_heads=hf.n_head, n_layers=hf.n_layer,
         d_ff=hf.n_inner or 4 * hf.n_embd, max_len=hf.n_positions, dropout=0.0,
-        positional="learned", activation=_ACTIVATIONS[hf.activation_function],
+        positional="learned", activation=activation,
         norm="layer", norm_eps=hf.layer_norm_epsilon, norm_first=True, bias=True,
         tie_embeddings=bool(hf.tie_word_embeddings),
     )

@@ -45,7 +45,7 @@ import torch
 
 from graded.interop._common import (
     _ACTIVATION_OF,
-    _ACTIVATIONS,
+    _activation,
     _dtype,
     _load,
     _only_buffers,
@@ -65,9 +65,7 @@ _MARIAN_ACTIVATION_OF = {**_ACTIVATION_OF, "silu": "swish"}
 
 def marian_config(hf: Any) -> TransformerConfig:
     """The :class:`TransformerConfig` of a Hugging Face ``MarianConfig``."""
-    if hf.activation_function not in _ACTIVATIONS:
-        raise ValueError(f"MarianConfig.activation_function={hf.activation_function!r} is not "
-                         f"mapped; expected one of {sorted(_ACTIVATIONS)}")
+    activation = _activation(hf, "activation_function")
     pairs = (("decoder_vocab_size", "vocab_size"),
              ("decoder_attention_heads", "encoder_attention_heads"),
              ("decoder_ffn_dim", "encoder_ffn_dim"))
@@ -85,7 +83,7 @@ def marian_config(hf: Any) -> TransformerConfig:
         vocab_size=hf.vocab_size, d_model=hf.d_model, n_heads=hf.encoder_attention_heads,
         n_layers=hf.encoder_layers, n_decoder_layers=hf.decoder_layers,
         d_ff=hf.encoder_ffn_dim, max_len=hf.max_position_embeddings, dropout=0.0,
-        positional="learned", activation=_ACTIVATIONS[hf.activation_function], norm="layer",
+        positional="learned", activation=activation, norm="layer",
         norm_eps=1e-5, norm_first=False, bias=True, embed_scale=bool(hf.scale_embedding),
         logit_bias=True, pad_id=pad if pad is not None and 0 <= pad < hf.vocab_size else None,
         tie_embeddings=bool(hf.share_encoder_decoder_embeddings and hf.tie_word_embeddings),

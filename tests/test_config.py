@@ -79,6 +79,17 @@ def test_typo_in_a_model_key_is_rejected(tmp_path):
         ("recipe.options.gama=1", r"recipe\.options: unknown option\(s\) \['gama'\]"),
         ("train.warmup_steps=50", r"warmup_steps \(50\) must be smaller than steps \(10\)"),
         ("model.vocab_size=3", r"model\.vocab_size is set by the task"),
+        ("train.lr=inf", r"train\.lr: got 'inf'; Input should be a finite number"),
+        ("train.weight_decay=.inf", r"train\.weight_decay: got inf; Input should be a finite"),
+        ("train.early_stopping.min_delta=.inf",
+         r"train\.early_stopping\.min_delta: got inf; Input should be a finite number"),
+        # YAML booleans given for numbers (lax validation read `true` as 1 step, or lr 1.0)
+        ("train.steps=true", r"train\.steps: got True; expected a number, not a boolean"),
+        ("train.lr=on", r"train\.lr: got True; expected a number, not a boolean"),
+        ("train.early_stopping.patience=yes",
+         r"train\.early_stopping\.patience: got True; expected a number, not a boolean"),
+        ("task.n_train=true", r"task\.n_train: got True; expected a number, not a boolean"),
+        ("seed=false", r"seed: got False; expected a number, not a boolean"),
     ],
 )
 def test_bad_value_is_rejected_naming_key_value_and_allowed(tmp_path, override, pattern):
@@ -95,6 +106,33 @@ def test_overrides_follow_yaml_scalar_rules():
     assert data["name"] == "run 7" and data["task"] == {"options": {"degree": 2}}
 
 
+def test_a_key_set_inside_a_section_that_is_off_turns_the_section_on(tmp_path):
+    # every config.yaml without early stopping reads `early_stopping: null`; a resume that
+    # turns it on sets a key inside it
+    data = apply_overrides({"train": {"early_stopping": None}},
+                           ["train.early_stopping.patience=3"])
+    assert data == {"train": {"early_stopping": {"patience": 3}}}
+    base = {**BASE, "train": {**BASE["train"], "early_stopping": None}}
+    cfg = load_config(_write(tmp_path, base), ["train.early_stopping.patience=3"])
+    assert cfg.train.early_stopping.model_dump() == {"patience": 3, "min_delta": 0.0}
+
+
+def test_an_item_of_a_list_is_set_by_its_index_and_a_bad_index_names_the_list():
+    layers = [{"block": "linear", "router": {"rank": 8}}, {"block": "ffn"}]
+    data = {"model": {"morphic": {"layers": layers}}, "train": {"betas": [0.9, 0.98]}}
+    out = apply_overrides(data, ["model.morphic.layers.1.block=attention",
+                                 "model.morphic.layers.0.router.rank=4", "train.betas.1=0.95"])
+    assert out == {"model": {"morphic": {"layers": [
+        {"block": "linear", "router": {"rank": 4}}, {"block": "attention"}]}},
+        "train": {"betas": [0.9, 0.95]}}
+    assert data["model"]["morphic"]["layers"] == layers  # the input is left alone
+    for bad in ("2", "-1", "first"):
+        with pytest.raises(ConfigError, match=re.escape(
+                f"model.morphic.layers is a list of 2 item(s); expected an index 0 to 1, "
+                f"got '{bad}'")):
+            apply_overrides(data, [f"model.morphic.layers.{bad}.block=ffn"])
+
+
 @pytest.mark.parametrize("bad", ["train.lr", "=3", "train.lr.x=1"])
 def test_malformed_override_is_rejected(bad):
     with pytest.raises(ConfigError, match="--set"):
@@ -106,6 +144,32 @@ def test_recipe_auto_follows_the_model_grading():
                             ("exponential", "egt-alg7.1")]:
         cfg = validate_config({**BASE, "model": {**BASE["model"], "grading": grading}})
         assert cfg.recipe_name() == recipe
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_refused_in_one_line(tmp_path):
+    # YAML keeps the last of two equal keys: a second `train:` section silently replaced the
+    # first, so these steps and lr were dropped for the defaults
+    path = tmp_path / "run.yaml"
+    path.write_text("task: {name: polynomial_regression}\ntrain:\n  steps: 3\n  lr: 1.0e-2\n"
+                    "train:\n  batch_size: 8\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(exc.value) == (f"config file {path} does not parse: the key 'train' is given "
+                              "twice (the second would silently replace the first) (line 5, "
+                              "column 1)")
+    path.write_text("task: {name: polynomial_regression}\ntrain: {steps: 3, steps: 4}\n")
+    with pytest.raises(ConfigError, match=r"the key 'steps' is given twice .*\(line 2, "):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"^--set 'task.options=\{k: 1, k: 2\}': value does "
+                                          r"not parse: the key 'k' is given twice"):
+        apply_overrides({}, ["task.options={k: 1, k: 2}"])
+    # the same key in different mappings is fine, and so is a key beside a merge that
+    # overrides a merged one (YAML's `<<`)
+    path.write_text("task: {name: polynomial_regression, options: &o {degree: 2}}\n"
+                    "train: {steps: 3}\nmodel: {d_model: 16, n_heads: 2}\n")
+    assert load_config(path).task.options == {"degree": 2}
+    assert apply_overrides({}, ["train={<<: {steps: 3, lr: 0.1}, lr: 0.2}"]) == {
+        "train": {"steps": 3, "lr": 0.2}}
 
 
 def test_missing_file_and_wrong_suffix_are_reported(tmp_path):
@@ -285,3 +349,33 @@ def test_load_run_config_reads_a_run_folder_through_the_schema(tmp_path):
     (tmp_path / "config.yaml").write_text("task: {name: dyck}\nmodel: {d_modle: 8}\n")
     with pytest.raises(ConfigError, match=r"model\.d_modle: unknown key"):
         load_run_config(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["", " ", ".", "..", "../beside", "a/b", "/tmp/elsewhere",
+                                  "a\\b"])
+def test_a_run_name_that_is_not_one_folder_name_is_rejected_naming_it(name):
+    # the run folder is output.dir/name: these would put it in output.dir itself, beside it,
+    # below another run's folder or anywhere on the disk
+    with pytest.raises(ConfigError, match=rf"name: got {re.escape(repr(name))}; expected a "
+                                          r"folder name"):
+        validate_config({**BASE, "name": name})
+
+
+def test_a_run_name_stays_inside_output_dir(tmp_path):
+    cfg = load_config(_write(tmp_path, {**BASE, "output": {"dir": str(tmp_path / "runs")}}),
+                      ["name=lr3e-4 seed 1"])
+    assert cfg.run_dir().parent == tmp_path / "runs"
+    assert cfg.run_dir().name == "lr3e-4 seed 1"
+
+
+@pytest.mark.parametrize(("monitor", "mode"), [("loss", "min"), ("mse", "min"), ("mae", "min"),
+                                               ("r2", "max"), ("perplexity", "min"),
+                                               ("accuracy", "max"), ("exact_match", "max")])
+def test_monitor_mode_left_out_follows_the_monitor_and_a_given_one_is_kept(tmp_path, monitor,
+                                                                         mode):
+    assert load_config(_write(tmp_path, BASE), [f"train.monitor={monitor}"]
+                       ).train.monitor_mode == mode
+    other = {"min": "max", "max": "min"}[mode]
+    assert load_config(_write(tmp_path, BASE), [f"train.monitor={monitor}",
+                                                f"train.monitor_mode={other}"]
+                       ).train.monitor_mode == other

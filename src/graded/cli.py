@@ -68,8 +68,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         trainer.close()
     if trainer.ctx.is_main and not result.interrupted and not result.losses:
-        print(f"nothing to do: {run_dir} is at step {result.step} of {cfg.train.steps}; "
-              f"continue it with --resume {run_dir} --set train.steps=<more>")
+        if result.early_stopped:
+            patience = cfg.train.early_stopping.patience
+            print(f"nothing to do: {run_dir} stopped early at step {result.step} (no "
+                  f"improvement of {cfg.train.monitor} in {patience} evaluations); continue it "
+                  f"with --resume {run_dir} --set train.early_stopping.patience=<more> (or "
+                  "=null)")
+        else:
+            print(f"nothing to do: {run_dir} is at step {result.step} of {cfg.train.steps}; "
+                  f"continue it with --resume {run_dir} --set train.steps=<more>")
     elif trainer.ctx.is_main and not result.interrupted:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.final_eval.items())
         print(f"done: step {result.step}; eval {metrics}\nrun folder: {run_dir}")
@@ -102,12 +109,24 @@ def _load_run(run_dir: Path, which: str):
             print(f"warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
         ckpt, meta = found.path, found.meta
     else:
-        ckpt = (manager.best() or manager.latest()) if which == "best" else Path(which)
+        ckpt = (manager.best() or manager.latest()) if which == "best" else _checkpoint_folder(
+            manager, which)
         if ckpt is None:
             raise FileNotFoundError(f"{run_dir} has no checkpoint")
         meta = load_checkpoint(ckpt, model, restore_rng=False)
     model.eval()
     return cfg, task, model, ckpt, meta
+
+
+def _checkpoint_folder(manager: Any, which: str) -> Path:
+    """``--checkpoint PATH``: a folder, as given or inside the run's ``checkpoints/`` (e.g.
+    ``step_000000400``); ValueError naming what there is otherwise."""
+    for path in (Path(which), manager.root / which):
+        if path.is_dir():
+            return path
+    found = ", ".join(p.name for p in manager.folders()) or "none"
+    raise ValueError(f"--checkpoint {which!r}: no such folder; expected 'best', 'latest', a "
+                     f"checkpoint folder of {manager.root} ({found}) or a path to one")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -121,10 +140,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     train, test = build_data(cfg, task)
     metrics = evaluate(model, test.tensors, task.kind, batch_size=cfg.train.eval_batch_size)
     out: dict[str, Any] = {"checkpoint": str(ckpt), "step": meta["step"], "metrics": metrics}
-    if args.baselines:
-        from graded.kinds import run_baselines
+    if args.baselines:  # scored by the same metrics as the model, side by side
+        from graded.kinds import baseline_report
 
-        out["baselines"] = run_baselines(train, test)
+        out["baselines"] = baseline_report(train, test)
     RunFolder(run_dir).record("eval.json")
     atomic_write_text(run_dir / "eval.json", json.dumps(out, indent=2, default=str))
     print(json.dumps(out, indent=2, default=str))
@@ -134,18 +153,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
 DEFAULT_NEW_TOKENS = 32
 
 
-def _new_token_budget(model: Any, kind: str, prompt_len: int, requested: int | None) -> int:
+def _new_token_budget(model: Any, kind: Any, prompt_len: int, requested: int | None) -> int:
     """Tokens to generate: ``requested``, or :data:`DEFAULT_NEW_TOKENS` cut to what fits in the
-    model's ``max_len`` (models with position tables cannot go past it). ValueError naming the
-    numbers when nothing fits or ``requested`` does not."""
+    model's ``max_len`` (models with position tables cannot go past it); 0 for a kind that
+    answers from the prompt alone (classification, regression), whose prompt may fill
+    ``max_len``. ValueError naming the numbers when the prompt (a seq2seq source, a
+    classifier's input) or ``requested`` does not fit, or a continued prompt leaves no room."""
     from graded.transformer.generation import position_limit
 
     limit = position_limit(getattr(model, "config", model))
+    seq2seq = kind.name == "seq2seq"
+    if limit is not None and prompt_len > limit and (seq2seq or not kind.generates_tokens):
+        what = "source" if seq2seq else "input"
+        raise ValueError(f"--prompt: the {what}'s {prompt_len} tokens do not fit the model's "
+                         f"max_len={limit}; use a prompt of at most {limit} tokens")
+    if not kind.generates_tokens:
+        return 0
     if limit is None:
         return DEFAULT_NEW_TOKENS if requested is None else requested
-    used = 1 if kind == "seq2seq" else prompt_len  # a decoder starts at BOS, an LM after the prompt
+    used = 1 if seq2seq else prompt_len  # a decoder starts at BOS, an LM after the prompt
     room = limit - used
-    what = "the start token" if kind == "seq2seq" else f"the prompt's {prompt_len} tokens"
+    what = "the start token" if seq2seq else f"the prompt's {prompt_len} tokens"
     if room < 1:
         raise ValueError(f"--prompt: {what} leave no room in the model's max_len={limit}; "
                          f"use a prompt of at most {limit - 1} tokens")
@@ -173,8 +201,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
                      "spaces)")
     if ids.shape[1] == 0:
         return _fail("--prompt is empty: give at least one token of the task's vocabulary")
+    if bool((ids == task.vocab.pad_id).any()):
+        return _fail(f"--prompt {args.prompt!r}: {task.vocab.pad!r} is the padding token, which "
+                     "the model never reads as input; give the prompt without it")
     kind = as_kind(task.kind, model)
-    new_tokens = _new_token_budget(model, kind.name, ids.shape[1], args.max_new_tokens)
+    new_tokens = _new_token_budget(model, kind, ids.shape[1], args.max_new_tokens)
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p, "num_beams": args.num_beams,
                 "generator": torch.Generator().manual_seed(args.seed)}
@@ -216,9 +247,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _morphic_report(run_dir: Path, out: Path) -> Path | None:
+def _morphic_report(run_dir: Path, out: Path, label: str) -> Path | None:
     """004 §5.4 diagnostics (utilities, routing, calibration, ablation) of a morphic run, through
-    ``graded.morphic.diagnostics.write_report``; None for other runs."""
+    ``graded.morphic.diagnostics.write_report``, into ``out/morphic_<label>``; None for other
+    runs."""
     import torch
 
     from graded.config import build_data, build_model
@@ -231,14 +263,14 @@ def _morphic_report(run_dir: Path, out: Path) -> Path | None:
     before = build_model(cfg, task)
     _, test = build_data(cfg, task)
     n = min(len(test), 256)
-    target = out / f"morphic_{run_dir.name}"
+    target = out / f"morphic_{label}"
     write_report(model, [(test.inputs[:n], test.targets[:n])], target, before=before)
     return target
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from graded.config import load_run_config
-    from graded.train.report import write_runs_report
+    from graded.train.report import file_label, run_labels, write_runs_report
     from graded.train.runs import RunFolder
 
     given = [Path(r) for r in args.runs]
@@ -259,11 +291,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is None and first_is_run:
         RunFolder(runs[0]).record("report")
     report = write_runs_report(runs, out)
+    labels = run_labels(runs)
     extra = []
-    for r in morphic:
-        morphic_dir = _morphic_report(r, out)
+    for r in dict.fromkeys(morphic):
+        morphic_dir = _morphic_report(r, out, file_label(labels[r]))
         link = f"{morphic_dir.name}/report.json"
-        extra.append(f"- {r.name}: [{link}]({link}), utility histograms, calibration and "
+        extra.append(f"- {labels[r]}: [{link}]({link}), utility histograms, calibration and "
                      "edge ablation PNGs")
     if extra:
         with report.open("a", encoding="utf-8") as fh:
@@ -385,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=fmt)
     p.add_argument("run", help="run folder")
     p.add_argument("--checkpoint", default="best",
-                   help="'best', 'latest' or a checkpoint folder path")
+                   help="'best', 'latest' or a checkpoint folder (a path, or a name in "
+                   "RUN/checkpoints/)")
     p.add_argument("--baselines", action="store_true",
                    help="also run the simple baselines (graded.evaluation) on the same split")
     p.set_defaults(handler=cmd_eval)
@@ -394,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=fmt)
     p.add_argument("run", help="run folder")
     p.add_argument("--prompt", required=True, help="space-separated tokens of the task vocabulary")
-    p.add_argument("--checkpoint", default="best", help="'best', 'latest' or a folder path")
+    p.add_argument("--checkpoint", default="best", help="'best', 'latest' or a checkpoint "
+                   "folder (a path, or a name in RUN/checkpoints/)")
     p.add_argument("--max-new-tokens", type=_at_least(1), default=None,
                    help=f"tokens to add (default: {DEFAULT_NEW_TOKENS}, or fewer where the "
                    "model's max_len leaves less room)")

@@ -112,6 +112,9 @@ class TaskKind:
     #: The batch keys of padding masks (True = padding).
     padding_keys: ClassVar[tuple[str, ...]] = ("key_padding_mask",)
     metric_names: ClassVar[tuple[str, ...]] = ()
+    #: Whether :meth:`generate` continues the prompt with new tokens (the sequence kinds);
+    #: the others answer from the prompt alone.
+    generates_tokens: ClassVar[bool] = False
     #: Where the grades of the loss items come from (:meth:`loss_grades`), for messages.
     grades_source: ClassVar[str] = "no grades"
 
@@ -181,6 +184,10 @@ class TaskKind:
         """The module whose ``forward`` the training step calls (what DDP wraps)."""
         return model
 
+    def check_options(self, *, label_smoothing: float) -> None:
+        """ValueError naming a training option the kind cannot honour (the trainer asks when
+        it is built, before anything is written or trained)."""
+
     def forward(self, model: nn.Module, batch: Batch) -> Tensor:
         """The model's output on ``batch``; ``key_padding_mask`` is passed when present, and
         ``token_grades`` to a model that grades tokens (``TransformerConfig.token_grading``)."""
@@ -240,8 +247,13 @@ class TaskKind:
                                  for n in self.metrics_for(data)}}
 
     def metrics_for(self, data: Batch | TaskDataset) -> tuple[str, ...]:
-        """The metrics :meth:`report` gives on ``data``."""
+        """The metrics of the kind :meth:`report` gives on ``data``."""
         return self.metric_names
+
+    def report_names(self, data: Batch | TaskDataset) -> tuple[str, ...]:
+        """Every name :meth:`report` returns on ``data``: what ``TrainOptions.monitor`` may
+        pick."""
+        return ("loss", *self.metrics_for(data))
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
                   ) -> dict[str, Tensor]:
@@ -270,6 +282,7 @@ class LM(TaskKind):
     name = "lm"
     optional_keys = ("key_padding_mask", "loss_mask", "metric_mask", "token_grades")
     metric_names = ("token_accuracy", "exact_match")
+    generates_tokens = True
     grades_source = ("the grades of the target tokens, token_grades (from a task whose "
                      "graded_object is 'tokens')")
     #: The batch key of the grades of the tokens the targets are read from.
@@ -320,6 +333,9 @@ class LM(TaskKind):
                ) -> dict[str, float]:
         return {**super().report(loss, predictions, data),
                 "perplexity": math.exp(min(loss, 50.0))}
+
+    def report_names(self, data: Batch | TaskDataset) -> tuple[str, ...]:
+        return (*super().report_names(data), "perplexity")
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
                   ) -> dict[str, Tensor]:
@@ -501,6 +517,11 @@ class MorphicLM(LM):
     def training_module(self, model: nn.Module) -> nn.Module:
         return _TrainingLoss(model)
 
+    def check_options(self, *, label_smoothing: float) -> None:
+        if label_smoothing:
+            raise ValueError(f"train.label_smoothing={label_smoothing}: a morphic LM trains "
+                             "through its own loss, which has no label smoothing; expected 0")
+
     def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
         return None
 
@@ -606,3 +627,17 @@ def run_baselines(train: TaskDataset, test: TaskDataset, *, metric: str | None =
         raise ValueError("no metric given and the dataset does not name one")
     preds = get_kind(train.kind).baselines(train, test, k=k)
     return {name: compute_metric(metric, p, test) for name, p in preds.items()}
+
+
+def baseline_report(train: TaskDataset, test: TaskDataset, *, k: int = 5
+                    ) -> dict[str, dict[str, float]]:
+    """Every baseline of the datasets' kind, fitted on ``train``, scored on ``test`` by every
+    metric the kind's evaluation reports there (:meth:`TaskKind.metrics_for`; not the loss,
+    which baselines that predict labels have not): ``{baseline: {metric: value}}``, to read
+    beside a model's evaluation metric by metric."""
+    if train.kind != test.kind:
+        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
+    kind = get_kind(train.kind)
+    preds = kind.baselines(train, test, k=k)
+    return {name: {m: compute_metric(m, p, test) for m in kind.metrics_for(test)}
+            for name, p in preds.items()}

@@ -80,6 +80,17 @@ def test_tiny_train_writes_csv_tensorboard_metrics_and_checkpoint_then_eval_gene
     final = json.loads((run / "metrics.json").read_text())["eval"]
     assert ev["metrics"]["loss"] == pytest.approx(final["loss"], rel=1e-5)
     assert set(ev["baselines"]) >= {"majority", "bigram"}
+    # each baseline is scored by every metric the model is, not by one metric left unnamed
+    from graded.config import build_data, load_run_config
+    from graded.kinds import run_baselines
+
+    cfg = load_run_config(run)
+    train, test = build_data(cfg, cfg.built_task)
+    for metric in set(ev["metrics"]) - {"loss", "perplexity"}:
+        for name, score in run_baselines(train, test, metric=metric).items():
+            assert ev["baselines"][name][metric] == score
+    assert {m for b in ev["baselines"].values() for m in b} == set(ev["metrics"]) - {
+        "loss", "perplexity"}
 
     assert main(["train", "--resume", str(run)]) == 0  # finished: nothing to do, nothing lost
     assert "nothing to do" in capsys.readouterr().out
@@ -96,12 +107,38 @@ def test_tiny_train_writes_csv_tensorboard_metrics_and_checkpoint_then_eval_gene
     assert (tmp_path / "rep" / "grades_tiny.png").exists()
 
 
+def test_report_tells_apart_runs_with_the_same_folder_name(tmp_path):
+    # the demo's layout: <task>/lgt-seed0 twice; keyed by folder name, the second run's
+    # curves and grade plot replaced the first's and one run's "(graded)" marked both
+    for sub, config in (("a", tiny_config), ("b", _tiny_config)):  # plain, then LGT
+        (tmp_path / sub).mkdir()
+        assert main(["train", str(config(tmp_path / sub, steps=2))]) == 0
+    runs = [tmp_path / sub / "runs" / "tiny" for sub in ("a", "b")]
+    assert main(["report", *map(str, runs), "--out", str(tmp_path / "rep")]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line
+            for line in (tmp_path / "rep" / "report.md").read_text().splitlines()
+            if line.startswith("| a/") or line.startswith("| b/")}
+    labels = ["a/runs/tiny", "b/runs/tiny"]  # as many parent folders as tell them apart
+    assert sorted(rows) == labels
+    for run, label in zip(runs, labels, strict=True):
+        summary = json.loads((run / "metrics.json").read_text())
+        graded = summary["train_objective"] == "graded"
+        loss = f"{summary['train_loss']:.4g}" + (" (graded)" if graded else "")
+        assert f"| {label} | 2 | {loss} |" in rows[label]
+    assert [json.loads((r / "metrics.json").read_text())["train_objective"] for r in runs] == [
+        "plain", "graded"]
+    assert (tmp_path / "rep" / "grades_b_runs_tiny.png").exists()  # the LGT's grades
+
+
+MORPHIC_MODEL = {"architecture": "morphic", "morphic": {
+    "grades": [{"label": "g0", "dim": 8, "index": 0}, {"label": "g1", "dim": 8, "index": 1}],
+    "layers": [{"banded": [0, 1], "block": "linear", "router": {"rank": 4}}]}}
+
+
 def test_morphic_model_trains_through_its_training_loss_and_gets_its_diagnostics(tmp_path):
     path = _tiny_config(tmp_path, steps=3)
     cfg = yaml.safe_load(path.read_text())
-    cfg["model"] = {"architecture": "morphic", "morphic": {
-        "grades": [{"label": "g0", "dim": 8, "index": 0}, {"label": "g1", "dim": 8, "index": 1}],
-        "layers": [{"banded": [0, 1], "block": "linear", "router": {"rank": 4}}]}}
+    cfg["model"] = MORPHIC_MODEL
     cfg["recipe"] = "plain"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["train", str(path)]) == 0
@@ -121,6 +158,29 @@ def test_bad_config_fails_before_training_naming_the_key(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "train.stesp: unknown key (did you mean 'steps'?)" in err
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(("model", "bad", "expected"), [
+    (None, "train.monitor=accuracy", "train.monitor='accuracy' is not reported by the "
+     "evaluation of this lm run; expected one of loss, token_accuracy, exact_match, "
+     "masked_token_accuracy, perplexity"),
+    (MORPHIC_MODEL, "train.label_smoothing=0.1", "train.label_smoothing=0.1: a morphic LM "
+     "trains through its own loss, which has no label smoothing; expected 0"),
+])
+def test_options_the_run_cannot_honour_fail_in_one_line_before_anything_is_written(
+        tmp_path, capsys, model, bad, expected):
+    # a monitor the evaluation does not report used to fail at the first evaluation, with a
+    # KeyError traceback, after training and writing the run folder
+    path = _tiny_config(tmp_path)
+    cfg = yaml.safe_load(path.read_text())
+    if model is not None:
+        cfg["model"], cfg["recipe"] = model, "plain"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["train", str(path), "--set", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"graded: error: {expected}"
+    assert "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_existing_run_folder_is_not_overwritten_silently(tmp_path, capsys):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+import yaml
 from cli_configs import tiny_config
 
 from graded.cli import DEFAULT_NEW_TOKENS, main
@@ -61,6 +63,18 @@ def test_generate_names_a_token_outside_the_vocabulary(run, capsys):
     assert "banana" in _one_error_line(capsys.readouterr().err)
 
 
+def test_generate_refuses_the_padding_token_in_a_prompt(run, capsys):
+    # the model never reads padding as input (it is masked in training and evaluation); the
+    # generated text, which drops padding, would hide that it was there
+    from graded.config import load_run_config
+
+    pad = load_run_config(run).built_task.vocab.pad
+    assert main(["generate", str(run), "--prompt", f"( {pad} ["]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"graded: error: --prompt '( {pad} [': '{pad}' is the padding token, which the model "
+        "never reads as input; give the prompt without it")
+
+
 def test_generate_says_a_prompt_is_space_separated_tokens(run, capsys):
     assert main(["generate", str(run), "--prompt", "(["]) == 2
     line = _one_error_line(capsys.readouterr().err)
@@ -114,6 +128,20 @@ def test_read_only_output_folder_is_a_one_line_error(tmp_path, capsys):
         parent.chmod(0o700)
 
 
+def test_eval_checkpoint_names_a_folder_of_the_run_or_the_ones_there(run, capsys):
+    from graded.train.checkpoint import CheckpointManager
+
+    folders = CheckpointManager(run / "checkpoints").folders()
+    capsys.readouterr()
+    assert main(["eval", str(run), "--checkpoint", folders[-1].name]) == 0  # inside the run
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == str(folders[-1])
+    assert main(["eval", str(run), "--checkpoint", "step_9"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"graded: error: --checkpoint 'step_9': no such folder; expected 'best', 'latest', a "
+        f"checkpoint folder of {run / 'checkpoints'} ({', '.join(p.name for p in folders)}) "
+        "or a path to one")
+
+
 def test_eval_of_a_folder_without_a_run_is_a_one_line_error(tmp_path, capsys):
     assert main(["eval", str(tmp_path)]) == 2
     assert str(tmp_path) in _one_error_line(capsys.readouterr().err)
@@ -130,3 +158,59 @@ def test_report_takes_a_folder_of_runs_and_names_one_without_any(run, tmp_path, 
     empty.mkdir()
     assert main(["report", str(empty)]) == 2
     assert str(empty) in _one_error_line(capsys.readouterr().err)
+
+
+def _trained(tmp: Path, task: dict) -> Path:
+    """A tiny run of ``task`` (its section of the run config)."""
+    path = tiny_config(tmp)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["task"] = {"n_train": 64, "n_eval": 32, **task}
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["train", str(path)]) == 0
+    return tmp / "runs" / "tiny"
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory) -> Path:
+    return _trained(tmp_path_factory.mktemp("classifier"),
+                    {"name": "dyck_recognition", "options": {"max_length": 8, "max_depth": 3}})
+
+
+def test_a_classifier_answers_a_prompt_that_fills_its_max_len(classifier_run, capsys):
+    # it generates nothing, so an input as long as the longest it was trained on is fine
+    import torch
+
+    from graded.config import build_model, load_run_config
+    from graded.train.checkpoint import CheckpointManager, load_checkpoint
+
+    cfg = load_run_config(classifier_run)
+    max_len = cfg.built_model_config.max_len
+    tokens = ["(", "[", "]", ")"] * (max_len // 4) + ["("] * (max_len % 4)
+    capsys.readouterr()
+    assert main(["generate", str(classifier_run), "--prompt", " ".join(tokens)]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    model = build_model(cfg, cfg.built_task).eval()
+    load_checkpoint(CheckpointManager(classifier_run / "checkpoints").best(), model,
+                    restore_rng=False)
+    with torch.no_grad():
+        probs = model(torch.tensor([cfg.built_task.vocab.encode(" ".join(tokens))]))[0].softmax(-1)
+    assert answer == {"class": int(probs.argmax()),
+                      "probabilities": [round(float(p), 4) for p in probs]}
+
+
+def test_a_classifier_prompt_longer_than_max_len_is_refused_naming_the_numbers(classifier_run,
+                                                                              capsys):
+    max_len = _max_len(classifier_run)
+    assert main(["generate", str(classifier_run), "--prompt", " ".join(["("] * (max_len + 1))]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"graded: error: --prompt: the input's {max_len + 1} tokens do not fit the model's "
+        f"max_len={max_len}; use a prompt of at most {max_len} tokens")
+
+
+def test_a_seq2seq_source_longer_than_max_len_is_refused_naming_the_numbers(tmp_path, capsys):
+    run = _trained(tmp_path, {"name": "polynomials_seq2seq", "options": {"max_degree": 2}})
+    max_len = _max_len(run)
+    assert main(["generate", str(run), "--prompt", " ".join(["1"] * (max_len + 1))]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        f"graded: error: --prompt: the source's {max_len + 1} tokens do not fit the model's "
+        f"max_len={max_len}; use a prompt of at most {max_len} tokens")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,66 @@ def test_an_edited_config_yaml_is_checked_against_the_checkpoints(run, capsys):
     overrides = {e["key"]: (e["old"], e["new"]) for e in _history(run)
                  if e["event"] == "override"}
     assert overrides["train.lr"] == (0.001, 0.002)
+
+
+def test_resuming_an_early_stopped_run_trains_nothing_and_says_how_to_continue(tmp_path,
+                                                                              capsys):
+    # an lr of 1e-9 and a min_delta of 1: no evaluation after the first improves
+    path = tiny_config(tmp_path, steps=40, eval_every=2, lr=1e-9,
+                       early_stopping={"patience": 2, "min_delta": 1.0})
+    assert main(["train", str(path)]) == 0
+    run = tmp_path / "runs" / "tiny"
+    end = _history(run)[-1]
+    assert (end["event"], end["step"], end["status"]) == ("end", 6, "early_stopped")
+    before = _hashes(run / "checkpoints")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert (f"nothing to do: {run} stopped early at step 6 (no improvement of loss in 2 "
+            "evaluations)") in out and "train.early_stopping.patience=<more>" in out
+    assert _hashes(run / "checkpoints") == before  # no step was made, nothing saved
+    end = _history(run)[-1]
+    assert (end["event"], end["step"], end["status"]) == ("end", 6, "early_stopped")
+
+
+def test_resuming_a_run_killed_before_its_first_checkpoint_says_there_is_nothing_to_resume(
+        tmp_path, capsys):
+    path = tiny_config(tmp_path)
+    assert main(["train", str(path)]) == 0
+    run = tmp_path / "runs" / "tiny"
+    shutil.rmtree(run / "checkpoints")  # as a run killed before its first checkpoint leaves it
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"graded: error: run folder {run} holds no checkpoint: it stopped before "
+                       "its first one, so there is nothing to resume; train it anew (without "
+                       "resuming)")
+    assert main(["train", str(path)]) == 0  # which works
+    assert CheckpointManager(run / "checkpoints").latest().name == "step_000000002"
+
+
+def test_early_stopping_can_be_turned_on_by_a_key_on_resume(run):
+    # the run's config.yaml reads `early_stopping: null`; a key inside it turns it on
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["early_stopping"] is None
+    assert main(["train", "--resume", str(run), "--set", "train.steps=8",
+                 "--set", "train.early_stopping.patience=1"]) == 0
+    overrides = [e for e in _history(run) if e["event"] == "override"]
+    assert sorted((e["key"], e["old"], e["new"]) for e in overrides) == [
+        ("train.early_stopping", None, {"patience": 1, "min_delta": 0.0}),
+        ("train.steps", 4, 8)]
+    saved = yaml.safe_load((run / "config.yaml").read_text())["train"]["early_stopping"]
+    assert saved == {"patience": 1, "min_delta": 0.0}
+
+
+def test_training_again_from_a_replaced_runs_config_yaml_does_not_replace_it(run, tmp_path,
+                                                                           capsys):
+    # overwrite is asked for each time: the config the run records does not carry it, or a
+    # run started again from that file (to reproduce or extend it) would silently replace it
+    assert main(["train", str(_config(tmp_path)), "--set", "output.overwrite=true"]) == 0
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["output"]["overwrite"] is False
+    before = _hashes(run)
+    capsys.readouterr()
+    assert main(["train", str(run / "config.yaml"), "--set", "train.steps=6"]) == 2
+    assert "already has checkpoints" in capsys.readouterr().err
+    assert _hashes(run) == before

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import safetensors.torch
 import torch
@@ -120,3 +123,32 @@ def test_manager_keeps_last_k_and_the_best(tmp_path):
     assert mgr.steps() == [2, 4, 5]
     assert mgr.best().name == "step_000000002"
     assert mgr.latest().name == "step_000000005"
+
+
+KILLED_MID_SAVE = """
+import os, sys, torch
+from graded.train import checkpoint as ck
+model = torch.nn.Linear(3, 2)
+def killed(*args, **kwargs):  # the process dies after model.safetensors, before the rest
+    os._exit(9)
+ck.save_file = killed
+ck.CheckpointManager(sys.argv[1]).save(2, model, None, {"step": 2})
+"""
+
+
+def test_a_writer_killed_mid_save_leaves_the_last_checkpoint_and_its_next_save_cleans_up(
+        tmp_path):
+    model, opt = _trained_pair()
+    manager = ck.CheckpointManager(tmp_path, keep_last=2)
+    manager.save(1, model, opt, {"step": 1})
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_SAVE, str(tmp_path)], timeout=120)
+    assert done.returncode == 9
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".step_000000002.")]
+    assert len(left) == 1 and (tmp_path / left[0] / ck.MODEL_FILE).is_file()  # the debris
+    assert manager.steps() == [1] and manager.latest().name == "step_000000001"
+    fresh = TinyClassifier()
+    assert ck.load_checkpoint(manager.latest(), fresh, restore_rng=False)["step"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
+                                                  model.state_dict().values()))
+    manager.save(2, model, opt, {"step": 2})  # the run's next save removes the debris
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000000001", "step_000000002"]

@@ -193,10 +193,13 @@ def test_resume_changes_sorts_differences_by_the_documented_rule():
            "output": {"dir": "elsewhere"}}
     allowed, refused = resume_changes(old, new)
     assert allowed == {"name": ("a", "b"), "train.steps": (10, 20), "train.lr": (1e-3, 1e-2),
-                       "train.early_stopping": (None, "absent"),
-                       "train.early_stopping.patience": ("absent", 2),
+                       "train.early_stopping": (None, {"patience": 2}),  # turned on: one
                        "output.dir": ("runs", "elsewhere")}
     assert refused == {"seed": (0, 1), "model.d_model": (16, 32), "model.x": ("absent", 1)}
+    # and off again; a key inside a section that stays on is one difference of that key
+    assert resume_changes(new, old)[0]["train.early_stopping"] == ({"patience": 2}, None)
+    on3 = {**new, "train": {**new["train"], "early_stopping": {"patience": 3}}}
+    assert resume_changes(new, on3) == ({"train.early_stopping.patience": (2, 3)}, {})
     message = refusal_message("RUN", refused)
     assert "\n" not in message and "model.d_model was 16, now 32" in message
     assert "seed was 0, now 1" in message and "train.lr" in message  # names what may change

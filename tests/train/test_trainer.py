@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from tiny_training import TinyClassifier, make_data, make_trainer
+from tiny_training import TinyClassifier, make_data, make_lm_trainer, make_trainer
 
 from graded.train.checkpoint import CheckpointManager
 from graded.train.logging import read_metrics
@@ -66,6 +66,67 @@ def test_early_stopping_stops_after_patience_evaluations_without_improvement(tmp
     result = trainer.fit()
     assert result.early_stopped
     assert result.step == 2 * (1 + 3)
+
+
+def test_an_early_stopped_run_resumes_stopped_and_a_larger_patience_continues_it(tmp_path):
+    # never improves after the first evaluation (see the test above): stops at step 2·(1+3)
+    opts = {"steps": 40, "eval_every": 2, "lr": 1e-6, "monitor": "accuracy",
+            "monitor_mode": "max"}
+    stop3 = {**opts, "early_stopping": {"patience": 3, "min_delta": 1.0}}
+    stop5 = {**opts, "early_stopping": {"patience": 5, "min_delta": 1.0}}
+    first = make_trainer(tmp_path / "run", **stop3).fit()
+    assert first.early_stopped and first.step == 8
+    csv = (tmp_path / "run" / "metrics.csv").read_text()
+    # resumed unchanged, it is the run that stopped: no step, nothing rewritten
+    again = make_trainer(tmp_path / "run", **stop3).fit(resume_from=tmp_path / "run")
+    assert again.early_stopped and again.step == 8 and again.losses == []
+    assert (tmp_path / "run" / "metrics.csv").read_text() == csv
+    assert CheckpointManager(tmp_path / "run" / "checkpoints").latest().name == "step_000000008"
+    # a larger patience continues it exactly as an uninterrupted run with that patience
+    longer = make_trainer(tmp_path / "run", **stop5).fit(resume_from=tmp_path / "run")
+    full = make_trainer(tmp_path / "full", **stop5).fit()
+    assert full.early_stopped and full.step == 2 * (1 + 5)
+    assert longer.early_stopped and longer.step == full.step
+    assert first.losses + longer.losses == full.losses
+
+
+def test_monitoring_accuracy_keeps_the_most_accurate_checkpoint_by_default(tmp_path):
+    # monitor_mode used to default to "min" whatever the monitor: the least accurate
+    # checkpoint was kept as best, and early stopping waited for accuracy to fall
+    result = make_trainer(tmp_path, steps=24, eval_every=2, lr=1e-2, monitor="accuracy",
+                          keep_last=1).fit()
+    curve = read_metrics(tmp_path)["eval"]["accuracy"]
+    top = max(v for _, v in curve)
+    assert top > min(v for _, v in curve)  # the choice matters here
+    first_top = next(s for s, v in curve if v == top)
+    assert result.best_metric == top
+    assert result.best_checkpoint.name == f"step_{first_top:09d}"
+    assert json.loads((tmp_path / "checkpoints" / "best.json").read_text())["step"] == first_top
+
+
+def test_a_monitor_mode_against_the_metric_is_kept_and_warned_about(tmp_path):
+    with pytest.warns(RuntimeWarning, match=r"train\.monitor_mode='min' with "
+                                            r"train\.monitor='accuracy': the best checkpoint "
+                                            r"is the one with the lowest accuracy"):
+        trainer = make_trainer(tmp_path, monitor="accuracy", monitor_mode="min")
+    assert trainer.opts.monitor_mode == "min"
+
+
+@pytest.mark.parametrize("task_name", [None, "dyck"])
+def test_monitor_is_one_of_the_names_the_evaluation_reports(tmp_path, task_name):
+    def trainer(run_dir, **options):
+        if task_name is None:  # classification
+            return make_trainer(run_dir, **options)
+        return make_lm_trainer(run_dir, task_name, **options)
+
+    built = trainer(tmp_path / "probe")
+    reported = evaluate(built.model, built.eval_data, built.kind)  # what the trainer will read
+    for name in reported:
+        trainer(tmp_path / name, monitor=name)  # each is accepted
+    with pytest.raises(ValueError, match=r"train\.monitor='r2'") as exc:
+        trainer(tmp_path / "bad", monitor="r2")
+    assert str(exc.value).endswith("expected one of " + ", ".join(reported))
+    assert not (tmp_path / "bad").exists()  # refused when built: nothing trained or written
 
 
 def test_evaluate_classification_matches_a_direct_computation():

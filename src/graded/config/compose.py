@@ -161,7 +161,9 @@ def build_run(
 ) -> RunParts:
     """Data, model (seeded with ``cfg.seed``) and trainer of a validated config, from the task,
     model config and recipe its validation built (the trainer gets the task's
-    ``output_grades``, which a graded recipe's loss weights)."""
+    ``output_grades``, which a graded recipe's loss weights). The config the run records
+    (``config.yaml``, the checkpoints) reads ``output.overwrite: false``: replacing a run is
+    asked for each time, not inherited by a run started again from that file."""
     import torch
 
     from graded.train.trainer import Trainer
@@ -171,11 +173,12 @@ def build_run(
     train, test = build_data(cfg, task)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, task)
+    recorded = cfg.model_dump(mode="json")
+    recorded["output"]["overwrite"] = False
     trainer = Trainer(
         model, train.tensors, test.tensors, kind=task.kind, options=cfg.train,
         run_dir=Path(run_dir) if run_dir is not None else cfg.run_dir(), seed=cfg.seed,
-        recipe=cfg.built_recipe, output_grades=task.output_grades,
-        config=cfg.model_dump(mode="json"),
+        recipe=cfg.built_recipe, output_grades=task.output_grades, config=recorded,
         resume_command=resume_command, overwrite=cfg.output.overwrite,
     )
     return RunParts(cfg, task, train, test, model, trainer, cfg.built_recipe)

@@ -36,12 +36,21 @@ from typing import Any, Literal, get_args, get_origin
 
 import tomllib
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from graded._schema import Strict, allowed_keys, unknown_key_message
 from graded.kinds import ARCHITECTURES
 from graded.tasks.base import SPLIT_KINDS
-from graded.train.options import TrainOptions
+from graded.train.options import TrainOptions, number_not_bool
 from graded.train.recipes import RECIPES as RECIPE_OBJECTS
 from graded.transformer.models import POOLINGS
 
@@ -66,8 +75,30 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    """A mapping whose keys are all different: YAML loaders keep the last of two equal keys, so
+    a second ``train:`` section would silently replace the first, keys and all."""
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor`: keys given beside it override the merged ones, by design
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool):
+            continue  # an unhashable key fails in construct_mapping, as in plain YAML
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} is given twice (the second would silently "
+                "replace the first)", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                        _mapping_without_duplicates)
+
+
 def parse_yaml(text: str) -> Any:
-    """``yaml.safe_load`` with ``1e-3``-style floats."""
+    """``yaml.safe_load`` with ``1e-3``-style floats, refusing a key given twice in a mapping."""
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no objects
 
 
@@ -82,6 +113,11 @@ class TaskSection(Strict):
     n_train: int = Field(2000, ge=1)
     n_eval: int = Field(500, ge=1)
     data_seed: int | None = Field(None, ge=0, description="seed of the data (default: seed)")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return number_not_bool(cls, value, info)
 
 
 class ModelSection(BaseModel):
@@ -147,7 +183,8 @@ class RunConfig(Strict):
     """A run config. After :func:`validate_config` (or :func:`load_config`) it also holds the
     objects its dry build made: ``built_task``, ``built_model_config``, ``built_recipe``."""
 
-    name: str | None = Field(None, description="run folder name (default: the config file stem)")
+    name: str | None = Field(None, description="run folder name, one folder inside "
+                                   "output.dir (default: the config file stem)")
     seed: int = Field(0, ge=0)
     task: TaskSection
     model: ModelSection = Field(default_factory=ModelSection)
@@ -158,6 +195,22 @@ class RunConfig(Strict):
     _task: Any = PrivateAttr(None)
     _model_config: Any = PrivateAttr(None)
     _recipe: Any = PrivateAttr(None)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return number_not_bool(cls, value, info)
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, name: str | None) -> str | None:
+        """The run folder is ``output.dir/name``: a name is one folder name, so that a run
+        never lands in ``output.dir`` itself, beside it or elsewhere on the disk."""
+        if name is not None and (name.strip() in ("", ".", "..") or "/" in name
+                                 or "\\" in name):
+            raise ValueError(f"got {name!r}; expected a folder name (not empty, '.' or '..', "
+                             "no '/' or '\\'): the run folder is output.dir/name")
+        return name
 
     def recipe_name(self) -> str:
         """The recipe to run: ``auto`` picks the recipe of ``model.grading``'s kind (000 Alg.
@@ -252,10 +305,21 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         else:
             raise ConfigError(f"config file {path}: expected a .yaml, .yml or .toml file")
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file {path} does not parse: {exc}") from None
+        raise ConfigError(f"config file {path} does not parse: {_parse_error(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top, got {data!r}")
     return data
+
+
+def _parse_error(exc: Exception) -> str:
+    """A YAML or TOML parse error in one line: the problem and where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    return f"{context + ': ' if context else ''}{problem} ({where})"
 
 
 # Sections a config may give as a bare string, and the key that string stands for.
@@ -264,7 +328,10 @@ SHORTHANDS = {"recipe": "name"}
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``a.b=value`` overrides (YAML scalar rules) to a copy of ``data``; a section in
-    its shorthand (``recipe: auto``) is expanded (``{name: auto}``) to set a key inside it."""
+    its shorthand (``recipe: auto``) is expanded (``{name: auto}``) to set a key inside it,
+    and a section that is off (``early_stopping: null``, as every ``config.yaml`` without it
+    reads) is started empty to set a key inside it. An item of a list is named by its index
+    (``model.morphic.layers.1.router.rank=4``)."""
     data = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -273,19 +340,37 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         try:
             value = parse_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: value does not parse: {exc}") from None
-        node = data
+            raise ConfigError(f"--set {item!r}: value does not parse: {_parse_error(exc)}"
+                              ) from None
+        node: Any = data
         parts = key.strip().split(".")
         for i, part in enumerate(parts[:-1]):
-            nxt = node.setdefault(part, {})
-            if node is data and part in SHORTHANDS and isinstance(nxt, str):
-                nxt = node[part] = {SHORTHANDS[part]: nxt}
-            if not isinstance(nxt, dict):
+            if isinstance(node, list):
+                nxt = node[_list_index(item, parts[:i], part, node)]
+            else:
+                nxt = node.setdefault(part, {})
+                if nxt is None:
+                    nxt = node[part] = {}
+                if node is data and part in SHORTHANDS and isinstance(nxt, str):
+                    nxt = node[part] = {SHORTHANDS[part]: nxt}
+            if not isinstance(nxt, dict | list):
                 where = ".".join(parts[: i + 1])
                 raise ConfigError(f"--set {item!r}: {where} is {nxt!r}, not a section")
             node = nxt
-        node[parts[-1]] = value
+        if isinstance(node, list):
+            node[_list_index(item, parts[:-1], parts[-1], node)] = value
+        else:
+            node[parts[-1]] = value
     return data
+
+
+def _list_index(item: str, where: list[str], part: str, items: list[Any]) -> int:
+    """The index ``part`` names in the list ``items`` (at the dotted key ``where``)."""
+    if not part.isdigit() or int(part) >= len(items):
+        expected = f"an index 0 to {len(items) - 1}" if items else "no index: it is empty"
+        raise ConfigError(f"--set {item!r}: {'.'.join(where)} is a list of {len(items)} "
+                          f"item(s); expected {expected}, got {part!r}")
+    return int(part)
 
 
 def validate_config(data: dict[str, Any], source: str = "<dict>") -> RunConfig:

@@ -11,8 +11,10 @@ A checkpoint is a folder ``<run>/checkpoints/step_<N>/`` holding
 
 Writes are atomic: the folder is assembled under a temporary name and moved into place with
 :func:`os.replace`, so a crash or an exception leaves either the previous checkpoints or the new
-one, never a partial folder. Nothing here calls :func:`torch.load`: loading a checkpoint cannot
-execute code. :class:`CheckpointManager` keeps the last ``keep_last`` checkpoints and the best.
+one, never a partial folder (a writer killed mid-save leaves its hidden temporary folder, which
+the next save of the run removes). Nothing here calls :func:`torch.load`: loading a checkpoint
+cannot execute code. :class:`CheckpointManager` keeps the last ``keep_last`` checkpoints and the
+best.
 :mod:`graded.train.state_tensors` turns the model, optimiser and RNG states into the files.
 
 Loading checks before it changes anything it can: ``state.json`` records the SHA-256 of both
@@ -55,6 +57,8 @@ from graded.train.state_tensors import (
 )
 
 STEP_DIR = re.compile(r"^step_(\d{9})$")
+# the temporary folder a checkpoint is assembled in (save_checkpoint), left by a killed writer
+TEMP_DIR = re.compile(r"^\.step_\d{9}\..+\.tmp$")
 STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
 OPTIM_FILE = "optimizer.safetensors"
@@ -287,8 +291,14 @@ class CheckpointManager:
         return path
 
     def _rotate(self) -> None:
+        """Remove the checkpoints older than the last ``keep_last`` (not the best), and the
+        temporary folders a writer killed mid-save left: the run has one writer (its lock), and
+        its own save is complete, so any temporary folder here is stale."""
         best = self.best()
         for step in self.steps()[: -self.keep_last]:
             path = self.path_for(step)
             if best is None or path.resolve() != best.resolve():
                 shutil.rmtree(path, ignore_errors=True)
+        for child in self.root.iterdir():
+            if TEMP_DIR.match(child.name) and child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)

@@ -8,20 +8,46 @@ key or an impossible value is rejected when the options are built, before any wo
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from graded._schema import Strict  # the shared strict base; importable here as before
+from graded.evaluation.metrics import HIGHER_IS_BETTER
 
-__all__ = ["EarlyStopping", "Strict", "TrainOptions"]
+__all__ = ["EarlyStopping", "Strict", "TrainOptions", "monitor_mode_of", "number_not_bool"]
+
+
+def monitor_mode_of(metric: str) -> Literal["min", "max"] | None:
+    """Whether a better ``metric`` is smaller (``loss``, ``perplexity``, errors) or larger
+    (accuracies, R²); None for a name the evaluation metrics do not know."""
+    if metric in ("loss", "perplexity"):
+        return "min"
+    higher = HIGHER_IS_BETTER.get(metric)
+    return None if higher is None else "max" if higher else "min"
+
+
+def number_not_bool(model: type[Strict], value: Any, info: ValidationInfo) -> Any:
+    """``value`` of the field ``info.field_name`` of ``model``, refused when it is a boolean
+    given for a number (lax validation reads ``steps: true`` as 1 step, ``lr: true`` as 1.0)."""
+    annotation = model.model_fields[info.field_name].annotation
+    types = (annotation, *get_args(annotation))
+    if isinstance(value, bool) and bool not in types and (int in types or float in types):
+        raise ValueError(f"got {value!r}; expected a number, not a boolean")
+    return value
 
 
 class EarlyStopping(Strict):
     """Stop when the monitored evaluation metric has not improved for ``patience`` evaluations."""
 
     patience: int = Field(5, ge=1, description="evaluations without improvement before stopping")
-    min_delta: float = Field(0.0, ge=0.0, description="smallest change that counts as improvement")
+    min_delta: float = Field(0.0, ge=0.0, allow_inf_nan=False,
+                             description="smallest change that counts as improvement")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return number_not_bool(cls, value, info)
 
 
 class TrainOptions(Strict):
@@ -30,13 +56,14 @@ class TrainOptions(Strict):
     steps: int = Field(1000, ge=1, description="optimizer steps in total")
     batch_size: int = Field(64, ge=1, description="global batch size (all ranks, all micro-steps)")
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per optimizer step")
-    lr: float = Field(1e-3, gt=0.0, description="peak learning rate")
+    lr: float = Field(1e-3, gt=0.0, allow_inf_nan=False, description="peak learning rate")
     grade_lr: float | None = Field(
-        None, gt=0.0, description="learning rate of the grade parameters (recipes bound it)"
+        None, gt=0.0, allow_inf_nan=False,
+        description="learning rate of the grade parameters (recipes bound it)"
     )
-    weight_decay: float = Field(0.01, ge=0.0)
+    weight_decay: float = Field(0.01, ge=0.0, allow_inf_nan=False)
     betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = Field(1e-8, gt=0.0)
+    eps: float = Field(1e-8, gt=0.0, allow_inf_nan=False)
     schedule: Literal["constant", "cosine", "inverse_sqrt"] = "cosine"
     warmup_steps: int = Field(0, ge=0)
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine floor as a fraction")
@@ -49,8 +76,11 @@ class TrainOptions(Strict):
         None, ge=1, description="checkpoint every N steps; null = at evaluations and the end"
     )
     keep_last: int = Field(3, ge=1, description="checkpoints kept besides the best")
-    monitor: str = Field("loss", description="evaluation metric that picks the best checkpoint")
-    monitor_mode: Literal["min", "max"] = "min"
+    monitor: str = Field("loss", description="evaluation metric that picks the best checkpoint: "
+                         "loss or a metric the run's evaluation reports")
+    monitor_mode: Literal["min", "max"] = Field(
+        "min", description="whether a smaller or a larger monitor is better (default: min "
+        "for loss, perplexity, mse and mae, max for accuracies and r2)")
     early_stopping: EarlyStopping | None = None
     device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
@@ -59,6 +89,21 @@ class TrainOptions(Strict):
     compile: bool = Field(False, description="torch.compile the module the training step calls")
     progress: bool = Field(True, description="show a progress bar")
     tensorboard: bool = Field(True, description="write TensorBoard event files")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        return number_not_bool(cls, value, info)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _monitor_mode(cls, data: Any) -> Any:
+        """``monitor_mode`` left out (or null) follows ``monitor``: a run monitoring accuracy
+        keeps its most accurate checkpoint, not its least."""
+        if isinstance(data, dict) and data.get("monitor_mode") is None:
+            mode = monitor_mode_of(data.get("monitor", "loss"))
+            data = {**data, "monitor_mode": mode or "min"}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainOptions:

@@ -83,6 +83,11 @@ def plot_grade_trajectories(run_dir: str | Path, out: str | Path, *, title: str 
                 title=title or f"grade trajectories: {Path(run_dir).name}")
 
 
+def file_label(label: str) -> str:
+    """A :func:`run_labels` label as a file name (its folders joined by ``_``)."""
+    return label.replace("/", "_")
+
+
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "metrics.json"
     if not path.exists():
@@ -90,23 +95,44 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
+    """A distinct label for each run folder: its name, with as many parent folders as tell it
+    from the others (``polynomial_regression/lgt-seed0`` beside
+    ``weighted_projective/lgt-seed0``, the demo's layout). Keyed by the paths as given."""
+    runs = list(dict.fromkeys(Path(r) for r in run_dirs))
+    parts = {r: r.resolve().parts for r in runs}
+    depth = dict.fromkeys(runs, 1)
+    while True:
+        labels = {r: "/".join(parts[r][-depth[r]:]) for r in runs}
+        seen: dict[str, int] = {}
+        for label in labels.values():
+            seen[label] = seen.get(label, 0) + 1
+        clash = [r for r in runs if seen[labels[r]] > 1 and depth[r] < len(parts[r])]
+        if not clash:
+            return labels
+        for r in clash:
+            depth[r] += 1
+
+
 def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
-    """``report.md`` in ``out_dir``: final metrics per run, learning curves, grade plots."""
+    """``report.md`` in ``out_dir``: final metrics per run, learning curves, grade plots; each
+    run under its :func:`run_labels` label (a run given twice is reported once)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    runs = [Path(r) for r in run_dirs]
+    labels = run_labels(run_dirs)
+    runs = list(labels)
     summaries = {r: read_summary(r) for r in runs}
     names = sorted({k for s in summaries.values() for k in s.get("eval", {})})
     lines = ["# Run report", "", "| run | steps | train loss | "
              + " | ".join(f"eval {n}" for n in names) + " |",
              "|---|---|---|" + "---|" * len(names)]
-    graded = [r.name for r, s in summaries.items() if s.get("train_objective") == "graded"]
+    graded = {r for r, s in summaries.items() if s.get("train_objective") == "graded"}
     for r, s in summaries.items():
         ev = s.get("eval", {})
         cells = [f"{ev[n]:.4g}" if n in ev else "–" for n in names]
         loss = s.get("train_loss")
-        mark = " (graded)" if r.name in graded else ""
-        lines.append(f"| {r.name} | {s.get('step')} | "
+        mark = " (graded)" if r in graded else ""
+        lines.append(f"| {labels[r]} | {s.get('step')} | "
                      f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
                      + " |")
     lines.append("")
@@ -115,20 +141,21 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
                   "each item weighted by its grade), larger than the plain loss where the "
                   "weights exceed 1 and not comparable with another run's; the eval loss is the "
                   "plain loss in every run.", ""]
-    train = {r.name + (" (graded)" if r.name in graded else ""):
+    train = {labels[r] + (" (graded)" if r in graded else ""):
              [read_metrics(r).get("train", {}).get("loss", [])] for r in runs}
     plot_curves(train, out_dir / "train_loss.png", title="training loss", ylabel="loss")
     lines += ["## Learning curves", "", "![training loss](train_loss.png)", ""]
     for metric in names:
-        curves = {r.name: [read_metrics(r).get("eval", {}).get(metric, [])] for r in runs}
+        curves = {labels[r]: [read_metrics(r).get("eval", {}).get(metric, [])] for r in runs}
         png = f"eval_{metric}.png"
         plot_curves(curves, out_dir / png, title=f"evaluation {metric}", ylabel=metric)
         lines += [f"![eval {metric}]({png})", ""]
     grade_lines = []
     for r in runs:
-        png = plot_grade_trajectories(r, out_dir / f"grades_{r.name}.png")
+        png = plot_grade_trajectories(r, out_dir / f"grades_{file_label(labels[r])}.png",
+                                      title=f"grade trajectories: {labels[r]}")
         if png is not None:
-            grade_lines += [f"![grades {r.name}]({png.name})", ""]
+            grade_lines += [f"![grades {labels[r]}]({png.name})", ""]
     if grade_lines:
         lines += ["## Grade trajectories", "", *grade_lines]
     report = out_dir / "report.md"

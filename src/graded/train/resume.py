@@ -26,8 +26,8 @@ from graded.train.checkpoint import (
     load_checkpoint,
     read_rng_state,
 )
-from graded.train.runs import RunError, checked_changes
-from graded.train.state_tensors import checkpoint_error
+from graded.train.runs import CONFIG_FILE, RunError, checked_changes
+from graded.train.state_tensors import CheckpointError, checkpoint_error
 
 
 @dataclass
@@ -75,6 +75,10 @@ def plan_resume(
         found = CheckpointManager(source / "checkpoints").find_intact(
             model, optimizer, accept=lambda state: checked_changes(source, state, now),
             reject=RunError)
+    elif (source / CONFIG_FILE).is_file() and not (source / STATE_FILE).is_file():
+        raise CheckpointError(f"run folder {source} holds no checkpoint: it stopped before "
+                              "its first one, so there is nothing to resume; train it anew "
+                              "(without resuming)")
     else:
         found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
                                                          restore_rng=False), [])

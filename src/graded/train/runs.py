@@ -240,13 +240,17 @@ def may_change_on_resume(key: str) -> bool:
     return any(key == k or key.startswith(k + ".") for k in RESUMABLE_KEYS)
 
 
-def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(data, Mapping) or not data:
-        return {prefix: data}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
+def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (old, new)}`` of the values that differ, down to where one side is not a
+    section: a section turned on or off (``early_stopping: null`` against ``{patience: 2}``)
+    is one difference of the section, not of each key inside it."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in [*old, *(k for k in new if k not in old)]:
+            out.update(_differences(old.get(key, _ABSENT), new.get(key, _ABSENT),
+                                    f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {} if old == new else {prefix: (old, new)}
 
 
 def resume_changes(
@@ -254,15 +258,13 @@ def resume_changes(
 ) -> tuple[dict[str, tuple[Any, Any]], dict[str, tuple[Any, Any]]]:
     """The differences of two nested configs (``config.yaml`` contents) as ``{dotted key: (old,
     new)}``, split into those a resume accepts and those it refuses (module docstring). A key
-    on one side only is a difference (its other value is shown as ``absent``)."""
-    a, b = _leaves(old), _leaves(new)
+    on one side only is a difference (its other value is shown as ``absent``); a section on
+    one side and a value (null) on the other is one difference of the section."""
     allowed: dict[str, tuple[Any, Any]] = {}
     refused: dict[str, tuple[Any, Any]] = {}
-    for key in [*a, *(k for k in b if k not in a)]:
-        before, after = a.get(key, _ABSENT), b.get(key, _ABSENT)
-        if before != after:
-            target = allowed if may_change_on_resume(key) else refused
-            target[key] = (_shown(before), _shown(after))
+    for key, (before, after) in _differences(old, new).items():
+        target = allowed if may_change_on_resume(key) else refused
+        target[key] = (_shown(before), _shown(after))
     return allowed, refused
 
 

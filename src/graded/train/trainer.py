@@ -67,7 +67,7 @@ from graded.train.data import StepSampler, dataset_size, to_device
 from graded.train.logging import RunLogger
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
-from graded.train.options import TrainOptions
+from graded.train.options import TrainOptions, monitor_mode_of
 from graded.train.recipes import Recipe, get_recipe
 from graded.train.resume import ResumePlan, plan_resume
 from graded.train.runs import RunFolder, open_run, run_view
@@ -181,6 +181,7 @@ class Trainer:
         self.train_data = dict(train_data)
         self.eval_data = dict(eval_data) if eval_data is not None else None
         dataset_size(self.train_data)
+        self._check_options()
         self.ctx = D.setup(self.opts.device)
         self.model = model.to(self.ctx.device)
         self.recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
@@ -218,6 +219,27 @@ class Trainer:
         self.overwrite = overwrite
         self.run = RunFolder(self.run_dir, writer=self.ctx.is_main)
         self._plan: ResumePlan | None = None
+
+    def _check_options(self) -> None:
+        """Options the kind and the evaluation data must agree with, checked before anything
+        is written: ``monitor`` is a name the evaluation reports (otherwise the first
+        evaluation would fail after training), and the kind takes ``label_smoothing``."""
+        self.kind.check_options(label_smoothing=self.opts.label_smoothing)
+        if self.eval_data is None:
+            return
+        monitor, mode = self.opts.monitor, self.opts.monitor_mode
+        names = self.kind.report_names(self.eval_data)
+        if monitor not in names:
+            raise ValueError(f"train.monitor={monitor!r} is not reported by the evaluation of "
+                             f"this {self.kind.name} run; expected one of {', '.join(names)}")
+        better = monitor_mode_of(monitor)
+        if better is not None and better != mode:
+            warnings.warn(
+                f"train.monitor_mode={mode!r} with train.monitor={monitor!r}: the best "
+                f"checkpoint is the one with the {'lowest' if mode == 'min' else 'highest'} "
+                f"{monitor}, though a {'larger' if better == 'max' else 'smaller'} one is "
+                f"better (monitor_mode: {better}, the default for {monitor})", RuntimeWarning,
+                stacklevel=3)
 
     def _graded_loss_applies(self) -> bool:
         """Whether the steps minimise the recipe's graded loss: the recipe asks for it and the
@@ -415,6 +437,11 @@ class Trainer:
             return value < best - delta
         return value > best + delta
 
+    def _stopped_early(self, stopper: dict[str, Any]) -> bool:
+        """Whether ``early_stopping.patience`` evaluations in a row brought no improvement."""
+        es = self.opts.early_stopping
+        return es is not None and stopper.get("bad_evals", 0) >= es.patience
+
     def evaluate(self) -> dict[str, float]:
         """Metrics of the current model on the evaluation data (every rank computes them)."""
         if self.eval_data is None:
@@ -486,9 +513,12 @@ class Trainer:
             self.recipe.on_step(self.model, self.optimizer, start, total)
         if start == 0 and main:
             logger.grades(0, self.model)
+        # a run that stopped early resumes stopped: the uninterrupted run ends here too (a
+        # larger early_stopping.patience, or none, continues it)
+        result.early_stopped = self._stopped_early(stopper)
         try:
             with _StopSignal() as stop:
-                while step < total:
+                while step < total and not result.early_stopped:
                     if pause_after is not None and step >= pause_after:
                         break
                     if D.any_across(self.ctx, stop.flag):
@@ -527,11 +557,10 @@ class Trainer:
                         else:
                             stopper["bad_evals"] += 1
                         result.best_metric = stopper["best"]
-                        es = self.opts.early_stopping
                         if best or (self.opts.checkpoint_every is None):
                             result.last_checkpoint = self._save(step, stopper, is_best=best)
                             saved_at = step
-                        if es is not None and stopper["bad_evals"] >= es.patience:
+                        if self._stopped_early(stopper):
                             result.early_stopped = True
                             break
                     if self.opts.checkpoint_every and step % self.opts.checkpoint_every == 0 \

@@ -80,7 +80,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     elif trainer.ctx.is_main and not result.interrupted:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.final_eval.items())
         print(f"done: step {result.step}; eval {metrics}\nrun folder: {run_dir}")
+        if cfg.output.plots:
+            print(f"plots: {_run_plots(run_dir).parent}")
     return EXIT_INTERRUPTED if result.interrupted else 0
+
+
+def _run_plots(run_dir: Path) -> Path:
+    """The report of one finished run in ``RUN/report/`` (``graded report RUN`` without the
+    morphic diagnostics): report.md with its final metrics, learning curves and grade plots."""
+    from graded.train.report import write_runs_report
+    from graded.train.runs import RunFolder
+
+    RunFolder(run_dir).record("report")
+    return write_runs_report([run_dir], run_dir / "report")
 
 
 # --------------------------------------------------------------------------- eval / generate

@@ -21,7 +21,7 @@ def tiny_config(tmp_path: Path, name: str = "tiny", *, model: dict[str, Any] | N
         "model": model or dict(TINY_MODEL),
         "train": {"steps": 2, "batch_size": 16, "warmup_steps": 1, "eval_every": 2,
                   "log_every": 1, "progress": False, "tensorboard": False, **train},
-        "output": {"dir": str(tmp_path / "runs")},
+        "output": {"dir": str(tmp_path / "runs"), "plots": False},  # plots: their own test
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -62,6 +62,30 @@ def test_console_script_runs():
     assert done.returncode == 0 and "train" in done.stdout
 
 
+def test_a_finished_train_writes_its_plots_into_the_run_unless_told_not_to(tmp_path, capsys):
+    from graded.config.schema import OutputSection
+
+    assert OutputSection().plots is True  # on by default
+    assert main(["train", str(_tiny_config(tmp_path)), "--set", "output.plots=true"]) == 0
+    run = tmp_path / "runs" / "tiny"
+    assert f"plots: {run / 'report'}" in capsys.readouterr().out
+    report = (run / "report" / "report.md").read_text()
+    final = json.loads((run / "metrics.json").read_text())
+    row = next(line for line in report.splitlines() if line.startswith("| tiny |"))
+    assert f"| {final['step']} |" in row and f"{final['eval']['loss']:.4g}" in row
+    for png in ("train_loss.png", "eval_loss.png", "grades_tiny.png"):  # LGT: grade plot too
+        assert (run / "report" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"]({png})" in report
+    from graded.train.runs import MANIFEST_FILE  # written by graded: output.overwrite removes it
+
+    assert "report" in json.loads((run / MANIFEST_FILE).read_text())["written"]
+
+    assert main(["train", str(_tiny_config(tmp_path)), "--set", "name=quiet",
+                 "--set", "output.plots=false"]) == 0
+    assert (tmp_path / "runs" / "quiet" / "metrics.json").is_file()
+    assert not (tmp_path / "runs" / "quiet" / "report").exists()
+
+
 def test_tiny_train_writes_csv_tensorboard_metrics_and_checkpoint_then_eval_generate_report(
     tmp_path, capsys
 ):

@@ -177,6 +177,8 @@ class RecipeSection(Strict):
 class OutputSection(Strict):
     dir: Path = Field("runs", validate_default=True, description="parent folder of run folders")
     overwrite: bool = Field(False, description="replace an existing run folder of the same name")
+    plots: bool = Field(True, description="when training finishes, write RUN/report/ "
+                        "(report.md, learning curves and grade plots as PNG)")
 
 
 class RunConfig(Strict):

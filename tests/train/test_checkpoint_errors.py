@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -164,3 +165,37 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint_and_says_so(copy, tmp
     event = [e for e in RunFolder(copy).history() if e["event"] == "resume"][-1]
     assert event["step"] == 4 and event["skipped"][0][0] == str(_latest(copy))
     ck.load_checkpoint(_latest(copy), TinyClassifier(), restore_rng=False)  # rewritten intact
+
+
+def _name_as_best(run: Path, step: int) -> None:
+    (run / "checkpoints" / "best.json").write_text(json.dumps(
+        {"checkpoint": f"step_{step:09d}", "step": step, "metric": 0.0}))
+
+
+def test_a_resume_past_a_damaged_best_checkpoint_rewinds_best_json_to_the_resumed_run(copy):
+    # step 8 is named best and damaged: the resumed run (from step 4) must not keep pointing
+    # at it until step 8 comes round again
+    _name_as_best(copy, 8)
+    _cut_in_half(_latest(copy) / ck.MODEL_FILE)
+    state4 = ck.read_checkpoint_state(copy / "checkpoints" / "step_000000004")
+    assert state4["stopper"]["bad_evals"] == 0  # the first evaluation: the best so far
+    make_trainer(copy, steps=8).fit(resume_from=copy, pause_after=4)
+    best = json.loads((copy / "checkpoints" / "best.json").read_text())
+    assert best == {"checkpoint": "step_000000004", "step": 4,
+                    "metric": state4["stopper"]["best"]}
+    assert ck.CheckpointManager(copy / "checkpoints").best() == copy / "checkpoints" / \
+        "step_000000004"
+
+
+def test_rewinding_best_json_removes_it_when_no_kept_checkpoint_set_the_best(copy):
+    _name_as_best(copy, 8)
+    state_file = copy / "checkpoints" / "step_000000004" / ck.STATE_FILE
+    state = json.loads(state_file.read_text())
+    state["stopper"]["bad_evals"] = 1  # step 4's evaluation did not improve: not the best one
+    state_file.write_text(json.dumps(state))
+    manager = ck.CheckpointManager(copy / "checkpoints")
+    manager.rewind_best(4, state["stopper"]["best"])
+    assert not (copy / "checkpoints" / "best.json").exists() and manager.best() is None
+    _name_as_best(copy, 4)  # a best at or before the resumed step is the resumed run's own
+    manager.rewind_best(4, 123.0)
+    assert json.loads((copy / "checkpoints" / "best.json").read_text())["step"] == 4

@@ -267,6 +267,33 @@ class CheckpointManager:
         path = self.root / json.loads(info.read_text(encoding="utf-8"))["checkpoint"]
         return path if path.is_dir() else None
 
+    def rewind_best(self, step: int, best: float | None) -> None:
+        """After a resume from ``step`` (older than a damaged newer checkpoint), make
+        ``best.json`` name a checkpoint of the resumed run: one it names beyond ``step`` belongs
+        to the abandoned future (and may be the damaged one). It then names the newest intact
+        checkpoint up to ``step`` that set the monitored ``best`` (its evaluation improved on
+        every earlier one: ``bad_evals`` 0), or is removed when that checkpoint is gone."""
+        info = self.root / "best.json"
+        if not info.is_file():
+            return
+        try:
+            named = json.loads(info.read_text(encoding="utf-8")).get("step")
+        except ValueError:
+            named = None
+        if isinstance(named, int) and named <= step:
+            return
+        for candidate in reversed([s for s in self.steps() if s <= step]):
+            try:
+                stopper = read_checkpoint_state(self.path_for(candidate)).get("stopper") or {}
+            except CheckpointError:
+                continue
+            if stopper.get("bad_evals") == 0 and best is not None \
+                    and stopper.get("best") == best:
+                atomic_write_text(info, json.dumps({"checkpoint": self.path_for(candidate).name,
+                                                    "step": candidate, "metric": best}))
+                return
+        info.unlink()
+
     def save(
         self,
         step: int,

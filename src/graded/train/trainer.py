@@ -489,6 +489,8 @@ class Trainer:
         if plan is not None:
             start, stopper = plan.step, plan.stopper
             restore_rng_state(*plan.rng)
+            if self.ctx.is_main:  # best.json of a newer (skipped, damaged) checkpoint: rewound
+                self.checkpoints.rewind_best(start, stopper.get("best"))
             if self.scaler is not None and plan.grad_scaler:
                 self.scaler.load_state_dict(plan.grad_scaler)
         else:

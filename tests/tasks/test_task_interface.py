@@ -183,6 +183,32 @@ def test_no_test_input_of_a_split_occurs_in_its_training_set(name, options, kind
     assert torch.equal(again.inputs, test.inputs) and torch.equal(again.targets, test.targets)
 
 
+@pytest.mark.parametrize("name, options, kind", REPEATING)
+def test_a_split_with_unseen_false_keeps_the_test_draw_as_drawn(name, options, kind):
+    # an i.i.d. test set: the candidates of the split, repeats of training inputs included
+    task = get_task(name, **options)
+    train, test = task.split(kind, 150, 100, seed=0, unseen=False)
+    if kind == "random":
+        pool = task.generate(250, seed=0)
+        perm = torch.randperm(250, generator=torch.Generator().manual_seed(0))
+        drawn = pool.subset(perm[150:])
+    elif kind == "family":
+        drawn = task.family_configs()[1].generate(100, seed=1)
+    else:
+        drawn = task.relabel(task.generate(100, seed=1), seed=2)
+    assert torch.equal(test.inputs, drawn.inputs) and torch.equal(test.targets, drawn.targets)
+    assert set(_rows(train)) & set(_rows(test))  # these tasks repeat objects
+
+
+def test_modular_relabelled_split_with_unseen_false_shows_every_held_out_pair():
+    task = get_task("modular", p=7, operation="add", train_fraction=0.5)
+    train, test = task.split("relabelled", seed=0, unseen=False)
+    pool = task.generate(49, seed=0)
+    shown = task.relabel(pool.subset(torch.arange(len(train), 49)), seed=1)
+    assert torch.equal(test.inputs, shown.inputs) and torch.equal(test.targets, shown.targets)
+    assert set(_rows(train)) & set(_rows(test))  # σ maps some held-out pairs onto training ones
+
+
 def test_a_split_asking_for_more_unseen_objects_than_exist_names_the_shortfall():
     task = get_task("dyck", k=1, max_length=4)  # three words: (), (()), ()()
     with pytest.raises(ValueError, match=r"only 0 of n_test=5 test examples could be drawn "

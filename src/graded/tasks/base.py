@@ -279,7 +279,7 @@ class Task(abc.ABC):
         }
 
     def split(self, kind: str = "random", n_train: int = 1000, n_test: int = 1000,
-              seed: int = 0) -> tuple[TaskDataset, TaskDataset]:
+              seed: int = 0, *, unseen: bool = True) -> tuple[TaskDataset, TaskDataset]:
         """Train and test sets by one of the split types of 003 §3.2.
 
         - ``"random"``: one pool of ``n_train + n_test`` examples, partitioned at random;
@@ -290,26 +290,30 @@ class Task(abc.ABC):
           presented under a label-preserving bijection (``relabel``).
 
         Whatever the kind, no test input occurs among the training inputs (``unseen_test``).
+        ``unseen=False`` keeps the test candidates as drawn, repeats of training inputs
+        included: an i.i.d. sample of the test distribution, whose loss estimates the
+        population risk rather than the loss on unseen objects.
         """
         if kind not in SPLIT_KINDS:
             raise ValueError(f"split kind must be one of {SPLIT_KINDS}, got {kind!r}")
         check_int("n_train", n_train, minimum=1)
         check_int("n_test", n_test, minimum=1)
+        finish = unseen_test if unseen else _as_drawn
         if kind == "random":
             pool = self.generate(n_train + n_test, seed)
             perm = torch.randperm(n_train + n_test, generator=torch.Generator().manual_seed(seed))
             train = pool.subset(perm[:n_train])
-            return train, unseen_test(train, pool.subset(perm[n_train:]), n_test,
-                                      lambda m, s: self.generate(m, s), seed)
+            return train, finish(train, pool.subset(perm[n_train:]), n_test,
+                                 lambda m, s: self.generate(m, s), seed)
         if kind in ("size", "family"):
             train_task, test_task = self.split_configs(kind)
             train = train_task.generate(n_train, seed)
-            return train, unseen_test(train, test_task.generate(n_test, seed + 1), n_test,
-                                      lambda m, s: test_task.generate(m, s), seed)
+            return train, finish(train, test_task.generate(n_test, seed + 1), n_test,
+                                 lambda m, s: test_task.generate(m, s), seed)
         train = self.canonicalize(self.generate(n_train, seed))
         test = self.relabel(self.generate(n_test, seed + 1), seed + 2)
-        return train, unseen_test(train, test, n_test,
-                                  lambda m, s: self.relabel(self.generate(m, s), s + 1), seed)
+        return train, finish(train, test, n_test,
+                             lambda m, s: self.relabel(self.generate(m, s), s + 1), seed)
 
 
 # ---- train/test disjointness ----------------------------------------------------------------
@@ -326,6 +330,12 @@ def concat_datasets(parts: Sequence[TaskDataset]) -> TaskDataset:
     """The examples of ``parts`` one after the other (same task, kind, info and keys)."""
     keys = parts[0].keys()
     return parts[0].replace(**{k: torch.cat([p.tensors[k] for p in parts]) for k in keys})
+
+
+def _as_drawn(train: TaskDataset, candidates: TaskDataset, n_test: int,
+              draw: Callable[[int, int], TaskDataset], seed: int) -> TaskDataset:
+    """The test candidates as drawn (``Task.split(..., unseen=False)``)."""
+    return candidates
 
 
 def unseen_test(train: TaskDataset, candidates: TaskDataset, n_test: int,

@@ -129,14 +129,16 @@ class ModularArithmetic(Task):
         return self.encode_pairs(a[idx], b[idx])
 
     def split(self, kind: str = "random", n_train: int | None = None,
-              n_test: int | None = None, seed: int = 0) -> tuple[TaskDataset, TaskDataset]:
+              n_test: int | None = None, seed: int = 0, *, unseen: bool = True
+              ) -> tuple[TaskDataset, TaskDataset]:
         """Disjoint train/test pairs of the table; sizes default to ``train_fraction``.
 
         ``"relabelled"`` presents held-out pairs under an automorphism σ (``relabel``). σ maps
         the table onto itself, so the shown pair (σa, σb) of a held-out pair (a, b) can be a
         training pair, with its training answer; those are left out, and the test set is the
         held-out pairs whose image is held out too (by default all of them, about
-        (1 - train_fraction)² of the table).
+        (1 - train_fraction)² of the table). ``unseen=False`` keeps them (the first ``n_test``
+        shown pairs, by default all held-out pairs).
         """
         check_choice("split kind", kind, SPLIT_KINDS)
         if kind in ("size", "family"):
@@ -157,7 +159,7 @@ class ModularArithmetic(Task):
             return train, held_out.subset(torch.arange(total - n_train if n_test is None
                                                        else n_test))
         shown = self.relabel(held_out, seed + 1)
-        seen = set(input_keys(train))
+        seen = set(input_keys(train)) if unseen else set()
         fresh = [i for i, key in enumerate(input_keys(shown)) if key not in seen]
         if n_test is None:
             n_test = len(fresh)

@@ -39,9 +39,12 @@ def check_int(name: str, value: Any, *, minimum: int | None = None,
 
 def check_float(name: str, value: Any, *, minimum: float | None = None,
                 maximum: float | None = None, strict_min: bool = False) -> float:
-    """``value`` as a ``float``; ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    """``value`` as a finite ``float``; ``TypeError``/``ValueError`` naming ``name`` otherwise
+    (NaN compares false with every bound, so it is refused before them, as are ±inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
     if minimum is not None and (value <= minimum if strict_min else value < minimum):
         op = ">" if strict_min else ">="
         raise ValueError(f"{name} must be {op} {minimum}, got {value}")

@@ -1,5 +1,7 @@
 """The common task interface: registry, determinism, vocabularies, dataset tensors, splits."""
 
+import math
+
 import pytest
 import torch
 
@@ -246,3 +248,16 @@ def test_tasks_without_families_refuse_a_family_split_naming_the_task(name):
     assert task.families() == ()
     with pytest.raises(ValueError, match=f"family split is not meaningful for task '{name}'"):
         task.split("family", 5, 5)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_task_option_that_is_not_finite_is_refused_naming_it(value):
+    # NaN compares false with every bound, so check_float let it through to the generator
+    from graded.checks import check_float
+    from graded.tasks.polynomial_regression import PolynomialRegression
+
+    with pytest.raises(ValueError, match=rf"noise must be a finite number, got {value}"):
+        PolynomialRegression(noise=value)
+    with pytest.raises(ValueError, match=r"edge_prob must be a finite number"):
+        check_float("edge_prob", value, minimum=0.0, maximum=1.0)
+    assert check_float("edge_prob", 0.5, minimum=0.0, maximum=1.0) == 0.5

@@ -55,3 +55,15 @@ def test_model_feature_concentration_uses_the_input_grading(tokens):
     assert r.high_grade_share > r.ungraded_share  # the top feature has the largest scale
     with pytest.raises(ValueError, match="no feature grading"):
         model_feature_concentration(TransformerLM(tiny_config()), tokens)
+
+
+def test_vectors_the_grading_maps_to_zero_are_skipped_not_nan():
+    # LGT with f = identity gives scale 0 at grade 0: x = e_0 has M x = 0 and no shares
+    x = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]], dtype=torch.float64)
+    scales = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    grades = scales.clone()
+    fc = feature_concentration(x, scales, grades)
+    assert fc.high_grade_share == pytest.approx(4.0 / 5.0)  # of the second vector only
+    assert fc.ungraded_share == pytest.approx(1.0 / 3.0)
+    with pytest.raises(ValueError, match="M x ≠ 0"):
+        feature_concentration(x[:1], scales, grades)

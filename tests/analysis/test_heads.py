@@ -82,3 +82,9 @@ def test_head_diversity_of_a_model(egt_lm, tokens):
         assert d["js_matrix"].shape == (2, 2)
         assert 0.0 <= d["mean_js"] <= math.log(2)
         assert 1.0 <= d["numerical_rank"] <= 7.0
+
+
+def test_js_divergence_refuses_distributions_over_different_keys():
+    p = torch.full((2, 5), 0.2)
+    with pytest.raises(ValueError, match=r"same keys.*got 5 and 4 keys"):
+        js_divergence(p, torch.full((2, 4), 0.25))

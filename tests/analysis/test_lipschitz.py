@@ -126,3 +126,8 @@ def test_bound_factor_beyond_float_range_is_reported_as_infinite():
     f = lipschitz_bound_factors(model)  # (4^30)^(10·4+3) ≈ 10^774
     assert f["max_scale"] == pytest.approx(4.0**30, rel=1e-5)
     assert f["prop_5_12_factor"] == math.inf
+
+
+def test_a_non_positive_relative_epsilon_is_refused_by_its_name():
+    with pytest.raises(ValueError, match=r"relative_epsilon must be positive, got -0\.1"):
+        empirical_lipschitz(lambda x: 2 * x, torch.ones(3), relative_epsilon=-0.1)

@@ -106,3 +106,9 @@ def test_seq2seq_sweep_covers_every_self_attention_layer_and_no_cross_attention(
                       and not m.cross]
     assert sorted(sweep["layers"]) == sorted(f"{n}.attn" for n in self_attention)
     assert len(sweep["layers"]) == model.config.n_layers + 1
+
+
+def test_early_mass_refuses_weights_that_are_not_square():
+    # (1, 1, 3, 1): one key, so "the first k=2 keys" do not exist; the sum would cover one
+    with pytest.raises(ValueError, match=r"square self-attention .* got shape \(1, 1, 3, 1\)"):
+        early_attention_mass(torch.ones(1, 1, 3, 1), 2)

@@ -63,3 +63,21 @@ def test_plot_grade_trajectories_writes_a_png(tmp_path):
     assert path == tmp_path / "g.png" and is_png(path)
     with pytest.raises(ValueError, match=r"\.png"):
         plot_grade_trajectories(RECORDS, tmp_path, filename="g.svg")
+
+
+def test_a_module_first_recorded_after_the_first_snapshot_keeps_its_trajectory():
+    records = [{"step": 2, "grades": {"a": [1.0, 2.0]}},
+               {"step": 1, "grades": {"a": [0.5, 1.5]}},
+               {"step": 3, "grades": {"a": [1.0, 2.5], "b": [[1.0], [2.0]]}}]
+    traj = grade_trajectories(records)
+    assert list(traj) == ["a", "b"]
+    assert traj["a"].steps.tolist() == [1, 2, 3]
+    assert traj["b"].steps.tolist() == [3]
+    assert traj["b"].grades.tolist() == [[1.0, 2.0]]
+
+
+@pytest.mark.parametrize("record", [{"grades": {"a": [1.0]}}, {"step": 0, "grades": [1.0]},
+                                    [1.0, 2.0]])
+def test_a_malformed_snapshot_is_refused_naming_the_expected_form(record):
+    with pytest.raises(ValueError, match="a grade snapshot is"):
+        grade_trajectories([{"step": 1, "grades": {"a": [1.0]}}, record])

@@ -289,3 +289,21 @@ def test_graded_mlp_hidden_grades_per_layer_and_validation():
         GradedMLP(2, [3, 4], 1, hidden_grades=[[1.0, 2.0, 3.0]])
     with pytest.raises(ValueError, match="layer"):
         GradedMLP(2, 3, 1, layer="conv")
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid", "gelu", "identity"])
+def test_activation_lipschitz_constant_bounds_the_steepest_slope(activation):
+    layer = InputGradedLinear(1, 1, [0.0], activation=activation, dtype=torch.float64)
+    with torch.no_grad():
+        layer.linear.weight.fill_(1.0)
+        layer.linear.bias.zero_()
+    x = torch.linspace(-6, 6, 120_001, dtype=torch.float64).unsqueeze(-1).requires_grad_()
+    (slope,) = torch.autograd.grad(layer(x).sum(), x)
+    steepest = float(slope.abs().max())
+    assert steepest <= layer.lipschitz_bound() <= steepest + 1e-5
+
+
+def test_power_sign_mode_refuses_learnable_grades():
+    # a learnt grade leaves the integers: its sign would follow round(q), its size q
+    with pytest.raises(ValueError, match="learning would move"):
+        MultiplicativeGradedLinear(2, 1, [1.0, 2.0], learnable_grades=True, sign_mode="power")

@@ -337,3 +337,9 @@ def test_gatv2_projection_biases_enter_logits_and_messages_as_written():
         alpha = torch.softmax(e, 0)
         out[i] = sum(alpha[j] * (wl @ x[j] + bl) for j in range(4))
     assert torch.allclose(layer(x, adj), out, atol=1e-12)
+
+
+@pytest.mark.parametrize("damping", [-0.1, 1.5])
+def test_pagerank_refuses_a_damping_factor_outside_0_1(damping):
+    with pytest.raises(ValueError, match=rf"damping factor in \[0, 1\], got {damping}"):
+        centrality(torch.ones(3, 3), "pagerank", damping=damping)

@@ -7,6 +7,7 @@ files. See ``docs/analysis.md`` for what each measures and which paper claim it 
 from graded.analysis.capture import (
     AttentionCall,
     attention_modules,
+    call_keys,
     capture_attention,
     embedding_perturbation,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "attention_modules",
     "attention_rank",
     "attention_rollout",
+    "call_keys",
     "capture_attention",
     "compare_attention_rank",
     "concatenated_head_rank",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +73,22 @@ def input_length(inputs: Inputs) -> int:
     if not lengths:
         raise ValueError("inputs hold no (batch, length, ...) tensor")
     return max(lengths)
+
+
+
+def short_names(keys: Sequence[str]) -> list[str]:
+    """Plot labels for diagnostics keys: 'decoder.stack.blocks.1.self_attn.attn#1' ->
+    'blocks.1.self_attn#1' (the ``#n`` of a repeated call, :func:`call_keys`, is kept). Keys
+    whose short forms would coincide (the encoder's and decoder's block 0) keep their full
+    names."""
+    short = [_short_name(k) for k in keys]
+    return [s if short.count(s) == 1 else k for s, k in zip(short, keys, strict=True)]
+
+
+def _short_name(key: str) -> str:
+    name, hash_, n = key.partition("#")
+    parts = name.split(".")
+    if "blocks" in parts:
+        i = parts.index("blocks")
+        parts = parts[i : i + 3]
+    return (".".join(p for p in parts if p != "attn") or name) + hash_ + n

@@ -10,7 +10,7 @@ the diagnostics can recompute attention with and without the grading from the ve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,13 @@ from graded.attention.multihead import MultiheadAttention
 from graded.grading import activation_grading
 from graded.transformer.models import InputEmbedding
 
-__all__ = ["AttentionCall", "attention_modules", "capture_attention", "embedding_perturbation"]
+__all__ = [
+    "AttentionCall",
+    "attention_modules",
+    "call_keys",
+    "capture_attention",
+    "embedding_perturbation",
+]
 
 
 @dataclass
@@ -71,6 +77,32 @@ class AttentionCall:
                 keep = finite if keep is None else keep & finite
                 bias = torch.where(finite, m, torch.zeros_like(m))
         return keep, bias
+
+
+def call_keys(calls: Sequence[AttentionCall]) -> list[str]:
+    """The key of each call in the results of the diagnostics, in call order.
+
+    The first call of a module is keyed by the module's qualified name; a later call of the
+    same module in the same forward pass by ``name#n``, n = 1, 2, ... counting that module's
+    earlier calls (a module called twice gives ``name`` and ``name#1``). Every diagnostic that
+    reports per call (:func:`~graded.analysis.attention_maps`,
+    :func:`~graded.analysis.head_diversity`, :func:`~graded.analysis.attention_rank`,
+    :func:`~graded.analysis.positional_bias_sweep`) uses this rule, so their results join on
+    the keys.
+    """
+    keys: list[str] = []
+    taken: set[str] = set()
+    seen: dict[str, int] = {}
+    for call in calls:
+        n = seen.get(call.name, 0)
+        key = call.name if n == 0 else f"{call.name}#{n}"
+        while key in taken:  # a module whose own name looks like "name#n"
+            n += 1
+            key = f"{call.name}#{n}"
+        seen[call.name] = n + 1
+        taken.add(key)
+        keys.append(key)
+    return keys
 
 
 def attention_modules(model: nn.Module) -> dict[str, MultiheadAttention]:

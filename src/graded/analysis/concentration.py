@@ -48,7 +48,7 @@ class FeatureConcentration:
 def feature_concentration(x: Tensor, scales: Tensor, grades: Tensor,
                           delta: float = 0.0) -> FeatureConcentration:
     """Concentration of vectors ``x`` (..., d) under the grading with diagonal ``scales`` (d,)
-    and grades ``grades`` (d,); zero vectors are skipped."""
+    and grades ``grades`` (d,); vectors with x = 0 or M x = 0 are skipped."""
     if scales.dim() != 1 or grades.shape != scales.shape or x.shape[-1] != scales.shape[0]:
         raise ValueError(
             f"need x (..., d) with scales and grades of shape (d,); got x {tuple(x.shape)}, "
@@ -59,10 +59,11 @@ def feature_concentration(x: Tensor, scales: Tensor, grades: Tensor,
     x = x.detach().to(torch.float64).reshape(-1, x.shape[-1])
     s = scales.detach().to(torch.float64)
     q = grades.detach().to(torch.float64)
-    norms = torch.linalg.vector_norm(x, dim=-1)
-    x = x[norms > 0]
+    # a vector that is zero, or that the grading maps to zero (a zero scale), has no shares
+    x = x[(torch.linalg.vector_norm(x, dim=-1) > 0)
+          & (torch.linalg.vector_norm(x * s, dim=-1) > 0)]
     if x.shape[0] == 0:
-        raise ValueError("feature_concentration needs at least one non-zero vector")
+        raise ValueError("feature_concentration needs at least one vector x with M x ≠ 0")
     q_max = q.max()
     top = q >= q_max - delta
     mx = x * s

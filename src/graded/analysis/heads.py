@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, check_weights, eval_mode, run_model
-from graded.analysis.capture import capture_attention
+from graded.analysis.capture import call_keys, capture_attention
 from graded.analysis.rank import DEFAULT_RTOL, effective_rank, numerical_rank
 
 __all__ = ["concatenated_head_rank", "head_diversity", "js_divergence", "pairwise_head_js"]
@@ -32,6 +32,9 @@ def js_divergence(p: Tensor, r: Tensor) -> Tensor:
     """
     check_weights(p, "p")
     check_weights(r, "r")
+    if p.shape[-1] != r.shape[-1]:
+        raise ValueError(f"p and r must be distributions over the same keys (last dimension), "
+                         f"got {p.shape[-1]} and {r.shape[-1]} keys")
     if bool((p < 0).any()) or bool((r < 0).any()):
         raise ValueError("js_divergence needs non-negative distributions, got a negative entry")
     m = 0.5 * (p + r)
@@ -64,16 +67,16 @@ def concatenated_head_rank(heads: Tensor, rtol: float = DEFAULT_RTOL) -> dict[st
 @torch.no_grad()
 def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RTOL,
                    **model_kwargs: object) -> dict[str, dict[str, object]]:
-    """Per attention layer: ``js_matrix`` (H, H), ``mean_js`` over pairs h ≠ h', and the
-    ``numerical_rank`` / ``effective_rank`` of the concatenated head outputs."""
+    """Per attention call (keyed as :func:`~graded.analysis.call_keys`): ``js_matrix``
+    (H, H), ``mean_js`` over pairs h ≠ h', and the ``numerical_rank`` / ``effective_rank`` of
+    the concatenated head outputs."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
     out: dict[str, dict[str, object]] = {}
-    for call in calls:
+    for key, call in zip(call_keys(calls), calls, strict=True):
         js = pairwise_head_js(call.weights)
         h = js.shape[0]
         off = js.sum() / (h * (h - 1)) if h > 1 else js.new_zeros(())
-        key = call.name if call.name not in out else f"{call.name}#{len(out)}"
         out[key] = {"js_matrix": js, "mean_js": float(off),
                     **concatenated_head_rank(call.heads, rtol)}
     return out

@@ -75,6 +75,8 @@ def empirical_lipschitz(
         raise ValueError(f"need n_random >= 0 and steps >= 0, not both 0; got n_random="
                          f"{n_random}, steps={steps}")
     x = x.detach()
+    if epsilon is None and not relative_epsilon > 0:
+        raise ValueError(f"relative_epsilon must be positive, got {relative_epsilon!r}")
     if epsilon is None:
         norm = float(torch.linalg.vector_norm(x))
         epsilon = relative_epsilon * norm if norm > 0 else relative_epsilon

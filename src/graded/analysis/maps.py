@@ -26,8 +26,9 @@ from graded.analysis._common import (
     pyplot,
     run_model,
     save_figure,
+    short_names,
 )
-from graded.analysis.capture import capture_attention
+from graded.analysis.capture import call_keys, capture_attention
 
 __all__ = ["attention_entropy", "attention_maps", "attention_rollout", "plot_attention_maps"]
 
@@ -37,19 +38,11 @@ HEAD_FUSIONS = ("mean", "max", "min")
 @torch.no_grad()
 def attention_maps(model: nn.Module, inputs: Inputs, **model_kwargs: object) -> dict[str, Tensor]:
     """The softmax weights (B, H, Tq, Tk) of every attention layer during one forward pass,
-    keyed by the attention module's qualified name (in call order; a module called twice gets
-    ``name#1``). Runs in eval mode, so dropout is off."""
+    keyed by the attention module's qualified name in call order (:func:`call_keys`: a module
+    called twice gives ``name`` and ``name#1``). Runs in eval mode, so dropout is off."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
-    out: dict[str, Tensor] = {}
-    for call in calls:
-        key = call.name
-        i = 1
-        while key in out:
-            key = f"{call.name}#{i}"
-            i += 1
-        out[key] = call.weights
-    return out
+    return {key: call.weights for key, call in zip(call_keys(calls), calls, strict=True)}
 
 
 def plot_attention_maps(
@@ -70,16 +63,17 @@ def plot_attention_maps(
         if not 0 <= sample < w.shape[0]:
             raise ValueError(f"sample={sample} is out of range for a batch of {w.shape[0]}")
     heads = max(w.shape[1] for _, w in items)
+    labels = short_names([name for name, _ in items])
     plt = pyplot()
     fig, axes = plt.subplots(len(items), heads, figsize=(2.2 * heads, 2.2 * len(items)),
                              squeeze=False)
-    for row, (name, w) in enumerate(items):
+    for row, ((_, w), label) in enumerate(zip(items, labels, strict=True)):
         for h in range(heads):
             ax = axes[row][h]
             if h < w.shape[1]:
                 ax.imshow(w[sample, h].detach().float().cpu().numpy(), cmap="viridis",
                           vmin=0.0, vmax=1.0, interpolation="nearest")
-                ax.set_title(f"{_short(name)} h{h}", fontsize=7)
+                ax.set_title(f"{label} h{h}", fontsize=7)
             ax.set_xticks([])
             ax.set_yticks([])
     fig.suptitle(title or "attention maps (rows: queries, columns: keys)", fontsize=9)
@@ -133,12 +127,3 @@ def attention_rollout(
                              f"layers {tuple(result.shape)}")
         result = fused if result is None else fused @ result
     return result
-
-
-def _short(name: str) -> str:
-    """'decoder.stack.blocks.1.self_attn.attn' -> 'blocks.1.self_attn'."""
-    parts = name.split(".")
-    if "blocks" in parts:
-        i = parts.index("blocks")
-        parts = parts[i : i + 3]
-    return ".".join(p for p in parts if p != "attn") or name

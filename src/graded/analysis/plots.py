@@ -7,7 +7,7 @@ from pathlib import Path
 
 from torch import Tensor
 
-from graded.analysis._common import pyplot, save_figure
+from graded.analysis._common import pyplot, save_figure, short_names
 from graded.analysis.rank import CONDITIONS, RankComparison
 
 __all__ = ["plot_head_diversity", "plot_rank_comparison", "plot_rollout"]
@@ -44,10 +44,11 @@ def plot_head_diversity(diversity: Mapping[str, Mapping[str, object]], out_dir: 
     plt = pyplot()
     n = len(diversity)
     fig, axes = plt.subplots(1, n, figsize=(2.8 * n, 2.8), squeeze=False)
-    for ax, (name, d) in zip(axes[0], diversity.items()):
+    labels = short_names(list(diversity))
+    for ax, d, label in zip(axes[0], diversity.values(), labels, strict=True):
         js: Tensor = d["js_matrix"]
         im = ax.imshow(js.float().cpu().numpy(), cmap="magma", vmin=0.0, vmax=0.6931)
-        ax.set_title(f"{name.split('.attn')[0][-24:]}\nmean JS {d['mean_js']:.3f}", fontsize=7)
+        ax.set_title(f"{label}\nmean JS {d['mean_js']:.3f}", fontsize=7)
         ticks = list(range(js.shape[0]))
         ax.set_xticks(ticks)
         ax.set_yticks(ticks)

@@ -31,7 +31,7 @@ from graded.analysis._common import (
     run_model,
     save_figure,
 )
-from graded.analysis.capture import AttentionCall, capture_attention
+from graded.analysis.capture import AttentionCall, call_keys, capture_attention
 from graded.grading import ExponentialGrading
 from graded.transformer.blocks import AttentionSublayer
 from graded.transformer.graded import GradedPositions, feature_grading
@@ -54,6 +54,9 @@ def early_attention_mass(weights: Tensor, k: int) -> float:
     (..., T, T)."""
     check_weights(weights, min_dim=2)
     t_q = weights.shape[-2]
+    if weights.shape[-1] != t_q:
+        raise ValueError(f"early_attention_mass needs square self-attention weights (..., T, T), "
+                         f"got shape {tuple(weights.shape)}")
     _check_k(k, t_q)
     return float(weights[..., k:, :k].sum(dim=-1).mean())
 
@@ -137,12 +140,11 @@ def positional_bias_sweep(
                         e.position_grading = GradedPositions(kind, float(alpha),
                                                              input_length(inputs), base)
                     run_model(model, inputs, **model_kwargs)
-                for call in calls:
+                for key, call in zip(call_keys(calls), calls, strict=True):
                     if id(call.module) in cross:
                         continue
-                    layers.setdefault(call.name, []).append(
-                        early_attention_mass(call.weights, k))
-                    uniform[call.name] = _uniform_reference(call, k)
+                    layers.setdefault(key, []).append(early_attention_mass(call.weights, k))
+                    uniform[key] = _uniform_reference(call, k)
     finally:
         for e, pg in zip(embeds, saved):
             e.position_grading = pg

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, run_model, to_float64
-from graded.analysis.capture import AttentionCall, capture_attention
+from graded.analysis.capture import AttentionCall, call_keys, capture_attention
 from graded.attention.functional import safe_softmax
 from graded.attention.graded import VARIANTS, grade_heads
 
@@ -218,7 +218,8 @@ def attention_rank(
     model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RTOL,
     **model_kwargs: object,
 ) -> dict[str, RankComparison]:
-    """:func:`compare_attention_rank` for every attention layer of ``model`` on ``inputs``.
+    """:func:`compare_attention_rank` for every attention call of ``model`` on ``inputs``,
+    keyed as :func:`~graded.analysis.call_keys`.
 
     Q and K are the layer's own projections (captured before its grading), the scales and
     variant those of its :class:`~graded.attention.graded.GradedMultiheadAttention`; masks
@@ -231,11 +232,10 @@ def attention_rank(
     with eval_mode(model), capture_attention(model, need_weights=False) as calls:
         run_model(model, inputs, **model_kwargs)
     out: dict[str, RankComparison] = {}
-    for call in calls:
+    for key, call in zip(call_keys(calls), calls, strict=True):
         _check_score(call)
         scales, variant = _call_grading(call)
         keep, bias = call.keep_and_bias()
-        key = call.name if call.name not in out else f"{call.name}#{len(out)}"
         k = call.module.expand_kv(call.k)  # grouped-query keys, one per query head
         scale = getattr(call.module.backend, "scale", None)  # the layer's temperature
         out[key] = compare_attention_rank(call.q, k, scales, variant, keep=keep,

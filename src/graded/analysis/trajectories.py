@@ -75,20 +75,28 @@ def load_grade_records(source: str | Path | Records) -> list[dict[str, Any]]:
             return _records_from_csv(path)
         lines = path.read_text(encoding="utf-8").splitlines()
         return [json.loads(ln) for ln in lines if ln.strip()]
+    for r in source:
+        if not isinstance(r, Mapping):
+            raise ValueError(f"a grade snapshot is {{'step': int, 'grades': {{module: list}}}}, "
+                             f"got {r!r}")
     return [dict(r) for r in source]
 
 
 def grade_trajectories(source: str | Path | Records) -> dict[str, GradeTrajectory]:
-    """One :class:`GradeTrajectory` per grading module, steps in increasing order."""
-    records = sorted(load_grade_records(source), key=lambda r: r["step"])
+    """One :class:`GradeTrajectory` per grading module of any snapshot (a module missing from
+    some snapshots has the steps of those that hold it), steps in increasing order."""
+    records = load_grade_records(source)
     if not records:
         raise ValueError("no grade snapshots to plot: the source is empty")
     for r in records:
         if "step" not in r or not isinstance(r.get("grades"), Mapping):
             raise ValueError(f"a grade snapshot is {{'step': int, 'grades': {{module: list}}}},"
                              f" got {r!r}")
+    records = sorted(records, key=lambda r: r["step"])
+    # every module of any snapshot, in order of first appearance
+    names = dict.fromkeys(name for r in records for name in r["grades"])
     out: dict[str, GradeTrajectory] = {}
-    for name in records[0]["grades"]:
+    for name in names:
         rows = [(r["step"], _flatten(r["grades"][name])) for r in records if name in r["grades"]]
         width = len(rows[0][1])
         if any(len(v) != width for _, v in rows):

@@ -42,7 +42,7 @@ _ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], float]] = {
     "relu": (torch.relu, 1.0),
     "tanh": (torch.tanh, 1.0),
     "sigmoid": (torch.sigmoid, 0.25),
-    "gelu": (F.gelu, 1.1289),  # max of GELU'(x), attained near x = 2.42
+    "gelu": (F.gelu, 1.128905),  # rounded up: max of GELU'(x) = Φ(x) + xφ(x), attained at x = √2
     "identity": (lambda x: x, 1.0),
 }
 
@@ -130,7 +130,7 @@ class MultiplicativeGradedLinear(_LinearBase):
 
     - ``sign_mode="odd"`` (default): u^q := sgn(u)|u|^q, so the sign is Π sgn(u_i) (the
       convention of :class:`GradedLinear`; exact for odd integer grades);
-    - ``"power"``: the real power sgn(u)^{q}|u|^q, which needs integer grades;
+    - ``"power"``: the real power sgn(u)^{q}|u|^q, which needs integer grades (fixed ones);
     - ``"abs"``: |u|^q (signs dropped).
 
     A factor that is exactly 0 makes the product 0. Its gradients are the true derivatives where
@@ -149,6 +149,9 @@ class MultiplicativeGradedLinear(_LinearBase):
                  dtype: torch.dtype | None = None) -> None:
         if sign_mode not in SIGN_MODES:
             raise ValueError(f"sign_mode must be one of {SIGN_MODES}, got {sign_mode!r}")
+        if sign_mode == "power" and learnable_grades:
+            raise ValueError("sign_mode='power' needs integer grades, which learning would move "
+                             "off the integers; use learnable_grades=False or sign_mode='odd'")
         super().__init__(in_features, out_features, bias, device, dtype)
         _grade_storage(self, grades, in_features, learnable_grades, device,
                        dtype or self.weight.dtype, "MultiplicativeGradedLinear")

@@ -268,6 +268,8 @@ def centrality(
                 break
         return x
     if kind == "pagerank":
+        if not 0.0 <= damping <= 1.0:
+            raise ValueError(f"pagerank needs a damping factor in [0, 1], got {damping!r}")
         deg = a.sum(-1)  # (B?, N)
         dangling = deg == 0
         trans = a / torch.where(dangling, torch.ones_like(deg), deg).unsqueeze(-1)

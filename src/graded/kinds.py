@@ -269,7 +269,8 @@ class TaskKind:
         probabilities or the predicted values for the others (which use neither
         ``max_new_tokens`` nor ``sampling``)."""
         _check_one_prompt(ids)
-        out = model(ids)[0]
+        grading = prompt_grading(model, task, ids, continues=False)
+        out = model(ids, **grading)[0]
         return self._answer(out)
 
     def _answer(self, out: Tensor) -> dict[str, Any]:
@@ -345,8 +346,11 @@ class LM(TaskKind):
     def generate(self, model: nn.Module, task: Any, ids: Tensor, max_new_tokens: int,
                  **sampling: Any) -> str:
         _check_one_prompt(ids)
+        grading = prompt_grading(model, task, ids, continues=max_new_tokens > 0 or bool(
+            self._start(task)))
         out = model.generate(ids, max_new_tokens, eos_token_id=task.info().get("eos_id"),
-                             pad_token_id=task.vocab.pad_id, **self._start(task), **sampling)
+                             pad_token_id=task.vocab.pad_id, **self._start(task), **grading,
+                             **sampling)
         return task.vocab.decode_str(out[0])
 
     def _start(self, task: Any) -> dict[str, int]:
@@ -580,6 +584,34 @@ def _tokens(x: Tensor, mask: Tensor | None) -> int:
     if mask is not None:
         return int((~mask).sum())
     return int(x.shape[0] * (x.shape[1] if x.dim() > 1 else 1))
+
+
+def prompt_grading(model: nn.Module, task: Any, ids: Tensor, *, continues: bool
+                   ) -> dict[str, Any]:
+    """What a model that grades tokens (``TransformerConfig.token_grading``) needs besides the
+    prompt ``ids`` (B, T): ``token_grades``, the task's grades of the prompt
+    (``Task.grade_tokens``, as its datasets grade the same sequence), and, when the model
+    ``continues`` a sequence (an LM's new tokens, a seq2seq decoder's), ``token_grader``: the
+    task's grades of a sequence of ids, whose last grades each generated token. {} for a model
+    that does not grade tokens. ValueError naming the task when it cannot grade a
+    continuation (``Task.causal_grades`` False: a token's grade depends on later tokens)."""
+    if not getattr(getattr(model, "config", None), "token_grading", False):
+        return {}
+    vocab = task.vocab
+
+    def grade(row: Tensor | list[int]) -> list[int]:
+        return task.grade_tokens(vocab.decode(row, skip_pad=False))
+
+    grades = torch.tensor([grade(row) for row in ids.tolist()], dtype=torch.float32,
+                          device=ids.device)
+    if not continues:
+        return {"token_grades": grades}
+    if not getattr(task, "causal_grades", False):
+        raise ValueError(f"task {task.name!r} cannot grade a continuation: the grade of a "
+                         "token depends on tokens after it, so a generated token has no grade "
+                         "when the next one is chosen, and this model grades tokens "
+                         "(TransformerConfig.token_grading=True)")
+    return {"token_grades": grades, "token_grader": grade}
 
 
 def _check_one_prompt(ids: Tensor) -> None:

@@ -410,3 +410,29 @@ def test_an_output_layer_untied_after_loading_is_the_one_converted(convert, llam
     ids = _ids(hf.config.vocab_size)
     assert torch.allclose(lm(ids), hf(ids).logits, atol=1e-10, rtol=0)
     assert not lm.config.tie_embeddings
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_left_padded_batch_fills_max_len_with_its_real_tokens_as_hugging_face(use_cache,
+                                                                                num_beams):
+    """Positions skip left padding (Hugging Face counts them from ``attention_mask``), so a
+    batch whose longest real prompt plus the new tokens fills ``n_positions`` exactly is
+    generated, padding or not, and equals GPT-2's tokens; one more new token is refused."""
+    hf = _gpt2()  # n_positions = 24
+    lm = from_gpt2(hf)
+    ids = _ids(37, (2, 28))
+    mask = torch.ones_like(ids)
+    mask[0, :8] = 0  # real prompts of 20 and 12 tokens, left-padded to 28
+    mask[1, :16] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    assert ids.shape[1] + 4 > hf.config.n_positions
+    assert int(mask.sum(1).max()) + 4 == hf.config.n_positions
+    ours = lm.generate(ids, 4, key_padding_mask=mask == 0, num_beams=num_beams,
+                       use_cache=use_cache, pad_token_id=0)
+    theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False,
+                         num_beams=num_beams, pad_token_id=0)
+    assert torch.equal(ours, theirs)
+    with pytest.raises(ValueError, match=r"longest prompt \(real tokens, left padding excluded\)"
+                       r" 20 \+ max_new_tokens 5 exceeds the model's max_len=24"):
+        lm.generate(ids, 5, key_padding_mask=mask == 0)

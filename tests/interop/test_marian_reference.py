@@ -245,3 +245,70 @@ def test_marian_export_refuses_changed_positions_and_a_missing_pad_token():
     unpadded = type(model)(model.config.replace(pad_id=None))
     with pytest.raises(ValueError, match=r"pad_token_id=None .*expected a token id in"):
         to_marian(unpadded)
+
+
+def _marian_that_likes_padding():
+    """A Marian model whose greedy and beam outputs reach the pad token (its logit raised), with
+    the generation config of a Marian checkpoint: the pad token banned, EOS forced at the
+    length limit."""
+    hf = _marian()
+    with torch.no_grad():
+        hf.final_logits_bias[0, PAD] += 2.0
+    hf.generation_config.bad_words_ids = [[PAD]]
+    assert hf.generation_config.forced_eos_token_id == EOS  # MarianConfig's default
+    return hf
+
+
+@pytest.mark.parametrize(("num_beams", "early_stopping"),
+                         [(1, False), (3, True), (3, False), (3, "never")])
+@pytest.mark.parametrize("early_eos", [False, True], ids=["eos_at_limit", "eos_early"])
+def test_marian_generation_options_give_hugging_faces_tokens(num_beams, early_stopping,
+                                                             early_eos):
+    """``from_marian`` records Hugging Face's generation config (start, EOS and pad ids,
+    ``bad_words_ids=[[pad]]``, ``forced_eos_token_id``); passed to ``generate`` they give
+    ``MarianMTModel.generate``'s tokens, greedy and beam; without the two options the tokens
+    differ (the pad token is generated, no EOS is forced)."""
+    from graded.interop.marian import marian_generation_options
+
+    hf = _marian_that_likes_padding()
+    src, mask, _ = _batch()
+    if early_eos:  # an EOS that row 0 emits at its second step: rows finish early
+        free = hf.generate(src, attention_mask=mask, max_new_tokens=8, num_beams=1,
+                           forced_eos_token_id=None)
+        hf.generation_config.eos_token_id = hf.generation_config.forced_eos_token_id = int(
+            free[0, 2])
+    model = from_marian(hf)
+    assert model.generation_options == marian_generation_options(hf.generation_config)
+    assert model.generation_options["bad_words_ids"] == [[PAD]]
+    options = {**model.generation_options, "num_beams": num_beams,
+               "early_stopping": early_stopping}
+    theirs = hf.generate(src, attention_mask=mask, max_new_tokens=8, num_beams=num_beams,
+                         early_stopping=early_stopping)
+    for use_cache in (True, False):
+        ours = model.generate(src, 8, src_key_padding_mask=mask == 0, use_cache=use_cache,
+                              **options)
+        assert torch.equal(ours, theirs), use_cache
+    unconstrained = {k: v for k, v in options.items()
+                     if k not in ("bad_words_ids", "forced_eos_token_id")}
+    before = model.generate(src, 8, src_key_padding_mask=mask == 0, **unconstrained)
+    assert not torch.equal(before, theirs)
+
+
+def test_marian_generation_options_refuse_what_generate_cannot_do():
+    from graded.interop.marian import marian_generation_options
+
+    config = transformers.GenerationConfig(decoder_start_token_id=PAD, do_sample=True)
+    with pytest.raises(ValueError, match="do_sample=True; expected greedy or beam"):
+        marian_generation_options(config)
+    with pytest.raises(ValueError, match="no decoder_start_token_id"):
+        marian_generation_options(transformers.GenerationConfig(eos_token_id=EOS))
+    model = from_marian(_marian())
+    src, _, _ = _batch()
+    with pytest.raises(ValueError, match=r"bad_words_ids entry \[3, 4\]: only single-token"):
+        model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[3, 4]])
+    with pytest.raises(ValueError, match=r"bad_words_ids entry \[23\]: expected a token id in "
+                       r"\[0, 23\)"):
+        model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[V]])
+    with pytest.raises(ValueError, match=r"forced_eos_token_id must be a token id in \[0, 23\), "
+                       "got -1"):
+        model.generate(src, 4, bos_token_id=PAD, forced_eos_token_id=-1)

@@ -30,8 +30,13 @@ from graded.interop.bert import bert_config, from_bert, to_bert
 from graded.interop.gpt2 import from_gpt2, gpt2_config, to_gpt2
 from graded.interop.grafting import graft_grading
 from graded.interop.llama import from_llama, llama_config, to_llama
-from graded.interop.marian import from_marian, marian_config, to_marian
+from graded.interop.marian import (
+    from_marian,
+    marian_config,
+    marian_generation_options,
+    to_marian,
+)
 
 __all__ = ["bert_config", "from_bert", "from_gpt2", "from_llama", "from_marian", "gpt2_config",
-           "graft_grading", "llama_config", "marian_config", "to_bert", "to_gpt2", "to_llama",
-           "to_marian"]
+           "graft_grading", "llama_config", "marian_config", "marian_generation_options",
+           "to_bert", "to_gpt2", "to_llama", "to_marian"]

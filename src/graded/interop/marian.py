@@ -30,10 +30,17 @@ as separate weights).
 Inputs. Marian counts encoder positions from each row's first slot, ours from its first unpadded
 token: equal for right padding (Marian's tokenizers pad on the right). Marian starts decoding
 from ``decoder_start_token_id`` (its pad token), unmasked, as ``Seq2SeqTransformer.generate``
-does with ``bos_token_id``. Its generation config also forces EOS as the last token when the
-length limit is reached (``forced_eos_token_id``) and checkpoints often ban the pad token
-(``bad_words_ids``): ours does neither, so greedy outputs agree where those are off (the forced
-EOS changes only the last token of rows that have not finished).
+does with ``bos_token_id``.
+
+Generation. Hugging Face's ``generate`` reads its defaults from the model's generation config:
+Marian's force EOS as the last token at the length limit (``forced_eos_token_id``) and
+checkpoints ban the pad token (``bad_words_ids=[[pad_token_id]]``), besides the start, EOS and
+pad ids and the beam options. :func:`marian_generation_options` turns that config into the
+keyword arguments of :meth:`Seq2SeqTransformer.generate`, and :func:`from_marian` records them
+on the converted model as ``generation_options``, so that
+``model.generate(src, n, src_key_padding_mask=mask == 0, **model.generation_options)`` gives the
+tokens of ``hf.generate(src, attention_mask=mask, max_new_tokens=n)``. They are passed, not
+applied by default: ``generate`` keeps one meaning whatever built the model.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from graded.interop._common import (
 )
 from graded.transformer import Seq2SeqTransformer, TransformerConfig
 
-__all__ = ["from_marian", "marian_config", "to_marian"]
+__all__ = ["from_marian", "marian_config", "marian_generation_options", "to_marian"]
 
 # Options of BART-era Marian configs that Hugging Face's Marian ignores: any other value would
 # mean a model it computes differently from what the checkpoint was trained as.
@@ -116,9 +123,49 @@ def _layer_keys(side: str, n: int) -> Iterator[tuple[str, list[str]]]:
                 yield f"{o}{mine}.{kind}", [f"{t}{theirs}.{kind}"]
 
 
+# Hugging Face generation-config fields -> our generate options, with Hugging Face's defaults
+_GENERATION_OPTIONS = {"decoder_start_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
+                       "pad_token_id": "pad_token_id", "bad_words_ids": "bad_words_ids",
+                       "forced_eos_token_id": "forced_eos_token_id", "num_beams": "num_beams",
+                       "length_penalty": "length_penalty", "early_stopping": "early_stopping"}
+_HF_DEFAULTS = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}
+
+
+def marian_generation_options(model_or_config: Any) -> dict[str, Any]:
+    """The options of :meth:`Seq2SeqTransformer.generate` that decode as Hugging Face's
+    ``generate`` does by default for a ``MarianMTModel`` (its ``generation_config``) or a
+    ``GenerationConfig``: the start (``decoder_start_token_id``, as ``bos_token_id``), EOS and
+    pad ids, ``bad_words_ids``, ``forced_eos_token_id``, and beam search's ``num_beams``,
+    ``length_penalty`` and ``early_stopping`` (Hugging Face's defaults 1, 1.0, False where unset;
+    ours differ for ``early_stopping``). Sampling options are not carried: Marian decodes
+    greedily or by beams. ValueError when the config samples (``do_sample``), has no start id,
+    or names more than one EOS id."""
+    config = getattr(model_or_config, "generation_config", model_or_config)
+    if getattr(config, "do_sample", False):
+        raise ValueError("the generation config has do_sample=True; expected greedy or beam "
+                         "decoding (pass the sampling options to generate yourself)")
+    out: dict[str, Any] = {}
+    for theirs, ours in _GENERATION_OPTIONS.items():
+        value = getattr(config, theirs, None)
+        if value is None:
+            value = _HF_DEFAULTS.get(theirs)
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)) and theirs.endswith("token_id"):
+            if len(value) != 1:
+                raise ValueError(f"generation config {theirs}={value!r}: expected one token id")
+            value = value[0]
+        out[ours] = [list(w) for w in value] if theirs == "bad_words_ids" else value
+    if "bos_token_id" not in out:
+        raise ValueError("the generation config has no decoder_start_token_id; expected the id "
+                         "decoding starts from (Marian's pad token)")
+    return out
+
+
 def from_marian(model_or_path: Any) -> Seq2SeqTransformer:
     """A :class:`Seq2SeqTransformer` equal to a Hugging Face ``MarianMTModel`` (the same logits
-    for the same ``input_ids``, ``attention_mask`` and ``decoder_input_ids``)."""
+    for the same ``input_ids``, ``attention_mask`` and ``decoder_input_ids``), with
+    ``generation_options``: :func:`marian_generation_options` of its generation config."""
     hf = _load(model_or_path, "MarianMTModel", "marian")
     src = hf.state_dict()
     c = marian_config(hf.config)
@@ -142,6 +189,7 @@ def from_marian(model_or_path: Any) -> Seq2SeqTransformer:
         embed.positions.embedding.weight.requires_grad_(False)
         embed.tokens.padding_idx = getattr(hf.model, side).embed_tokens.padding_idx
     model.head.proj.bias.requires_grad_(False)
+    model.generation_options = marian_generation_options(hf)
     return model.eval()
 
 

@@ -178,6 +178,9 @@ class Task(abc.ABC):
     kind: ClassVar[str] = "classification"
     metric: ClassVar[str] = "accuracy"
     graded_object: ClassVar[str] = "none"
+    #: Whether a token's grade depends only on that token and those before it (the grades of a
+    #: prefix are a prefix of the grades): then generated tokens can be graded as they come.
+    causal_grades: ClassVar[bool] = False
 
     # ---- what subclasses provide -------------------------------------------------------
     @property
@@ -216,6 +219,22 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def _generate(self, n: int, seed: int) -> dict[str, Tensor]:
         """The tensors of ``n`` examples drawn with ``seed`` (see the module docstring)."""
+
+    def grade_tokens(self, tokens: str | Sequence[str]) -> list[int]:
+        """The grade of every token of ``tokens`` (a space-separated string or a token list in
+        the format of the task's inputs: a prompt, a seq2seq source, or a decoder sequence from
+        ``<bos>``), as the task's datasets grade that sequence in ``token_grades``
+        (``decoder_token_grades``). Tasks whose ``graded_object`` is ``"tokens"`` implement it;
+        the others raise ValueError naming the task. Unknown tokens raise ValueError."""
+        raise ValueError(f"task {self.name!r} does not grade its tokens (graded_object="
+                         f"{self.graded_object!r}); token grades come from a task whose "
+                         "graded_object is 'tokens'")
+
+    def _tokens(self, tokens: str | Sequence[str]) -> list[str]:
+        """``tokens`` as a list, each checked against the vocabulary."""
+        toks = tokens.split() if isinstance(tokens, str) else list(tokens)
+        self.vocab.encode(toks)  # ValueError naming an unknown token
+        return toks
 
     def size_configs(self) -> tuple[Task, Task]:
         """Configurations generating small (train) and large (test) objects (003 §3.2)."""

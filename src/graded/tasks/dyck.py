@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
@@ -91,6 +92,7 @@ class DyckLM(Task):
     kind: ClassVar[str] = "lm"
     metric: ClassVar[str] = "token_accuracy"
     graded_object: ClassVar[str] = "tokens"
+    causal_grades: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_int("k", self.k, minimum=1)
@@ -115,6 +117,11 @@ class DyckLM(Task):
     @property
     def max_len(self) -> int:
         return self.max_length + 1  # <bos> word <eos> minus one
+
+    def grade_tokens(self, tokens: str | Sequence[str]) -> list[int]:
+        """Nesting depths (:func:`nesting_depths`; ``<bos>``, ``<eos>`` have depth 0), as
+        the datasets grade ``<bos> word <eos>`` (LM) or the word (recognition)."""
+        return nesting_depths(self._tokens(tokens), self.pairs)
 
     def sample_word(self, rng: random.Random, length: int | None = None) -> list[str]:
         """One balanced word (the random walk described in the class docstring)."""

@@ -45,7 +45,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -307,6 +308,19 @@ class GraphProperties(Task):
         """The tokens of one graph: ``n=K`` then its edge list."""
         n = adj.shape[0]
         return [f"n={n}", *EdgeListCodec(n).encode(adj)]
+
+    def grade_tokens(self, tokens: str | Sequence[str]) -> list[int]:
+        """0 for ``n=K``, then the degree of the vertex each token names, as the datasets
+        grade a graph: its number of occurrences in the edge list (the degree when no edge is
+        repeated). A vertex's degree depends on later edges, so the grades are not causal."""
+        toks = self._tokens(tokens)
+        if not toks or not toks[0].startswith("n="):
+            raise ValueError(f"a graph prompt starts with its vertex count n=K, got "
+                             f"{' '.join(toks)!r}")
+        if any(t.startswith("n=") for t in toks[1:]):
+            raise ValueError(f"a graph prompt has one n=K token, first; got {' '.join(toks)!r}")
+        counts = Counter(toks[1:])
+        return [0, *(counts[t] for t in toks[1:])]
 
     def graphs(self, data: TaskDataset) -> list[np.ndarray]:
         """The adjacency matrices of a dataset, decoded from its tokens."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
@@ -140,6 +141,7 @@ class ListOps(Task):
     kind: ClassVar[str] = "classification"
     metric: ClassVar[str] = "accuracy"
     graded_object: ClassVar[str] = "tokens"
+    causal_grades: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_int("min_length", self.min_length, minimum=4)
@@ -165,6 +167,10 @@ class ListOps(Task):
     @property
     def max_len(self) -> int:
         return self.max_length
+
+    def grade_tokens(self, tokens: str | Sequence[str]) -> list[int]:
+        """Nesting depths (:func:`token_depths`), as the datasets grade an expression."""
+        return token_depths(self._tokens(tokens))
 
     def _tree(self, rng: random.Random, depth: int, budget: list[int]) -> Tree:
         """LRA's ``generate_tree``; ``budget`` counts tokens left and aborts trees that are

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Sequence
 from typing import ClassVar
 
 from torch import Tensor
@@ -77,6 +78,7 @@ class PolynomialArithmetic(Task):
     kind: ClassVar[str] = "lm"
     metric: ClassVar[str] = "exact_match"
     graded_object: ClassVar[str] = "tokens"
+    causal_grades: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_choice("operation", self.operation, tuple(OPERATIONS))
@@ -160,6 +162,11 @@ class PolynomialArithmetic(Task):
                 out.append(k)
                 k += 1
         return out
+
+    def grade_tokens(self, tokens: str | Sequence[str]) -> list[int]:
+        """Monomial degrees (:meth:`token_degrees`), as the datasets grade
+        ``<bos> p op q = r <eos>``, a seq2seq source ``p op q`` or its decoder's ``<bos> r``."""
+        return self.token_degrees(self._tokens(tokens))
 
     # ---- generation ----------------------------------------------------------------------
     def _random_poly(self, rng: random.Random) -> list[int]:

@@ -5,13 +5,18 @@ Works for any model exposing a decoding step ``step(ids, key_padding_mask, cache
 :func:`generate_seq2seq` a :class:`~graded.transformer.models.Seq2SeqTransformer`.
 Prompts of different lengths are left-padded with ``pad_token_id`` and passed with a
 ``key_padding_mask``; positions skip the padding, so a padded prompt generates exactly what it
-would alone. With ``use_cache`` each step feeds only the newest token and reuses cached keys
-and values; without it every step recomputes the whole sequence (the two agree).
+would alone, and ``max_len`` must hold the longest real prompt plus the new tokens. With
+``use_cache`` each step feeds only the newest token and reuses cached keys and values; without
+it every step recomputes the whole sequence (the two agree). Hugging Face's ``bad_words_ids``
+and ``forced_eos_token_id`` are options (:func:`token_constraints`); a model that grades tokens
+(000 §6.2) generates with the prompt's grades and a grader of the new tokens
+(:func:`token_grading`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -20,9 +25,12 @@ from graded.checks import checked_inputs
 from graded.positional import TABLE_POSITIONAL
 from graded.transformer.cache import KVCache
 
-__all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq", "select_next"]
+__all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq",
+           "select_next", "token_constraints"]
 
-Step = Callable[[Tensor, Tensor, "KVCache | None"], Tensor]
+Step = Callable[..., Tensor]  # (ids, key_padding_mask, cache[, token_grades]) -> logits
+#: The grades of one sequence's token ids (a task's grading, e.g. ``Task.grade_tokens``).
+TokenGrader = Callable[[list[int]], Sequence[float]]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -66,9 +74,63 @@ def select_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None) -> None:
+def token_constraints(
+    bad_words_ids: Sequence[Sequence[int]] | None, forced_eos_token_id: int | None,
+    eos_token_id: int | None, vocab_size: int, device: torch.device,
+) -> tuple[Tensor | None, int | None]:
+    """The banned token ids (a long tensor, None for none) and the forced EOS id of Hugging
+    Face's ``bad_words_ids`` and ``forced_eos_token_id``, checked. As its
+    ``NoBadWordsLogitsProcessor`` does, an entry ``[eos_token_id]`` is dropped (EOS is never
+    banned); entries of several tokens (a banned continuation) are refused here."""
+    banned = None
+    if bad_words_ids is not None:
+        if isinstance(bad_words_ids, (str, bytes)) or not all(
+                isinstance(w, (list, tuple)) for w in bad_words_ids):
+            raise ValueError(f"bad_words_ids must be a list of token-id lists, e.g. [[pad_id]], "
+                             f"got {bad_words_ids!r}")
+        for word in bad_words_ids:
+            if len(word) != 1:
+                raise ValueError(f"bad_words_ids entry {list(word)!r}: only single-token entries "
+                                 "are supported (each bans one token id at every step); "
+                                 "expected [token_id]")
+            if not _is_token(word[0], vocab_size):
+                raise ValueError(f"bad_words_ids entry {list(word)!r}: expected a token id in "
+                                 f"[0, {vocab_size})")
+        ids = sorted({int(w[0]) for w in bad_words_ids} - {eos_token_id})
+        banned = torch.tensor(ids, dtype=torch.long, device=device) if ids else None
+    if forced_eos_token_id is not None and not _is_token(forced_eos_token_id, vocab_size):
+        raise ValueError(f"forced_eos_token_id must be a token id in [0, {vocab_size}), got "
+                         f"{forced_eos_token_id!r}")
+    return banned, forced_eos_token_id
+
+
+def _is_token(value: object, vocab_size: int) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and 0 <= value < vocab_size)
+
+
+def constrain(scores: Tensor, banned: Tensor | None, forced: int | None) -> Tensor:
+    """Scores (B, V) of one step under :func:`token_constraints`: the banned ids at -inf
+    (Hugging Face's ``NoBadWordsLogitsProcessor`` for single tokens), or, at the last step
+    (``forced`` given), -inf everywhere but 0 at the forced EOS id
+    (``ForcedEOSTokenLogitsProcessor``, which runs after it and so overrides it)."""
+    if forced is not None:
+        out = torch.full_like(scores, float("-inf"))
+        out[:, forced] = 0.0
+        return out
+    if banned is not None:
+        scores = scores.index_fill(-1, banned, float("-inf"))
+    return scores
+
+
+def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
+                 key_padding_mask: Tensor | None = None) -> None:
     """A (batch, length) integer prompt, max_new_tokens >= 0, and room for them in ``max_len``
-    (None: no limit)."""
+    (None: no limit). Positions skip left padding (:func:`graded.transformer.models.
+    default_positions`, as Hugging Face's ``generate`` counts them from ``attention_mask``), so
+    the room needed is the longest row's real tokens plus ``max_new_tokens``: the padding of a
+    left-padded batch takes no position. ``key_padding_mask`` (True = padding, checked by the
+    caller) gives the real tokens; without it every token is real."""
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"input_ids must be an integer tensor of shape (batch, length), got "
@@ -76,10 +138,17 @@ def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None) ->
         )
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be non-negative, got {max_new_tokens}")
-    if max_len is not None and input_ids.shape[1] + max_new_tokens > max_len:
+    if max_len is None or input_ids.shape[1] + max_new_tokens <= max_len:
+        return  # fits even counting the padding: nothing to read
+    real, what = input_ids.shape[1], "prompt length"
+    if key_padding_mask is not None and input_ids.shape[0] and real:
+        real = int((~key_padding_mask).sum(dim=1).max())
+        if real < input_ids.shape[1]:
+            what = "longest prompt (real tokens, left padding excluded)"
+    if real + max_new_tokens > max_len:
         raise ValueError(
-            f"prompt length {input_ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds the "
-            f"model's max_len={max_len}"
+            f"{what} {real} + max_new_tokens {max_new_tokens} exceeds the model's "
+            f"max_len={max_len}"
         )
 
 
@@ -89,17 +158,29 @@ def decode(
     num_beams: int, eos_token_id: int | None, pad_token_id: int | None, use_cache: bool,
     generator: torch.Generator | None, length_penalty: float,
     early_stopping: bool | str = True, vocab_size: int,
+    bad_words_ids: Sequence[Sequence[int]] | None = None, forced_eos_token_id: int | None = None,
+    token_grades: Tensor | None = None, grade_last: GradeLast | None = None,
 ) -> Tensor:
     """The decoding loop shared by the models: ``step(ids, key_padding_mask, cache)`` returns
     logits (B, T, V) for the tokens it is given (all of them, or only the new one when a cache is
-    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens. The steps after the
+    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens. For a model that
+    grades tokens, ``token_grades`` (B, T) grade ``input_ids``, ``grade_last(ids, mask)`` grades
+    each new token (:func:`grader_of`), and the step is called with the grades of the tokens it
+    is given as a fourth argument. The steps after the
     first run inside :func:`graded.checks.checked_inputs`: their ids are the model's own
-    choices (< ``vocab_size``) or the fill id of finished rows, checked here once."""
+    choices (< ``vocab_size``) or the fill id of finished rows, checked here once.
+
+    ``bad_words_ids`` (single-token entries) and ``forced_eos_token_id`` act as Hugging Face's
+    logits processors of those names (:func:`constrain`): on the logits before sampling's
+    temperature and filters, on the log-probabilities in beam search; the EOS is forced at the
+    last of the ``max_new_tokens`` steps (Hugging Face's ``max_length - 1``)."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if early_stopping not in EARLY_STOPPING:
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got "
                          f"{early_stopping!r}")
+    banned, forced = token_constraints(bad_words_ids, forced_eos_token_id, eos_token_id,
+                                       vocab_size, input_ids.device)
     if max_new_tokens == 0:
         return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
@@ -113,13 +194,19 @@ def decode(
         return _beam_search(step, input_ids, key_padding_mask, max_new_tokens, n_layers=n_layers,
                             num_beams=num_beams, eos_token_id=eos_token_id, pad=pad,
                             use_cache=use_cache, length_penalty=length_penalty,
-                            early_stopping=early_stopping)
+                            early_stopping=early_stopping, banned=banned, forced=forced,
+                            token_grades=token_grades, grade_last=grade_last)
     cache = KVCache.empty(n_layers) if use_cache else None
     ids, kpm = input_ids, key_padding_mask
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    logits = step(ids, kpm, cache)
+    grades = token_grades
+    logits = _run(step, ids, kpm, cache, grades)
+    constrained = banned is not None or forced is not None
     for i in range(max_new_tokens):
-        tok = select_next(logits[:, -1], do_sample=do_sample, temperature=temperature,
+        scores = logits[:, -1]
+        if constrained:
+            scores = constrain(scores, banned, forced if i == max_new_tokens - 1 else None)
+        tok = select_next(scores, do_sample=do_sample, temperature=temperature,
                           top_k=top_k, top_p=top_p, generator=generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)
         ids = torch.cat([ids, tok[:, None]], dim=1)
@@ -130,14 +217,24 @@ def decode(
         # the only read of a step: whether every row is done (none without an EOS id)
         if i == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
             break
+        new_grades = None
+        if grades is not None:  # checked by grade_last
+            new_grades = grade_last(ids, kpm)[:, None]
+            grades = torch.cat([grades, new_grades], dim=1)
         # the new ids are the model's own choices and the positions within the limit the
         # prompt was checked against: the model reads neither again (no wait on a GPU)
         with checked_inputs():
             if cache is not None:
-                logits = step(tok[:, None], new_pad, cache)
+                logits = _run(step, tok[:, None], new_pad, cache, new_grades)
             else:
-                logits = step(ids, kpm, None)
+                logits = _run(step, ids, kpm, None, grades)
     return ids
+
+
+def _run(step: Step, ids: Tensor, kpm: Tensor, cache: KVCache | None,
+         grades: Tensor | None) -> Tensor:
+    """One decoding step; the grades go to the step only for a model that grades tokens."""
+    return step(ids, kpm, cache) if grades is None else step(ids, kpm, cache, grades)
 
 
 EARLY_STOPPING = (True, False, "never")
@@ -161,7 +258,9 @@ def _row_done(finished: list[tuple[float, Tensor]], best_running: float, k: int,
 def _beam_search(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
     n_layers: int, num_beams: int, eos_token_id: int | None, pad: int, use_cache: bool,
-    length_penalty: float, early_stopping: bool | str = True,
+    length_penalty: float, early_stopping: bool | str = True, banned: Tensor | None = None,
+    forced: int | None = None, token_grades: Tensor | None = None,
+    grade_last: GradeLast | None = None,
 ) -> Tensor:
     """Beam search. Hypotheses are ranked by log-probability / length**length_penalty, where
     length counts generated tokens; a row keeps its ``num_beams`` best finished ones. When a row
@@ -171,7 +270,9 @@ def _beam_search(
     length that scores it best (``max_new_tokens`` for length_penalty > 0). A row still open
     after ``max_new_tokens`` ranks its running beams with its finished hypotheses (they end
     there, as at Hugging Face's maximum length), so the best hypothesis returned is the best
-    of all that the search finished. With one beam this is greedy decoding."""
+    of all that the search finished. With one beam this is greedy decoding. ``banned`` and
+    ``forced`` (:func:`token_constraints`) act on the log-probabilities, after the softmax, as
+    Hugging Face's logits processors do in its beam search."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -180,13 +281,16 @@ def _beam_search(
     cache = KVCache.empty(n_layers) if use_cache else None
     finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(batch)]
     done = [False] * batch
-    logits = step(ids, kpm, cache)
+    grades = None if token_grades is None else token_grades.repeat_interleave(k, dim=0)
+    logits = _run(step, ids, kpm, cache, grades)
     # scores in float32 at least (bf16 / fp16 logits are promoted), float64 for a float64 model
     score_dtype = torch.promote_types(logits.dtype, torch.float32)
     beam_scores = torch.zeros(batch, k, device=device, dtype=score_dtype)
     beam_scores[:, 1:] = float("-inf")
     for t in range(max_new_tokens):
         logp = torch.log_softmax(logits[:, -1].to(score_dtype), dim=-1)  # (B*K, V)
+        if banned is not None or forced is not None:
+            logp = constrain(logp, banned, forced if t == max_new_tokens - 1 else None)
         vocab = logp.shape[-1]
         cand = (beam_scores.view(-1, 1) + logp).view(batch, k * vocab)
         top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)
@@ -224,12 +328,16 @@ def _beam_search(
         beam_scores = next_scores
         if t == max_new_tokens - 1:
             break
+        new_grades = None
+        if grades is not None:
+            new_grades = grade_last(ids, kpm)[:, None]
+            grades = torch.cat([grades.index_select(0, src), new_grades], dim=1)
         with checked_inputs():  # the model's own ids, as in decode
             if cache is not None:
                 cache.reorder(src)
-                logits = step(next_tok.view(-1, 1), kpm[:, -1:], cache)
+                logits = _run(step, next_tok.view(-1, 1), kpm[:, -1:], cache, new_grades)
             else:
-                logits = step(ids, kpm, None)
+                logits = _run(step, ids, kpm, None, grades)
     generated = ids.shape[1] - prompt_len
     outputs = []
     for b in range(batch):
@@ -281,13 +389,73 @@ def position_limit(config: object) -> int | None:
     return None
 
 
-def check_not_token_graded(model: torch.nn.Module) -> None:
-    """Refuse to generate with a model that grades tokens: each step would need the grade of
-    a token that is not generated yet."""
-    if getattr(getattr(model, "config", None), "token_grading", False):
-        raise ValueError("generate is refused for a token-graded model "
-                         "(TransformerConfig.token_grading=True): the grades of generated tokens "
-                         "are unknown; score given sequences with model(..., token_grades=...)")
+GradeLast = Callable[[Tensor, Tensor], Tensor]
+
+
+def grader_of(token_grader: TokenGrader, dtype: torch.dtype) -> GradeLast:
+    """``grade_last(ids, key_padding_mask)``: the grade (B,) of each row's last token, the last
+    of ``token_grader``'s grades of the row's real tokens (so the task grades the extended
+    sequence as it grades its data; its grading must be causal, ``Task.causal_grades``, for the
+    earlier grades to stay those already used). A row whose last token is padding (a finished
+    row) gets grade 0, as padding has in the datasets. The grades are read on the host and
+    checked here (a count per token, finite and >= 0): the model reads them no more."""
+
+    def grade_last(ids: Tensor, key_padding_mask: Tensor) -> Tensor:
+        out = []
+        for row, pads in zip(ids.tolist(), key_padding_mask.tolist(), strict=True):
+            if pads[-1]:
+                out.append(0.0)
+                continue
+            real = [t for t, p in zip(row, pads, strict=True) if not p]
+            grades = list(token_grader(real))
+            if len(grades) != len(real):
+                raise ValueError(f"token_grader gave {len(grades)} grades for a sequence of "
+                                 f"{len(real)} tokens; expected one per token")
+            last = float(grades[-1])
+            if not math.isfinite(last) or last < 0:
+                raise ValueError(f"token_grader graded token {real[-1]} with {grades[-1]!r}; "
+                                 "expected a finite grade >= 0")
+            out.append(last)
+        return torch.tensor(out, dtype=dtype, device=ids.device)
+
+    return grade_last
+
+
+def token_grading(
+    model: torch.nn.Module, input_ids: Tensor, token_grades: Tensor | None,
+    token_grader: TokenGrader | None, *, grades_new_tokens: bool,
+) -> tuple[Tensor | None, GradeLast | None]:
+    """The checked ``token_grades`` of ``input_ids`` (as a float tensor) and the grader of new
+    tokens (:func:`grader_of`) for a model that grades tokens (``TransformerConfig.
+    token_grading``): it needs both, the grader only when it generates (``grades_new_tokens``).
+    (None, None) for a model that does not, which refuses them."""
+    if not getattr(getattr(model, "config", None), "token_grading", False):
+        if token_grades is not None or token_grader is not None:
+            given = "token_grades" if token_grades is not None else "token_grader"
+            raise ValueError(f"{given} was given, but this model does not grade tokens "
+                             "(TransformerConfig.token_grading=False)")
+        return None, None
+    if token_grades is None:
+        raise ValueError(
+            "generate is refused for a token-graded model (TransformerConfig.token_grading="
+            "True) without token_grades: pass the grades of the input's tokens, shape (batch, "
+            f"length) = {tuple(input_ids.shape)} (e.g. Task.grade_tokens), and a token_grader "
+            "for the generated tokens")
+    if not isinstance(token_grades, Tensor) or tuple(token_grades.shape) != tuple(
+            input_ids.shape):
+        shape = tuple(token_grades.shape) if isinstance(token_grades, Tensor) else token_grades
+        raise ValueError(f"token_grades has shape {shape}; expected the input's "
+                         f"{tuple(input_ids.shape)}")
+    if grades_new_tokens and token_grader is None:
+        raise ValueError(
+            "generate with a token-graded model (TransformerConfig.token_grading=True) needs "
+            "token_grader: a function from a sequence's token ids to their grades (e.g. "
+            "Task.grade_tokens of the decoded tokens) that grades each generated token")
+    if token_grader is not None and not callable(token_grader):
+        raise TypeError(f"token_grader must be callable, got {type(token_grader).__name__}")
+    dtype = token_grades.dtype if token_grades.is_floating_point() else torch.float32
+    grade_last = None if token_grader is None else grader_of(token_grader, dtype)
+    return token_grades.to(device=input_ids.device, dtype=dtype), grade_last
 
 
 def cacheless_backends(model: torch.nn.Module) -> list[tuple[str, str]]:
@@ -355,29 +523,46 @@ def generate(
     generator: torch.Generator | None = None,
     length_penalty: float = 1.0,
     early_stopping: bool | str = True,
+    bad_words_ids: Sequence[Sequence[int]] | None = None,
+    forced_eos_token_id: int | None = None,
+    token_grades: Tensor | None = None,
+    token_grader: TokenGrader | None = None,
 ) -> Tensor:
     """Continue ``input_ids`` (B, T) with a decoder-only LM; returns (B, T + n) ids where
     n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
     (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
     search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None
     caches where every backend can (:func:`resolve_use_cache`), True requires it, False
-    recomputes the prefix each step; the tokens are the same."""
-    check_not_token_graded(model)
-    check_prompt(input_ids, max_new_tokens, position_limit(model.config))
-    use_cache = resolve_use_cache(model, use_cache)
+    recomputes the prefix each step; the tokens are the same. ``bad_words_ids`` (e.g.
+    ``[[pad_id]]``: never generate the pad token) and ``forced_eos_token_id`` (the last new
+    token of an unfinished row is this EOS) are Hugging Face's options of those names
+    (:func:`decode`). A model that grades tokens (``TransformerConfig.token_grading``, 000 §6.2)
+    needs ``token_grades`` (B, T) of the prompt and ``token_grader``, the grades of a row's
+    token ids as the task grades them (e.g. ``lambda ids: task.grade_tokens(task.vocab.
+    decode(ids))``): each new token's grade is the last of its row's (:func:`grader_of`)."""
+    check_prompt(input_ids, max_new_tokens, None)
     kpm = _defaults(key_padding_mask, input_ids)
+    check_prompt(input_ids, max_new_tokens, position_limit(model.config), key_padding_mask=kpm)
+    token_grades, grade_last = token_grading(model, input_ids, token_grades, token_grader,
+                                             grades_new_tokens=max_new_tokens > 0)
+    use_cache = resolve_use_cache(model, use_cache)
     was_training = model.training
     model.eval()
 
-    def step(ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
-        return model(ids, mask if cache is not None or bool(mask.any()) else None, cache=cache)
+    def step(ids: Tensor, mask: Tensor, cache: KVCache | None,
+             grades: Tensor | None = None) -> Tensor:
+        extra = {} if grades is None else {"token_grades": grades}
+        return model(ids, mask if cache is not None or bool(mask.any()) else None, cache=cache,
+                     **extra)
 
     try:
         return decode(step, input_ids, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                     num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                     use_cache=use_cache, generator=generator, length_penalty=length_penalty,
-                    early_stopping=early_stopping, vocab_size=model.config.vocab_size)
+                    early_stopping=early_stopping, vocab_size=model.config.vocab_size,
+                    bad_words_ids=bad_words_ids, forced_eos_token_id=forced_eos_token_id,
+                    token_grades=token_grades, grade_last=grade_last)
     finally:
         model.train(was_training)
 
@@ -390,21 +575,31 @@ def generate_seq2seq(
     *,
     bos_token_id: int,
     src_key_padding_mask: Tensor | None = None,
+    token_grades: Tensor | None = None,
+    token_grader: TokenGrader | None = None,
     **kwargs: object,
 ) -> Tensor:
-    """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n)."""
-    check_not_token_graded(model)
+    """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n).
+    ``kwargs`` are :func:`generate`'s options (sampling, beams, EOS and padding,
+    ``bad_words_ids``, ``forced_eos_token_id``). A model that grades tokens needs
+    ``token_grades`` (B, S) of the source, as ``Seq2SeqTransformer.forward`` takes them, and
+    ``token_grader`` for the decoder's sequence from ``bos_token_id`` (its grades are
+    ``decoder_token_grades``)."""
     check_prompt(src_ids, 0, None)
+    token_grades, grade_last = token_grading(model, src_ids, token_grades, token_grader,
+                                             grades_new_tokens=True)
     kwargs = {**kwargs, "use_cache": resolve_use_cache(model, kwargs.get("use_cache"))}
     was_training = model.training
     model.eval()
     try:
-        memory = model.encode(src_ids, src_key_padding_mask)
+        memory = model.encode(src_ids, src_key_padding_mask,
+                              **({} if token_grades is None else {"token_grades": token_grades}))
         start = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long,
                            device=src_ids.device)
         num_beams = int(kwargs.get("num_beams", 1))
 
-        def step(ids: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
+        def step(ids: Tensor, mask: Tensor, cache: KVCache | None,
+                 grades: Tensor | None = None) -> Tensor:
             mem, src_mask = memory, src_key_padding_mask
             if num_beams > 1:
                 mem = memory.repeat_interleave(num_beams, dim=0)
@@ -414,12 +609,14 @@ def generate_seq2seq(
                     # cross keys are cached per beam row already; memory is only used once
                     pass
             return model.decode(ids, mem, tgt_key_padding_mask=mask if cache is None else None,
-                                src_key_padding_mask=src_mask, cache=cache)
+                                src_key_padding_mask=src_mask, cache=cache, token_grades=grades)
 
         check_prompt(start, max_new_tokens, position_limit(model.config))
         kpm = torch.zeros_like(start, dtype=torch.bool)
+        start_grades = None if grade_last is None else grade_last(start, kpm)[:, None]
         return decode(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
-                    vocab_size=model.config.vocab_size, **_generation_kwargs(kwargs))
+                    vocab_size=model.config.vocab_size, token_grades=start_grades,
+                    grade_last=grade_last, **_generation_kwargs(kwargs))
     finally:
         model.train(was_training)
 
@@ -428,7 +625,8 @@ def _generation_kwargs(kwargs: dict[str, object]) -> dict[str, object]:
     allowed = {
         "do_sample": False, "temperature": 1.0, "top_k": None, "top_p": None, "num_beams": 1,
         "eos_token_id": None, "pad_token_id": None, "use_cache": None, "generator": None,
-        "length_penalty": 1.0, "early_stopping": True,
+        "length_penalty": 1.0, "early_stopping": True, "bad_words_ids": None,
+        "forced_eos_token_id": None,
     }
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:

@@ -31,6 +31,7 @@ __all__ = [
     "alibi_slopes",
     "check_position_range",
     "check_positions",
+    "position_start",
     "sinusoidal_table",
 ]
 
@@ -39,6 +40,12 @@ __all__ = [
 POSITIONAL = ("sinusoidal", "sinusoidal1", "learned", "rope", "alibi", "none")
 # Those added from a table of max_len rows: a model using one cannot see past max_len.
 TABLE_POSITIONAL = ("sinusoidal", "sinusoidal1", "learned")
+
+
+def position_start(positional: str) -> int:
+    """The position t of a sequence's first token under ``positional``: 1 for the 1-indexed
+    sinusoids of 003 §2.2 / 000 §4.2 (``"sinusoidal1"``), 0 for every other encoding."""
+    return 1 if positional == "sinusoidal1" else 0
 
 
 def _inverse_frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:

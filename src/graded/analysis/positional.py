@@ -33,6 +33,7 @@ from graded.analysis._common import (
 )
 from graded.analysis.capture import AttentionCall, call_keys, capture_attention
 from graded.grading import ExponentialGrading
+from graded.positional import position_start
 from graded.transformer.blocks import AttentionSublayer
 from graded.transformer.graded import GradedPositions, feature_grading
 from graded.transformer.models import InputEmbedding
@@ -137,8 +138,9 @@ def positional_bias_sweep(
             for alpha in alphas:
                 with capture_attention(model) as calls:
                     for e in embeds:
-                        e.position_grading = GradedPositions(kind, float(alpha),
-                                                             input_length(inputs), base)
+                        e.position_grading = GradedPositions(
+                            kind, float(alpha), input_length(inputs), base,
+                            start=position_start(config.positional))
                     run_model(model, inputs, **model_kwargs)
                 for key, call in zip(call_keys(calls), calls, strict=True):
                     if id(call.module) in cross:

@@ -20,7 +20,7 @@ from graded.attention.backends import available_backends
 from graded.attention.graded import VARIANTS
 from graded.attention.scores import SCORES
 from graded.grading import GRADINGS, LINEAR_FUNCTIONS
-from graded.positional import POSITIONAL
+from graded.positional import POSITIONAL, position_start
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
 __all__ = ["TOKEN_GRADE_STAGES", "TransformerConfig"]
@@ -225,8 +225,10 @@ class TransformerConfig(ConfigModel):
         need(len(set(self.token_grade_stages)) == len(self.token_grade_stages)
              and len(self.token_grade_stages) > 0, "token_grade_stages",
              f"a non-empty list of distinct stages from {list(TOKEN_GRADE_STAGES)}")
-        need(self.grading != "linear" or self.grade_position_alpha * (self.max_len - 1) < 1.0,
+        last = self.max_len - 1 + position_start(self.positional)  # the last position t
+        need(self.grading != "linear" or self.grade_position_alpha * last < 1.0,
              "grade_position_alpha",
-             f"alpha*(max_len-1) < 1 so that the LGT factor 1 - alpha*t stays positive "
-             f"(max_len={self.max_len})")
+             f"alpha*{last} < 1 so that the LGT factor 1 - alpha*t stays positive up to the "
+             f"last position t = {last} (max_len={self.max_len}, positional="
+             f"{self.positional!r})")
         return self

@@ -64,6 +64,7 @@ from graded.grading import (
     is_diagonal,
     stacked_scales,
 )
+from graded.positional import position_start
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
@@ -169,28 +170,35 @@ class TokenGrading(nn.Module):
 
 
 class GradedPositions(nn.Module):
-    """Position-graded encodings: (1 − α t)·Pe for LGT (000 Def 5.21, Eq. 47) and
-    λ^{−α t}·Pe for EGT (000 §6), with t the 0-based position and λ the feature grading's base
-    (so it follows λ annealing). For LGT the factor must stay positive: α·(max_len − 1) < 1,
-    checked at construction."""
+    """Position-graded encodings: (1 − α t)·Pe(t) for LGT (000 Def 5.21, Eq. 47) and
+    λ^{−α t}·Pe(t) for EGT (000 §6), with λ the feature grading's base (so it follows λ
+    annealing) and t the position the encoding table indexes: t = r + ``start`` for the row r
+    (0-based) of the sequence, ``start`` = 1 with the 1-indexed sinusoids of 000 §4.2
+    (``positional="sinusoidal1"``, :func:`position_start`), 0 otherwise, so the factor and Pe
+    read the same t as Eq. 47 writes them. For LGT the factor must stay positive up to the last
+    position: α·(max_len − 1 + start) < 1, checked at construction."""
 
     def __init__(self, kind: str, alpha: float, max_len: int,
-                 base_source: ExponentialGrading | None = None) -> None:
+                 base_source: ExponentialGrading | None = None, *, start: int = 0) -> None:
         super().__init__()
         if alpha < 0:
             raise ValueError(f"grade_position_alpha must be >= 0, got {alpha}")
-        if kind == "linear" and alpha * (max_len - 1) >= 1.0:
+        if start not in (0, 1):
+            raise ValueError(f"start must be 0 or 1 (the first position), got {start!r}")
+        last = max_len - 1 + start
+        if kind == "linear" and alpha * last >= 1.0:
             raise ValueError(
-                f"LGT positional factor 1 - alpha*t must stay positive for t < max_len: "
-                f"alpha={alpha} with max_len={max_len} gives 1 - alpha*{max_len - 1} = "
-                f"{1 - alpha * (max_len - 1):.4g}; need alpha < {1 / max(max_len - 1, 1):.4g}"
+                f"LGT positional factor 1 - alpha*t must stay positive up to the last position "
+                f"t = {last}: alpha={alpha} with max_len={max_len} gives 1 - alpha*{last} = "
+                f"{1 - alpha * last:.4g}; need alpha < {1 / max(last, 1):.4g}"
             )
         self.kind = kind
         self.alpha = alpha
+        self.start = start
         self.base_source = [base_source]  # a list keeps it out of this module's children
 
     def factors(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        t = positions.to(dtype)
+        t = positions.to(dtype) + self.start if self.start else positions.to(dtype)
         if self.kind == "linear":
             return 1.0 - self.alpha * t
         base = self.base_source[0].base.to(dtype)
@@ -280,7 +288,8 @@ class GradingPlan:
         if not (c.grade_positions and c.grade_position_alpha > 0):
             return None
         base = self.feature if isinstance(self.feature, ExponentialGrading) else None
-        return GradedPositions(c.grading, c.grade_position_alpha, c.max_len, base)
+        return GradedPositions(c.grading, c.grade_position_alpha, c.max_len, base,
+                               start=position_start(c.positional))
 
     def head_grading(self) -> GradingMap | None:
         """A new grading over head_dim for one attention layer (000 Def 5.22), one grade

@@ -24,6 +24,7 @@ from graded.positional import (
     SinusoidalPositions,
     check_position_range,
     check_positions,
+    position_start,
 )
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
@@ -138,7 +139,7 @@ class InputEmbedding(nn.Module):
         else:
             self.tokens = nn.Linear(config.input_dim, config.d_model, bias=config.bias)
         if config.positional in ("sinusoidal", "sinusoidal1"):
-            start = 1 if config.positional == "sinusoidal1" else 0
+            start = position_start(config.positional)
             self.positions: nn.Module | None = SinusoidalPositions(
                 config.d_model, config.max_len, start=start
             )

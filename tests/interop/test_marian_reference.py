@@ -312,3 +312,16 @@ def test_marian_generation_options_refuse_what_generate_cannot_do():
     with pytest.raises(ValueError, match=r"forced_eos_token_id must be a token id in \[0, 23\), "
                        "got -1"):
         model.generate(src, 4, bos_token_id=PAD, forced_eos_token_id=-1)
+
+
+def test_a_grafted_marian_keeps_its_generation_options_and_hugging_faces_tokens():
+    """graft_grading carries ``generation_options`` over: at neutral grades the LGT generates
+    ``MarianMTModel.generate``'s tokens with them."""
+    hf = _marian_that_likes_padding()
+    src, mask, _ = _batch()
+    graded = graft_grading(from_marian(hf), "linear", learnable_grades=True)
+    assert graded.generation_options == from_marian(hf).generation_options
+    theirs = hf.generate(src, attention_mask=mask, max_new_tokens=8, num_beams=3)
+    ours = graded.generate(src, 8, src_key_padding_mask=mask == 0,
+                           **{**graded.generation_options, "num_beams": 3})
+    assert torch.equal(ours, theirs)

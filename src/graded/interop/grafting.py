@@ -32,7 +32,8 @@ def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
 
     Which weights train is kept too: a parameter frozen in ``lm`` (``requires_grad=False``) is
     frozen in the graded model, and an embedding's ``padding_idx`` (its row without gradient)
-    is kept, as :func:`~graded.interop.from_marian` sets them.
+    is kept, as :func:`~graded.interop.from_marian` sets them; so are the converted model's
+    ``generation_options`` (the reference's generation config, e.g. Marian's).
     """
     if not isinstance(lm, _GRAFTABLE):
         raise TypeError(f"expected one of {[cls.__name__ for cls in _GRAFTABLE]}, got "
@@ -58,4 +59,6 @@ def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
     for name, m in lm.named_modules():
         if isinstance(m, nn.Embedding):
             modules[name].padding_idx = m.padding_idx
+    if hasattr(lm, "generation_options"):
+        graded.generation_options = dict(lm.generation_options)
     return graded.train(lm.training)

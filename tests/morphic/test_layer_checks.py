@@ -19,6 +19,16 @@ from graded.morphic.blocks import LinearBlock
 from graded.morphic.tools import ArgmaxDecoder, ExternalTool, OneHotEncoder
 
 
+def positive_refusal(name: str, bad: object) -> str:
+    """The refusal of ``bad`` for a number > 0 by graded.checks.check_float, as a pattern:
+    it names the option, the value and the range."""
+    if isinstance(bad, str | bool):
+        return rf"{name} must be a number > 0, got {bad!r} \({type(bad).__name__}\)"
+    if not math.isfinite(bad):
+        return rf"{name} must be a finite number, got {bad} \(expected > 0\)"
+    return rf"{name} must be > 0, got {bad}"
+
+
 def space_and_edges():
     sp = GradedStateSpace({"a": 4, "b": 3})
     return sp, EdgeSet.explicit(sp, [("a", "b", "e1"), ("b", "b", "e2")])
@@ -76,25 +86,36 @@ def test_gumbel_routing_at_a_negative_temperature_would_pick_the_least_likely_op
     assert float((picks == 1).float().mean()) > 0.5  # the edge of probability ≈ 0.002
     sp, es = space_and_edges()
     for bad in (0.0, -1.0, math.nan, math.inf):
-        with pytest.raises(ValueError, match=f"gumbel_temperature must be a finite number > 0, "
-                                             f"got {bad!r}"):
+        with pytest.raises(ValueError, match=positive_refusal("gumbel_temperature", bad)):
             Router(sp, es, mode="gumbel", gumbel_temperature=bad)
-        with pytest.raises(ValueError, match=f"temperature must be a finite number > 0, "
-                                             f"got {bad!r}"):
+        with pytest.raises(ValueError, match=positive_refusal("temperature", bad)):
             Router(sp, es, temperature=bad)
 
 
 @pytest.mark.parametrize("name", ["beta", "eta"])
-@pytest.mark.parametrize("bad", [0.0, -0.5, math.nan, math.inf, "2"])
+@pytest.mark.parametrize("bad", [0.0, -0.5, math.nan, math.inf, -math.inf, "2", True])
 def test_layer_step_and_utility_scale_must_be_finite_and_positive(name, bad):
     sp, es = space_and_edges()
-    with pytest.raises(ValueError, match=f"{name} must be a finite number > 0, got {bad!r}"):
+    with pytest.raises(ValueError, match=positive_refusal(name, bad)):
         MorphicLayer(sp, es, [LinearBlock(4, 3), LinearBlock(3, 3)], **{name: bad})
+
+
+def test_temperatures_and_steps_may_be_0d_tensors_and_are_kept_as_floats():
+    sp, es = space_and_edges()
+    router = Router(sp, es, temperature=torch.tensor(0.5))
+    assert router.temperature == 0.5 and type(router.temperature) is float
+    layer = MorphicLayer(sp, es, [LinearBlock(4, 3), LinearBlock(3, 3)],
+                         beta=torch.tensor(2.0, dtype=torch.float64))
+    assert layer.beta == 2.0
+    with pytest.raises(ValueError, match=r"temperature must be > 0, got -1\.0"):
+        Router(sp, es, temperature=torch.tensor(-1.0))
+    with pytest.raises(ValueError, match=r"temperature must be a number > 0, got tensor"):
+        Router(sp, es, temperature=torch.tensor([0.5, 0.5]))
 
 
 def test_conjugated_blocks_refuse_a_nan_base():
     sp = GradedStateSpace([("g0", 2, 0), ("g1", 2, 1)])
-    with pytest.raises(ValueError, match=r"base λ must be a finite number > 0, got nan"):
+    with pytest.raises(ValueError, match=positive_refusal("base λ", math.nan)):
         ConjugatedBlocks(sp, [1], base=math.nan)
 
 

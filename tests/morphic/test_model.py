@@ -76,7 +76,7 @@ def test_training_loss_returns_a_scalar_and_float_metrics_and_trains_the_router(
 @pytest.mark.parametrize("mode,update,norm", [("hard", "gated_replace", "dest"),
                                               ("gumbel", "residual_typed", "dest"),
                                               ("reinforce", "sample_one", "global"),
-                                              ("soft", "convex_identity", "logistic"),
+                                              ("soft", "convex_identity", "global"),
                                               ("soft", "routed_LN", "global")])
 def test_every_router_mode_and_update_trains_end_to_end(mode, update, norm):
     model = small_model(mode, update, norm, MorphicObjective(omega="group_lasso"))
@@ -232,7 +232,7 @@ def test_distillation_term_is_kl_from_the_utility_gibbs_routing_to_the_context_r
         _, traces = model.utility_routing(ids, targets)
     want = 0.0
     for layer, tr in zip(model.layers, traces):
-        teacher = layer.beta * (tr.utilities - layer.thresholds)
+        teacher = layer.beta * (tr.utilities - layer.thresholds.to(tr.utilities.dtype))
         want += float(layer.router.kl(teacher, tr.context_logits).mean())
     assert metrics["distill"] == pytest.approx(want, rel=1e-5)
 

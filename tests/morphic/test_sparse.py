@@ -52,7 +52,8 @@ def sparse_twin(layer: MorphicLayer) -> MorphicLayer:
 def cases() -> list[tuple[str, str]]:
     modes = ["gated_replace", "residual_typed", "convex_identity", "eta_step", "simplex_dest",
              "routed_LN"]
-    out = [(n, u) for n in ("global", "dest", "logistic") for u in modes]
+    out = [(n, u) for n in ("global", "dest", "logistic") for u in modes
+           if u != "convex_identity" or n == "global"]  # the layer refuses the others
     return [*out, ("global", "sample_one")]
 
 
@@ -272,6 +273,8 @@ def test_top1_is_the_one_hot_argmax_with_a_straight_through_gradient():
 @pytest.mark.parametrize("update", UPDATES)
 def test_topk_sparse_equals_dense_with_the_same_topk_mask_outputs_and_gradients(
         normalization, update):
+    if update == "convex_identity" and normalization != "global":
+        pytest.skip("the layer refuses convex_identity without global normalisation")
     layer = make_layer(normalization, update, execution="sparse", pre_norm="layer", top_k=2)
     z, w = torch.randn(2, 6, 12, dtype=torch.float64), torch.randn(2, 6, 12, dtype=torch.float64)
     out_s, dz_s, gr_s, tr = step(layer, z, w)

@@ -9,6 +9,8 @@ from graded.morphic import (
     EdgeSet,
     GradedStateSpace,
     GradewiseNorm,
+    LinearBlock,
+    MorphicLayer,
     Router,
     apply_update,
 )
@@ -45,8 +47,8 @@ def naive(mode, sp, es, z, cands, alpha, norm=None, eta=0.3):
                 elif mode == "eta_step":
                     parts[h] = zh + eta * sum((a[i] * (cands[i][b, t] - zh) for i in into),
                                               torch.zeros_like(zh))
-                elif mode == "convex_identity":  # leftover mass of destination h only
-                    parts[h] = mix + (1 - sum((a[i] for i in into), 0.0)) * zh
+                elif mode == "convex_identity":  # the leftover of all of 𝓔, on every grade
+                    parts[h] = mix + (1 - sum(float(a[i]) for i in range(len(es)))) * zh
                 elif mode == "simplex_dest":
                     parts[h] = mix
                 elif mode == "routed_LN":
@@ -142,21 +144,31 @@ def test_default_gated_replace_keeps_identity_mass_and_is_not_the_bare_mixture(n
     assert torch.all((a_edge > 0) & (a_edge < 1))
 
 
-@pytest.mark.parametrize("norm", ["dest", "global", "logistic"])
-def test_convex_identity_takes_the_leftover_mass_per_destination(norm):
-    """s_h = 1 − Σ_{e→h} α_e, not 1 − Σ_{e∈𝓔} α_e (−1 under per-destination softmax before)."""
+def test_convex_identity_leaves_the_global_leftover_on_every_grade():
+    """004 §4.1.4 with a global router: new^{(h)} = Σ_{e→h} α_e φ_e + (1 − Σ_{e∈𝓔} α_e) z^{(h)},
+    the stay option's mass on every grade (c, with no incoming edge, too); without a stay option
+    the leftover is 0 and the state is the routed mixtures alone."""
     sp, es, z, cands, _ = setup()
     for stay in (True, False):
-        router = Router(sp, es, normalization=norm, stay=stay)
+        router = Router(sp, es, normalization="global", stay=stay)
         alpha = router.route(torch.randn(2, 3, len(es))).weights
         got = apply_update("convex_identity", z, cands, alpha, es, sp)
+        leftover = 1 - alpha.sum(-1, keepdim=True)
+        assert torch.all(leftover >= -1e-6)
+        if not stay:
+            torch.testing.assert_close(leftover, torch.zeros_like(leftover))
         for h in sp.labels:
             into = es.incoming(h)
-            leftover = 1 - alpha[..., into].sum(-1, keepdim=True)
-            if norm != "logistic" or stay:
-                assert torch.all(leftover >= 0)
             mix = sum((alpha[..., i : i + 1] * cands[i] for i in into),
                       torch.zeros_like(sp.project(z, h)))
             torch.testing.assert_close(sp.project(got, h), mix + leftover * sp.project(z, h))
-        # slot by slot 004's convex rule is gated_replace
-        torch.testing.assert_close(got, apply_update("gated_replace", z, cands, alpha, es, sp))
+        # unlike gated_replace, whose leftover is per destination
+        assert not torch.allclose(got, apply_update("gated_replace", z, cands, alpha, es, sp))
+
+
+@pytest.mark.parametrize("norm", ["dest", "logistic"])
+def test_convex_identity_is_refused_when_the_routed_mass_can_pass_one(norm):
+    sp, es, _, _, _ = setup()
+    blocks = [LinearBlock(sp.dim(e.source), sp.dim(e.dest)) for e in es]
+    with pytest.raises(ValueError, match=f"normalization='global', got normalization='{norm}'"):
+        MorphicLayer(sp, es, blocks, router={"normalization": norm}, update="convex_identity")

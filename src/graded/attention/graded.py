@@ -48,7 +48,8 @@ as qᵀ M k, which holds only if one side is left unscaled; we follow the formul
 and document the squaring (notes: seeds_001_004 §A, 001 Thm 4.6). ``"multi_head"`` is the
 per-head form of ``"scores"`` (Def 5.22 (3) prints it with M on both Q_h and K_h; the text calls
 it "distinct grade tuples per head", the property we keep; the printed form is
-``"queries_keys"`` with per-head grades): grades must have shape (num_heads, head_dim). Every other variant accepts shared (head_dim,) or per-head grades.
+``"queries_keys"`` with per-head grades): grades must have shape (num_heads, head_dim).
+Every other variant accepts shared (head_dim,) or per-head grades.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_float
 from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
-from graded.morphic.router import positive_finite
 from graded.morphic.state import GradedStateSpace
 
 
@@ -110,7 +110,7 @@ class ConjugatedBlocks(BandedBlocks):
         diag = {}
         for g in space.grades:
             if base is not None:
-                lam = positive_finite("base λ", base)
+                lam = check_float("base λ", base, minimum=0, strict_min=True)
                 diag[g.label] = torch.full((self.d,), lam ** space.index(g.label))
             else:
                 if g.label not in scales:

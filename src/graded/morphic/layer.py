@@ -29,11 +29,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_float
 from graded.morphic.banded import BandedBlocks
 from graded.morphic.edges import Edge, EdgeSet
 from graded.morphic.norm import GradewiseNorm
 from graded.morphic.objective import utility_augmented_logits
-from graded.morphic.router import Router, positive_finite
+from graded.morphic.router import Router
 from graded.morphic.state import GradedStateSpace
 from graded.morphic.update import UPDATE_MODES, apply_update
 from graded.morphic.utilities import UTILITY_KINDS, compute_utilities
@@ -112,7 +113,8 @@ class MorphicLayer(nn.Module):
             raise ValueError(f"update must be one of {UPDATE_MODES}, got {update!r}")
         if train_routing not in ("utility", "context"):
             raise ValueError(f"train_routing must be 'utility' or 'context', got {train_routing!r}")
-        beta, eta = positive_finite("beta", beta), positive_finite("eta", eta)
+        beta = check_float("beta", beta, minimum=0, strict_min=True)
+        eta = check_float("eta", eta, minimum=0, strict_min=True)
         self.space, self.edges = space, edges
         self.blocks = nn.ModuleList(blocks)
         self.router = router if isinstance(router, Router) else Router(space, edges,
@@ -123,13 +125,22 @@ class MorphicLayer(nn.Module):
             raise ValueError("sample_one draws one edge over all of 𝓔: it needs a router with "
                              "normalization='global', mode in ('hard', 'gumbel', 'reinforce') "
                              f"and top_k=1, got top_k={self.router.top_k}")
+        if update == "convex_identity" and self.router.normalization != "global":
+            raise ValueError(
+                "convex_identity leaves 1 − Σ_e α_e of the state in place (004 §4.1.4), a convex "
+                "combination only when the routing weights of all edges sum to at most 1: it "
+                "needs a router with normalization='global', got normalization="
+                f"{self.router.normalization!r} (use gated_replace for the per-destination "
+                "leftover)")
         self.update, self.eta, self.beta = update, eta, float(beta)
         self.train_routing = train_routing
         if pre_norm not in (None, "layer", "rms"):
             raise ValueError(f"pre_norm must be 'layer', 'rms' or None, got {pre_norm!r}")
         self.pre_norm = GradewiseNorm(space, pre_norm) if pre_norm else None
         self.norm = (GradewiseNorm(space, "layer") if update == "routed_LN" else None)
-        tau = torch.as_tensor(thresholds, dtype=torch.float32)
+        # float64, so that a float64 layer uses τ as given (0.1, not float32's 0.10000000149);
+        # each use casts it to the dtype of the logits
+        tau = torch.as_tensor(thresholds, dtype=torch.float64)
         tau = tau.expand(len(edges)).clone() if tau.dim() == 0 else tau
         if tau.shape != (len(edges),):
             raise ValueError(f"thresholds must be a float or {len(edges)} values (one per edge), "

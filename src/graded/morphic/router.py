@@ -50,7 +50,6 @@ The operator inputs need the token ids (``context_logits(..., input_ids=...)``, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,6 +57,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graded.checks import check_float
 from graded.morphic.edges import EdgeSet
 from graded.morphic.state import GradedStateSpace
 
@@ -74,18 +74,6 @@ class Route:
     weights: Tensor
     probs: Tensor
     log_prob: Tensor | None = None
-
-
-def positive_finite(name: str, value: object) -> float:
-    """``value`` as a float if it is a finite number > 0; a ValueError naming it otherwise (a
-    temperature of 0 or below, or NaN, would route silently wrong rather than fail)."""
-    try:
-        number = float(value) if not isinstance(value, (bool, str)) else math.nan
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
 
 
 def gate_weights(gates: Tensor, groups: list[Tensor]) -> Tensor:
@@ -115,8 +103,10 @@ class Router(nn.Module):
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        temperature = positive_finite("temperature", temperature)
-        gumbel_temperature = positive_finite("gumbel_temperature", gumbel_temperature)
+        # a temperature of 0 or below, or NaN, would route silently wrong rather than fail
+        temperature = check_float("temperature", temperature, minimum=0, strict_min=True)
+        gumbel_temperature = check_float("gumbel_temperature", gumbel_temperature, minimum=0,
+                                         strict_min=True)
         if not isinstance(rank, int) or rank <= 0:
             raise ValueError(f"rank must be a positive int, got {rank!r}")
         if not isinstance(stay, bool):

@@ -10,12 +10,14 @@ destination h, s_h = 1 − Σ_{e→h} α_e, slot h of z^{new}:
   :mod:`graded.morphic.router`). A destination with one incoming edge still routes: α_e < 1.
 - ``residual_typed`` (§4.1.1, Prop 4.1): z^{(h)} + Σ_{e→h} α_e (φ_e − 1[g=h] z^{(h)}); self-edges
   replace, shifting edges add. 004 writes it ungated (α ≡ 1), which this equals at α = 1.
-- ``convex_identity`` (§4.1.4): Σ_{e→h} α_e φ_e + s_h z^{(h)}, the leftover mass taken *per
-  destination* under every normalisation (s_h = 1 on grades without an incoming edge). 004's
-  Σ_h α(h) z̃^{(h)} + (1 − Σ_h α(h)) z, with α(h) = Σ_{e→h} α_e the mass routed into h and z̃^{(h)}
-  the state whose slot h holds the routed mixture, is this rule slot by slot, and it coincides
-  with ``gated_replace``. (The earlier global reading 1 − Σ_{e∈𝓔} α_e gave −1 under
-  per-destination softmax and 0 under global softmax.)
+- ``convex_identity`` (§4.1.4): Σ_h α(h) z̃^{(h)} + (1 − Σ_h α(h)) z as printed: z̃^{(h)} =
+  Σ_{e→h} α_e φ_e / α(h) ∈ V_h, so Σ_h α(h) z̃^{(h)} puts Σ_{e→h} α_e φ_e in slot h, and the
+  leftover 1 − Σ_{e∈𝓔} α_e (the stay option's mass) scales *every* grade of z, those without an
+  incoming edge too. It is a convex combination only when Σ_e α_e ≤ 1, so the layer takes it
+  with a router normalised globally over 𝓔 (:class:`~graded.morphic.layer.MorphicLayer` refuses
+  ``"dest"`` and ``"logistic"``, under which the leftover is negative: −1 with two
+  destinations); without a stay option the leftover is 0 and routed slots are Σα φ alone.
+  (The per-destination leftover 1 − Σ_{e→h} α_e is ``gated_replace``.)
 - ``eta_step`` (Thm 4.13): z^{(h)} + η Σ_{e→h} α_e (φ_e − z^{(h)}).
 - ``simplex_dest`` (Def 2.5, §2.4): Σ_{e→h} α_e φ_e, no residual; grades without an incoming edge
   become 0 (with a stay option the stay mass goes to 0, not to z^{(h)}).
@@ -90,8 +92,6 @@ def apply_update(
             new = zh + mix - self_mass * zh
         elif mode == "eta_step":
             new = zh + eta * (mix - mass * zh)
-        elif mode == "convex_identity":
-            new = mix + (1 - mass) * zh
         elif mode == "simplex_dest":
             new = mix
         else:  # routed_LN, literally as 004 App. B step 5
@@ -106,7 +106,8 @@ def _mass_rule(mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor
     """The rules of ``_MASS_RULES`` on the whole state, as c·M + (1 − c·m) ⊙ z: M holds the
     mixes in their grades' columns, m the routed mass Σ_{e→h} α_e over the columns of h (0 where
     no edge enters) and c = η for eta_step, 1 otherwise. That is z + M − m z for gated_replace
-    and sample_one, z + η(M − m z) for eta_step and M + (1 − m) z for convex_identity."""
+    and sample_one, z + η(M − m z) for eta_step; convex_identity is M + (1 − Σ_e α_e) z, the
+    mass over all of 𝓔 on every grade."""
     labels = list(space.labels)
     if isinstance(mixes, Tensor):
         mix = mixes
@@ -124,7 +125,10 @@ def _mass_rule(mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor
     c = eta if mode == "eta_step" else 1.0
     dest = torch.tensor([labels.index(e.dest) for e in edges], device=alpha.device)
     mass = alpha.new_zeros(*alpha.shape[:-1], len(labels)).index_add(-1, dest, alpha)
-    keep = 1 - c * mass  # (…, |G|): the weight left on each grade's own state
+    if mode == "convex_identity":  # one leftover for the whole state
+        keep = (1 - alpha.sum(-1, keepdim=True)).expand_as(mass)
+    else:
+        keep = 1 - c * mass  # (…, |G|): the weight left on each grade's own state
     mix = mix * c if c != 1.0 else mix
     dims = [space.dim(h) for h in labels]
     if len(set(dims)) == 1:  # equal grades: broadcast over a (…, |G|, d) view, no copy

@@ -270,13 +270,21 @@ def test_grades_sharing_a_group_with_other_parameters_are_refused():
 
 
 def test_recipe_options_are_checked_naming_the_value():
-    cases = [({"gamma": -1.0}, r"gamma=-1\.0; expected a finite number >= 0"),
-             ({"gamma_heads": math.nan}, r"gamma_heads=nan; expected a finite number >= 0"),
-             ({"gamma_coord": "1e-4"}, r"gamma_coord='1e-4'; expected a finite number >= 0"),
-             ({"lambda_max": 0.5}, r"lambda_max=0\.5; expected a finite number > 1"),
-             ({"lambda_max": math.inf}, r"lambda_max=inf; expected a finite number > 1"),
-             ({"clip_norm": 0.0}, r"clip_norm=0\.0; expected a finite number > 0"),
-             ({"lr_margin": True}, r"lr_margin=True; expected a number in \(0, 1\]")]
+    # graded.checks.check_float's refusals: the option, the value and the range
+    cases = [({"gamma": -1.0}, r"gamma must be >= 0, got -1\.0"),
+             ({"gamma_heads": math.nan},
+              r"gamma_heads must be a finite number, got nan \(expected >= 0\)"),
+             ({"gamma_coord": "1e-4"}, r"gamma_coord must be a number >= 0, got '1e-4' \(str\)"),
+             ({"gamma": True}, r"gamma must be a number >= 0, got True \(bool\)"),
+             ({"lambda_max": 0.5}, r"lambda_max \(None for the model's base\) must be > 1, "
+                                   r"got 0\.5"),
+             ({"lambda_max": math.inf}, r"lambda_max .* must be a finite number, got inf "
+                                        r"\(expected > 1\)"),
+             ({"clip_norm": 0.0}, r"clip_norm \(None or false for no clipping\) must be > 0, "
+                                  r"got 0\.0"),
+             ({"clip_norm": -math.inf}, r"clip_norm .* must be a finite number, got -inf"),
+             ({"lr_margin": True}, r"lr_margin must be a number in \(0, 1\], got True"),
+             ({"lr_margin": 1.5}, r"lr_margin must be <= 1, got 1\.5")]
     for options, message in cases:
         with pytest.raises(ValueError, match=message):
             get_recipe("egt-alg7.1", **options)
@@ -290,6 +298,10 @@ def test_recipe_options_are_checked_naming_the_value():
         get_recipe("lgt-alg5.1", lambda_max=3.0)
     ok = get_recipe("egt-alg7.1", gamma=0, lambda_max=3, clip_norm=None)
     assert (ok.gamma, ok.lambda_max, ok.clip_norm) == (0, 3, None)
+    # false is None (TOML has no null): no clipping, the model's base
+    off = get_recipe("egt-alg7.1", lambda_max=False, clip_norm=False)
+    assert (off.lambda_max, off.clip_norm) == (None, None)
+    assert get_recipe("plain", gamma=torch.tensor(0.5)).gamma == 0.5  # a 0-d tensor is a number
 
 
 def test_annealing_resumed_mid_run_continues_the_schedule_to_lambda_max():

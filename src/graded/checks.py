@@ -8,13 +8,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import numbers
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["check_choice", "check_finite_nonnegative", "check_float", "check_id_range",
-           "check_int", "check_token_ids", "checked_inputs", "inputs_checked", "value_range"]
+__all__ = ["NotANumberError", "check_choice", "check_finite_nonnegative", "check_float",
+           "check_id_range", "check_int", "check_token_ids", "checked_inputs", "inputs_checked",
+           "value_range"]
 
 # True inside checked_inputs(): token ids and positions were checked by the caller
 _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("inputs_checked", default=False)
@@ -37,20 +39,53 @@ def check_int(name: str, value: Any, *, minimum: int | None = None,
     return value
 
 
+class NotANumberError(TypeError, ValueError):
+    """A value given for a number is not one: a ``TypeError``, and a ``ValueError`` for the
+    callers (pydantic validators, option checks) that report invalid values as such."""
+
+
+def _span(minimum: float | None, maximum: float | None, strict_min: bool) -> str:
+    """The allowed range in words: ``> 0``, ``>= 0.0``, ``<= 1``, ``in (0, 1]``."""
+    if minimum is not None and maximum is not None:
+        return f"in {'(' if strict_min else '['}{minimum}, {maximum}]"
+    if minimum is not None:
+        return f"{'>' if strict_min else '>='} {minimum}"
+    return f"<= {maximum}" if maximum is not None else ""
+
+
+def _real(value: Any) -> float | int | None:
+    """``value`` as a Python number: a real number (any ``numbers.Real``, e.g. NumPy's) or a
+    0-d tensor or array of one; None for anything else (booleans included)."""
+    if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):
+        value = value.item()  # a 0-d tensor or NumPy array (a bool or complex one is refused)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return value
+
+
 def check_float(name: str, value: Any, *, minimum: float | None = None,
                 maximum: float | None = None, strict_min: bool = False) -> float:
-    """``value`` as a finite ``float``; ``TypeError``/``ValueError`` naming ``name`` otherwise
-    (NaN compares false with every bound, so it is refused before them, as are ±inf)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value}")
-    if minimum is not None and (value <= minimum if strict_min else value < minimum):
+    """``value`` as a finite ``float`` in [minimum, maximum] (``(minimum, ...`` with
+    ``strict_min``): the one check of a number, whose errors name ``name``, the value and the
+    range. Any real number is accepted (NumPy's too), and a 0-d tensor or array; a ``bool``
+    is not.
+    Raises :class:`NotANumberError` (a ``TypeError`` and a ``ValueError``) for a value that is
+    not a number, ``ValueError`` for NaN, ±inf (NaN compares false with every bound, so it is
+    refused before them) and a value out of range."""
+    span = _span(minimum, maximum, strict_min)
+    number = _real(value)
+    if number is None:
+        raise NotANumberError(f"{name} must be a number{' ' + span if span else ''}, got "
+                              f"{value!r} ({type(value).__name__})")
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {number}"
+                         + (f" (expected {span})" if span else ""))
+    if minimum is not None and (number <= minimum if strict_min else number < minimum):
         op = ">" if strict_min else ">="
-        raise ValueError(f"{name} must be {op} {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-    return float(value)
+        raise ValueError(f"{name} must be {op} {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {number}")
+    return float(number)
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:

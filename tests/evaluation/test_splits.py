@@ -142,3 +142,18 @@ def test_family_split_of_a_graph_dataset_matches_the_task_family_split():
     assert set(test.tensors["family"].tolist()) == {task.families().index("cycle")}
     _, task_test = make_split(task, "family", 10, 10, seed=0)
     assert set(task_test.tensors["family"].tolist()) == {task.families().index("cycle")}
+
+
+def test_make_split_passes_unseen_through():
+    """make_split(..., unseen=False) is Task.split(..., unseen=False): short Dyck words repeat,
+    so the i.i.d. test draw holds training inputs, and the default drops them."""
+    from graded.tasks.base import input_keys
+
+    task = get_task("dyck", k=2, max_length=8)
+    for unseen in (True, False):
+        train, test = make_split(task, "random", 300, 100, seed=0, unseen=unseen)
+        want = task.split("random", 300, 100, 0, unseen=unseen)[1]
+        assert input_keys(test) == input_keys(want)
+        seen = set(input_keys(train))
+        overlap = sum(k in seen for k in input_keys(test))
+        assert (overlap == 0) if unseen else (overlap > 0)

@@ -138,9 +138,12 @@ def build_model(cfg: RunConfig, task: Any):
 
 def build_data(cfg: RunConfig, task: Any):
     """Train and evaluation :class:`~graded.tasks.TaskDataset` by the configured split
-    (003 §3.2); their ``.tensors`` dicts feed the trainer."""
+    (003 §3.2); their ``.tensors`` dicts feed the trainer. With ``task.unseen`` (the default)
+    no evaluation input occurs among the training inputs; ``unseen: false`` keeps the
+    evaluation draw as drawn (:meth:`graded.tasks.Task.split`)."""
     seed = cfg.task.data_seed if cfg.task.data_seed is not None else cfg.seed
-    return task.split(cfg.task.split, cfg.task.n_train, cfg.task.n_eval, seed=seed)
+    return task.split(cfg.task.split, cfg.task.n_train, cfg.task.n_eval, seed=seed,
+                      unseen=cfg.task.unseen)
 
 
 @dataclasses.dataclass

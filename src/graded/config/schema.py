@@ -5,7 +5,7 @@ A run config has five sections (see ``configs/`` for one per task and ``docs/cli
     name: poly-lgt                # optional; the run folder is output.dir/name
     seed: 0
     task:   {name: polynomial_regression, options: {degree: 3}, split: random,
-             n_train: 2000, n_eval: 500}
+             unseen: true, n_train: 2000, n_eval: 500}
     model:  {architecture: transformer, d_model: 32, n_heads: 4, n_layers: 2,
              grading: linear, learnable_grades: true}   # any TransformerConfig field;
                                   # input_grades: task = the task's natural feature grades
@@ -19,6 +19,9 @@ choices come from the modules that own them: split kinds from :mod:`graded.tasks
 architectures from :mod:`graded.kinds`, recipe names from :data:`graded.train.recipes.RECIPES`.
 :func:`load_config` reads the file, applies ``--set a.b=value`` overrides (values parsed with
 YAML scalar rules: ``true`` is a bool, ``null`` None, and also ``1e-3`` a float) and validates.
+A key that can be off (null) and takes no booleans reads ``false`` as null in every format
+(TOML has no null): ``train.clip_norm = false`` switches clipping off
+(:func:`graded.train.options.takes_false_for_null`).
 Validation ends in a dry build (:func:`graded.config.compose.dry_build`): the task, the model
 config (:class:`graded.TransformerConfig` or :class:`graded.morphic.MorphicConfig`) and the
 recipe are built, checked and kept on the returned :class:`RunConfig` (``built_task``,
@@ -50,7 +53,8 @@ from pydantic import (
 from graded._schema import Strict, allowed_keys, unknown_key_message
 from graded.kinds import ARCHITECTURES
 from graded.tasks.base import SPLIT_KINDS
-from graded.train.options import TrainOptions, number_not_bool
+from graded.train.options import TrainOptions, number_not_bool, takes_false_for_null
+from graded.train.recipes import OPTIONAL_OPTIONS
 from graded.train.recipes import RECIPES as RECIPE_OBJECTS
 from graded.transformer.models import POOLINGS
 
@@ -110,6 +114,10 @@ class TaskSection(Strict):
     name: str = Field(description="a task of graded.tasks (graded train --help lists them)")
     options: dict[str, Any] = Field(default_factory=dict, description="the task's options")
     split: Literal[SPLIT_KINDS] = "random"
+    unseen: bool = Field(
+        True, description="no test input occurs among the training inputs (the loss on "
+        "unseen objects); false keeps the test draw as drawn, repeats of training inputs "
+        "included (an i.i.d. test set: the population risk)")
     n_train: int = Field(2000, ge=1)
     n_eval: int = Field(500, ge=1)
     data_seed: int | None = Field(None, ge=0, description="seed of the data (default: seed)")
@@ -132,6 +140,21 @@ class ModelSection(BaseModel):
         "mean", description="encoder pooling for classification/regression")
     morphic: dict[str, Any] | None = Field(
         None, description="graded.morphic.MorphicConfig fields except vocab_size and max_len")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _false_is_null(cls, data: Any) -> Any:
+        """``false`` for a key that can be off (``morphic``, a TransformerConfig field that may
+        be null and takes no booleans, e.g. ``grading``) is null, as in every section
+        (:func:`graded.train.options.takes_false_for_null`)."""
+        from graded.transformer.config import TransformerConfig
+
+        if not isinstance(data, dict):
+            return data
+        fields = {"morphic": cls.model_fields["morphic"], **TransformerConfig.model_fields}
+        return {key: None if value is False and key in fields
+                and takes_false_for_null(fields[key].annotation) else value
+                for key, value in data.items()}
 
     @model_validator(mode="after")
     def _known_fields(self) -> ModelSection:
@@ -172,6 +195,13 @@ class RecipeSection(Strict):
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data
+
+    @field_validator("options")
+    @classmethod
+    def _false_is_null(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """``false`` for an option that can be off (``clip_norm``, ``lambda_max``) is null."""
+        return {key: None if value is False and key in OPTIONAL_OPTIONS else value
+                for key, value in options.items()}
 
 
 class OutputSection(Strict):
@@ -252,7 +282,7 @@ def describe_schema() -> str:
             sub = next((c for c in (ann, *getattr(ann, "__args__", ()))
                         if isinstance(c, type) and issubclass(c, BaseModel)), None)
             if sub is not None:
-                optional = " (optional; null = off)" if field.default is None else ""
+                optional = " (optional; null or false = off)" if field.default is None else ""
                 out.append(f"  {prefix}{name}:{optional}")
                 walk(sub, prefix + "  ")
                 continue
@@ -332,8 +362,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Apply ``a.b=value`` overrides (YAML scalar rules) to a copy of ``data``; a section in
     its shorthand (``recipe: auto``) is expanded (``{name: auto}``) to set a key inside it,
     and a section that is off (``early_stopping: null``, as every ``config.yaml`` without it
-    reads) is started empty to set a key inside it. An item of a list is named by its index
-    (``model.morphic.layers.1.router.rank=4``)."""
+    reads, or ``false``, as TOML writes it) is started empty to set a key inside it. An item
+    of a list is named by its index (``model.morphic.layers.1.router.rank=4``)."""
     data = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -351,7 +381,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 nxt = node[_list_index(item, parts[:i], part, node)]
             else:
                 nxt = node.setdefault(part, {})
-                if nxt is None:
+                if nxt is None or nxt is False:  # a section that is off (null, or false)
                     nxt = node[part] = {}
                 if node is data and part in SHORTHANDS and isinstance(nxt, str):
                     nxt = node[part] = {SHORTHANDS[part]: nxt}

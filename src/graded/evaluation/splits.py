@@ -20,11 +20,12 @@ from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, input_keys
 
 
 def make_split(task: Task, kind: str = "random", n_train: int = 1000, n_test: int = 1000,
-               seed: int = 0) -> tuple[TaskDataset, TaskDataset]:
-    """Train and test sets of ``task`` by split ``kind`` (one of ``SPLIT_KINDS``)."""
+               seed: int = 0, *, unseen: bool = True) -> tuple[TaskDataset, TaskDataset]:
+    """Train and test sets of ``task`` by split ``kind`` (one of ``SPLIT_KINDS``); ``unseen``
+    as in :meth:`Task.split` (True: no test input occurs in training)."""
     if kind not in SPLIT_KINDS:
         raise ValueError(f"split kind must be one of {SPLIT_KINDS}, got {kind!r}")
-    return task.split(kind, n_train, n_test, seed)
+    return task.split(kind, n_train, n_test, seed, unseen=unseen)
 
 
 def random_split(data: TaskDataset, n_test: int, seed: int = 0

@@ -15,7 +15,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from graded._schema import Strict  # the shared strict base; importable here as before
 from graded.evaluation.metrics import HIGHER_IS_BETTER
 
-__all__ = ["EarlyStopping", "Strict", "TrainOptions", "monitor_mode_of", "number_not_bool"]
+__all__ = ["EarlyStopping", "Strict", "TrainOptions", "monitor_mode_of", "number_not_bool",
+           "takes_false_for_null"]
 
 
 def monitor_mode_of(metric: str) -> Literal["min", "max"] | None:
@@ -27,13 +28,26 @@ def monitor_mode_of(metric: str) -> Literal["min", "max"] | None:
     return None if higher is None else "max" if higher else "min"
 
 
+def takes_false_for_null(annotation: Any) -> bool:
+    """Whether a key of type ``annotation`` reads ``false`` as null (off): it may be null and
+    takes no booleans. TOML has no null, so this is how a TOML file (and ``--set``, and YAML
+    alike) switches such a key off, e.g. ``clip_norm = false``; a key that takes booleans
+    keeps ``false`` as false (docs/training.md, "Keys that can be off")."""
+    types = get_args(annotation)
+    return type(None) in types and bool not in types
+
+
 def number_not_bool(model: type[Strict], value: Any, info: ValidationInfo) -> Any:
     """``value`` of the field ``info.field_name`` of ``model``, refused when it is a boolean
-    given for a number (lax validation reads ``steps: true`` as 1 step, ``lr: true`` as 1.0)."""
+    given for a number (lax validation reads ``steps: true`` as 1 step, ``lr: true`` as 1.0);
+    ``false`` for a key that can be off is null (:func:`takes_false_for_null`)."""
     annotation = model.model_fields[info.field_name].annotation
+    if value is False and takes_false_for_null(annotation):
+        return None
     types = (annotation, *get_args(annotation))
     if isinstance(value, bool) and bool not in types and (int in types or float in types):
-        raise ValueError(f"got {value!r}; expected a number, not a boolean")
+        off = ", or false or null for off" if type(None) in types else ""
+        raise ValueError(f"got {value!r}; expected a number, not a boolean{off}")
     return value
 
 
@@ -67,7 +81,8 @@ class TrainOptions(Strict):
     schedule: Literal["constant", "cosine", "inverse_sqrt"] = "cosine"
     warmup_steps: int = Field(0, ge=0)
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="cosine floor as a fraction")
-    clip_norm: float | None = Field(1.0, gt=0.0, description="max gradient norm; null = off")
+    clip_norm: float | None = Field(1.0, gt=0.0, description="max gradient norm; null or "
+                                   "false = off")
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
     eval_every: int = Field(100, ge=1, description="evaluate every N steps (and at the end)")
     eval_batch_size: int = Field(256, ge=1)

@@ -60,7 +60,6 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 from __future__ import annotations
 
 import math
-import numbers
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -68,6 +67,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_float
 from graded.grading import ExponentialGrading, GradingMap
 from graded.train.optim import is_grade_parameter, param_groups
 from graded.transformer.graded import feature_grading, gradings
@@ -84,12 +84,11 @@ __all__ = [
 ]
 
 
+#: Recipe options that may be None (off): ``false`` reads as None too, as for every config key
+#: that can be off (TOML has no null; :func:`graded.train.options.takes_false_for_null`).
+OPTIONAL_OPTIONS = ("lambda_max", "clip_norm")
 #: Recipe kinds: plain (None), LGT (``"linear"``), EGT (``"exponential"``).
 RECIPE_KINDS = (None, "linear", "exponential")
-
-
-def _is_number(v: object) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 # optimizer -> (signature of its groups, model and lr_bound; indices of its grade groups)
@@ -148,26 +147,25 @@ class Recipe:
             raise ValueError(f"lr_bound={self.lr_bound!r}; expected one of {LR_BOUNDS}")
         if self.kind not in RECIPE_KINDS:
             raise ValueError(f"kind={self.kind!r}; expected one of {RECIPE_KINDS}")
-        if not _is_number(self.lr_margin) or not 0.0 < self.lr_margin <= 1.0:
-            raise ValueError(f"lr_margin={self.lr_margin!r}; expected a number in (0, 1]")
+        # the numbers (graded.checks.check_float); false turns an optional one off, as None
+        for name in OPTIONAL_OPTIONS:
+            if getattr(self, name) is False:  # TOML has no null (docs/training.md)
+                object.__setattr__(self, name, None)
+        check_float("lr_margin", self.lr_margin, minimum=0, maximum=1, strict_min=True)
         for name in ("gamma", "gamma_heads", "gamma_coord"):
-            v = getattr(self, name)
-            if not _is_number(v) or not 0.0 <= v < math.inf:
-                raise ValueError(f"{name}={v!r}; expected a finite number >= 0 (a negative "
-                                 "weight would reward large grades)")
-        if self.lambda_max is not None and (
-                not _is_number(self.lambda_max) or not 1.0 < self.lambda_max < math.inf):
-            raise ValueError(f"lambda_max={self.lambda_max!r}; expected a finite number > 1 "
-                             "(λ is annealed from 1 up to it), or None for the model's base")
+            # a negative weight would reward large grades
+            check_float(name, getattr(self, name), minimum=0)
+        if self.lambda_max is not None:  # λ is annealed from 1 up to it; None: the model's base
+            check_float("lambda_max (None for the model's base)", self.lambda_max, minimum=1,
+                        strict_min=True)
         if self.kind != "exponential" and (self.anneal or self.lambda_max is not None):
             given = "anneal=True" if self.anneal else f"lambda_max={self.lambda_max!r}"
             raise ValueError(f"{given}: λ is the base of an exponential grading, but recipe "
                              f"{self.name!r} has kind {self.kind!r}; annealing is for "
                              "egt-alg7.1")
-        if self.clip_norm is not None and (
-                not _is_number(self.clip_norm) or not 0.0 < self.clip_norm < math.inf):
-            raise ValueError(f"clip_norm={self.clip_norm!r}; expected a finite number > 0, or "
-                             "None for no clipping")
+        if self.clip_norm is not None:
+            check_float("clip_norm (None or false for no clipping)", self.clip_norm, minimum=0,
+                        strict_min=True)
 
     def check(self, model: nn.Module) -> None:
         """Refuses a model whose grading this recipe does not train: an LGT recipe needs linear

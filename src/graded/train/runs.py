@@ -27,6 +27,10 @@ the schedule; a new peak ``train.lr`` or ``train.grade_lr``, which is used from 
 on (:func:`graded.train.resume.use_peak_lrs`); how often to evaluate, log and checkpoint;
 ``keep_last``, ``progress``, ``tensorboard``, ``eval_batch_size``, ``device``,
 ``early_stopping``; ``output.*`` and ``name``.
+A key added after runs were first recorded (:data:`ADDED_KEYS`: ``task.unseen``,
+``train.precision``, ...) is compared, where a recorded config lacks it, as the default it was
+added with, which is what that run did: such a run resumes with the default, and a new value
+of a key that cannot change is refused like any other change.
 :func:`resume_changes` sorts the differences of two configs by that rule; each accepted one is
 recorded in ``history.jsonl``.
 How a resume is checked and loaded before anything is written: :mod:`graded.train.resume`.
@@ -65,6 +69,12 @@ RESUMABLE_KEYS = ("name", "output", "train.steps", "train.lr", "train.grade_lr",
                   "train.keep_last", "train.progress", "train.tensorboard",
                   "train.eval_batch_size", "train.device", "train.early_stopping",
                   "train.compile")
+# Keys added after runs were first recorded, with the value a recorded config without them
+# stands for: the default each was added with, which is what those runs did. A key of this
+# table absent on one side of a resume compares as that value (a run recorded before
+# ``task.unseen`` existed resumes with the default, and is refused ``task.unseen: false``).
+ADDED_KEYS = {"task.unseen": True, "train.precision": "fp32", "train.compile": False,
+              "output.plots": True}
 _ABSENT = object()
 LIBRARY_ENTRIES = ("config.yaml", "metrics.csv", "metrics.json", "grades.jsonl", "tensorboard",
                    "checkpoints", "history.jsonl", "eval.json", "report")
@@ -250,6 +260,8 @@ def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, A
             out.update(_differences(old.get(key, _ABSENT), new.get(key, _ABSENT),
                                     f"{prefix}.{key}" if prefix else str(key)))
         return out
+    if prefix in ADDED_KEYS:  # absent from a config recorded before the key existed
+        old, new = (ADDED_KEYS[prefix] if v is _ABSENT else v for v in (old, new))
     return {} if old == new else {prefix: (old, new)}
 
 

@@ -22,6 +22,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_float
+
 __all__ = [
     "FEATURES",
     "AttentionBackend",
@@ -229,18 +231,14 @@ def default_scale(scale: float | None, head_dim: int) -> float:
 
 
 def check_scale(name: str, scale: object) -> float | None:
-    """A backend's ``scale`` option: None (1/√D) or a positive finite number. A zero or
-    negative temperature is refused: the fused kernel turns the masked scores (-inf) into NaN
-    with it, and FAVOR+ takes its square root."""
+    """A backend's ``scale`` option: None (1/√D) or a positive finite number, the softmax
+    temperature (:func:`graded.checks.check_float`). A zero or negative temperature is
+    refused: the fused kernel turns the masked scores (-inf) into NaN with it, and FAVOR+ takes
+    its square root."""
     if scale is None:
         return None
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) \
-            or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(
-            f"{name} backend: scale must be None (1/√head_dim) or a positive finite number (the "
-            f"softmax temperature), got {scale!r}"
-        )
-    return float(scale)
+    return check_float(f"{name} backend: scale (None for 1/√head_dim)", scale, minimum=0,
+                       strict_min=True)
 
 
 def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:

@@ -87,7 +87,8 @@ EXACT = [
 def test_zero_scores_give_the_centroid_of_the_admitted_values_003_exercise_2(
         name, options, admits, causal):
     """003 §2 Exercise 2: when QKᵀ = 0 every α_ij = 1/|keys of i|, so the output of query i is
-    the plain mean of the values it may see (its pattern, causality and padding applied)."""
+    the plain mean of the values it may see (its pattern, causality and padding applied).
+    Batch 1's last keys are padding, so some windowed queries see none and give zeros."""
     _, k, v, pad = qkv_pad(1)
     q = torch.zeros(2, 2, T, D, dtype=torch.float64)
     out = get_backend(name, **options)(q, k, v, key_padding_mask=pad, is_causal=causal)
@@ -96,5 +97,19 @@ def test_zero_scores_give_the_centroid_of_the_admitted_values_003_exercise_2(
         for i in range(T):
             keys = [j for j in range(T) if admits(i, j) and not pad[b, j]
                     and (j <= i or not causal)]
-            expected[b, :, i] = v[b, :, keys].mean(dim=1)
+            if keys:  # a query with no admissible key gets zeros (backends.base convention)
+                expected[b, :, i] = v[b, :, keys].mean(dim=1)
     torch.testing.assert_close(out, expected)
+
+
+def test_linformer_key_value_sharing_projects_values_with_e_b3():
+    """seed_002 B.3 (Wang et al. 2020 Eq. 7 and §4 "key-value sharing"): with F = E the head is
+    softmax(Q (E K)ᵀ/√d)(E V), here summed key by key: (E K)_r = Σ_j E_rj k_j."""
+    q, k, v, _ = qkv_pad(2)
+    q, k, v = q[:1, :1, :7], k[:1, :1, :11], v[:1, :1, :11]
+    backend = get_backend("linformer", max_len=16, rank=3, share_kv=True).double()
+    e = backend.E.detach()
+    k_proj = torch.stack([sum(e[r, j] * k[0, 0, j] for j in range(11)) for r in range(3)])
+    v_proj = torch.stack([sum(e[r, j] * v[0, 0, j] for j in range(11)) for r in range(3)])
+    expected = torch.softmax(q[0, 0] @ k_proj.T / D**0.5, dim=-1) @ v_proj
+    torch.testing.assert_close(backend(q, k, v)[0, 0], expected)

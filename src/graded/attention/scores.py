@@ -81,7 +81,8 @@ class BilinearScore(Score):
 
 
 class AdditiveScore(Score):
-    """``vᵀ tanh(W_q q + W_k k)`` (Bahdanau et al. 2015, 002 §2.4), shared across heads.
+    """``vᵀ tanh(W_q q + W_k k)`` (Bahdanau et al. 2015, 002 §2.4.1 Eq. 2.12), shared across
+    heads: no bias, d_a(d_q + d_k + 1) parameters, as the formula has.
 
     Materialises a (B, H, Tq, Tk, hidden) tensor: O(Tq·Tk·hidden) memory, explicit path only.
     """
@@ -90,7 +91,7 @@ class AdditiveScore(Score):
         super().__init__()
         hidden_dim = hidden_dim or head_dim
         self.query = nn.Linear(head_dim, hidden_dim, bias=False)
-        self.key = nn.Linear(head_dim, hidden_dim, bias=True)
+        self.key = nn.Linear(head_dim, hidden_dim, bias=False)
         self.v = nn.Linear(hidden_dim, 1, bias=False)
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:

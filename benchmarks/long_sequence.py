@@ -14,7 +14,8 @@ For every backend, interleaved in one run, at lengths T = 256 … 16384 and d = 
 - the bytes autograd saves for backward (an analytic count from ``saved_tensors_hooks``,
   deduplicated by storage), which is what the backward pass must keep alive;
 - approximation error ‖y − y_full‖ / ‖y_full‖ against full attention as a function of each
-  approximate backend's knob (features, rank, window, random blocks, rounds, dilation).
+  approximate backend's knob (features, rank, window, random blocks, rounds, dilation,
+  summary positions).
 
 Writes ``results.json``, ``report.md`` (tables, crossover lengths, the slope check
 time_linear(16384) / time_linear(4096) <= 4.5) and PNG plots to ``--out``.
@@ -68,6 +69,8 @@ def backend_options(name: str, t: int) -> dict:
         "chunked": {"query_chunk": 512, "key_chunk": 512},
         "sliding_window": {"window": 128},
         "dilated": {"dilation": stride},  # the Sparse Transformer's strided head, l ≈ √T
+        # its fixed pattern, l ≈ √T and c = l/16 (the paper's example: l = 128, c = 8)
+        "sparse_fixed": {"block": stride, "summary": max(1, stride // 16)},
         "block_sparse": {"layout": band, "block_size": 64},
         "bigbird": {"block_size": 64, "num_global_blocks": 1, "num_random_blocks": 3},
         "linear": {"chunk_size": 64},
@@ -274,6 +277,7 @@ ERROR_SWEEPS = {
     "linformer": ("rank", [16, 64, 256, 1024]),
     "sliding_window": ("window", [16, 32, 64, 128, 256, 512]),
     "dilated": ("dilation", [2, 4, 8, 16, 32]),
+    "sparse_fixed": ("summary", [1, 2, 4, 8, 16]),
     "bigbird": ("num_random_blocks", [0, 1, 2, 4, 8]),
     "lsh": ("n_rounds", [1, 2, 4, 8]),
     "linear": ("(elu+1 kernel)", [0]),
@@ -485,7 +489,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.error_length = args.error_length or 1024
     args.memory_lengths = args.lengths[:1] if args.quick else args.lengths
     quadratic = {"full", "explicit", "chunked"}
-    args.growth = lambda name: 4.5 if name in quadratic else (3.0 if name == "dilated" else 2.5)
+    t_sqrt_t = {"dilated", "sparse_fixed"}  # O(T√T) at l ≈ √T
+    args.growth = lambda name: 4.5 if name in quadratic else (3.0 if name in t_sqrt_t else 2.5)
     return args
 
 

@@ -125,6 +125,7 @@ def test_seq2seq_maps_include_encoder_decoder_and_cross_attention():
 PATTERNS = {  # backend options, and the keys query i may see (before causality), by hand
     "sliding_window": ({"window": 2}, lambda i, j: abs(i - j) <= 2),
     "dilated": ({"dilation": 2}, lambda i, j: (i - j) % 2 == 0),
+    "sparse_fixed": ({"block": 3, "summary": 1}, lambda i, j: i // 3 == j // 3 or j % 3 == 2),
     "bigbird": ({"block_size": 2, "num_global_blocks": 1, "num_random_blocks": 0},
                 lambda i, j: i // 2 == 0 or j // 2 == 0 or abs(i // 2 - j // 2) <= 1),
     "block_sparse": ({"layout": [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 1]],

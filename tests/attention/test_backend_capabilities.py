@@ -32,6 +32,7 @@ OPTIONS = {
     "chunked": {"query_chunk": 3, "key_chunk": 3},
     "sliding_window": {"window": T, "block_size": T},
     "dilated": {"dilation": 1},
+    "sparse_fixed": {"block": T, "summary": 1},
     "block_sparse": {"layout": [[True, True], [True, True]], "block_size": T // 2},
     "bigbird": {"block_size": T // 2, "num_global_blocks": 1, "num_random_blocks": 1,
                 "window_blocks": 3},

@@ -51,6 +51,8 @@ CASES = {
     "dilated-2": ({"dilation": 2}, lambda i, j: (i - j) % 2 == 0),
     "dilated-3-window": ({"dilation": 3, "window": 4},
                          lambda i, j: ((i - j) % 3 == 0) & ((i - j).abs() <= 12)),
+    "sparse_fixed": ({"block": 12, "summary": 3},
+                     lambda i, j: (i // 12 == j // 12) | (j % 12 >= 9)),
     "block_sparse": ({"layout": LAYOUT, "block_size": 16},
                      lambda i, j: LAYOUT[i // 16, j // 16]),
     "bigbird": ({"block_size": 8, "num_global_blocks": 1, "num_random_blocks": 2, "seed": 4},
@@ -191,6 +193,7 @@ def test_flex_kernel_choice_auto_native_dropout_and_cpu_gradients():
 @pytest.mark.parametrize("name,options,choices", [
     ("sliding_window", {"window": 3}, "'auto', 'flex', 'native'"),
     ("dilated", {}, "'auto', 'flex', 'native'"),
+    ("sparse_fixed", {}, "'auto', 'flex', 'native'"),
     ("block_sparse", {"layout": [[True]]}, "'auto', 'flex', 'native'"),
     ("bigbird", {}, "'auto', 'flex', 'native'"),
     ("chunked", {}, "'auto', 'fused', 'native'"),

@@ -15,7 +15,7 @@ from graded.attention.backends import (
 
 ALL = [
     "bigbird", "block_sparse", "chunked", "dilated", "explicit", "full", "linear", "linformer",
-    "lsh", "performer", "sliding_window",
+    "lsh", "performer", "sliding_window", "sparse_fixed",
 ]
 
 # deterministic settings of every backend for a length-16, head-dim-4 self-attention call
@@ -31,6 +31,7 @@ OPTIONS = {
     "lsh": {"n_buckets": 2, "chunk_size": 4, "seed": 0},
     "performer": {"num_features": 12, "seed": 0, "head_dim": 4},
     "sliding_window": {"window": 3},
+    "sparse_fixed": {"block": 4, "summary": 1},
 }
 
 

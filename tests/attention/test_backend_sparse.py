@@ -142,6 +142,7 @@ def test_bigbird_random_blocks_are_seeded_and_outside_window_and_globals():
 
 @pytest.mark.parametrize("name,opts", [
     ("sliding_window", {"window": 3}), ("dilated", {}), ("bigbird", {"block_size": 4}),
+    ("sparse_fixed", {"block": 4, "summary": 1}),
     ("block_sparse", {"layout": torch.ones(4, 4, dtype=torch.bool), "block_size": 4}),
 ])
 def test_sparse_backends_refuse_general_masks_and_cross_attention(name, opts):

@@ -78,6 +78,7 @@ EXACT = [
     ("sliding_window", {"window": 3}, lambda i, j: abs(i - j) <= 3),
     ("dilated", {"dilation": 3}, lambda i, j: (i - j) % 3 == 0),
     ("dilated", {"dilation": 2, "window": 2}, lambda i, j: (i - j) % 2 == 0 and abs(i - j) <= 4),
+    ("sparse_fixed", {"block": 5, "summary": 2}, lambda i, j: i // 5 == j // 5 or j % 5 >= 3),
 ]
 
 

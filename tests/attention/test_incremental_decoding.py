@@ -22,6 +22,7 @@ STATEFUL = {
     "sliding_window": {"window": 3, "block_size": 4},
     "dilated": {"dilation": 3},
     "dilated-window": {"dilation": 2, "window": 2},
+    "sparse_fixed": {"block": 3, "summary": 1},
     "block_sparse": {"layout": LAYOUT, "block_size": 3},
     "bigbird": {"block_size": 2, "num_global_blocks": 1, "num_random_blocks": 1,
                 "window_blocks": 1, "seed": 3},

@@ -31,6 +31,7 @@ OPTIONS = {
     "lsh": {"n_buckets": 4, "n_rounds": 2, "chunk_size": 4, "seed": 0},
     "performer": {"num_features": 12, "seed": 0, "head_dim": DH},
     "sliding_window": {"window": 3},
+    "sparse_fixed": {"block": 4, "summary": 1},
 }
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32],
                                  ids=["float64", "float32"])

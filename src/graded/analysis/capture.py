@@ -120,10 +120,10 @@ def capture_attention(
     (``full``, ``explicit``, ``chunked``) return their own. A backend that returns none keeps
     computing the model's output (so later layers see what they see without the capture),
     and the weights are computed beside it from the same graded Q and K, scale and masks: for
-    a sparse-pattern backend (``sliding_window``, ``dilated``, ``block_sparse``, ``bigbird``)
-    the softmax over its pattern, which is the attention it computes; for an approximate
-    backend (``linear``, ``performer``, ``linformer``, ``lsh``) the exact softmax, not the
-    backend's approximation.
+    a sparse-pattern backend (``sliding_window``, ``dilated``, ``sparse_fixed``,
+    ``block_sparse``, ``bigbird``) the softmax over its pattern, which is the attention it
+    computes; for an approximate backend (``linear``, ``performer``, ``linformer``, ``lsh``)
+    the exact softmax, not the backend's approximation.
     """
     calls: list[AttentionCall] = []
     patched: list[tuple[nn.Module, Any]] = []  # (module, its previous instance attribute)

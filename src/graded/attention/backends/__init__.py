@@ -28,6 +28,7 @@ from graded.attention.backends.base import (
 )
 from graded.attention.backends.chunked import ChunkedBackend, chunked_attention
 from graded.attention.backends.dense import ExplicitBackend, FullBackend
+from graded.attention.backends.fixed import SparseFixedBackend
 from graded.attention.backends.linear import LinearBackend, elu_feature_map, kernel_attention
 from graded.attention.backends.linformer import LinformerBackend
 from graded.attention.backends.local import DilatedBackend, SlidingWindowBackend
@@ -55,6 +56,7 @@ __all__ = [
     "LinformerBackend",
     "PerformerBackend",
     "SlidingWindowBackend",
+    "SparseFixedBackend",
     "available_backends",
     "backend_capabilities",
     "backends_supporting",
@@ -161,7 +163,7 @@ def get_backend(name: str, **options: object) -> AttentionBackend:
 
 for _cls in (
     FullBackend, ExplicitBackend, ChunkedBackend, SlidingWindowBackend, DilatedBackend,
-    BlockSparseBackend, BigBirdBackend, LinearBackend, PerformerBackend, LinformerBackend,
-    LSHBackend,
+    SparseFixedBackend, BlockSparseBackend, BigBirdBackend, LinearBackend, PerformerBackend,
+    LinformerBackend, LSHBackend,
 ):
     register_backend(_cls)

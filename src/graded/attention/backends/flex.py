@@ -1,5 +1,5 @@
 """FlexAttention kernels for the positional-pattern backends (sliding_window, dilated,
-block_sparse, bigbird).
+sparse_fixed, block_sparse, bigbird).
 
 FlexAttention (Dong et al. 2024, "Flex Attention: A Programming Model for Generating Optimized
 Attention Kernels"; :mod:`torch.nn.attention.flex_attention`) computes softmax attention over a

@@ -212,7 +212,9 @@ RULE = (
     "the whole interval lies on the side its prediction names (beyond the stated margin, 0 "
     "unless given), **fails** when the whole interval lies on the other side (for a predicted "
     "effect, also when it lies inside ±margin), and is **inconclusive** otherwise. Exact checks "
-    "(a bound or identity verified on every instance) hold or fail outright. Families of paired "
+    "(a bound or identity verified on every instance) hold or fail outright; a bound compared "
+    "with estimated (lower-bound) constants holds when every instance lies within it and is "
+    "inconclusive otherwise. Families of paired "
     "comparisons also carry two-sided paired t-test p-values, Holm-corrected at level 0.05 "
     "within the family."
 )
@@ -285,8 +287,12 @@ def paired_t_p_value(differences) -> float:
 
 
 def holm(p_values, level: float = 0.05) -> list[bool]:
-    """Holm's step-down rejections for a family of p-values (True = rejected at ``level``)."""
+    """Holm's step-down rejections for a family of p-values (True = rejected at ``level``).
+
+    A non-finite p-value (a comparison that could not be tested, e.g. a diverged run) counts
+    as 1: it is never rejected and still counts in the family's size."""
     p = np.asarray(p_values, dtype=np.float64).ravel()
+    p = np.where(np.isfinite(p), p, 1.0)
     order = np.argsort(p)
     reject = [False] * p.size
     for rank, i in enumerate(order):

@@ -133,7 +133,8 @@ class NumericsExperiment:
         est, low, high = bootstrap_interval(r["orthogonal"], seed=s)
         c_est, c_low, c_high = bootstrap_interval(r["control"], seed=s)
         out.append(Finding(
-            "21", self.name, "median relative additivity gap "
+            "21", self.name, "mean over instances of the median (over tokens) relative "
+            "additivity gap "
             "abs(ΔL(S) − Σ_e ΔL(e)) / Σ_e abs(ΔL(e)) "
             "with Wδ_a ⊥ Wδ_b", "the same gap with a generic readout (no orthogonality)",
             len(r["orthogonal"]), est, low, high, equivalence_verdict(low, high, 0.0, 0.05),

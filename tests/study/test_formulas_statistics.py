@@ -1,0 +1,304 @@
+"""The study's statistics against independent computations on fixed inputs with known answers.
+
+scipy is not a dependency, so the references are closed forms (Student's t for 1 and 2 degrees
+of freedom), a numerical integral of the t density, exhaustive enumeration of a bootstrap
+distribution, Holm's adjusted p-values and the textbook rank-correlation formula, each written
+here without the study's code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from graded.study.core import bootstrap_interval, holm, paired_bootstrap, paired_t_p_value, verdict
+from graded.study.experiments._e_common import (
+    equivalence_verdict,
+    least_squares_slope,
+    spearman,
+)
+from graded.study.experiments.e1_sample_efficiency import aulc, per_size_family
+from graded.study.experiments.e2_robustness import bound_finding
+from graded.study.experiments.e7_overhead import MARGIN, _overhead
+
+# ---------------------------------------------------------------- paired t-test
+
+
+def _t_statistic(d: np.ndarray) -> float:
+    n = d.size
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
+    return mean / math.sqrt(var / n)
+
+
+def _two_sided_p_by_integration(t: float, nu: int) -> float:
+    """1 − 2∫₀^|t| f_ν(x) dx with the Student density, composite Simpson on 40,001 points."""
+    c = math.exp(math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2)) / math.sqrt(nu * math.pi)
+    x = np.linspace(0.0, abs(t), 40_001)
+    f = c * (1 + x * x / nu) ** (-(nu + 1) / 2)
+    h = x[1] - x[0]
+    integral = h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+    return 1.0 - 2.0 * integral
+
+
+@pytest.mark.parametrize("d", [
+    [0.3, -0.1],  # n = 2 (the --quick seeds): 1 degree of freedom
+    [0.5, 0.2, 0.4],
+    [1.0, 0.1, 0.4, 0.8, -0.2],
+    [-0.05, -0.12, -0.3, 0.01, -0.2, -0.11, -0.09, -0.4, 0.02, -0.15],
+])
+def test_paired_t_p_value_against_the_closed_forms_and_the_integrated_density(d):
+    d = np.asarray(d)
+    t, nu = _t_statistic(d), d.size - 1
+    p = paired_t_p_value(d)
+    assert p == pytest.approx(_two_sided_p_by_integration(t, nu), abs=1e-9)
+    if nu == 1:  # Cauchy: P(|T| > t) = 1 − (2/π) arctan|t|
+        assert p == pytest.approx(1 - 2 / math.pi * math.atan(abs(t)), abs=1e-12)
+    if nu == 2:  # P(|T| > t) = 1 − |t|/√(2 + t²)
+        assert p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), abs=1e-12)
+
+
+def test_paired_t_p_value_is_two_sided_and_uses_the_paired_differences():
+    arm = np.array([1.0, 5.0, 9.0, 13.0, 2.0])
+    control = arm - np.array([0.3, 0.1, 0.2, 0.25, 0.15])  # large shared seed effect
+    d = arm - control
+    p = paired_t_p_value(d)
+    assert p == paired_t_p_value(-d)  # symmetric: two-sided
+    assert p == pytest.approx(_two_sided_p_by_integration(_t_statistic(d), 4), abs=1e-9)
+    assert p < 0.01  # an unpaired test would drown the 0.2 shift in the spread 1…13
+
+
+# ---------------------------------------------------------------- bootstrap
+
+
+def _exact_bootstrap_quantiles(x: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Quantiles of the exact distribution of resampled means (all n^n resamples)."""
+    means = sorted(sum(c) / len(x) for c in itertools.product(x, repeat=len(x)))
+    tail = (1 - level) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def test_bootstrap_interval_matches_the_enumerated_resampling_distribution():
+    x = [0.0, 0.1, 0.3, 0.35, 1.2]  # 5^5 = 3125 equally likely resamples
+    exact_low, exact_high = _exact_bootstrap_quantiles(x)
+    mean, low, high = bootstrap_interval(x, n_boot=20_000)
+    assert mean == pytest.approx(np.mean(x))
+    step = 0.06  # resampled means near the tails are ~0.01–0.05 apart
+    assert low == pytest.approx(exact_low, abs=step) and high == pytest.approx(exact_high, abs=step)
+
+
+def test_bootstrap_of_two_values_spans_them_so_two_seeds_hold_only_when_both_agree():
+    # n = 2 (--quick): the interval is [min, max], so the verdict reads "both seeds on one side"
+    assert bootstrap_interval([-0.3, -0.1])[1:] == (-0.3, -0.1)
+    assert verdict(*bootstrap_interval([-0.3, -0.1])[1:], predicted="negative") == "holds"
+    assert verdict(*bootstrap_interval([-0.3, 0.1])[1:], predicted="negative") == "inconclusive"
+
+
+def test_paired_bootstrap_resamples_pairs_not_arms():
+    # a constant paired difference on top of a large seed effect: the paired interval is a point;
+    # resampling the arms independently would give an interval of width ~ the seed spread
+    arm, control = [1.0, 5.0, 9.0, 13.0], [0.5, 4.5, 8.5, 12.5]
+    assert paired_bootstrap(arm, control) == (0.5, 0.5, 0.5)
+
+
+def test_bootstrap_of_a_zero_variance_sample_and_of_ties():
+    assert bootstrap_interval([0.0] * 5) == (0.0, 0.0, 0.0)
+    mean, low, high = bootstrap_interval([1.0, 1.0, 1.0, 1.0, 2.0])
+    assert mean == 1.2 and low == 1.0 and high <= 2.0
+
+
+# ---------------------------------------------------------------- Holm
+
+
+def _holm_adjusted(p: list[float]) -> list[float]:
+    """Holm's adjusted p-values: p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) p_(j))."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_holm_rejects_exactly_where_the_adjusted_p_value_is_at_most_the_level(seed):
+    rng = np.random.default_rng(seed)
+    p = list(np.concatenate([rng.uniform(0, 0.02, 4), rng.uniform(0, 1, 8)]))
+    p[3] = p[2]  # a tie
+    assert holm(p) == [a <= 0.05 for a in _holm_adjusted(p)]
+    assert holm(p, level=0.01) == [a <= 0.01 for a in _holm_adjusted(p)]
+
+
+def test_holm_never_rejects_a_comparison_that_could_not_be_tested():
+    # a nan p-value (a diverged run) counts as 1: the family still has 3 members
+    assert holm([0.001, math.nan, 0.02]) == [True, False, True]
+    assert holm([0.001, math.nan]) == [True, False]
+    assert holm([0.03, math.nan, 0.001]) == [False, False, True]  # 0.03 > 0.05/2
+
+
+def test_per_size_family_leaves_out_seeds_whose_run_diverged():
+    b = {"tasks": ["poly_e5"], "sizes": [100]}
+    curves = {("poly_e5", "none"): {100: {s: 1.0 for s in range(6)}},
+              ("poly_e5", "fixed_aligned"): {100: {0: 0.5, 1: 0.6, 2: 0.4, 3: 0.55, 4: 0.5,
+                                                   5: math.inf}}}
+    fam = per_size_family(b, curves)
+    assert len(fam) == 1 and len(fam[0]["diffs"]) == 5
+    assert math.isfinite(fam[0]["p"]) and fam[0]["est"] == pytest.approx(-0.49)
+
+
+# ---------------------------------------------------------------- Spearman, slopes, AULC
+
+
+def test_spearman_without_ties_is_one_minus_six_sum_d_squared():
+    x = [0.3, 1.2, -0.4, 2.2, 0.9, 1.7, -1.0]
+    y = [1.0, 0.5, -0.2, 3.0, 0.8, 0.7, -2.0]
+    rx = {v: r for r, v in enumerate(sorted(x))}
+    ry = {v: r for r, v in enumerate(sorted(y))}
+    n = len(x)
+    d2 = sum((rx[a] - ry[b]) ** 2 for a, b in zip(x, y))
+    assert spearman(x, y) == pytest.approx(1 - 6 * d2 / (n * (n * n - 1)), abs=1e-12)
+
+
+def test_least_squares_slope_recovers_a_power_law_exponent():
+    # E6 and E9 read exponents as slopes of log–log fits: y = 3 x^1.7 gives 1.7 exactly
+    x = np.array([0.2, 0.5, 1.0, 2.0, 5.0])
+    assert least_squares_slope(np.log(x), np.log(3 * x ** 1.7)) == pytest.approx(1.7, abs=1e-12)
+    # the normal-equation slope Σ(x − x̄)(y − ȳ)/Σ(x − x̄)²
+    xs, ys = [1.0, 2.0, 4.0, 7.0], [0.5, 1.1, 1.8, 3.9]
+    xm, ym = sum(xs) / 4, sum(ys) / 4
+    expected = (sum((a - xm) * (b - ym) for a, b in zip(xs, ys))
+                / sum((a - xm) ** 2 for a in xs))
+    assert least_squares_slope(xs, ys) == pytest.approx(expected, abs=1e-12)
+
+
+def test_aulc_is_the_trapezoidal_mean_over_log2_n():
+    sizes, losses = [100, 200, 400, 800, 1600, 3200], [0.9, 0.5, 0.3, 0.25, 0.2, 0.21]
+    x = np.log2(sizes)
+    area = sum((losses[i] + losses[i + 1]) / 2 * (x[i + 1] - x[i]) for i in range(5))
+    assert aulc(sizes, losses) == pytest.approx(area / (x[-1] - x[0]), abs=1e-12)
+    # uneven spacing weighs each segment by its width in log2 n
+    assert aulc([100, 400, 1600], [1.0, 0.5, 0.5]) == pytest.approx(0.625)
+
+
+# ---------------------------------------------------------------- E7 and the verdict margins
+
+
+def test_e7_overhead_is_the_geometric_mean_ratio_minus_one():
+    ratios = [1.10, 1.05, 1.20, 0.98, 1.12]
+    est, low, high = _overhead([math.log(r) for r in ratios])
+    assert est == pytest.approx(math.prod(ratios) ** (1 / len(ratios)) - 1, abs=1e-12)
+    _, lo, hi = bootstrap_interval([math.log(r) for r in ratios])
+    assert (low, high) == pytest.approx((math.exp(lo) - 1, math.exp(hi) - 1))
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (0.02, 0.08, "holds"),  # the whole interval below the 10% margin
+    (0.099, 0.12, "inconclusive"),
+    (0.10, 0.15, "fails"),
+    (0.12, 0.20, "fails"),
+])
+def test_e7_margin_rule(low, high, expected):
+    # E7 reads "negligible" as an overhead below MARGIN: verdict on the shifted interval
+    assert MARGIN == 0.10
+    assert verdict(low - MARGIN, high - MARGIN, predicted="negative") == expected
+
+
+def test_equivalence_band_rule_for_predicted_values():
+    # E6 (slope 1 ± [0.8, 1.25]) and E9 (slope −1/2 in [−0.6, −0.4], gap in [0, 0.05])
+    assert equivalence_verdict(1.46, 1.88, 0.8, 1.25) == "fails"  # E6's claim 7 interval
+    assert equivalence_verdict(-0.55, -0.46, -0.6, -0.4) == "holds"
+    assert equivalence_verdict(0.03, 0.06, 0.0, 0.05) == "inconclusive"
+
+
+# ---------------------------------------------------------------- E2's bounds
+
+
+def test_a_bound_holds_only_when_every_model_is_within_it():
+    # the full study's claim-3 values include two models 4–5% above λ^{q_max}
+    # (ratio 4.528 against 4.34 and 6.591 against 6.24) among eight well below it: their mean is
+    # negative, but a bound is about every model, not the mean
+    values = [math.log(4.528 / 4.34), math.log(6.591 / 6.24)] + [-0.8] * 8
+    f = bound_finding("3", "q", "c", values, "d.", [])
+    assert f.estimate == pytest.approx(max(values)) == f.low == f.high
+    assert f.verdict == "inconclusive" and "2/10 above 0" in f.detail
+    ok = bound_finding("6", "q", "c", [-8.0, -7.5, -9.1], "d.", [])
+    assert ok.verdict == "holds" and ok.estimate == -7.5
+    none = bound_finding("3", "q", "c", [math.nan], "d.", [])
+    assert none.verdict == "inconclusive" and none.seeds == 0
+
+
+# ---------------------------------------------------------------- replicates are seeds
+
+
+def test_e6_gradient_slopes_are_averaged_per_seed(tmp_path, monkeypatch):
+    """A seed's model at initialisation and after training share weights' seed and batch: the
+    interval resamples seeds (their mean slope), not 2 × seeds instances."""
+    from graded.study.core import Context
+    from graded.study.experiments import e6_gradients as e6
+
+    slopes = [1.0, 2.0, 1.2, 2.2, 0.8, 1.8]  # initial, trained for seeds 0, 1, 2
+    calls = {"n": 0}
+
+    def fake_norm(model, ids, targets, lam, q_max):
+        k = slopes[calls["n"] // (len(e6.BASES) * len(e6.Q_MAXES))]
+        calls["n"] += 1
+        return (lam ** q_max * math.log(lam)) ** k
+
+    monkeypatch.setattr(e6, "grade_gradient_norm", fake_norm)
+    monkeypatch.setattr(e6, "train_lm", lambda *a, **k: 0.0)
+    monkeypatch.setattr(e6, "save_plot", lambda *a, **k: "x.png")
+    ctx = Context(out=tmp_path, quick=True, seeds=3, seeds_given=True)
+    f = e6.GradientsExperiment()._gradient_scaling(ctx)
+    assert f.seeds == 3
+    assert f.estimate == pytest.approx(1.5)
+    assert (f.low, f.high) == pytest.approx(bootstrap_interval([1.5, 1.7, 1.3])[1:])
+
+
+def test_e4_slope_differences_are_averaged_per_seed(tmp_path, monkeypatch):
+    from graded.study.core import Context
+    from graded.study.experiments import e45_heads_positions as e45
+
+    alphas = np.asarray(e45.ALPHAS)
+    calls = {"n": 0}
+
+    def fake_sweep(model, ids, alphas_, *, k):
+        slope = 0.1 * (calls["n"] + 1)  # slopes 0.1, 0.2, … per call, both layers
+        calls["n"] += 1
+        masses = list(0.25 + slope * alphas)
+        return {"layers": {"l0": masses, "l1": masses}, "uniform": 0.25, "mean": masses}
+
+    monkeypatch.setattr(e45, "positional_bias_sweep", fake_sweep)
+    monkeypatch.setattr(e45, "matched_control_sweep",
+                        lambda *a, **k: {"l0": [0.25] * len(alphas), "l1": [0.25] * len(alphas)})
+    monkeypatch.setattr(e45, "train_lm", lambda *a, **k: 0.0)
+    monkeypatch.setattr(e45, "save_plot", lambda *a, **k: "x.png")
+    ctx = Context(out=tmp_path, quick=True, seeds=2, seeds_given=True)
+    f = e45.PositionsHeadsExperiment()._positions(ctx, steps=1, n_models=2)
+    # seed 0: initial 0.1, trained 0.2 (two layers each) → 0.15; seed 1: 0.3, 0.4 → 0.35
+    assert f.seeds == 2 and f.estimate == pytest.approx(0.25)
+    assert (f.low, f.high) == pytest.approx((0.15, 0.35))
+
+
+def test_e1_findings_do_not_depend_on_the_order_in_which_runs_finished(tmp_path, monkeypatch):
+    from graded.study.core import Context
+    from graded.study.experiments import e1_sample_efficiency as e1
+
+    monkeypatch.setattr(e1.SampleEfficiencyExperiment, "_plots", staticmethod(lambda *a: []))
+    monkeypatch.setattr(e1.SampleEfficiencyExperiment, "_section", staticmethod(lambda *a: None))
+    ctx = Context(out=tmp_path, quick=True, seeds=2)
+    exp = e1.SampleEfficiencyExperiment()
+    rng = np.random.default_rng(0)
+    results = {}
+    for job in exp.plan(ctx, 1, {}):
+        first = float(rng.uniform(1.0, 2.0))
+        results[job["key"]] = {**job, "val": 0.5, "test": float(rng.uniform(0.2, 1.0)),
+                               "train_first": first, "train_last": first * rng.uniform(0.1, 0.9),
+                               "diverged": False}
+    keys = list(results)
+    shuffled = {k: results[k] for k in rng.permutation(keys)}
+    a, b = exp.summarise(ctx, results), exp.summarise(ctx, shuffled)
+    assert [(f.estimate, f.low, f.high) for f in a] == [(f.estimate, f.low, f.high) for f in b]

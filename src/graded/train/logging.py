@@ -16,8 +16,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -36,12 +37,14 @@ def grading_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return found
 
 
-def collect_grades(model: torch.nn.Module) -> dict[str, list]:
-    """The current grades of every grading module, as nested lists keyed by module name."""
-    return {
-        name: module.grades.detach().float().cpu().tolist()
-        for name, module in grading_modules(model).items()
-    }
+def collect_grades(model: torch.nn.Module,
+                   modules: Mapping[str, torch.nn.Module] | None = None) -> dict[str, list]:
+    """The current grades of every grading module, as nested lists keyed by module name
+    (``modules``: :func:`grading_modules` of ``model``, when the caller keeps them)."""
+    if modules is None:
+        modules = grading_modules(model)
+    return {name: module.grades.detach().float().cpu().tolist()
+            for name, module in modules.items()}
 
 
 def _truncate_csv(path: Path, after_step: int) -> None:
@@ -73,6 +76,11 @@ class RunLogger:
         self.run_dir = Path(run_dir)
         self.enabled = enabled
         self._tb = None
+        self._grades_fh: TextIO | None = None  # opened at the first grades written
+        # the model of the last grades() call and its grading modules, found once: the
+        # modules of a model in training do not change, and walking them costs more than
+        # reading their grades
+        self._grading: tuple[torch.nn.Module, dict[str, torch.nn.Module]] | None = None
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -110,11 +118,15 @@ class RunLogger:
     def grades(self, step: int, model: torch.nn.Module) -> None:
         if not self.enabled:
             return
-        grades = collect_grades(model)
+        if self._grading is None or self._grading[0] is not model:
+            self._grading = (model, grading_modules(model))
+        grades = collect_grades(model, self._grading[1])
         if not grades:
             return
-        with self.grades_path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"step": step, "grades": grades}) + "\n")
+        if self._grades_fh is None:
+            self._grades_fh = self.grades_path.open("a", encoding="utf-8")
+        self._grades_fh.write(json.dumps({"step": step, "grades": grades}) + "\n")
+        self._grades_fh.flush()
         if self._tb is not None:
             for name, values in grades.items():
                 self._tb.add_histogram(f"grades/{name}", torch.tensor(values), step)
@@ -127,6 +139,8 @@ class RunLogger:
         if not self.enabled:
             return
         self._csv_fh.close()
+        if self._grades_fh is not None:
+            self._grades_fh.close()
         if self._tb is not None:
             self._tb.close()
 

@@ -209,6 +209,9 @@ class Trainer:
         if self.opts.compile:
             self.step_module = torch.compile(self.step_module)
         self.autocast_dtype = AUTOCAST_DTYPES[self.opts.precision]
+        # made once: entering and leaving it is all a step needs (off for fp32)
+        self._autocast = torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype,
+                                        enabled=self.autocast_dtype is not None)
         self.scaler = (torch.amp.GradScaler(self.ctx.device.type)
                        if self.opts.precision == "fp16" else None)
         self.sampler = StepSampler(
@@ -324,21 +327,24 @@ class Trainer:
         element) of the global batch, however it is split into ranks and micro-batches.
         Returns the step's values, still on the device, and its input items."""
         self.optimizer.zero_grad(set_to_none=True)
-        micro = self.sampler.micro_batches(step)
+        micro = [{name: t[idx] for name, t in self.train_data.items()}
+                 for idx in self.sampler.micro_batches(step)]
+        counts = [self.kind.loss_count(host_batch) for host_batch in micro]
         # the step's item count comes first (it scales every micro-batch's loss); it reads only
         # the targets of the global batch, which every rank knows, on the host: no collective
-        targets = self.train_data["targets"]
-        count = max(self.kind.loss_count({"targets": targets[self.sampler.global_indices(step)]}),
-                    1)
+        # (on one process without accumulation the global batch is the one micro-batch)
+        if len(micro) == 1 and self.ctx.world_size == 1:
+            count = max(counts[0], 1)
+        else:
+            targets = self.train_data["targets"][self.sampler.global_indices(step)]
+            count = max(self.kind.loss_count({"targets": targets}), 1)
         scale = self.ctx.world_size / count  # × world_size undoes DDP's mean over ranks
         total = torch.zeros((), device=self.ctx.device)
         reg_total = None
         extra: dict[str, torch.Tensor | float] = {}
         items = 0
-        for i, idx in enumerate(micro):
-            host_batch = {name: t[idx] for name, t in self.train_data.items()}
+        for i, (host_batch, part_count) in enumerate(zip(micro, counts, strict=True)):
             items += self.kind.count_items(host_batch)  # on the host: no wait for the device
-            part_count = self.kind.loss_count(host_batch)
             batch = to_device(self.kind.drop_empty_padding(host_batch), self.ctx.device)
             last = i == len(micro) - 1
             sync = contextlib.nullcontext()
@@ -350,8 +356,7 @@ class Trainer:
                 if self.graded_loss:
                     weights = self.recipe.loss_weights(
                         self.model, self.kind.loss_grades(batch, self.output_grades))
-                with torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype,
-                                    enabled=self.autocast_dtype is not None):
+                with self._autocast:
                     part = self.kind.loss(self.step_module, batch,
                                           label_smoothing=self.opts.label_smoothing,
                                           weights=weights, count=part_count)
@@ -401,17 +406,15 @@ class Trainer:
         if not window:
             return []
         keys = list(window[0].extra)
-        device = self.ctx.device
-
-        def tensor(v: torch.Tensor | float) -> torch.Tensor:
-            return torch.as_tensor(v, dtype=torch.float32, device=device).detach().reshape(())
-
-        summed = torch.stack([torch.stack([tensor(w.total), *(tensor(w.extra[k]) for k in keys)])
-                              for w in window])
-        summed = D.sum_tensor_across(self.ctx, summed)
-        own = torch.stack([torch.stack([tensor(w.grad_norm), tensor(
-            w.regularization if w.regularization is not None else 0.0)]) for w in window])
-        rows = torch.cat([summed, own], dim=1).tolist()
+        with torch.no_grad():
+            summed = torch.stack([self._column([w.total for w in window]),
+                                  *(self._column([w.extra[k] for w in window]) for k in keys)],
+                                 dim=1)
+            summed = D.sum_tensor_across(self.ctx, summed)
+            own = torch.stack([self._column([w.grad_norm for w in window]), self._column(
+                [w.regularization if w.regularization is not None else 0.0 for w in window])],
+                dim=1)
+            rows = torch.cat([summed, own], dim=1).tolist()
         out = []
         for w, row in zip(window, rows, strict=True):
             loss = row[0] / w.count
@@ -427,6 +430,21 @@ class Trainer:
             out.append((loss, scalars))
         window.clear()
         return out
+
+    def _column(self, values: list[torch.Tensor | float]) -> torch.Tensor:
+        """One scalar of every step of a window as a float32 vector on the device: one stack
+        of the 0-d tensors the steps left (loss sums, gradient norms), one tensor of numbers,
+        else each value converted (the same float32 values in every case)."""
+        device = self.ctx.device
+        first = values[0]
+        if isinstance(first, torch.Tensor):
+            if all(isinstance(v, torch.Tensor) and v.dim() == 0 and v.device == first.device
+                   and v.dtype == first.dtype for v in values):
+                return torch.stack(values).to(device=device, dtype=torch.float32)
+        elif all(isinstance(v, float) for v in values):
+            return torch.tensor(values, dtype=torch.float32, device=device)
+        return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
+                            for v in values])
 
     def _improved(self, value: float, stopper: dict[str, Any]) -> bool:
         best = stopper.get("best")
@@ -544,8 +562,9 @@ class Trainer:
                         tok_window, t_window = 0, now
                         logger.scalars(step, "train", scalars)
                         logger.grades(step, self.model)
+                        # drawn by the update below, at most every mininterval (0.1 s)
                         bar.set_postfix(loss=f"{loss:.4f}",
-                                        tok_s=f"{scalars['tokens_per_s']:.0f}")
+                                        tok_s=f"{scalars['tokens_per_s']:.0f}", refresh=False)
                     bar.update(1)
                     paused = time.perf_counter()
                     if evaluates:

@@ -1,0 +1,51 @@
+"""The run logger's grade trajectories: one ``grades.jsonl`` line per call with the grades the
+model holds at that call, on disk as soon as written; a resume drops the lines past its step."""
+
+from __future__ import annotations
+
+import torch
+
+from graded import TransformerConfig, TransformerLM
+from graded.train.logging import RunLogger, grading_modules, read_grades
+
+
+def graded_model() -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(TransformerConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=2,
+                                           d_ff=16, max_len=8, grading="linear",
+                                           learnable_grades=True))
+
+
+def grades_now(model: torch.nn.Module) -> dict[str, list]:
+    return {name: m.grades.detach().float().tolist()
+            for name, m in grading_modules(model).items()}
+
+
+def test_each_line_holds_the_grades_of_its_call_and_is_on_disk_at_once(tmp_path):
+    model = graded_model()
+    log = RunLogger(tmp_path, tensorboard=False)
+    expected = []
+    for step in (0, 5, 10):
+        log.grades(step, model)
+        expected.append({"step": step, "grades": grades_now(model)})
+        assert read_grades(tmp_path) == expected  # before close
+        with torch.no_grad():  # the grades move between log steps
+            for m in grading_modules(model).values():
+                m.grades.add_(0.25)
+    log.close()
+    assert expected[0]["grades"] != expected[1]["grades"]
+    # a resume at step 5 keeps steps 0 and 5, and appends after them
+    log = RunLogger(tmp_path, tensorboard=False, resume_step=5)
+    log.grades(7, model)
+    log.close()
+    assert [r["step"] for r in read_grades(tmp_path)] == [0, 5, 7]
+    assert read_grades(tmp_path)[-1]["grades"] == grades_now(model)
+
+
+def test_a_model_without_grades_writes_no_grades_file(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    log = RunLogger(tmp_path, tensorboard=False)
+    log.grades(0, model)
+    log.grades(1, model)
+    log.close()
+    assert not (tmp_path / "grades.jsonl").exists()

@@ -15,7 +15,6 @@ and ``forced_eos_token_id`` are options (:func:`token_constraints`); a model tha
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -24,103 +23,13 @@ from torch import Tensor
 from graded.checks import checked_inputs
 from graded.positional import TABLE_POSITIONAL
 from graded.transformer.cache import KVCache
+from graded.transformer.decoding_grades import GradeLast, TokenGrader, token_grading
+from graded.transformer.logits import constrain, filter_logits, select_next, token_constraints
 
 __all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq",
            "select_next", "token_constraints"]
 
 Step = Callable[..., Tensor]  # (ids, key_padding_mask, cache[, token_grades]) -> logits
-#: The grades of one sequence's token ids (a task's grading, e.g. ``Task.grade_tokens``).
-TokenGrader = Callable[[list[int]], Sequence[float]]
-
-
-def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
-    """Set logits outside the top-k, or outside the smallest set with probability >= top_p
-    (nucleus sampling, Holtzman et al. 2020), to -inf. The most likely token always stays;
-    a token tied with the last one kept stays too (which of equal logits to drop would be
-    arbitrary), as top-k keeps ties; ``top_p=1`` keeps every token. The nucleus mass is summed
-    in the logits' dtype promoted to at least float32."""
-    if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
-            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
-        k = min(top_k, logits.shape[-1])
-        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if top_p < 1.0:
-            sorted_logits = torch.sort(logits, descending=True, dim=-1).values
-            dtype = torch.promote_types(logits.dtype, torch.float32)
-            mass = torch.softmax(sorted_logits.to(dtype), dim=-1).cumsum(dim=-1)
-            # keep a token while the mass strictly before it is below top_p: a prefix of the
-            # sorted tokens (at least one), then every token tied with its smallest logit
-            kept = 1 + (mass[..., :-1] < top_p).sum(dim=-1, keepdim=True)
-            smallest = sorted_logits.gather(-1, kept - 1)
-            logits = logits.masked_fill(logits < smallest, float("-inf"))
-    return logits
-
-
-def select_next(
-    logits: Tensor, *, do_sample: bool, temperature: float, top_k: int | None,
-    top_p: float | None, generator: torch.Generator | None,
-) -> Tensor:
-    """Next token ids (B,) from last-position logits (B, V)."""
-    if not do_sample:
-        return logits.argmax(dim=-1)
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive when sampling, got {temperature}")
-    logits = filter_logits(logits / temperature, top_k, top_p)
-    probs = torch.softmax(logits.float(), dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def token_constraints(
-    bad_words_ids: Sequence[Sequence[int]] | None, forced_eos_token_id: int | None,
-    eos_token_id: int | None, vocab_size: int, device: torch.device,
-) -> tuple[Tensor | None, int | None]:
-    """The banned token ids (a long tensor, None for none) and the forced EOS id of Hugging
-    Face's ``bad_words_ids`` and ``forced_eos_token_id``, checked. As its
-    ``NoBadWordsLogitsProcessor`` does, an entry ``[eos_token_id]`` is dropped (EOS is never
-    banned); entries of several tokens (a banned continuation) are refused here."""
-    banned = None
-    if bad_words_ids is not None:
-        if isinstance(bad_words_ids, (str, bytes)) or not all(
-                isinstance(w, (list, tuple)) for w in bad_words_ids):
-            raise ValueError(f"bad_words_ids must be a list of token-id lists, e.g. [[pad_id]], "
-                             f"got {bad_words_ids!r}")
-        for word in bad_words_ids:
-            if len(word) != 1:
-                raise ValueError(f"bad_words_ids entry {list(word)!r}: only single-token entries "
-                                 "are supported (each bans one token id at every step); "
-                                 "expected [token_id]")
-            if not _is_token(word[0], vocab_size):
-                raise ValueError(f"bad_words_ids entry {list(word)!r}: expected a token id in "
-                                 f"[0, {vocab_size})")
-        ids = sorted({int(w[0]) for w in bad_words_ids} - {eos_token_id})
-        banned = torch.tensor(ids, dtype=torch.long, device=device) if ids else None
-    if forced_eos_token_id is not None and not _is_token(forced_eos_token_id, vocab_size):
-        raise ValueError(f"forced_eos_token_id must be a token id in [0, {vocab_size}), got "
-                         f"{forced_eos_token_id!r}")
-    return banned, forced_eos_token_id
-
-
-def _is_token(value: object, vocab_size: int) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and 0 <= value < vocab_size)
-
-
-def constrain(scores: Tensor, banned: Tensor | None, forced: int | None) -> Tensor:
-    """Scores (B, V) of one step under :func:`token_constraints`: the banned ids at -inf
-    (Hugging Face's ``NoBadWordsLogitsProcessor`` for single tokens), or, at the last step
-    (``forced`` given), -inf everywhere but 0 at the forced EOS id
-    (``ForcedEOSTokenLogitsProcessor``, which runs after it and so overrides it)."""
-    if forced is not None:
-        out = torch.full_like(scores, float("-inf"))
-        out[:, forced] = 0.0
-        return out
-    if banned is not None:
-        scores = scores.index_fill(-1, banned, float("-inf"))
-    return scores
 
 
 def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
@@ -388,74 +297,6 @@ def position_limit(config: object) -> int | None:
         return config.max_len
     return None
 
-
-GradeLast = Callable[[Tensor, Tensor], Tensor]
-
-
-def grader_of(token_grader: TokenGrader, dtype: torch.dtype) -> GradeLast:
-    """``grade_last(ids, key_padding_mask)``: the grade (B,) of each row's last token, the last
-    of ``token_grader``'s grades of the row's real tokens (so the task grades the extended
-    sequence as it grades its data; its grading must be causal, ``Task.causal_grades``, for the
-    earlier grades to stay those already used). A row whose last token is padding (a finished
-    row) gets grade 0, as padding has in the datasets. The grades are read on the host and
-    checked here (a count per token, finite and >= 0): the model reads them no more."""
-
-    def grade_last(ids: Tensor, key_padding_mask: Tensor) -> Tensor:
-        out = []
-        for row, pads in zip(ids.tolist(), key_padding_mask.tolist(), strict=True):
-            if pads[-1]:
-                out.append(0.0)
-                continue
-            real = [t for t, p in zip(row, pads, strict=True) if not p]
-            grades = list(token_grader(real))
-            if len(grades) != len(real):
-                raise ValueError(f"token_grader gave {len(grades)} grades for a sequence of "
-                                 f"{len(real)} tokens; expected one per token")
-            last = float(grades[-1])
-            if not math.isfinite(last) or last < 0:
-                raise ValueError(f"token_grader graded token {real[-1]} with {grades[-1]!r}; "
-                                 "expected a finite grade >= 0")
-            out.append(last)
-        return torch.tensor(out, dtype=dtype, device=ids.device)
-
-    return grade_last
-
-
-def token_grading(
-    model: torch.nn.Module, input_ids: Tensor, token_grades: Tensor | None,
-    token_grader: TokenGrader | None, *, grades_new_tokens: bool,
-) -> tuple[Tensor | None, GradeLast | None]:
-    """The checked ``token_grades`` of ``input_ids`` (as a float tensor) and the grader of new
-    tokens (:func:`grader_of`) for a model that grades tokens (``TransformerConfig.
-    token_grading``): it needs both, the grader only when it generates (``grades_new_tokens``).
-    (None, None) for a model that does not, which refuses them."""
-    if not getattr(getattr(model, "config", None), "token_grading", False):
-        if token_grades is not None or token_grader is not None:
-            given = "token_grades" if token_grades is not None else "token_grader"
-            raise ValueError(f"{given} was given, but this model does not grade tokens "
-                             "(TransformerConfig.token_grading=False)")
-        return None, None
-    if token_grades is None:
-        raise ValueError(
-            "generate is refused for a token-graded model (TransformerConfig.token_grading="
-            "True) without token_grades: pass the grades of the input's tokens, shape (batch, "
-            f"length) = {tuple(input_ids.shape)} (e.g. Task.grade_tokens), and a token_grader "
-            "for the generated tokens")
-    if not isinstance(token_grades, Tensor) or tuple(token_grades.shape) != tuple(
-            input_ids.shape):
-        shape = tuple(token_grades.shape) if isinstance(token_grades, Tensor) else token_grades
-        raise ValueError(f"token_grades has shape {shape}; expected the input's "
-                         f"{tuple(input_ids.shape)}")
-    if grades_new_tokens and token_grader is None:
-        raise ValueError(
-            "generate with a token-graded model (TransformerConfig.token_grading=True) needs "
-            "token_grader: a function from a sequence's token ids to their grades (e.g. "
-            "Task.grade_tokens of the decoded tokens) that grades each generated token")
-    if token_grader is not None and not callable(token_grader):
-        raise TypeError(f"token_grader must be callable, got {type(token_grader).__name__}")
-    dtype = token_grades.dtype if token_grades.is_floating_point() else torch.float32
-    grade_last = None if token_grader is None else grader_of(token_grader, dtype)
-    return token_grades.to(device=input_ids.device, dtype=dtype), grade_last
 
 
 def cacheless_backends(model: torch.nn.Module) -> list[tuple[str, str]]:

@@ -16,11 +16,8 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
-    check_inputs,
     check_scale,
-    check_self_attention,
     default_scale,
-    reject_attn_mask,
     softmax_rows,
 )
 from graded.attention.backends.blockwise import pad_to_multiple
@@ -146,23 +143,9 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
         same_block = q_pos // self.block == k_pos // self.block
         return same_block | (k_pos.remainder(self.block) >= self.block - self.summary)
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        dropout_p: float = 0.0,
-    ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
-        check_self_attention(self.name, q, k)
-        reject_attn_mask(self.name, attn_mask)
-        if self.uses_flex(q, k, v, dropout_p):
-            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
-                                     is_causal=is_causal)
+    def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                       key_padding_mask: Tensor | None, is_causal: bool,
+                       dropout_p: float) -> Tensor:
         return fixed_pattern_attention(
             q, k, v, self.block, self.summary, default_scale(self.scale, q.shape[-1]),
             key_padding_mask=key_padding_mask, is_causal=is_causal, dropout_p=dropout_p,

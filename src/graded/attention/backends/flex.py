@@ -34,7 +34,13 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from graded.attention.backends.base import check_kernel, default_scale
+from graded.attention.backends.base import (
+    check_inputs,
+    check_kernel,
+    check_self_attention,
+    default_scale,
+    reject_attn_mask,
+)
 from graded.attention.backends.blockwise import KeepRule
 
 __all__ = [
@@ -179,6 +185,39 @@ class FlexKernel:
         rule on broadcastable positions that FlexAttention can also call on scalar positions
         (tensor operations only, no ``.item()``). Default: :meth:`keep`."""
         return self.keep
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        dropout_p: float = 0.0,
+    ) -> Tensor:
+        """Self-attention over the pattern, the inputs checked (self-attention only, no
+        ``attn_mask``, a length the pattern serves: :meth:`check_length`): FlexAttention where
+        :meth:`uses_flex` says so, the backend's :meth:`native_forward` otherwise."""
+        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
+        check_self_attention(self.name, q, k)
+        reject_attn_mask(self.name, attn_mask)
+        self.check_length(q.shape[2])
+        if self.uses_flex(q, k, v, dropout_p):
+            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                     is_causal=is_causal)
+        return self.native_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                   is_causal=is_causal, dropout_p=dropout_p)
+
+    def check_length(self, t: int) -> None:
+        """Refuse a sequence length ``t`` the pattern cannot serve (every length by default)."""
+
+    def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                       key_padding_mask: Tensor | None, is_causal: bool,
+                       dropout_p: float) -> Tensor:
+        """The backend's own kernel (inputs already checked)."""
+        raise NotImplementedError
 
     def uses_flex(self, q: Tensor, k: Tensor, v: Tensor, dropout_p: float) -> bool:
         """Whether a call on these inputs runs FlexAttention (see the class docstring)."""

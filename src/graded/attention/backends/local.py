@@ -15,11 +15,8 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
-    check_inputs,
     check_scale,
-    check_self_attention,
     default_scale,
-    reject_attn_mask,
 )
 from graded.attention.backends.blockwise import gathered_block_attention, pad_to_multiple
 from graded.attention.backends.chunked import chunked_attention
@@ -108,23 +105,9 @@ class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return (q_pos - k_pos).abs() <= self.window
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        dropout_p: float = 0.0,
-    ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
-        check_self_attention(self.name, q, k)
-        reject_attn_mask(self.name, attn_mask)
-        if self.uses_flex(q, k, v, dropout_p):
-            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
-                                     is_causal=is_causal)
+    def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                       key_padding_mask: Tensor | None, is_causal: bool,
+                       dropout_p: float) -> Tensor:
         return sliding_window_attention(
             q, k, v, self.window, default_scale(self.scale, q.shape[-1]),
             block=self.block_size, key_padding_mask=key_padding_mask, is_causal=is_causal,
@@ -178,23 +161,9 @@ class DilatedBackend(FlexKernel, PatternDecoding, AttentionBackend):
             keep = keep & (gap.abs() <= self.window * self.dilation)
         return keep
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        dropout_p: float = 0.0,
-    ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
-        check_self_attention(self.name, q, k)
-        reject_attn_mask(self.name, attn_mask)
-        if self.uses_flex(q, k, v, dropout_p):
-            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
-                                     is_causal=is_causal)
+    def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                       key_padding_mask: Tensor | None, is_causal: bool,
+                       dropout_p: float) -> Tensor:
         b, h, t, _ = q.shape
         r = self.dilation
         pad = torch.zeros(b, t, dtype=torch.bool, device=q.device)

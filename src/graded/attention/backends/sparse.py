@@ -13,12 +13,9 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
-    check_inputs,
     check_scale,
     check_seed,
-    check_self_attention,
     default_scale,
-    reject_attn_mask,
 )
 from graded.attention.backends.blockwise import KeepRule, gathered_block_attention
 from graded.attention.backends.chunked import chunked_attention
@@ -86,6 +83,9 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
             )
         return n_blocks
 
+    def check_length(self, t: int) -> None:
+        self._check_length(t)
+
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         self._check_length(int(q_pos.max()) + 1)
         return self.layout[q_pos // self.block_size, k_pos // self.block_size]
@@ -107,25 +107,11 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         n_blocks = self._check_length(t)
         return layout_keep_rule(self.layout[:n_blocks, :n_blocks].to(device), self.block_size)
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        dropout_p: float = 0.0,
-    ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
-        check_self_attention(self.name, q, k)
-        reject_attn_mask(self.name, attn_mask)
+    def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                       key_padding_mask: Tensor | None, is_causal: bool,
+                       dropout_p: float) -> Tensor:
         t = q.shape[2]
-        n_blocks = self._check_length(t)
-        if self.uses_flex(q, k, v, dropout_p):
-            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
-                                     is_causal=is_causal)
+        n_blocks = -(-t // self.block_size)  # checked by check_length
         key_blocks = self._key_blocks(n_blocks, q.device)
         out = gathered_block_attention(
             q, k, v, key_blocks, self.block_size, default_scale(self.scale, q.shape[-1]),
@@ -263,23 +249,9 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         layout = self.block_layout(-(-t // self.block_size), causal).to(device)
         return layout_keep_rule(layout, self.block_size)
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        dropout_p: float = 0.0,
-    ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
-        check_self_attention(self.name, q, k)
-        reject_attn_mask(self.name, attn_mask)
-        if self.uses_flex(q, k, v, dropout_p):
-            return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
-                                     is_causal=is_causal)
+    def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                       key_padding_mask: Tensor | None, is_causal: bool,
+                       dropout_p: float) -> Tensor:
         t = q.shape[2]
         scale = default_scale(self.scale, q.shape[-1])
         n_blocks = -(-t // self.block_size)

@@ -14,7 +14,14 @@ import math
 import numpy as np
 import pytest
 
-from graded.study.core import bootstrap_interval, holm, paired_bootstrap, paired_t_p_value, verdict
+from graded.study.core import (
+    bootstrap_interval,
+    cluster_bootstrap,
+    holm,
+    paired_bootstrap,
+    paired_t_p_value,
+    verdict,
+)
 from graded.study.experiments._e_common import (
     equivalence_verdict,
     least_squares_slope,
@@ -302,3 +309,182 @@ def test_e1_findings_do_not_depend_on_the_order_in_which_runs_finished(tmp_path,
     shuffled = {k: results[k] for k in rng.permutation(keys)}
     a, b = exp.summarise(ctx, results), exp.summarise(ctx, shuffled)
     assert [(f.estimate, f.low, f.high) for f in a] == [(f.estimate, f.low, f.high) for f in b]
+
+
+# ---------------------------------------------------------------- clustered replicates
+
+
+def _exact_cluster_bootstrap(values: list[float], clusters: list[int]) -> list[tuple[float, int]]:
+    """The exact distribution of the cluster bootstrap's statistic: every one of the k^k
+    equally likely resamples of k clusters, each giving the mean over all values of the clusters
+    drawn (counted with multiplicity), as (statistic, 1) atoms."""
+    groups: dict[int, list[float]] = {}
+    for v, c in zip(values, clusters):
+        groups.setdefault(c, []).append(v)
+    members = list(groups.values())
+    atoms = []
+    for draw in itertools.product(range(len(members)), repeat=len(members)):
+        pooled = [v for i in draw for v in members[i]]
+        atoms.append((sum(pooled) / len(pooled), 1))
+    return atoms
+
+
+def _inverse_cdf(atoms: list[tuple[float, int]], p: float) -> float:
+    """The smallest atom whose cumulative probability reaches ``p``."""
+    atoms = sorted(atoms)
+    total, running = sum(w for _, w in atoms), 0
+    for value, weight in atoms:
+        running += weight
+        if running / total >= p - 1e-12:
+            return value
+    return atoms[-1][0]
+
+
+def test_cluster_bootstrap_equals_the_enumerated_distribution_of_three_clusters():
+    # clusters of sizes 1, 2 and 3: each of the 27 resamples has probability 1/27 > 2.5%, so
+    # the 2.5% and 97.5% quantiles are the extreme atoms (all three draws the lowest-mean
+    # cluster, or the highest) and the Monte Carlo percentiles hit them exactly
+    values = [0.9, 0.1, 0.3, -0.4, 0.0, -0.2]
+    clusters = [0, 1, 1, 2, 2, 2]
+    atoms = _exact_cluster_bootstrap(values, clusters)
+    mean, low, high = cluster_bootstrap(values, clusters, n_boot=20_000)
+    assert mean == pytest.approx(np.mean(values))  # the mean over values, not over clusters
+    assert low == pytest.approx(_inverse_cdf(atoms, 0.025)) == pytest.approx(-0.2)
+    assert high == pytest.approx(_inverse_cdf(atoms, 0.975)) == pytest.approx(0.9)
+
+
+def test_cluster_bootstrap_percentiles_lie_within_the_enumerated_distribution_of_four_clusters():
+    # 4^4 = 256 cluster resamples of unequal sizes: the ratio statistic Σ sums / Σ sizes (a
+    # resample drawing the big cluster twice weighs it twice)
+    values = [1.2, 0.4, 0.5, 0.45, -0.3, -0.1, 0.0, 0.2, 0.25]
+    clusters = [7, 3, 3, 3, 5, 5, 9, 9, 9]
+    atoms = _exact_cluster_bootstrap(values, clusters)
+    _, low, high = cluster_bootstrap(values, clusters, n_boot=40_000)
+    # the Monte Carlo fraction below a value is within ~0.002 of its exact probability
+    assert _inverse_cdf(atoms, 0.018) <= low <= _inverse_cdf(atoms, 0.032)
+    assert _inverse_cdf(atoms, 0.968) <= high <= _inverse_cdf(atoms, 0.982)
+    # resampling the nine values as if independent gives another (narrower) distribution
+    _, ind_low, ind_high = bootstrap_interval(values, n_boot=40_000)
+    assert ind_high - ind_low < 0.9 * (high - low)
+
+
+def test_a_cluster_of_two_identical_copies_does_not_narrow_the_interval():
+    # a seed measured twice identically (two tools or layers that agree) is one replicate: the
+    # cluster bootstrap of the doubled sample draws exactly what the bootstrap of the seeds
+    # draws, while counting the copies as independent shrinks the interval by about √2
+    seeds = [0.31, -0.05, 0.12, 0.4, 0.02, 0.22, -0.1]
+    doubled = [v for v in seeds for _ in range(2)]
+    labels = [s for s in range(len(seeds)) for _ in range(2)]
+    assert cluster_bootstrap(doubled, labels) == pytest.approx(bootstrap_interval(seeds),
+                                                               abs=1e-15)
+    _, low, high = bootstrap_interval(seeds)
+    _, naive_low, naive_high = bootstrap_interval(doubled)
+    assert (naive_high - naive_low) / (high - low) == pytest.approx(1 / math.sqrt(2), abs=0.12)
+
+
+def test_cluster_bootstrap_with_singleton_clusters_is_the_plain_bootstrap():
+    x = list(np.random.default_rng(4).normal(size=9))
+    assert cluster_bootstrap(x, [f"s{i}" for i in range(9)]) == bootstrap_interval(x)
+    assert cluster_bootstrap([0.2, 0.4], ["a", "a"]) == pytest.approx((0.3, 0.3, 0.3))
+    with pytest.raises(ValueError, match="one cluster label per value"):
+        cluster_bootstrap([0.1, 0.2], [0])
+
+
+def test_e1_pooled_rows_resample_seeds_with_every_task_kept(tmp_path, monkeypatch):
+    """A seed's ΔAULC on the three structured feature tasks shares the seed's subset and batch
+    order: the pooled interval resamples the 5 seeds, not 15 (task, seed) pairs."""
+    from graded.study.core import Context
+    from graded.study.experiments import e1_sample_efficiency as e1
+
+    monkeypatch.setattr(e1.SampleEfficiencyExperiment, "_plots", staticmethod(lambda *a: []))
+    monkeypatch.setattr(e1.SampleEfficiencyExperiment, "_section", staticmethod(lambda *a: None))
+    ctx = Context(out=tmp_path, quick=False, seeds=5, seeds_given=True)
+    exp = e1.SampleEfficiencyExperiment()
+    effect = {0: -0.30, 1: 0.05, 2: -0.12, 3: -0.02, 4: -0.21}  # the same on every task
+    results = {}
+    for job in exp.plan(ctx, 1, {}):
+        test = 1.0 + (effect[job["seed"]] if job["arm"] == "fixed_aligned" else 0.0)
+        results[job["key"]] = {**job, "val": 0.5, "test": test, "train_first": 1.0,
+                               "train_last": 0.5, "diverged": False}
+    finding = exp.summarise(ctx, results)[0]
+    assert finding.quantity.startswith("paired ΔAULC (test loss), fixed aligned − none")
+    assert finding.seeds == 5
+    assert finding.estimate == pytest.approx(np.mean(list(effect.values())))
+    assert (finding.low, finding.high) == pytest.approx(
+        bootstrap_interval(list(effect.values()))[1:], abs=1e-12)
+    _, naive_low, naive_high = bootstrap_interval(list(effect.values()) * 3)
+    assert finding.high - finding.low > 1.3 * (naive_high - naive_low)
+
+
+def test_e3_replicates_are_random_draws_and_trained_seeds(tmp_path, monkeypatch):
+    """The bases of a random draw share its Q, K and the layers of a model share its seed: the
+    interval resamples draws and seeds, each with all its instances."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from graded.study.core import Context
+    from graded.study.experiments import e3_rank as e3
+
+    draw_value = {}
+
+    def fake_random(*, n, trials, seed):
+        values = [float(np.sin(t + 1.0)) for t in range(trials)]  # one value per draw
+        draw_value["values"] = values
+        rows = {k: [values[t] for _ in e3.BASES for t in range(trials)]
+                for k in ("matched", "raw", "eff_matched", "eff_raw")}
+        return rows, {lam: {"ungraded": 1.0, "graded": 1.0, "graded_matched": 1.0}
+                      for lam in e3.BASES}
+
+    def stats(value):
+        t = torch.tensor([[value]])
+        return SimpleNamespace(numerical_rank_per_matrix=t, effective_rank_per_matrix=t)
+
+    seed_value = {0: 0.5, 1: -1.5, 2: 2.5}
+    calls = {"n": 0}
+
+    def fake_attention_rank(model, ids):
+        v = seed_value[calls["n"]]
+        calls["n"] += 1
+        cmp = SimpleNamespace(attention={"ungraded": stats(0.0), "graded": stats(v),
+                                         "graded_matched": stats(v)})
+        return {"l0": cmp, "l1": cmp, "l2": cmp}  # three layers: clusters of equal size
+
+    monkeypatch.setattr(e3, "random_rank_differences", fake_random)
+    monkeypatch.setattr(e3, "attention_rank", fake_attention_rank)
+    monkeypatch.setattr(e3, "train_lm", lambda *a, **k: 0.0)
+    monkeypatch.setattr(e3, "save_plot", lambda *a, **k: "x.png")
+    ctx = Context(out=tmp_path, quick=True, seeds=3, seeds_given=True)
+    f = e3.RankExperiment()._run(ctx)[0]
+    replicates = draw_value["values"] + list(seed_value.values())
+    assert f.seeds == len(replicates) == 16 + 3
+    assert f.estimate == pytest.approx(np.mean(replicates))
+    assert (f.low, f.high) == pytest.approx(bootstrap_interval(replicates)[1:], abs=1e-12)
+
+
+def test_e8_replicates_are_seeds_with_both_tools(tmp_path, monkeypatch):
+    """The two tools of a seed share its split, initialisation seed and batches: two tools that
+    measure the same value give the interval of the seeds, not of twice as many runs."""
+    from graded.study.core import Context
+    from graded.study.experiments import e8_morphic as e8
+
+    gain = {0: 0.02, 1: -0.04, 2: 0.07, 3: 0.01}
+
+    def fake_adder_run(tool, seed, steps, *, report_dir=None):
+        return {"frac_positive_after": 0.5 + gain[seed], "frac_positive_before": 0.5,
+                "ablation_min_adder": 1.0, "ablation_distractor": 0.0,
+                "calibration_spearman": 0.3, "calibration_bins": 10,
+                "calibration_monotone": 0.0, "calibration_ece": 0.1, "held_routing": 1.0,
+                "held_answer": 1.0, "held_loss": 0.1, "entropy": 0.01, "support_90": 1.0}
+
+    monkeypatch.setattr(e8, "adder_run", fake_adder_run)
+    monkeypatch.setattr(e8.MorphicExperiment, "_retrieval", lambda self, ctx: None)
+    monkeypatch.setattr(e8.MorphicExperiment, "_dyck", lambda self, ctx, seeds, steps: None)
+    ctx = Context(out=tmp_path, quick=True, seeds=4, seeds_given=True)
+    f = e8.MorphicExperiment()._run(ctx)[0]
+    assert f.claim == "11" and f.seeds == 4
+    assert f.estimate == pytest.approx(np.mean(list(gain.values())))
+    assert (f.low, f.high) == pytest.approx(bootstrap_interval(list(gain.values()))[1:],
+                                            abs=1e-12)
+    _, naive_low, naive_high = bootstrap_interval(list(gain.values()) * 2)
+    assert f.high - f.low > naive_high - naive_low

@@ -14,6 +14,7 @@ from graded.study.core import (
     JobExperiment,
     atomic_write_text,
     bootstrap_interval,
+    cluster_bootstrap,
     holm,
     paired_bootstrap,
     paired_t_p_value,
@@ -21,5 +22,5 @@ from graded.study.core import (
 )
 
 __all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "JobExperiment",
-           "atomic_write_text", "bootstrap_interval", "holm", "paired_bootstrap",
-           "paired_t_p_value", "verdict"]
+           "atomic_write_text", "bootstrap_interval", "cluster_bootstrap", "holm",
+           "paired_bootstrap", "paired_t_p_value", "verdict"]

@@ -29,6 +29,7 @@ __all__ = [
     "Verdict",
     "atomic_write_text",
     "bootstrap_interval",
+    "cluster_bootstrap",
     "holm",
     "paired_bootstrap",
     "paired_t_p_value",
@@ -208,7 +209,9 @@ def run_jobs_inline(experiment: JobExperiment, ctx: Context) -> list[Finding]:
 RULE = (
     "Each finding is a mean over independent replicates (seeds, draws or instances) of the "
     "quantity its row names, with a percentile bootstrap 95% interval (10,000 resamples of the "
-    "replicates; paired differences resample the per-seed differences). A claim **holds** when "
+    "replicates; paired differences resample the per-seed differences; values that share a "
+    "seed or a random draw, such as a seed's layers, tools or tasks, are resampled together as "
+    "one replicate). A claim **holds** when "
     "the whole interval lies on the side its prediction names (beyond the stated margin, 0 "
     "unless given), **fails** when the whole interval lies on the other side (for a predicted "
     "effect, also when it lies inside ±margin), and is **inconclusive** otherwise. Exact checks "
@@ -230,6 +233,43 @@ def bootstrap_interval(values, *, n_boot: int = 10_000, level: float = 0.95,
         return float(x[0]), float(x[0]), float(x[0])
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def cluster_bootstrap(values, clusters, *, n_boot: int = 10_000, level: float = 0.95,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile bootstrap interval when the values come in
+    clusters that are not independent within (the layers or tools of one seed, the bases of one
+    random draw, the tasks of one seed): whole clusters are resampled, ``clusters[i]`` naming
+    the cluster of ``values[i]`` (the cluster bootstrap, Davison & Hinkley 1997 §3.8, strategy
+    1: resample clusters, keep each cluster's values as they are).
+
+    The estimate is the mean over all values; a resample's statistic is the mean over all
+    values of its clusters (Σ cluster sums / Σ cluster sizes, so with equal sizes the mean of
+    the cluster means). Clusters are taken in the order of their first value, so the resampling
+    depends on that order and not on the labels. With one value per cluster this is
+    :func:`bootstrap_interval`, draw for draw."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    labels = list(clusters)
+    if x.size == 0:
+        raise ValueError("cluster_bootstrap needs at least one value")
+    if len(labels) != x.size:
+        raise ValueError(f"cluster_bootstrap needs one cluster label per value, got {x.size} "
+                         f"values and {len(labels)} labels")
+    index: dict = {}
+    member = np.array([index.setdefault(c, len(index)) for c in labels])
+    k = len(index)
+    sums = np.bincount(member, weights=x, minlength=k)
+    sizes = np.bincount(member, minlength=k).astype(np.float64)
+    if k == 1:
+        return float(x.mean()), float(x.mean()), float(x.mean())
+    rng = np.random.default_rng(seed)
+    draw = rng.integers(0, k, size=(n_boot, k))
+    if np.all(sizes == 1.0):  # singletons: exactly bootstrap_interval's arithmetic
+        means = sums[draw].mean(axis=1)
+    else:
+        means = sums[draw].sum(axis=1) / sizes[draw].sum(axis=1)
     tail = (1.0 - level) / 2.0
     return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 

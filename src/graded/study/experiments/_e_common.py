@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from graded.study.core import Context, Finding, bootstrap_interval, verdict
+from graded.study.core import Context, Finding, bootstrap_interval, cluster_bootstrap, verdict
 from graded.transformer.config import TransformerConfig
 from graded.transformer.models import TransformerLM
 
@@ -151,17 +151,32 @@ def equivalence_verdict(low: float, high: float, lo: float, hi: float) -> str:
 def finding_from_values(
     *, claim: str, experiment: str, quantity: str, control: str, values: Sequence[float],
     predicted: str, margin: float = 0.0, seeds: int | None = None, detail: str = "",
-    figures: Sequence[str] = (), seed: int = 0,
+    figures: Sequence[str] = (), seed: int = 0, clusters: Sequence[Any] | None = None,
 ) -> Finding:
     """A finding whose estimate is the mean of ``values`` with its bootstrap 95% interval and the
-    verdict of :func:`graded.study.core.verdict` (``predicted`` "positive" or "negative")."""
-    values = [float(v) for v in values if math.isfinite(float(v))]
-    if not values:
+    verdict of :func:`graded.study.core.verdict` (``predicted`` "positive" or "negative").
+
+    ``clusters`` (one label per value) names the replicate each value belongs to when several
+    values share one (a seed's tools or layers): the interval then resamples whole clusters
+    (:func:`graded.study.core.cluster_bootstrap`) and ``seeds`` defaults to their number.
+    Non-finite values are left out, with their labels."""
+    if clusters is not None and len(clusters) != len(values):
+        raise ValueError(f"one cluster label per value: {len(values)} values, "
+                         f"{len(clusters)} labels")
+    labels = list(clusters) if clusters is not None else list(range(len(values)))
+    kept = [(float(v), c) for v, c in zip(values, labels) if math.isfinite(float(v))]
+    if not kept:
         return Finding(claim, experiment, quantity, control, 0, float("nan"), float("nan"),
                        float("nan"), "inconclusive", detail + " No finite value was measured.",
                        list(figures))
-    est, low, high = bootstrap_interval(values, seed=seed)
-    n = seeds if seeds is not None else len(values)
+    values = [v for v, _ in kept]
+    if clusters is None:
+        est, low, high = bootstrap_interval(values, seed=seed)
+        replicates = len(values)
+    else:
+        est, low, high = cluster_bootstrap(values, [c for _, c in kept], seed=seed)
+        replicates = len({c for _, c in kept})
+    n = seeds if seeds is not None else replicates
     return Finding(claim, experiment, quantity, control, n, est, low, high,
                    verdict(low, high, predicted=predicted, margin=margin), detail, list(figures))
 

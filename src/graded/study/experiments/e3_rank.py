@@ -15,11 +15,14 @@ Instances (each a paired comparison on the same Q, K):
   captures each layer's own Q, K and grading).
 
 Estimate: the mean paired difference of the effective rank exp(H(σ/Σσ)) of the softmax attention,
-graded scale-matched − ungraded (the numerical rank #{σ > 10⁻³σ₁} saturates near n for these
-sizes and mostly ties, so it is reported beside it rather than used). The claim holds if the
-95% interval lies above 0 (verdict rule of :func:`graded.study.core.verdict`); the fraction of
-instances with graded ≥ ungraded, the unmatched comparison and the effective ranks are reported
-beside it.
+graded scale-matched − ungraded, over all instances (the numerical rank #{σ > 10⁻³σ₁} saturates
+near n for these sizes and mostly ties, so it is reported beside it rather than used). The
+instances are not all independent: the bases λ of one random draw share its Q, K, and the layers
+of one trained model share its seed, so the replicates are the draws and the seeds and the
+interval resamples them whole (:func:`graded.study.core.cluster_bootstrap`). The claim holds if
+the 95% interval lies above 0 (verdict rule of :func:`graded.study.core.verdict`); the fraction
+of instances with graded ≥ ungraded, the unmatched comparison and the effective ranks are
+reported beside it.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def random_rank_differences(*, n: int, trials: int, seed: int, d_k: int = 16,
     """Per random instance (draw × base λ of :data:`BASES`), graded − ungraded differences of the
     softmax attention's numerical rank (``matched``: scale-matched, ``raw``: unmatched) and
     effective rank (``eff_matched``, ``eff_raw``); and the mean effective rank per base and
-    condition."""
+    condition. Instances come base by base, draws in order within a base: instance
+    ``b * trials + t`` is draw ``t`` (the same Q, K for every base)."""
     study = random_rank_study(n=n, d_k=d_k, q_max=q_max, bases=(1.0, *BASES), trials=trials,
                               seed=seed)
     rows: dict[str, list[float]] = {k: [] for k in ("matched", "raw", "eff_matched", "eff_raw")}
@@ -90,6 +94,9 @@ class RankExperiment:
         n_models = seed_count(ctx, 2, 5)
         rows, by_base = random_rank_differences(n=n, trials=trials, seed=ctx.base_seed)
         n_random = len(rows["matched"])
+        # the replicate of each instance: its random draw (shared by the bases) or its seed
+        # (shared by the layers); the interval resamples these whole
+        clusters = [f"draw {t}" for _ in BASES for t in range(trials)]
         trained: dict[str, list[float]] = {k: [] for k in rows}
         losses = []
         for i in range(n_models):
@@ -108,6 +115,7 @@ class RankExperiment:
                                         ("eff_raw", "graded", "effective")):
                     base = u_nr if kind == "numerical" else u_er
                     trained[key].append(float(np.mean(_per_matrix(cmp, cond, kind) - base)))
+                clusters.append(f"seed {seed}")
         for k in rows:
             rows[k] += trained[k]
 
@@ -130,13 +138,16 @@ class RankExperiment:
             "Mean effective rank of A by λ (ungraded/graded/matched): "
             + "; ".join(f"λ={lam}: {v['ungraded']:.1f}/{v['graded']:.1f}/"
                         f"{v['graded_matched']:.1f}" for lam, v in by_base.items())
-            + ". Rule: holds if the 95% interval of the mean paired difference lies above 0.")
+            + f". Replicates: the {trials} random draws (each with its {len(BASES)} bases on "
+            f"the same Q, K) and the {n_models} trained seeds (each with its layers); the "
+            "interval resamples them whole, the estimate is the mean over all instances. "
+            "Rule: holds if the 95% interval of the mean paired difference lies above 0.")
         return [finding_from_values(
             claim="1", experiment=self.name,
             quantity="mean paired difference in effective rank of softmax attention, "
                      "graded scale-matched − ungraded",
             control="same Q, K ungraded; graded scores rescaled to the ungraded Frobenius norm",
-            values=rows["eff_matched"], predicted="positive", seeds=len(rows["eff_matched"]),
+            values=rows["eff_matched"], predicted="positive", clusters=clusters,
             detail=detail, figures=[fig], seed=ctx.base_seed)]
 
     @staticmethod

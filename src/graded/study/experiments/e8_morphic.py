@@ -4,8 +4,11 @@
 [x, ADD_k, =] → (x + k) mod p with p = 11, k ∈ {1, 2, 3, 4}, both tools (internal adders A_k and
 the external calculator), a useless *distractor* edge (a fixed random map num ← num) so that
 ablation has a control, and 11 (x, k) pairs held out of training (each held-out pair combines a
-digit, an adder and an answer all seen in training). Every (tool, seed) run trains from its own
-split and initialisation; all measurements use the context-only routing evaluation has. Per run:
+digit, an adder and an answer all seen in training). The seed fixes the split, the
+initialisation's seed, the distractor and the batches, so the two tools' runs of one seed share
+them: the replicate is the seed, and the intervals resample seeds, each with both its runs
+(:func:`graded.study.core.cluster_bootstrap`; the estimate is the mean over all runs). All
+measurements use the context-only routing evaluation has. Per run:
 
 - claim 11 (utility histogram shifts positive): fraction of the layer-2 utilities ΔL_t(e) > 0 over
   all (token, edge) pairs, trained − initial model (same examples);
@@ -164,13 +167,15 @@ class MorphicExperiment:
         for tool in TOOLS:
             for i in range(seeds):
                 report = str(ctx.path(f"e8_report_{tool}")) if i == 0 else None
-                runs.append({"tool": tool, **adder_run(tool, ctx.base_seed + i, steps,
-                                                       report_dir=report)})
+                runs.append({"tool": tool, "seed": ctx.base_seed + i,
+                             **adder_run(tool, ctx.base_seed + i, steps, report_dir=report)})
         figures = [f"e8_report_{tool}/{name}" for tool in TOOLS for name in (
             "utility_histograms.png", "calibration.png", "edge_ablation.png")]
         setup = (f"variable-k addition p={P}, k∈{SHIFTS}, {HELD_OUT} held-out (x, k) pairs, a "
                  f"random distractor edge, {steps} steps; {seeds} seeds × tools {TOOLS} "
-                 f"(internal adders / external calculator)")
+                 f"(internal adders / external calculator). Replicates: the {seeds} seeds, "
+                 "each with its run of both tools (they share the seed's split, initial "
+                 "weights' seed and batches); the estimate is the mean over all runs")
 
         def col(key: str) -> list[float]:
             return [r[key] for r in runs]
@@ -179,7 +184,8 @@ class MorphicExperiment:
             return ", ".join(f"{t} {np.nanmean([r[key] for r in runs if r['tool'] == t]):{fmt}}"
                              for t in TOOLS)
 
-        base = dict(experiment=self.name, seed=ctx.base_seed, figures=figures)
+        base = dict(experiment=self.name, seed=ctx.base_seed, figures=figures,
+                    clusters=col("seed"))
         out = [
             finding_from_values(
                 claim="11", quantity="fraction of layer-2 utilities ΔL_t(e) > 0, trained − "

@@ -34,10 +34,17 @@ def test_e7_finding_follows_the_margin_rule(tmp_path, monkeypatch):
 
 
 def test_overhead_is_the_geometric_mean_ratio_and_the_margin_rule_by_hand():
-    # ratios 1.02 and 1.08: geometric mean sqrt(1.02 · 1.08) − 1
-    est, lo, hi = e7._overhead([math.log(1.02), math.log(1.08)])
+    # ratios 1.02 and 1.08: geometric mean sqrt(1.02 · 1.08) − 1; two rounds give the t
+    # interval of 1 degree of freedom (Cauchy quantile tan(0.475π) = 12.7), far wider than
+    # the bootstrap's [2%, 8%]
+    logs = [math.log(1.02), math.log(1.08)]
+    est, lo, hi = e7._overhead(logs)
     assert est == pytest.approx(math.sqrt(1.02 * 1.08) - 1)
-    assert (lo, hi) == pytest.approx((0.02, 0.08))
+    half = math.tan(0.475 * math.pi) * abs(logs[1] - logs[0]) / 2
+    assert (lo, hi) == pytest.approx((math.exp(sum(logs) / 2 - half) - 1,
+                                      math.exp(sum(logs) / 2 + half) - 1))
+    assert verdict(lo - e7.MARGIN, hi - e7.MARGIN, predicted="negative") == "inconclusive"
+    _, lo, hi = e7._overhead([math.log(r) for r in (1.02, 1.03, 1.04, 1.05, 1.06)])
     assert verdict(lo - e7.MARGIN, hi - e7.MARGIN, predicted="negative") == "holds"
-    _, lo, hi = e7._overhead([math.log(1.3), math.log(1.5)])
+    _, lo, hi = e7._overhead([math.log(r) for r in (1.3, 1.35, 1.4, 1.45, 1.5)])
     assert verdict(lo - e7.MARGIN, hi - e7.MARGIN, predicted="negative") == "fails"

@@ -18,12 +18,17 @@ from graded.study.core import (
     bootstrap_interval,
     cluster_bootstrap,
     holm,
+    mean_interval,
     paired_bootstrap,
     paired_t_p_value,
+    replicate_values,
+    t_interval,
+    t_quantile,
     verdict,
 )
 from graded.study.experiments._e_common import (
     equivalence_verdict,
+    finding_from_values,
     least_squares_slope,
     spearman,
 )
@@ -76,6 +81,104 @@ def test_paired_t_p_value_is_two_sided_and_uses_the_paired_differences():
     assert p == paired_t_p_value(-d)  # symmetric: two-sided
     assert p == pytest.approx(_two_sided_p_by_integration(_t_statistic(d), 4), abs=1e-9)
     assert p < 0.01  # an unpaired test would drown the 0.2 shift in the spread 1…13
+
+
+# ---------------------------------------------------------------- Student t interval
+
+T_975_4 = 2.7764451051977987  # t_{0.975, 4}, the textbook table value to 16 digits
+
+
+def _t_interval_by_hand(x: list[float]) -> tuple[float, float]:
+    """mean ± q·s/√n, q = t_{0.975, n−1} from the closed forms for 1 and 2 degrees of freedom
+    or the table value for 4; nothing of the study's code."""
+    n = len(x)
+    mean = sum(x) / n
+    s = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1))
+    q = {1: math.tan(0.475 * math.pi), 2: math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2)),
+         4: T_975_4}[n - 1]
+    return mean - q * s / math.sqrt(n), mean + q * s / math.sqrt(n)
+
+
+@pytest.mark.parametrize("nu", [1, 2, 3, 4, 9, 30])
+def test_t_quantile_leaves_five_percent_of_the_integrated_density_outside(nu):
+    q = t_quantile(0.975, nu)
+    assert _two_sided_p_by_integration(q, nu) == pytest.approx(0.05, abs=1e-9)
+    assert t_quantile(0.025, nu) == -q and t_quantile(0.5, nu) == 0.0
+    if nu == 1:  # Cauchy: tan(π(p − ½))
+        assert q == pytest.approx(math.tan(0.475 * math.pi), rel=1e-12)
+    if nu == 2:  # F(t) = ½ + t/(2√(2 + t²)) ⇒ t = √(2a²/(1 − a²)), a = 2p − 1
+        assert q == pytest.approx(math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2)), rel=1e-12)
+    if nu == 4:
+        assert q == pytest.approx(T_975_4, rel=1e-12)
+
+
+@pytest.mark.parametrize("x", [
+    [0.3, -0.1],
+    [0.5, 0.2, 0.4],
+    [1.0, 0.1, 0.4, 0.8, -0.2],
+])
+def test_t_interval_is_the_mean_plus_minus_the_quantile_times_the_standard_error(x):
+    mean, low, high = t_interval(x)
+    assert mean == pytest.approx(np.mean(x))
+    assert (low, high) == pytest.approx(_t_interval_by_hand(x), rel=1e-12)
+    # an endpoint is where the two-sided t-test of "the mean is the endpoint" has p = 0.05
+    se = np.std(x, ddof=1) / math.sqrt(len(x))
+    assert _two_sided_p_by_integration((mean - low) / se, len(x) - 1) == pytest.approx(0.05,
+                                                                                       abs=1e-9)
+    assert t_interval([0.7]) == (0.7, 0.7, 0.7)
+
+
+def test_a_five_replicate_verdict_interval_contains_the_t_interval_and_the_bootstrap():
+    x = [0.05, 0.01, -0.01, 0.03, 0.02]  # t = 2.0 on 4 df: p = 0.116
+    _, b_low, b_high = bootstrap_interval(x)
+    t_low, t_high = _t_interval_by_hand(x)
+    assert b_low > 0 and t_low < 0  # the percentile interval alone would say "holds"
+    f = finding_from_values(claim="11", experiment="E8", quantity="q", control="c", values=x,
+                            predicted="positive")
+    assert f.seeds == 5
+    eps = 1e-12  # the study's t interval and this one round differently
+    assert f.low <= t_low + eps and f.high >= t_high - eps
+    assert f.low <= b_low and f.high >= b_high
+    assert (f.low, f.high) == pytest.approx((min(b_low, t_low), max(b_high, t_high)))
+    assert f.verdict == "inconclusive" and paired_t_p_value(x) > 0.05
+    assert f"[{t_low:.4f}, {t_high:.4f}] (4 df)" in f.detail  # both intervals are shown
+
+
+def test_the_hull_keeps_the_bootstrap_where_it_reaches_further():
+    # one far replicate: the percentile interval's upper end can exceed the symmetric t's
+    x = [0.0] * 9 + [1.0]
+    iv = mean_interval(x)
+    assert iv.low == min(iv.bootstrap[0], iv.t[0]) and iv.high == max(iv.bootstrap[1], iv.t[1])
+    assert iv.low <= iv.t[0] and iv.high >= iv.bootstrap[1]
+
+
+def test_equal_clusters_give_the_t_interval_of_the_cluster_means():
+    values = [0.1, 0.3, -0.2, 0.0, 0.5, 0.7, 0.2, 0.2, 0.4, 0.0]
+    clusters = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    means = [0.2, -0.1, 0.6, 0.2, 0.2]
+    assert replicate_values(values, clusters) == pytest.approx(means)
+    iv = mean_interval(values, clusters)
+    assert iv.replicates == 5 and iv.t == pytest.approx(_t_interval_by_hand(means))
+    assert iv.bootstrap == cluster_bootstrap(values, clusters)[1:]
+
+
+def test_unequal_clusters_give_the_ratio_estimators_standard_error():
+    # the estimate is Σ values / n (clusters weigh by size); its cluster-robust standard error
+    # is √(Σ_c (S_c − R m_c)² / (k (k − 1) m̄²)) (Cochran 1977, ch. 6)
+    values = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 0.5, 1.5]
+    clusters = ["a", "a", "b", "b", "b", "c", "d", "d", "d"]
+    groups = {"a": [1.0, 2.0], "b": [3.0, 4.0, 5.0], "c": [6.0], "d": [7.0, 0.5, 1.5]}
+    r = sum(values) / len(values)
+    k, m_bar = len(groups), len(values) / len(groups)
+    se = math.sqrt(sum((sum(g) - r * len(g)) ** 2 for g in groups.values())
+                   / (k * (k - 1) * m_bar ** 2))
+    u = replicate_values(values, clusters)
+    assert np.mean(u) == pytest.approx(r)
+    iv = mean_interval(values, clusters)
+    q = _two_sided_p_by_integration  # the quantile for 3 df, checked against the density
+    assert q((r - iv.t[0]) / se, 3) == pytest.approx(0.05, abs=1e-9)
+    assert iv.t == pytest.approx((r - t_quantile(0.975, 3) * se, r + t_quantile(0.975, 3) * se))
+    assert iv.estimate == pytest.approx(r)
 
 
 # ---------------------------------------------------------------- bootstrap
@@ -198,8 +301,11 @@ def test_e7_overhead_is_the_geometric_mean_ratio_minus_one():
     ratios = [1.10, 1.05, 1.20, 0.98, 1.12]
     est, low, high = _overhead([math.log(r) for r in ratios])
     assert est == pytest.approx(math.prod(ratios) ** (1 / len(ratios)) - 1, abs=1e-12)
-    _, lo, hi = bootstrap_interval([math.log(r) for r in ratios])
-    assert (low, high) == pytest.approx((math.exp(lo) - 1, math.exp(hi) - 1))
+    logs = [math.log(r) for r in ratios]
+    _, b_lo, b_hi = bootstrap_interval(logs)
+    t_lo, t_hi = _t_interval_by_hand(logs)
+    assert (low, high) == pytest.approx((math.exp(min(b_lo, t_lo)) - 1,
+                                         math.exp(max(b_hi, t_hi)) - 1))
 
 
 @pytest.mark.parametrize("low, high, expected", [
@@ -262,7 +368,8 @@ def test_e6_gradient_slopes_are_averaged_per_seed(tmp_path, monkeypatch):
     f = e6.GradientsExperiment()._gradient_scaling(ctx)
     assert f.seeds == 3
     assert f.estimate == pytest.approx(1.5)
-    assert (f.low, f.high) == pytest.approx(bootstrap_interval([1.5, 1.7, 1.3])[1:])
+    # 3 seeds: the t interval (2 df, closed-form quantile) is wider than the bootstrap's
+    assert (f.low, f.high) == pytest.approx(_t_interval_by_hand([1.5, 1.7, 1.3]))
 
 
 def test_e4_slope_differences_are_averaged_per_seed(tmp_path, monkeypatch):
@@ -285,9 +392,11 @@ def test_e4_slope_differences_are_averaged_per_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(e45, "save_plot", lambda *a, **k: "x.png")
     ctx = Context(out=tmp_path, quick=True, seeds=2, seeds_given=True)
     f = e45.PositionsHeadsExperiment()._positions(ctx, steps=1, n_models=2)
-    # seed 0: initial 0.1, trained 0.2 (two layers each) → 0.15; seed 1: 0.3, 0.4 → 0.35
+    # seed 0: initial 0.1, trained 0.2 (two layers each) → 0.15; seed 1: 0.3, 0.4 → 0.35;
+    # two seeds: 1 degree of freedom, the Cauchy quantile tan(0.475π) = 12.706
     assert f.seeds == 2 and f.estimate == pytest.approx(0.25)
-    assert (f.low, f.high) == pytest.approx((0.15, 0.35))
+    half = math.tan(0.475 * math.pi) * 0.1
+    assert (f.low, f.high) == pytest.approx((0.25 - half, 0.25 + half))
 
 
 def test_e1_findings_do_not_depend_on_the_order_in_which_runs_finished(tmp_path, monkeypatch):
@@ -410,8 +519,8 @@ def test_e1_pooled_rows_resample_seeds_with_every_task_kept(tmp_path, monkeypatc
     assert finding.quantity.startswith("paired ΔAULC (test loss), fixed aligned − none")
     assert finding.seeds == 5
     assert finding.estimate == pytest.approx(np.mean(list(effect.values())))
-    assert (finding.low, finding.high) == pytest.approx(
-        bootstrap_interval(list(effect.values()))[1:], abs=1e-12)
+    iv = mean_interval(list(effect.values()))
+    assert (finding.low, finding.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
     _, naive_low, naive_high = bootstrap_interval(list(effect.values()) * 3)
     assert finding.high - finding.low > 1.3 * (naive_high - naive_low)
 
@@ -459,7 +568,8 @@ def test_e3_replicates_are_random_draws_and_trained_seeds(tmp_path, monkeypatch)
     replicates = draw_value["values"] + list(seed_value.values())
     assert f.seeds == len(replicates) == 16 + 3
     assert f.estimate == pytest.approx(np.mean(replicates))
-    assert (f.low, f.high) == pytest.approx(bootstrap_interval(replicates)[1:], abs=1e-12)
+    iv = mean_interval(replicates)
+    assert (f.low, f.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
 
 
 def test_e8_replicates_are_seeds_with_both_tools(tmp_path, monkeypatch):
@@ -484,7 +594,7 @@ def test_e8_replicates_are_seeds_with_both_tools(tmp_path, monkeypatch):
     f = e8.MorphicExperiment()._run(ctx)[0]
     assert f.claim == "11" and f.seeds == 4
     assert f.estimate == pytest.approx(np.mean(list(gain.values())))
-    assert (f.low, f.high) == pytest.approx(bootstrap_interval(list(gain.values()))[1:],
-                                            abs=1e-12)
+    iv = mean_interval(list(gain.values()))
+    assert (f.low, f.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
     _, naive_low, naive_high = bootstrap_interval(list(gain.values()) * 2)
     assert f.high - f.low > naive_high - naive_low

@@ -11,16 +11,22 @@ from graded.study.core import (
     Context,
     Experiment,
     Finding,
+    Interval,
     JobExperiment,
     atomic_write_text,
     bootstrap_interval,
     cluster_bootstrap,
     holm,
+    mean_interval,
     paired_bootstrap,
     paired_t_p_value,
+    replicate_values,
+    t_interval,
+    t_quantile,
     verdict,
 )
 
-__all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "JobExperiment",
-           "atomic_write_text", "bootstrap_interval", "cluster_bootstrap", "holm",
-           "paired_bootstrap", "paired_t_p_value", "verdict"]
+__all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "Interval",
+           "JobExperiment", "atomic_write_text", "bootstrap_interval", "cluster_bootstrap",
+           "holm", "mean_interval", "paired_bootstrap", "paired_t_p_value", "replicate_values",
+           "t_interval", "t_quantile", "verdict"]

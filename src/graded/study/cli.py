@@ -25,8 +25,8 @@ def add_study_parser(sub: argparse._SubParsersAction, formatter: type) -> None:
         formatter_class=formatter,
         description="Run the study's experiments (E1 sample efficiency ... E9 numerical checks) "
         "and write OUT/report.md, OUT/results.json and PNG figures: one row per claim with its "
-        "estimate, bootstrap 95% interval and verdict. Finished experiments are stored in OUT "
-        "and not rerun; see docs/study.md.")
+        "estimate, 95% interval and verdict. Finished experiments are stored in OUT and "
+        "not rerun; see docs/study.md.")
     p.add_argument("--quick", action="store_true",
                    help="tiny budgets: a smoke test of every experiment (about 1.5 minutes on 2 "
                    "cores, at most 6)")

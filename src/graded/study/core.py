@@ -25,15 +25,20 @@ __all__ = [
     "Context",
     "Experiment",
     "Finding",
+    "Interval",
     "JobExperiment",
     "Verdict",
     "atomic_write_text",
     "bootstrap_interval",
     "cluster_bootstrap",
     "holm",
+    "mean_interval",
     "paired_bootstrap",
     "paired_t_p_value",
+    "replicate_values",
     "run_jobs_inline",
+    "t_interval",
+    "t_quantile",
     "verdict",
 ]
 
@@ -117,8 +122,10 @@ class Finding:
     """The measured answer to one claim: one row of the report.
 
     ``estimate`` is the quantity named in ``quantity`` (e.g. a paired difference of test losses,
-    a ratio of Jacobian norm to bound), ``low``/``high`` its bootstrap 95% interval (equal to the
-    estimate for exact checks), ``seeds`` the number of independent replicates behind it.
+    a ratio of Jacobian norm to bound), ``low``/``high`` its 95% interval (for a mean over
+    replicates the hull of the percentile bootstrap and the t interval, :func:`mean_interval`;
+    equal to the estimate for exact checks and bounds), ``seeds`` the number of independent
+    replicates behind it.
     """
 
     claim: str
@@ -208,14 +215,20 @@ def run_jobs_inline(experiment: JobExperiment, ctx: Context) -> list[Finding]:
 
 RULE = (
     "Each finding is a mean over independent replicates (seeds, draws or instances) of the "
-    "quantity its row names, with a percentile bootstrap 95% interval (10,000 resamples of the "
-    "replicates; paired differences resample the per-seed differences; values that share a "
-    "seed or a random draw, such as a seed's layers, tools or tasks, are resampled together as "
-    "one replicate). A claim **holds** when "
+    "quantity its row names. Its 95% interval is the hull (union) of the percentile bootstrap "
+    "interval (10,000 resamples of the replicates; paired differences resample the per-seed "
+    "differences; values that share a seed or a random draw, such as a seed's layers, tools or "
+    "tasks, are resampled together as one replicate) and the Student t interval "
+    "mean ± t₀.₉₇₅,ₖ₋₁·s/√k over the k replicates (a shared seed's or draw's value is its mean, "
+    "size-weighted where such groups differ in size). The percentile interval alone is too "
+    "narrow for few replicates (about 0.63 times the t interval's width at k = 5; Efron & "
+    "Tibshirani 1993, ch. 13; Hesterberg 2015, on its narrowness bias), and the t interval alone "
+    "drops the bootstrap's asymmetry. A claim **holds** when "
     "the whole interval lies on the side its prediction names (beyond the stated margin, 0 "
     "unless given), **fails** when the whole interval lies on the other side (for a predicted "
     "effect, also when it lies inside ±margin), and is **inconclusive** otherwise. Exact checks "
-    "(a bound or identity verified on every instance) hold or fail outright; a bound compared "
+    "(a bound or identity verified on every instance) hold or fail outright, whatever the "
+    "descriptive bootstrap interval of their fraction; a bound compared "
     "with estimated (lower-bound) constants holds when every instance lies within it and is "
     "inconclusive otherwise. Families of paired "
     "comparisons also carry two-sided paired t-test p-values, Holm-corrected at level 0.05 "
@@ -281,6 +294,118 @@ def paired_bootstrap(arm, control, **kwargs) -> tuple[float, float, float]:
     if a.shape != c.shape:
         raise ValueError(f"paired values need equal lengths, got {a.size} and {c.size}")
     return bootstrap_interval(a - c, **kwargs)
+
+
+def t_quantile(p: float, nu: float) -> float:
+    """The ``p`` quantile of Student's t with ``nu`` degrees of freedom: the root of
+    F(t) = p, F(t) = 1 − ½·I_{ν/(ν+t²)}(ν/2, ½) for t ≥ 0 (and symmetric), by bisection."""
+    if not 0.0 < p < 1.0 or nu <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and nu > 0, got p={p}, nu={nu}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, nu)
+    if p == 0.5:
+        return 0.0
+    tail = 2.0 * (1.0 - p)  # the two-sided tail mass beyond the quantile
+
+    def two_sided(t: float) -> float:
+        return _incomplete_beta(nu / 2.0, 0.5, nu / (nu + t * t))
+
+    low, high = 0.0, 1.0
+    while two_sided(high) > tail:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if two_sided(mid) > tail:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * high:
+            break
+    return (low + high) / 2.0
+
+
+def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``values`` and its Student t interval mean ± t_{(1+level)/2, n−1}·s/√n (s with
+    n − 1 in the denominator); one value gives the point."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("t_interval needs at least one value")
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, mean, mean
+    half = t_quantile((1.0 + level) / 2.0, x.size - 1.0) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return mean, mean - half, mean + half
+
+
+def replicate_values(values, clusters=None) -> np.ndarray:
+    """One value per replicate, whose mean is the finding's estimate: ``values`` themselves
+    without ``clusters``; otherwise, for cluster c with sum S_c of m_c values,
+    u_c = R + (S_c − R·m_c)/m̄, with R = ΣS/Σm (the mean over all values, the estimate) and m̄
+    the mean cluster size. With equal sizes u_c is the cluster mean; with unequal sizes it is
+    the linearised contribution of the cluster to the ratio estimate R, so that the t interval
+    of the u_c is R ± t·s.e., s.e. the cluster-robust (ratio-estimator) standard error
+    (Cochran 1977, *Sampling Techniques*, ch. 6). Clusters are taken in the order of their
+    first value."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if clusters is None:
+        return x
+    labels = list(clusters)
+    if len(labels) != x.size:
+        raise ValueError(f"replicate_values needs one cluster label per value, got {x.size} "
+                         f"values and {len(labels)} labels")
+    index: dict = {}
+    member = np.array([index.setdefault(c, len(index)) for c in labels], dtype=np.int64)
+    sums = np.bincount(member, weights=x, minlength=len(index))
+    sizes = np.bincount(member, minlength=len(index)).astype(np.float64)
+    if np.all(sizes == sizes[0]):
+        return sums / sizes
+    ratio = float(sums.sum() / sizes.sum())
+    return ratio + (sums - ratio * sizes) / sizes.mean()
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A finding's estimate and its verdict interval [low, high]: the hull of the percentile
+    bootstrap interval ``bootstrap`` and the Student t interval ``t`` over ``replicates``
+    replicates (see :data:`RULE`)."""
+
+    estimate: float
+    low: float
+    high: float
+    bootstrap: tuple[float, float]
+    t: tuple[float, float]
+    replicates: int
+
+    def note(self, fmt: str = ".4f") -> str:
+        """The two intervals behind [low, high], for a finding's detail."""
+        b, t = self.bootstrap, self.t
+        return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}] "
+                f"and the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({self.replicates - 1} df).")
+
+
+def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float = 0.95,
+                  seed: int = 0) -> Interval:
+    """The study's interval of a mean over replicates (:data:`RULE`): the hull of the
+    percentile bootstrap (:func:`bootstrap_interval`, or :func:`cluster_bootstrap` when
+    ``clusters`` names each value's replicate) and the Student t interval
+    (:func:`t_interval`) of the :func:`replicate_values`.
+
+    The percentile bootstrap alone is too narrow for few replicates: it estimates the spread
+    with divisor k rather than k − 1 and uses normal-like rather than t quantiles, so with
+    k = 5 it is about 0.63 times as wide as the t interval (1.96·√(4/5) against
+    t_{0.975,4} = 2.776) and covers the mean far less than 95% of the time (Efron &
+    Tibshirani 1993, ch. 13; Hesterberg 2015's narrowness bias). The t interval alone would
+    drop the bootstrap's asymmetry for skewed replicates; the hull keeps both."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if clusters is None:
+        est, b_low, b_high = bootstrap_interval(x, n_boot=n_boot, level=level, seed=seed)
+    else:
+        est, b_low, b_high = cluster_bootstrap(x, clusters, n_boot=n_boot, level=level,
+                                               seed=seed)
+    u = replicate_values(x, clusters)
+    _, t_low, t_high = t_interval(u, level=level)
+    return Interval(est, min(b_low, t_low), max(b_high, t_high), (b_low, b_high),
+                    (t_low, t_high), int(u.size))
 
 
 def _incomplete_beta(a: float, b: float, x: float) -> float:

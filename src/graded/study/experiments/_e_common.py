@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from graded.study.core import Context, Finding, bootstrap_interval, cluster_bootstrap, verdict
+from graded.study.core import Context, Finding, mean_interval, verdict
 from graded.transformer.config import TransformerConfig
 from graded.transformer.models import TransformerLM
 
@@ -153,8 +153,10 @@ def finding_from_values(
     predicted: str, margin: float = 0.0, seeds: int | None = None, detail: str = "",
     figures: Sequence[str] = (), seed: int = 0, clusters: Sequence[Any] | None = None,
 ) -> Finding:
-    """A finding whose estimate is the mean of ``values`` with its bootstrap 95% interval and the
-    verdict of :func:`graded.study.core.verdict` (``predicted`` "positive" or "negative").
+    """A finding whose estimate is the mean of ``values`` with the study's 95% interval
+    (:func:`graded.study.core.mean_interval`: the hull of the percentile bootstrap and the t
+    interval, both shown in the detail) and the verdict of :func:`graded.study.core.verdict`
+    (``predicted`` "positive" or "negative").
 
     ``clusters`` (one label per value) names the replicate each value belongs to when several
     values share one (a seed's tools or layers): the interval then resamples whole clusters
@@ -170,15 +172,13 @@ def finding_from_values(
                        float("nan"), "inconclusive", detail + " No finite value was measured.",
                        list(figures))
     values = [v for v, _ in kept]
-    if clusters is None:
-        est, low, high = bootstrap_interval(values, seed=seed)
-        replicates = len(values)
-    else:
-        est, low, high = cluster_bootstrap(values, [c for _, c in kept], seed=seed)
-        replicates = len({c for _, c in kept})
-    n = seeds if seeds is not None else replicates
-    return Finding(claim, experiment, quantity, control, n, est, low, high,
-                   verdict(low, high, predicted=predicted, margin=margin), detail, list(figures))
+    interval = mean_interval(values, None if clusters is None else [c for _, c in kept],
+                             seed=seed)
+    n = seeds if seeds is not None else interval.replicates
+    return Finding(claim, experiment, quantity, control, n, interval.estimate, interval.low,
+                   interval.high,
+                   verdict(interval.low, interval.high, predicted=predicted, margin=margin),
+                   f"{detail} {interval.note()}", list(figures))
 
 
 def save_plot(ctx: Context, name: str, draw: Callable[[Any], None], *,

@@ -13,7 +13,8 @@ Stages (the runner spreads each stage's jobs over its workers):
 
 Estimates (all paired by seed): the area under the learning curve, AULC = the trapezoidal mean
 of the test loss over log₂ n (over the seeds that have every n); its paired differences with
-bootstrap intervals, paired t-test p-values and Holm's correction over the whole family of
+the study's intervals (:func:`graded.study.core.mean_interval`, the hull of the percentile
+bootstrap and the t interval), paired t-test p-values and Holm's correction over the whole family of
 comparisons; the per-n paired differences at n ≤ 400 (10 seeds), a second Holm family; the
 smallest n at which each arm's mean test loss
 reaches the ungraded baseline's best. Predictions, stated before running (SPEC C13 and
@@ -47,10 +48,10 @@ import numpy as np
 from graded.study.core import (
     Context,
     Finding,
-    bootstrap_interval,
-    cluster_bootstrap,
     holm,
+    mean_interval,
     paired_t_p_value,
+    replicate_values,
     run_jobs_inline,
     verdict,
 )
@@ -142,8 +143,9 @@ def _p_value(diffs: list[float]) -> float:
 def per_size_family(b: dict[str, Any],
                     curves: dict[tuple[str, str], dict[int, dict[int, float]]]) -> list[dict]:
     """Paired test-loss differences (arm − control) at every n ≤ ``SMALL_N`` for every
-    comparison of :func:`comparisons`, with bootstrap intervals, paired t-test p-values and Holm's
-    correction over the whole family."""
+    comparison of :func:`comparisons`, with the study's intervals
+    (:func:`graded.study.core.mean_interval`), paired t-test p-values and Holm's correction over
+    the whole family."""
     family = []
     for task in b["tasks"]:
         for arm, control in comparisons(task, arms_for(TASKS[task])):
@@ -157,9 +159,10 @@ def per_size_family(b: dict[str, Any],
                 if not common:
                     continue
                 diffs = [a[s] - c[s] for s in common]
-                est, low, high = bootstrap_interval(diffs)
+                iv = mean_interval(diffs)
                 family.append(dict(task=task, arm=arm, control=control, n=n, diffs=diffs,
-                                   est=est, low=low, high=high, p=_p_value(diffs)))
+                                   est=iv.estimate, low=iv.low, high=iv.high,
+                                   p=_p_value(diffs)))
     for f, rejected in zip(family, holm([f["p"] for f in family]) if family else []):
         f["holm"] = rejected
     return family
@@ -252,10 +255,10 @@ class SampleEfficiencyExperiment:
                 if len(common) < 1:
                     continue
                 diffs = [a[s] - c[s] for s in common]
-                est, low, high = bootstrap_interval(diffs)
+                iv = mean_interval(diffs)
                 family.append(dict(task=task, arm=arm, control=control, diffs=diffs,
-                                   seeds=common, est=est,
-                                   low=low, high=high, p=_p_value(diffs)))
+                                   seeds=common, est=iv.estimate,
+                                   low=iv.low, high=iv.high, p=_p_value(diffs)))
         rejected = holm([f["p"] for f in family]) if family else []
         for f, rej in zip(family, rejected):
             f["holm"] = rej
@@ -297,19 +300,19 @@ class SampleEfficiencyExperiment:
                                         math.nan, "inconclusive", detail + " Not measured: no "
                                         "run of these arms finished.", figures))
                 return
-            if seeds is None:
-                est, low, high = bootstrap_interval(values)
-                replicates = len(values)
-            else:
-                est, low, high = cluster_bootstrap(values, seeds)
-                replicates = len(set(seeds))
-                # the check on 5 seeds' percentile interval, which under-covers (docs/study.md)
-                means = [float(np.mean([v for v, t in zip(values, seeds) if t == s]))
-                         for s in dict.fromkeys(seeds)]
-                detail += (f" Two-sided t-test of the {replicates} seeds' means against 0: "
-                           f"p = {_p_value(means):.3g}.")
-            findings.append(Finding(claim, name, quantity, control, replicates, est, low, high,
-                                    verdict(low, high, predicted=predicted), detail, figures))
+            iv = mean_interval(values, seeds)
+            if seeds is not None:
+                # the t-test over the same per-seed values as the t interval: the seeds' means
+                # (size-weighted when seeds bring different numbers of values; core.RULE)
+                sizes = {s: seeds.count(s) for s in seeds}
+                kind = ("means" if len(set(sizes.values())) == 1
+                        else "size-weighted values (as in the interval)")
+                detail += (f" Two-sided t-test of the {iv.replicates} seeds' {kind} against 0: "
+                           f"p = {_p_value(list(replicate_values(values, seeds))):.3g}.")
+            findings.append(Finding(claim, name, quantity, control, iv.replicates, iv.estimate,
+                                    iv.low, iv.high,
+                                    verdict(iv.low, iv.high, predicted=predicted),
+                                    f"{detail} {iv.note()}", figures))
 
         by_seed = (" Replicates: seeds, each with its ΔAULC on every task (resampled together; "
                    "the tasks are fixed); the estimate is the mean over (task, seed) pairs.")
@@ -481,8 +484,9 @@ class SampleEfficiencyExperiment:
                  for n in b["sizes"]]
             d = [(n, v) for n, v in d if v]
             if d:
+                ivs = [(n, mean_interval(v), len(v)) for n, v in d]
                 lines += ["Per-n paired difference, fixed aligned − none: " + "; ".join(
-                    "n={}: {:+.4f} [{:+.4f}, {:+.4f}] ({} seeds)".format(
-                        n, *bootstrap_interval(v), len(v)) for n, v in d), ""]
+                    f"n={n}: {iv.estimate:+.4f} [{iv.low:+.4f}, {iv.high:+.4f}] ({k} seeds)"
+                    for n, iv, k in ivs), ""]
         lines += [f"![{f}]({f})" for f in figures]
         atomic_write_text(ctx.path("section.md"), "\n".join(lines) + "\n")

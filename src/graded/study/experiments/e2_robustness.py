@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from graded.analysis.lipschitz import model_lipschitz
-from graded.study.core import Context, Finding, atomic_write_text, bootstrap_interval, verdict
+from graded.study.core import Context, Finding, atomic_write_text, mean_interval, verdict
 from graded.study.experiments.e1_sample_efficiency import budget as e1_budget
 from graded.study.learning import TASKS, TaskData, fit, make_data
 from graded.tasks.polynomial_regression import PolynomialRegression
@@ -171,9 +171,11 @@ class RobustnessExperiment:
                                         math.nan, math.nan, "inconclusive",
                                         detail + " No finite value.", [fig]))
                 return
-            est, lo, hi = bootstrap_interval(values)
-            findings.append(Finding(claim, self.name, quantity, control, len(values), est, lo,
-                                    hi, verdict(lo, hi, predicted=predicted), detail, [fig]))
+            iv = mean_interval(values)
+            findings.append(Finding(claim, self.name, quantity, control, len(values),
+                                    iv.estimate, iv.low, iv.high,
+                                    verdict(iv.low, iv.high, predicted=predicted),
+                                    f"{detail} {iv.note()}", [fig]))
 
         setting = (f"poly_e5, n = {n_train}, {b['steps']} AdamW steps (lr {LR}), noise σ = "
                    f"{SIGMA} on standardised features of degrees 0–1 (low grade) or 2–3 (high)")

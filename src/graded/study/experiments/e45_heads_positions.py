@@ -22,8 +22,9 @@ pairwise Jensen–Shannon divergence of the heads' attention maps
 (:func:`graded.analysis.heads.head_diversity`), averaged over layers. 001 Prop 4.7 predicts a
 richer span with distinct q_h: a positive paired difference per-head − shared.
 
-Verdicts: :func:`graded.study.core.verdict` on the bootstrap interval of the mean over seeds
-(predicted positive); in E4 a seed's value is the mean of its (layer, trained/initial)
+Verdicts: :func:`graded.study.core.verdict` on the study's interval of the mean over seeds
+(:func:`graded.study.core.mean_interval`: the hull of the percentile bootstrap and the t
+interval; predicted positive); in E4 a seed's value is the mean of its (layer, trained/initial)
 instances, which share the seed and are not independent.
 """
 

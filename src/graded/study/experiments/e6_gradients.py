@@ -37,7 +37,7 @@ from torch.autograd.functional import jacobian
 from torch.nn import functional as F
 
 from graded.grading import ExponentialGrading
-from graded.study.core import Context, Finding, bootstrap_interval
+from graded.study.core import Context, Finding, mean_interval
 from graded.study.experiments._e_common import (
     IGNORE,
     equivalence_verdict,
@@ -193,7 +193,7 @@ class GradientsExperiment:
         # the replicate is the seed: its model at initialisation and after training share the
         # weights' seed and the batch, so their two slopes are averaged, not counted as two
         per_seed = [(slopes[2 * i] + slopes[2 * i + 1]) / 2 for i in range(n_models)]
-        est, low, high = bootstrap_interval(per_seed, seed=ctx.base_seed)
+        iv = mean_interval(per_seed, seed=ctx.base_seed)
         fig = save_plot(ctx, "e6_grade_gradient.png", lambda ax: self._draw_scaling(ax, curves))
         detail = (
             f"{n_models} EGT LMs (d_model 32, grades linspace(0, q_max) on every grading), at "
@@ -202,10 +202,10 @@ class GradientsExperiment:
             f"{[round(s, 3) for s in slopes]} (initial, trained per seed; the interval "
             "resamples seeds, each the mean of its two slopes). Rule: holds if the 95% interval "
             "of the mean slope lies in [0.8, 1.25], fails if wholly outside, inconclusive "
-            "otherwise.")
+            "otherwise. " + iv.note())
         return Finding("7", self.name, "slope of log‖∂L/∂q‖ against log(λ^q_max ln λ)",
-                       "proportionality (slope 1)", len(per_seed), est, low, high,
-                       equivalence_verdict(low, high, 0.8, 1.25), detail, [fig])
+                       "proportionality (slope 1)", len(per_seed), iv.estimate, iv.low, iv.high,
+                       equivalence_verdict(iv.low, iv.high, 0.8, 1.25), detail, [fig])
 
     @staticmethod
     def _draw_scaling(ax, curves) -> None:

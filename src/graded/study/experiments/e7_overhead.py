@@ -5,7 +5,8 @@ learnable grades, per-head attention grades) are timed on one forward + backward
 same batch, side by side in one process: the two are timed alternately, ``rounds`` times, each
 timing the median of ``repeats`` passes after a warm-up, so that load on the machine affects
 both alike. Estimate: the relative overhead exp(mean over rounds of log(graded/ungraded)) − 1,
-a geometric mean that one round slowed by load cannot dominate, with its bootstrap interval.
+a geometric mean that one round slowed by load cannot dominate, with the study's interval of
+the mean log ratio (:func:`graded.study.core.mean_interval`) mapped the same way.
 The prediction "negligible" is read as an overhead below ``MARGIN`` (10%): the claim holds
 when the whole interval lies below 10% and fails when it lies above. Timings on a loaded
 machine are noisy; the ratio, measured side by side, is what the study reports.
@@ -20,7 +21,7 @@ import time
 import torch
 from torch.nn import functional as F
 
-from graded.study.core import Context, Finding, atomic_write_text, bootstrap_interval, verdict
+from graded.study.core import Context, Finding, atomic_write_text, mean_interval, verdict
 from graded.transformer.config import TransformerConfig
 from graded.transformer.models import TransformerLM
 
@@ -57,9 +58,10 @@ def time_pass(model: torch.nn.Module, ids: torch.Tensor, repeats: int) -> float:
 
 def _overhead(log_ratios: list[float]) -> tuple[float, float, float]:
     """The relative overhead exp(mean log(graded/ungraded)) − 1 (a geometric mean, robust to
-    a round slowed by load) and its bootstrap 95% interval, mapped the same way."""
-    est, lo, hi = bootstrap_interval(log_ratios)
-    return math.exp(est) - 1.0, math.exp(lo) - 1.0, math.exp(hi) - 1.0
+    a round slowed by load) and the study's 95% interval of the mean log ratio (the hull of the
+    percentile bootstrap and the t interval), mapped the same way."""
+    iv = mean_interval(log_ratios)
+    return math.exp(iv.estimate) - 1.0, math.exp(iv.low) - 1.0, math.exp(iv.high) - 1.0
 
 
 class OverheadExperiment:

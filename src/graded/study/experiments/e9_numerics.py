@@ -7,11 +7,12 @@ operators, parameter counts); the paper's side (bounds, KL divergences, numerica
 is computed independently. Two kinds of finding:
 
 - statements that should hold on *every* instance: the estimate is the fraction of instances
-  where it holds (bootstrap interval over instances) or the worst deviation (an exact check);
-  rule: holds if it holds on every instance (deviation within the stated float64 tolerance),
-  fails otherwise;
+  where it holds (with its percentile bootstrap interval over instances, descriptive only: the
+  verdict does not use it) or the worst deviation (an exact check); rule: holds if it holds on
+  every instance (deviation within the stated float64 tolerance), fails otherwise;
 - statements of a *rate* (identifiability, ∝ N^{−1/2}) or an *approximate* equality
-  (additivity): the rule is stated with the finding.
+  (additivity): a mean over instances with the study's interval
+  (:func:`graded.study.core.mean_interval`); the rule is stated with the finding.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graded.study.core import Context, Finding, bootstrap_interval
+from graded.study.core import Context, Finding, bootstrap_interval, mean_interval
 from graded.study.experiments import _e9_structure as structure
 from graded.study.experiments import _e9_utility as utility
 from graded.study.experiments._e_common import (
@@ -130,18 +131,19 @@ class NumericsExperiment:
             "check, holds if the largest difference ≤ 1e−9."))
 
         r = utility.check_additivity(gen, 10 * k)
-        est, low, high = bootstrap_interval(r["orthogonal"], seed=s)
-        c_est, c_low, c_high = bootstrap_interval(r["control"], seed=s)
+        iv = mean_interval(r["orthogonal"], seed=s)
+        control = mean_interval(r["control"], seed=s)
         out.append(Finding(
             "21", self.name, "mean over instances of the median (over tokens) relative "
             "additivity gap "
             "abs(ΔL(S) − Σ_e ΔL(e)) / Σ_e abs(ΔL(e)) "
             "with Wδ_a ⊥ Wδ_b", "the same gap with a generic readout (no orthogonality)",
-            len(r["orthogonal"]), est, low, high, equivalence_verdict(low, high, 0.0, 0.05),
-            f"Two edges into grades a and b, δ ~ N(0, 0.5²). Control (generic W): {c_est:.4f} "
-            f"[{c_low:.4f}, {c_high:.4f}]. The cross term through ppᵀ couples even orthogonal "
-            f"directions (notes D). Rule: holds if the interval lies within [0, 0.05] (≈ 0), "
-            "fails if wholly above 0.05."))
+            len(r["orthogonal"]), iv.estimate, iv.low, iv.high,
+            equivalence_verdict(iv.low, iv.high, 0.0, 0.05),
+            f"Two edges into grades a and b, δ ~ N(0, 0.5²). Control (generic W): "
+            f"{control.estimate:.4f} [{control.low:.4f}, {control.high:.4f}]. The cross term "
+            f"through ppᵀ couples even orthogonal directions (notes D). Rule: holds if the "
+            f"interval lies within [0, 0.05] (≈ 0), fails if wholly above 0.05. {iv.note()}"))
 
         r = utility.check_chain(gen, 10 * k)
         out.append(_fraction(
@@ -174,17 +176,17 @@ class NumericsExperiment:
             "exact check, holds if ≤ 1e−9."))
 
         r = structure.check_identifiability(gen, 6 * k)
-        est, low, high = bootstrap_interval(r["slopes"], seed=s)
+        iv = mean_interval(r["slopes"], seed=s)
         out.append(Finding(
             "25", self.name, "slope of log ‖Φ̂ − Φ*‖_F against log N (on-𝓔 block)",
-            "the predicted rate N^(−1/2)", len(r["slopes"]), est, low, high,
-            equivalence_verdict(low, high, -0.6, -0.4),
+            "the predicted rate N^(−1/2)", len(r["slopes"]), iv.estimate, iv.low, iv.high,
+            equivalence_verdict(iv.low, iv.high, -0.6, -0.4),
             f"Least squares on block-orthogonal Gaussian inputs, N ∈ 100…3200, noise 0.5. "
             f"Off-𝓔 block norms fall at slope {np.mean(r['off_slopes']):.3f} (also ∝ N^(−1/2), "
             f"not e^(−cN): exact zeros are never estimated without thresholding); joint vs "
             f"per-block estimate at N = 3200 differ by {np.mean(r['decoupling_gap']):.1e} "
             "(Lemma 2.11's decoupling). Rule: holds if the interval lies within [−0.6, −0.4], "
-            "fails if wholly outside."))
+            f"fails if wholly outside. {iv.note()}"))
 
         r = structure.check_counts()
         rows = r["rows"]

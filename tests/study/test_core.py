@@ -8,16 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from graded.study.core import (
-    CLAIMS,
-    RULE,
-    Finding,
-    atomic_write_text,
+from graded.study.core import CLAIMS, RULE, Finding, atomic_write_text, verdict
+from graded.study.statistics import (
     bootstrap_interval,
     holm,
     paired_bootstrap,
     paired_t_p_value,
-    verdict,
 )
 
 

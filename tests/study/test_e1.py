@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graded.study.core import Context, paired_t_p_value
+from graded.study.core import Context
 from graded.study.experiments.e1_sample_efficiency import (
     SampleEfficiencyExperiment,
     aulc,
@@ -28,6 +28,7 @@ from graded.study.learning import (
     token_grade_map,
     train_run,
 )
+from graded.study.statistics import paired_t_p_value
 
 
 @pytest.fixture(scope="module")

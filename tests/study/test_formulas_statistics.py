@@ -14,18 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from graded.study.core import (
-    bootstrap_interval,
-    cluster_bootstrap,
-    holm,
-    mean_interval,
-    paired_bootstrap,
-    paired_t_p_value,
-    replicate_values,
-    t_interval,
-    t_quantile,
-    verdict,
-)
+from graded.study.core import verdict
 from graded.study.experiments._e_common import (
     equivalence_verdict,
     finding_from_values,
@@ -35,6 +24,17 @@ from graded.study.experiments._e_common import (
 from graded.study.experiments.e1_sample_efficiency import aulc, per_size_family
 from graded.study.experiments.e2_robustness import bound_finding
 from graded.study.experiments.e7_overhead import MARGIN, _overhead
+from graded.study.statistics import (
+    bootstrap_interval,
+    cluster_bootstrap,
+    holm,
+    mean_interval,
+    paired_bootstrap,
+    paired_t_p_value,
+    replicate_values,
+    t_interval,
+    t_quantile,
+)
 
 # ---------------------------------------------------------------- paired t-test
 

@@ -11,9 +11,12 @@ from graded.study.core import (
     Context,
     Experiment,
     Finding,
-    Interval,
     JobExperiment,
     atomic_write_text,
+    verdict,
+)
+from graded.study.statistics import (
+    Interval,
     bootstrap_interval,
     cluster_bootstrap,
     holm,
@@ -23,7 +26,6 @@ from graded.study.core import (
     replicate_values,
     t_interval,
     t_quantile,
-    verdict,
 )
 
 __all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "Interval",

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from graded.study.core import Context, Finding, mean_interval, verdict
+from graded.study.core import Context, Finding, verdict
+from graded.study.statistics import mean_interval
 from graded.transformer.config import TransformerConfig
 from graded.transformer.models import TransformerLM
 
@@ -154,13 +155,13 @@ def finding_from_values(
     figures: Sequence[str] = (), seed: int = 0, clusters: Sequence[Any] | None = None,
 ) -> Finding:
     """A finding whose estimate is the mean of ``values`` with the study's 95% interval
-    (:func:`graded.study.core.mean_interval`: the hull of the percentile bootstrap and the t
+    (:func:`graded.study.statistics.mean_interval`: the hull of the percentile bootstrap and the t
     interval, both shown in the detail) and the verdict of :func:`graded.study.core.verdict`
     (``predicted`` "positive" or "negative").
 
     ``clusters`` (one label per value) names the replicate each value belongs to when several
     values share one (a seed's tools or layers): the interval then resamples whole clusters
-    (:func:`graded.study.core.cluster_bootstrap`) and ``seeds`` defaults to their number.
+    (:func:`graded.study.statistics.cluster_bootstrap`) and ``seeds`` defaults to their number.
     Non-finite values are left out, with their labels."""
     if clusters is not None and len(clusters) != len(values):
         raise ValueError(f"one cluster label per value: {len(values)} values, "

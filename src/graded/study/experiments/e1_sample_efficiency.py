@@ -13,7 +13,7 @@ Stages (the runner spreads each stage's jobs over its workers):
 
 Estimates (all paired by seed): the area under the learning curve, AULC = the trapezoidal mean
 of the test loss over log₂ n (over the seeds that have every n); its paired differences with
-the study's intervals (:func:`graded.study.core.mean_interval`, the hull of the percentile
+the study's intervals (:func:`graded.study.statistics.mean_interval`, the hull of the percentile
 bootstrap and the t interval), paired t-test p-values and Holm's correction over the whole family of
 comparisons; the per-n paired differences at n ≤ 400 (10 seeds), a second Holm family; the
 smallest n at which each arm's mean test loss
@@ -28,13 +28,13 @@ features by their true importance (000-I).
 
 Rows pooled over tasks (claim 2, 000-S), over runs (claim 7) or over (task, seed) runs (000-I):
 the estimate is the mean over the pooled values, and the replicate is the **seed**, whose values
-on every task are resampled together (:func:`graded.study.core.cluster_bootstrap`). The tasks are
-held fixed, not resampled: the pooled claim is about the study's named tasks (the per-task rows
-show each one), and three or four hand-picked tasks cannot stand for a population of tasks, which
-a bootstrap over tasks would pretend. Seeds are resampled jointly over the tasks, not
-independently within each, because one seed index gives every task the same training-subset
-order, minibatch order and initialisation seed (the two polynomial tasks also share their
-inputs), so a seed's values on different tasks need not be independent.
+on every task are resampled together (:func:`graded.study.statistics.cluster_bootstrap`). The tasks
+are held fixed, not resampled: the pooled claim is about the study's named tasks (the per-task rows
+show each one), and three or four hand-picked tasks cannot stand for a population of tasks, which a
+bootstrap over tasks would pretend. Seeds are resampled jointly over the tasks, not independently
+within each, because one seed index gives every task the same training-subset order, minibatch order
+and initialisation seed (the two polynomial tasks also share their inputs), so a seed's values on
+different tasks need not be independent.
 """
 
 from __future__ import annotations
@@ -45,16 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from graded.study.core import (
-    Context,
-    Finding,
-    holm,
-    mean_interval,
-    paired_t_p_value,
-    replicate_values,
-    run_jobs_inline,
-    verdict,
-)
+from graded.study.core import Context, Finding, run_jobs_inline, verdict
 from graded.study.experiments._e_common import spearman
 from graded.study.learning import (
     TASKS,
@@ -64,6 +55,7 @@ from graded.study.learning import (
     supports_token_grading,
     train_run,
 )
+from graded.study.statistics import holm, mean_interval, paired_t_p_value, replicate_values
 
 __all__ = ["SampleEfficiencyExperiment", "aulc", "budget", "comparisons",
            "difference_in_differences", "per_size_family"]
@@ -144,8 +136,8 @@ def per_size_family(b: dict[str, Any],
                     curves: dict[tuple[str, str], dict[int, dict[int, float]]]) -> list[dict]:
     """Paired test-loss differences (arm − control) at every n ≤ ``SMALL_N`` for every
     comparison of :func:`comparisons`, with the study's intervals
-    (:func:`graded.study.core.mean_interval`), paired t-test p-values and Holm's correction over
-    the whole family."""
+    (:func:`graded.study.statistics.mean_interval`), paired t-test p-values and Holm's correction
+    over the whole family."""
     family = []
     for task in b["tasks"]:
         for arm, control in comparisons(task, arms_for(TASKS[task])):

@@ -35,9 +35,10 @@ import numpy as np
 import torch
 
 from graded.analysis.lipschitz import model_lipschitz
-from graded.study.core import Context, Finding, atomic_write_text, mean_interval, verdict
+from graded.study.core import Context, Finding, atomic_write_text, verdict
 from graded.study.experiments.e1_sample_efficiency import budget as e1_budget
 from graded.study.learning import TASKS, TaskData, fit, make_data
+from graded.study.statistics import mean_interval
 from graded.tasks.polynomial_regression import PolynomialRegression
 
 __all__ = ["RobustnessExperiment", "bound_finding", "output_change", "size_split_data"]

@@ -19,8 +19,8 @@ graded scale-matched − ungraded, over all instances (the numerical rank #{σ >
 near n for these sizes and mostly ties, so it is reported beside it rather than used). The
 instances are not all independent: the bases λ of one random draw share its Q, K, and the layers
 of one trained model share its seed, so the replicates are the draws and the seeds and the
-interval resamples them whole (:func:`graded.study.core.cluster_bootstrap`; the study's
-interval, :func:`graded.study.core.mean_interval`, is its hull with the t interval over the
+interval resamples them whole (:func:`graded.study.statistics.cluster_bootstrap`; the study's
+interval, :func:`graded.study.statistics.mean_interval`, is its hull with the t interval over the
 replicates, a draw's or seed's value its size-weighted mean). The claim holds if the 95%
 interval lies above 0 (verdict rule of :func:`graded.study.core.verdict`); the fraction
 of instances with graded ≥ ungraded, the unmatched comparison and the effective ranks are

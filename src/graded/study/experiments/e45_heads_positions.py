@@ -23,7 +23,7 @@ pairwise Jensen–Shannon divergence of the heads' attention maps
 richer span with distinct q_h: a positive paired difference per-head − shared.
 
 Verdicts: :func:`graded.study.core.verdict` on the study's interval of the mean over seeds
-(:func:`graded.study.core.mean_interval`: the hull of the percentile bootstrap and the t
+(:func:`graded.study.statistics.mean_interval`: the hull of the percentile bootstrap and the t
 interval; predicted positive); in E4 a seed's value is the mean of its (layer, trained/initial)
 instances, which share the seed and are not independent.
 """

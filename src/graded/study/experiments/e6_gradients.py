@@ -37,7 +37,7 @@ from torch.autograd.functional import jacobian
 from torch.nn import functional as F
 
 from graded.grading import ExponentialGrading
-from graded.study.core import Context, Finding, mean_interval
+from graded.study.core import Context, Finding
 from graded.study.experiments._e_common import (
     IGNORE,
     equivalence_verdict,
@@ -50,6 +50,7 @@ from graded.study.experiments._e_common import (
     tiny_lm,
     train_lm,
 )
+from graded.study.statistics import mean_interval
 from graded.transformer.graded import GradedFeatures, GradedPositions, gradings
 from graded.transformer.layers import FeedForward
 

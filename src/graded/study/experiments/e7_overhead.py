@@ -6,7 +6,7 @@ same batch, side by side in one process: the two are timed alternately, ``rounds
 timing the median of ``repeats`` passes after a warm-up, so that load on the machine affects
 both alike. Estimate: the relative overhead exp(mean over rounds of log(graded/ungraded)) − 1,
 a geometric mean that one round slowed by load cannot dominate, with the study's interval of
-the mean log ratio (:func:`graded.study.core.mean_interval`) mapped the same way.
+the mean log ratio (:func:`graded.study.statistics.mean_interval`) mapped the same way.
 The prediction "negligible" is read as an overhead below ``MARGIN`` (10%): the claim holds
 when the whole interval lies below 10% and fails when it lies above. Timings on a loaded
 machine are noisy; the ratio, measured side by side, is what the study reports.
@@ -21,7 +21,8 @@ import time
 import torch
 from torch.nn import functional as F
 
-from graded.study.core import Context, Finding, atomic_write_text, mean_interval, verdict
+from graded.study.core import Context, Finding, atomic_write_text, verdict
+from graded.study.statistics import mean_interval
 from graded.transformer.config import TransformerConfig
 from graded.transformer.models import TransformerLM
 

@@ -7,8 +7,8 @@ ablation has a control, and 11 (x, k) pairs held out of training (each held-out 
 digit, an adder and an answer all seen in training). The seed fixes the split, the
 initialisation's seed, the distractor and the batches, so the two tools' runs of one seed share
 them: the replicate is the seed, and the intervals resample seeds, each with both its runs
-(:func:`graded.study.core.cluster_bootstrap`, in the hull with the t interval over the seeds'
-means that :func:`graded.study.core.mean_interval` forms; the estimate is the mean over all
+(:func:`graded.study.statistics.cluster_bootstrap`, in the hull with the t interval over the seeds'
+means that :func:`graded.study.statistics.mean_interval` forms; the estimate is the mean over all
 runs). Claim 13's replicate value is a run's Spearman correlation, so its finding is a mean of
 replicates like the others. All
 measurements use the context-only routing evaluation has. Per run:

@@ -12,7 +12,7 @@ is computed independently. Two kinds of finding:
   every instance (deviation within the stated float64 tolerance), fails otherwise;
 - statements of a *rate* (identifiability, ∝ N^{−1/2}) or an *approximate* equality
   (additivity): a mean over instances with the study's interval
-  (:func:`graded.study.core.mean_interval`); the rule is stated with the finding.
+  (:func:`graded.study.statistics.mean_interval`); the rule is stated with the finding.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from graded.study.core import Context, Finding, bootstrap_interval, mean_interval
+from graded.study.core import Context, Finding
 from graded.study.experiments import _e9_structure as structure
 from graded.study.experiments import _e9_utility as utility
 from graded.study.experiments._e_common import (
@@ -30,6 +30,7 @@ from graded.study.experiments._e_common import (
     save_plot,
     single_thread,
 )
+from graded.study.statistics import bootstrap_interval, mean_interval
 
 __all__ = ["NumericsExperiment"]
 

@@ -1,0 +1,274 @@
+"""The statistics behind the claims study's verdicts: intervals of a mean over replicates and
+paired tests over families of comparisons.
+
+- Percentile bootstrap intervals: :func:`bootstrap_interval` of a mean, :func:`paired_bootstrap`
+  of a mean paired difference, and :func:`cluster_bootstrap` for values that come in dependent
+  clusters (Davison & Hinkley 1997, *Bootstrap Methods and their Application*, §3.8, strategy 1).
+- Student t: :func:`t_quantile` (bisection on the regularised incomplete beta function, which
+  :func:`_incomplete_beta` evaluates by its continued fraction, Lentz's method, Numerical
+  Recipes §6.4) and :func:`t_interval`.
+- The study's interval (:data:`graded.study.core.RULE`): :func:`mean_interval`, the hull of the
+  percentile bootstrap and the t interval of the :func:`replicate_values` (cluster means, or
+  their ratio-estimator linearisation for unequal sizes, Cochran 1977, *Sampling Techniques*,
+  ch. 6), returned as an :class:`Interval`. Why the hull: the percentile interval alone is too
+  narrow for few replicates (Efron & Tibshirani 1993, *An Introduction to the Bootstrap*,
+  ch. 13; Hesterberg 2015, "What Teachers Should Know About the Bootstrap", its narrowness
+  bias).
+- Families of paired comparisons: :func:`paired_t_p_value` (two-sided paired t-test) and
+  :func:`holm` (Holm 1979, step-down correction).
+
+The verdict that reads an interval, :func:`graded.study.core.verdict`, stays with the study's
+vocabulary in :mod:`graded.study.core`. scipy is not a dependency, so the t distribution is
+computed here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Interval",
+    "bootstrap_interval",
+    "cluster_bootstrap",
+    "holm",
+    "mean_interval",
+    "paired_bootstrap",
+    "paired_t_p_value",
+    "replicate_values",
+    "t_interval",
+    "t_quantile",
+]
+
+
+def bootstrap_interval(values, *, n_boot: int = 10_000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile bootstrap interval."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("bootstrap_interval needs at least one value")
+    if x.size == 1:
+        return float(x[0]), float(x[0]), float(x[0])
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def cluster_bootstrap(values, clusters, *, n_boot: int = 10_000, level: float = 0.95,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile bootstrap interval when the values come in
+    clusters that are not independent within (the layers or tools of one seed, the bases of one
+    random draw, the tasks of one seed): whole clusters are resampled, ``clusters[i]`` naming
+    the cluster of ``values[i]`` (the cluster bootstrap, Davison & Hinkley 1997 §3.8, strategy
+    1: resample clusters, keep each cluster's values as they are).
+
+    The estimate is the mean over all values; a resample's statistic is the mean over all
+    values of its clusters (Σ cluster sums / Σ cluster sizes, so with equal sizes the mean of
+    the cluster means). Clusters are taken in the order of their first value, so the resampling
+    depends on that order and not on the labels. With one value per cluster this is
+    :func:`bootstrap_interval`, draw for draw."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    labels = list(clusters)
+    if x.size == 0:
+        raise ValueError("cluster_bootstrap needs at least one value")
+    if len(labels) != x.size:
+        raise ValueError(f"cluster_bootstrap needs one cluster label per value, got {x.size} "
+                         f"values and {len(labels)} labels")
+    index: dict = {}
+    member = np.array([index.setdefault(c, len(index)) for c in labels])
+    k = len(index)
+    sums = np.bincount(member, weights=x, minlength=k)
+    sizes = np.bincount(member, minlength=k).astype(np.float64)
+    if k == 1:
+        return float(x.mean()), float(x.mean()), float(x.mean())
+    rng = np.random.default_rng(seed)
+    draw = rng.integers(0, k, size=(n_boot, k))
+    if np.all(sizes == 1.0):  # singletons: exactly bootstrap_interval's arithmetic
+        means = sums[draw].mean(axis=1)
+    else:
+        means = sums[draw].sum(axis=1) / sizes[draw].sum(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def paired_bootstrap(arm, control, **kwargs) -> tuple[float, float, float]:
+    """Mean paired difference ``arm − control`` (same seeds, same data) with its interval."""
+    a = np.asarray(arm, dtype=np.float64).ravel()
+    c = np.asarray(control, dtype=np.float64).ravel()
+    if a.shape != c.shape:
+        raise ValueError(f"paired values need equal lengths, got {a.size} and {c.size}")
+    return bootstrap_interval(a - c, **kwargs)
+
+
+def t_quantile(p: float, nu: float) -> float:
+    """The ``p`` quantile of Student's t with ``nu`` degrees of freedom: the root of
+    F(t) = p, F(t) = 1 − ½·I_{ν/(ν+t²)}(ν/2, ½) for t ≥ 0 (and symmetric), by bisection."""
+    if not 0.0 < p < 1.0 or nu <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and nu > 0, got p={p}, nu={nu}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, nu)
+    if p == 0.5:
+        return 0.0
+    tail = 2.0 * (1.0 - p)  # the two-sided tail mass beyond the quantile
+
+    def two_sided(t: float) -> float:
+        return _incomplete_beta(nu / 2.0, 0.5, nu / (nu + t * t))
+
+    low, high = 0.0, 1.0
+    while two_sided(high) > tail:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if two_sided(mid) > tail:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * high:
+            break
+    return (low + high) / 2.0
+
+
+def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``values`` and its Student t interval mean ± t_{(1+level)/2, n−1}·s/√n (s with
+    n − 1 in the denominator); one value gives the point."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("t_interval needs at least one value")
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, mean, mean
+    half = t_quantile((1.0 + level) / 2.0, x.size - 1.0) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return mean, mean - half, mean + half
+
+
+def replicate_values(values, clusters=None) -> np.ndarray:
+    """One value per replicate, whose mean is the finding's estimate: ``values`` themselves
+    without ``clusters``; otherwise, for cluster c with sum S_c of m_c values,
+    u_c = R + (S_c − R·m_c)/m̄, with R = ΣS/Σm (the mean over all values, the estimate) and m̄
+    the mean cluster size. With equal sizes u_c is the cluster mean; with unequal sizes it is
+    the linearised contribution of the cluster to the ratio estimate R, so that the t interval
+    of the u_c is R ± t·s.e., s.e. the cluster-robust (ratio-estimator) standard error
+    (Cochran 1977, *Sampling Techniques*, ch. 6). Clusters are taken in the order of their
+    first value."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if clusters is None:
+        return x
+    labels = list(clusters)
+    if len(labels) != x.size:
+        raise ValueError(f"replicate_values needs one cluster label per value, got {x.size} "
+                         f"values and {len(labels)} labels")
+    index: dict = {}
+    member = np.array([index.setdefault(c, len(index)) for c in labels], dtype=np.int64)
+    sums = np.bincount(member, weights=x, minlength=len(index))
+    sizes = np.bincount(member, minlength=len(index)).astype(np.float64)
+    if np.all(sizes == sizes[0]):
+        return sums / sizes
+    ratio = float(sums.sum() / sizes.sum())
+    return ratio + (sums - ratio * sizes) / sizes.mean()
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A finding's estimate and its verdict interval [low, high]: the hull of the percentile
+    bootstrap interval ``bootstrap`` and the Student t interval ``t`` over ``replicates``
+    replicates (see :data:`graded.study.core.RULE`)."""
+
+    estimate: float
+    low: float
+    high: float
+    bootstrap: tuple[float, float]
+    t: tuple[float, float]
+    replicates: int
+
+    def note(self, fmt: str = ".4f") -> str:
+        """The two intervals behind [low, high], for a finding's detail."""
+        b, t = self.bootstrap, self.t
+        return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}] "
+                f"and the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({self.replicates - 1} df).")
+
+
+def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float = 0.95,
+                  seed: int = 0) -> Interval:
+    """The study's interval of a mean over replicates (:data:`graded.study.core.RULE`): the hull
+    of the percentile bootstrap (:func:`bootstrap_interval`, or :func:`cluster_bootstrap` when
+    ``clusters`` names each value's replicate) and the Student t interval
+    (:func:`t_interval`) of the :func:`replicate_values`.
+
+    The percentile bootstrap alone is too narrow for few replicates: it estimates the spread
+    with divisor k rather than k − 1 and uses normal-like rather than t quantiles, so with
+    k = 5 it is about 0.63 times as wide as the t interval (1.96·√(4/5) against
+    t_{0.975,4} = 2.776) and covers the mean far less than 95% of the time (Efron &
+    Tibshirani 1993, ch. 13; Hesterberg 2015's narrowness bias). The t interval alone would
+    drop the bootstrap's asymmetry for skewed replicates; the hull keeps both."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if clusters is None:
+        est, b_low, b_high = bootstrap_interval(x, n_boot=n_boot, level=level, seed=seed)
+    else:
+        est, b_low, b_high = cluster_bootstrap(x, clusters, n_boot=n_boot, level=level,
+                                               seed=seed)
+    u = replicate_values(x, clusters)
+    _, t_low, t_high = t_interval(u, level=level)
+    return Interval(est, min(b_low, t_low), max(b_high, t_high), (b_low, b_high),
+                    (t_low, t_high), int(u.size))
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) by its continued fraction (Lentz's
+    method, Numerical Recipes §6.4)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * h
+
+
+def paired_t_p_value(differences) -> float:
+    """Two-sided p-value of the paired t-test of "the mean difference is 0": t = mean/(s/√n)
+    with n − 1 degrees of freedom, p = I_{ν/(ν+t²)}(ν/2, 1/2). Needs at least two
+    differences; a constant sample gives 1.0 at 0 and 0.0 elsewhere."""
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if d.size < 2:
+        raise ValueError(f"paired_t_p_value needs at least two differences, got {d.size}")
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        return 1.0 if float(d.mean()) == 0.0 else 0.0
+    t = float(d.mean()) / (sd / math.sqrt(d.size))
+    nu = d.size - 1.0
+    return float(_incomplete_beta(nu / 2.0, 0.5, nu / (nu + t * t)))
+
+
+def holm(p_values, level: float = 0.05) -> list[bool]:
+    """Holm's step-down rejections for a family of p-values (True = rejected at ``level``).
+
+    A non-finite p-value (a comparison that could not be tested, e.g. a diverged run) counts
+    as 1: it is never rejected and still counts in the family's size."""
+    p = np.asarray(p_values, dtype=np.float64).ravel()
+    p = np.where(np.isfinite(p), p, 1.0)
+    order = np.argsort(p)
+    reject = [False] * p.size
+    for rank, i in enumerate(order):
+        if p[i] > level / (p.size - rank):
+            break
+        reject[int(i)] = True
+    return reject

@@ -3,45 +3,58 @@ B.4) against softmax attention written out query by query over the keep-set
 
     A¹_i ∪ A²_i = {j : ⌊j/l⌋ = ⌊i/l⌋} ∪ {j : j mod l ∈ {l−c, …, l−1}}
 
-built here from that definition (causality and padding on top), in float64."""
+and, with ``summary_heads="split"``, head h's keep-set A¹_i ∪ A²_{i,h} with
+A²_{i,h} = {j : j mod l ∈ {l − c·(h′+1), …, l − c·h′ − 1}}, h′ = h mod (l // c), built here
+from those definitions (causality and padding on top), in float64."""
 
 import pytest
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask
 
 from graded import TransformerConfig, TransformerLM
 from graded.attention import MultiheadAttention
 from graded.attention.backends import get_backend
+from graded.attention.backends.fixed import summary_offsets
+from graded.attention.backends.flex import pattern_block_mask
 
 
 def admits(block, summary):
-    """The keep-set of the definition: the same block, or a summary column."""
-    return lambda i, j: i // block == j // block or j % block >= block - summary
+    """The keep-set of the definition, in every head h: the same block, or a summary column."""
+    return lambda h, i, j: i // block == j // block or j % block >= block - summary
+
+
+def admits_split(block, summary):
+    """Head h's keep-set: the same block, or a column of sub-block h mod (l // c) counted from
+    the block's end."""
+    def rule(h, i, j):
+        sub = h % (block // summary)
+        return (i // block == j // block
+                or block - summary * (sub + 1) <= j % block < block - summary * sub)
+    return rule
 
 
 def loop_attention(q, k, v, pad, rule, causal, scale=None):
-    """o_i = softmax over the admitted, unpadded keys j (j ≤ i when causal) of q_i·k_j·scale,
-    one batch row and query at a time (every head at once); zeros where no key is left."""
-    b_, _, t, d = q.shape
+    """o_i = softmax over the keys j that ``rule(h, i, j)`` admits in head h, unpadded (j ≤ i
+    when causal), of q_i·k_j·scale, one batch row, head and query at a time; zeros where no key
+    is left."""
+    b_, h_, t, d = q.shape
     scale = d ** -0.5 if scale is None else scale
-    rows = []
-    for b in range(b_):
-        outs = []
-        for i in range(t):
-            keys = [j for j in range(t) if rule(i, j) and not pad[b, j] and (j <= i or not causal)]
-            if not keys:
-                outs.append(torch.zeros_like(v[b, :, 0]))
-                continue
-            w = torch.softmax(q[b, :, i, None] @ k[b, :, keys].transpose(-2, -1) * scale, -1)
-            outs.append((w @ v[b, :, keys])[:, 0])
-        rows.append(torch.stack(outs, dim=1))
-    return torch.stack(rows)
+
+    def attend(b, h, i):
+        keys = [j for j in range(t) if rule(h, i, j) and not pad[b, j] and (j <= i or not causal)]
+        if not keys:
+            return torch.zeros_like(v[b, h, 0])
+        return torch.softmax(q[b, h, i] @ k[b, h, keys].T * scale, -1) @ v[b, h, keys]
+
+    return torch.stack([torch.stack([torch.stack([attend(b, h, i) for i in range(t)])
+                                     for h in range(h_)]) for b in range(b_)])
 
 
-def qkv(t, seed=0, d=4, dv=3, grad=False):
+def qkv(t, seed=0, d=4, dv=3, grad=False, heads=2):
     g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(2, 2, t, d, generator=g, dtype=torch.float64) for _ in range(2))
-    v = torch.randn(2, 2, t, dv, generator=g, dtype=torch.float64)
+    q, k = (torch.randn(2, heads, t, d, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, heads, t, dv, generator=g, dtype=torch.float64)
     return [x.requires_grad_(grad) for x in (q, k, v)]
 
 
@@ -75,6 +88,65 @@ def test_sparse_fixed_equals_the_loop_over_its_keep_set_forward_and_gradients(
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+# (T, block l, summary c, heads H): heads cycling through l // c = 2 sub-blocks (H = 3), as
+# many sub-blocks as heads, c = 1, c = l (one sub-block: the shared pattern), l > T, l = 1
+SPLIT_SHAPES = [(13, 4, 2, 3), (12, 6, 2, 3), (11, 4, 1, 4), (7, 4, 4, 2), (5, 8, 2, 2),
+                (6, 1, 1, 2)]
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("t,block,summary,heads", SPLIT_SHAPES)
+def test_split_summary_heads_equal_the_loop_over_each_heads_keep_set_forward_and_gradients(
+        t, block, summary, heads, causal, padded):
+    q, k, v = qkv(t, grad=True, heads=heads)
+    pad = padding(t, padded)
+    backend = get_backend("sparse_fixed", block=block, summary=summary, summary_heads="split")
+    out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
+    ref = loop_attention(q, k, v, pad, admits_split(block, summary), causal)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    grad = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad),
+                    torch.autograd.grad(ref, (q, k, v), grad), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_split_head_zero_is_the_shared_pattern_and_the_other_heads_differ():
+    """Head 0 takes the last c positions, as every head does when shared; head 1 does not."""
+    q, k, v = qkv(16, seed=4)
+    shared = get_backend("sparse_fixed", block=4, summary=2)(q, k, v, is_causal=True)
+    split = get_backend("sparse_fixed", block=4, summary=2, summary_heads="split")(
+        q, k, v, is_causal=True)
+    torch.testing.assert_close(split[:, 0], shared[:, 0], rtol=0, atol=0)
+    assert (split[:, 1] - shared[:, 1]).abs().max() > 0.1
+
+
+def test_summary_offsets_worked_example_block_8_summary_2():
+    """l = 8, c = 2: four sub-blocks, from the block's end: {6, 7}, {4, 5}, {2, 3}, {0, 1};
+    a fifth head starts over."""
+    assert summary_offsets(8, 2).tolist() == [[6, 7]]
+    assert summary_offsets(8, 2, heads=5).tolist() == [[6, 7], [4, 5], [2, 3], [0, 1], [6, 7]]
+
+
+def test_split_keep_set_worked_example_block_4_summary_1():
+    """l = 4, c = 1, four heads on the offsets 3, 2, 1, 0. Causal position 9 of head 1 sees
+    its block's past {8, 9} and the earlier positions with offset 2, {2, 6}; non-causal
+    position 1 of head 2 sees its block {0..3} and the offset-1 positions {5, 9}."""
+    backend = get_backend("sparse_fixed", block=4, summary=1, summary_heads="split")
+    causal = backend.pattern_keep(12, True, heads=4)
+    assert causal[1, 9].nonzero().flatten().tolist() == [2, 6, 8, 9]
+    assert causal[3, 11].nonzero().flatten().tolist() == [0, 4, 8, 9, 10, 11]
+    bidirectional = backend.pattern_keep(12, False, heads=4)
+    assert bidirectional[2, 1].nonzero().flatten().tolist() == [0, 1, 2, 3, 5, 9]
+    rule = admits_split(4, 1)
+    want = torch.tensor([[[rule(h, i, j) for j in range(12)] for i in range(12)]
+                         for h in range(4)])
+    assert torch.equal(bidirectional, want)
+    assert torch.equal(causal, want & torch.ones(12, 12, dtype=torch.bool).tril())
+    with pytest.raises(ValueError, match="sparse_fixed backend: each head has its own keep-set"):
+        backend.pattern_keep(12, True)
+
+
 def test_keep_set_worked_example_block_4_summary_1():
     """l = 4, c = 1: the summary positions are 3, 7, 11. Causal position 9 sees its block's
     past {8, 9} and the earlier summaries {3, 7}; non-causal position 1 sees its block {0..3}
@@ -86,7 +158,7 @@ def test_keep_set_worked_example_block_4_summary_1():
     bidirectional = backend.pattern_keep(12, False)
     assert bidirectional[1].nonzero().flatten().tolist() == [0, 1, 2, 3, 7, 11]
     rule = admits(4, 1)
-    want = torch.tensor([[rule(i, j) for j in range(12)] for i in range(12)])
+    want = torch.tensor([[rule(0, i, j) for j in range(12)] for i in range(12)])
     assert torch.equal(bidirectional, want)
     assert torch.equal(causal, want & torch.ones(12, 12, dtype=torch.bool).tril())
 
@@ -108,30 +180,34 @@ def test_scale_is_the_softmax_temperature():
     torch.testing.assert_close(out, loop_attention(q, k, v, pad, admits(3, 2), True, 0.3))
 
 
-def test_the_forward_pass_saves_no_t_by_t_tensor():
+@pytest.mark.parametrize("summary_heads", ["shared", "split"])
+def test_the_forward_pass_saves_no_t_by_t_tensor(summary_heads):
     """Cost O(T·(l + T·c/l)): at T = 64, l = 8, c = 1 each query scores 8 + 8 keys, and no
-    tensor autograd keeps has T·T entries per head."""
+    tensor autograd keeps has T·T entries per head (split: per-head summary keys, 4 heads)."""
     t, block, summary = 64, 8, 1
-    q, k, v = qkv(t, grad=True)
+    q, k, v = qkv(t, grad=True, heads=4)
     sizes = []
 
     def pack(x):
         sizes.append(x.numel() // (x.shape[0] * x.shape[1]) if x.dim() >= 2 else x.numel())
         return x
 
+    backend = get_backend("sparse_fixed", block=block, summary=summary,
+                          summary_heads=summary_heads)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-        get_backend("sparse_fixed", block=block, summary=summary)(q, k, v, is_causal=True)
+        backend(q, k, v, key_padding_mask=padding(t, True), is_causal=True)
     assert max(sizes) <= t * (block + t // block * summary) < t * t
 
 
+@pytest.mark.parametrize("summary_heads", ["shared", "split"])
 @pytest.mark.parametrize("steps", [(1,) * 11, (4, 1, 3, 2, 1)])
-def test_decoding_step_by_step_equals_the_causal_pass(steps):
+def test_decoding_step_by_step_equals_the_causal_pass(steps, summary_heads):
     t = sum(steps)
-    q, k, v = qkv(t, seed=3)
+    q, k, v = qkv(t, seed=3, heads=4)  # split: heads on the offsets 2, 1, 0, 2
     pad = torch.zeros(2, t, dtype=torch.bool)
     pad[1, :2] = True  # a left-padded row
     pad[0, 5] = True  # a padded summary position
-    backend = get_backend("sparse_fixed", block=3, summary=1)
+    backend = get_backend("sparse_fixed", block=3, summary=1, summary_heads=summary_heads)
     want = backend(q, k, v, key_padding_mask=pad, is_causal=True)
     state, start, outs = None, 0, []
     for n in steps:
@@ -142,15 +218,82 @@ def test_decoding_step_by_step_equals_the_causal_pass(steps):
         start += n
     assert state.length == t
     torch.testing.assert_close(torch.cat(outs, dim=2), want, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(want, loop_attention(q, k, v, pad, admits(3, 1), True))
+    rule = admits(3, 1) if summary_heads == "shared" else admits_split(3, 1)
+    torch.testing.assert_close(want, loop_attention(q, k, v, pad, rule, True))
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_split_flex_kernel_on_cpu_equals_the_masked_softmax_per_head(causal, padded):
+    """FlexAttention (eager on CPU, forward only) with the per-head mask_mod equals softmax
+    attention under each head's keep-set written out as a dense mask."""
+    t, block, summary, heads = 40, 8, 2, 5  # four sub-blocks, the fifth head on the first
+    q, k, v = qkv(t, seed=5, d=8, heads=heads)
+    pad = padding(t, padded)
+    backend = get_backend("sparse_fixed", block=block, summary=summary, summary_heads="split",
+                          kernel="flex")
+    assert backend.uses_flex(q, k, v, 0.0)
+    with torch.no_grad():
+        out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
+    rule = admits_split(block, summary)
+    keep = torch.tensor([[[rule(h, i, j) for j in range(t)] for i in range(t)]
+                         for h in range(heads)])
+    if causal:
+        keep = keep & torch.ones(t, t, dtype=torch.bool).tril()
+    keep = keep & ~pad[:, None, None, :]
+    scores = (q @ k.transpose(-2, -1) * 8 ** -0.5).masked_fill(~keep, float("-inf"))
+    ref = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    native = get_backend("sparse_fixed", block=block, summary=summary, summary_heads="split",
+                         kernel="native")
+    torch.testing.assert_close(
+        native(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal), ref,
+        rtol=1e-12, atol=1e-12)
+
+
+def tiles(num, idx):
+    """(H, nQ, nK) bool: the tiles a BlockMask lists per head and query tile row."""
+    num, idx = num[0], idx[0]
+    dense = torch.zeros(idx.shape, dtype=torch.bool)
+    for h in range(num.shape[0]):
+        for r in range(num.shape[1]):
+            dense[h, r, idx[h, r, : num[h, r]].long()] = True
+    return dense
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_split_block_mask_per_head_is_torchs_and_read_as_the_gpu_reads_it_gives_the_pattern(
+        causal):
+    """The eager CPU kernel reads only the mask_mod, so the per-head tile lists the GPU kernel
+    skips by are checked apart: equal to ``create_block_mask`` evaluated per head, and full
+    tiles taken whole with partial tiles through mask_mod give each head's pattern. l = 32,
+    c = 8 on 16-wide tiles: head 0's summary columns fill the second tile of a block, head 2's
+    the first, so the heads' tile lists differ."""
+    t, block, summary, heads, size = 100, 32, 8, 4, 16
+    backend = get_backend("sparse_fixed", block=block, summary=summary, summary_heads="split",
+                          kernel="flex")
+    ours = pattern_block_mask(backend.keep_rule(t, causal, torch.device("cpu")), t, causal,
+                              "cpu", block_size=size, heads=heads)
+    theirs = create_block_mask(ours.mask_mod, None, heads, t, t, device="cpu", BLOCK_SIZE=size)
+    partial = tiles(ours.kv_num_blocks, ours.kv_indices)
+    full = tiles(ours.full_kv_num_blocks, ours.full_kv_indices)
+    assert torch.equal(partial, tiles(theirs.kv_num_blocks, theirs.kv_indices))
+    assert torch.equal(full, tiles(theirs.full_kv_num_blocks, theirs.full_kv_indices))
+    assert not torch.equal(partial[0] | full[0], partial[2] | full[2])
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    expand = lambda x: x.repeat_interleave(size, -2).repeat_interleave(size, -1)[..., :t, :t]  # noqa: E731
+    by_mod = torch.stack([ours.mask_mod(None, torch.tensor(h), i, j) for h in range(heads)])
+    read = (expand(partial) & by_mod) | expand(full)
+    assert torch.equal(read, backend.pattern_keep(t, causal, heads=heads))
+    assert backend.block_mask(t, causal, "cpu", heads).kv_num_blocks.shape == (1, heads, 1)
 
 
 class PatternReference(nn.Module):
     """Softmax attention under the keep-set written out per position (no backend machinery)."""
 
-    def __init__(self, block, summary):
+    def __init__(self, block, summary, summary_heads="shared"):
         super().__init__()
-        self.rule = admits(block, summary)
+        self.rule = (admits if summary_heads == "shared" else admits_split)(block, summary)
 
     def forward(self, q, k, v, *, key_padding_mask=None, attn_mask=None, is_causal=False,
                 dropout_p=0.0):
@@ -159,22 +302,28 @@ class PatternReference(nn.Module):
         return loop_attention(q, k, v, pad, self.rule, is_causal)
 
 
-def test_config_option_builds_a_graded_lm_that_equals_the_written_out_pattern():
+@pytest.mark.parametrize("summary_heads", ["shared", "split"])
+def test_config_option_builds_a_graded_lm_that_equals_the_written_out_pattern(summary_heads):
     """TransformerConfig(attn_backend="sparse_fixed", attn_backend_options=...) reaches every
     layer; with EGT grading per head (C5, applied before the backend) the logits equal the same
-    model with the pattern written out, and cached generation equals uncached."""
-    options = {"block": 3, "summary": 1}
-    cfg = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=2, max_len=16,
+    model with the pattern written out, and each cached step's logits equal the full pass."""
+    options = {"block": 3, "summary": 1, "summary_heads": summary_heads}
+    cfg = TransformerConfig(vocab_size=11, d_model=12, n_heads=3, n_layers=2, max_len=16,
                             attn_backend="sparse_fixed", attn_backend_options=options,
                             grading="exponential", grade_init="warm_start",
                             grade_init_value=0.3, grades_per_head=True)
     torch.manual_seed(0)
     lm = TransformerLM(cfg).double().eval()
     attns = [m for m in lm.modules() if isinstance(m, MultiheadAttention)]
-    assert [(m.backend.block, m.backend.summary) for m in attns] == [(3, 1)] * 2
+    assert [(m.backend.block, m.backend.summary, m.backend.summary_heads)
+            for m in attns] == [(3, 1, summary_heads)] * 2
     ids = torch.randint(0, 11, (2, 10), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         got = lm(ids)
+        cache = lm.new_cache()
+        steps = [lm(ids[:, :4], cache=cache)] + [lm(ids[:, s:s + 1], cache=cache)
+                                                 for s in range(4, 10)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), got, rtol=1e-10, atol=1e-10)
         for m in attns:
             m.backend = PatternReference(**options)
         want = lm(ids)
@@ -187,7 +336,41 @@ def test_config_option_builds_a_graded_lm_that_equals_the_written_out_pattern():
     ({"block": 4, "summary": 0}, r"summary must be an int in \[1, block=4\], got 0"),
     ({"block": 4, "summary": 5}, r"summary must be an int in \[1, block=4\], got 5"),
     ({"block": 4, "summary": 1.0}, r"summary must be an int in \[1, block=4\], got 1.0"),
+    ({"summary_heads": "per_head"},
+     "summary_heads must be one of 'shared', 'split', got 'per_head'"),
+    ({"summary_heads": None}, "summary_heads must be one of 'shared', 'split', got None"),
+    ({"block": 6, "summary": 4, "summary_heads": "split"},
+     r"summary_heads='split' needs summary to divide block \(the heads take the block's "
+     r"block // summary sub-blocks\), got block=6, summary=4"),
 ])
 def test_bad_block_or_summary_is_refused_naming_the_value(options, message):
     with pytest.raises(ValueError, match="sparse_fixed backend: " + message):
         get_backend("sparse_fixed", **options)
+
+
+@pytest.mark.parametrize("summary_heads", ["shared", "split"])
+def test_captured_weights_of_a_split_lm_keep_each_heads_pattern_and_give_its_output(
+        summary_heads):
+    """capture_attention records the weights a pattern backend computes from its keep-set,
+    per head when the heads differ: zero outside head h's pattern, and weights · V is the
+    head's output."""
+    from graded.analysis import capture_attention
+
+    block, summary = 3, 1
+    cfg = TransformerConfig(vocab_size=11, d_model=12, n_heads=3, n_layers=1, max_len=16,
+                            attn_backend="sparse_fixed",
+                            attn_backend_options={"block": block, "summary": summary,
+                                                  "summary_heads": summary_heads})
+    torch.manual_seed(0)
+    lm = TransformerLM(cfg).double().eval()
+    ids = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad(), capture_attention(lm) as calls:
+        lm(ids)
+    (call,) = calls
+    rule = (admits if summary_heads == "shared" else admits_split)(block, summary)
+    t = ids.shape[1]
+    want = torch.tensor([[[rule(h, i, j) and j <= i for j in range(t)] for i in range(t)]
+                         for h in range(3)])
+    assert torch.equal(call.pattern.expand(3, t, t), want)
+    assert torch.equal(call.weights != 0, want.expand_as(call.weights))
+    torch.testing.assert_close(call.weights @ call.v, call.heads, rtol=1e-10, atol=1e-10)

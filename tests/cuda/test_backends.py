@@ -18,7 +18,8 @@ B, H, T, DH = 2, 2, 16, 16  # batch, heads, length, head width (Triton products 
 TQ = 10  # query length of cross-attention
 LAYOUT = torch.tensor([[1, 0, 1, 0], [1, 1, 0, 0], [0, 1, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
 
-# deterministic settings of every backend for length-16 calls (blocks of 4 positions)
+# deterministic settings of every backend for length-16 calls (blocks of 4 positions), keyed
+# by backend name, or "name-variant" for a further setting of one backend
 OPTIONS = {
     "bigbird": {"block_size": 4, "num_random_blocks": 1, "seed": 0},
     "block_sparse": {"layout": LAYOUT, "block_size": 4},
@@ -32,16 +33,22 @@ OPTIONS = {
     "performer": {"num_features": 12, "seed": 0, "head_dim": DH},
     "sliding_window": {"window": 3},
     "sparse_fixed": {"block": 4, "summary": 1},
+    "sparse_fixed-split": {"block": 4, "summary": 1, "summary_heads": "split"},  # per-head mask
 }
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32],
                                  ids=["float64", "float32"])
 
 
+def backend_name(key: str) -> str:
+    """The registered name of an ``OPTIONS`` key."""
+    return key.split("-")[0]
+
+
 def settings() -> list[tuple[str, str]]:
-    """(backend, setting) for every setting the backend's declared capabilities allow."""
+    """(OPTIONS key, setting) for every setting the backend's declared capabilities allow."""
     out = []
-    for name in available_backends():
-        caps = backend_capabilities(name)
+    for name in sorted(OPTIONS):
+        caps = backend_capabilities(backend_name(name))
         out.append((name, "self-attention"))
         if caps.causal:
             out.append((name, "causal"))
@@ -76,22 +83,22 @@ def call(setting: str):
 
 
 def test_options_cover_every_registered_backend():
-    assert sorted(OPTIONS) == available_backends()
+    assert sorted({backend_name(key) for key in OPTIONS}) == available_backends()
 
 
 @DTYPES
 @pytest.mark.parametrize(("name", "setting"), settings())
 def test_backend_on_the_accelerator_equals_the_cpu(name, setting, dtype, device):
     torch.manual_seed(0)
-    backend = get_backend(name, **OPTIONS[name])
+    backend = get_backend(backend_name(name), **OPTIONS[name])
     compare_on(device, backend, inputs(setting), call(setting), dtype)
 
 
 def mha_settings() -> list[tuple[str, str]]:
     out = []
-    for name in available_backends():
+    for name in sorted(OPTIONS):
         out.append((name, "masks"))
-        if backend_capabilities(name).attn_bias:
+        if backend_capabilities(backend_name(name)).attn_bias:
             out.append((name, "additive bias, weights"))
     return out
 
@@ -103,9 +110,9 @@ def test_multihead_attention_with_each_backend_on_the_accelerator_equals_the_cpu
     """Projections, the backend and the output projection together. "masks": causal and
     padded as far as the backend serves them; "additive bias, weights": a float attn_mask
     (H, T, T) and the per-head attention weights."""
-    caps = backend_capabilities(name)
+    caps = backend_capabilities(backend_name(name))
     torch.manual_seed(0)
-    mha = MultiheadAttention(H * DH, H, batch_first=True, backend=name,
+    mha = MultiheadAttention(H * DH, H, batch_first=True, backend=backend_name(name),
                              backend_options=OPTIONS[name])
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(B, T, H * DH, generator=gen, dtype=torch.float64)

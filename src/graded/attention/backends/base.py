@@ -160,20 +160,32 @@ class PatternDecoding:
     (true of every pattern here). Memory O(horizon) per layer for a windowed pattern."""
 
     horizon: int | None = None
+    per_head_keep: bool = False  # the pattern differs between heads: keep(q, k, head)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:  # pragma: no cover - interface
         """Bool keep-set of absolute query positions ``q_pos`` (n, 1) and keys ``k_pos``
-        (1, m), before causality."""
+        (1, m), before causality. A backend with :attr:`per_head_keep` takes a third
+        argument, broadcastable head indices (H, 1, 1), and returns (H, n, m)."""
         raise NotImplementedError
 
-    def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None
-                     ) -> Tensor:
+    def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None,
+                     heads: int | None = None) -> Tensor:
         """The (T, T) bool keep-set of a self-attention call of length ``t``, causality
         included: the keys each query's softmax runs over (used to show the weights of the
-        attention the pattern computes)."""
+        attention the pattern computes). With :attr:`per_head_keep` the (H, T, T) keep-sets
+        of ``heads`` heads, which it then needs; other backends ignore ``heads``."""
         pos = torch.arange(t, device=device)
-        keep = self.keep(pos[:, None], pos[None, :])
+        keep = self.keep(pos[:, None], pos[None, :], *self._heads(heads, device))
         return keep & (pos[None, :] <= pos[:, None]) if is_causal else keep
+
+    def _heads(self, heads: int | None, device: torch.device | None) -> tuple[Tensor, ...]:
+        """The head argument of :meth:`keep`: none for a pattern shared by the heads."""
+        if not self.per_head_keep:
+            return ()
+        if heads is None:
+            raise ValueError(f"{self.name} backend: each head has its own keep-set; pass the "
+                             "number of heads (pattern_keep(..., heads=H))")
+        return (torch.arange(heads, device=device)[:, None, None],)
 
     def decode(
         self,
@@ -200,8 +212,9 @@ class PatternDecoding:
             length = state.length + t_new
             q_pos = torch.arange(state.length, length, device=q.device)[:, None]
             k_pos = torch.arange(length - keys.shape[2], length, device=q.device)[None, :]
-            allowed = self.keep(q_pos, k_pos) & (k_pos <= q_pos)
-            allowed = allowed[None, None] & ~pads[:, None, None, :]
+            allowed = (self.keep(q_pos, k_pos, *self._heads(q.shape[1], q.device))
+                       & (k_pos <= q_pos))  # ([H,] new, kept)
+            allowed = allowed.reshape(1, -1, *allowed.shape[-2:]) & ~pads[:, None, None, :]
             scale = default_scale(getattr(self, "scale", None), q.shape[-1])
             weights = softmax_rows(torch.matmul(q, keys.transpose(-2, -1)) * scale, allowed)
             if dropout_p > 0.0:

@@ -1,5 +1,6 @@
 """The fixed pattern of the Sparse Transformer: attention inside a block of ``l`` positions plus
-the last ``c`` positions ("summary" positions) of every block.
+the last ``c`` positions ("summary" positions) of every block, or, per head, one of the block's
+sub-blocks of ``c`` positions.
 
 Exact softmax attention restricted to the pattern's keep-set (seed_002 B.4; Child et al. 2019,
 §4.3), computed without forming the T×T matrix: block-local scores beside the scores against
@@ -23,7 +24,22 @@ from graded.attention.backends.base import (
 from graded.attention.backends.blockwise import pad_to_multiple
 from graded.attention.backends.flex import FlexKernel
 
-__all__ = ["SparseFixedBackend", "fixed_pattern_attention"]
+__all__ = ["SUMMARY_HEADS", "SparseFixedBackend", "fixed_pattern_attention", "summary_offsets"]
+
+SUMMARY_HEADS = ("shared", "split")
+
+
+def summary_offsets(block: int, summary: int, heads: int | None = None,
+                    device: torch.device | str | None = None) -> Tensor:
+    """The offsets within a block of each head's summary positions, (H, c) long.
+
+    ``heads=None``: one row, the last ``c = summary`` offsets {l − c, …, l − 1} shared by
+    every head. ``heads=H``: head ``h`` takes sub-block h′ = h mod (l // c) counted back from
+    the block's end, {l − c·(h′+1), …, l − c·h′ − 1} (Child et al. 2019, §4.3: heads on
+    distinct sub-blocks of length c), so head 0 keeps the shared offsets and heads cycle
+    through the l // c sub-blocks."""
+    sub = torch.arange(heads or 1, device=device) % (block // summary)  # h′
+    return block - summary * (sub[:, None] + 1) + torch.arange(summary, device=device)
 
 
 def fixed_pattern_attention(
@@ -34,12 +50,15 @@ def fixed_pattern_attention(
     summary: int,
     scale: float,
     *,
+    split_heads: bool = False,
     key_padding_mask: Tensor | None = None,
     is_causal: bool = False,
     dropout_p: float = 0.0,
 ) -> Tensor:
     """Query ``i`` attends to the keys of its own block (``⌊j/block⌋ = ⌊i/block⌋``) and to the
-    summary keys ``j mod block >= block - summary`` of every block (causal: ``j <= i`` on top).
+    summary keys ``j mod block >= block - summary`` of every block (causal: ``j <= i`` on top);
+    with ``split_heads`` head h's summary keys are ``j mod block`` in its row of
+    :func:`summary_offsets` instead.
 
     With n = ⌈T/block⌉ blocks each query scores ``block`` local keys and the n·summary summary
     keys of the other blocks (its own block's are among the local ones, so none counts twice),
@@ -49,12 +68,18 @@ def fixed_pattern_attention(
     b, h, t, d = q.shape
     dv = v.shape[-1]
     n = -(-t // block)
-    first = block - summary  # offset of the first summary position in a block
+    cols = summary_offsets(block, summary, h if split_heads else None, q.device)  # (H′, c)
+    hs = cols.shape[0]  # H′: H when split, else 1
     qb = pad_to_multiple(q, block).view(b, h, n, block, d)
     kb = pad_to_multiple(k, block).view(b, h, n, block, d)
     vb = pad_to_multiple(v, block).view(b, h, n, block, dv)
-    ks = kb[:, :, :, first:].reshape(b, h, 1, n * summary, d)  # summary keys of every block
-    vs = vb[:, :, :, first:].reshape(b, h, 1, n * summary, dv)
+    index = cols[None, :, None, :, None]  # (1, H′, 1, c, 1): each head's summary offsets
+
+    def gather_summary(x: Tensor) -> Tensor:  # (B, H, n, block, E) -> (B, H, 1, n·c, E)
+        picked = x.gather(3, index.expand(b, h, n, summary, x.shape[-1]))
+        return picked.reshape(b, h, 1, n * summary, x.shape[-1])
+
+    ks, vs = gather_summary(kb), gather_summary(vb)  # summary keys of every block
     local = torch.matmul(qb, kb.transpose(-2, -1)) * scale  # (B, H, n, block, block)
     summ = torch.matmul(qb, ks.transpose(-2, -1)) * scale  # (B, H, n, block, n·summary)
 
@@ -62,18 +87,19 @@ def fixed_pattern_attention(
     starts = torch.arange(n, device=q.device)[:, None] * block
     q_pos = (starts + offsets).view(n, block, 1)
     local_pos = (starts + offsets).view(n, 1, block)
-    summ_pos = (starts + first + offsets[:summary]).view(1, 1, n * summary)
+    summ_pos = (starts[None] + cols[:, None, :]).view(hs, 1, 1, n * summary)
     keep_local = local_pos < t
     keep_summ = (summ_pos < t) & (summ_pos // block != q_pos // block)  # other blocks only
     if is_causal:
         keep_local = keep_local & (local_pos <= q_pos)
         keep_summ = keep_summ & (summ_pos <= q_pos)
-    keep_local, keep_summ = keep_local[None, None], keep_summ[None, None]
+    keep_local, keep_summ = keep_local[None, None], keep_summ[None]  # (·, 1 | H′, n, block, ·)
     if key_padding_mask is not None:
         pad = F.pad(key_padding_mask, (0, n * block - t), value=True).view(b, n, block)
         keep_local = keep_local & ~pad[:, None, :, None, :]
-        keep_summ = keep_summ & ~pad[:, :, first:].reshape(b, 1, 1, 1, n * summary)
-    rows = (keep_local.shape[0], 1, n, block)  # the batch when padded, else 1
+        pad_summ = pad[:, :, cols].transpose(1, 2)  # (B, H′, n, c)
+        keep_summ = keep_summ & ~pad_summ.reshape(b, hs, 1, 1, n * summary)
+    rows = (keep_local.shape[0], hs, n, block)  # the batch when padded, else 1
     keep = torch.cat([keep_local.expand(*rows, block), keep_summ.expand(*rows, n * summary)],
                      dim=-1)
     weights = softmax_rows(torch.cat([local, summ], dim=-1), keep)
@@ -86,7 +112,8 @@ def fixed_pattern_attention(
 
 class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """The fixed attention pattern of the Sparse Transformer: query ``i`` sees the keys of its
-    own block and the last ``summary`` positions of every block.
+    own block and the last ``summary`` positions of every block (or, with
+    ``summary_heads="split"``, its head's sub-block of ``summary`` positions of every block).
 
     Child et al. 2019, §4.3 ("fixed attention"; seed_002 B.4), with ``l = block`` and
     ``c = summary``: A¹_i = {j : ⌊j/l⌋ = ⌊i/l⌋} and A²_i = {j : j mod l ∈ {l−c, …, l−1}}.
@@ -95,36 +122,48 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     positions exactly (positions from 0). The summary positions of a block carry its content to
     every later block.
 
-    This backend computes the union A¹ ∪ A² in every head, the paper's "merged head" (§5.1):
-    the library's backends give every head one pattern (none takes a per-head choice), and A²
-    alone would leave a position before its block's summary positions no key when causal. The
-    paper's other arrangements (A¹ and A² in alternate layers or in separate heads, and heads
-    on distinct summary sub-blocks) are not built in. Causal: the past of the block and the
-    summary positions of earlier blocks (the paper's form); non-causal: the whole block and
-    the summary positions of every block.
+    This backend computes the union A¹ ∪ A² in every head, the paper's "merged head" (§5.1);
+    A² alone would leave a position before its block's summary positions no key when causal.
+    ``summary_heads`` says which summary positions the heads attend to:
+
+    - ``"shared"`` (default): every head the same, the last c of each block, as above;
+    - ``"split"``: the paper's "heads attend to distinct subblocks of length c within the
+      block of size l", which it found preferable to all heads on the same one (§4.3). The
+      block splits into l // c sub-blocks (c must divide l); head h (0-based) takes sub-block
+      h′ = h mod (l // c) counted back from the block's end,
+      A²_{i,h} = {j : j mod l ∈ {l − c·(h′+1), …, l − c·h′ − 1}}, so head 0 keeps the shared
+      summary positions and, with more than l // c heads, heads cycle through the sub-blocks
+      (heads h and h + l // c share one). The paper does not say how heads map to sub-blocks;
+      this order is ours. A¹ is the same in every head.
+
+    The paper's other arrangements (A¹ and A² in alternate layers or in separate heads) are
+    not built in. Causal: the past of the block and the summary positions of earlier blocks
+    (the paper's form); non-causal: the whole block and the summary positions of every block.
 
     Computation (:func:`fixed_pattern_attention`): the block-local scores (T·l of them) and the
-    scores against the ⌈T/l⌉·c gathered summary keys go through one softmax, without the T×T
-    matrix. Time O(B·H·T·(l + T·c/l)·D), memory O(B·H·T·(l + T·c/l)); with l ≈ √T and a
-    constant c that is O(T√T), the paper's cost. FlexAttention (CUDA) skips only the 128×128
-    tiles without a kept pair: with ``block <= 128`` every key tile holds summary positions,
-    so it visits every tile (below the diagonal when causal).
+    scores against the ⌈T/l⌉·c gathered summary keys (per head when split) go through one
+    softmax, without the T×T matrix. Time O(B·H·T·(l + T·c/l)·D), memory O(B·H·T·(l + T·c/l));
+    with l ≈ √T and a constant c that is O(T√T), the paper's cost, split or not. FlexAttention
+    (CUDA) skips only the 128×128 tiles without a kept pair (per head when split): with
+    ``block <= 128`` every key tile holds summary positions, so it visits every tile (below
+    the diagonal when causal).
 
     Incremental decoding keeps every key (a later query can see the summary positions of
-    every earlier block) and attends each new query over its row of the pattern.
+    every earlier block) and attends each new query over its row of the pattern (its head's
+    row when split).
 
     Options: ``block`` (l, default 128), ``summary`` (c, 1 ≤ c ≤ l, default 8: the paper's
-    example of l = 128, c = 8), ``scale``, ``kernel`` (``"auto"``: FlexAttention on CUDA, the
-    computation above elsewhere; ``"flex"``; ``"native"``; see
-    :class:`~graded.attention.backends.flex.FlexKernel`).
+    example of l = 128, c = 8), ``summary_heads`` (``"shared"``, default, or ``"split"``),
+    ``scale``, ``kernel`` (``"auto"``: FlexAttention on CUDA, the computation above elsewhere;
+    ``"flex"``; ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
     """
 
     name = "sparse_fixed"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
     def __init__(
-        self, block: int = 128, summary: int = 8, scale: float | None = None,
-        kernel: str = "auto",
+        self, block: int = 128, summary: int = 8, summary_heads: str = "shared",
+        scale: float | None = None, kernel: str = "auto",
     ) -> None:
         super().__init__()
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
@@ -134,19 +173,44 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
                 f"{self.name} backend: summary must be an int in [1, block={block}], got "
                 f"{summary!r}"
             )
+        if not isinstance(summary_heads, str) or summary_heads not in SUMMARY_HEADS:
+            raise ValueError(
+                f"{self.name} backend: summary_heads must be one of "
+                f"{', '.join(map(repr, SUMMARY_HEADS))}, got {summary_heads!r}"
+            )
+        if summary_heads == "split" and block % summary:
+            raise ValueError(
+                f"{self.name} backend: summary_heads='split' needs summary to divide block (the "
+                f"heads take the block's block // summary sub-blocks), got block={block}, "
+                f"summary={summary}"
+            )
         self.block = block
         self.summary = summary
+        self.summary_heads = summary_heads
+        self.per_head_keep = summary_heads == "split"
         self.scale = check_scale(self.name, scale)
         self.init_kernel(kernel)
 
-    def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        same_block = q_pos // self.block == k_pos // self.block
-        return same_block | (k_pos.remainder(self.block) >= self.block - self.summary)
+    def keep(self, q_pos: Tensor, k_pos: Tensor, head: Tensor | None = None) -> Tensor:
+        """Bool keep-set of broadcastable query and key positions, before causality; ``head``
+        (broadcastable head indices) picks each head's summary sub-block when split, where it
+        is needed, and is ignored when shared."""
+        if self.per_head_keep and head is None:
+            raise ValueError(
+                f"{self.name} backend: with summary_heads='split' each head has its own "
+                "keep-set; pass the head index (pattern_keep(..., heads=H))"
+            )
+        sub = head.remainder(self.block // self.summary) if self.per_head_keep else 0  # h′
+        first = self.block - self.summary * (sub + 1)
+        offset = k_pos.remainder(self.block)
+        in_summary = (offset >= first) & (offset < first + self.summary)
+        return (q_pos // self.block == k_pos // self.block) | in_summary
 
     def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
                        key_padding_mask: Tensor | None, is_causal: bool,
                        dropout_p: float) -> Tensor:
         return fixed_pattern_attention(
             q, k, v, self.block, self.summary, default_scale(self.scale, q.shape[-1]),
-            key_padding_mask=key_padding_mask, is_causal=is_causal, dropout_p=dropout_p,
+            split_heads=self.per_head_keep, key_padding_mask=key_padding_mask,
+            is_causal=is_causal, dropout_p=dropout_p,
         )

@@ -8,7 +8,9 @@ empty. A pattern backend already states its keep-set as an element-wise rule on 
 positions (:meth:`FlexKernel.keep_rule`, by default its decoding rule ``keep``); here that rule
 becomes
 
-- the ``mask_mod``: ``keep(q_idx, kv_idx)``, and ``kv_idx <= q_idx`` when causal;
+- the ``mask_mod``: ``keep(q_idx, kv_idx)``, and ``kv_idx <= q_idx`` when causal (a pattern
+  that differs between heads, :attr:`FlexKernel.per_head_keep`, is ``keep(q_idx, kv_idx, h)``
+  with tile lists per head);
 - the ``BlockMask``: which 128×128 tiles hold some kept pair (partial tiles, where the kernel
   evaluates ``mask_mod``) and which hold only kept pairs (full tiles). It is computed tile row
   by tile row, in O(128·T) memory, not through ``create_block_mask``'s dense (T, T) mask, and
@@ -72,47 +74,53 @@ def layout_keep_rule(layout: Tensor, block_size: int) -> KeepRule:
 
 def pattern_block_mask(
     keep: KeepRule, t: int, causal: bool, device: torch.device | str,
-    block_size: int = FLEX_BLOCK,
+    block_size: int = FLEX_BLOCK, heads: int | None = None,
 ) -> BlockMask:
     """The FlexAttention BlockMask of self-attention of length ``t`` restricted to ``keep``
     (and to ``j <= i`` when ``causal``).
 
     ``keep(q_pos, k_pos)`` takes broadcastable integer positions and must be element-wise
     (it becomes the ``mask_mod`` too). Equal to ``create_block_mask`` on the same mask_mod:
-    tiles past ``t`` count as masked, so an edge tile is never full."""
+    tiles past ``t`` count as masked, so an edge tile is never full. With ``heads`` the
+    pattern differs between heads: ``keep(q_pos, k_pos, head)`` also takes broadcastable head
+    indices, and the tile lists are per head, (1, heads, ·)."""
     n = -(-t // block_size)
     span = n * block_size
     k_pos = torch.arange(span, device=device)[None, :]
-    step = max(1, _TILE_ELEMENTS // (block_size * span))  # query tiles per step
+    head = () if heads is None else (torch.arange(heads, device=device)[:, None, None],)
+    step = max(1, _TILE_ELEMENTS // ((heads or 1) * block_size * span))  # query tiles per step
     partial, full = [], []
     for r0 in range(0, n, step):
         q_pos = torch.arange(r0 * block_size, min(r0 + step, n) * block_size,
                              device=device)[:, None]
-        kept = keep(q_pos.clamp(max=t - 1), k_pos.clamp(max=t - 1)) & (q_pos < t) & (k_pos < t)
+        kept = (keep(q_pos.clamp(max=t - 1), k_pos.clamp(max=t - 1), *head)
+                & (q_pos < t) & (k_pos < t))
         if causal:
             kept = kept & (k_pos <= q_pos)
-        tiles = kept.view(-1, block_size, n, block_size)  # (query tiles, rows, key tiles, cols)
-        some = tiles.any(dim=3).any(dim=1)
-        every = tiles.all(dim=3).all(dim=1)
+        # ([heads,] query tiles, rows, key tiles, cols)
+        tiles = kept.view(*kept.shape[:-2], -1, block_size, n, block_size)
+        some = tiles.any(dim=-1).any(dim=-2)
+        every = tiles.all(dim=-1).all(dim=-2)
         partial.append(some & ~every)
         full.append(every)
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        kept = keep(q_idx, kv_idx)
+        kept = keep(q_idx, kv_idx) if heads is None else keep(q_idx, kv_idx, h)
         return kept & (kv_idx <= q_idx) if causal else kept
 
     return BlockMask.from_kv_blocks(
-        *_ordered(torch.cat(partial)), *_ordered(torch.cat(full)), BLOCK_SIZE=block_size,
-        mask_mod=mask_mod, seq_lengths=(t, t),
+        *_ordered(torch.cat(partial, dim=-2)), *_ordered(torch.cat(full, dim=-2)),
+        BLOCK_SIZE=block_size, mask_mod=mask_mod, seq_lengths=(t, t),
     )
 
 
 def _ordered(tiles: Tensor) -> tuple[Tensor, Tensor]:
-    """(nQ, nK) bool tiles -> BlockMask's (1, 1, nQ) counts and (1, 1, nQ, nK) key-tile indices,
-    the listed tiles first in ascending order."""
+    """([H,] nQ, nK) bool tiles -> BlockMask's (1, H or 1, nQ) counts and (1, H or 1, nQ, nK)
+    key-tile indices, the listed tiles first in ascending order."""
     counts = tiles.sum(dim=-1, dtype=torch.int32)
     order = torch.argsort(tiles.to(torch.int8), dim=-1, descending=True, stable=True)
-    return counts[None, None], order.to(torch.int32)[None, None]
+    return (counts.view(1, -1, counts.shape[-1]),
+            order.to(torch.int32).view(1, -1, *order.shape[-2:]))
 
 
 def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, scale: float,
@@ -174,16 +182,18 @@ class FlexKernel:
     kernel: str = "auto"
     scale: float | None
     keep: KeepRule
+    per_head_keep: bool = False  # keep_rule's rule also takes the head: keep(q, k, head)
 
     def init_kernel(self, kernel: object) -> None:
         """Check and set the ``kernel`` option; start an empty BlockMask cache."""
         self.kernel = check_kernel(self.name, kernel, PATTERN_KERNELS)
-        self._block_masks: dict[tuple[int, bool, torch.device], BlockMask] = {}
+        self._block_masks: dict[tuple[int, bool, torch.device, int | None], BlockMask] = {}
 
     def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
         """The keep-set of a length-``t`` forward pass, before causality, as an element-wise
         rule on broadcastable positions that FlexAttention can also call on scalar positions
-        (tensor operations only, no ``.item()``). Default: :meth:`keep`."""
+        (tensor operations only, no ``.item()``); with :attr:`per_head_keep` it takes the head
+        index as a third argument. Default: :meth:`keep`."""
         return self.keep
 
     def forward(
@@ -228,20 +238,23 @@ class FlexKernel:
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         return not (q.device.type == "cpu" and needs_grad)
 
-    def block_mask(self, t: int, causal: bool, device: torch.device | str) -> BlockMask:
-        """The pattern's BlockMask for length ``t`` (cached per length, causal and device)."""
-        key = (t, causal, torch.device(device))
+    def block_mask(self, t: int, causal: bool, device: torch.device | str,
+                   heads: int | None = None) -> BlockMask:
+        """The pattern's BlockMask for length ``t`` (cached per length, causal, device and,
+        with :attr:`per_head_keep`, the number of ``heads``, which it then needs)."""
+        key = (t, causal, torch.device(device), heads if self.per_head_keep else None)
         mask = self._block_masks.get(key)
         if mask is None:
             if len(self._block_masks) >= _CACHED_MASKS:
                 self._block_masks.pop(next(iter(self._block_masks)))
-            mask = pattern_block_mask(self.keep_rule(t, causal, key[2]), t, causal, key[2])
+            mask = pattern_block_mask(self.keep_rule(t, causal, key[2]), t, causal, key[2],
+                                      heads=key[3])
             self._block_masks[key] = mask
         return mask
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
                      key_padding_mask: Tensor | None, is_causal: bool) -> Tensor:
         """The backend's attention through FlexAttention (inputs already checked)."""
-        mask = self.block_mask(q.shape[2], is_causal, q.device)
+        mask = self.block_mask(q.shape[2], is_causal, q.device, q.shape[1])
         return flex_pattern_attention(q, k, v, mask, default_scale(self.scale, q.shape[-1]),
                                       key_padding_mask)

@@ -234,10 +234,11 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self._key_block_cache[(n_blocks, causal)] = blocks
         return blocks
 
-    def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None
-                     ) -> Tensor:
+    def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None,
+                     heads: int | None = None) -> Tensor:
         """The (T, T) keep-set of a call of length ``t`` (its random blocks are drawn for the
-        non-causal and the causal pattern apart), causality included."""
+        non-causal and the causal pattern apart), causality included; the heads share it
+        (``heads`` is ignored)."""
         blocks = torch.arange(t) // self.block_size
         layout = self.block_layout(-(-t // self.block_size), is_causal)
         keep = layout[blocks[:, None], blocks[None, :]]

@@ -294,6 +294,28 @@ def test_marian_generation_options_give_hugging_faces_tokens(num_beams, early_st
     assert not torch.equal(before, theirs)
 
 
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_marian_multi_token_bad_words_give_hugging_faces_tokens(num_beams):
+    """Entries of several tokens with the checkpoint's options: one starting with the decoder
+    start token (its history's first token, so it bans a first target token) and two of
+    tokens the unconstrained search generates; ``MarianMTModel.generate`` with the same
+    ``bad_words_ids`` gives our tokens, and every row differs from the unconstrained one."""
+    hf = _marian_that_likes_padding()
+    model = from_marian(hf)
+    src, mask, _ = _batch()
+    options = {**model.generation_options, "num_beams": num_beams}
+    free = model.generate(src, 8, src_key_padding_mask=mask == 0, **options)
+    words = [[PAD], [PAD, int(free[0, 1])], [int(free[1, 1]), int(free[1, 2])],
+             [int(free[2, 1]), int(free[2, 2]), int(free[2, 3])]]
+    theirs = hf.generate(src, attention_mask=mask, max_new_tokens=8, num_beams=num_beams,
+                         bad_words_ids=words)
+    assert (theirs != free).any(dim=1).all()
+    for use_cache in (True, False):
+        ours = model.generate(src, 8, src_key_padding_mask=mask == 0, use_cache=use_cache,
+                              **{**options, "bad_words_ids": words})
+        assert torch.equal(ours, theirs), use_cache
+
+
 def test_marian_generation_options_refuse_what_generate_cannot_do():
     from graded.interop.marian import marian_generation_options
 
@@ -304,8 +326,11 @@ def test_marian_generation_options_refuse_what_generate_cannot_do():
         marian_generation_options(transformers.GenerationConfig(eos_token_id=EOS))
     model = from_marian(_marian())
     src, _, _ = _batch()
-    with pytest.raises(ValueError, match=r"bad_words_ids entry \[3, 4\]: only single-token"):
-        model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[3, 4]])
+    with pytest.raises(ValueError, match=r"bad_words_ids entry \[\]: empty; expected one or"):
+        model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[3, 4], []])
+    with pytest.raises(ValueError, match=r"bad_words_ids entry \[3, 23\]: expected a token id "
+                       r"in \[0, 23\), got 23"):
+        model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[3, V]])
     with pytest.raises(ValueError, match=r"bad_words_ids entry \[23\]: expected a token id in "
                        r"\[0, 23\)"):
         model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[V]])

@@ -24,7 +24,13 @@ from graded.checks import checked_inputs
 from graded.positional import TABLE_POSITIONAL
 from graded.transformer.cache import KVCache
 from graded.transformer.decoding_grades import GradeLast, TokenGrader, token_grading
-from graded.transformer.logits import constrain, filter_logits, select_next, token_constraints
+from graded.transformer.logits import (
+    BadWords,
+    constrain,
+    filter_logits,
+    select_next,
+    token_constraints,
+)
 
 __all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq",
            "select_next", "token_constraints"]
@@ -79,10 +85,12 @@ def decode(
     first run inside :func:`graded.checks.checked_inputs`: their ids are the model's own
     choices (< ``vocab_size``) or the fill id of finished rows, checked here once.
 
-    ``bad_words_ids`` (single-token entries) and ``forced_eos_token_id`` act as Hugging Face's
-    logits processors of those names (:func:`constrain`): on the logits before sampling's
-    temperature and filters, on the log-probabilities in beam search; the EOS is forced at the
-    last of the ``max_new_tokens`` steps (Hugging Face's ``max_length - 1``)."""
+    ``bad_words_ids`` and ``forced_eos_token_id`` act as Hugging Face's logits processors of
+    those names (:func:`constrain`): on the logits before sampling's temperature and filters,
+    on the log-probabilities in beam search; an entry of several tokens is matched against each
+    row's (each beam's) ids so far, ``input_ids`` and its padding included, as Hugging Face
+    matches its ``input_ids``; the EOS is forced at the last of the ``max_new_tokens`` steps
+    (Hugging Face's ``max_length - 1``)."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if early_stopping not in EARLY_STOPPING:
@@ -114,7 +122,8 @@ def decode(
     for i in range(max_new_tokens):
         scores = logits[:, -1]
         if constrained:
-            scores = constrain(scores, banned, forced if i == max_new_tokens - 1 else None)
+            scores = constrain(scores, banned, forced if i == max_new_tokens - 1 else None,
+                               ids)
         tok = select_next(scores, do_sample=do_sample, temperature=temperature,
                           top_k=top_k, top_p=top_p, generator=generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)
@@ -167,7 +176,7 @@ def _row_done(finished: list[tuple[float, Tensor]], best_running: float, k: int,
 def _beam_search(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
     n_layers: int, num_beams: int, eos_token_id: int | None, pad: int, use_cache: bool,
-    length_penalty: float, early_stopping: bool | str = True, banned: Tensor | None = None,
+    length_penalty: float, early_stopping: bool | str = True, banned: BadWords | None = None,
     forced: int | None = None, token_grades: Tensor | None = None,
     grade_last: GradeLast | None = None,
 ) -> Tensor:
@@ -181,7 +190,8 @@ def _beam_search(
     there, as at Hugging Face's maximum length), so the best hypothesis returned is the best
     of all that the search finished. With one beam this is greedy decoding. ``banned`` and
     ``forced`` (:func:`token_constraints`) act on the log-probabilities, after the softmax, as
-    Hugging Face's logits processors do in its beam search."""
+    Hugging Face's logits processors do in its beam search, each beam's banned continuations
+    read from that beam's ids."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -199,7 +209,7 @@ def _beam_search(
     for t in range(max_new_tokens):
         logp = torch.log_softmax(logits[:, -1].to(score_dtype), dim=-1)  # (B*K, V)
         if banned is not None or forced is not None:
-            logp = constrain(logp, banned, forced if t == max_new_tokens - 1 else None)
+            logp = constrain(logp, banned, forced if t == max_new_tokens - 1 else None, ids)
         vocab = logp.shape[-1]
         cand = (beam_scores.view(-1, 1) + logp).view(batch, k * vocab)
         top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)
@@ -375,12 +385,13 @@ def generate(
     search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None
     caches where every backend can (:func:`resolve_use_cache`), True requires it, False
     recomputes the prefix each step; the tokens are the same. ``bad_words_ids`` (e.g.
-    ``[[pad_id]]``: never generate the pad token) and ``forced_eos_token_id`` (the last new
-    token of an unfinished row is this EOS) are Hugging Face's options of those names
-    (:func:`decode`). A model that grades tokens (``TransformerConfig.token_grading``, 000 §6.2)
-    needs ``token_grades`` (B, T) of the prompt and ``token_grader``, the grades of a row's
-    token ids as the task grades them (e.g. ``lambda ids: task.grade_tokens(task.vocab.
-    decode(ids))``): each new token's grade is the last of its row's (:func:`grader_of`)."""
+    ``[[pad_id]]``: never generate the pad token; ``[[a, b]]``: never ``b`` right after ``a``)
+    and ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS) are
+    Hugging Face's options of those names (:func:`decode`). A model that grades tokens
+    (``TransformerConfig.token_grading``, 000 §6.2) needs ``token_grades`` (B, T) of the prompt
+    and ``token_grader``, the grades of a row's token ids as the task grades them (e.g.
+    ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``): each new token's grade is the
+    last of its row's (:func:`grader_of`)."""
     check_prompt(input_ids, max_new_tokens, None)
     kpm = _defaults(key_padding_mask, input_ids)
     check_prompt(input_ids, max_new_tokens, position_limit(model.config), key_padding_mask=kpm)

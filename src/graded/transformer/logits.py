@@ -7,11 +7,12 @@ Hugging Face's ``bad_words_ids`` and ``forced_eos_token_id`` (:func:`token_const
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["constrain", "filter_logits", "select_next", "token_constraints"]
+__all__ = ["BadWords", "constrain", "filter_logits", "select_next", "token_constraints"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -55,34 +56,67 @@ def select_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+@dataclass(frozen=True, eq=False)
+class BadWords:
+    """Hugging Face's ``bad_words_ids``, ready to apply (:func:`token_constraints`):
+    ``always`` (a long tensor, None for none), the ids of single-token entries, banned at every
+    step; ``sequences``, one (prefixes (G, n), last tokens (G,)) pair per prefix length n >= 1,
+    the entries of n + 1 tokens, whose last token is banned where a row's history ends with its
+    prefix. Hugging Face's ``SequenceBiasLogitsProcessor`` (of which
+    ``NoBadWordsLogitsProcessor`` is the -inf case) groups them the same way."""
+
+    always: Tensor | None
+    sequences: tuple[tuple[Tensor, Tensor], ...] = ()
+
+
 def token_constraints(
     bad_words_ids: Sequence[Sequence[int]] | None, forced_eos_token_id: int | None,
     eos_token_id: int | None, vocab_size: int, device: torch.device,
-) -> tuple[Tensor | None, int | None]:
-    """The banned token ids (a long tensor, None for none) and the forced EOS id of Hugging
-    Face's ``bad_words_ids`` and ``forced_eos_token_id``, checked. As its
-    ``NoBadWordsLogitsProcessor`` does, an entry ``[eos_token_id]`` is dropped (EOS is never
-    banned); entries of several tokens (a banned continuation) are refused here."""
-    banned = None
+) -> tuple[BadWords | None, int | None]:
+    """The banned words (None for none) and the forced EOS id of Hugging Face's
+    ``bad_words_ids`` and ``forced_eos_token_id``, checked: each entry a non-empty list of
+    token ids in [0, ``vocab_size``). As its ``NoBadWordsLogitsProcessor`` does, an entry
+    ``[eos_token_id]`` is dropped (EOS is never banned on its own; a longer entry ending in it
+    stays) and repeated entries count once. An entry ``[t1, ..., tn]`` bans ``tn`` at a step
+    whose history (the prompt, its padding included, and the tokens generated so far) ends with
+    ``t1, ..., t(n-1)``; a single-token entry bans its token at every step (:func:`constrain`)."""
+    bad = None
     if bad_words_ids is not None:
         if isinstance(bad_words_ids, (str, bytes)) or not all(
                 isinstance(w, (list, tuple)) for w in bad_words_ids):
             raise ValueError(f"bad_words_ids must be a list of token-id lists, e.g. [[pad_id]], "
                              f"got {bad_words_ids!r}")
+        words = {}  # entry -> None: distinct entries, in their first order
         for word in bad_words_ids:
-            if len(word) != 1:
-                raise ValueError(f"bad_words_ids entry {list(word)!r}: only single-token entries "
-                                 "are supported (each bans one token id at every step); "
-                                 "expected [token_id]")
-            if not _is_token(word[0], vocab_size):
-                raise ValueError(f"bad_words_ids entry {list(word)!r}: expected a token id in "
-                                 f"[0, {vocab_size})")
-        ids = sorted({int(w[0]) for w in bad_words_ids} - {eos_token_id})
-        banned = torch.tensor(ids, dtype=torch.long, device=device) if ids else None
+            if not word:
+                raise ValueError(f"bad_words_ids entry {list(word)!r}: empty; expected one or "
+                                 "more token ids")
+            for token in word:
+                if not _is_token(token, vocab_size):
+                    raise ValueError(f"bad_words_ids entry {list(word)!r}: expected a token id "
+                                     f"in [0, {vocab_size}), got {token!r}")
+            words[tuple(int(t) for t in word)] = None
+        words.pop((eos_token_id,), None)
+        bad = _bad_words(list(words), device) if words else None
     if forced_eos_token_id is not None and not _is_token(forced_eos_token_id, vocab_size):
         raise ValueError(f"forced_eos_token_id must be a token id in [0, {vocab_size}), got "
                          f"{forced_eos_token_id!r}")
-    return banned, forced_eos_token_id
+    return bad, forced_eos_token_id
+
+
+def _bad_words(words: list[tuple[int, ...]], device: torch.device) -> BadWords:
+    """Distinct, checked entries grouped as :class:`BadWords` holds them."""
+    single = sorted({w[0] for w in words if len(w) == 1})
+    by_prefix: dict[int, list[tuple[int, ...]]] = {}
+    for word in words:
+        if len(word) > 1:
+            by_prefix.setdefault(len(word) - 1, []).append(word)
+    sequences = tuple(
+        (torch.tensor([w[:-1] for w in group], dtype=torch.long, device=device),
+         torch.tensor([w[-1] for w in group], dtype=torch.long, device=device))
+        for _, group in sorted(by_prefix.items()))
+    always = torch.tensor(single, dtype=torch.long, device=device) if single else None
+    return BadWords(always, sequences)
 
 
 def _is_token(value: object, vocab_size: int) -> bool:
@@ -90,15 +124,32 @@ def _is_token(value: object, vocab_size: int) -> bool:
             and 0 <= value < vocab_size)
 
 
-def constrain(scores: Tensor, banned: Tensor | None, forced: int | None) -> Tensor:
+def constrain(scores: Tensor, bad: BadWords | None, forced: int | None,
+              history: Tensor | None = None) -> Tensor:
     """Scores (B, V) of one step under :func:`token_constraints`: the banned ids at -inf
-    (Hugging Face's ``NoBadWordsLogitsProcessor`` for single tokens), or, at the last step
-    (``forced`` given), -inf everywhere but 0 at the forced EOS id
-    (``ForcedEOSTokenLogitsProcessor``, which runs after it and so overrides it)."""
+    (Hugging Face's ``NoBadWordsLogitsProcessor``), or, at the last step (``forced`` given),
+    -inf everywhere but 0 at the forced EOS id (``ForcedEOSTokenLogitsProcessor``, which runs
+    after it and so overrides it). ``history`` (B, L) holds each row's tokens so far, the
+    prompt with its padding first, as Hugging Face's ``input_ids``: an entry of n + 1 tokens
+    bans its last where the last n tokens of a row equal its first n (never when L < n)."""
     if forced is not None:
         out = torch.full_like(scores, float("-inf"))
         out[:, forced] = 0.0
         return out
-    if banned is not None:
-        scores = scores.index_fill(-1, banned, float("-inf"))
+    if bad is None:
+        return scores
+    if bad.always is not None:
+        scores = scores.index_fill(-1, bad.always, float("-inf"))
+    if bad.sequences:
+        if history is None:
+            raise ValueError("bad_words_ids with entries of several tokens need the history "
+                             "of each row (history=)")
+        hits = torch.zeros(scores.shape, dtype=torch.long, device=scores.device)
+        for prefixes, last in bad.sequences:
+            n = prefixes.shape[1]
+            if n > history.shape[1]:  # the prefix is longer than the history: no match
+                continue
+            match = (history[:, None, -n:] == prefixes).all(dim=-1)  # (B, G)
+            hits.index_add_(1, last, match.long())  # an id may end several entries
+        scores = scores.masked_fill(hits > 0, float("-inf"))
     return scores

@@ -5,7 +5,10 @@ picklable arguments, so a process pool or a ``dask.distributed`` cluster can run
 
 Cascade evaluation: the problem's ``prechecks`` run first in their own sandboxed child; a failure
 there stops the evaluation before the (costlier) ``inputs`` run. ``held_out`` inputs are scored
-only when asked (``held_out=True``), for reports; they never enter selection.
+only when asked (``held_out=True``), for reports; they never enter selection. A block that
+repeats the skeleton around its code (a language model's whole-program reply) is first trimmed
+to that code (:func:`graded.search.program.echo.trim_echo`); the evaluation holds the
+trimmed program.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graded.search.program.echo import trim_echo
 from graded.search.program.problem import InvalidArtefact, Problem
 from graded.search.program.program import (
     Program,
@@ -24,6 +28,7 @@ from graded.search.program.program import (
     fixed_redefinitions,
     parse_skeleton,
 )
+from graded.search.program.proposers import ProposalError
 from graded.search.program.sandbox import Limits, Sandbox
 
 __all__ = ["Evaluation", "evaluate", "scalar_score"]
@@ -126,6 +131,10 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
         return Evaluation(program, None, None, failure=kind, reason=reason,
                           elapsed_s=time.perf_counter() - start)
 
+    try:  # a reply that repeats the skeleton, trimmed to its block (or refused as below)
+        program = trim_echo(skeleton, program)
+    except ProposalError as e:
+        return failed("redefinition", str(e))
     try:
         source = skeleton.assemble(program)
     except ValueError as e:

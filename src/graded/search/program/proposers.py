@@ -4,8 +4,9 @@ an ensemble that samples proposers by weight.
 :class:`OpenAIProposer` sends the database's prompt to ``{base_url}/chat/completions`` (any
 OpenAI-compatible server: a hosted API, vLLM, llama.cpp, Ollama) and reads the reply as either
 
-- a whole function (FunSearch): the first fenced code block, or the reply from its first
-  ``def``; the function named ``<name>_v<k>`` is renamed back to ``<name>``; or
+- a whole function (FunSearch): the first fenced code block, or the whole reply when it is
+  code, or the reply from its first ``def``; the function named ``<name>_v<k>`` is renamed
+  back to ``<name>``; or
 - SEARCH/REPLACE diffs (AlphaEvolve)::
 
       <<<<<<< SEARCH
@@ -23,6 +24,9 @@ and 5xx, and count against a request budget. A reply whose message has no text (
 null, as a refusal or a reply cut at its token limit gives) is rejected like one with no code.
 When the endpoint gives no usable reply, :class:`ProposerError` says why. The API key is read
 from an environment variable named by the caller (never stored in the run folder).
+
+A whole-function reply that repeats the whole skeleton with the function filled in is trimmed
+to its block by the evaluation (:func:`graded.search.program.echo.trim_echo`).
 """
 
 from __future__ import annotations
@@ -38,7 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graded.search.program.program import Program, block_functions, check_program, rename_function
+from graded.search.program.program import (
+    Program,
+    block_functions,
+    check_program,
+    rename_function,
+)
 
 __all__ = ["EnsembleProposer", "OpenAIProposer", "ProposalError", "ProposerError", "apply_diffs",
            "parse_diffs", "parse_function"]
@@ -83,9 +92,16 @@ def apply_diffs(program: Program, pairs: list[tuple[str, str]]) -> Program:
 
 
 def parse_function(text: str, name: str) -> str:
-    """The function of a whole-function reply, renamed to ``name``."""
+    """The function of a whole-function reply, renamed to ``name``: the first fenced code
+    block, else the whole reply when it is code (it parses and defines a function), else the
+    reply from its first ``def``."""
     fenced = _FENCE.findall(text)
-    code = fenced[0] if fenced else text[text.find("def "):] if "def " in text else ""
+    if fenced:
+        code = fenced[0]
+    elif "def " in text:
+        code = text if check_program(text) is None else text[text.find("def "):]
+    else:
+        code = ""
     if not code.strip():
         raise ProposalError("the reply contains no function")
     reason = check_program(code)

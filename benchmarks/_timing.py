@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graded.grading import FoldedLinears
+from graded.folding import FoldedLinears
 
 #: ``--dtype`` names (with train.precision's short names as aliases) and their dtypes.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,

@@ -33,7 +33,7 @@ call's over K.
 ``--compare-folds`` adds, for each graded arm, a twin ("…, previous folds") that folds its
 grading into the weights as the code before 28a0b8f did (all layers at the first ask, float32
 products with autograd's backward, cast by ``F.linear`` under autocast:
-``graded.grading.FoldedLinears.previous_form``), timed in the same rounds.
+``graded.folding.FoldedLinears.previous_form``), timed in the same rounds.
 """
 
 from __future__ import annotations

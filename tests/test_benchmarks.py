@@ -109,7 +109,7 @@ def test_lm_training_step_times_the_previous_folds_beside_in_one_run(tmp_path):
     (``_timing.previous_folds``: FoldedLinears.previous_form on for the twin's calls only,
     back off after, also after an exception)."""
     timing = _load("_timing")
-    from graded.grading import FoldedLinears
+    from graded.folding import FoldedLinears
 
     seen = []
     timing.previous_folds(lambda: seen.append(FoldedLinears.previous_form))()

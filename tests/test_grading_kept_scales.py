@@ -158,7 +158,7 @@ def test_a_buffer_switched_to_take_gradients_gets_scales_with_a_graph():
 
 def test_folded_parts_follow_the_fold_switch():
     from graded.attention import GradedMultiheadAttention
-    from graded.grading import activation_grading
+    from graded.folding import activation_grading
 
     attn = GradedMultiheadAttention(8, 2, grading="linear", grades=[0.0, 1.0, 2.0, 3.0],
                                     variant="queries_keys", batch_first=True)
@@ -292,7 +292,7 @@ def test_kept_packed_rows_are_returned_again_and_follow_every_change():
     the grades, the grading module, the fold switch, the autocast dtype or the weights'
     dtype change: each time equal to rows built from scratch."""
     from graded.attention.graded import make_grading
-    from graded.grading import activation_grading
+    from graded.folding import activation_grading
 
     attn = _attention("exponential", (0.0, 1.0, 20.0, 3.0))
 

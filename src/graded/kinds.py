@@ -31,6 +31,11 @@ its own ``training_loss`` (the LM loss plus its router terms, 004 §4.3) and eva
 
 Adding a kind is adding one subclass of :class:`TaskKind` here with a new ``name`` (or a new
 ``architecture`` for an existing name); it registers itself (docs/training.md, "How to extend").
+
+A kind's baselines are scored by :mod:`graded.baseline_scores`
+(:func:`~graded.baseline_scores.run_baselines`, :func:`~graded.baseline_scores.baseline_report`,
+both importable from here too); the grades a model that grades tokens needs to answer a prompt
+come from :mod:`graded.prompt_grading`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from torch import Tensor, nn
 from graded.checks import check_finite_nonnegative, check_id_range
 from graded.evaluation import baselines as B
 from graded.evaluation.metrics import compute_metric
+from graded.prompt_grading import prompt_grading
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
 from graded.train.losses import sequence_cross_entropy
 
@@ -586,34 +592,6 @@ def _tokens(x: Tensor, mask: Tensor | None) -> int:
     return int(x.shape[0] * (x.shape[1] if x.dim() > 1 else 1))
 
 
-def prompt_grading(model: nn.Module, task: Any, ids: Tensor, *, continues: bool
-                   ) -> dict[str, Any]:
-    """What a model that grades tokens (``TransformerConfig.token_grading``) needs besides the
-    prompt ``ids`` (B, T): ``token_grades``, the task's grades of the prompt
-    (``Task.grade_tokens``, as its datasets grade the same sequence), and, when the model
-    ``continues`` a sequence (an LM's new tokens, a seq2seq decoder's), ``token_grader``: the
-    task's grades of a sequence of ids, whose last grades each generated token. {} for a model
-    that does not grade tokens. ValueError naming the task when it cannot grade a
-    continuation (``Task.causal_grades`` False: a token's grade depends on later tokens)."""
-    if not getattr(getattr(model, "config", None), "token_grading", False):
-        return {}
-    vocab = task.vocab
-
-    def grade(row: Tensor | list[int]) -> list[int]:
-        return task.grade_tokens(vocab.decode(row, skip_pad=False))
-
-    grades = torch.tensor([grade(row) for row in ids.tolist()], dtype=torch.float32,
-                          device=ids.device)
-    if not continues:
-        return {"token_grades": grades}
-    if not getattr(task, "causal_grades", False):
-        raise ValueError(f"task {task.name!r} cannot grade a continuation: the grade of a "
-                         "token depends on tokens after it, so a generated token has no grade "
-                         "when the next one is chosen, and this model grades tokens "
-                         "(TransformerConfig.token_grading=True)")
-    return {"token_grades": grades, "token_grader": grade}
-
-
 def _check_one_prompt(ids: Tensor) -> None:
     if ids.dim() < 2 or ids.shape[0] != 1:
         raise ValueError(f"generate takes one prompt of shape (1, T), got {tuple(ids.shape)}")
@@ -646,30 +624,12 @@ def as_kind(kind: str | TaskKind, model: nn.Module | None = None) -> TaskKind:
     return get_kind(kind, "morphic" if isinstance(inner, MorphicModel) else "transformer")
 
 
-def run_baselines(train: TaskDataset, test: TaskDataset, *, metric: str | None = None,
-                  k: int = 5) -> dict[str, float]:
-    """Score every baseline of the datasets' kind on ``test`` after fitting on ``train``.
+def __getattr__(name: str) -> Any:
+    """``run_baselines`` and ``baseline_report``, importable from here as before they moved to
+    :mod:`graded.baseline_scores` (documented so in docs/tasks.md); imported on first use, as
+    that module imports this one."""
+    if name in ("run_baselines", "baseline_report"):
+        from graded import baseline_scores
 
-    ``metric`` defaults to the task's headline metric (``train.info["metric"]``).
-    """
-    if train.kind != test.kind:
-        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
-    metric = metric or train.info.get("metric")
-    if metric is None:
-        raise ValueError("no metric given and the dataset does not name one")
-    preds = get_kind(train.kind).baselines(train, test, k=k)
-    return {name: compute_metric(metric, p, test) for name, p in preds.items()}
-
-
-def baseline_report(train: TaskDataset, test: TaskDataset, *, k: int = 5
-                    ) -> dict[str, dict[str, float]]:
-    """Every baseline of the datasets' kind, fitted on ``train``, scored on ``test`` by every
-    metric the kind's evaluation reports there (:meth:`TaskKind.metrics_for`; not the loss,
-    which baselines that predict labels have not): ``{baseline: {metric: value}}``, to read
-    beside a model's evaluation metric by metric."""
-    if train.kind != test.kind:
-        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
-    kind = get_kind(train.kind)
-    preds = kind.baselines(train, test, k=k)
-    return {name: {m: compute_metric(m, p, test) for m in kind.metrics_for(test)}
-            for name, p in preds.items()}
+        return getattr(baseline_scores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

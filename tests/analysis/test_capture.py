@@ -6,7 +6,7 @@ import torch
 
 from graded.analysis import capture_attention
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import activation_grading
+from graded.folding import activation_grading
 
 
 def test_capture_restores_attend_and_nests(egt_lm, tokens):

@@ -94,10 +94,10 @@ def test_large_exponential_grades_keep_logits_and_gradients_finite_under_autocas
 def test_folds_in_the_autocast_dtype_equal_the_cast_of_the_float32_fold(
         device, precision, learnable, monkeypatch):
     """Under autocast on the accelerator the folds are made in its dtype in one kernel
-    (``graded.grading.fold_rows``): the logits equal those of the float32 folds that
+    (``graded.folding.fold_rows``): the logits equal those of the float32 folds that
     ``F.linear`` casts (``FoldedLinears.previous_form = True``) bit for bit, the
     gradients up to the order of a sum; the folded weights themselves equal the CPU's."""
-    from graded.grading import FoldedLinears, fold_rows
+    from graded.folding import FoldedLinears, fold_rows
 
     dtype = LOW[precision]
     skip_without_bf16(device, dtype)

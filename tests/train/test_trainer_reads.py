@@ -22,6 +22,7 @@ from graded.checks import inputs_checked
 from graded.kinds import get_kind
 from graded.tasks import get_task
 from graded.train.options import TrainOptions
+from graded.train.recipes import get_recipe
 from graded.train.trainer import Trainer
 
 
@@ -235,3 +236,47 @@ def test_evaluation_checks_its_data_once_and_reads_the_device_once(kind_name, mo
     assert where.count("objectives.py:evaluate") == 1, reads.sites
     whole = evaluate(model, data, kind, batch_size=64)
     assert small["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+
+
+def test_graded_steps_find_the_gradings_without_walking_the_model(tmp_path):
+    """The recipe's regularisation, loss weights and grade learning-rate bound find the
+    model's gradings (``gradings``); inside ``fit`` they answer from the gradings held on entry
+    (``held_gradings``) instead of walking the modules three times a step."""
+    task = get_task("dyck", **LM_TASKS["dyck"])
+    train, test = task.split("random", 96, 32, seed=1)
+    info = task.info()
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=info["vocab_size"], d_model=16, n_heads=2,
+                               n_layers=1, d_ff=32, max_len=task.max_len, positional="learned",
+                               pad_id=info["pad_id"], grading="exponential",
+                               learnable_grades=True)
+    kind = get_kind(task.kind)
+    model = kind.build_model(config, task)
+    trainer = Trainer(model, train.tensors, test.tensors, kind=kind,
+                      options=TrainOptions(**{**OPTIONS, "steps": 4, "log_every": 100,
+                                              "eval_every": 100}),
+                      run_dir=tmp_path / "run", seed=0, recipe=get_recipe("egt-alg7.1"))
+    walks: list[int] = []
+    named_modules = model.named_modules
+
+    def counting(*args, **kwargs):
+        walks.append(1)
+        return named_modules(*args, **kwargs)
+
+    step = trainer._train_step
+    per_step: list[int] = []
+
+    def counted_step(i):
+        before = len(walks)
+        out = step(i)
+        per_step.append(len(walks) - before)
+        return out
+
+    model.named_modules = counting
+    trainer._train_step = counted_step
+    trainer.fit()
+    assert per_step == [0, 0, 0, 0]
+    # outside fit, each call walks again (a model changed between calls is seen)
+    before = len(walks)
+    trainer.recipe.regularization(model)
+    assert len(walks) == before + 1

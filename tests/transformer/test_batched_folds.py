@@ -1,4 +1,4 @@
-"""All layers' folded weights in one call per kind: ``graded.grading.FoldedLinears``.
+"""All layers' folded weights in one call per kind: ``graded.folding.FoldedLinears``.
 
 A graded model folds its attention grading into each layer's packed projection rows and its
 feed-forward grading into each output layer (000 Defs 5.22, 5.23; ``graded_linear``). In an
@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graded import TransformerConfig, TransformerLM
-from graded.grading import FoldedLinears
+from graded.folding import FoldedLinears
 from graded.transformer import Seq2SeqTransformer
 
 
@@ -93,7 +93,7 @@ def _fold_rows_inputs(needs_weights=True, shared=True):
 def test_the_fold_backward_is_autograds_gradient_twice_over(shared):
     """_FoldRows's hand-written backward (foreach products, one row sum per map, one gradient
     per shared scale) against finite differences, first and second order."""
-    from graded.grading import _FoldRows
+    from graded.folding import _FoldRows
 
     with_bias, scale_of, weights, biases, scales = _fold_rows_inputs(shared=shared)
 
@@ -108,7 +108,7 @@ def test_the_fold_backward_is_autograds_gradient_twice_over(shared):
 def test_the_fold_backward_skips_what_is_not_asked_for():
     """Frozen weights, fixed scales and outputs the loss does not use: no gradient computed
     for them, the others equal to the products written out."""
-    from graded.grading import _FoldRows
+    from graded.folding import _FoldRows
 
     with_bias, scale_of, weights, biases, scales = _fold_rows_inputs(needs_weights=False)
     scales[2].requires_grad_(False)
@@ -132,7 +132,7 @@ def test_under_autocast_the_folds_are_made_in_its_dtype_as_its_cast_would(dtype)
     bit for bit the cast that ``F.linear`` would make of the float32 products, and the
     gradients (arriving in that dtype) bit for bit those through the cast, except the
     scales', where the bias term is added in one multiply-add."""
-    from graded.grading import fold_rows
+    from graded.folding import fold_rows
 
     gen = torch.Generator().manual_seed(5)
     maps = [(torch.randn(6, 4, generator=gen, requires_grad=True),
@@ -222,7 +222,7 @@ def test_the_first_layers_product_comes_before_the_other_layers_folds(learnable)
 def test_the_autocast_dtype_is_read_per_device_type():
     """What the folds and the scales' memo ask: the autocast dtype on a device type, None
     where autocast is off or the device type has none (meta)."""
-    from graded.grading import _autocast_on
+    from graded.folding import _autocast_on
 
     assert _autocast_on("cpu") is None and _autocast_on("meta") is None
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -462,7 +462,7 @@ def test_folds_of_maps_of_one_shape_share_one_allocation():
     """Under autocast the folds of maps of one shape are the slices of one bf16 tensor (one
     allocation), each equal to the cast of its float32 fold; a map of another shape gets its
     own."""
-    from graded.grading import fold_rows
+    from graded.folding import fold_rows
 
     gen = torch.Generator().manual_seed(0)
     maps = [(torch.randn(6, 4, generator=gen, requires_grad=True),

@@ -14,7 +14,7 @@ import torch
 
 from graded import Seq2SeqTransformer, TransformerClassifier, TransformerConfig, TransformerLM
 from graded.attention.graded import GradedMultiheadAttention
-from graded.grading import activation_grading, graded_linear
+from graded.folding import activation_grading, graded_linear
 from graded.positional import RotaryEmbedding
 from graded.transformer.blocks import FeedForwardSublayer
 from graded.transformer.graded import GradingPlan, gradings, head_gradings

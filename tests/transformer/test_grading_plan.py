@@ -203,3 +203,25 @@ def test_grade_heads_names_an_unknown_variant_and_the_known_ones():
     x = torch.ones(1, 2, 3, 4)
     with pytest.raises(ValueError, match=r"'keys'.*'scores'"):
         grade_heads("keys", lambda t: 2 * t, x, x, x)
+
+
+def test_held_gradings_answer_for_their_model_only_and_until_the_block_ends():
+    gradings = graded_module.gradings
+    config = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=2, d_ff=16,
+                               grading="linear", learnable_grades=True)
+    model, other = TransformerLM(config), TransformerLM(config)
+    walked = gradings(model)
+    with graded_module.held_gradings(model) as held:
+        assert held == walked
+        assert gradings(model) == walked
+        assert graded_module.head_gradings(model) == [
+            g for g in walked.values() if g.role == "attention"]
+        assert graded_module.feature_grading(model) is \
+            walked["decoder.embed.input_grading.grading"]
+        model.extra = LinearGrading(8)  # not seen inside the block (the caller's promise)
+        assert "extra" not in gradings(model)
+        gradings(model).clear()  # a copy: the held gradings stay
+        assert gradings(model) == walked
+        assert set(gradings(other).values()).isdisjoint(walked.values())  # walked anew
+        assert len(gradings(other)) == len(walked)
+    assert "extra" in gradings(model)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from graded.attention.backends.base import capabilities_of, default_scale, softmax_rows
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import activation_grading
+from graded.folding import activation_grading
 from graded.transformer.models import InputEmbedding
 
 __all__ = [
@@ -40,7 +40,8 @@ class AttentionCall:
     outputs (B, H, Tq, Dv); ``weights`` (B, H, Tq, Tk) when recorded. Masks keep the
     conventions of ``attend``: ``attn_mask`` is a keep-mask (True = may attend) or additive
     float bias, ``key_padding_mask`` is (B, Tk) with True = padding. ``pattern`` is the
-    (Tq, Tk) keep-set of a sparse-pattern backend (window, stride, blocks), None otherwise.
+    (Tq, Tk) keep-set of a sparse-pattern backend (window, stride, blocks), (H, Tq, Tk) for a
+    pattern that differs between heads, None otherwise.
     """
 
     name: str
@@ -164,11 +165,12 @@ def capture_attention(
 
 
 def _pattern(backend: Any, q: Tensor, k: Tensor, is_causal: bool) -> Tensor | None:
-    """The (Tq, Tk) keep-set of a sparse-pattern backend's self-attention call, or None."""
+    """The (Tq, Tk) keep-set of a sparse-pattern backend's self-attention call ((H, Tq, Tk)
+    where the pattern differs between heads), or None."""
     pattern_keep = getattr(backend, "pattern_keep", None)
     if pattern_keep is None or q.shape[-2] != k.shape[-2]:
         return None
-    return pattern_keep(q.shape[-2], is_causal, q.device)
+    return pattern_keep(q.shape[-2], is_causal, q.device, heads=q.shape[1])
 
 
 def _softmax_weights(module: MultiheadAttention, backend: Any, q: Tensor, k: Tensor,

@@ -38,8 +38,8 @@ A key-value cache between :meth:`project` and :meth:`attend` therefore holds key
 graded exactly when they are folded, and :meth:`attend` grades the rest, cached or new, so
 cached and uncached decoding agree; ``fold_grading`` must not change while a cache is in use.
 Code that must see the ungraded q, k, v between the stages (what :meth:`attend` received before
-folding) switches folding off with :func:`graded.grading.activation_grading`.
-:func:`graded.grading.graded_linear` scales the activations instead of the weight when that is
+folding) switches folding off with :func:`graded.folding.activation_grading`.
+:func:`graded.folding.graded_linear` scales the activations instead of the weight when that is
 cheaper (a decoding step of a few tokens): still inside :meth:`project`.
 
 ``"queries_keys"`` applies M to both sides, so its bilinear form is Q M² Kᵀ: it *squares* the
@@ -61,7 +61,8 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import ExponentialGrading, LinearGrading, _autocast_on, is_diagonal
+from graded.folding import _autocast_on
+from graded.grading import ExponentialGrading, LinearGrading, is_diagonal
 
 __all__ = [
     "PER_HEAD_VARIANTS",
@@ -259,7 +260,7 @@ class GradedMultiheadAttention(MultiheadAttention):
     def packs_folded_rows(self) -> bool:
         """Whether self-attention projects through the packed ``in_proj_weight`` with part of
         the grading folded into its rows (what a model folds for all its layers at once,
-        :class:`graded.grading.FoldedLinears`)."""
+        :class:`graded.folding.FoldedLinears`)."""
         return (bool(self.folded_parts) and self._qkv_same_embed_dim and not self.shared_qk
                 and self.num_kv_heads == self.num_heads)
 

@@ -29,7 +29,7 @@ from graded.attention.functional import (
     to_additive_mask,
 )
 from graded.attention.scores import ScaledDotScore, Score, make_score
-from graded.grading import folds_rows, graded_linear
+from graded.folding import folds_rows, graded_linear
 
 __all__ = ["MultiheadAttention"]
 
@@ -305,7 +305,7 @@ class MultiheadAttention(nn.Module):
     def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """Scales of the output rows of the query, key and value projections, shapes
         (H, head_dim), (H_kv, head_dim), (H_kv, head_dim), or None for none: a diagonal map
-        after a projection, folded into it (:func:`graded.grading.graded_linear`). None here;
+        after a projection, folded into it (:func:`graded.folding.graded_linear`). None here;
         graded attention folds its grading in (000 Def 5.22)."""
         return None, None, None
 

@@ -200,13 +200,11 @@ class Recipe:
 
     # -------------------------------------------------------------- loss terms
     def regularization(self, model: nn.Module) -> Tensor:
-        device = next(model.parameters()).device
+        learnable = ([g for g in gradings(model).values() if g.learnable]
+                     if self.kind is not None else [])
+        device = learnable[0].grades.device if learnable else next(model.parameters()).device
         total = torch.zeros((), device=device)
-        if self.kind is None:
-            return total
-        for g in gradings(model).values():
-            if not g.learnable:
-                continue
+        for g in learnable:
             q = g.grades
             if g.role == "attention":  # a head grading (graded.grading.GradingMap.role)
                 if self.gamma_heads:

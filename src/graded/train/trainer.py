@@ -74,6 +74,7 @@ from graded.train.runs import RunFolder, open_run, run_view
 from graded.train.schedules import make_scheduler
 from graded.train.signals import StopSignals
 from graded.train.state_tensors import jsonable, restore_rng_state
+from graded.transformer.graded import held_gradings
 
 
 @dataclass
@@ -537,7 +538,7 @@ class Trainer:
         # larger early_stopping.patience, or none, continues it)
         result.early_stopped = self._stopped_early(stopper)
         try:
-            with _StopSignal() as stop:
+            with _StopSignal() as stop, held_gradings(self.model):
                 while step < total and not result.early_stopped:
                     if pause_after is not None and step >= pause_after:
                         break

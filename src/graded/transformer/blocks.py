@@ -12,7 +12,8 @@ from torch import Tensor, nn
 from graded.attention.backends import check_capability, decodes_with_state
 from graded.attention.graded import GradedMultiheadAttention
 from graded.attention.multihead import MultiheadAttention
-from graded.grading import GradingMap, folds_rows
+from graded.folding import folds_rows
+from graded.grading import GradingMap
 from graded.positional import RotaryEmbedding
 from graded.transformer.cache import LayerCache
 from graded.transformer.config import TransformerConfig
@@ -209,7 +210,7 @@ class FeedForwardSublayer(nn.Module):
     def folded_output(self) -> tuple[nn.Linear, GradingMap] | None:
         """The output layer and the grading folded into its rows, or None where there is no
         fold (what a model folds for all its layers at once,
-        :class:`graded.grading.FoldedLinears`)."""
+        :class:`graded.folding.FoldedLinears`)."""
         grading = foldable_grading(self.grading) if self.fold_grading else None
         return None if grading is None else (self.ffn.fc_out, grading)
 

@@ -14,7 +14,7 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graded.grading import graded_linear
+from graded.folding import graded_linear
 
 __all__ = ["ACTIVATIONS", "NORMS", "FeedForward", "make_norm"]
 
@@ -48,7 +48,7 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor, out_scales: Tensor | None = None, *,
                 folded: Callable[[], tuple[Tensor, Tensor | None]] | None = None) -> Tensor:
         """Fnn(x); with ``out_scales`` m, m·Fnn(x), m folded into the output layer
-        (:func:`graded.grading.graded_linear`); with ``folded``, the output layer's weight and
+        (:func:`graded.folding.graded_linear`); with ``folded``, the output layer's weight and
         bias with m folded in already (computed with other layers')."""
         h = self.fc_in(x)
         if self.fc_gate is None:

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from graded.attention.backends import decodes_with_state
 from graded.checks import check_token_ids, checked_inputs, inputs_checked
-from graded.grading import graded_linear
+from graded.folding import graded_linear
 from graded.positional import (
     TABLE_POSITIONAL,
     ALiBi,

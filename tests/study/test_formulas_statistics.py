@@ -152,6 +152,21 @@ def test_the_hull_keeps_the_bootstrap_where_it_reaches_further():
     assert iv.low <= iv.t[0] and iv.high >= iv.bootstrap[1]
 
 
+def test_an_interval_is_cut_to_the_range_of_its_quantity():
+    # accuracies near 1: the symmetric t interval passes 1, which a mean accuracy cannot
+    x = [1.0, 1.0, 0.96, 1.0, 0.9]
+    free = mean_interval(x)
+    assert free.high > 1.0
+    cut = mean_interval(x, bounds=(0.0, 1.0))
+    assert (cut.low, cut.high) == (free.low, 1.0)
+    assert (cut.bootstrap, cut.t) == (free.bootstrap, free.t)
+    assert "cut to the quantity's range [0, 1]" in cut.note()
+    assert "cut to" not in mean_interval([0.4, 0.5, 0.6], bounds=(0.0, 1.0)).note()
+    f = finding_from_values(claim="14", experiment="E8", quantity="q", control="c", values=x,
+                            predicted="positive", margin=0.9, bounds=(0.0, 1.0))
+    assert f.high == 1.0 and f.low == free.low
+
+
 def test_equal_clusters_give_the_t_interval_of_the_cluster_means():
     values = [0.1, 0.3, -0.2, 0.0, 0.5, 0.7, 0.2, 0.2, 0.4, 0.0]
     clusters = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]

@@ -182,16 +182,21 @@ class Interval:
     bootstrap: tuple[float, float]
     t: tuple[float, float]
     replicates: int
+    bounds: tuple[float, float] | None = None
 
     def note(self, fmt: str = ".4f") -> str:
         """The two intervals behind [low, high], for a finding's detail."""
         b, t = self.bootstrap, self.t
+        cut = "" if self.bounds is None or (self.low, self.high) == (min(b[0], t[0]),
+                                                                      max(b[1], t[1])) else (
+            f", cut to the quantity's range [{self.bounds[0]:g}, {self.bounds[1]:g}]")
         return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}] "
-                f"and the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({self.replicates - 1} df).")
+                f"and the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({self.replicates - 1} df)"
+                f"{cut}.")
 
 
 def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float = 0.95,
-                  seed: int = 0) -> Interval:
+                  seed: int = 0, bounds: tuple[float, float] | None = None) -> Interval:
     """The study's interval of a mean over replicates (:data:`graded.study.core.RULE`): the hull
     of the percentile bootstrap (:func:`bootstrap_interval`, or :func:`cluster_bootstrap` when
     ``clusters`` names each value's replicate) and the Student t interval
@@ -202,7 +207,11 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
     k = 5 it is about 0.63 times as wide as the t interval (1.96·√(4/5) against
     t_{0.975,4} = 2.776) and covers the mean far less than 95% of the time (Efron &
     Tibshirani 1993, ch. 13; Hesterberg 2015's narrowness bias). The t interval alone would
-    drop the bootstrap's asymmetry for skewed replicates; the hull keeps both."""
+    drop the bootstrap's asymmetry for skewed replicates; the hull keeps both.
+
+    ``bounds`` (low, high): the range the quantity can take (an accuracy [0, 1], a
+    correlation [−1, 1]); the interval is cut to it, as the t interval of a mean near a bound
+    can pass it and the mean cannot."""
     x = np.asarray(values, dtype=np.float64).ravel()
     if clusters is None:
         est, b_low, b_high = bootstrap_interval(x, n_boot=n_boot, level=level, seed=seed)
@@ -211,8 +220,10 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
                                                seed=seed)
     u = replicate_values(x, clusters)
     _, t_low, t_high = t_interval(u, level=level)
-    return Interval(est, min(b_low, t_low), max(b_high, t_high), (b_low, b_high),
-                    (t_low, t_high), int(u.size))
+    low, high = min(b_low, t_low), max(b_high, t_high)
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return Interval(est, low, high, (b_low, b_high), (t_low, t_high), int(u.size), bounds)
 
 
 def _incomplete_beta(a: float, b: float, x: float) -> float:

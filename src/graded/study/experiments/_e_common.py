@@ -153,6 +153,7 @@ def finding_from_values(
     *, claim: str, experiment: str, quantity: str, control: str, values: Sequence[float],
     predicted: str, margin: float = 0.0, seeds: int | None = None, detail: str = "",
     figures: Sequence[str] = (), seed: int = 0, clusters: Sequence[Any] | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Finding:
     """A finding whose estimate is the mean of ``values`` with the study's 95% interval
     (:func:`graded.study.statistics.mean_interval`: the hull of the percentile bootstrap and the t
@@ -162,7 +163,8 @@ def finding_from_values(
     ``clusters`` (one label per value) names the replicate each value belongs to when several
     values share one (a seed's tools or layers): the interval then resamples whole clusters
     (:func:`graded.study.statistics.cluster_bootstrap`) and ``seeds`` defaults to their number.
-    Non-finite values are left out, with their labels."""
+    Non-finite values are left out, with their labels. ``bounds``: the range the quantity can
+    take, to which the interval is cut (an accuracy [0, 1], a correlation [−1, 1])."""
     if clusters is not None and len(clusters) != len(values):
         raise ValueError(f"one cluster label per value: {len(values)} values, "
                          f"{len(clusters)} labels")
@@ -174,7 +176,7 @@ def finding_from_values(
                        list(figures))
     values = [v for v, _ in kept]
     interval = mean_interval(values, None if clusters is None else [c for _, c in kept],
-                             seed=seed)
+                             seed=seed, bounds=bounds)
     n = seeds if seeds is not None else interval.replicates
     return Finding(claim, experiment, quantity, control, n, interval.estimate, interval.low,
                    interval.high,

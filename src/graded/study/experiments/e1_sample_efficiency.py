@@ -283,16 +283,17 @@ class SampleEfficiencyExperiment:
 
         def add(claim: str, quantity: str, control: str,
                 values: list[float] | tuple[list[float], list[int]], predicted: str,
-                detail: str) -> None:
+                detail: str, bounds: tuple[float, float] | None = None) -> None:
             """One finding; ``values`` are replicates, or (values, seed of each) when several
-            values share a seed (the interval then resamples seeds)."""
+            values share a seed (the interval then resamples seeds); ``bounds``, the range of
+            the quantity, to which the interval is cut."""
             values, seeds = values if isinstance(values, tuple) else (values, None)
             if not values:
                 findings.append(Finding(claim, name, quantity, control, 0, math.nan, math.nan,
                                         math.nan, "inconclusive", detail + " Not measured: no "
                                         "run of these arms finished.", figures))
                 return
-            iv = mean_interval(values, seeds)
+            iv = mean_interval(values, seeds, bounds=bounds)
             if seeds is not None:
                 # the t-test over the same per-seed values as the t interval: the seeds' means
                 # (size-weighted when seeds bring different numbers of values; core.RULE)
@@ -385,7 +386,7 @@ class SampleEfficiencyExperiment:
             f"Input grades learned from q = 0 (EGT λ = 2, input stage) at n = {top} on "
             f"{where}; importance = degree weights (polynomials) or the needle indicator. "
             "Replicates: seeds, each with its ρ on every task (resampled together); the "
-            "estimate is the mean over (task, seed) pairs.")
+            "estimate is the mean over (task, seed) pairs.", bounds=(-1.0, 1.0))
         return findings
 
     # ------------------------------------------------------------------ outputs

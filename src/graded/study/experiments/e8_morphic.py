@@ -191,7 +191,8 @@ class MorphicExperiment:
                     clusters=col("seed"))
         out = [
             finding_from_values(
-                claim="11", quantity="fraction of layer-2 utilities ΔL_t(e) > 0, trained − "
+                claim="11", bounds=(-1.0, 1.0),
+                quantity="fraction of layer-2 utilities ΔL_t(e) > 0, trained − "
                 "initial", control="the same model before training, same examples",
                 values=[a - b for a, b in zip(col("frac_positive_after"),
                                               col("frac_positive_before"))],
@@ -209,7 +210,8 @@ class MorphicExperiment:
                 f"{[round(v, 4) for v in col('ablation_distractor')]}). Rule: holds if the "
                 "interval lies above 0.", **base),
             finding_from_values(
-                claim="13", quantity="Spearman correlation of bin mean routing probability (ℓ, "
+                claim="13", bounds=(-1.0, 1.0),
+                quantity="Spearman correlation of bin mean routing probability (ℓ, "
                 "context only) with the bin's frequency of ΔL > 0, 10 equal-count bins",
                 control="no association (correlation 0)", values=col("calibration_spearman"),
                 predicted="positive", detail=f"{setup}. Bins occupied: "
@@ -218,7 +220,8 @@ class MorphicExperiment:
                 f"{by_tool('calibration_ece')}. Rule: holds if the interval lies above 0.",
                 **base),
             finding_from_values(
-                claim="14", quantity="routing accuracy on held-out (x, k) pairs (context "
+                claim="14", bounds=(0.0, 1.0),
+                quantity="routing accuracy on held-out (x, k) pairs (context "
                 "routing)", control=f"chance 1/{len(SHIFTS)}; threshold 0.9",
                 values=col("held_routing"), predicted="positive", margin=0.9,
                 detail=f"{setup}. By tool: {by_tool('held_routing')}; routing entropy "
@@ -226,7 +229,8 @@ class MorphicExperiment:
                 f"{by_tool('support_90', '.2f')} options. Rule: holds if the interval lies "
                 "above 0.9, fails if it lies at or below 0.9.", **base),
             finding_from_values(
-                claim="15", quantity="answer accuracy on held-out (x, k) pairs",
+                claim="15", bounds=(0.0, 1.0),
+                quantity="answer accuracy on held-out (x, k) pairs",
                 control="threshold 0.9 (chance 1/11)", values=col("held_answer"),
                 predicted="positive", margin=0.9,
                 detail=f"{setup}. By tool: {by_tool('held_answer')}; held-out answer "

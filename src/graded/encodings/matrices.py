@@ -51,7 +51,8 @@ class MatrixCodec(Codec[np.ndarray]):
             raise TypeError(f"matrix entries must be integers, got dtype {arr.dtype}")
         arr = arr.astype(np.int64)
         if self.entries is None and not np.isin(arr, (0, 1)).all():
-            raise ValueError("a 0/1 matrix codec got entries other than 0 and 1")
+            bad = sorted(set(np.unique(arr).tolist()) - {0, 1})
+            raise ValueError(f"a 0/1 matrix codec got entries {bad}; expected only 0 and 1")
         return arr
 
     def encode(self, obj: Any) -> list[str]:

@@ -106,7 +106,8 @@ class ConjugatedBlocks(BandedBlocks):
     ) -> None:
         super().__init__(space, shifts, kind=kind, hidden=hidden)
         if (base is None) == (scales is None):
-            raise ValueError("give exactly one of base (scalar λ) or scales (per-grade diagonal)")
+            raise ValueError("give exactly one of base (scalar λ) or scales (per-grade diagonal), "
+                             f"got base={base!r} and scales={scales!r}")
         diag = {}
         for g in space.grades:
             if base is not None:
@@ -117,7 +118,8 @@ class ConjugatedBlocks(BandedBlocks):
                     raise ValueError(f"scales is missing grade {g.label!r}")
                 s = torch.as_tensor(scales[g.label], dtype=torch.float32)
                 if s.shape != (self.d,) or not bool((s > 0).all()):
-                    raise ValueError(f"scales[{g.label!r}] must be positive of shape ({self.d},)")
+                    raise ValueError(f"scales[{g.label!r}] must be positive of shape ({self.d},), "
+                                     f"got {s.tolist()}")
                 diag[g.label] = s
         for label, s in diag.items():
             self.register_buffer(f"scale_{label}", s)

@@ -83,15 +83,11 @@ def apply_update(
             continue
         mix = (mixes[h] if mixes is not None
                else sum(alpha[..., i : i + 1] * candidates[i] for i in idx))
-        mass = alpha[..., idx].sum(-1, keepdim=True)
-        if mode in ("gated_replace", "sample_one"):
-            new = zh + mix - mass * zh
-        elif mode == "residual_typed":
+        # the rules of _MASS_RULES returned above: residual_typed, simplex_dest, routed_LN here
+        if mode == "residual_typed":
             self_idx = [i for i in idx if edges[i].source == h]
             self_mass = alpha[..., self_idx].sum(-1, keepdim=True) if self_idx else 0.0
             new = zh + mix - self_mass * zh
-        elif mode == "eta_step":
-            new = zh + eta * (mix - mass * zh)
         elif mode == "simplex_dest":
             new = mix
         else:  # routed_LN, literally as 004 App. B step 5

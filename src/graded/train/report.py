@@ -63,12 +63,6 @@ def plot_curves(
     return out
 
 
-def _flatten(values: Any) -> list[float]:
-    if isinstance(values, list):
-        return [x for v in values for x in _flatten(v)]
-    return [float(values)]
-
-
 def plot_grade_trajectories(run_dir: str | Path, out: str | Path, *, title: str = "",
                             max_modules: int = 6) -> Path | None:
     """Every grade of the first ``max_modules`` grading modules against the step (one panel

@@ -79,8 +79,12 @@ class HypercubeDiameter(Problem):
 
     def _deleted(self, obj: Any) -> np.ndarray:
         x = np.asarray(obj)
-        if x.shape != (len(self.edges),) or not np.isin(x, (0, 1)).all():
-            raise ValueError(f"expected a 0/1 vector of length {len(self.edges)}, got {x.shape}")
+        if x.shape != (len(self.edges),):
+            raise ValueError(f"expected a 0/1 vector of length {len(self.edges)}, got shape "
+                             f"{x.shape}")
+        if not np.isin(x, (0, 1)).all():
+            raise ValueError(f"expected a 0/1 vector of length {len(self.edges)}, got entries "
+                             f"{sorted(set(np.unique(x).tolist()) - {0, 1})}")
         return x.astype(np.uint8)
 
     def adjacency(self, obj: Any) -> np.ndarray:

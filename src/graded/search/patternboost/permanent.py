@@ -150,8 +150,12 @@ class PatternAvoidingPermanent(Problem):
 
     def _matrix(self, obj: Any) -> np.ndarray:
         a = np.asarray(obj)
-        if a.shape != (self.n, self.n) or not np.isin(a, (0, 1)).all():
-            raise ValueError(f"expected a 0/1 matrix of shape ({self.n}, {self.n}), got {a.shape}")
+        if a.shape != (self.n, self.n):
+            raise ValueError(f"expected a 0/1 matrix of shape ({self.n}, {self.n}), got shape "
+                             f"{a.shape}")
+        if not np.isin(a, (0, 1)).all():
+            raise ValueError(f"expected a 0/1 matrix of shape ({self.n}, {self.n}), got entries "
+                             f"{sorted(set(np.unique(a).tolist()) - {0, 1})}")
         return a.astype(np.uint8)
 
     def empty(self) -> np.ndarray:

@@ -28,7 +28,6 @@ resumes exactly.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,7 +295,3 @@ def _multi_block_prompt(parents: list[Evaluation], header: str) -> str:
         pieces.append(f"# version {version}, score: {parent.score:.6g}\n{blocks}")
     pieces.append("# Propose changes to the blocks of the last version as SEARCH/REPLACE diffs.\n")
     return "\n".join(pieces)
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)

@@ -101,13 +101,13 @@ def scalar_score(problem: Problem, value: Any) -> tuple[float, dict[str, float]]
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise TypeError(f"score {k!r} is {v!r}; expected a number")
             if not math.isfinite(v):
-                raise ValueError(f"score {k!r} is {v!r}")
+                raise ValueError(f"score {k!r} is {v!r}; expected a finite number")
             named[k] = float(v)
         return named[problem.primary], named
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"the verifier returned {value!r}; expected a number or a dict")
     if not math.isfinite(value):
-        raise ValueError(f"the score is {value!r}")
+        raise ValueError(f"the score is {value!r}; expected a finite number")
     return float(value), {}
 
 

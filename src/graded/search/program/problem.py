@@ -70,7 +70,7 @@ class Problem:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise ValueError("a Problem needs a non-empty name")
+            raise ValueError(f"a Problem needs a non-empty name, got {self.name!r}")
         if not self.entry.isidentifier():
             raise ValueError(f"entry={self.entry!r} is not a Python function name")
         if not self.inputs:

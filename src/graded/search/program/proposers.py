@@ -264,7 +264,8 @@ class EnsembleProposer:
 
     def __init__(self, proposers: list, weights: list[float], *, seed: int = 0) -> None:
         if len(proposers) != len(weights) or not proposers:
-            raise ValueError(f"{len(proposers)} proposers but {len(weights)} weights")
+            raise ValueError(f"{len(proposers)} proposers and {len(weights)} weights; expected "
+                             "one weight per proposer and at least one proposer")
         w = np.asarray(weights, dtype=np.float64)
         if np.any(w < 0) or w.sum() <= 0:
             raise ValueError(f"weights={weights!r}; expected non-negative weights with a "

@@ -1,0 +1,69 @@
+"""Vocabulary / Codec base helpers and MatrixCodec: the checks no other test reaches, the
+default-vocabulary ids against the ids counted by hand, and tensor inputs."""
+
+import numpy as np
+import pytest
+import torch
+
+from graded.encodings.base import DecodeError, Vocabulary
+from graded.encodings.integers import IntegerCodec
+from graded.encodings.matrices import MatrixCodec
+
+
+@pytest.mark.parametrize("bad", ["", 3])
+def test_vocabulary_refuses_a_non_string_or_empty_token(bad):
+    with pytest.raises(TypeError, match=rf"tokens must be non-empty strings, got {bad!r}"):
+        Vocabulary(["a", bad])
+
+
+def test_vocabulary_membership_equality_hash_and_repr():
+    v = Vocabulary(["a", "b"])
+    assert "a" in v and "<pad>" in v and "c" not in v
+    same, other = Vocabulary(["a", "b"]), Vocabulary(["b", "a"])
+    assert v == same and hash(v) == hash(same) and v != other
+    assert len({v, same, other}) == 2
+    assert repr(v) == "Vocabulary(size=5, specials=('<pad>', '<bos>', '<eos>'))"
+
+
+def test_codec_default_vocabulary_ids_are_specials_then_tokens():
+    codec = MatrixCodec(2, 2)
+    m = np.array([[1, 0], [0, 1]])
+    # specials <pad>, <bos>, <eos> take 0..2, then "0" = 3 and "1" = 4
+    assert codec.encode_ids(m) == [4, 3, 3, 4]
+    assert codec._default_vocabulary() is codec._default_vocabulary()  # built once, cached
+    bos, eos, pad = 1, 2, 0
+    np.testing.assert_array_equal(codec.decode_ids([bos, 4, 3, 3, 4, eos, pad, pad]), m)
+
+
+def test_is_valid_is_whether_decode_succeeds():
+    codec = MatrixCodec(1, 2)
+    assert codec.is_valid(["0", "1"])
+    assert not codec.is_valid(["0"])
+    assert not codec.is_valid(["0", "2"])
+    with pytest.raises(DecodeError):
+        codec.decode(["0"])
+
+
+def test_matrix_codec_entries_must_be_an_integer_codec():
+    with pytest.raises(TypeError, match=r"entries must be an IntegerCodec or None, got 'base 10'"):
+        MatrixCodec(2, 2, entries="base 10")
+
+
+def test_matrix_codec_accepts_a_tensor_and_integral_floats():
+    codec = MatrixCodec(2, 3)
+    t = torch.tensor([[1, 0, 1], [0, 0, 1]])
+    assert codec.encode(t) == ["1", "0", "1", "0", "0", "1"]
+    assert codec.encode(t.float()) == codec.encode(t)
+
+
+def test_matrix_codec_checks_shape_dtype_and_entries():
+    codec = MatrixCodec(2, 2)
+    with pytest.raises(ValueError, match=r"matrix has shape \(3,\), expected \(2, 2\)"):
+        codec.encode([1, 0, 1])
+    with pytest.raises(TypeError, match=r"matrix entries must be integers, got dtype float64"):
+        codec.encode(np.array([[0.5, 0.0], [1.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"0/1 matrix codec got entries \[-1, 2\]; expected only "
+                                         r"0 and 1"):
+        codec.encode([[2, 0], [1, -1]])
+    integer = MatrixCodec(1, 2, entries=IntegerCodec(10))
+    np.testing.assert_array_equal(integer.decode(integer.encode([[2, -1]])), [[2, -1]])

@@ -1,0 +1,141 @@
+"""Program-search problems and evaluation: the Problem checks, the registry's checks, dict-valued
+verifier scores, and the evaluation failures no other test reaches."""
+
+import math
+import re
+
+import pytest
+
+import graded.search.program.problem as problem_module
+from graded.search.program.evaluate import evaluate, scalar_score
+from graded.search.program.problem import Problem, get_problem, register_problem
+from graded.search.program.program import Program, parse_skeleton
+
+SKELETON = '''# EVOLVE-BLOCK-START
+def f(x):
+    return x + 1
+# EVOLVE-BLOCK-END
+
+
+def run(x):
+    return f(x)
+'''
+
+
+def _score(x, artefact):
+    return float(artefact)
+
+
+def _problem(**changes):
+    kwargs = dict(name="p", skeleton=SKELETON, entry="run", inputs=(1, 2), score=_score,
+                  time_limit_s=5.0, memory_mb=512)
+    kwargs.update(changes)
+    return Problem(**kwargs)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"name": ""}, r"a Problem needs a non-empty name, got ''"),
+    ({"entry": "run it"}, r"entry='run it' is not a Python function name"),
+    ({"inputs": ()}, r"problem 'p' has no inputs to evaluate on"),
+    ({"score": 3}, r"problem 'p': score must be callable, got 3"),
+    ({"time_limit_s": 0}, r"time_limit_s=0; expected a positive number"),
+    ({"memory_mb": 1.5}, r"memory_mb=1.5; expected a positive integer"),
+    ({"memory_mb": 0}, r"memory_mb=0; expected a positive integer"),
+])
+def test_a_bad_problem_is_named(changes, message):
+    with pytest.raises(ValueError, match=message):
+        _problem(**changes)
+
+
+def test_register_problem_needs_a_name_and_a_callable():
+    with pytest.raises(ValueError, match=r"register_problem needs a name and a callable, got '', "):
+        register_problem("", _problem)
+    with pytest.raises(ValueError, match=r"got 'x', 3"):
+        register_problem("x", 3)
+
+
+class _Unreadable:
+    """A factory whose signature inspect cannot read: its options are passed on unchecked."""
+
+    __signature__ = "not a signature"
+
+    def __call__(self, **options):
+        return _problem(options=options)
+
+
+def test_options_of_a_factory_with_an_unreadable_signature_are_passed_on(monkeypatch):
+    monkeypatch.setattr(problem_module, "_REGISTRY", dict(problem_module._REGISTRY))
+    register_problem("unreadable", _Unreadable())
+    assert get_problem("unreadable", anything=3).options == {"anything": 3}
+
+
+# -- scalar_score ------------------------------------------------------------------------------
+
+
+def test_dict_scores_give_the_primary_and_every_named_score():
+    p = _problem(primary="size", minimise=("time",))
+    assert scalar_score(p, {"size": 3, "time": 0.5}) == (3.0, {"size": 3.0, "time": 0.5})
+
+
+@pytest.mark.parametrize("primary", [None, "missing"])
+def test_a_dict_without_the_primary_score_is_named(primary):
+    with pytest.raises(TypeError, match=rf"the verifier returned a dict \['a', 'b'\] but the "
+                                        rf"problem's primary score is {primary!r}"):
+        scalar_score(_problem(primary=primary), {"b": 1.0, "a": 2.0})
+
+
+@pytest.mark.parametrize("value", [True, "3", None])
+def test_a_named_score_must_be_a_number(value):
+    with pytest.raises(TypeError, match=rf"score 'b' is {value!r}; expected a number"):
+        scalar_score(_problem(primary="a"), {"a": 1.0, "b": value})
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_a_named_score_must_be_finite(value):
+    with pytest.raises(ValueError, match=rf"score 'a' is {value!r}; expected a finite number"):
+        scalar_score(_problem(primary="a"), {"a": value})
+    with pytest.raises(ValueError, match=rf"the score is {value!r}; expected a finite number"):
+        scalar_score(_problem(), value)
+
+
+@pytest.mark.parametrize("value", [[1.0], False])
+def test_a_score_must_be_a_number_or_a_dict(value):
+    with pytest.raises(TypeError, match=re.escape(f"the verifier returned {value!r}; expected a "
+                                                  "number or a dict")):
+        scalar_score(_problem(), value)
+
+
+# -- evaluate ----------------------------------------------------------------------------------
+
+
+def test_a_program_with_the_wrong_number_of_blocks_fails_as_syntax():
+    result = evaluate(_problem(), Program(("def f(x):\n    return x\n", "y = 2\n")))
+    assert result.failure == "syntax" and result.score is None
+    assert result.reason == "the skeleton has 1 evolvable blocks, the program fills 2"
+
+
+def test_a_verifier_returning_a_non_number_fails_as_wrong_type():
+    p = _problem(score=lambda x, artefact: str(artefact))
+    result = evaluate(p, parse_skeleton(SKELETON).initial)
+    assert result.failure == "wrong_type"
+    assert result.reason == "the verifier returned '2'; expected a number or a dict"
+
+
+def test_the_exit_hook_closes_every_warm_sandbox(monkeypatch):
+    import importlib
+
+    # the package exports the function evaluate under the module's name: import the module
+    evaluate_module = importlib.import_module("graded.search.program.evaluate")
+
+    closed = []
+
+    class _Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def close(self):
+            closed.append(self.name)
+
+    monkeypatch.setattr(evaluate_module, "_SANDBOXES", {1: _Fake("a"), 2: _Fake("b")})
+    evaluate_module._close_sandboxes()
+    assert closed == ["a", "b"]

@@ -1,0 +1,66 @@
+"""Gradings: the grade conversions and checks no other test reaches, the module reprs, and
+ExponentialGrading.scales_at against λ^{s·q} computed directly."""
+
+import pytest
+import torch
+
+from graded.grading import ExponentialGrading, LinearGrading, as_grade_tensor, stacked_scales
+
+
+def test_integer_grade_tensors_become_floating():
+    t = as_grade_tensor(torch.tensor([1, 2, 3]), dim=3)
+    assert t.dtype == torch.get_default_dtype() and t.tolist() == [1.0, 2.0, 3.0]
+    assert as_grade_tensor(torch.tensor([1, 2], dtype=torch.int32), dtype=torch.float64).dtype \
+        == torch.float64
+
+
+def test_grade_conversions_name_the_bad_value():
+    with pytest.raises(TypeError, match=r"grades must be a real tensor, got dtype torch.bool"):
+        as_grade_tensor(torch.tensor([True, False]))
+    with pytest.raises(TypeError, match=r"q must be a real tensor, got dtype torch.complex64"):
+        as_grade_tensor(torch.zeros(2, dtype=torch.complex64), name="q")
+    with pytest.raises(ValueError, match=r"a scalar grades=2.0 needs dim to fix its length"):
+        as_grade_tensor(2.0)
+    with pytest.raises(TypeError, match=r"grades must be a tensor or a sequence of numbers, got "
+                                        r"\['a', 'b'\]"):
+        as_grade_tensor(["a", "b"])
+
+
+def test_no_gradings_have_no_stacked_scales():
+    assert stacked_scales([]) is None
+
+
+def test_constructor_checks_name_the_value():
+    with pytest.raises(ValueError, match=r"num_heads must be a positive int or None, got 0"):
+        LinearGrading(3, num_heads=0)
+    with pytest.raises(ValueError, match=r"floor must be a positive number, got 0"):
+        LinearGrading(3, floor=0)
+    with pytest.raises(ValueError, match=r"max_log_scale must be a positive finite number, got "
+                                         r"inf"):
+        ExponentialGrading(3, max_log_scale=float("inf"))
+    with pytest.raises(TypeError, match=r"base must be a real number, got 'two'"):
+        ExponentialGrading(3, base="two")
+
+
+def test_set_grades_keeps_the_shape():
+    g = LinearGrading(3, [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match=r"new grades have shape \(2, 3\), expected \(3,\)"):
+        g.set_grades(torch.zeros(2, 3))
+    g.set_grades([2.0, 1.0, 0.0])
+    torch.testing.assert_close(g.scales(), torch.tensor([3.0, 2.0, 1.0]))  # f = q + 1
+
+
+def test_reprs_show_the_settings():
+    assert "dim=3, grades_shape=(3,), learnable=False, f='shift'" in repr(LinearGrading(3))
+    assert "dim=2, grades_shape=(2, 2), learnable=True, base=1.5" in repr(
+        ExponentialGrading(2, base=1.5, learnable=True, num_heads=2))
+
+
+def test_exponential_scales_at_multipliers_are_base_to_the_scaled_grades():
+    q = [0.0, 1.0, 2.5]
+    g = ExponentialGrading(3, q, base=2.0, dtype=torch.float64)
+    torch.testing.assert_close(g.scales_at(None), g.scales())
+    s = torch.tensor([[0.0, 1.0], [2.0, 0.5]], dtype=torch.float64)
+    expected = torch.tensor([[[2.0 ** (si * qi) for qi in q] for si in row] for row in s.tolist()],
+                            dtype=torch.float64)
+    torch.testing.assert_close(g.scales_at(s), expected)

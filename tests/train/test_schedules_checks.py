@@ -1,0 +1,42 @@
+"""LR schedules: the checks no other test reaches, and make_scheduler's inverse_sqrt against
+002 Eq. (6.6) computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from graded.train.schedules import constant, make_scheduler, warmup_cosine
+
+
+@pytest.mark.parametrize("warmup", [-1, 2.5])
+def test_warmup_must_be_a_non_negative_int(warmup):
+    with pytest.raises(ValueError, match=rf"warmup_steps must be a non-negative int, got {warmup}"):
+        constant(warmup)
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5])
+def test_cosine_min_ratio_must_lie_in_the_unit_interval(ratio):
+    with pytest.raises(ValueError, match=rf"min_ratio must be in \[0, 1\], got {ratio}"):
+        warmup_cosine(2, 10, ratio)
+
+
+def _opt():
+    return torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1.0)
+
+
+def test_the_cosine_schedule_needs_total_steps():
+    with pytest.raises(ValueError, match=r"the cosine schedule needs total_steps"):
+        make_scheduler(_opt(), "cosine", warmup_steps=2)
+
+
+def test_make_scheduler_inverse_sqrt_follows_vaswani():
+    d_model, warmup = 16, 4
+    opt = _opt()
+    sched = make_scheduler(opt, "inverse_sqrt", warmup_steps=warmup, d_model=d_model)
+    for step in range(10):
+        s = step + 1  # 002 Eq. (6.6) counts steps from 1
+        expected = d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5)
+        assert math.isclose(opt.param_groups[0]["lr"], expected, rel_tol=1e-12)
+        opt.step()
+        sched.step()

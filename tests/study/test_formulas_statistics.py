@@ -20,6 +20,7 @@ from graded.study.experiments._e_common import (
     finding_from_values,
     least_squares_slope,
     spearman,
+    t_test_note,
 )
 from graded.study.experiments.e1_sample_efficiency import aulc, per_size_family
 from graded.study.experiments.e2_robustness import bound_finding
@@ -34,6 +35,7 @@ from graded.study.statistics import (
     replicate_values,
     t_interval,
     t_quantile,
+    two_stage_bootstrap,
 )
 
 # ---------------------------------------------------------------- paired t-test
@@ -514,6 +516,88 @@ def test_cluster_bootstrap_with_singleton_clusters_is_the_plain_bootstrap():
         cluster_bootstrap([0.1, 0.2], [0])
 
 
+
+def _exact_two_stage_bootstrap(cells: dict[tuple[int, int], list[float]], k: int,
+                               m: int) -> list[tuple[float, int]]:
+    """The exact distribution of the two-stage bootstrap of a k-task × m-seed grid: every one
+    of the k^k task draws times every one of the m^m seed draws (one seed draw shared by the
+    drawn tasks), equally likely, each giving the mean over all values of the drawn (task,
+    seed) cells counted with multiplicity, as (statistic, 1) atoms."""
+    atoms = []
+    for tasks in itertools.product(range(k), repeat=k):
+        for seeds in itertools.product(range(m), repeat=m):
+            pooled = [v for t in tasks for s in seeds for v in cells[(t, s)]]
+            atoms.append((sum(pooled) / len(pooled), 1))
+    return atoms
+
+
+def test_two_stage_bootstrap_percentiles_lie_within_the_enumerated_distribution():
+    # 3 tasks × 3 seeds, one cell measured twice: 27 · 27 = 729 equally likely resamples.
+    # With 40,000 draws the Monte Carlo fraction below a value has standard deviation
+    # √(p(1 − p)/40,000): 0.0008 at p = 0.025 and 0.0022 at p = 0.25, so the percentiles lie
+    # between the exact quantiles at p ∓ 0.007 (9 s.d.) and p ∓ 0.012 (5.5 s.d.)
+    cells = {(0, 0): [0.9], (0, 1): [0.1, 0.5], (0, 2): [0.3],
+             (1, 0): [-0.4], (1, 1): [0.0], (1, 2): [-0.2],
+             (2, 0): [0.35], (2, 1): [-0.6], (2, 2): [0.05]}
+    values = [v for c in cells.values() for v in c]
+    tasks = [f"task{t}" for (t, _), c in cells.items() for _ in c]
+    seeds = [s for (_, s), c in cells.items() for _ in c]
+    atoms = _exact_two_stage_bootstrap(cells, 3, 3)
+    for level, tol in ((0.95, 0.007), (0.5, 0.012)):
+        mean, low, high = two_stage_bootstrap(values, tasks, seeds, n_boot=40_000, level=level)
+        assert mean == pytest.approx(np.mean(values))  # the mean over values, not over cells
+        tail = (1 - level) / 2
+        assert _inverse_cdf(atoms, tail - tol) <= low <= _inverse_cdf(atoms, tail + tol)
+        assert _inverse_cdf(atoms, 1 - tail - tol) <= high <= _inverse_cdf(atoms, 1 - tail + tol)
+    # resampling the seeds alone (the tasks held fixed) gives a narrower distribution here,
+    # where the tasks differ
+    _, fixed_low, fixed_high = cluster_bootstrap(values, seeds, n_boot=40_000)
+    _, low, high = two_stage_bootstrap(values, tasks, seeds, n_boot=40_000)
+    assert fixed_high - fixed_low < high - low
+    with pytest.raises(ValueError, match="one task and one seed label per value"):
+        two_stage_bootstrap([0.1, 0.2], ["a", "b"], [0])
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_two_stage_bootstrap_of_identical_tasks_is_the_bootstrap_of_the_seeds(k):
+    # k tasks on which every seed gives the same value add nothing: the seed draw is shared
+    # by the drawn tasks, so each replicate is the mean of the drawn seeds, draw for draw the
+    # cluster bootstrap of the seeds (and, to rounding, the plain bootstrap of their values).
+    # Drawing seeds afresh within each drawn task instead would average k independent seed
+    # resamples and come out about √k narrower, counting one seed's shared effect k times.
+    per_seed = [0.31, -0.05, 0.12, 0.4, 0.02, 0.22, -0.1]
+    values = [v for _ in range(k) for v in per_seed]
+    tasks = [t for t in range(k) for _ in per_seed]
+    seeds = [s for _ in range(k) for s in range(len(per_seed))]
+    got = two_stage_bootstrap(values, tasks, seeds)
+    assert got == pytest.approx(cluster_bootstrap(values, seeds), abs=1e-12)
+    assert got == pytest.approx(bootstrap_interval(per_seed), abs=1e-12)
+    x = np.asarray(per_seed)
+    nested = x[np.random.default_rng(0).integers(0, x.size, size=(10_000, k, x.size))]
+    nested_means = nested.mean(axis=(1, 2))
+    width = got[2] - got[1]
+    nested_width = np.quantile(nested_means, 0.975) - np.quantile(nested_means, 0.025)
+    assert nested_width / width == pytest.approx(1 / math.sqrt(k), abs=0.08)
+
+
+def test_the_t_test_sentence_is_over_the_values_of_the_t_interval():
+    # two tools per seed: the test is over the seeds' means, as the t interval is; a finding
+    # with a margin (a threshold other than 0) does not get it
+    values = [0.3, 0.1, -0.05, 0.2, 0.15, 0.25, 0.0, 0.1]
+    seeds = [0, 0, 1, 1, 2, 2, 3, 3]
+    means = [0.2, 0.075, 0.2, 0.05]
+    p = paired_t_p_value(means)
+    assert t_test_note(values, seeds) == (
+        f"Two-sided t-test of the 4 seeds' means against 0: p = {p:.3g}.")
+    assert t_test_note(means) == f"Two-sided t-test of the 4 seeds' values against 0: p = {p:.3g}."
+    f = finding_from_values(claim="11", experiment="E8", quantity="q", control="c",
+                            values=values, clusters=seeds, predicted="positive", t_test=True)
+    assert f"p = {p:.3g}." in f.detail
+    g = finding_from_values(claim="14", experiment="E8", quantity="q", control="c",
+                            values=values, clusters=seeds, predicted="positive", margin=0.9,
+                            t_test=True)
+    assert "t-test" not in g.detail
+
 def test_e1_pooled_rows_resample_seeds_with_every_task_kept(tmp_path, monkeypatch):
     """A seed's ΔAULC on the three structured feature tasks shares the seed's subset and batch
     order: the pooled interval resamples the 5 seeds, not 15 (task, seed) pairs."""
@@ -538,6 +622,11 @@ def test_e1_pooled_rows_resample_seeds_with_every_task_kept(tmp_path, monkeypatc
     assert (finding.low, finding.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
     _, naive_low, naive_high = bootstrap_interval(list(effect.values()) * 3)
     assert finding.high - finding.low > 1.3 * (naive_high - naive_low)
+    # the same effect on every task: resampling the tasks too adds nothing, and the detail's
+    # two-stage interval is the bootstrap part of the verdict interval
+    assert finding.detail.endswith(
+        " With tasks resampled too (two-stage bootstrap over the 3 tasks and their seeds): "
+        f"[{iv.bootstrap[0]:.4f}, {iv.bootstrap[1]:.4f}].")
 
 
 def test_e3_replicates_are_random_draws_and_trained_seeds(tmp_path, monkeypatch):

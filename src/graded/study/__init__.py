@@ -26,9 +26,10 @@ from graded.study.statistics import (
     replicate_values,
     t_interval,
     t_quantile,
+    two_stage_bootstrap,
 )
 
 __all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "Interval",
            "JobExperiment", "atomic_write_text", "bootstrap_interval", "cluster_bootstrap",
            "holm", "mean_interval", "paired_bootstrap", "paired_t_p_value", "replicate_values",
-           "t_interval", "t_quantile", "verdict"]
+           "t_interval", "t_quantile", "two_stage_bootstrap", "verdict"]

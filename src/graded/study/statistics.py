@@ -2,8 +2,9 @@
 paired tests over families of comparisons.
 
 - Percentile bootstrap intervals: :func:`bootstrap_interval` of a mean, :func:`paired_bootstrap`
-  of a mean paired difference, and :func:`cluster_bootstrap` for values that come in dependent
-  clusters (Davison & Hinkley 1997, *Bootstrap Methods and their Application*, §3.8, strategy 1).
+  of a mean paired difference, :func:`cluster_bootstrap` for values that come in dependent
+  clusters (Davison & Hinkley 1997, *Bootstrap Methods and their Application*, §3.8, strategy 1),
+  and :func:`two_stage_bootstrap` for values on a grid of tasks and seeds, resampling both.
 - Student t: :func:`t_quantile` (bisection on the regularised incomplete beta function, which
   :func:`_incomplete_beta` evaluates by its continued fraction, Lentz's method, Numerical
   Recipes §6.4) and :func:`t_interval`.
@@ -40,6 +41,7 @@ __all__ = [
     "replicate_values",
     "t_interval",
     "t_quantile",
+    "two_stage_bootstrap",
 ]
 
 
@@ -90,6 +92,65 @@ def cluster_bootstrap(values, clusters, *, n_boot: int = 10_000, level: float = 
         means = sums[draw].mean(axis=1)
     else:
         means = sums[draw].sum(axis=1) / sizes[draw].sum(axis=1)
+    tail = (1.0 - level) / 2.0
+    return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def two_stage_bootstrap(values, tasks, seeds, *, n_boot: int = 10_000, level: float = 0.95,
+                        seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile bootstrap interval when the tasks, too, are treated
+    as a sample: ``values[i]`` was measured on task ``tasks[i]`` with seed ``seeds[i]``, and
+    each bootstrap replicate resamples the tasks with replacement (stage 1), then the seeds
+    with replacement (stage 2), and takes the mean over every value of the drawn (task, seed)
+    cells (a task or seed drawn twice counts twice; a cell holding several values weighs them
+    all, Σ sums / Σ counts, as :func:`cluster_bootstrap` does). The two-stage bootstrap of
+    Davison & Hinkley 1997 §3.8 (strategy 2) and Field & Welsh 2007 ("Bootstrapping clustered
+    data", JRSS B 69), with one departure: the seeds are drawn **once** per replicate and
+    shared by every drawn task, not drawn afresh within each, because here a seed index is
+    one training seed on every task (the same subset order, minibatch order and
+    initialisation), so tasks and seeds are crossed factors, not nested ones. Resampling both
+    crossed factors is Owen's pigeonhole bootstrap (Owen 2007, *Ann. Appl. Stat.* 1(2);
+    McCullagh 2000, *Bernoulli* 6, shows that no bootstrap of a crossed array is exact; this
+    one errs wide). Drawing seeds afresh within each task would count one seed's shared effect
+    as k independent ones and shrink its part of the spread by √k; with identical tasks it
+    would be √k narrower than the bootstrap of the seeds, while this one then draws exactly
+    what ``cluster_bootstrap(values, seeds)`` draws.
+
+    The estimate is the mean over all values. Tasks and seeds are taken in the order of their
+    first value; the seeds are drawn first from the generator, then the tasks. A percentile
+    interval over only k = 3 or 4 tasks is itself too narrow (the narrowness bias of
+    :func:`mean_interval`'s docstring, at k rather than at the number of seeds): read it as
+    the least a sample of tasks would add, not as a verdict interval."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    task_labels, seed_labels = list(tasks), list(seeds)
+    if x.size == 0:
+        raise ValueError("two_stage_bootstrap needs at least one value")
+    if not len(task_labels) == len(seed_labels) == x.size:
+        raise ValueError(f"two_stage_bootstrap needs one task and one seed label per value, got "
+                         f"{x.size} values, {len(task_labels)} tasks and {len(seed_labels)} "
+                         "seeds")
+    task_index: dict = {}
+    seed_index: dict = {}
+    t = np.array([task_index.setdefault(c, len(task_index)) for c in task_labels])
+    s = np.array([seed_index.setdefault(c, len(seed_index)) for c in seed_labels])
+    k, m = len(task_index), len(seed_index)
+    sums = np.zeros((k, m))
+    counts = np.zeros((k, m))
+    np.add.at(sums, (t, s), x)
+    np.add.at(counts, (t, s), 1.0)
+    rng = np.random.default_rng(seed)
+    seed_draw = rng.integers(0, m, size=(n_boot, m))
+    task_draw = rng.integers(0, k, size=(n_boot, k))
+    # how often each seed and each task is drawn in each replicate
+    seed_times = np.zeros((n_boot, m))
+    np.add.at(seed_times, (np.arange(n_boot)[:, None], seed_draw), 1.0)
+    task_times = np.zeros((n_boot, k))
+    np.add.at(task_times, (np.arange(n_boot)[:, None], task_draw), 1.0)
+    total = np.einsum("bi,ij,bj->b", task_times, sums, seed_times)
+    number = np.einsum("bi,ij,bj->b", task_times, counts, seed_times)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = total / number
+    means = means[number > 0]  # a replicate of missing cells only has no mean
     tail = (1.0 - level) / 2.0
     return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from graded.study.core import Context, Finding, verdict
-from graded.study.statistics import mean_interval
+from graded.study.statistics import mean_interval, paired_t_p_value, replicate_values
 from graded.transformer.config import TransformerConfig
 from graded.transformer.models import TransformerLM
 
@@ -30,10 +30,12 @@ __all__ = [
     "finding_from_values",
     "lag_copy_batch",
     "least_squares_slope",
+    "p_value_against_zero",
     "save_plot",
     "seed_count",
     "single_thread",
     "spearman",
+    "t_test_note",
     "tiny_lm",
     "train_lm",
 ]
@@ -149,11 +151,33 @@ def equivalence_verdict(low: float, high: float, lo: float, hi: float) -> str:
     return "inconclusive"
 
 
+def p_value_against_zero(values: Sequence[float]) -> float:
+    """The two-sided t-test p-value of "the mean is 0"
+    (:func:`graded.study.statistics.paired_t_p_value`), or 1.0 when one value cannot test
+    anything."""
+    return paired_t_p_value(values) if len(values) >= 2 else 1.0
+
+
+def t_test_note(values: Sequence[float], clusters: Sequence[Any] | None = None) -> str:
+    """A finding's sentence for a prediction against 0: the two-sided t-test of the seeds'
+    values against 0, over the values the t interval is taken over
+    (:func:`graded.study.statistics.replicate_values`: the seeds' means when ``clusters`` names
+    each value's seed, size-weighted when the seeds bring different numbers of values)."""
+    u = replicate_values(values, clusters)
+    if clusters is None:
+        kind = "values"
+    else:
+        sizes = [list(clusters).count(c) for c in set(clusters)]
+        kind = "means" if len(set(sizes)) == 1 else "size-weighted values (as in the interval)"
+    return (f"Two-sided t-test of the {u.size} seeds' {kind} against 0: "
+            f"p = {p_value_against_zero(list(u)):.3g}.")
+
+
 def finding_from_values(
     *, claim: str, experiment: str, quantity: str, control: str, values: Sequence[float],
     predicted: str, margin: float = 0.0, seeds: int | None = None, detail: str = "",
     figures: Sequence[str] = (), seed: int = 0, clusters: Sequence[Any] | None = None,
-    bounds: tuple[float, float] | None = None,
+    bounds: tuple[float, float] | None = None, t_test: bool = False,
 ) -> Finding:
     """A finding whose estimate is the mean of ``values`` with the study's 95% interval
     (:func:`graded.study.statistics.mean_interval`: the hull of the percentile bootstrap and the t
@@ -164,7 +188,9 @@ def finding_from_values(
     values share one (a seed's tools or layers): the interval then resamples whole clusters
     (:func:`graded.study.statistics.cluster_bootstrap`) and ``seeds`` defaults to their number.
     Non-finite values are left out, with their labels. ``bounds``: the range the quantity can
-    take, to which the interval is cut (an accuracy [0, 1], a correlation [−1, 1])."""
+    take, to which the interval is cut (an accuracy [0, 1], a correlation [−1, 1]). ``t_test``:
+    where the prediction is against 0 (``margin`` 0), the detail also gives
+    :func:`t_test_note`."""
     if clusters is not None and len(clusters) != len(values):
         raise ValueError(f"one cluster label per value: {len(values)} values, "
                          f"{len(clusters)} labels")
@@ -178,6 +204,8 @@ def finding_from_values(
     interval = mean_interval(values, None if clusters is None else [c for _, c in kept],
                              seed=seed, bounds=bounds)
     n = seeds if seeds is not None else interval.replicates
+    if t_test and margin == 0.0:
+        detail += " " + t_test_note(values, None if clusters is None else [c for _, c in kept])
     return Finding(claim, experiment, quantity, control, n, interval.estimate, interval.low,
                    interval.high,
                    verdict(interval.low, interval.high, predicted=predicted, margin=margin),

@@ -34,7 +34,9 @@ show each one), and three or four hand-picked tasks cannot stand for a populatio
 bootstrap over tasks would pretend. Seeds are resampled jointly over the tasks, not independently
 within each, because one seed index gives every task the same training-subset order, minibatch order
 and initialisation seed (the two polynomial tasks also share their inputs), so a seed's values on
-different tasks need not be independent.
+different tasks need not be independent. As a sensitivity check outside the verdict, each row
+pooled over several tasks also gives in its detail the interval of
+:func:`graded.study.statistics.two_stage_bootstrap`, which resamples the tasks too.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from graded.study.core import Context, Finding, run_jobs_inline, verdict
-from graded.study.experiments._e_common import spearman
+from graded.study.experiments._e_common import p_value_against_zero, spearman, t_test_note
 from graded.study.learning import (
     TASKS,
     TaskData,
@@ -55,7 +57,11 @@ from graded.study.learning import (
     supports_token_grading,
     train_run,
 )
-from graded.study.statistics import holm, mean_interval, paired_t_p_value, replicate_values
+from graded.study.statistics import (
+    holm,
+    mean_interval,
+    two_stage_bootstrap,
+)
 
 __all__ = ["SampleEfficiencyExperiment", "aulc", "budget", "comparisons",
            "difference_in_differences", "per_size_family"]
@@ -127,11 +133,6 @@ def difference_in_differences(family: list[dict], arm: str, control: str,
                   - np.mean([by_task[t][s] for t in controls])) for s in sorted(seeds)]
 
 
-def _p_value(diffs: list[float]) -> float:
-    """The paired t-test p-value, or 1.0 when one pair cannot test anything."""
-    return paired_t_p_value(diffs) if len(diffs) >= 2 else 1.0
-
-
 def per_size_family(b: dict[str, Any],
                     curves: dict[tuple[str, str], dict[int, dict[int, float]]]) -> list[dict]:
     """Paired test-loss differences (arm − control) at every n ≤ ``SMALL_N`` for every
@@ -154,7 +155,7 @@ def per_size_family(b: dict[str, Any],
                 iv = mean_interval(diffs)
                 family.append(dict(task=task, arm=arm, control=control, n=n, diffs=diffs,
                                    est=iv.estimate, low=iv.low, high=iv.high,
-                                   p=_p_value(diffs)))
+                                   p=p_value_against_zero(diffs)))
     for f, rejected in zip(family, holm([f["p"] for f in family]) if family else []):
         f["holm"] = rejected
     return family
@@ -250,7 +251,7 @@ class SampleEfficiencyExperiment:
                 iv = mean_interval(diffs)
                 family.append(dict(task=task, arm=arm, control=control, diffs=diffs,
                                    seeds=common, est=iv.estimate,
-                                   low=iv.low, high=iv.high, p=_p_value(diffs)))
+                                   low=iv.low, high=iv.high, p=p_value_against_zero(diffs)))
         rejected = holm([f["p"] for f in family]) if family else []
         for f, rej in zip(family, rejected):
             f["holm"] = rej
@@ -259,12 +260,14 @@ class SampleEfficiencyExperiment:
         figures = self._plots(ctx, b, curves)
         self._section(ctx, b, curves, family, figures, per_n)
 
-        def pooled(arm: str, control: str, tasks: list[str]) -> tuple[list[float], list[int]]:
-            """The paired ΔAULC of every (task, seed) of ``tasks`` and the seed of each (the
-            replicate: a seed's values on all tasks are resampled together)."""
-            rows = [(d, s) for f in family if f["arm"] == arm and f["control"] == control
-                    and f["task"] in tasks for d, s in zip(f["diffs"], f["seeds"])]
-            return [d for d, _ in rows], [s for _, s in rows]
+        def pooled(arm: str, control: str,
+                   tasks: list[str]) -> tuple[list[float], list[int], list[str]]:
+            """The paired ΔAULC of every (task, seed) of ``tasks``, the seed of each (the
+            replicate: a seed's values on all tasks are resampled together) and its task."""
+            rows = [(d, s, f["task"]) for f in family if f["arm"] == arm
+                    and f["control"] == control and f["task"] in tasks
+                    for d, s in zip(f["diffs"], f["seeds"])]
+            return [d for d, _, _ in rows], [s for _, s, _ in rows], [t for _, _, t in rows]
 
         structured_features = [t for t in b["tasks"] if TASKS[t].structured
                                and TASKS[t].family != "dyck"]
@@ -282,12 +285,15 @@ class SampleEfficiencyExperiment:
             return (" Per task: " + "; ".join(parts) + ".") if parts else ""
 
         def add(claim: str, quantity: str, control: str,
-                values: list[float] | tuple[list[float], list[int]], predicted: str,
-                detail: str, bounds: tuple[float, float] | None = None) -> None:
-            """One finding; ``values`` are replicates, or (values, seed of each) when several
-            values share a seed (the interval then resamples seeds); ``bounds``, the range of
-            the quantity, to which the interval is cut."""
-            values, seeds = values if isinstance(values, tuple) else (values, None)
+                values: list[float] | tuple[list[float], list[int], list[str]],
+                predicted: str, detail: str,
+                bounds: tuple[float, float] | None = None) -> None:
+            """One finding; ``values`` are replicates, or (values, seed of each, task of each)
+            when several values share a seed (the interval then resamples seeds; over several
+            tasks the detail adds :func:`two_stage_bootstrap`'s interval, the tasks resampled
+            too, as a sensitivity check that leaves the verdict alone); ``bounds``, the range
+            of the quantity, to which the interval is cut."""
+            values, seeds, tasks = values if isinstance(values, tuple) else (values, None, None)
             if not values:
                 findings.append(Finding(claim, name, quantity, control, 0, math.nan, math.nan,
                                         math.nan, "inconclusive", detail + " Not measured: no "
@@ -295,17 +301,17 @@ class SampleEfficiencyExperiment:
                 return
             iv = mean_interval(values, seeds, bounds=bounds)
             if seeds is not None:
-                # the t-test over the same per-seed values as the t interval: the seeds' means
-                # (size-weighted when seeds bring different numbers of values; core.RULE)
-                sizes = {s: seeds.count(s) for s in seeds}
-                kind = ("means" if len(set(sizes.values())) == 1
-                        else "size-weighted values (as in the interval)")
-                detail += (f" Two-sided t-test of the {iv.replicates} seeds' {kind} against 0: "
-                           f"p = {_p_value(list(replicate_values(values, seeds))):.3g}.")
+                # the t-test over the same per-seed values as the t interval (core.RULE)
+                detail += " " + t_test_note(values, seeds)
+            note = iv.note()
+            if tasks is not None and len(set(tasks)) > 1:
+                _, low, high = two_stage_bootstrap(values, tasks, seeds)
+                note += (f" With tasks resampled too (two-stage bootstrap over the "
+                         f"{len(set(tasks))} tasks and their seeds): [{low:.4f}, {high:.4f}].")
             findings.append(Finding(claim, name, quantity, control, iv.replicates, iv.estimate,
                                     iv.low, iv.high,
                                     verdict(iv.low, iv.high, predicted=predicted),
-                                    f"{detail} {iv.note()}", figures))
+                                    f"{detail} {note}", figures))
 
         by_seed = (" Replicates: seeds, each with its ΔAULC on every task (resampled together; "
                    "the tasks are fixed); the estimate is the mean over (task, seed) pairs.")
@@ -361,7 +367,7 @@ class SampleEfficiencyExperiment:
         recipe_runs = [r for r in runs if r["arm"] in ("lgt", "egt", "egt_fixed_base")
                        and not r["diverged"] and r["train_first"] > 0]
         decrease = ([1.0 - r["train_last"] / r["train_first"] for r in recipe_runs],
-                    [r["seed"] for r in recipe_runs])
+                    [r["seed"] for r in recipe_runs], [r["task"] for r in recipe_runs])
         diverged = sum(1 for r in runs if r["arm"] in ("lgt", "egt", "egt_fixed_base")
                        and r["diverged"])
         add("7", "relative training-loss decrease 1 − L_last/L_first (LGT, EGT recipes)",
@@ -371,7 +377,7 @@ class SampleEfficiencyExperiment:
             "with all its runs (every task, arm and n; they share the seed's subset and "
             "minibatch order), resampled together; the estimate is the mean over runs. The "
             "grade-gradient scaling part of claim 7 is E6.")
-        correlations: tuple[list[float], list[int]] = ([], [])
+        correlations: tuple[list[float], list[int], list[str]] = ([], [], [])
         top = max(b["sizes"])
         for r in runs:
             if (r["arm"] == "learned_neutral" and r["n"] == top and "input_grades" in r
@@ -381,6 +387,7 @@ class SampleEfficiencyExperiment:
                 if math.isfinite(rho):
                     correlations[0].append(rho)
                     correlations[1].append(r["seed"])
+                    correlations[2].append(r["task"])
         add("000-I", "Spearman ρ(learned input grades, true feature importance)",
             "ρ = 0 (grades unrelated to importance)", correlations, "positive",
             f"Input grades learned from q = 0 (EGT λ = 2, input stage) at n = {top} on "

@@ -36,6 +36,7 @@ import torch
 
 from graded.analysis.lipschitz import model_lipschitz
 from graded.study.core import Context, Finding, atomic_write_text, verdict
+from graded.study.experiments._e_common import t_test_note
 from graded.study.experiments.e1_sample_efficiency import budget as e1_budget
 from graded.study.learning import TASKS, TaskData, fit, make_data
 from graded.study.statistics import mean_interval
@@ -176,7 +177,7 @@ class RobustnessExperiment:
             findings.append(Finding(claim, self.name, quantity, control, len(values),
                                     iv.estimate, iv.low, iv.high,
                                     verdict(iv.low, iv.high, predicted=predicted),
-                                    f"{detail} {iv.note()}", [fig]))
+                                    f"{detail} {t_test_note(values)} {iv.note()}", [fig]))
 
         setting = (f"poly_e5, n = {n_train}, {b['steps']} AdamW steps (lr {LR}), noise σ = "
                    f"{SIGMA} on standardised features of degrees 0–1 (low grade) or 2–3 (high)")

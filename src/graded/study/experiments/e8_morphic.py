@@ -188,7 +188,7 @@ class MorphicExperiment:
                              for t in TOOLS)
 
         base = dict(experiment=self.name, seed=ctx.base_seed, figures=figures,
-                    clusters=col("seed"))
+                    clusters=col("seed"), t_test=True)
         out = [
             finding_from_values(
                 claim="11", bounds=(-1.0, 1.0),
@@ -277,4 +277,4 @@ class MorphicExperiment:
             claim="17", experiment=self.name, quantity="mean ΔL of the push/pop edge at "
             "positions with correct depth class − at positions with a wrong one",
             control="positions of the same sequences where the depth class is wrong",
-            values=diffs, predicted="positive", detail=detail, seed=ctx.base_seed)
+            values=diffs, predicted="positive", detail=detail, seed=ctx.base_seed, t_test=True)

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import machine, table
 
-from graded.baseline_scores import run_baselines
 from graded.config import build_run, validate_config
+from graded.kinds import run_baselines
 
 BACKENDS = ["full", "chunked", "sliding_window", "dilated", "sparse_fixed", "block_sparse",
             "bigbird", "linear", "performer", "linformer", "lsh"]

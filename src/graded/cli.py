@@ -153,7 +153,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     metrics = evaluate(model, test.tensors, task.kind, batch_size=cfg.train.eval_batch_size)
     out: dict[str, Any] = {"checkpoint": str(ckpt), "step": meta["step"], "metrics": metrics}
     if args.baselines:  # scored by the same metrics as the model, side by side
-        from graded.baseline_scores import baseline_report
+        from graded.kinds import baseline_report
 
         out["baselines"] = baseline_report(train, test)
     RunFolder(run_dir).record("eval.json")

@@ -126,8 +126,8 @@ def train_one(job: dict[str, Any]) -> dict[str, Any]:
 
 def baselines_for(task: str, seed: int, out_dir: Path, quick: bool) -> dict[str, float]:
     """The simple baselines' headline metric on the split of ``seed``."""
-    from graded.baseline_scores import run_baselines
     from graded.config import build_data, build_task, validate_config
+    from graded.kinds import run_baselines
 
     cfg = validate_config(run_config(task, "baseline", seed, out_dir, quick))
     task_obj = build_task(cfg)

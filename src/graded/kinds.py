@@ -32,10 +32,8 @@ its own ``training_loss`` (the LM loss plus its router terms, 004 §4.3) and eva
 Adding a kind is adding one subclass of :class:`TaskKind` here with a new ``name`` (or a new
 ``architecture`` for an existing name); it registers itself (docs/training.md, "How to extend").
 
-A kind's baselines are scored by :mod:`graded.baseline_scores`
-(:func:`~graded.baseline_scores.run_baselines`, :func:`~graded.baseline_scores.baseline_report`,
-both importable from here too); the grades a model that grades tokens needs to answer a prompt
-come from :mod:`graded.prompt_grading`.
+The grades a model that grades tokens needs to answer a prompt come from
+:mod:`graded.prompt_grading`.
 """
 
 from __future__ import annotations
@@ -624,12 +622,30 @@ def as_kind(kind: str | TaskKind, model: nn.Module | None = None) -> TaskKind:
     return get_kind(kind, "morphic" if isinstance(inner, MorphicModel) else "transformer")
 
 
-def __getattr__(name: str) -> Any:
-    """``run_baselines`` and ``baseline_report``, importable from here as before they moved to
-    :mod:`graded.baseline_scores` (documented so in docs/tasks.md); imported on first use, as
-    that module imports this one."""
-    if name in ("run_baselines", "baseline_report"):
-        from graded import baseline_scores
+def run_baselines(train: TaskDataset, test: TaskDataset, *, metric: str | None = None,
+                  k: int = 5) -> dict[str, float]:
+    """Score every baseline of the datasets' kind on ``test`` after fitting on ``train``.
 
-        return getattr(baseline_scores, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    ``metric`` defaults to the task's headline metric (``train.info["metric"]``).
+    """
+    if train.kind != test.kind:
+        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
+    metric = metric or train.info.get("metric")
+    if metric is None:
+        raise ValueError("no metric given and the dataset does not name one")
+    preds = get_kind(train.kind).baselines(train, test, k=k)
+    return {name: compute_metric(metric, p, test) for name, p in preds.items()}
+
+
+def baseline_report(train: TaskDataset, test: TaskDataset, *, k: int = 5
+                    ) -> dict[str, dict[str, float]]:
+    """Every baseline of the datasets' kind, fitted on ``train``, scored on ``test`` by every
+    metric the kind's evaluation reports there (:meth:`TaskKind.metrics_for`; not the loss,
+    which baselines that predict labels have not): ``{baseline: {metric: value}}``, to read
+    beside a model's evaluation metric by metric."""
+    if train.kind != test.kind:
+        raise ValueError(f"train and test kinds differ: {train.kind!r} vs {test.kind!r}")
+    kind = get_kind(train.kind)
+    preds = kind.baselines(train, test, k=k)
+    return {name: {m: compute_metric(m, p, test) for m in kind.metrics_for(test)}
+            for name, p in preds.items()}

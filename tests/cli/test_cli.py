@@ -105,8 +105,8 @@ def test_tiny_train_writes_csv_tensorboard_metrics_and_checkpoint_then_eval_gene
     assert ev["metrics"]["loss"] == pytest.approx(final["loss"], rel=1e-5)
     assert set(ev["baselines"]) >= {"majority", "bigram"}
     # each baseline is scored by every metric the model is, not by one metric left unnamed
-    from graded.baseline_scores import run_baselines
     from graded.config import build_data, load_run_config
+    from graded.kinds import run_baselines
 
     cfg = load_run_config(run)
     train, test = build_data(cfg, cfg.built_task)

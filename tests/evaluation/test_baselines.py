@@ -4,7 +4,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graded.baseline_scores import run_baselines
 from graded.evaluation import (
     knn_classify,
     knn_regress,
@@ -14,6 +13,7 @@ from graded.evaluation import (
     ridge_regression,
 )
 from graded.evaluation.baselines import bigram, features, positional_majority
+from graded.kinds import run_baselines
 from graded.tasks import IGNORE_INDEX, TaskDataset, available_tasks, get_task
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from graded.baseline_scores import run_baselines
+from graded.kinds import run_baselines
 from graded.tasks import GraphProperties, get_task
 from graded.tasks.graphs import FAMILIES
 

@@ -18,7 +18,7 @@ would exceed ``max_onehot`` columns.
 
 Each task kind of :mod:`graded.kinds` picks its family (:func:`sequence_baselines`,
 :func:`classification_baselines`, :func:`regression_baselines`);
-:func:`graded.baseline_scores.run_baselines` scores them with the task's metric.
+:func:`graded.kinds.run_baselines` scores them with the task's metric.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def _padding(data: TaskDataset) -> Tensor:
     return torch.zeros(data.inputs.shape[:2], dtype=torch.bool) if pad is None else pad
 
 
-# ---- per kind (graded.kinds chooses; graded.baseline_scores.run_baselines scores) -------------
+# ---- per kind (graded.kinds chooses; graded.kinds.run_baselines scores) -------------
 def sequence_baselines(train: TaskDataset, test: TaskDataset, *, encoder_decoder: bool
                        ) -> dict[str, Tensor]:
     """Next-token (``encoder_decoder=False``) or seq2seq test predictions: positional

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from graded.baseline_scores import baseline_report, run_baselines
 from graded.evaluation.metrics import compute_metric
+from graded.kinds import baseline_report, run_baselines
 from graded.tasks.base import TaskDataset
 
 

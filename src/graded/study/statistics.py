@@ -59,6 +59,25 @@ def bootstrap_interval(values, *, n_boot: int = 10_000, level: float = 0.95,
     return float(x.mean()), float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
+def _codes(labels: list) -> np.ndarray:
+    """Each label's index among the distinct labels, taken in the order of their first value
+    (so a resampling depends on that order, not on the labels themselves)."""
+    index: dict = {}
+    return np.array([index.setdefault(c, len(index)) for c in labels], dtype=np.int64)
+
+
+def _cluster_sums(x: np.ndarray, clusters, caller: str) -> tuple[np.ndarray, np.ndarray]:
+    """The sum and the number of the values of each cluster (:func:`_codes` order)."""
+    labels = list(clusters)
+    if len(labels) != x.size:
+        raise ValueError(f"{caller} needs one cluster label per value, got {x.size} "
+                         f"values and {len(labels)} labels")
+    member = _codes(labels)
+    k = int(member.max()) + 1 if member.size else 0
+    return (np.bincount(member, weights=x, minlength=k),
+            np.bincount(member, minlength=k).astype(np.float64))
+
+
 def cluster_bootstrap(values, clusters, *, n_boot: int = 10_000, level: float = 0.95,
                       seed: int = 0) -> tuple[float, float, float]:
     """Mean of ``values`` and its percentile bootstrap interval when the values come in
@@ -73,17 +92,10 @@ def cluster_bootstrap(values, clusters, *, n_boot: int = 10_000, level: float = 
     depends on that order and not on the labels. With one value per cluster this is
     :func:`bootstrap_interval`, draw for draw."""
     x = np.asarray(values, dtype=np.float64).ravel()
-    labels = list(clusters)
     if x.size == 0:
         raise ValueError("cluster_bootstrap needs at least one value")
-    if len(labels) != x.size:
-        raise ValueError(f"cluster_bootstrap needs one cluster label per value, got {x.size} "
-                         f"values and {len(labels)} labels")
-    index: dict = {}
-    member = np.array([index.setdefault(c, len(index)) for c in labels])
-    k = len(index)
-    sums = np.bincount(member, weights=x, minlength=k)
-    sizes = np.bincount(member, minlength=k).astype(np.float64)
+    sums, sizes = _cluster_sums(x, clusters, "cluster_bootstrap")
+    k = sums.size
     if k == 1:
         return float(x.mean()), float(x.mean()), float(x.mean())
     rng = np.random.default_rng(seed)
@@ -129,11 +141,8 @@ def two_stage_bootstrap(values, tasks, seeds, *, n_boot: int = 10_000, level: fl
         raise ValueError(f"two_stage_bootstrap needs one task and one seed label per value, got "
                          f"{x.size} values, {len(task_labels)} tasks and {len(seed_labels)} "
                          "seeds")
-    task_index: dict = {}
-    seed_index: dict = {}
-    t = np.array([task_index.setdefault(c, len(task_index)) for c in task_labels])
-    s = np.array([seed_index.setdefault(c, len(seed_index)) for c in seed_labels])
-    k, m = len(task_index), len(seed_index)
+    t, s = _codes(task_labels), _codes(seed_labels)
+    k, m = int(t.max()) + 1, int(s.max()) + 1
     sums = np.zeros((k, m))
     counts = np.zeros((k, m))
     np.add.at(sums, (t, s), x)
@@ -217,14 +226,7 @@ def replicate_values(values, clusters=None) -> np.ndarray:
     x = np.asarray(values, dtype=np.float64).ravel()
     if clusters is None:
         return x
-    labels = list(clusters)
-    if len(labels) != x.size:
-        raise ValueError(f"replicate_values needs one cluster label per value, got {x.size} "
-                         f"values and {len(labels)} labels")
-    index: dict = {}
-    member = np.array([index.setdefault(c, len(index)) for c in labels], dtype=np.int64)
-    sums = np.bincount(member, weights=x, minlength=len(index))
-    sizes = np.bincount(member, minlength=len(index)).astype(np.float64)
+    sums, sizes = _cluster_sums(x, clusters, "replicate_values")
     if np.all(sizes == sizes[0]):
         return sums / sizes
     ratio = float(sums.sum() / sizes.sum())

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graded import TransformerConfig, TransformerLM
-from graded.transformer.logits import constrain, token_constraints
+from graded.transformer.logits import logits_processing
 
 
 def lm_for(seed=0, max_len=48):
@@ -133,14 +133,16 @@ def test_constrain_equals_hugging_faces_no_bad_words_processor(seed, vocab, leng
     g = torch.Generator().manual_seed(seed)
     history = torch.randint(0, vocab, (5, length), generator=g)
     scores = torch.randn(5, vocab, generator=g, dtype=torch.float64)
-    bad, _ = token_constraints(words, None, eos, vocab, scores.device)
+    ours = logits_processing(vocab_size=vocab, device=scores.device, eos_token_id=eos,
+                             bad_words_ids=words)
     processor = transformers.NoBadWordsLogitsProcessor(words, eos_token_id=eos)
-    assert torch.equal(constrain(scores, bad, None, history), processor(history, scores))
+    processed = scores if ours is None else ours(scores, history, new_tokens=0, last=False)
+    assert torch.equal(processed, processor(history, scores))
 
 
 def test_bad_words_ids_name_the_value_they_refuse():
     def check(words):
-        token_constraints(words, None, None, 11, torch.device("cpu"))
+        logits_processing(vocab_size=11, device=torch.device("cpu"), bad_words_ids=words)
 
     with pytest.raises(ValueError, match=r"bad_words_ids entry \[\]: empty; expected one or"):
         check([[3], []])
@@ -158,34 +160,14 @@ def test_bad_words_ids_name_the_value_they_refuse():
         check([3, 4])
 
 
-def _gpt2_lm():
-    """A small GPT-2 whose weights are redrawn (embeddings at unit scale, fan-in scaled
-    matrices) so that greedy rows do not all repeat one token, and our model converted from
-    it."""
-    transformers = pytest.importorskip("transformers")
-    from graded.interop import from_gpt2
-
-    cfg = transformers.GPT2Config(vocab_size=13, n_positions=24, n_embd=16, n_layer=2, n_head=4,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                  bos_token_id=None, eos_token_id=None)
-    torch.manual_seed(4)
-    hf = transformers.GPT2LMHeadModel(cfg).double().eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if p.dim() == 2:
-                p.normal_(std=1.0 if name.endswith(("wte.weight", "wpe.weight"))
-                          else p.shape[0] ** -0.5)
-    return hf, from_gpt2(hf)
-
-
 @pytest.mark.parametrize("num_beams", [1, 3])
-def test_multi_token_bad_words_give_gpt2_generates_tokens(num_beams):
+def test_multi_token_bad_words_give_gpt2_generates_tokens(num_beams, gpt2_pair):
     """Greedy and beam search with entries of one, two, three and five tokens on left-padded
     prompts give ``GPT2LMHeadModel.generate``'s tokens, which differ from the unconstrained
     ones: the history an entry is matched against holds the prompt (row 1's entry starts
     with its last token) and its padding (row 0's starts with the pad id), as Hugging Face's
     ``input_ids`` do, and each beam's own tokens."""
-    hf, lm = _gpt2_lm()
+    hf, lm = gpt2_pair
     pad = 12
     prompts = torch.tensor([[pad, pad, 7, 5, 3], [8, 11, 4, 6, 1], [10, 8, 11, 2, 0]])
     attention = (prompts != pad).long()

@@ -7,15 +7,17 @@ Prompts of different lengths are left-padded with ``pad_token_id`` and passed wi
 ``key_padding_mask``; positions skip the padding, so a padded prompt generates exactly what it
 would alone, and ``max_len`` must hold the longest real prompt plus the new tokens. With
 ``use_cache`` each step feeds only the newest token and reuses cached keys and values; without
-it every step recomputes the whole sequence (the two agree). Hugging Face's ``bad_words_ids``
-and ``forced_eos_token_id`` are options (:func:`token_constraints`); a model that grades tokens
+it every step recomputes the whole sequence (the two agree). Hugging Face's ``sequence_bias``,
+``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``min_new_tokens`` and
+``forced_eos_token_id`` are options (:func:`~graded.transformer.logits.logits_processing`); a
+model that grades tokens
 (000 §6.2) generates with the prompt's grades and a grader of the new tokens
 (:func:`token_grading`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -25,15 +27,21 @@ from graded.positional import TABLE_POSITIONAL
 from graded.transformer.cache import KVCache
 from graded.transformer.decoding_grades import GradeLast, TokenGrader, token_grading
 from graded.transformer.logits import (
-    BadWords,
-    constrain,
+    LogitsProcessing,
     filter_logits,
+    logits_processing,
     select_next,
-    token_constraints,
 )
 
-__all__ = ["check_prompt", "decode", "filter_logits", "generate", "generate_seq2seq",
-           "select_next", "token_constraints"]
+__all__ = ["PROCESSOR_OPTIONS", "check_prompt", "decode", "filter_logits", "generate",
+           "generate_seq2seq", "select_next"]
+
+#: The options of Hugging Face's logits processors that generation takes, with their defaults
+#: (:func:`~graded.transformer.logits.logits_processing`).
+PROCESSOR_OPTIONS: dict[str, object] = {
+    "sequence_bias": None, "repetition_penalty": None, "no_repeat_ngram_size": 0,
+    "bad_words_ids": None, "min_new_tokens": 0, "forced_eos_token_id": None,
+}
 
 Step = Callable[..., Tensor]  # (ids, key_padding_mask, cache[, token_grades]) -> logits
 
@@ -73,8 +81,8 @@ def decode(
     num_beams: int, eos_token_id: int | None, pad_token_id: int | None, use_cache: bool,
     generator: torch.Generator | None, length_penalty: float,
     early_stopping: bool | str = True, vocab_size: int,
-    bad_words_ids: Sequence[Sequence[int]] | None = None, forced_eos_token_id: int | None = None,
     token_grades: Tensor | None = None, grade_last: GradeLast | None = None,
+    **processors: object,
 ) -> Tensor:
     """The decoding loop shared by the models: ``step(ids, key_padding_mask, cache)`` returns
     logits (B, T, V) for the tokens it is given (all of them, or only the new one when a cache is
@@ -85,19 +93,25 @@ def decode(
     first run inside :func:`graded.checks.checked_inputs`: their ids are the model's own
     choices (< ``vocab_size``) or the fill id of finished rows, checked here once.
 
-    ``bad_words_ids`` and ``forced_eos_token_id`` act as Hugging Face's logits processors of
-    those names (:func:`constrain`): on the logits before sampling's temperature and filters,
-    on the log-probabilities in beam search; an entry of several tokens is matched against each
-    row's (each beam's) ids so far, ``input_ids`` and its padding included, as Hugging Face
-    matches its ``input_ids``; the EOS is forced at the last of the ``max_new_tokens`` steps
-    (Hugging Face's ``max_length - 1``)."""
+    ``processors`` (:data:`PROCESSOR_OPTIONS`) act as Hugging Face's logits processors of
+    those names (:class:`~graded.transformer.logits.LogitsProcessing`): on the logits before
+    sampling's temperature and filters, on the log-probabilities in beam search; each row's
+    (each beam's) history is its ids so far, ``input_ids`` and its padding included, as Hugging
+    Face's ``input_ids``; the repetition penalty starts at each row's first real token; the EOS
+    is forced at the last of the ``max_new_tokens`` steps (Hugging Face's ``max_length - 1``)."""
     if num_beams < 1:
         raise ValueError(f"num_beams must be >= 1, got {num_beams}")
     if early_stopping not in EARLY_STOPPING:
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got "
                          f"{early_stopping!r}")
-    banned, forced = token_constraints(bad_words_ids, forced_eos_token_id, eos_token_id,
-                                       vocab_size, input_ids.device)
+    unknown = sorted(set(processors) - set(PROCESSOR_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown generation option(s) {unknown}; the logits processors are "
+                        f"{sorted(PROCESSOR_OPTIONS)}")
+    processing = logits_processing(vocab_size=vocab_size, device=input_ids.device,
+                                   eos_token_id=eos_token_id, **processors)
+    # the repetition penalty skips each row's left padding, as Hugging Face's attention mask
+    start = (~key_padding_mask).int().argmax(dim=1)
     if max_new_tokens == 0:
         return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
@@ -111,19 +125,18 @@ def decode(
         return _beam_search(step, input_ids, key_padding_mask, max_new_tokens, n_layers=n_layers,
                             num_beams=num_beams, eos_token_id=eos_token_id, pad=pad,
                             use_cache=use_cache, length_penalty=length_penalty,
-                            early_stopping=early_stopping, banned=banned, forced=forced,
-                            token_grades=token_grades, grade_last=grade_last)
+                            early_stopping=early_stopping, processing=processing,
+                            start=start, token_grades=token_grades, grade_last=grade_last)
     cache = KVCache.empty(n_layers) if use_cache else None
     ids, kpm = input_ids, key_padding_mask
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     grades = token_grades
     logits = _run(step, ids, kpm, cache, grades)
-    constrained = banned is not None or forced is not None
     for i in range(max_new_tokens):
         scores = logits[:, -1]
-        if constrained:
-            scores = constrain(scores, banned, forced if i == max_new_tokens - 1 else None,
-                               ids)
+        if processing is not None:
+            scores = processing(scores, ids, new_tokens=i, last=i == max_new_tokens - 1,
+                                start=start)
         tok = select_next(scores, do_sample=do_sample, temperature=temperature,
                           top_k=top_k, top_p=top_p, generator=generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)
@@ -176,9 +189,9 @@ def _row_done(finished: list[tuple[float, Tensor]], best_running: float, k: int,
 def _beam_search(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
     n_layers: int, num_beams: int, eos_token_id: int | None, pad: int, use_cache: bool,
-    length_penalty: float, early_stopping: bool | str = True, banned: BadWords | None = None,
-    forced: int | None = None, token_grades: Tensor | None = None,
-    grade_last: GradeLast | None = None,
+    length_penalty: float, early_stopping: bool | str = True,
+    processing: LogitsProcessing | None = None, start: Tensor | None = None,
+    token_grades: Tensor | None = None, grade_last: GradeLast | None = None,
 ) -> Tensor:
     """Beam search. Hypotheses are ranked by log-probability / length**length_penalty, where
     length counts generated tokens; a row keeps its ``num_beams`` best finished ones. When a row
@@ -188,10 +201,10 @@ def _beam_search(
     length that scores it best (``max_new_tokens`` for length_penalty > 0). A row still open
     after ``max_new_tokens`` ranks its running beams with its finished hypotheses (they end
     there, as at Hugging Face's maximum length), so the best hypothesis returned is the best
-    of all that the search finished. With one beam this is greedy decoding. ``banned`` and
-    ``forced`` (:func:`token_constraints`) act on the log-probabilities, after the softmax, as
-    Hugging Face's logits processors do in its beam search, each beam's banned continuations
-    read from that beam's ids."""
+    of all that the search finished. With one beam this is greedy decoding. ``processing``
+    acts on the log-probabilities, after the softmax, as Hugging Face's logits processors do
+    in its beam search, each beam's history read from that beam's ids; ``start`` (B,) is each
+    prompt's first real position (:func:`decode`)."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -206,10 +219,12 @@ def _beam_search(
     score_dtype = torch.promote_types(logits.dtype, torch.float32)
     beam_scores = torch.zeros(batch, k, device=device, dtype=score_dtype)
     beam_scores[:, 1:] = float("-inf")
+    start = None if start is None else start.repeat_interleave(k)
     for t in range(max_new_tokens):
         logp = torch.log_softmax(logits[:, -1].to(score_dtype), dim=-1)  # (B*K, V)
-        if banned is not None or forced is not None:
-            logp = constrain(logp, banned, forced if t == max_new_tokens - 1 else None, ids)
+        if processing is not None:
+            logp = processing(logp, ids, new_tokens=t, last=t == max_new_tokens - 1,
+                              start=start)
         vocab = logp.shape[-1]
         cand = (beam_scores.view(-1, 1) + logp).view(batch, k * vocab)
         top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)
@@ -376,6 +391,10 @@ def generate(
     early_stopping: bool | str = True,
     bad_words_ids: Sequence[Sequence[int]] | None = None,
     forced_eos_token_id: int | None = None,
+    sequence_bias: Mapping[tuple[int, ...], float] | Sequence[Sequence[object]] | None = None,
+    repetition_penalty: float | None = None,
+    no_repeat_ngram_size: int = 0,
+    min_new_tokens: int = 0,
     token_grades: Tensor | None = None,
     token_grader: TokenGrader | None = None,
 ) -> Tensor:
@@ -384,10 +403,14 @@ def generate(
     (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
     search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None
     caches where every backend can (:func:`resolve_use_cache`), True requires it, False
-    recomputes the prefix each step; the tokens are the same. ``bad_words_ids`` (e.g.
-    ``[[pad_id]]``: never generate the pad token; ``[[a, b]]``: never ``b`` right after ``a``)
-    and ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS) are
-    Hugging Face's options of those names (:func:`decode`). A model that grades tokens
+    recomputes the prefix each step; the tokens are the same. Hugging Face's options of these
+    names (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.
+    ``[[pad_id]]``: never generate the pad token; ``[[a, b]]``: never ``b`` right after ``a``),
+    ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS),
+    ``sequence_bias`` (``{(a,): -2.0, (a, b): 1.5}``: add -2 to ``a``'s score, 1.5 to ``b``'s
+    right after ``a``), ``repetition_penalty`` (> 1 makes the row's tokens less likely),
+    ``no_repeat_ngram_size`` (n: no n-gram twice in a row) and ``min_new_tokens`` (no EOS
+    before that many). A model that grades tokens
     (``TransformerConfig.token_grading``, 000 §6.2) needs ``token_grades`` (B, T) of the prompt
     and ``token_grader``, the grades of a row's token ids as the task grades them (e.g.
     ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``): each new token's grade is the
@@ -413,8 +436,10 @@ def generate(
                     num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
                     use_cache=use_cache, generator=generator, length_penalty=length_penalty,
                     early_stopping=early_stopping, vocab_size=model.config.vocab_size,
+                    token_grades=token_grades, grade_last=grade_last,
                     bad_words_ids=bad_words_ids, forced_eos_token_id=forced_eos_token_id,
-                    token_grades=token_grades, grade_last=grade_last)
+                    sequence_bias=sequence_bias, repetition_penalty=repetition_penalty,
+                    no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens)
     finally:
         model.train(was_training)
 
@@ -432,8 +457,8 @@ def generate_seq2seq(
     **kwargs: object,
 ) -> Tensor:
     """Decode targets for ``src_ids`` starting from ``bos_token_id``; returns (B, 1 + n).
-    ``kwargs`` are :func:`generate`'s options (sampling, beams, EOS and padding,
-    ``bad_words_ids``, ``forced_eos_token_id``). A model that grades tokens needs
+    ``kwargs`` are :func:`generate`'s options (sampling, beams, EOS and padding, the logits
+    processors). A model that grades tokens needs
     ``token_grades`` (B, S) of the source, as ``Seq2SeqTransformer.forward`` takes them, and
     ``token_grader`` for the decoder's sequence from ``bos_token_id`` (its grades are
     ``decoder_token_grades``)."""
@@ -457,9 +482,6 @@ def generate_seq2seq(
                 mem = memory.repeat_interleave(num_beams, dim=0)
                 if src_mask is not None:
                     src_mask = src_mask.repeat_interleave(num_beams, dim=0)
-                if cache is not None and cache.length > 0:
-                    # cross keys are cached per beam row already; memory is only used once
-                    pass
             return model.decode(ids, mem, tgt_key_padding_mask=mask if cache is None else None,
                                 src_key_padding_mask=src_mask, cache=cache, token_grades=grades)
 
@@ -477,8 +499,7 @@ def _generation_kwargs(kwargs: dict[str, object]) -> dict[str, object]:
     allowed = {
         "do_sample": False, "temperature": 1.0, "top_k": None, "top_p": None, "num_beams": 1,
         "eos_token_id": None, "pad_token_id": None, "use_cache": None, "generator": None,
-        "length_penalty": 1.0, "early_stopping": True, "bad_words_ids": None,
-        "forced_eos_token_id": None,
+        "length_penalty": 1.0, "early_stopping": True, **PROCESSOR_OPTIONS,
     }
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:

@@ -1,18 +1,21 @@
 """What a decoding step does to the model's next-token scores before it picks a token: the
-temperature, top-k and top-p filters of sampling (:func:`filter_logits`, :func:`select_next`) and
-Hugging Face's ``bad_words_ids`` and ``forced_eos_token_id`` (:func:`token_constraints`,
-:func:`constrain`), shared by greedy, sampled and beam decoding
+logits processors of Hugging Face's ``generate`` that ours offers (:class:`LogitsProcessing`:
+``sequence_bias``, ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``,
+``min_new_tokens``, ``forced_eos_token_id``), then sampling's temperature, top-k and top-p
+(:func:`filter_logits`, :func:`select_next`), shared by greedy, sampled and beam decoding
 (:mod:`graded.transformer.generation`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["BadWords", "constrain", "filter_logits", "select_next", "token_constraints"]
+__all__ = ["LogitsProcessing", "TokenSequences", "filter_logits", "logits_processing",
+           "select_next"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -57,66 +60,211 @@ def select_next(
 
 
 @dataclass(frozen=True, eq=False)
-class BadWords:
-    """Hugging Face's ``bad_words_ids``, ready to apply (:func:`token_constraints`):
-    ``always`` (a long tensor, None for none), the ids of single-token entries, banned at every
-    step; ``sequences``, one (prefixes (G, n), last tokens (G,)) pair per prefix length n >= 1,
-    the entries of n + 1 tokens, whose last token is banned where a row's history ends with its
-    prefix. Hugging Face's ``SequenceBiasLogitsProcessor`` (of which
-    ``NoBadWordsLogitsProcessor`` is the -inf case) groups them the same way."""
+class TokenSequences:
+    """Token sequences with an additive bias each, grouped for matching as Hugging Face's
+    ``SequenceBiasLogitsProcessor`` groups them (its ``NoBadWordsLogitsProcessor`` is the case of
+    biases -inf): ``single`` (V,), the bias of each id that is an entry on its own (0 for the
+    others), added at every step; ``groups``, one (prefixes (G, n), last tokens (G,), biases (G,))
+    triple per prefix length n >= 1, an entry of n + 1 tokens adding its bias to its last
+    token's score where a row's history ends with its first n (never when the history is
+    shorter). Biases are held in float32, as Hugging Face holds them."""
 
-    always: Tensor | None
-    sequences: tuple[tuple[Tensor, Tensor], ...] = ()
+    single: Tensor | None
+    groups: tuple[tuple[Tensor, Tensor, Tensor], ...] = ()
+
+    @classmethod
+    def of(cls, entries: Mapping[tuple[int, ...], float], vocab_size: int,
+           device: torch.device) -> TokenSequences:
+        """Checked, distinct entries (token ids -> bias) grouped by length."""
+        single = None
+        by_prefix: dict[int, list[tuple[tuple[int, ...], float]]] = {}
+        for word, bias in entries.items():
+            if len(word) == 1:
+                if single is None:
+                    single = torch.zeros(vocab_size, device=device)
+                single[word[0]] = bias
+            else:
+                by_prefix.setdefault(len(word) - 1, []).append((word, bias))
+        groups = tuple(
+            (torch.tensor([w[:-1] for w, _ in group], dtype=torch.long, device=device),
+             torch.tensor([w[-1] for w, _ in group], dtype=torch.long, device=device),
+             torch.tensor([b for _, b in group], device=device))
+            for _, group in sorted(by_prefix.items()))
+        return cls(single, groups)
+
+    def bias(self, scores: Tensor, history: Tensor) -> Tensor:
+        """The (B, V) bias of one step, in the scores' dtype: the single entries' biases plus,
+        per id, the biases of the entries ending in it whose prefix ends the row's ``history``
+        (B, L)."""
+        bias = torch.zeros_like(scores)
+        if self.single is not None:
+            bias += self.single
+        for prefixes, last, values in self.groups:
+            n = prefixes.shape[1]
+            if n > history.shape[1]:
+                continue
+            match = (history[:, None, -n:] == prefixes).all(dim=-1)  # (B, G)
+            bias.index_add_(1, last, torch.where(match, values, 0.0).to(bias.dtype))
+        return bias
 
 
-def token_constraints(
-    bad_words_ids: Sequence[Sequence[int]] | None, forced_eos_token_id: int | None,
-    eos_token_id: int | None, vocab_size: int, device: torch.device,
-) -> tuple[BadWords | None, int | None]:
-    """The banned words (None for none) and the forced EOS id of Hugging Face's
-    ``bad_words_ids`` and ``forced_eos_token_id``, checked: each entry a non-empty list of
-    token ids in [0, ``vocab_size``). As its ``NoBadWordsLogitsProcessor`` does, an entry
-    ``[eos_token_id]`` is dropped (EOS is never banned on its own; a longer entry ending in it
-    stays) and repeated entries count once. An entry ``[t1, ..., tn]`` bans ``tn`` at a step
-    whose history (the prompt, its padding included, and the tokens generated so far) ends with
-    ``t1, ..., t(n-1)``; a single-token entry bans its token at every step (:func:`constrain`)."""
-    bad = None
+@dataclass(frozen=True, eq=False)
+class LogitsProcessing:
+    """The logits processors of Hugging Face's ``generate`` that ours offers, checked
+    (:func:`logits_processing`) and applied in its order, each as its processor of that name
+    computes it: ``bias`` (``sequence_bias``) adds each entry's bias; ``repetition_penalty``
+    divides a positive score (multiplies a negative one) of every id the row holds after its
+    left padding, once per id (Keskar et al. 2019; Hugging Face skips the padding the attention
+    mask marks); ``no_repeat_ngram_size`` n puts at -inf each id that would repeat an n-gram of
+    the row's ids, padding included; ``banned`` (``bad_words_ids``) puts its entries at -inf;
+    ``min_new_tokens`` puts the EOS at -inf until that many tokens are new; at the last step
+    ``forced_eos_token_id`` leaves only that id, at 0. They act on the logits before sampling's
+    temperature and filters, and on the log-probabilities in beam search."""
+
+    bias: TokenSequences | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int = 0
+    banned: TokenSequences | None = None
+    min_new_tokens: int = 0
+    eos_token_id: int | None = None
+    forced_eos_token_id: int | None = None
+
+    def __call__(self, scores: Tensor, history: Tensor, *, new_tokens: int, last: bool,
+                 start: Tensor | None = None) -> Tensor:
+        """Scores (B, V) of one step. ``history`` (B, L): each row's ids so far, the prompt
+        with its padding first, as Hugging Face's ``input_ids``; ``new_tokens``: how many
+        tokens have been generated; ``last``: whether this step is the last;
+        ``start`` (B,): the position of each row's first real token (0 for none), which the
+        repetition penalty starts from."""
+        if last and self.forced_eos_token_id is not None:
+            out = torch.full_like(scores, float("-inf"))
+            out[:, self.forced_eos_token_id] = 0.0
+            return out
+        if self.bias is not None:
+            scores = scores + self.bias.bias(scores, history)
+        if self.repetition_penalty is not None:
+            scores = _penalise_repeats(scores, history, self.repetition_penalty, start)
+        if self.no_repeat_ngram_size:
+            scores = _ban_repeated_ngrams(scores, history, self.no_repeat_ngram_size)
+        if self.banned is not None:
+            scores = scores + self.banned.bias(scores, history)
+        if new_tokens < self.min_new_tokens:
+            scores = scores.index_fill(-1, torch.tensor([self.eos_token_id],
+                                                        device=scores.device), float("-inf"))
+        return scores
+
+
+def _penalise_repeats(scores: Tensor, history: Tensor, penalty: float,
+                      start: Tensor | None) -> Tensor:
+    vocab = scores.shape[-1]
+    ids = history
+    if start is not None:  # the skipped positions point at an extra column, dropped below
+        before = torch.arange(history.shape[1], device=history.device) < start[:, None]
+        ids = history.masked_fill(before, vocab)
+    seen = torch.zeros(scores.shape[0], vocab + 1, dtype=torch.bool, device=scores.device)
+    seen = seen.scatter_(1, ids, True)[:, :vocab]
+    penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
+    return torch.where(seen, penalised, scores)
+
+
+def _ban_repeated_ngrams(scores: Tensor, history: Tensor, n: int) -> Tensor:
+    length = history.shape[1]
+    if length < n:
+        return scores
+    vocab = scores.shape[-1]
+    windows = history.unfold(1, n, 1)  # (B, L - n + 1, n): every n-gram of the row
+    tail = history[:, length - n + 1:]  # the n - 1 ids a next token would extend
+    match = (windows[..., :-1] == tail[:, None]).all(dim=-1)
+    banned = torch.zeros(scores.shape[0], vocab + 1, dtype=torch.bool, device=scores.device)
+    banned.scatter_(1, torch.where(match, windows[..., -1], vocab), True)
+    return scores.masked_fill(banned[:, :vocab], float("-inf"))
+
+
+def logits_processing(
+    *, vocab_size: int, device: torch.device, eos_token_id: int | None = None,
+    sequence_bias: Mapping[tuple[int, ...], float] | Sequence[Sequence[object]] | None = None,
+    repetition_penalty: float | None = None, no_repeat_ngram_size: int = 0,
+    bad_words_ids: Sequence[Sequence[int]] | None = None, min_new_tokens: int = 0,
+    forced_eos_token_id: int | None = None,
+) -> LogitsProcessing | None:
+    """Hugging Face's options of these names, checked, as a :class:`LogitsProcessing` (None
+    when none is set). ``sequence_bias``: ``{(t1, ..., tn): bias}`` or ``[[[t1, ..., tn],
+    bias], ...]``; ``bad_words_ids``: ``[[t1, ..., tn], ...]``; each entry a non-empty list of
+    token ids in [0, ``vocab_size``), each sequence given once. As Hugging Face's
+    ``NoBadWordsLogitsProcessor`` does, an entry ``[eos_token_id]`` of ``bad_words_ids`` is
+    dropped (EOS is never banned on its own; a longer entry ending in it stays) and repeated
+    entries count once. ``repetition_penalty`` > 0 (1 changes nothing);
+    ``no_repeat_ngram_size`` and ``min_new_tokens`` >= 0 (0 is off); ``min_new_tokens`` needs
+    ``eos_token_id``."""
+    bias = None
+    if sequence_bias is not None:
+        bias = TokenSequences.of(_biases(sequence_bias, vocab_size), vocab_size, device)
+    banned = None
     if bad_words_ids is not None:
         if isinstance(bad_words_ids, (str, bytes)) or not all(
                 isinstance(w, (list, tuple)) for w in bad_words_ids):
             raise ValueError(f"bad_words_ids must be a list of token-id lists, e.g. [[pad_id]], "
                              f"got {bad_words_ids!r}")
-        words = {}  # entry -> None: distinct entries, in their first order
-        for word in bad_words_ids:
-            if not word:
-                raise ValueError(f"bad_words_ids entry {list(word)!r}: empty; expected one or "
-                                 "more token ids")
-            for token in word:
-                if not _is_token(token, vocab_size):
-                    raise ValueError(f"bad_words_ids entry {list(word)!r}: expected a token id "
-                                     f"in [0, {vocab_size}), got {token!r}")
-            words[tuple(int(t) for t in word)] = None
+        words = {_entry(w, "bad_words_ids", vocab_size): float("-inf") for w in bad_words_ids}
         words.pop((eos_token_id,), None)
-        bad = _bad_words(list(words), device) if words else None
+        banned = TokenSequences.of(words, vocab_size, device) if words else None
+    if repetition_penalty is not None:
+        if not _is_number(repetition_penalty) or not 0 < repetition_penalty < math.inf:
+            raise ValueError(f"repetition_penalty must be a positive number (1 for none), got "
+                             f"{repetition_penalty!r}")
+        if repetition_penalty == 1:
+            repetition_penalty = None
+    for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
+                        ("min_new_tokens", min_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0 (0 for none), got {value!r}")
+    if min_new_tokens and eos_token_id is None:
+        raise ValueError(f"min_new_tokens={min_new_tokens} needs eos_token_id: it keeps the EOS "
+                         "from being chosen before that many new tokens")
     if forced_eos_token_id is not None and not _is_token(forced_eos_token_id, vocab_size):
         raise ValueError(f"forced_eos_token_id must be a token id in [0, {vocab_size}), got "
                          f"{forced_eos_token_id!r}")
-    return bad, forced_eos_token_id
+    processing = LogitsProcessing(bias, repetition_penalty, no_repeat_ngram_size, banned,
+                                  min_new_tokens, eos_token_id, forced_eos_token_id)
+    active = (bias, repetition_penalty, banned, forced_eos_token_id)
+    if all(a is None for a in active) and not (no_repeat_ngram_size or min_new_tokens):
+        return None
+    return processing
 
 
-def _bad_words(words: list[tuple[int, ...]], device: torch.device) -> BadWords:
-    """Distinct, checked entries grouped as :class:`BadWords` holds them."""
-    single = sorted({w[0] for w in words if len(w) == 1})
-    by_prefix: dict[int, list[tuple[int, ...]]] = {}
-    for word in words:
-        if len(word) > 1:
-            by_prefix.setdefault(len(word) - 1, []).append(word)
-    sequences = tuple(
-        (torch.tensor([w[:-1] for w in group], dtype=torch.long, device=device),
-         torch.tensor([w[-1] for w in group], dtype=torch.long, device=device))
-        for _, group in sorted(by_prefix.items()))
-    always = torch.tensor(single, dtype=torch.long, device=device) if single else None
-    return BadWords(always, sequences)
+def _biases(sequence_bias: object, vocab_size: int) -> dict[tuple[int, ...], float]:
+    """``sequence_bias`` in either of Hugging Face's forms, checked, as {entry: bias}."""
+    if isinstance(sequence_bias, Mapping):
+        pairs = list(sequence_bias.items())
+    elif isinstance(sequence_bias, (list, tuple)) and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 for p in sequence_bias):
+        pairs = [(p[0], p[1]) for p in sequence_bias]
+    else:
+        raise ValueError(f"sequence_bias must be {{(token ids): bias}} or [[[token ids], bias], "
+                         f"...], e.g. {{(5,): -2.0, (3, 7): 1.5}}; got {sequence_bias!r}")
+    out: dict[tuple[int, ...], float] = {}
+    for word, bias in pairs:
+        if not isinstance(word, (list, tuple)):
+            raise ValueError(f"sequence_bias entry {word!r}: expected a list or tuple of token "
+                             "ids")
+        key = _entry(word, "sequence_bias", vocab_size)
+        if not _is_number(bias) or math.isnan(bias) or bias == math.inf:
+            raise ValueError(f"sequence_bias entry {list(word)!r}: expected a finite bias or "
+                             f"-inf, got {bias!r}")
+        if key in out:
+            raise ValueError(f"sequence_bias gives entry {list(word)!r} twice")
+        out[key] = float(bias)
+    return out
+
+
+def _entry(word: Sequence[object], name: str, vocab_size: int) -> tuple[int, ...]:
+    if not word:
+        raise ValueError(f"{name} entry {list(word)!r}: empty; expected one or more token ids")
+    for token in word:
+        if not _is_token(token, vocab_size):
+            raise ValueError(f"{name} entry {list(word)!r}: expected a token id in "
+                             f"[0, {vocab_size}), got {token!r}")
+    return tuple(int(t) for t in word)
 
 
 def _is_token(value: object, vocab_size: int) -> bool:
@@ -124,32 +272,5 @@ def _is_token(value: object, vocab_size: int) -> bool:
             and 0 <= value < vocab_size)
 
 
-def constrain(scores: Tensor, bad: BadWords | None, forced: int | None,
-              history: Tensor | None = None) -> Tensor:
-    """Scores (B, V) of one step under :func:`token_constraints`: the banned ids at -inf
-    (Hugging Face's ``NoBadWordsLogitsProcessor``), or, at the last step (``forced`` given),
-    -inf everywhere but 0 at the forced EOS id (``ForcedEOSTokenLogitsProcessor``, which runs
-    after it and so overrides it). ``history`` (B, L) holds each row's tokens so far, the
-    prompt with its padding first, as Hugging Face's ``input_ids``: an entry of n + 1 tokens
-    bans its last where the last n tokens of a row equal its first n (never when L < n)."""
-    if forced is not None:
-        out = torch.full_like(scores, float("-inf"))
-        out[:, forced] = 0.0
-        return out
-    if bad is None:
-        return scores
-    if bad.always is not None:
-        scores = scores.index_fill(-1, bad.always, float("-inf"))
-    if bad.sequences:
-        if history is None:
-            raise ValueError("bad_words_ids with entries of several tokens need the history "
-                             "of each row (history=)")
-        hits = torch.zeros(scores.shape, dtype=torch.long, device=scores.device)
-        for prefixes, last in bad.sequences:
-            n = prefixes.shape[1]
-            if n > history.shape[1]:  # the prefix is longer than the history: no match
-                continue
-            match = (history[:, None, -n:] == prefixes).all(dim=-1)  # (B, G)
-            hits.index_add_(1, last, match.long())  # an id may end several entries
-        scores = scores.masked_fill(hits > 0, float("-inf"))
-    return scores
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -40,6 +40,18 @@ def test_early_mass_rejects_k_without_later_queries():
         early_attention_mass(torch.full((1, 4, 4), 0.25), 4)
 
 
+def test_a_single_position_is_refused_without_suggesting_an_impossible_k():
+    """With T = 1 no k >= 1 leaves a later query: the error says the sequence is too short
+    (it used to advise "use k < 1", which no valid k satisfies)."""
+    for call in (lambda: early_attention_mass(torch.ones(1, 1, 1, 1), 1),
+                 lambda: uniform_early_mass(1, 1, causal=True)):
+        with pytest.raises(ValueError, match="at least 2 positions") as err:
+            call()
+        assert "k < 1" not in str(err.value)
+    with pytest.raises(ValueError, match=r"use 1 <= k < 4"):
+        early_attention_mass(torch.full((1, 4, 4), 0.25), 4)
+
+
 @pytest.mark.parametrize("grading", ["linear", "exponential"])
 def test_sweep_at_the_models_own_alpha_reproduces_its_maps_and_restores_it(grading, tokens):
     torch.manual_seed(0)

@@ -58,6 +58,19 @@ def test_bad_sources_raise_clear_errors(tmp_path):
         grade_trajectories([])
 
 
+def test_a_damaged_line_is_named_by_file_and_line(tmp_path):
+    """A JSONL line cut short (a killed writer) or a CSV cell that is not a number used to
+    raise json's or int()'s bare message, without saying where."""
+    path = tmp_path / "grades.jsonl"
+    path.write_text(json.dumps(RECORDS[0]) + "\n" + '{"step": 20, "gra\n')
+    with pytest.raises(ValueError, match=r"grades\.jsonl:2 is not a JSON grade snapshot"):
+        load_grade_records(tmp_path)
+    bad = tmp_path / "grades.csv"
+    bad.write_text("step,module,index,grade\n0,m,0,0.5\n10,m,x,0.7\n")
+    with pytest.raises(ValueError, match=r"grades\.csv:3: .*index='x'"):
+        load_grade_records(bad)
+
+
 def test_plot_grade_trajectories_writes_a_png(tmp_path):
     path = plot_grade_trajectories(RECORDS, tmp_path, filename="g.png")
     assert path == tmp_path / "g.png" and is_png(path)

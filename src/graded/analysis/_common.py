@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from torch import Tensor, nn
 from graded import plotting
 from graded.plotting import pyplot
 
-__all__ = ["Inputs", "eval_mode", "input_length", "pyplot", "run_model", "save_figure"]
+__all__ = ["Inputs", "eval_mode", "input_length", "pyplot", "real_tokens", "run_model",
+           "save_figure"]
 
 # What a diagnostic feeds the model: one tensor (token ids or features), or a tuple of
 # positional arguments (e.g. ``(src_ids, tgt_ids)`` for a seq2seq model).
@@ -29,6 +31,25 @@ def run_model(model: nn.Module, inputs: Inputs, **kwargs: Any) -> Any:
     raise TypeError(
         f"inputs must be a tensor or a tuple of model arguments, got {type(inputs).__name__}"
     )
+
+
+def real_tokens(model: nn.Module, inputs: Inputs, model_kwargs: dict[str, Any],
+                x: Tensor) -> Tensor | None:
+    """(B, T) True at the real tokens of the token vectors ``x`` (B, T, d) when ``model``'s
+    call on ``inputs`` and ``model_kwargs`` (:func:`run_model`) gives its ``key_padding_mask``
+    argument, by keyword or by position, a (B, T) mask with some padding (True); None otherwise.
+    The diagnostics that perturb or read the token vectors then use the real tokens only, so a
+    sequence's numbers do not depend on the padding of its batch."""
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    try:
+        bound = inspect.signature(model.forward).bind_partial(*args, **model_kwargs)
+    except (TypeError, ValueError):  # no signature to read: treat every token as real
+        return None
+    kpm = bound.arguments.get("key_padding_mask")
+    if (not isinstance(kpm, Tensor) or x.dim() != 3 or tuple(kpm.shape) != tuple(x.shape[:2])
+            or not bool(kpm.bool().any())):
+        return None
+    return ~kpm.bool()
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from graded.attention.backends.base import capabilities_of, default_scale, softm
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
 from graded.folding import activation_grading
+from graded.transformer.blocks import AttentionSublayer
 from graded.transformer.models import InputEmbedding
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "call_keys",
     "capture_attention",
     "embedding_perturbation",
+    "real_queries",
+    "self_attention_modules",
 ]
 
 
@@ -104,6 +107,32 @@ def call_keys(calls: Sequence[AttentionCall]) -> list[str]:
         taken.add(key)
         keys.append(key)
     return keys
+
+
+def self_attention_modules(model: nn.Module) -> set[int]:
+    """Ids of the attention modules of ``model``'s self-attention sublayers (the transformer
+    blocks' ``AttentionSublayer`` with ``cross=False``): their queries are the keys' tokens."""
+    return {id(m.attn) for m in model.modules()
+            if isinstance(m, AttentionSublayer) and not m.cross}
+
+
+def real_queries(call: AttentionCall, self_attention: set[int]) -> Tensor | None:
+    """(B, Tq) bool, True at the queries of real tokens, for a self-attention call (module in
+    ``self_attention``, :func:`self_attention_modules`) with a ``key_padding_mask``: queries and
+    keys are the same tokens, so the keys' padding is the queries'. None when every query is
+    real or the call is not such a self-attention call (a cross-attention call's mask is the
+    memory's, not its queries').
+
+    The diagnostics average over, and take matrices of, these rows only, so a sequence's numbers
+    do not depend on the padding that follows it in a batch: a padded query still
+    attends (to the real keys) and its row would enter every mean and every rank."""
+    kpm = call.key_padding_mask
+    if (kpm is None or id(call.module) not in self_attention
+            or call.q.shape[-2] != call.k.shape[-2]
+            or tuple(kpm.shape) != (call.q.shape[0], call.q.shape[-2])):
+        return None
+    real = ~kpm.to(torch.bool)
+    return None if bool(real.all()) else real
 
 
 def attention_modules(model: nn.Module) -> dict[str, MultiheadAttention]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, eval_mode, run_model
+from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
 from graded.analysis.capture import embedding_perturbation
 from graded.transformer.graded import feature_grading
 
@@ -86,7 +86,8 @@ def feature_concentration(x: Tensor, scales: Tensor, grades: Tensor,
 def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: float = 0.0,
                                 **model_kwargs: object) -> FeatureConcentration:
     """:func:`feature_concentration` of the model's input vectors (the first token
-    embedding's output, which 000 Def 5.19 grades) under its feature grading."""
+    embedding's output, which 000 Def 5.19 grades) under its feature grading; with a
+    ``key_padding_mask``, of the real tokens' vectors only."""
     grading = feature_grading(model)
     if grading is None:
         raise ValueError(f"{type(model).__name__} has no feature grading: build it with "
@@ -95,4 +96,7 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
         raise ValueError("feature concentration needs shared feature grades of shape (d,)")
     with eval_mode(model), embedding_perturbation(model) as slot:
         run_model(model, inputs, **model_kwargs)
-    return feature_concentration(slot["clean"], grading.scales(), grading.grades, delta)
+    x = slot["clean"]
+    real = real_tokens(model, inputs, model_kwargs, x)  # padded: the real tokens only
+    return feature_concentration(x if real is None else x[real], grading.scales(),
+                                 grading.grades, delta)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, input_length
 from graded.analysis.concentration import model_feature_concentration
@@ -63,6 +63,29 @@ def _head_metrics(diversity: dict[str, dict[str, Any]], prefix: str) -> dict[str
     }
 
 
+def _real_queries(model_kwargs: dict[str, Any], maps: dict[str, Tensor]) -> Tensor | None:
+    """(B, T) True at the real tokens of a single-stack model's padded batch (its
+    ``key_padding_mask``, True = padding), whose self-attention maps are all (B, H, T, T);
+    None without padding."""
+    kpm = model_kwargs.get("key_padding_mask")
+    if not isinstance(kpm, Tensor) or kpm.dim() != 2 or not bool(kpm.bool().any()):
+        return None
+    shape = tuple(kpm.shape)
+    if any(w.dim() != 4 or (w.shape[0], w.shape[-2], w.shape[-1]) != (*shape, shape[1])
+           for w in maps.values()):
+        return None
+    return ~kpm.bool()
+
+
+def _query_mean(values: Tensor, queries: Tensor | None) -> float:
+    """Mean of per-query ``values`` (B, ..., T) over the real queries (all without a mask)."""
+    if queries is None:
+        return float(values.mean())
+    m = queries.reshape(queries.shape[0], *([1] * (values.dim() - 2)), queries.shape[1])
+    m = m.to(values.dtype).expand_as(values)
+    return float((values * m).sum() / m.sum().clamp(min=1.0))
+
+
 def diagnose(
     model: nn.Module, inputs: Inputs, out_dir: str | Path | None = None, *, k: int = 1,
     alphas: Sequence[float] | None = None, grade_records: Any = None,
@@ -73,7 +96,8 @@ def diagnose(
 
     Metrics are means over layers (``rank/...``, ``heads/...``, ``entropy/mean``), the
     Lipschitz estimates and bound factors (``lipschitz/...``), the early attention mass per α
-    (``positional/...``, graded models with additive positions), feature concentration
+    (``positional/...``, graded models with additive positions and inputs of at least two
+    positions), feature concentration
     (``concentration/...``, graded models) and the same head metrics for the ungraded twin
     (``heads/ungraded/...``). With ``out_dir`` the plots are written there. ``grade_records``
     (a run folder, JSONL/CSV file or list of snapshots) adds the grade trajectory plot.
@@ -84,12 +108,14 @@ def diagnose(
     graded = getattr(getattr(model, "config", None), "grading", None) is not None
 
     maps = attention_maps(model, inputs, **model_kwargs)
-    metrics["entropy/mean"] = _mean([float(attention_entropy(w).mean()) for w in maps.values()])
-    rollout = None
     stacks = sum(1 for m in model.modules() if isinstance(m, TransformerStack))
+    queries = _real_queries(model_kwargs, maps) if stacks == 1 else None
+    metrics["entropy/mean"] = _mean([_query_mean(attention_entropy(w), queries)
+                                     for w in maps.values()])
+    rollout = None
     if stacks == 1 and len({w.shape for w in maps.values()}) == 1:  # one self-attention stack
         rollout = attention_rollout(maps)
-        metrics["rollout/entropy"] = float(attention_entropy(rollout).mean())
+        metrics["rollout/entropy"] = _query_mean(attention_entropy(rollout), queries)
 
     ranks = attention_rank(model, inputs, rtol=rtol, **model_kwargs)
     per_layer = [r.to_dict() for r in ranks.values()]
@@ -107,8 +133,9 @@ def diagnose(
     metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
 
     sweep = None
-    if graded and model.config.positional in TABLE_POSITIONAL:
-        length = input_length(inputs)
+    length = input_length(inputs)
+    # one position has no query beyond the first k >= 1 keys: no early mass to measure
+    if graded and model.config.positional in TABLE_POSITIONAL and length >= 2:
         sweep = positional_bias_sweep(model, inputs,
                                       alphas if alphas is not None
                                       else default_alphas(model, length), k=k,

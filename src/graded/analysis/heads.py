@@ -19,7 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, check_weights, eval_mode, run_model
-from graded.analysis.capture import call_keys, capture_attention
+from graded.analysis.capture import (
+    call_keys,
+    capture_attention,
+    real_queries,
+    self_attention_modules,
+)
 from graded.analysis.rank import DEFAULT_RTOL, effective_rank, numerical_rank
 
 __all__ = ["concatenated_head_rank", "head_diversity", "js_divergence", "pairwise_head_js"]
@@ -43,25 +48,43 @@ def js_divergence(p: Tensor, r: Tensor) -> Tensor:
     return 0.5 * (kl_p.sum(dim=-1) + kl_r.sum(dim=-1))
 
 
-def pairwise_head_js(weights: Tensor) -> Tensor:
+def _check_queries(queries: Tensor | None, b: int, t: int) -> None:
+    if queries is not None and (queries.dtype != torch.bool or tuple(queries.shape) != (b, t)):
+        raise ValueError(f"queries must be a bool (B, Tq) = ({b}, {t}) mask of the query rows "
+                         f"to use, got {queries.dtype} {tuple(queries.shape)}")
+
+
+def pairwise_head_js(weights: Tensor, queries: Tensor | None = None) -> Tensor:
     """(H, H) matrix of JS divergences between heads of (B, H, Tq, Tk) weights, averaged over
-    batch and query rows."""
+    batch and query rows (those where ``queries`` (B, Tq) is True, when given)."""
     check_weights(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be (B, H, Tq, Tk), got {tuple(weights.shape)}")
+    _check_queries(queries, weights.shape[0], weights.shape[2])
     w = weights.detach().to(torch.float64)
     js = js_divergence(w[:, :, None], w[:, None, :])  # (B, H, H, Tq)
-    return js.mean(dim=(0, 3))
+    if queries is None:
+        return js.mean(dim=(0, 3))
+    m = queries.to(js.dtype)[:, None, None, :]
+    return (js * m).sum(dim=(0, 3)) / m.sum().clamp(min=1.0)
 
 
-def concatenated_head_rank(heads: Tensor, rtol: float = DEFAULT_RTOL) -> dict[str, float]:
+def concatenated_head_rank(heads: Tensor, rtol: float = DEFAULT_RTOL,
+                           queries: Tensor | None = None) -> dict[str, float]:
     """Mean numerical and effective rank over the batch of the (T, H·d_v) concatenation of
-    per-head outputs ``heads`` (B, H, T, d_v)."""
+    per-head outputs ``heads`` (B, H, T, d_v); with ``queries`` (B, T) bool, of each item's
+    rows where it is True."""
     if heads.dim() != 4:
         raise ValueError(f"heads must be (B, H, T, d_v), got {tuple(heads.shape)}")
+    _check_queries(queries, heads.shape[0], heads.shape[2])
     concat = heads.transpose(1, 2).flatten(-2)  # (B, T, H·d_v)
-    return {"numerical_rank": float(numerical_rank(concat, rtol).mean()),
-            "effective_rank": float(effective_rank(concat).mean())}
+    if queries is None:
+        return {"numerical_rank": float(numerical_rank(concat, rtol).mean()),
+                "effective_rank": float(effective_rank(concat).mean())}
+    items = [concat[b, queries[b]] for b in range(concat.shape[0])  # one size each;
+             if bool(queries[b].any())] or [concat[0, :0]]  # padding only: no rows
+    return {"numerical_rank": float(torch.stack([numerical_rank(x, rtol) for x in items]).mean()),
+            "effective_rank": float(torch.stack([effective_rank(x) for x in items]).mean())}
 
 
 @torch.no_grad()
@@ -69,14 +92,17 @@ def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RT
                    **model_kwargs: object) -> dict[str, dict[str, object]]:
     """Per attention call (keyed as :func:`~graded.analysis.call_keys`): ``js_matrix``
     (H, H), ``mean_js`` over pairs h ≠ h', and the ``numerical_rank`` / ``effective_rank`` of
-    the concatenated head outputs."""
+    the concatenated head outputs. With a ``key_padding_mask``, self-attention calls use the
+    rows of their real queries only (:func:`~graded.analysis.capture.real_queries`)."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
+    self_attention = self_attention_modules(model)
     out: dict[str, dict[str, object]] = {}
     for key, call in zip(call_keys(calls), calls, strict=True):
-        js = pairwise_head_js(call.weights)
+        rows = real_queries(call, self_attention)
+        js = pairwise_head_js(call.weights, rows)
         h = js.shape[0]
         off = js.sum() / (h * (h - 1)) if h > 1 else js.new_zeros(())
         out[key] = {"js_matrix": js, "mean_js": float(off),
-                    **concatenated_head_rank(call.heads, rtol)}
+                    **concatenated_head_rank(call.heads, rtol, rows)}
     return out

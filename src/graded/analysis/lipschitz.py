@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, eval_mode, run_model
+from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
 from graded.analysis.capture import embedding_perturbation
 from graded.analysis.twin import ungraded_twin
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
@@ -142,6 +142,7 @@ def _embedding_function(model: nn.Module, inputs: Inputs,
     with torch.no_grad(), embedding_perturbation(model) as slot:
         run_model(model, inputs, **model_kwargs)
     x = slot["clean"]
+    real = real_tokens(model, inputs, model_kwargs, x)
 
     def f(x_new: Tensor) -> Tensor:
         with embedding_perturbation(model) as s:
@@ -149,7 +150,15 @@ def _embedding_function(model: nn.Module, inputs: Inputs,
             out = run_model(model, inputs, **model_kwargs)
         return out[0] if isinstance(out, tuple) else out
 
-    return f, x
+    if real is None:
+        return f, x
+
+    def f_real(x_real: Tensor) -> Tensor:  # Δ on the real tokens, the change at the real tokens
+        out = f(x.masked_scatter(real.unsqueeze(-1), x_real))
+        # per-token outputs (B, T, ...): the real tokens'; a pooled output (B, C) as it is
+        return out[real] if out.dim() >= 3 and out.shape[:2] == real.shape else out
+
+    return f_real, x[real]
 
 
 def model_lipschitz(
@@ -162,7 +171,9 @@ def model_lipschitz(
 
     Keys: ``graded/{random_max, random_mean, adversarial, estimate}``, the same under
     ``ungraded/`` for the ungraded twin (same weights, M = I) when ``compare_ungraded``, their
-    ``ratio`` (graded/ungraded estimate), ``epsilon`` and the bound factors.
+    ``ratio`` (graded/ungraded estimate), ``epsilon`` and the bound factors. With a
+    ``key_padding_mask`` (B, T) the perturbation and the output change are those of the real
+    tokens only (:func:`~graded.analysis._common.real_tokens`).
     """
     out: dict[str, float] = {}
     models = {"graded": model}

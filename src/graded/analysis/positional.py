@@ -31,7 +31,13 @@ from graded.analysis._common import (
     run_model,
     save_figure,
 )
-from graded.analysis.capture import AttentionCall, call_keys, capture_attention
+from graded.analysis.capture import (
+    AttentionCall,
+    call_keys,
+    capture_attention,
+    real_queries,
+    self_attention_modules,
+)
 from graded.grading import ExponentialGrading
 from graded.positional import position_start
 from graded.transformer.blocks import AttentionSublayer
@@ -45,21 +51,34 @@ __all__ = ["early_attention_mass", "plot_positional_bias", "positional_bias_swee
 def _check_k(k: int, t_q: int) -> None:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int (number of early key positions), got {k!r}")
+    if t_q < 2:
+        raise ValueError(f"the early attention mass needs sequences of at least 2 positions "
+                         f"(a query beyond the first k >= 1 keys), got a sequence of {t_q}")
     if k >= t_q:
         raise ValueError(f"k={k} leaves no query beyond the first k positions in a sequence "
-                         f"of {t_q}; use k < {t_q}")
+                         f"of {t_q}; use 1 <= k < {t_q}")
 
 
-def early_attention_mass(weights: Tensor, k: int) -> float:
+def early_attention_mass(weights: Tensor, k: int, queries: Tensor | None = None) -> float:
     """Mean over (batch, heads, queries i ≥ k) of Σ_{j<k} A_ij for self-attention weights
-    (..., T, T)."""
+    (..., T, T); with ``queries`` (B, T) bool and weights (B, H, T, T), over the queries where
+    it is True only (the real tokens of a padded batch)."""
     check_weights(weights, min_dim=2)
     t_q = weights.shape[-2]
     if weights.shape[-1] != t_q:
         raise ValueError(f"early_attention_mass needs square self-attention weights (..., T, T), "
                          f"got shape {tuple(weights.shape)}")
     _check_k(k, t_q)
-    return float(weights[..., k:, :k].sum(dim=-1).mean())
+    mass = weights[..., k:, :k].sum(dim=-1)
+    if queries is None:
+        return float(mass.mean())
+    if weights.dim() != 4 or queries.dtype != torch.bool or tuple(queries.shape) != (
+            weights.shape[0], t_q):
+        raise ValueError(f"queries must be a bool (B, T) = ({weights.shape[0]}, {t_q}) mask "
+                         f"with weights (B, H, T, T), got {queries.dtype} "
+                         f"{tuple(queries.shape)} and weights {tuple(weights.shape)}")
+    m = queries[:, None, k:].to(mass.dtype).expand_as(mass)
+    return float((mass * m).sum() / m.sum().clamp(min=1.0))
 
 
 def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
@@ -70,10 +89,10 @@ def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
     return sum(k / (i + 1) for i in range(k, length)) / (length - k)
 
 
-def _uniform_reference(call: AttentionCall, k: int) -> float:
+def _uniform_reference(call: AttentionCall, k: int, queries: Tensor | None = None) -> float:
     """:func:`early_attention_mass` of uniform attention over the keys each query of ``call``
     may see: its causal mask, its padding and a sparse backend's pattern (a query with no
-    key counts 0, as its attention does)."""
+    key counts 0, as its attention does); over the ``queries`` (B, Tq) only, when given."""
     t_q, t_k = call.q.shape[-2], call.k.shape[-2]
     _check_k(k, t_q)
     keep, _ = call.keep_and_bias()
@@ -82,7 +101,11 @@ def _uniform_reference(call: AttentionCall, k: int) -> float:
     keep = keep.broadcast_to(call.q.shape[0], call.q.shape[1], t_q, t_k)[..., k:, :]
     seen = keep.sum(dim=-1).to(torch.float64)
     early = keep[..., :k].sum(dim=-1).to(torch.float64)
-    return float((early / seen.clamp(min=1.0)).mean())
+    share = early / seen.clamp(min=1.0)
+    if queries is None:
+        return float(share.mean())
+    m = queries[:, None, k:].to(share.dtype).expand_as(share)
+    return float((share * m).sum() / m.sum().clamp(min=1.0))
 
 
 def _embeddings(model: nn.Module) -> list[InputEmbedding]:
@@ -111,7 +134,8 @@ def positional_bias_sweep(
     averaged over layers], "uniform": the uniform reference averaged over layers,
     "uniform_by_layer": {name: reference}}``. The reference is uniform attention over the keys
     each query may see: its causal mask, its ``key_padding_mask`` and a sparse backend's
-    pattern.
+    pattern. Both the masses and the reference average over the real queries only (a padded
+    query's row is left out: :func:`~graded.analysis.capture.real_queries`).
     """
     config = getattr(model, "config", None)
     kind = getattr(config, "grading", None)
@@ -131,6 +155,7 @@ def positional_bias_sweep(
                          "positions")
     saved = [e.position_grading for e in embeds]
     cross = _cross_attention(model)
+    self_attention = self_attention_modules(model)
     layers: dict[str, list[float]] = {}
     uniform: dict[str, float] = {}
     try:
@@ -145,8 +170,10 @@ def positional_bias_sweep(
                 for key, call in zip(call_keys(calls), calls, strict=True):
                     if id(call.module) in cross:
                         continue
-                    layers.setdefault(key, []).append(early_attention_mass(call.weights, k))
-                    uniform[key] = _uniform_reference(call, k)
+                    rows = real_queries(call, self_attention)  # None: every query
+                    layers.setdefault(key, []).append(
+                        early_attention_mass(call.weights, k, rows))
+                    uniform[key] = _uniform_reference(call, k, rows)
     finally:
         for e, pg in zip(embeds, saved):
             e.position_grading = pg

@@ -36,7 +36,13 @@ import torch
 from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, run_model, to_float64
-from graded.analysis.capture import AttentionCall, call_keys, capture_attention
+from graded.analysis.capture import (
+    AttentionCall,
+    call_keys,
+    capture_attention,
+    real_queries,
+    self_attention_modules,
+)
 from graded.attention.functional import safe_softmax
 from graded.attention.graded import VARIANTS, grade_heads
 
@@ -228,9 +234,14 @@ def attention_rank(
     conditions. What "ungraded" removes is the *attention* grading only: the feature gradings
     upstream (input, FFN) have already shaped Q and K; compare with
     :func:`graded.analysis.ungraded_twin` for the whole-model contrast.
+
+    With a ``key_padding_mask``, a self-attention matrix keeps the rows of its real queries
+    only (:func:`~graded.analysis.capture.real_queries`), so a sequence has the same ranks
+    alone and padded in a batch.
     """
     with eval_mode(model), capture_attention(model, need_weights=False) as calls:
         run_model(model, inputs, **model_kwargs)
+    self_attention = self_attention_modules(model)
     out: dict[str, RankComparison] = {}
     for key, call in zip(call_keys(calls), calls, strict=True):
         _check_score(call)
@@ -238,9 +249,50 @@ def attention_rank(
         keep, bias = call.keep_and_bias()
         k = call.module.expand_kv(call.k)  # grouped-query keys, one per query head
         scale = getattr(call.module.backend, "scale", None)  # the layer's temperature
-        out[key] = compare_attention_rank(call.q, k, scales, variant, keep=keep,
-                                          bias=bias, scale=scale, rtol=rtol)
+        rows = real_queries(call, self_attention)
+        if rows is not None and not bool(rows.any()):  # every sequence is padding: all rows
+            rows = None
+        if rows is None:
+            out[key] = compare_attention_rank(call.q, k, scales, variant, keep=keep,
+                                              bias=bias, scale=scale, rtol=rtol)
+            continue
+        shape = (call.q.shape[0], 1, call.q.shape[-2], k.shape[-2])
+        parts = []
+        for b in range(call.q.shape[0]):  # each sequence's real query rows: one size each
+            idx = rows[b].nonzero().squeeze(-1)
+            if idx.numel() == 0:  # a sequence of padding only has no matrix
+                continue
+            parts.append(compare_attention_rank(
+                call.q[b : b + 1, :, idx], k[b : b + 1], scales, variant,
+                keep=_item_rows(keep, shape, b, idx), bias=_item_rows(bias, shape, b, idx),
+                scale=scale, rtol=rtol))
+        out[key] = _merge(parts)
     return out
+
+
+def _item_rows(mask: Tensor | None, shape: tuple[int, ...], b: int, idx: Tensor
+               ) -> Tensor | None:
+    """Batch item ``b``'s query rows ``idx`` of a mask or bias broadcastable to ``shape``
+    (B, 1, Tq, Tk): (1, H or 1, len(idx), Tk)."""
+    if mask is None:
+        return None
+    full = mask.broadcast_to(torch.broadcast_shapes(mask.shape, shape))
+    return full[b : b + 1, :, idx]
+
+
+def _merge(parts: list[RankComparison]) -> RankComparison:
+    """One comparison of the matrices of ``parts`` (batch items with H matrices each)."""
+
+    def stats(kind: str, cond: str) -> RankStats:
+        nr = torch.cat([getattr(p, kind)[cond].numerical_rank_per_matrix for p in parts])
+        er = torch.cat([getattr(p, kind)[cond].effective_rank_per_matrix for p in parts])
+        return RankStats(float(nr.mean()), float(er.mean()), nr, er)
+
+    return RankComparison(
+        scores={c: stats("scores", c) for c in CONDITIONS},
+        attention={c: stats("attention", c) for c in CONDITIONS},
+        frobenius={c: sum(p.frobenius[c] for p in parts) / len(parts) for c in CONDITIONS},
+    )
 
 
 def random_rank_study(

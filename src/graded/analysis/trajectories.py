@@ -56,8 +56,14 @@ def _records_from_csv(path: Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path} lacks the column(s) {missing}; a grade CSV has columns "
                              f"{list(CSV_COLUMNS)}")
         for row in reader:
-            module = by_step.setdefault(int(row["step"]), {}).setdefault(row["module"], {})
-            module[int(row["index"])] = float(row["grade"])
+            try:
+                step, index, grade = int(row["step"]), int(row["index"]), float(row["grade"])
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"{path}:{reader.line_num}: expected an int step, an int index and a number "
+                    f"grade, got step={row['step']!r}, index={row['index']!r}, "
+                    f"grade={row['grade']!r}") from None
+            by_step.setdefault(step, {}).setdefault(row["module"], {})[index] = grade
     return [{"step": step, "grades": {m: [v[i] for i in sorted(v)] for m, v in mods.items()}}
             for step, mods in sorted(by_step.items())]
 
@@ -73,8 +79,17 @@ def load_grade_records(source: str | Path | Records) -> list[dict[str, Any]]:
             raise FileNotFoundError(f"no grade records at {path}")
         if path.suffix == ".csv":
             return _records_from_csv(path)
-        lines = path.read_text(encoding="utf-8").splitlines()
-        return [json.loads(ln) for ln in lines if ln.strip()]
+        records = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:  # e.g. a line cut short by a killed writer
+                raise ValueError(f"{path}:{number} is not a JSON grade snapshot ({exc.msg}): "
+                                 f"{line[:60]!r}; expected {{'step': int, 'grades': "
+                                 "{module: list}}") from None
+        return records
     for r in source:
         if not isinstance(r, Mapping):
             raise ValueError(f"a grade snapshot is {{'step': int, 'grades': {{module: list}}}}, "

@@ -57,6 +57,13 @@ def test_retrieval_block_checks_keys_and_temperature():
         RetrievalBlock(torch.ones(4, 2), 3, learn_query=False)
 
 
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf"), -0.5])
+def test_retrieval_block_refuses_a_nan_or_infinite_temperature_by_name(temperature):
+    """NaN passed `temperature <= 0` and made every retrieval weight NaN."""
+    with pytest.raises(ValueError, match="temperature σ²"):
+        RetrievalBlock(torch.ones(4, 2), 2, temperature=temperature)
+
+
 def test_retrieval_block_with_fixed_query_is_softmax_of_key_scores():
     g = torch.Generator().manual_seed(0)
     keys, x = torch.randn(4, 3, generator=g), torch.randn(2, 5, 3, generator=g)

@@ -272,3 +272,27 @@ def test_cli_report_of_a_morphic_run_has_utilities_before_training_from_the_runs
     want = collect(parts.model, [(ids, targets)])[0]["utilities"]
     assert layer["mean_utility_before"] == pytest.approx(want.mean(0).tolist(), abs=1e-6)
     assert layer["mean_utility_before"] != pytest.approx(layer["mean_utility"], abs=1e-6)
+
+
+def test_evaluation_loss_runs_in_eval_mode_and_the_report_agrees_with_the_ablation_base(
+        tmp_path):
+    """A model left in training mode with input noise (the A1 model, σ_n > 0) used to score the
+    report's evaluation loss with noise: random, and not the base of the ablation's deltas."""
+    from graded.morphic.diagnostics import write_report
+    from graded.morphic.tasks.fixed_adder import FixedAdditionTask, build_fixed_adder_model
+
+    task = FixedAdditionTask(p=5, k=2, noise=0.5)
+    torch.manual_seed(0)
+    model = build_fixed_adder_model(task)
+    ids, targets = task.all_examples()
+    model.eval()
+    with torch.no_grad():
+        want = float(torch.nn.functional.cross_entropy(model(ids).flatten(0, 1),
+                                                       targets.flatten()))
+    model.train()
+    assert evaluation_loss(model, [(ids, targets)]) == pytest.approx(want, rel=1e-6)
+    assert model.training  # restored
+    report = write_report(model, [(ids, targets)], tmp_path)
+    assert report["evaluation_loss"] == pytest.approx(want, rel=1e-6)
+    for row in report["ablation"]:
+        assert row["loss"] - row["delta"] == pytest.approx(want, rel=1e-6)

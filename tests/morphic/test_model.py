@@ -270,3 +270,27 @@ def test_generation_supports_top_p_and_beam_search_and_the_widest_beam_is_exhaus
         model.generate(prompt, 2, do_sample=True, top_p=1.5)
     with pytest.raises(ValueError, match="num_beams"):
         model.generate(prompt, 2, num_beams=0)
+
+
+@pytest.mark.parametrize("train_routing", ["context", "utility"])
+def test_lm_loss_is_the_mean_over_scored_tokens_and_zero_without_any(train_routing):
+    """lm_loss equals F.cross_entropy's mean over the scored tokens of the same logits; a batch
+    with no scored token (every target ignore_index, e.g. one micro-batch of padding) gives a
+    loss of 0 with finite gradients, as the router terms already do, instead of 0/0 = NaN."""
+    model = small_model(mode="reinforce", train_routing=train_routing)
+    ids, targets = batch()
+    targets[0] = -100
+    targets[1, :4] = -100
+    model.eval()  # deterministic routing: the same logits in model(ids) and in training_loss
+    _, metrics = model.training_loss(ids, targets)
+    with torch.no_grad():
+        logits = model(ids) if train_routing == "context" else model.utility_routing(
+            ids, targets)[0]
+    want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    assert metrics["lm_loss"] == pytest.approx(float(want), rel=1e-5)
+    model.train()
+    loss, metrics = model.training_loss(ids, torch.full_like(targets, -100))
+    assert metrics["lm_loss"] == 0.0 and metrics["loss_context"] == 0.0
+    assert torch.isfinite(loss) and loss.item() == 0.0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -29,6 +29,21 @@ def test_replace_swaps_exactly_one_slot():
     torch.testing.assert_close(out, z - sp.include(sp.project(z, "b"), "b") + sp.include(x, "b"))
 
 
+def test_replace_refuses_a_component_of_the_wrong_width_or_an_unknown_grade():
+    """A component narrower than d_h used to broadcast into the slot (a (2, 1) x filled all
+    three columns of grade b); an unknown label raised a bare KeyError."""
+    sp = space3()
+    z = torch.randn(2, sp.total_dim)
+    with pytest.raises(ValueError, match=r"'b' has shape \(2, 1\), expected \(\.\.\., 3\)"):
+        sp.replace(z, "b", torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="unknown grade 'zz'"):
+        sp.replace(z, "zz", torch.zeros(2, 3))
+    # a component without batch dimensions still broadcasts over the batch, as slicing does
+    out = sp.replace(z, "c", torch.arange(4.0))
+    torch.testing.assert_close(out[:, 5:], torch.arange(4.0).expand(2, 4))
+    torch.testing.assert_close(out[:, :5], z[:, :5])
+
+
 def test_bad_grades_raise_with_the_bad_value():
     with pytest.raises(ValueError, match="unique"):
         GradedStateSpace([Grade("a", 2), Grade("a", 3)])

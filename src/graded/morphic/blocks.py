@@ -19,6 +19,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graded.checks import check_float
+
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh}
 
 
@@ -126,8 +128,8 @@ class RetrievalBlock(nn.Module):
         super().__init__()
         if keys.dim() != 2:
             raise ValueError(f"keys must be (k, d_q), got shape {tuple(keys.shape)}")
-        if temperature <= 0:
-            raise ValueError(f"temperature σ² must be > 0, got {temperature}")
+        # NaN compares false with 0: the one check of a number refuses it (and ±inf) by name
+        temperature = check_float("temperature σ²", temperature, minimum=0, strict_min=True)
         if not keys.is_floating_point():
             raise TypeError(f"keys must be a floating tensor, got {keys.dtype}")
         self.register_buffer("keys", keys.detach().clone())

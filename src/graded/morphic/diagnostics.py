@@ -190,14 +190,21 @@ def calibration(probs: Tensor, positive: Tensor, bins: int = 10,
 
 @torch.no_grad()
 def evaluation_loss(model: MorphicTransformer, batches: Iterable[Batch]) -> float:
-    """Mean next-token CE with context-only routing (``model(ids)``; targets only score it)."""
+    """Mean next-token CE with context-only routing (``model(ids)``; targets only score it), in
+    eval mode (training-only noise such as ``NoisyCodeTransformer``'s is off); the model's mode
+    is restored."""
     total, count = 0.0, 0
-    for ids, targets in batches:
-        logits = model(ids)
-        n = int((targets != model.ignore_index).sum())
-        total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                                       ignore_index=model.ignore_index, reduction="sum"))
-        count += n
+    was_training = model.training
+    model.eval()
+    try:
+        for ids, targets in batches:
+            logits = model(ids)
+            n = int((targets != model.ignore_index).sum())
+            total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                           ignore_index=model.ignore_index, reduction="sum"))
+            count += n
+    finally:
+        model.train(was_training)
     return total / max(count, 1)
 
 

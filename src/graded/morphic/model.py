@@ -6,7 +6,8 @@ The protocol the trainer and CLI rely on:
   context logits only.
 - ``model.training_loss(input_ids, targets, key_padding_mask=None) -> (loss, metrics)``: the
   only entry point that takes targets; computes utilities, L_GT and the router-distillation
-  term. The loss is a mean over the scored tokens (targets != ``ignore_index``).
+  term. The loss is a mean over the scored tokens (targets != ``ignore_index``); every term
+  is 0 when no token is scored.
 - ``model.generate(input_ids, max_new_tokens, ...)``: context-only routing, greedy or sampled.
 
 This is the protocol :class:`graded.kinds.MorphicModel`. Padding: every block and the router read
@@ -209,9 +210,8 @@ class MorphicTransformer(nn.Module):
         check_right_padding(key_padding_mask, input_ids)
         obj = self.objective
         logits, traces = self._run(input_ids, targets, stochastic=self.training)
-        lm = F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                             ignore_index=self.ignore_index)
         valid = targets != self.ignore_index
+        lm = scored_token_mean_ce(logits, targets, valid, self.ignore_index)
         penalty = omega = distill = reinforce = entropy_sum = logits.new_zeros(())
         agreements = []
         for layer, tr in zip(self.layers, traces):
@@ -235,8 +235,8 @@ class MorphicTransformer(nn.Module):
         if any(layer.train_routing == "utility" for layer in self.layers):
             with torch.no_grad():
                 context_logits = self._run(input_ids, None, stochastic=False)[0]
-                loss_context = F.cross_entropy(context_logits.flatten(0, 1), targets.flatten(),
-                                               ignore_index=self.ignore_index)
+                loss_context = scored_token_mean_ce(context_logits, targets, valid,
+                                                    self.ignore_index)
         else:
             loss_context = lm.detach()
         terms = {
@@ -264,7 +264,7 @@ class MorphicTransformer(nn.Module):
         Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
         """
         generation.check_prompt(input_ids, max_new_tokens, generation.position_limit(self))
-        if temperature <= 0:
+        if not temperature > 0:  # NaN too: it compares false with 0
             raise ValueError(f"temperature must be > 0, got {temperature}")
 
         def step(ids: Tensor, kpm: Tensor, cache: None) -> Tensor:
@@ -276,6 +276,17 @@ class MorphicTransformer(nn.Module):
             temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
             eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=False,
             generator=generator, length_penalty=length_penalty, vocab_size=self.vocab_size)
+
+
+def scored_token_mean_ce(logits: Tensor, targets: Tensor, valid: Tensor,
+                         ignore_index: int) -> Tensor:
+    """Next-token cross-entropy averaged over the scored tokens (``valid``), 0 when none is
+    scored, like the router terms (``_masked_mean``): ``F.cross_entropy``'s mean is 0/0 = NaN
+    there, and a NaN loss (× a scored count of 0 in a summed micro-batch) poisons every
+    gradient."""
+    total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore_index,
+                            reduction="sum")
+    return total / valid.sum().clamp(min=1).to(total.dtype)
 
 
 def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> None:

@@ -146,7 +146,16 @@ class GradedStateSpace:
         return torch.cat([parts[g] for g in self.labels], dim=-1)
 
     def replace(self, z: Tensor, label: str, x: Tensor) -> Tensor:
-        """z − ι_h z^{(h)} + ι_h x: the replacement update of 004 Prop 3.3 (out of place)."""
+        """z − ι_h z^{(h)} + ι_h x: the replacement update of 004 Prop 3.3 (out of place).
+
+        ``x`` is the new component (…, d_h); its last dimension must be d_h (a narrower one
+        would broadcast into the slot)."""
+        self.check(label)
+        self.check_state(z)
+        d = self.dim(label)
+        if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[-1] != d:
+            raise ValueError(f"component for grade {label!r} has shape "
+                             f"{tuple(getattr(x, 'shape', ()))}, expected (..., {d})")
         out = z.clone()
         out[..., self.slices[label]] = x
         return out

@@ -1,6 +1,7 @@
 """Pattern-avoiding permanent problem: Ryser's formula, pattern counts and local search."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -27,6 +28,18 @@ def test_permanent_of_all_ones_is_factorial_and_of_identity_is_one():
     assert permanent(np.ones((7, 7), dtype=int)) == 5040
     assert permanent(np.eye(9, dtype=int)) == 1
     assert permanent(np.ones((13, 13), dtype=int)) == 6227020800  # 13!, past the int64 path
+
+
+@pytest.mark.parametrize("n,value", [(12, 100), (10, 2**40), (3, -(2**62)), (14, 1)])
+def test_permanent_of_a_constant_matrix_is_exact_where_int64_would_overflow(n, value):
+    # perm(c·J_n) = n!·c^n, a closed form independent of Ryser's sum; its terms pass 2^63
+    a = np.full((n, n), value, dtype=np.int64)
+    assert permanent(a) == math.factorial(n) * value**n
+
+
+def test_permanent_with_large_entries_equals_sum_over_permutations():
+    a = np.random.default_rng(3).integers(-(10**6), 10**6, (6, 6))  # products pass 2^63
+    assert permanent(a) == permanent_by_permutations(a)
 
 
 def test_permanent_rejects_bad_input():

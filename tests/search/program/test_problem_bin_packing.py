@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -110,6 +111,17 @@ def test_count_bins_on_a_worked_example():
     assert count_bins(instance, [0, 0, 1, 1, 2]) == 3
     assert l1_bound(instance["items"], 10) == 3
     assert l1_bound([5, 5, 1], 10) == 2
+
+
+def test_count_bins_accepts_a_float_bin_the_skeleton_filled_exactly_to_capacity():
+    # 0.09 + 0.34 + 0.46 + 0.11 = 1 exactly in decimals, but 1.0000000000000002 when the
+    # float loads are re-added; the skeleton's own check (room left >= item) accepts each item
+    items = [0.09, 0.34, 0.46, 0.11]
+    assert sum(Fraction(str(x)) for x in items) == 1
+    assert first_fit(items, 1.0) == best_fit(items, 1.0) == [0, 0, 0, 0]
+    assert count_bins({"capacity": 1.0, "items": items}, [0, 0, 0, 0]) == 1
+    with pytest.raises(InvalidArtefact, match=r"over capacity 1\.0"):
+        count_bins({"capacity": 1.0, "items": [*items, 0.01]}, [0, 0, 0, 0, 0])
 
 
 @pytest.mark.parametrize(

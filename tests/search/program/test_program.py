@@ -1,10 +1,18 @@
 """Skeleton parsing, re-assembly and evaluation with cascade and verifier failures."""
 
+import ast
+
 import pytest
 
-from graded.search.program.evaluate import evaluate
+from graded.search.program.database import DatabaseConfig, ProgramsDatabase
+from graded.search.program.evaluate import Evaluation, evaluate
 from graded.search.program.problem import InvalidArtefact, Problem, get_problem
-from graded.search.program.program import Program, parse_skeleton
+from graded.search.program.program import (
+    Program,
+    check_program,
+    parse_skeleton,
+    rename_function,
+)
 
 TWO_BLOCKS = '''import math
 
@@ -219,3 +227,37 @@ def test_redefinitions_are_checked_file_by_file_in_a_several_file_skeleton():
     assert reason.startswith("block 1 of helper.py redefines 'fixed'")
     assert "redefines 'entry'" in fixed_redefinitions(
         skeleton, Program((g + "def entry(x):\n    return 0\n", h)))
+
+
+# ---- code nested deeper than CPython's parser or ast.unparse take -----------------------------
+
+_TOO_DEEP = [
+    "def priority(el, n):\n    return 1" + " + 1" * 100_000 + "\n",  # RecursionError in ast
+    "def priority(el, n):\n    return " + "-" * 100_000 + "1\n",  # MemoryError in the parser
+]
+
+
+@pytest.mark.parametrize("block", _TOO_DEEP)
+def test_a_program_too_deep_to_parse_is_a_syntax_failure_not_an_exception(block):
+    # ast.parse raises RecursionError / MemoryError here, not SyntaxError: these used to escape
+    # evaluate() (through trim_echo) and stop the whole search
+    assert "nested too deeply" in check_program(block)
+    out = evaluate(get_problem("cap-set", n=2), Program((block,)))
+    assert out.failure == "syntax" and "nested too deeply" in out.reason
+
+
+def test_renaming_a_function_too_deep_for_ast_unparse_renames_its_name_tokens():
+    # 800 chained additions parse and run, but the transformer and ast.unparse recurse deeper
+    # than Python's limit: the prompt of a database holding such a program used to raise
+    block = ("def priority(el, n):\n    return priority.calls + "
+             + " + ".join(["el[0]"] * 800) + "\n")
+    assert check_program(block) is None
+    renamed = rename_function(block, "priority", "priority_v0")
+    assert renamed == block.replace("priority", "priority_v0")  # no other occurrence
+    short = "def priority(el, n):\n    return priority.calls + el[0] + el[1]\n"
+    assert rename_function(short, "priority", "priority_v0") == ast.unparse(
+        ast.parse(short.replace("priority", "priority_v0"))) + "\n"
+    parent = Evaluation(Program((block,)), 1.0, (1.0,))
+    db = ProgramsDatabase(DatabaseConfig(islands=1), parent)
+    island, parents = db.sample()
+    assert "def priority_v0(el, n):" in db.prompt(island, parents).text

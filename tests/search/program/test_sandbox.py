@@ -130,8 +130,20 @@ def test_output_is_capped():
 def test_bad_limits_and_modes_are_refused():
     with pytest.raises(ValueError, match="wall_s"):
         Limits(wall_s=0)
+    with pytest.raises(ValueError, match="wall_s=inf"):
+        Limits(wall_s=float("inf"))
     with pytest.raises(ValueError, match="isolation"):
         Sandbox(isolation="maybe")
+
+
+@pytest.mark.parametrize("field,value", [("cpu_s", -1), ("cpu_s", 0), ("cpu_s", 1.5),
+                                         ("memory_mb", 0.5), ("processes", True)])
+def test_limits_that_setrlimit_would_misread_are_refused_naming_the_value(field, value):
+    # cpu_s=-1 is RLIM_INFINITY (no CPU limit at all), 0 kills every child at once, and a
+    # float only failed later inside the child's preexec_fn with an anonymous SubprocessError
+    expected = rf"Limits\.{field}={value!r}; expected a positive integer"
+    with pytest.raises(ValueError, match=expected):
+        Limits(**{field: value})
 
 
 _FORGE = "import os\ndef f(x):\n    open('result.json', 'w').write({!r})\n    os._exit(0)\n"
@@ -150,6 +162,10 @@ _FORGE = "import os\ndef f(x):\n    open('result.json', 'w').write({!r})\n    os
         ('{"failure": "crash", "reason": 5}', "wrong_type", "the reason of failure 'crash' is 5"),
         ('{"artefacts": [NaN, 1]}', "non_finite", "NaN"),
         ('{"artefacts": [[1, -Infinity], 1]}', "non_finite", "-Infinity"),
+        # nested past the parser's recursion limit: json.loads raises RecursionError, which is
+        # not a ValueError and used to escape into the parent (and stop the whole search)
+        ('{"artefacts": [' + "[" * 100_000 + "]" * 100_000 + ', 1]}', "output",
+         "could not be read back"),
     ],
 )
 def test_a_result_file_the_candidate_forges_is_a_named_failure_not_a_parent_error(

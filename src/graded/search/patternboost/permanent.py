@@ -24,7 +24,8 @@ def permanent(matrix: np.ndarray) -> int:
     """Permanent of an integer square matrix by Ryser's formula.
 
     perm(A) = (−1)^n Σ_{S ⊆ [n]} (−1)^{|S|} Π_i Σ_{j ∈ S} a_ij (Ryser 1963), all 2^n column
-    subsets at once with numpy; exact integer arithmetic (Python ints past n = 12).
+    subsets at once with numpy; exact integer arithmetic (Python ints wherever int64 could
+    overflow: large entries, or n >= 14 for a 0/1 matrix).
     """
     a = np.asarray(matrix)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
@@ -37,9 +38,15 @@ def permanent(matrix: np.ndarray) -> int:
     if n > _MAX_PERMANENT_N:
         raise ValueError(f"permanent is limited to n <= {_MAX_PERMANENT_N}, got n = {n}")
     subsets = ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(np.int64)  # (2^n, n)
-    row_sums = subsets @ a.astype(np.int64).T  # (2^n, n): Σ_{j∈S} a_ij for each row i
     signs = np.where((n - subsets.sum(axis=1)) % 2 == 0, 1, -1)
-    if n <= 12:  # every product is at most max|a|^n; exact in int64 for 0/1 matrices
+    # |Σ_{j∈S} a_ij| <= bound for every row and subset, so each of the 2^n products is at most
+    # bound^n in absolute value: the int64 path is taken only where that cannot overflow
+    bound = max(sum(abs(int(v)) for v in row) for row in a.tolist())
+    if bound >= 2**63:
+        row_sums = subsets.astype(object) @ a.astype(object).T  # Python ints throughout
+    else:
+        row_sums = subsets @ a.astype(np.int64).T  # (2^n, n): Σ_{j∈S} a_ij for each row i
+    if (1 << n) * bound**n < 2**63:
         return int((signs * np.prod(row_sums, axis=1)).sum())
     products = [int(np.prod(r.astype(object))) for r in row_sums]
     return int(sum(int(s) * p for s, p in zip(signs, products)))

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import re
 import threading
+import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -45,9 +47,17 @@ _PARSE_LOCK = threading.Lock()
 
 
 def parse_python(source: str) -> ast.Module:
-    """``ast.parse(source)``, one thread at a time (the search parses from several)."""
+    """``ast.parse(source)``, one thread at a time (the search parses from several).
+
+    Code nested or chained too deeply for CPython's parser ("1+1+...+1" a hundred thousand
+    times, "- - - ... 1") makes ``ast.parse`` raise RecursionError or MemoryError; it is
+    refused here with a SyntaxError, so that every caller treats it as code that does not parse
+    (a proposal is refused; the search goes on)."""
     with _PARSE_LOCK:
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (RecursionError, MemoryError) as e:
+            raise SyntaxError(f"nested too deeply to parse ({type(e).__name__})") from None
 
 
 @dataclass(frozen=True)
@@ -184,7 +194,7 @@ def check_program(source: str | Mapping[str, str]) -> str | None:
     try:
         parse_python(source)
     except SyntaxError as e:
-        return f"SyntaxError: {e.msg} (line {e.lineno})"
+        return f"SyntaxError: {e.msg}" + (f" (line {e.lineno})" if e.lineno is not None else "")
     except ValueError as e:  # e.g. null bytes
         return f"ValueError: {e}"
     return None
@@ -273,4 +283,27 @@ def rename_function(block: str, old: str, new: str) -> str:
                 node.id = new
             return node
 
-    return ast.unparse(Rename().visit(tree)) + "\n"
+    try:
+        return ast.unparse(Rename().visit(tree)) + "\n"
+    except RecursionError:
+        # ast.parse accepts deeper code than the Python-level recursion of the transformer and
+        # of ast.unparse (a sum of ~600 terms): rename the tokens instead, keeping the text
+        return _rename_tokens(block, old, new)
+
+
+def _rename_tokens(block: str, old: str, new: str) -> str:
+    """``block`` with every name token ``old`` that is not an attribute (``x.old``) renamed."""
+    lines = block.splitlines(keepends=True)
+    spots: list[tuple[int, int, int]] = []  # (row, start column, end column), 1-based rows
+    previous = None
+    for tok in tokenize.generate_tokens(io.StringIO(block).readline):
+        if (tok.type == tokenize.NAME and tok.string == old
+                and not (previous is not None and previous.string == ".")):
+            spots.append((tok.start[0], tok.start[1], tok.end[1]))
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            previous = tok
+    for row, start, end in reversed(spots):
+        line = lines[row - 1]
+        lines[row - 1] = line[:start] + new + line[end:]
+    text = "".join(lines)
+    return text if text.endswith("\n") else text + "\n"

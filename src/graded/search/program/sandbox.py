@@ -152,10 +152,16 @@ class Limits:
     output_bytes: int = 65_536
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "memory_mb", "file_mb", "open_files", "processes", "output_bytes"):
+        wall = self.wall_s
+        if isinstance(wall, bool) or not (isinstance(wall, (int, float)) and 0 < wall < math.inf):
+            raise ValueError(f"Limits.wall_s={wall!r}; expected a positive finite number")
+        # setrlimit takes integers, and reads -1 as "unlimited": these must be integers >= 1
+        for name in ("cpu_s", "memory_mb", "file_mb", "open_files", "processes", "output_bytes"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"Limits.{name}={value!r}; expected a positive number")
+            if name == "cpu_s" and value is None:
+                continue
+            if isinstance(value, bool) or not (isinstance(value, int) and value > 0):
+                raise ValueError(f"Limits.{name}={value!r}; expected a positive integer")
 
 
 @dataclass(frozen=True)
@@ -319,7 +325,8 @@ class Sandbox:
                 raise ValueError(f"program file name {name!r} is not allowed")
             try:
                 compile(text, name, "exec")
-            except (SyntaxError, ValueError) as e:
+            except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+                # RecursionError, MemoryError: code nested too deeply for CPython's parser
                 return Outcome(None, "syntax", f"{name}: {type(e).__name__}: {e}", 0.0)
         spares = self._own_spares()
         child, workdir = spares.pop(0) if spares else self._spawn()
@@ -373,7 +380,9 @@ class Sandbox:
                 result = json.loads(result_path.read_text(), parse_constant=_non_finite)
             except _NonFinite as e:
                 return fail("non_finite", f"an artefact contains {e}")
-            except (ValueError, UnicodeDecodeError, OSError) as e:
+            except (ValueError, UnicodeDecodeError, OSError, RecursionError) as e:
+                # RecursionError: a result.json the candidate wrote itself, nested deeper than
+                # the parser's recursion limit, must fail this evaluation, not the search
                 return fail("output", f"the result could not be read back ({e})")
             malformed = _malformed_result(result, n_inputs)
             if malformed is not None:

@@ -250,6 +250,15 @@ def test_processor_options_name_the_value_they_refuse():
                                          repetition_penalt=1.2)
 
 
+def test_a_temperature_that_is_not_positive_is_refused_naming_it():
+    cfg = TransformerConfig(vocab_size=9, d_model=8, n_heads=2, n_layers=1, max_len=16)
+    lm = TransformerLM(cfg)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=rf"temperature must be positive when sampling, "
+                           rf"got {bad}"):
+            lm.generate(torch.tensor([[1, 2]]), 2, do_sample=True, temperature=bad)
+
+
 def test_no_option_set_means_no_processing():
     """The decoding loop skips the processors entirely; a penalty of 1 is no penalty."""
     assert logits_processing(vocab_size=5, device=CPU) is None

@@ -52,7 +52,7 @@ def select_next(
     """Next token ids (B,) from last-position logits (B, V)."""
     if not do_sample:
         return logits.argmax(dim=-1)
-    if temperature <= 0:
+    if not temperature > 0:  # NaN too
         raise ValueError(f"temperature must be positive when sampling, got {temperature}")
     logits = filter_logits(logits / temperature, top_k, top_p)
     probs = torch.softmax(logits.float(), dim=-1)

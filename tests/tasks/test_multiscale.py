@@ -67,7 +67,22 @@ def test_relabelling_shifts_signal_and_target_together(representation):
 
 
 def test_grades_are_inverse_wavenumbers():
-    task = MultiScaleSignals(length=16, bands=((1, 2), (4, 8)))
+    task = MultiScaleSignals(length=16, bands=((1, 2), (4, 7)))
     assert task.grades == pytest.approx([1 / k for k in range(1, 9)])
     with pytest.raises(ValueError, match="bands"):
         MultiScaleSignals(length=16, bands=((1, 9),))
+
+
+def test_a_unit_sine_has_modulus_one_at_its_wavenumber_and_nyquist_is_refused():
+    """The spectral tokens are (2/T)·DFT_k: a sine of amplitude A and any phase has modulus A
+    at token k for every allowed k; at k = T/2 it would be A·2|sin φ| (a sine sampled there is
+    sin φ·(−1)^t), so that band is refused, naming the limit."""
+    task = MultiScaleSignals(length=16, bands=((1, 7),))
+    t = torch.arange(16, dtype=torch.float64)
+    for k in range(1, 8):
+        for phase in (0.0, 0.7, 2.0):
+            tokens = task.represent((2.5 * torch.sin(2 * math.pi * k * t / 16 + phase))[None])
+            moduli = torch.linalg.vector_norm(tokens[0].double(), dim=-1)
+            assert float(moduli[k - 1]) == pytest.approx(2.5, abs=1e-5)
+    with pytest.raises(ValueError, match=r"high < length/2 = 8, got \(\(1, 8\),\)"):
+        MultiScaleSignals(length=16, bands=((1, 8),))

@@ -60,9 +60,12 @@ class MultiScaleSignals(Task):
         if self.length % 2:
             raise ValueError(f"length must be even, got {self.length}")
         self.bands = tuple((int(lo), int(hi)) for lo, hi in self.bands)
-        if not self.bands or any(not 1 <= lo <= hi <= self.length // 2 for lo, hi in self.bands):
-            raise ValueError(f"bands must be non-empty (low, high) with 1 <= low <= high <= "
-                             f"length/2 = {self.length // 2}, got {self.bands}")
+        nyquist = self.length // 2
+        if not self.bands or any(not 1 <= lo <= hi < nyquist for lo, hi in self.bands):
+            raise ValueError(f"bands must be non-empty (low, high) with 1 <= low <= high < "
+                             f"length/2 = {nyquist}, got {self.bands} (a sine at wavenumber "
+                             "length/2 samples as sin φ·(−1)^t: its amplitude and phase are "
+                             "lost)")
         lo, hi = (float(v) for v in self.amplitude_range)
         if not 0 <= lo <= hi:
             raise ValueError(f"amplitude_range must satisfy 0 <= low <= high, got "

@@ -25,6 +25,7 @@ from graded.search.program.program import (
     Program,
     Skeleton,
     check_program,
+    fixed_definitions,
     fixed_redefinitions,
     parse_skeleton,
 )
@@ -145,6 +146,7 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
     reason = fixed_redefinitions(skeleton, program)
     if reason is not None:
         return failed("redefinition", reason)
+    fixed = fixed_definitions(skeleton, program)  # checked again in the child, as it runs
     sandbox = _sandbox(limits or Limits(wall_s=problem.time_limit_s, memory_mb=problem.memory_mb),
                        isolation)
     stages = [("precheck", problem.prechecks), ("inputs", problem.inputs)]
@@ -154,7 +156,7 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
     for stage, inputs in stages:
         if not inputs:
             continue
-        outcome = sandbox.run(source, problem.entry, list(inputs))
+        outcome = sandbox.run(source, problem.entry, list(inputs), fixed=fixed)
         if not outcome.ok:
             where = "" if stage == "inputs" else f" ({stage})"
             return failed(outcome.failure, outcome.reason + where)

@@ -22,6 +22,7 @@ import threading
 import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = [
     "END",
@@ -31,6 +32,7 @@ __all__ = [
     "Skeleton",
     "block_functions",
     "check_program",
+    "fixed_definitions",
     "fixed_redefinitions",
     "parse_python",
     "parse_skeleton",
@@ -44,6 +46,9 @@ END = "# EVOLVE-BLOCK-END"
 # ast.parse in two threads at once can fail with "SystemError: AST constructor recursion depth
 # mismatch" (python/cpython#106905); the search parses in its evaluation and proposer threads
 _PARSE_LOCK = threading.Lock()
+
+#: The statements that define a function or class (what the fixed code's names protect).
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def parse_python(source: str) -> ast.Module:
@@ -209,24 +214,102 @@ def fixed_redefinitions(skeleton: Skeleton, program: Program) -> str | None:
     cannot see (bin packing: that items are placed online, one at a time). FunSearch keeps only
     the evolved function's body of a reply; AlphaEvolve's blocks may hold anything, so here a
     block may add any new name but not rebind a fixed one. Blocks indented inside a fixed
-    function or class, and several-file skeletons file by file, are handled alike.
+    function or class, and several-file skeletons file by file, are handled alike. This is the
+    static half of the check; :func:`fixed_definitions` gives the sandboxed child what it needs
+    for the dynamic half (a rebinding through ``globals()`` or ``pack.__code__``).
     """
     if len(program.blocks) != len(skeleton.initial.blocks):
         return None  # assemble() reports this
-    files = skeleton.files or (("", len(skeleton.initial.blocks)),)
-    p = b = 0
-    for name, count in files:
-        initial = skeleton.initial.blocks[b:b + count]
-        fixed = _defined(_join(skeleton.parts[p:p + count + 1], initial))
-        fixed -= set().union(*map(_bound, initial))
+    for name, p, b, count in _files(skeleton):
+        fixed = _fixed_names(skeleton, p, b, count)
         for index in range(b, b + count):
             clash = sorted(_bound(program.blocks[index]) & fixed)
             if clash:
                 where = f" of {name}" if name else ""
                 return (f"block {index}{where} redefines {', '.join(map(repr, clash))}, "
                         "defined by the skeleton's fixed code; evolve only the blocks' own names")
-        p, b = p + count + 1, b + count
     return None
+
+
+def fixed_definitions(skeleton: Skeleton, program: Program) -> dict[str, list[list]]:
+    """What the sandboxed child checks of the fixed code's functions and classes when it runs
+    ``program`` (see :mod:`graded.search.program.sandbox`), per file ("" for a one-file
+    skeleton): ``[name, kind, line, has_defaults]`` for each name :func:`fixed_redefinitions`
+    protects, with ``kind`` "function" or "class".
+
+    ``line`` is the line of its ``def`` or ``class`` statement in ``program``'s assembled file
+    when that statement is undecorated and the fixed code binds the name nowhere else: the child
+    then checks, after the module code has run, that the name holds what that statement made
+    (the function of that statement's code object, with the module's globals; the one class
+    built from that class body). Otherwise ``line`` is 0 and the child only checks that the
+    object found after the module code is still there, unchanged, after the run. Names the
+    fixed code declares ``global`` somewhere (it rebinds them itself) are left out."""
+    out: dict[str, list[list]] = {}
+    if len(program.blocks) != len(skeleton.initial.blocks):
+        return out
+    for name, p, b, count, entries in _fixed_layout(skeleton):
+        moved = _part_starts(skeleton.parts[p:p + count + 1], program.blocks[b:b + count])
+        if entries:
+            out[name] = [[target, kind, moved[k] + offset if offset >= 0 else 0, defaults]
+                         for target, kind, k, offset, defaults in entries]
+    return out
+
+
+@lru_cache(maxsize=16)
+def _fixed_layout(skeleton: Skeleton) -> tuple:
+    """For :func:`fixed_definitions`, per file: (name, first part, first block, number of
+    blocks, entries), an entry being (name, kind, part k of its statement, its line's offset in
+    that part or -1, whether it has default arguments). The same for every program of the
+    skeleton, so parsed once."""
+    out = []
+    for name, p, b, count in _files(skeleton):
+        parts = skeleton.parts[p:p + count + 1]
+        initial = skeleton.initial.blocks[b:b + count]
+        try:
+            tree = parse_python(_join(parts, initial))
+        except (SyntaxError, ValueError):
+            continue
+        fixed = _fixed_names(skeleton, p, b, count)
+        fixed -= {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+        starts = _part_starts(parts, initial)
+        entries = []
+        for target in sorted(fixed):
+            binding = [node for node in tree.body if target in _binds(node)]
+            node = [n for n in binding if isinstance(n, _DEFINITIONS)][-1]
+            kind = "class" if isinstance(node, ast.ClassDef) else "function"
+            k = max(i for i, start in enumerate(starts) if start <= node.lineno)
+            alone = len(binding) == 1 and not node.decorator_list
+            offset = node.lineno - starts[k] if alone else -1
+            args = getattr(node, "args", None)
+            defaults = bool(args and (args.defaults or args.kw_defaults))
+            entries.append((target, kind, k, offset, defaults))
+        out.append((name, p, b, count, tuple(entries)))
+    return tuple(out)
+
+
+def _files(skeleton: Skeleton):
+    """(file name, index of its first part, index of its first block, number of blocks) of each
+    file of the skeleton; the one file of a one-file skeleton is named ""."""
+    p = b = 0
+    for name, count in skeleton.files or (("", len(skeleton.initial.blocks)),):
+        yield name, p, b, count
+        p, b = p + count + 1, b + count
+
+
+def _fixed_names(skeleton: Skeleton, p: int, b: int, count: int) -> set[str]:
+    """The functions and classes that one file's fixed code defines (its blocks' own aside)."""
+    initial = skeleton.initial.blocks[b:b + count]
+    fixed = _defined(_join(skeleton.parts[p:p + count + 1], initial))
+    return fixed - set().union(*map(_bound, initial))
+
+
+def _part_starts(parts: tuple[str, ...], blocks: tuple[str, ...]) -> list[int]:
+    """The line (from 1) at which each fixed part starts in ``_join(parts, blocks)``."""
+    starts = [1]
+    for part, block in zip(parts[:-1], blocks, strict=True):
+        body = block if block.endswith("\n") or not block else block + "\n"
+        starts.append(starts[-1] + part.count("\n") + body.count("\n") + 2)  # and the markers
+    return starts
 
 
 def _defined(source: str) -> set[str]:
@@ -236,7 +319,7 @@ def _defined(source: str) -> set[str]:
     except (SyntaxError, ValueError):
         return set()
     return {n.name for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            if isinstance(n, _DEFINITIONS)}
 
 
 def _bound(block: str) -> set[str]:
@@ -249,16 +332,18 @@ def _bound(block: str) -> set[str]:
         tree = parse_python(block)
     except (SyntaxError, ValueError):
         return set()
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        else:
-            names.update(n.id for n in ast.walk(node)
-                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-    return names
+    return set().union(*map(_binds, tree.body))
+
+
+def _binds(node: ast.stmt) -> set[str]:
+    """Names one top-level statement binds (definitions, imports, assignment and loop
+    targets)."""
+    if isinstance(node, _DEFINITIONS):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def block_functions(block: str) -> list[str]:

@@ -18,7 +18,9 @@ private temporary directory and starts a fresh Python interpreter on it with:
   so and the child runs without the namespaces.
 
 The child calls ``entry(input)`` for each input and sends the artefacts back as JSON. Every way an
-evaluation can fail has a name (:data:`FAILURES`).
+evaluation can fail has a name (:data:`FAILURES`). Given the skeleton's fixed functions and
+classes (``Sandbox.run(..., fixed=...)``), it also checks, after the module code and after the
+run, that the candidate has not rebound or altered them (``redefinition``).
 
 Threat model. Isolated: the parent's memory and Python state, its environment variables, the
 network (with namespaces), runaway CPU, memory, output, files and processes. Not isolated: the
@@ -58,7 +60,7 @@ __all__ = [
 #: Named failure reasons of one evaluation.
 FAILURES: dict[str, str] = {
     "syntax": "the program does not parse",
-    "redefinition": "an evolvable block redefines a function or class of the fixed code",
+    "redefinition": "the program redefines or alters a function or class of the fixed code",
     "crash": "the program raised an exception or exited abnormally",
     "timeout": "the wall-clock or CPU-time limit was reached",
     "memory": "the address-space limit was reached",
@@ -86,6 +88,100 @@ def _write(payload):
 
 import os
 
+def _fixed_guard(fixed, namespace, code):
+    # Trusted: set up before the candidate runs. `fixed`: {file: [[name, kind, line,
+    # has_defaults]]} ("" or "main.py": the candidate's own namespace, compiled as `code`).
+    # Returns check(ran) -> None or why a fixed function or class is not the fixed code's.
+    import builtins, types
+    FunctionType, CodeType = types.FunctionType, types.CodeType  # as they are before it runs
+    modules = {}
+    for file in fixed:
+        if file in ("", "main.py"):
+            modules[file] = (lambda: namespace), code.co_consts, True
+        else:
+            with open(file) as f:
+                consts = compile(f.read(), file, "exec").co_consts
+            modules[file] = (lambda m=file[:-3]: getattr(sys.modules.get(m), "__dict__", None),
+                             consts, False)
+    expected, classes = {}, {}
+    for file, entries in fixed.items():
+        for name, kind, line, _ in entries:
+            expected[file, name] = next(
+                (c for c in modules[file][1] if isinstance(c, CodeType)
+                 and c.co_name == name and c.co_firstlineno == line), None) if line else None
+            if kind == "class" and expected[file, name] is not None:
+                classes[file, name] = []
+    if classes:  # every class built from a fixed class body, to tell the fixed class apart
+        original = builtins.__build_class__
+        def build_class(func, name, *bases, **kw):
+            made = original(func, name, *bases, **kw)
+            for key in classes:
+                if getattr(func, "__code__", None) == expected[key]:
+                    classes[key].append(made)
+            return made
+        builtins.__build_class__ = build_class
+    missing, seen = object(), {}
+
+    def state(obj):  # what must not change during the run
+        if type(obj) is not FunctionType:
+            return (obj,)  # a class, or what a decorator made of a fixed function
+        kw = obj.__kwdefaults__
+        return (obj, obj.__code__, obj.__defaults__, kw, obj.__globals__,
+                *(tuple(kw.items()) if type(kw) is dict else ()))
+
+    def defined(file, name, kind, line, has_defaults, obj, where):
+        if obj is missing:
+            return False
+        if not line:
+            return True  # decorated or bound twice: found now, checked from now on
+        ref = expected[file, name]
+        if kind == "class":
+            return len(classes[file, name]) == 1 and classes[file, name][0] is obj
+        if ref is None or type(obj) is not FunctionType:
+            return False
+        same = obj.__code__ is ref or (not modules[file][2] and obj.__code__ == ref)
+        return (same and obj.__globals__ is where
+                and obj.__closure__ is None
+                and (has_defaults or (obj.__defaults__ is None and obj.__kwdefaults__ is None)))
+
+    def check(ran):
+        for file, entries in fixed.items():
+            of = " of " + file if file not in ("", "main.py") else ""
+            where = modules[file][0]()
+            if where is None:
+                continue  # a module of the program not imported (yet)
+            if type(where) is not dict:
+                return f"the module{of} is not the fixed code's"
+            for name, kind, line, has_defaults in entries:
+                obj = where.get(name, missing)
+                before = seen.get((file, name))
+                if before is None:
+                    try:
+                        ok = defined(file, name, kind, line, has_defaults, obj, where)
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        when = ("after the run" if ran else
+                                "once the program's module code had run")
+                        return (f"the fixed {kind} {name!r}{of} is not the one the fixed code "
+                                f"defined ({when})")
+                    seen[file, name] = state(obj)
+                    continue
+                now = state(obj) if obj is before[0] else (obj,)
+                if now[0] is not before[0]:
+                    return f"the fixed {kind} {name!r}{of} was replaced while the program ran"
+                for attr, old, new in zip(("__code__", "__defaults__", "__kwdefaults__",
+                                           "__globals__"), before[1:5], now[1:5]):
+                    if old is not new:
+                        return (f"the fixed {kind} {name!r}{of} was altered while the program "
+                                f"ran (its {attr} was replaced)")
+                if len(now) != len(before) or any(
+                        a[0] is not b[0] or a[1] is not b[1] for a, b in zip(now[5:], before[5:])):
+                    return (f"the fixed {kind} {name!r}{of} was altered while the program ran "
+                            "(its __kwdefaults__ were changed)")
+        return None
+    return check
+
 def main():
     for name in sys.argv[1:]:
         try:
@@ -101,7 +197,12 @@ def main():
     namespace = {"__name__": "candidate"}
     try:
         code = compile(open("candidate.py").read(), "candidate.py", "exec")
+        check = _fixed_guard(request.get("fixed") or {}, namespace, code)
         exec(code, namespace)
+        redefined = check(False)
+        if redefined is not None:
+            _write({"failure": "redefinition", "reason": redefined})
+            return
         entry = namespace[request["entry"]]
         artefacts = []
         for value in request["inputs"]:
@@ -109,6 +210,10 @@ def main():
             if hasattr(artefact, "tolist"):
                 artefact = artefact.tolist()
             artefacts.append(artefact)
+        redefined = check(True)
+        if redefined is not None:  # the artefacts may not be the fixed code's: discarded
+            _write({"failure": "redefinition", "reason": redefined})
+            return
     except MemoryError:
         _write({"failure": "memory", "reason": "MemoryError"})
         return
@@ -303,11 +408,19 @@ class Sandbox:
         with contextlib.suppress(Exception):
             self.close()
 
-    def run(self, source: str | Mapping[str, str], entry: str, inputs: list | tuple) -> Outcome:
+    def run(self, source: str | Mapping[str, str], entry: str, inputs: list | tuple, *,
+            fixed: Mapping[str, list] | None = None) -> Outcome:
         """Runs ``source`` and returns the artefacts ``entry(x)`` for ``x`` in ``inputs``.
 
         ``source`` is one program, or several files {name: source} of which ``main.py`` holds
         ``entry`` and may import the others (they sit in the child's private directory).
+
+        ``fixed`` (:func:`graded.search.program.program.fixed_definitions`) names the functions
+        and classes of the skeleton's fixed code. The child checks, after the program's module
+        code has run and again after the last ``entry`` call, that each is still what the fixed
+        code defined: the same object, and for a function the same ``__code__``,
+        ``__defaults__``, ``__kwdefaults__`` and ``__globals__``; otherwise the artefacts are
+        discarded and the run is a ``redefinition`` naming the name.
 
         Each run gets its own fresh process and directory. With ``warm`` the processes for
         the next runs are started (and its ``preimport`` modules loaded) as soon as this one ends,
@@ -336,7 +449,7 @@ class Sandbox:
             # a spare's directory waited in /tmp, writable by any candidate of this user: what
             # comes back must be this candidate's result, not one left there before it started
             (workdir / "result.json").unlink(missing_ok=True)
-            request = {"entry": entry, "inputs": list(inputs)}
+            request = {"entry": entry, "inputs": list(inputs), "fixed": dict(fixed or {})}
             (workdir / "request.json").write_text(json.dumps(request))
             start = time.perf_counter()
             timed_out = False

@@ -379,3 +379,40 @@ def test_monitor_mode_left_out_follows_the_monitor_and_a_given_one_is_kept(tmp_p
     assert load_config(_write(tmp_path, BASE), [f"train.monitor={monitor}",
                                                 f"train.monitor_mode={other}"]
                        ).train.monitor_mode == other
+
+
+def test_keys_the_run_would_ignore_are_refused_naming_key_and_value(tmp_path):
+    # pooling: an LM (or seq2seq) model pools nothing, so 'first' would silently act as 'mean'
+    lm = {**BASE, "task": {"name": "dyck", "n_train": 64, "n_eval": 32},
+          "model": {"d_model": 16, "n_heads": 2, "n_layers": 1}}
+    with pytest.raises(ConfigError, match=r"model\.pooling: got 'first'; .* task 'dyck' is "
+                                          r"'lm': expected the default 'mean'"):
+        load_config(_write(tmp_path, lm), ["model.pooling=first"])
+    load_config(_write(tmp_path, lm), ["model.pooling=mean"])  # the default, as recorded
+    built = load_config(_write(tmp_path, BASE), ["model.pooling=first"])  # an encoder pools
+    assert built.model.pooling == "first"
+    # min_lr_ratio is the cosine schedule's floor: the other schedules have none
+    for schedule in ("constant", "inverse_sqrt"):
+        with pytest.raises(ConfigError, match=rf"min_lr_ratio \(0\.5\) is the floor of the "
+                                              rf"cosine schedule; schedule '{schedule}'"):
+            load_config(_write(tmp_path, BASE), [f"train.schedule={schedule}",
+                                                 "train.min_lr_ratio=0.5"])
+    cfg = load_config(_write(tmp_path, BASE), ["train.min_lr_ratio=0.5"])  # cosine: used
+    assert cfg.train.schedule == "cosine" and cfg.train.min_lr_ratio == 0.5
+
+
+def test_a_seed_beyond_64_bits_is_refused_naming_the_key_and_the_largest_runs(tmp_path):
+    # torch.manual_seed takes at most 64 bits: a larger seed used to pass validation and fail
+    # later with "Overflow when unpacking long long", naming neither key nor value
+    import torch
+
+    from graded.config import build_data, build_task
+
+    for key in ("seed", "task.data_seed"):
+        with pytest.raises(ConfigError, match=rf"{re.escape(key)}: got {2**64}; Input should "
+                                              rf"be less than {2**64}"):
+            load_config(_write(tmp_path, BASE), [f"{key}={2**64}"])
+    cfg = load_config(_write(tmp_path, BASE), [f"seed={2**64 - 1}"])
+    train, _ = build_data(cfg, build_task(cfg))  # the largest seed draws its split
+    torch.manual_seed(cfg.seed)
+    assert len(train) == BASE["task"]["n_train"]

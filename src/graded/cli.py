@@ -44,6 +44,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _fail("train needs a CONFIG file, or --resume RUN")
     if resume_dir is not None and not (resume_dir / "config.yaml").is_file():
         return _fail(f"--resume {resume_dir}: not a run folder (no config.yaml)")
+    if resume_dir is not None and args.config is None and not _is_run_config(resume_dir):
+        from graded.config import read_config_file
+        from graded.config.schema import python_run_message
+
+        return _fail(python_run_message(resume_dir, read_config_file(resume_dir / "config.yaml")))
     config_path = Path(args.config) if args.config else resume_dir / "config.yaml"
     cfg = load_config(config_path, args.set)
     run_dir = resume_dir or cfg.run_dir()
@@ -126,8 +131,38 @@ def _load_run(run_dir: Path, which: str):
         if ckpt is None:
             raise FileNotFoundError(f"{run_dir} has no checkpoint")
         meta = load_checkpoint(ckpt, model, restore_rng=False)
+    _check_checkpoint_config(run_dir, ckpt, meta, own=which in ("best", "latest") or (
+        Path(ckpt).resolve().parent == manager.root.resolve()))
     model.eval()
     return cfg, task, model, ckpt, meta
+
+
+def _check_checkpoint_config(run_dir: Path, ckpt: Path, meta: dict[str, Any], *,
+                             own: bool) -> None:
+    """The model and data rebuilt from ``RUN/config.yaml`` are those the checkpoint's weights
+    were trained with: every key a resume may not change (task, model, seed, ...) equals the
+    checkpoint's recorded config. A ``config.yaml`` edited since (another seed, task option or
+    grading base builds another split or model, into which the weights may still load) is
+    refused, naming each key, for the run's own checkpoints; a checkpoint of another folder,
+    given by path, is evaluated with this run's config, with a warning naming the keys."""
+    from graded.config import read_config_file
+    from graded.train.runs import resume_changes
+
+    recorded = meta.get("config")
+    if not isinstance(recorded, dict):  # a checkpoint that records no config: nothing to check
+        return
+    _, refused = resume_changes(recorded, read_config_file(run_dir / "config.yaml"))
+    if not refused:
+        return
+    changes = "; ".join(f"{k} was {json.dumps(o)}, now {json.dumps(n)}"
+                        for k, (o, n) in refused.items())
+    if own:
+        raise ValueError(f"{run_dir / 'config.yaml'} does not match the config checkpoint "
+                         f"{ckpt} was trained with: {changes}; restore those keys (the weights "
+                         "belong to the recorded model and data), or train a new run")
+    print(f"warning: checkpoint {ckpt} was trained with another config than "
+          f"{run_dir / 'config.yaml'}: {changes}; evaluating it with {run_dir}'s",
+          file=sys.stderr)
 
 
 def _checkpoint_folder(manager: Any, which: str) -> Path:
@@ -534,6 +569,12 @@ def _one_line(exc: BaseException) -> str:
         return f"cannot write or read {exc.filename}: permission denied"
     if isinstance(exc, FileNotFoundError) and exc.filename:
         return f"{exc.filename} does not exist"
+    if isinstance(exc, FileExistsError) and exc.filename:
+        return f"{exc.filename} exists and is not a folder: expected a folder or a new path"
+    if isinstance(exc, NotADirectoryError) and exc.filename:
+        return f"cannot use {exc.filename}: a part of that path is a file, not a folder"
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"cannot use {exc.filename}: {exc.strerror.lower()}"
     return str(exc) or type(exc).__name__
 
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from graded._io import atomic_write_text
 from graded.train.report import mean_std
 from graded.train.signals import StopSignals
 
@@ -363,6 +364,11 @@ def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
                 continue
             g_mean, g_std = means[g]
             delta = g_mean - b_mean
+            if min(len(by_model[g]), n_b) < 2:  # one seed has no spread: no standard error
+                lines.append(f"  - {g} against the ungraded transformer: Δ = {delta:+.3f}, "
+                             "not tested (a standard error needs at least 2 seeds of each; "
+                             "run with --seeds 2 or more).")
+                continue
             se = math.sqrt(g_std**2 / len(by_model[g]) + b_std**2 / n_b)
             if sign * delta > 2 * se and delta != 0:
                 word = "**better** than"
@@ -465,7 +471,7 @@ def write_demo_report(out_dir: Path, results: list[dict[str, Any]],
                         "- run folders (configs, metrics.csv, TensorBoard, checkpoints): "
                         f"`{out_dir}/<task>/<model>-seed<k>/`", ""]
     report = out_dir / "report.md"
-    report.write_text("\n".join(lines), encoding="utf-8")
+    atomic_write_text(report, "\n".join(lines))  # a Ctrl-C leaves the old one
     return report
 
 

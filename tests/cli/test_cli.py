@@ -303,6 +303,19 @@ def test_demo_verdict_calls_a_difference_only_beyond_two_standard_errors():
     assert "LGT is **worse** than" in worse and "best transformer is **baseline**" in worse
 
 
+def test_demo_verdict_with_one_seed_calls_no_difference():
+    # one seed per model has no sample spread: its "standard error" of 0 would call any
+    # difference, however small, better or worse "beyond two standard errors"
+    from graded.demo import _verdict
+
+    text = "\n".join(_verdict("t", "r2", {"baseline": [0.52], "LGT": [0.53], "EGT": [0.40]},
+                              {}))
+    assert "**better**" not in text and "**worse**" not in text
+    # the differences are still reported, as the plain subtraction gives them
+    assert f"Δ = {0.53 - 0.52:+.3f}, not tested" in text
+    assert f"Δ = {0.40 - 0.52:+.3f}, not tested" in text
+
+
 def test_demo_report_tables_come_from_the_results(tmp_path):
     from graded.demo import write_demo_report
 

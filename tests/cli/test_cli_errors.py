@@ -214,3 +214,45 @@ def test_a_seq2seq_source_longer_than_max_len_is_refused_naming_the_numbers(tmp_
     assert _one_error_line(capsys.readouterr().err) == (
         f"graded: error: --prompt: the source's {max_len + 1} tokens do not fit the model's "
         f"max_len={max_len}; use a prompt of at most {max_len} tokens")
+
+
+def test_a_run_of_the_python_trainer_is_named_in_one_line_by_every_command(tmp_path, capsys):
+    # its config.yaml records the kind and the model, not a task: the command line cannot
+    # rebuild its data, and says so instead of listing the schema's complaints
+    import torch
+
+    from graded.train import Trainer, TrainOptions
+
+    torch.manual_seed(0)
+    x = torch.randn(32, 4)
+    run = tmp_path / "mine"
+    Trainer(torch.nn.Linear(4, 2), {"inputs": x, "targets": (x[:, 0] > 0).long()}, None,
+            kind="classification", run_dir=run,
+            options=TrainOptions(steps=2, batch_size=16, progress=False,
+                                 tensorboard=False)).fit()
+    assert yaml.safe_load((run / "config.yaml").read_text())["kind"] == "classification"
+    files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    for argv in (["train", "--resume", str(run)], ["eval", str(run)],
+                 ["generate", str(run), "--prompt", "a"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        line = _one_error_line(err)
+        assert f"{run} is a run of the Python Trainer" in line and "'classification'" in line
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == files
+
+
+def test_a_report_folder_blocked_by_a_file_is_named_in_plain_words(run, tmp_path, capsys):
+    # was "[Errno 17] File exists: '...'": the OS's wording, not what to do
+    blocker = tmp_path / "taken"
+    blocker.write_text("mine")
+    capsys.readouterr()
+    assert main(["report", str(run), "--out", str(blocker)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == (f"graded: error: {blocker} exists and is not a folder: expected a folder "
+                    "or a new path")
+    assert main(["report", str(run), "--out", str(blocker / "sub")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"{blocker / 'sub'}: a part of that path is a file" in line and "Errno" not in line
+    assert blocker.read_text() == "mine"

@@ -189,6 +189,50 @@ def test_an_edited_config_yaml_is_checked_against_the_checkpoints(run, capsys):
     assert overrides["train.lr"] == (0.001, 0.002)
 
 
+def test_resume_with_fewer_steps_than_the_run_has_made_is_refused_and_writes_nothing(
+    run, capsys
+):
+    # the run is at step 4 (metrics.json): fewer steps cannot be trained, and recording them
+    # would leave config.yaml saying 3 steps for a run that made 4
+    made = json.loads((run / "metrics.json").read_text())["step"]
+    assert made == 4
+    before = _hashes(run)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--set", f"train.steps={made - 1}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train.steps=3" in err[0] and "at step 4" in err[0], err
+    assert _hashes(run) == before
+    # as many steps as made: nothing to do; fewer than the total but past the newest
+    # checkpoint still re-spans the schedule (docs/training.md): from step 2, 3 steps
+    assert main(["train", "--resume", str(run), "--set", f"train.steps={made}"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    shutil.rmtree(CheckpointManager(run / "checkpoints").latest())
+    assert main(["train", "--resume", str(run), "--set", "train.steps=3"]) == 0
+    assert json.loads((run / "metrics.json").read_text())["step"] == 3
+
+
+def test_eval_and_generate_refuse_a_config_yaml_edited_away_from_the_checkpoints(run, capsys):
+    # a new seed builds another evaluation split, a new grading base another model, and the
+    # weights still load into either: the numbers would silently belong to another run
+    assert main(["eval", str(run)]) == 0
+    before = json.loads(capsys.readouterr().out)["metrics"]
+    path = run / "config.yaml"
+    cfg = yaml.safe_load(path.read_text())
+    edited = {**cfg, "seed": 1, "task": {**cfg["task"], "n_eval": 16}}
+    path.write_text(yaml.safe_dump(edited))
+    files = _hashes(run)
+    for argv in (["eval", str(run)], ["eval", str(run), "--checkpoint", "latest"],
+                 ["generate", str(run), "--prompt", "("]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "seed was 0, now 1" in err and "task.n_eval was 32, now 16" in err
+    assert _hashes(run) == files  # eval.json not rewritten
+    # a key a resume may change (the learning rate) leaves the model and the split as trained
+    path.write_text(yaml.safe_dump({**cfg, "train": {**cfg["train"], "lr": 0.5}}))
+    assert main(["eval", str(run)]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == before
+
+
 def test_resuming_an_early_stopped_run_trains_nothing_and_says_how_to_continue(tmp_path,
                                                                               capsys):
     # an lr of 1e-9 and a min_delta of 1: no evaluation after the first improves

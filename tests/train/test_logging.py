@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from graded import TransformerConfig, TransformerLM
-from graded.train.logging import RunLogger, grading_modules, read_grades
+from graded.train.logging import RunLogger, grading_modules, read_grades, read_metrics
 
 
 def graded_model() -> TransformerLM:
@@ -49,3 +49,30 @@ def test_a_model_without_grades_writes_no_grades_file(tmp_path):
     log.grades(1, model)
     log.close()
     assert not (tmp_path / "grades.jsonl").exists()
+
+
+def test_a_resume_drops_a_line_cut_short_by_a_dead_writer_and_keeps_whole_ones(tmp_path):
+    # a writer that died mid-line (a full disk, a kill) leaves a partial last row and line;
+    # the resume keeps the whole rows up to its step, and the files read back
+    log = RunLogger(tmp_path, tensorboard=False)
+    for step in (1, 2, 3, 4):
+        log.scalars(step, "train", {"loss": 1.0 / step})
+    model = graded_model()
+    for step in (0, 2, 4):
+        log.grades(step, model)
+    log.close()
+    with (tmp_path / "metrics.csv").open("a", newline="") as fh:
+        fh.write("5,train,lo")
+    with (tmp_path / "grades.jsonl").open("a") as fh:
+        fh.write('{"step": 6, "grades": {"decoder.embed')
+    log = RunLogger(tmp_path, tensorboard=False, resume_step=3)
+    log.scalars(4, "train", {"loss": 0.5})
+    log.grades(4, model)
+    log.close()
+    assert read_metrics(tmp_path)["train"]["loss"] == [(1, 1.0), (2, 0.5), (3, 1.0 / 3), (4, 0.5)]
+    assert [r["step"] for r in read_grades(tmp_path)] == [0, 2, 4]
+    # past every whole row: the partial ones alone are dropped
+    with (tmp_path / "metrics.csv").open("a", newline="") as fh:
+        fh.write("9,tr")
+    RunLogger(tmp_path, tensorboard=False, resume_step=100).close()
+    assert [s for s, _ in read_metrics(tmp_path)["train"]["loss"]] == [1, 2, 3, 4]

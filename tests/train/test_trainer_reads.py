@@ -90,9 +90,29 @@ def test_a_non_finite_loss_names_its_step_and_saves_nothing_after_it(tmp_path, m
         return part
 
     monkeypatch.setattr(trainer.kind, "loss", poisoned)
-    with pytest.raises(FloatingPointError, match=r"training loss became nan at step 3"):
+    with pytest.raises(FloatingPointError, match=r"training loss became nan at step 3") as err:
         trainer.fit()
-    assert not any((tmp_path / "nan" / "checkpoints").glob("step-*"))
+    # checkpoint folders are step_NNNNNNNNN (CheckpointManager): none was written
+    assert not any((tmp_path / "nan" / "checkpoints").glob("step_*"))
+    # clipping is on (clip_norm 1.0): the advice is a smaller clip_norm, not to enable it
+    assert trainer.opts.clip_norm == 1.0
+    assert "enable clip_norm" not in str(err.value)
+    assert "a smaller clip_norm (now 1.0)" in str(err.value)
+
+
+def test_a_non_finite_loss_without_clipping_advises_enabling_it(tmp_path, monkeypatch):
+    trainer = make_lm_trainer(tmp_path / "nan", "dyck", log_every=1, eval_every=100,
+                              clip_norm=None)
+    kind_loss = trainer.kind.loss
+
+    def poisoned(model, batch, **kw):
+        part = kind_loss(model, batch, **kw)
+        part.total = part.total * float("inf")
+        return part
+
+    monkeypatch.setattr(trainer.kind, "loss", poisoned)
+    with pytest.raises(FloatingPointError, match=r"at step 1; lower lr .* or enable clip_norm"):
+        trainer.fit()
 
 
 def test_the_steps_of_checked_data_run_inside_checked_inputs(tmp_path):

@@ -103,6 +103,14 @@ def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
         model_config = _model_config(cfg, task)
     except (TypeError, ValueError) as exc:
         raise fail("model", exc) from None
+    if cfg.model.pooling != "mean":
+        from graded.kinds import Classification, get_kind
+
+        kind = get_kind(task.kind, cfg.model.architecture)
+        if not isinstance(kind, Classification):  # an LM or seq2seq model pools nothing
+            raise fail("model.pooling", f"got {cfg.model.pooling!r}; pooling is used by the "
+                       f"encoder kinds (classification, regression), and task {task.name!r} "
+                       f"is {task.kind!r}: expected the default 'mean' (or leave it out)")
     try:
         recipe = build_recipe(cfg)
     except (TypeError, ValueError) as exc:

@@ -60,6 +60,8 @@ from graded.transformer.models import POOLINGS
 
 # Recipe names a config may give: "auto" (follow model.grading) or one of the recipes.
 RECIPES = ("auto", *RECIPE_OBJECTS)
+# Seeds end in torch.manual_seed, which takes at most 64 bits.
+SEED_LIMIT = 2**64
 # Model fields the task decides (vocabulary, feature size, length, padding id).
 TASK_DERIVED = ("vocab_size", "input_dim", "max_len", "pad_id")
 
@@ -120,7 +122,8 @@ class TaskSection(Strict):
         "included (an i.i.d. test set: the population risk)")
     n_train: int = Field(2000, ge=1)
     n_eval: int = Field(500, ge=1)
-    data_seed: int | None = Field(None, ge=0, description="seed of the data (default: seed)")
+    data_seed: int | None = Field(None, ge=0, lt=SEED_LIMIT,
+                                  description="seed of the data (default: seed)")
 
     @field_validator("*", mode="before")
     @classmethod
@@ -217,7 +220,7 @@ class RunConfig(Strict):
 
     name: str | None = Field(None, description="run folder name, one folder inside "
                                    "output.dir (default: the config file stem)")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT)
     task: TaskSection
     model: ModelSection = Field(default_factory=ModelSection)
     recipe: RecipeSection = Field(default_factory=RecipeSection)
@@ -431,7 +434,20 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml: not a run folder of graded train")
-    return validate_config(read_config_file(path), str(path))
+    data = read_config_file(path)
+    if "task" not in data and "kind" in data:
+        raise ConfigError(python_run_message(run_dir, data))
+    return validate_config(data, str(path))
+
+
+def python_run_message(run_dir: str | Path, data: dict[str, Any]) -> str:
+    """Why a run folder written by the Python ``Trainer`` (its ``config.yaml`` records the task
+    kind and the model, no task) cannot be rebuilt from its config."""
+    return (f"{run_dir} is a run of the Python Trainer (its config.yaml records kind "
+            f"{data.get('kind')!r} and no task): its data are the caller's tensors, which the "
+            "command line cannot rebuild; expected a run folder of graded train or the demo "
+            f"(from Python: Trainer(...).fit(resume_from={str(run_dir)!r}), "
+            "graded.train.evaluate)")
 
 
 def dump_config(cfg: RunConfig) -> str:

@@ -48,18 +48,44 @@ def collect_grades(model: torch.nn.Module,
 
 
 def _truncate_csv(path: Path, after_step: int) -> None:
+    """Keep the rows up to ``after_step``, rewritten atomically (a Ctrl-C or crash during the
+    rewrite leaves the old file, not a truncated history); a row cut short by a writer that
+    died mid-line (a full disk, a kill) is not a row and is dropped."""
+    import io
+
     with path.open(newline="", encoding="utf-8") as fh:
-        rows = [r for r in csv.DictReader(fh) if int(r["step"]) <= after_step]
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+        rows = [r for r in csv.DictReader(fh) if _csv_row_step(r) is not None
+                and _csv_row_step(r) <= after_step]
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, out.getvalue())
+
+
+def _csv_row_step(row: Mapping[str, Any]) -> int | None:
+    """The step of a whole ``metrics.csv`` row; None for a row cut short."""
+    if row.get(None) or any(row.get(k) in (None, "") for k in CSV_FIELDS):
+        return None
+    try:
+        float(row["value"])
+        return int(row["step"])
+    except ValueError:
+        return None
 
 
 def _truncate_jsonl(path: Path, after_step: int) -> None:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= after_step]
-    path.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+    """Keep the lines up to ``after_step``, rewritten atomically; a line cut short by a
+    writer that died mid-line is dropped."""
+    kept = []
+    for ln in path.read_text(encoding="utf-8").splitlines():
+        try:
+            step = json.loads(ln)["step"] if ln.strip() else None
+        except (ValueError, KeyError, TypeError):
+            step = None
+        if isinstance(step, int) and step <= after_step:
+            kept.append(ln)
+    atomic_write_text(path, "".join(ln + "\n" for ln in kept))
 
 
 class RunLogger:

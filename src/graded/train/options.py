@@ -126,6 +126,12 @@ class TrainOptions(Strict):
             raise ValueError(
                 f"warmup_steps ({self.warmup_steps}) must be smaller than steps ({self.steps})"
             )
+        if self.min_lr_ratio and self.schedule != "cosine":
+            raise ValueError(
+                f"min_lr_ratio ({self.min_lr_ratio}) is the floor of the cosine schedule; "
+                f"schedule {self.schedule!r} has none (expected min_lr_ratio 0, or schedule "
+                "'cosine')"
+            )
         if self.batch_size % self.grad_accum:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accum "

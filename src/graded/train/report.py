@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from graded._io import atomic_write_text
 from graded.plotting import pyplot, save_figure
 from graded.train.logging import read_grades, read_metrics
 
@@ -153,5 +154,5 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     if grade_lines:
         lines += ["## Grade trajectories", "", *grade_lines]
     report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(report, "\n".join(lines) + "\n")  # a Ctrl-C leaves the old one
     return report

@@ -83,6 +83,13 @@ def plan_resume(
         found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
                                                          restore_rng=False), [])
     changes = checked_changes(source, found.meta, now)
+    steps = (now.get("train") or {}).get("steps")
+    if isinstance(steps, int) and steps < found.meta["step"]:
+        # the run is past it: nothing could be trained, and recording the new total would
+        # leave config.yaml (and the run's "finished" end) at fewer steps than were made
+        raise RunError(f"cannot resume {source} with train.steps={steps}: its checkpoint "
+                       f"{found.path} is at step {found.meta['step']}; expected train.steps "
+                       f">= {found.meta['step']} (more steps continue the run)")
     try:
         scheduler.load_state_dict(found.meta["scheduler"])
     except (KeyError, TypeError, ValueError) as exc:

@@ -22,10 +22,11 @@ cannot change: the task, the model, the seed, the task kind, the recipe, and the
 that shape the optimisation or its data order (``batch_size``, ``grad_accum``, ``schedule``,
 ``warmup_steps``, ``min_lr_ratio``, ``betas``, ``eps``, ``weight_decay``, ``clip_norm``,
 ``label_smoothing``, and ``monitor``/``monitor_mode``, which the best checkpoint was chosen by).
-The keys of :data:`RESUMABLE_KEYS` may change: more (or fewer) ``train.steps``, which re-spans
-the schedule; a new peak ``train.lr`` or ``train.grade_lr``, which is used from the resume step
-on (:func:`graded.train.resume.use_peak_lrs`); how often to evaluate, log and checkpoint;
-``keep_last``, ``progress``, ``tensorboard``, ``eval_batch_size``, ``device``,
+The keys of :data:`RESUMABLE_KEYS` may change: more (or fewer, but not fewer than the
+run has made: refused by :func:`graded.train.resume.plan_resume`) ``train.steps``, which
+re-spans the schedule; a new peak ``train.lr`` or ``train.grade_lr``, which is used from the
+resume step on (:func:`graded.train.resume.use_peak_lrs`); how often to evaluate, log and
+checkpoint; ``keep_last``, ``progress``, ``tensorboard``, ``eval_batch_size``, ``device``,
 ``early_stopping``; ``output.*`` and ``name``.
 A key added after runs were first recorded (:data:`ADDED_KEYS`: ``task.unseen``,
 ``train.precision``, ...) is compared, where a recorded config lacks it, as the default it was

@@ -420,9 +420,11 @@ class Trainer:
         for w, row in zip(window, rows, strict=True):
             loss = row[0] / w.count
             if not math.isfinite(loss):
+                clip = ("enable clip_norm" if self.opts.clip_norm is None else
+                        f"a smaller clip_norm (now {self.opts.clip_norm})")
                 raise FloatingPointError(
                     f"training loss became {loss} at step {w.step}; lower lr (now "
-                    f"{self.opts.lr}) or enable clip_norm")
+                    f"{self.opts.lr}) or {clip}")
             scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.lr,
                        **dict(zip(keys, row[1:1 + len(keys)], strict=True))}
             if self.recipe is not None:

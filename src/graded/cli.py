@@ -256,6 +256,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p, "num_beams": args.num_beams,
                 "generator": torch.Generator().manual_seed(args.seed)}
+    processors = {"repetition_penalty": (args.repetition_penalty, 1.0),
+                  "no_repeat_ngram_size": (args.no_repeat_ngram_size, 0),
+                  "min_new_tokens": (args.min_new_tokens, 0)}
+    # Hugging Face's logits processors (graded.transformer.logits), passed only when set
+    sampling.update({k: v for k, (v, off) in processors.items() if v != off})
+    if args.min_new_tokens and task.info().get("eos_id") is None:
+        return _fail(f"--min-new-tokens {args.min_new_tokens}: task {task.name} has no end "
+                     "token to hold back")
     with torch.no_grad():
         out = kind.generate(model, task, ids, new_tokens, **sampling)
     print(out if isinstance(out, str) else json.dumps(out))
@@ -488,6 +496,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=_probability, default=None,
                    help="nucleus sampling mass, in (0, 1]")
     p.add_argument("--num-beams", type=_at_least(1), default=1, help="beam search width (1 = off)")
+    p.add_argument("--repetition-penalty", type=_positive_float, default=1.0,
+                   help="divide the scores of tokens the sequence holds (> 1 repeats less)")
+    p.add_argument("--no-repeat-ngram-size", type=_at_least(0), default=0,
+                   help="never repeat an n-gram of this size (0 = off)")
+    p.add_argument("--min-new-tokens", type=_at_least(0), default=0,
+                   help="no end token before this many new tokens (tasks with one)")
     p.add_argument("--seed", type=_at_least(0), default=0, help="sampling seed")
     p.set_defaults(handler=cmd_generate)
 

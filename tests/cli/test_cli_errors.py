@@ -88,6 +88,9 @@ def test_generate_says_a_prompt_is_space_separated_tokens(run, capsys):
     ("--top-p", "1.5", "expected a number in (0, 1], got 1.5"),
     ("--top-k", "0", "expected an integer >= 1, got 0"),
     ("--num-beams", "0", "expected an integer >= 1, got 0"),
+    ("--repetition-penalty", "0", "expected a finite number > 0, got 0.0"),
+    ("--no-repeat-ngram-size", "-1", "expected an integer >= 0, got -1"),
+    ("--min-new-tokens", "x", "expected an integer, got 'x'"),
 ])
 def test_generate_argument_out_of_range_is_a_usage_error(run, capsys, option, value, expected):
     with pytest.raises(SystemExit) as exc:
@@ -256,3 +259,32 @@ def test_a_report_folder_blocked_by_a_file_is_named_in_plain_words(run, tmp_path
     line = _one_error_line(capsys.readouterr().err)
     assert f"{blocker / 'sub'}: a part of that path is a file" in line and "Errno" not in line
     assert blocker.read_text() == "mine"
+
+
+def test_generate_passes_hugging_faces_processors_to_the_model(run, capsys):
+    """The command's output equals the library's generation with the same options: the run's
+    model, prompt and task end token (``graded.kinds``), with each option changing nothing
+    when off."""
+    import torch
+
+    from graded.cli import _load_run
+    from graded.kinds import as_kind
+
+    _, task, model, _, _ = _load_run(run, "best")
+    ids = torch.tensor([task.vocab.encode("( [ ( [")])
+    kind = as_kind(task.kind, model)
+    options = {"repetition_penalty": 3.0, "no_repeat_ngram_size": 1, "min_new_tokens": 2}
+    with torch.no_grad():
+        expected = kind.generate(model, task, ids, 3, **options)
+    capsys.readouterr()
+    assert main(["generate", str(run), "--prompt", "( [ ( [", "--max-new-tokens", "3",
+                 "--repetition-penalty", "3", "--no-repeat-ngram-size", "1",
+                 "--min-new-tokens", "2"]) == 0
+    assert capsys.readouterr().out.strip() == expected
+    new = expected.split()[4:]
+    assert len(set(new)) == len(new) and not set(new) & {"(", "["}  # no token seen before
+    assert main(["generate", str(run), "--prompt", "( [", "--max-new-tokens", "3",
+                 "--repetition-penalty", "1"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["generate", str(run), "--prompt", "( [", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out == plain

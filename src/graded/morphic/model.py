@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -253,14 +254,19 @@ class MorphicTransformer(nn.Module):
         temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
         num_beams: int = 1, length_penalty: float = 1.0, eos_token_id: int | None = None,
         pad_token_id: int | None = None, generator: torch.Generator | None = None,
+        **processors: Any,
     ) -> Tensor:
         """Append up to ``max_new_tokens`` tokens; routing uses context logits only (no targets).
 
         Greedy, sampled (temperature, top-k, top-p) or beam search, through the decoding loop of
-        ``graded.transformer.generation``. There is no KV cache: routing pools the causal context,
-        so each step reruns the model on the whole sequence. With learned positions the prompt and
-        the new tokens must fit in ``max_len`` (a position past the table has no embedding);
-        without positions each step sees the last ``max_len`` tokens. Prompts are unpadded.
+        ``graded.transformer.generation``, with its Hugging Face logits processors
+        (``processors``: ``repetition_penalty``, ``no_repeat_ngram_size``, ``sequence_bias``,
+        ``bad_words_ids``, ``min_new_tokens``, ``forced_eos_token_id``;
+        :data:`~graded.transformer.generation.PROCESSOR_OPTIONS`). There is no KV cache: routing
+        pools the causal context, so each step reruns the model on the whole sequence. With
+        learned positions the prompt and the new tokens must fit in ``max_len`` (a position past
+        the table has no embedding); without positions each step sees the last ``max_len``
+        tokens. Prompts are unpadded.
         Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
         """
         generation.check_prompt(input_ids, max_new_tokens, generation.position_limit(self))
@@ -275,7 +281,8 @@ class MorphicTransformer(nn.Module):
             step, input_ids, kpm, max_new_tokens, n_layers=len(self.layers), do_sample=do_sample,
             temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
             eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=False,
-            generator=generator, length_penalty=length_penalty, vocab_size=self.vocab_size)
+            generator=generator, length_penalty=length_penalty, vocab_size=self.vocab_size,
+            **processors)
 
 
 def scored_token_mean_ce(logits: Tensor, targets: Tensor, valid: Tensor,

@@ -416,3 +416,13 @@ def test_a_seed_beyond_64_bits_is_refused_naming_the_key_and_the_largest_runs(tm
     train, _ = build_data(cfg, build_task(cfg))  # the largest seed draws its split
     torch.manual_seed(cfg.seed)
     assert len(train) == BASE["task"]["n_train"]
+
+
+def test_a_fixed_length_list_given_too_few_values_names_the_key_and_the_values():
+    """pydantic reports the missing second beta at ``train.betas.1`` as a "required key"; the
+    message names the list and what it got."""
+    from graded.config import ConfigError, load_config_dict
+
+    with pytest.raises(ConfigError, match=r"train.betas: got \[0.9\]; expected more values "
+                       r"\(no value at position 1\)"):
+        load_config_dict({"task": {"name": "dyck"}, "train": {"betas": [0.9]}})

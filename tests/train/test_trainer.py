@@ -213,7 +213,8 @@ def test_morphic_protocol_model_is_trained_through_its_training_loss_with_its_ma
 
 
 def test_bad_batch_size_is_rejected_naming_the_values(tmp_path):
-    with pytest.raises(ValueError, match=r"batch size must be in \[1, 96\].*got 500"):
+    with pytest.raises(ValueError, match=r"batch size \(train.batch_size\) must be in "
+                       r"\[1, 96\].*got 500"):
         make_trainer(tmp_path, batch_size=500)
 
 

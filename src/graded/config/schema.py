@@ -313,6 +313,11 @@ def _format_errors(err: ValidationError, source: str) -> str:
         if e["type"] == "extra_forbidden":
             lines.append("  " + unknown_key_message(where, str(loc[-1]),
                                                     allowed_keys(RunConfig, loc[:-1])))
+        elif e["type"] == "missing" and loc and isinstance(loc[-1], int):
+            # a fixed-length list (e.g. betas) given too few values
+            parent = ".".join(str(p) for p in loc[:-1])
+            lines.append(f"  {parent}: got {e['input']!r}; expected more values (no value at "
+                         f"position {loc[-1]})")
         elif e["type"] == "missing":
             lines.append(f"  {where}: required key is missing")
         elif e["type"] == "value_error":  # our validators' messages name key and value

@@ -49,7 +49,8 @@ class StepSampler:
         shuffle: bool = True,
     ) -> None:
         if global_batch < 1 or global_batch > n:
-            raise ValueError(f"batch size must be in [1, {n}] (dataset size), got {global_batch}")
+            raise ValueError(f"batch size (train.batch_size) must be in [1, {n}] (the training "
+                             f"set's size), got {global_batch}")
         per_step = grad_accum * world_size
         if global_batch % per_step:
             raise ValueError(

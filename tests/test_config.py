@@ -421,8 +421,15 @@ def test_a_seed_beyond_64_bits_is_refused_naming_the_key_and_the_largest_runs(tm
 def test_a_fixed_length_list_given_too_few_values_names_the_key_and_the_values():
     """pydantic reports the missing second beta at ``train.betas.1`` as a "required key"; the
     message names the list and what it got."""
-    from graded.config import ConfigError, load_config_dict
-
     with pytest.raises(ConfigError, match=r"train.betas: got \[0.9\]; expected more values "
                        r"\(no value at position 1\)"):
-        load_config_dict({"task": {"name": "dyck"}, "train": {"betas": [0.9]}})
+        validate_config({"task": {"name": "dyck"}, "train": {"betas": [0.9]}})
+
+
+def test_a_grade_learning_rate_for_a_model_without_grades_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"train.grade_lr: got 0.1; the model has no grades"):
+        validate_config({"task": {"name": "dyck"}, "model": {"grading": None},
+                          "train": {"grade_lr": 0.1}})
+    graded = validate_config({"task": {"name": "dyck"}, "model": {"grading": "linear"},
+                               "train": {"grade_lr": 0.1}})
+    assert graded.train.grade_lr == 0.1

@@ -111,6 +111,10 @@ def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
             raise fail("model.pooling", f"got {cfg.model.pooling!r}; pooling is used by the "
                        f"encoder kinds (classification, regression), and task {task.name!r} "
                        f"is {task.kind!r}: expected the default 'mean' (or leave it out)")
+    if getattr(model_config, "grading", None) is None and cfg.train.grade_lr is not None:
+        raise fail("train.grade_lr", f"got {cfg.train.grade_lr}; the model has no grades "
+                   "(model.grading is null), so no learning rate of grades applies: expected it "
+                   "left out")
     try:
         recipe = build_recipe(cfg)
     except (TypeError, ValueError) as exc:

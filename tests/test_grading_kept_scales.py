@@ -380,3 +380,23 @@ def test_shared_qk_attention_keeps_its_query_value_rows_and_follows_the_grades()
     s_q, _, s_v = attn._projection_scales_of(attn.grading._scales_from(attn.grading.grades))
     torch.testing.assert_close(changed, attn._packed_row_scales((s_q, s_v)), rtol=0, atol=0)
     assert not torch.equal(changed, rows)
+
+
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+def test_a_pass_under_inference_mode_keeps_nothing_a_training_pass_cannot_use(grading):
+    """Scales (and the packed projection rows) computed under torch.inference_mode are
+    inference tensors: kept, they made the next pass with autograd fail ("Inference tensors
+    cannot be saved for backward"). After such a pass, training gives the gradients of a
+    twin that never ran under it."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=2, grading=grading,
+                            grade_init="warm_start", grade_init_value=0.3)
+    model, twin = TransformerLM(cfg), TransformerLM(cfg)
+    twin.load_state_dict(model.state_dict())
+    x = torch.randint(0, 11, (2, 5))
+    with torch.inference_mode():
+        model(x)
+    for m in (model, twin):
+        m(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)

@@ -196,8 +196,10 @@ def _stamp(sources: Sequence[Tensor]) -> tuple | None:
     """What identifies the values of ``sources`` while their storage is held (address,
     version counter, view shape of each), or None where values derived from them must not be
     kept: under the compiler, when one is a parameter or takes a gradient, or is an inference
-    tensor (no version counter). See :meth:`GradingMap._kept_value`."""
-    if torch.compiler.is_compiling():
+    tensor (no version counter), or under ``torch.inference_mode`` (what it computes is an
+    inference tensor, which a later pass with autograd could not save for its backward). See
+    :meth:`GradingMap._kept_value`."""
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
         return None
     for t in sources:
         if t.requires_grad or t.is_inference() or _is_parameter(t):
@@ -339,7 +341,9 @@ class GradingMap(nn.Module):
         perturbs through ``.data`` (finite differences), which no version counter sees.
         Nothing is kept under the compiler, when a source takes a gradient (grades passed to
         ``torch.func.functional_call``) or is an inference tensor (made under
-        ``torch.inference_mode``: no version counter). A change is seen through the sources'
+        ``torch.inference_mode``: no version counter), nor under ``torch.inference_mode``
+        (the value would be an inference tensor, which a later pass with autograd could not
+        save for its backward). A change is seen through the sources'
         version counters (every in-place operation: ``set_grades``, ``set_base``,
         ``load_state_dict``) and their storage (``.to``, a new tensor); the kept entry holds
         the storage, so its address is not reused meanwhile. Writing a buffer through

@@ -46,3 +46,40 @@ def test_the_base_backend_names_itself_and_keeps_no_decoding_state():
     assert repr(toy) == "_Toy(name='toy')"
     with pytest.raises(NotImplementedError, match=r"toy backend keeps no decoding state"):
         toy.decode(*_qkv(), None)
+
+
+_BACKENDS = {
+    "chunked": {"query_chunk": 2, "key_chunk": 2}, "sliding_window": {"window": 2},
+    "dilated": {"dilation": 2}, "sparse_fixed": {"block": 4, "summary": 1},
+    "block_sparse": {"layout": [[True] * 4] * 4, "block_size": 2},
+    "bigbird": {"block_size": 2, "num_random_blocks": 1, "window_blocks": 1},
+    "linear": {}, "performer": {"num_features": 8}, "lsh": {"n_buckets": 2, "chunk_size": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BACKENDS))
+@pytest.mark.parametrize("shape", [(0, 2, 5, 4), (2, 2, 0, 4)], ids=["empty batch", "no token"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_backend_serves_an_empty_batch_or_sequence_as_the_fused_kernel(name, shape,
+                                                                             causal):
+    """An empty batch or sequence gives the empty output the fused kernel gives (the blocked
+    and kernel computations failed reshaping zero elements by the length)."""
+    from graded.attention.backends import get_backend
+
+    q, k, v = torch.randn(3, *shape).unbind(0)
+    pad = torch.zeros(shape[0], shape[2], dtype=torch.bool)
+    expected = get_backend("full")(q, k, v, key_padding_mask=pad, is_causal=causal)
+    out = get_backend(name, **_BACKENDS[name])(q, k, v, key_padding_mask=pad, is_causal=causal)
+    assert out.shape == expected.shape == shape
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("name", ["chunked", "linear", "performer"])
+def test_queries_without_keys_get_zeros_on_the_cross_attention_backends(name):
+    """Tk = 0: no query has an admissible key, so each gets the zero vector (the
+    backends' convention)."""
+    from graded.attention.backends import get_backend
+
+    q, k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 0, 4), torch.randn(2, 2, 0, 5)
+    out = get_backend(name, **_BACKENDS[name])(q, k, v)
+    torch.testing.assert_close(out, torch.zeros(2, 2, 3, 5))

@@ -179,3 +179,36 @@ def test_performer_redraws_features_on_its_interval_in_training_only():
     before = backend.omega.clone()
     backend.redraw_features()
     assert not torch.equal(backend.omega, before)
+
+
+def test_features_drawn_at_a_first_call_under_inference_mode_serve_training():
+    """The features are drawn at the first call; drawn under torch.inference_mode they were an
+    inference tensor that every later pass with autograd failed to save. They are the
+    features the same seed draws outside it."""
+    q, k, v = torch.randn(3, 1, 2, 5, 4).unbind(0)
+    backend = get_backend("performer", num_features=8, seed=3)
+    twin = get_backend("performer", num_features=8, seed=3)
+    with torch.inference_mode():
+        backend(q, k, v)
+    assert not backend.omega.is_inference()
+    q.requires_grad_(True)
+    backend(q, k, v, is_causal=True).sum().backward()
+    twin(q, k, v)
+    torch.testing.assert_close(backend.omega, twin.omega)
+    assert torch.isfinite(q.grad).all()
+
+
+def test_a_state_dict_with_features_drawn_at_the_first_call_loads_into_a_fresh_model():
+    """A fresh model has not drawn its features ((0, 0) buffer): loading the state dict of a
+    model that ran once failed with a size mismatch; it now gives that model's outputs."""
+    from graded import TransformerConfig, TransformerLM
+
+    cfg = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1,
+                            attn_backend="performer",
+                            attn_backend_options={"num_features": 8})
+    model = TransformerLM(cfg).eval()
+    x = torch.randint(0, 11, (2, 5))
+    expected = model(x)
+    fresh = TransformerLM(cfg).eval()
+    fresh.load_state_dict(model.state_dict())
+    torch.testing.assert_close(fresh(x), expected, rtol=0, atol=0)

@@ -97,6 +97,24 @@ def test_cross_attention_with_padding_equals_formula():
     torch.testing.assert_close(got[0], expected, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+def test_grades_are_held_in_the_dtype_the_module_is_built_in(grading):
+    """GradedMultiheadAttention(dtype=float64): grades and scales in float64, as the
+    projections (they were float32, so M = diag(λ^q) was rounded to float32 in a float64
+    module); the output equals the formula with M computed in float64 from the grades."""
+    torch.manual_seed(0)
+    grades = [0.1, 0.7, 1.3, 2.9]
+    module = GradedMultiheadAttention(E, H, grading=grading, grades=grades, base=3.0,
+                                      f="softplus", batch_first=True, dtype=torch.float64)
+    assert {t.dtype for t in (*module.parameters(), *module.buffers())} == {torch.float64}
+    q = torch.tensor(grades, dtype=torch.float64)
+    m = 3.0**q if grading == "exponential" else torch.nn.functional.softplus(q)
+    x = torch.randn(1, 4, E, dtype=torch.float64)
+    expected = naive_graded_attention(module, x[0], x[0], m.expand(H, D), "scores")
+    got, _ = module(x, x, x, need_weights=False)
+    torch.testing.assert_close(got[0], expected, rtol=1e-13, atol=1e-13)
+
+
 def test_queries_keys_squares_the_grading_of_scores():
     qk = make("queries_keys", "exponential", False, learnable=False)
     sc = GradedMultiheadAttention(E, H, grading="exponential",

@@ -126,6 +126,27 @@ def test_optional_parameters_equal_torch(options):
     assert_same(*run_both(ref, ours, (x, x, x), dict(key_padding_mask=kpm)))
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("options", [dict(add_bias_kv=True), dict(add_zero_attn=True),
+                                     dict(add_bias_kv=True, add_zero_attn=True)])
+def test_causal_flag_with_appended_keys_sees_no_future_token(options, need_weights):
+    """is_causal=True with add_bias_kv / add_zero_attn: causal over the real keys, the
+    appended keys visible to every query, as torch's padded causal mask gives (torch's
+    weights path); a causal mask on the extended length would let query i see key i + 1."""
+    ref, ours = pair(batch_first=True, **options)
+    x = torch.randn(2, 5, E)
+    mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    expected, w_expected = ref(x, x, x, attn_mask=mask, need_weights=True)
+    got, w_got = ours(x, x, x, is_causal=True, need_weights=need_weights)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(w_got, w_expected, atol=1e-6, rtol=1e-5)
+    changed = x.clone()
+    changed[:, 3:] += 10.0  # the future of positions 0..2
+    later, _ = ours(changed, changed, changed, is_causal=True, need_weights=need_weights)
+    torch.testing.assert_close(later[:, :3], got[:, :3], atol=1e-6, rtol=1e-5)
+
+
 def test_unbatched_input_equals_torch():
     ref, ours = pair()
     x = torch.randn(5, E)
@@ -201,3 +222,52 @@ class TestBadInput:
     def test_unknown_score(self):
         with pytest.raises(ValueError, match=r"unknown attention score 'cosine'"):
             MultiheadAttention(E, H, score="cosine")
+
+    @pytest.mark.parametrize("name", ["kdim", "vdim"])
+    @pytest.mark.parametrize("value", [0, -1, 2.5])
+    def test_key_or_value_size_that_is_not_a_positive_int(self, name, value):
+        with pytest.raises(ValueError, match=rf"{name} must be None .* positive int, got "
+                                             rf"{value!r}"):
+            MultiheadAttention(E, H, **{name: value})
+
+    def test_unbatched_query_with_a_batched_padding_mask_names_the_shape_given(self):
+        m = MultiheadAttention(E, H)
+        x = torch.randn(5, E)
+        with pytest.raises(ValueError, match=r"key_padding_mask has shape \(1, 5\); expected "
+                                             r"\(source length,\) = \(5,\)"):
+            m(x, x, x, key_padding_mask=torch.zeros(1, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("score", ["scaled_dot", "additive"])
+def test_fully_masked_query_gets_zeros_and_finite_gradients_on_the_explicit_path(score):
+    """A query with no admissible key gets zeros on the explicit path (weights, or a score
+    without a fused form) as the chunked backend's own online softmax gives it, with the same
+    gradients: zero from that row, not the NaN that the softmax of an all -inf row sent to
+    every input and parameter."""
+    torch.manual_seed(0)
+    ours = MultiheadAttention(E, H, batch_first=True, score=score, dtype=torch.float64)
+    ref = MultiheadAttention(E, H, batch_first=True, score=score, dtype=torch.float64,
+                             backend="chunked", backend_options={"query_chunk": 2,
+                                                                 "key_chunk": 2})
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 4, E, dtype=torch.float64)
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    mask[1] = True  # query 1 sees no key
+    kpm = torch.zeros(2, 4, dtype=torch.bool)
+    kpm[1] = True  # nor does any query of the second sequence
+    results = []
+    for module, need_weights in ((ours, True), (ref, False)):
+        xx = x.clone().requires_grad_(True)
+        out, _ = module(xx, xx, xx, attn_mask=mask, key_padding_mask=kpm,
+                        need_weights=need_weights)
+        out.square().sum().backward()
+        results.append((out, xx.grad, [p.grad for p in module.parameters()]))
+    (out, grad_x, grad_p), (out_ref, grad_x_ref, grad_p_ref) = results
+    bias = ours.out_proj.bias.expand(4, E)  # zero heads: the output projection's bias
+    torch.testing.assert_close(out[1], bias)
+    torch.testing.assert_close(out[0, 1], bias[0])
+    torch.testing.assert_close(out, out_ref)
+    assert torch.isfinite(grad_x).all()
+    torch.testing.assert_close(grad_x, grad_x_ref)
+    for a, b in zip(grad_p, grad_p_ref, strict=True):
+        torch.testing.assert_close(a, b)

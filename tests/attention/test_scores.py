@@ -57,3 +57,30 @@ def test_fused_and_explicit_paths_agree_for_every_score(name):
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
     assert torch.all(w.masked_select(mask.expand_as(w)) == 0)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 6))
+
+
+@pytest.mark.parametrize("name", ["bilinear", "additive"])
+def test_score_built_by_name_takes_the_module_dtype_and_equals_a_loop(name):
+    """MultiheadAttention(dtype=float64, score=name): the score's parameters are float64 as the
+    projections are (they were float32 and the call failed), and the output equals softmax
+    over the scores written out pair by pair."""
+    torch.manual_seed(0)
+    m = MultiheadAttention(8, 2, batch_first=True, score=name, dtype=torch.float64)
+    assert {p.dtype for p in m.parameters()} == {torch.float64}
+    with torch.no_grad():
+        for p in m.score.parameters():
+            p.normal_()
+    x = torch.randn(2, 4, 8, dtype=torch.float64)
+    out, _ = m(x, x, x, need_weights=False)
+    q, k, v = (t.view(2, 4, 2, 4).transpose(1, 2) for t in
+               torch.nn.functional.linear(x, m.in_proj_weight, m.in_proj_bias).split(8, -1))
+    s = m.score
+
+    def pair_score(h, a, b):
+        if name == "bilinear":
+            return a @ s.weight[h] @ b
+        return s.v.weight[0] @ torch.tanh(s.query.weight @ a + s.key.weight @ b)
+
+    heads = torch.softmax(naive_scores(pair_score, q, k), -1) @ v
+    expected = m.out_proj(heads.transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)

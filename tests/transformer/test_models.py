@@ -133,6 +133,43 @@ def test_bad_model_inputs_name_the_value():
         lm(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, dtype=torch.bool))
 
 
+def test_bad_source_padding_of_a_decode_step_names_the_value():
+    """Seq2SeqTransformer.decode checks the source padding against the memory, as the
+    encoder checks its own (it reached the attention kernel, whose errors name neither)."""
+    model = Seq2SeqTransformer(small()).eval()
+    memory = model.encode(torch.randint(0, 23, (2, 5)))
+    tgt = torch.randint(0, 23, (2, 3))
+    with pytest.raises(TypeError, match=r"memory_key_padding_mask .* must be bool .*int64"):
+        model.decode(tgt, memory, src_key_padding_mask=torch.zeros(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"memory_key_padding_mask .* has shape \(2, 4\); "
+                                         r"expected \(batch, length\) = \(2, 5\)"):
+        model.decode(tgt, memory, src_key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[0, 3:] = True
+    torch.testing.assert_close(model.decode(tgt, memory, src_key_padding_mask=pad)[0],
+                               model.decode(tgt[:1], memory[:1, :3])[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["explicit", "chunked"])
+def test_left_padded_lm_on_another_exact_backend_has_the_fused_kernels_gradients(backend):
+    """Left padding leaves the padded queries of a causal LM no key: on the explicit backend
+    their softmax gave NaN gradients to every parameter (the loss ignores those positions)."""
+    torch.manual_seed(0)
+    cfg = small(d_model=16, n_heads=2, n_layers=1)
+    ref = TransformerLM(cfg).double()
+    model = TransformerLM(cfg.replace(attn_backend=backend)).double()
+    model.load_state_dict(ref.state_dict())
+    x = torch.randint(0, 23, (2, 5))
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[0, :2] = True
+    grads = []
+    for m in (ref, model):
+        m(x, pad)[~pad].square().sum().backward()
+        grads.append({n: p.grad for n, p in m.named_parameters()})
+    for name, g in grads[0].items():
+        torch.testing.assert_close(grads[1][name], g, rtol=1e-10, atol=1e-12)
+
+
 def test_small_lm_learns_modular_addition_within_seconds():
     """Sequences "a b = c" with c = (a + b) mod 7; the loss is on the answer token only."""
     torch.manual_seed(0)

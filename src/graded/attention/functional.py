@@ -76,9 +76,12 @@ def check_explicit_size(shape: tuple[int, ...], dtype: torch.dtype, limit: int) 
 
 def safe_softmax(scores: Tensor) -> Tensor:
     """Softmax over the last dimension that gives zeros, not NaN, for a row whose scores are
-    all -inf (a fully masked query), as the fused kernel does."""
-    weights = torch.softmax(scores, dim=-1)
+    all -inf (a fully masked query), as the fused kernel does. Such a row is softmaxed as a
+    row of zeros before its weights are zeroed, so its gradient is zero too, not NaN (the
+    softmax of an all -inf row is NaN, and its backward would spread NaN to every input and
+    parameter through 0·NaN)."""
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)
     return weights.masked_fill(dead, 0.0)
 
 

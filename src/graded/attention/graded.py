@@ -109,13 +109,17 @@ def grade_heads(
 def make_grading(
     kind: str, dim: int, grades: Any = None, *, base: float = 2.0, f: str = "shift",
     learnable: bool = False, num_heads: int | None = None,
+    device: torch.device | str | None = None, dtype: torch.dtype | None = None,
 ) -> LinearGrading | ExponentialGrading:
-    """A LinearGrading (``kind="linear"``) or ExponentialGrading (``"exponential"``)."""
+    """A LinearGrading (``kind="linear"``) or ExponentialGrading (``"exponential"``), its
+    grades on ``device`` in ``dtype`` (None: as the grading's constructor decides)."""
+    factory = {"device": device, "dtype": dtype}
     if kind == "linear":
-        return LinearGrading(dim, grades, f=f, learnable=learnable, num_heads=num_heads)
+        return LinearGrading(dim, grades, f=f, learnable=learnable, num_heads=num_heads,
+                             **factory)
     if kind == "exponential":
         return ExponentialGrading(dim, grades, base=base, learnable=learnable,
-                                  num_heads=num_heads)
+                                  num_heads=num_heads, **factory)
     raise ValueError(f"grading must be 'linear' or 'exponential', got {kind!r}")
 
 
@@ -172,8 +176,10 @@ class GradedMultiheadAttention(MultiheadAttention):
                 )
             module = make_grading(
                 grading, self.head_dim, grades, base=base, f=f, learnable=learnable_grades,
-                num_heads=num_heads if per_head else None,
+                num_heads=num_heads if per_head else None, dtype=mha_kwargs.get("dtype"),
             )
+            if mha_kwargs.get("device") is not None:  # validated where the values are read
+                module.to(device=mha_kwargs["device"])
         if getattr(module, "dim", self.head_dim) != self.head_dim:
             raise ValueError(
                 f"the grading acts on {module.dim} features but head_dim is {self.head_dim}"

@@ -68,7 +68,9 @@ class MultiheadAttention(nn.Module):
     keys the normalised queries; self-attention only.
 
     Departure from torch: ``is_causal=True`` without ``attn_mask`` builds the causal mask
-    instead of raising.
+    instead of raising. It is causal over the real keys: the key that ``add_bias_kv`` or
+    ``add_zero_attn`` appends is visible to every query, as torch's padded mask makes it
+    (torch's own fused path with ``need_weights=False`` hides it from every query).
     """
 
     def __init__(
@@ -103,6 +105,11 @@ class MultiheadAttention(nn.Module):
             )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        for name, dim in (("kdim", kdim), ("vdim", vdim)):
+            if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool)
+                                    or dim <= 0):
+                raise ValueError(f"{name} must be None (embed_dim) or a positive int, got "
+                                 f"{dim!r}")
         factory = {"device": device, "dtype": dtype}
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
@@ -157,6 +164,8 @@ class MultiheadAttention(nn.Module):
             self.bias_k = self.bias_v = None
 
         self.score = make_score(score, num_heads, self.head_dim)
+        if not isinstance(score, Score):  # a score built here takes the module's device, dtype
+            self.score.to(**factory)
         self.backend = resolved
         self._check_backend()
         self._reset_parameters()
@@ -293,8 +302,9 @@ class MultiheadAttention(nn.Module):
         one = self._one
         if one is None or one.dtype != weight.dtype or one.device != weight.device:
             one = weight.new_ones(())
-            if not torch.compiler.is_compiling():
-                self._one = one  # a constant, made once per dtype and device
+            if not (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()):
+                self._one = one  # a constant, made once per dtype and device (not an
+                # inference tensor: a later pass with autograd could not save it)
         lead = next(s.shape[:-2] for s in scales if s is not None)
         blocks = [one.expand(*lead, n // self.head_dim, self.head_dim) if s is None
                   else s.to(one) for s, n in zip(scales, self._proj_rows, strict=True)]
@@ -455,6 +465,10 @@ class MultiheadAttention(nn.Module):
         if not batched:
             query, key, value = (x.unsqueeze(0) for x in (query, key, value))
             if key_padding_mask is not None:
+                if key_padding_mask.dim() != 1:
+                    raise ValueError(
+                        f"key_padding_mask has shape {tuple(key_padding_mask.shape)}; expected "
+                        f"(source length,) = ({key.shape[1]},) for an unbatched (2-D) query")
                 key_padding_mask = key_padding_mask.unsqueeze(0)
         elif not self.batch_first:
             query, key, value = (x.transpose(0, 1) for x in (query, key, value))
@@ -466,6 +480,12 @@ class MultiheadAttention(nn.Module):
         q, k, v = self.project(query, key, value)
         mask = self._canonical_attn_mask(attn_mask, bsz, t_q, t_k)
         kpm = self._canonical_padding_mask(key_padding_mask, bsz, t_k)
+        if is_causal and (self.bias_k is not None or self.add_zero_attn):
+            # causal over the real keys only: the appended bias / zero key is visible to every
+            # query (as torch's padded causal mask); a causal mask on the extended length
+            # would let query i see key i + 1 and hide the extra key from the first queries
+            mask = merge_masks(mask, causal_mask(t_q, t_k, q.device), q.dtype)
+            is_causal = False
         if self.bias_k is not None:
             k = torch.cat([k, self.split_heads(self.bias_k.expand(bsz, 1, -1))], dim=2)
             v = torch.cat([v, self.split_heads(self.bias_v.expand(bsz, 1, -1))], dim=2)

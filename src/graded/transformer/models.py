@@ -341,6 +341,9 @@ class TransformerDecoder(nn.Module):
         the model grades tokens."""
         batch, length = input_ids.shape[:2]
         _check_padding(key_padding_mask, batch, length)
+        if memory is not None:  # the source padding, over the memory's keys
+            _check_padding(memory_key_padding_mask, memory.shape[0], memory.shape[1],
+                           "memory_key_padding_mask (the source padding)")
         positions = checked_entry(self.config, input_ids, positions, key_padding_mask, cache,
                                   type(self).__name__)
         with trusted_inputs():
@@ -371,14 +374,15 @@ def token_scales(grading: TokenGrading | None, token_grades: Tensor | None, batc
     return grading(token_grades, batch, length)
 
 
-def _check_padding(mask: Tensor | None, batch: int, length: int) -> None:
+def _check_padding(mask: Tensor | None, batch: int, length: int,
+                   name: str = "key_padding_mask") -> None:
     if mask is None:
         return
     if mask.dtype != torch.bool:
-        raise TypeError(f"key_padding_mask must be bool (True = padding), got {mask.dtype}")
+        raise TypeError(f"{name} must be bool (True = padding), got {mask.dtype}")
     if mask.shape != (batch, length):
         raise ValueError(
-            f"key_padding_mask has shape {tuple(mask.shape)}; expected (batch, length) = "
+            f"{name} has shape {tuple(mask.shape)}; expected (batch, length) = "
             f"({batch}, {length})"
         )
 

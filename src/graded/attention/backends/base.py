@@ -37,6 +37,7 @@ __all__ = [
     "check_self_attention",
     "decodes_with_state",
     "default_scale",
+    "empty_output",
     "reject_attn_mask",
     "softmax_rows",
 ]
@@ -317,6 +318,15 @@ def check_inputs(
             ) from err
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{name} backend: dropout_p must be in [0, 1), got {dropout_p}")
+
+
+def empty_output(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
+    """The output (B, H, Tq, Dv) of a call with nothing to attend, or None: zeros for an empty
+    batch, no query, or no key (a query with no admissible key returns zeros). The blocked
+    and kernel computations reshape by the length and cannot run on zero elements."""
+    if q.shape[0] and q.shape[2] and k.shape[2]:
+        return None
+    return q.new_zeros(*q.shape[:3], v.shape[-1]).to(v.dtype)
 
 
 def check_kernel(name: str, kernel: object, choices: tuple[str, ...]) -> str:

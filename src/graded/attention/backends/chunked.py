@@ -32,6 +32,7 @@ from graded.attention.backends.base import (
     check_kernel,
     check_scale,
     default_scale,
+    empty_output,
 )
 from graded.attention.backends.dense import dense_attention_weights
 
@@ -261,6 +262,9 @@ class ChunkedBackend(AttentionBackend):
         score: Score | None = None,
     ) -> Tensor:
         self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
+        empty = empty_output(q, k, v)
+        if empty is not None:
+            return empty
         fused = self.kernel == "fused" or (self.kernel == "auto" and q.is_cuda)
         if fused and fusable(q, k, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
                              is_causal=is_causal, score=score):

@@ -41,6 +41,7 @@ from graded.attention.backends.base import (
     check_kernel,
     check_self_attention,
     default_scale,
+    empty_output,
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import KeepRule
@@ -214,6 +215,9 @@ class FlexKernel:
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
         self.check_length(q.shape[2])
+        empty = empty_output(q, k, v)
+        if empty is not None:
+            return empty
         if self.uses_flex(q, k, v, dropout_p):
             return self.flex_forward(q, k, v, key_padding_mask=key_padding_mask,
                                      is_causal=is_causal)

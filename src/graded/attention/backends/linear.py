@@ -24,6 +24,7 @@ from graded.attention.backends.base import (
     DecodeState,
     check_inputs,
     check_self_attention,
+    empty_output,
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import pad_to_multiple
@@ -161,6 +162,9 @@ class LinearBackend(AttentionBackend):
         check_dropout(self.name, dropout_p, self.ignore_dropout)
         if is_causal:
             check_self_attention(self.name, q, k)
+        empty = empty_output(q, k, v)
+        if empty is not None:
+            return empty
         phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)

@@ -29,6 +29,7 @@ from graded.attention.backends.base import (
     check_seed,
     check_self_attention,
     default_scale,
+    empty_output,
     reject_attn_mask,
 )
 
@@ -128,6 +129,9 @@ class LSHBackend(AttentionBackend):
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
+        empty = empty_output(q, k, v)
+        if empty is not None:
+            return empty
         b, h, t, d = q.shape
         m, r = self.chunk_size, self.n_rounds
         n_buckets = self.n_buckets

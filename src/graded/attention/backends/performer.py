@@ -29,6 +29,7 @@ from graded.attention.backends.base import (
     check_seed,
     check_self_attention,
     default_scale,
+    empty_output,
     reject_attn_mask,
 )
 from graded.attention.backends.linear import check_dropout, kernel_attention, kernel_decode
@@ -199,10 +200,24 @@ class PerformerBackend(AttentionBackend):
         if dim <= 0:
             raise ValueError("performer backend: head_dim unknown; pass head_dim to redraw")
         m = self.num_features or max(1, round(dim * math.log(dim)))
-        omega = draw_random_features(
-            m, dim, orthogonal=self.feature_type == "orthogonal", generator=self._generator
-        )
-        self.omega = omega.to(self.omega.device)
+        # a buffer that later passes use: drawn as a normal tensor even under
+        # torch.inference_mode, whose tensors a pass with autograd could not save
+        with torch.inference_mode(False):
+            omega = draw_random_features(
+                m, dim, orthogonal=self.feature_type == "orthogonal", generator=self._generator
+            )
+            self.omega = omega.to(self.omega.device)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
+        """Features drawn at a first call are (0, 0) until then: a state dict that holds drawn
+        features loads into a backend that has drawn none yet (a fresh model), and one saved
+        before the first call (no features) leaves this backend to draw at its next call."""
+        saved = state_dict.get(prefix + "omega")
+        if (isinstance(saved, Tensor) and saved.dim() == 2 and saved.shape != self.omega.shape
+                and 0 in (saved.numel(), self.omega.numel())):
+            self.omega = torch.empty(saved.shape, dtype=self.omega.dtype,
+                                     device=self.omega.device)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def _features_ready(self, head_dim: int) -> bool:
         """Draw the features at the first call; refuse another head_dim. True if they were
@@ -233,6 +248,9 @@ class PerformerBackend(AttentionBackend):
         check_dropout(self.name, dropout_p, self.ignore_dropout)
         if is_causal:
             check_self_attention(self.name, q, k)
+        empty = empty_output(q, k, v)
+        if empty is not None:
+            return empty
         d = q.shape[-1]
         if self._features_ready(d) and self.training and self.redraw_interval \
                 and self._calls % self.redraw_interval == 0 and self._calls > 0:

@@ -77,7 +77,10 @@ def interleaved(
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
     """Median seconds per call of each candidate, timed alternately (synchronising
-    ``device`` before and after each timed call when it is a GPU)."""
+    ``device`` before and after each timed call when it is a GPU). ValueError naming
+    ``rounds`` when it is below 1 (no time to take a median of)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1 (timed rounds per candidate), got {rounds}")
     on_gpu = torch.device(device).type == "cuda"
     wait = (lambda: synchronize(device)) if on_gpu else _no_wait  # nothing more on the CPU
     for fn in candidates.values():

@@ -481,6 +481,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--measure-memory", nargs=2, metavar=("BACKEND", "T"), help=argparse.SUPPRESS)
     add_device_options(p, "dtype of q, k, v and of the backends' parameters (default float32)")
     args = p.parse_args(argv)
+    if args.lengths is not None and min(args.lengths) < 1:
+        p.error(f"--lengths must be positive sequence lengths, got {args.lengths}")
     args.device, args.dtype = device_and_dtype(args)
     if args.quick:
         args.lengths = args.lengths or QUICK_LENGTHS

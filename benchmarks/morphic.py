@@ -229,6 +229,8 @@ def main() -> None:
                     help="time only comparison 4 (sparse top-1 against dense soft)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
     args = ap.parse_args()
+    if args.reps < 1:
+        ap.error(f"--reps must be at least 1 (timed repetitions), got {args.reps}")
     if args.quick:
         args.batch, args.seq, args.vocab, args.reps, args.warmup = 2, 16, 32, 2, 1
     torch.set_num_threads(args.threads)

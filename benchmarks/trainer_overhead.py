@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.steps, args.warmup, args.rounds = ["tiny", "dyck"], 8, 3, 2
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.steps < args.warmup + 2:
         p.error(f"--steps must be at least --warmup + 2 = {args.warmup + 2}, got {args.steps}")
     torch.set_num_threads(args.threads)

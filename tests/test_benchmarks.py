@@ -235,3 +235,24 @@ def test_gpu_idle_writes_chrome_traces_that_it_reads_back(tmp_path):
     trace = json.loads((tmp_path / "trace_LGT.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert {"profiled_step", "forward", "backward", "optimizer"} <= names
+
+
+def test_a_bad_round_count_or_length_is_named_not_a_bare_crash(capsys, monkeypatch):
+    """``--rounds 0`` (and morphic.py's ``--reps 0``) used to end in statistics' "no median for
+    empty data" and ``--lengths 0`` in "math domain error"; each now names the value given."""
+    timing = _load("_timing")
+    with pytest.raises(ValueError, match=r"rounds must be >= 1 .*got 0"):
+        timing.interleaved({"a": lambda: None}, rounds=0, warmup=0)
+    assert set(timing.interleaved({"a": lambda: None}, rounds=1, warmup=0)) == {"a"}
+    long_sequence = _load("long_sequence")
+    with pytest.raises(SystemExit):
+        long_sequence.parse_args(["--quick", "--lengths", "256", "0"])
+    assert "--lengths must be positive sequence lengths, got [256, 0]" in capsys.readouterr().err
+    assert long_sequence.parse_args(["--quick", "--lengths", "256"]).lengths == [256]
+    monkeypatch.setattr(sys, "argv", ["morphic.py", "--reps", "0"])
+    with pytest.raises(SystemExit):
+        _load("morphic").main()
+    assert "--reps must be at least 1 (timed repetitions), got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _load("trainer_overhead").main(["--rounds", "0"])
+    assert "--rounds must be at least 1, got 0" in capsys.readouterr().err

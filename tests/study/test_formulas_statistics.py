@@ -169,6 +169,27 @@ def test_an_interval_is_cut_to_the_range_of_its_quantity():
     assert f.high == 1.0 and f.low == free.low
 
 
+def test_one_replicate_gives_no_verdict():
+    # `--seeds 1`: one seed (or one cluster of a seed's tools) has no spread to estimate; the t
+    # interval has 0 degrees of freedom (t_{0.975, 0} is infinite), so no verdict may read a
+    # zero-width interval [x, x] as holding, as the p = 1 beside it already says
+    one = mean_interval([0.8])
+    assert one.estimate == 0.8 and (one.low, one.high) == (-math.inf, math.inf)
+    assert mean_interval([0.8, 0.7], [0, 0]).t == (-math.inf, math.inf)
+    cut = mean_interval([0.95], bounds=(0.0, 1.0))
+    assert (cut.low, cut.high) == (0.0, 1.0)
+    f = finding_from_values(claim="12", experiment="E8", quantity="q", control="c",
+                            values=[0.8, 0.7], clusters=[0, 0], predicted="positive",
+                            t_test=True)
+    assert f.seeds == 1 and f.estimate == pytest.approx(0.75) and f.verdict == "inconclusive"
+    acc = finding_from_values(claim="14", experiment="E8", quantity="q", control="c",
+                              values=[0.95], predicted="positive", margin=0.9,
+                              bounds=(0.0, 1.0))
+    assert (acc.low, acc.high, acc.verdict) == (0.0, 1.0, "inconclusive")
+    # two replicates still give the finite t interval with 1 degree of freedom
+    assert mean_interval([0.7, 0.8]).t == pytest.approx(_t_interval_by_hand([0.7, 0.8]))
+
+
 def test_equal_clusters_give_the_t_interval_of_the_cluster_means():
     values = [0.1, 0.3, -0.2, 0.0, 0.5, 0.7, 0.2, 0.2, 0.4, 0.0]
     clusters = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
@@ -702,3 +723,24 @@ def test_e8_replicates_are_seeds_with_both_tools(tmp_path, monkeypatch):
     assert (f.low, f.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
     _, naive_low, naive_high = bootstrap_interval(list(gain.values()) * 2)
     assert f.high - f.low > naive_high - naive_low
+
+
+def test_the_e1_section_per_n_line_leaves_out_seeds_whose_run_diverged(tmp_path):
+    # the line beside the per-n table pairs the same seeds as per_size_family: a run that
+    # diverged (test loss inf) is left out, not averaged into an inf or nan interval
+    from graded.study.core import Context
+    from graded.study.experiments.e1_sample_efficiency import SampleEfficiencyExperiment
+
+    b = {"tasks": ["poly_e5"], "sizes": [100], "small_seeds": 6, "large_seeds": 6,
+         "lrs": [3e-3], "steps": 1, "n_eval": 10}
+    aligned = [0.5, 0.6, 0.4, 0.55, 0.5]
+    curves = {("poly_e5", "none"): {100: {s: 1.0 for s in range(6)}},
+              ("poly_e5", "fixed_aligned"): {100: {**dict(enumerate(aligned)), 5: math.inf}}}
+    ctx = Context(out=tmp_path, quick=True, seeds=6)
+    SampleEfficiencyExperiment._section(ctx, b, curves, [], [], per_size_family(b, curves))
+    line = next(x for x in (tmp_path / "section.md").read_text().splitlines()
+                if x.startswith("Per-n paired difference"))
+    iv = mean_interval([a - 1.0 for a in aligned])
+    assert line == (f"Per-n paired difference, fixed aligned − none: n=100: "
+                    f"{iv.estimate:+.4f} [{iv.low:+.4f}, {iv.high:+.4f}] (5 seeds)")
+    assert iv.estimate == pytest.approx(-0.49)

@@ -274,7 +274,11 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
 
     ``bounds`` (low, high): the range the quantity can take (an accuracy [0, 1], a
     correlation [−1, 1]); the interval is cut to it, as the t interval of a mean near a bound
-    can pass it and the mean cannot."""
+    can pass it and the mean cannot.
+
+    One replicate (one value, or one cluster) has no spread to estimate: its t interval has
+    0 degrees of freedom and is the whole line (−∞, ∞), so the interval is ``bounds`` or
+    unbounded and no verdict reads it as holding or failing."""
     x = np.asarray(values, dtype=np.float64).ravel()
     if clusters is None:
         est, b_low, b_high = bootstrap_interval(x, n_boot=n_boot, level=level, seed=seed)
@@ -282,7 +286,10 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
         est, b_low, b_high = cluster_bootstrap(x, clusters, n_boot=n_boot, level=level,
                                                seed=seed)
     u = replicate_values(x, clusters)
-    _, t_low, t_high = t_interval(u, level=level)
+    if u.size < 2:  # 0 degrees of freedom: the t interval is the whole line, no verdict
+        t_low, t_high = -math.inf, math.inf
+    else:
+        _, t_low, t_high = t_interval(u, level=level)
     low, high = min(b_low, t_low), max(b_high, t_high)
     if bounds is not None:
         low, high = max(low, bounds[0]), min(high, bounds[1])

@@ -479,8 +479,10 @@ class SampleEfficiencyExperiment:
                 lines.append(f"| {arm} | " + " | ".join(cells)
                              + f" | {reach if reach is not None else 'not reached'} |")
             lines.append("")
+            # seeds where both runs have a finite test loss, as in per_size_family
             d = [(n, [c_a - c_n for s, c_a in curves.get((task, 'fixed_aligned'), {})
-                      .get(n, {}).items() if (c_n := base.get(n, {}).get(s)) is not None])
+                      .get(n, {}).items() if (c_n := base.get(n, {}).get(s)) is not None
+                      and math.isfinite(c_a) and math.isfinite(c_n)])
                  for n in b["sizes"]]
             d = [(n, v) for n, v in d if v]
             if d:

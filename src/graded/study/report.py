@@ -29,6 +29,12 @@ __all__ = ["PRIMARY", "claim_rows", "write_report"]
 PRIMARY = {"6": "E6", "7": "E6"}
 
 
+# How many replicates each experiment takes when --seeds is not given (seed_count's defaults).
+_DEFAULT_SEEDS = {
+    True: " (default of the mode: E3 trains 2 models and E4/E5, E6 and E8 train 3)",
+    False: " (default of the mode: E1 uses 10 at n ≤ 400)",
+}
+
 def _num(x: float) -> str:
     if x is None or not math.isfinite(x):
         return "–"
@@ -97,7 +103,7 @@ def write_report(study: StudyRun, *, machine: dict[str, Any]) -> Path:
              f"Wall time {study.total_wall:.0f} s with {study.workers} worker process(es) on "
              f"{machine['cpus']} CPU(s) ({machine['processor']}, {machine['platform']}), Python "
              f"{machine['python']}, torch {machine['torch']}. Seeds: {study.seeds}"
-             f"{' (given)' if study.seeds_given else ' (default of the mode)'}, first seed "
+             f"{' (given)' if study.seeds_given else _DEFAULT_SEEDS[study.quick]}, first seed "
              f"{study.base_seed}.", "",
              "## The verdict rule", "", RULE, "",
              "## Predictions (stated before the numbers)", "",

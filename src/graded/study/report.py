@@ -35,6 +35,7 @@ _DEFAULT_SEEDS = {
     False: " (default of the mode: E1 uses 10 at n ≤ 400)",
 }
 
+
 def _num(x: float) -> str:
     if x is None or not math.isfinite(x):
         return "–"

@@ -161,48 +161,6 @@ def test_evaluating_a_program_that_forges_its_result_file_reports_a_failure():
         assert result.failure == failure and result.score is None
 
 
-_OFFLINE_PACK = '''def priority(item, bins):
-    return -(bins - item)
-
-
-def pack(instance):  # first fit decreasing: sees every item before placing any
-    capacity, items = instance["capacity"], instance["items"]
-    loads, where = [], [0] * len(items)
-    for i in sorted(range(len(items)), key=lambda i: -items[i]):
-        for b, load in enumerate(loads):
-            if load + items[i] <= capacity:
-                loads[b] += items[i]
-                where[i] = b
-                break
-        else:
-            loads.append(items[i])
-            where[i] = len(loads) - 1
-    order = {}
-    for b in where:
-        order.setdefault(b, len(order))
-    return [order[b] for b in where]
-'''
-
-
-def test_a_block_that_redefines_the_skeletons_packer_is_refused_not_scored_as_online():
-    # The verifier can check a packing but not that it was made online; a block that defines
-    # its own `pack` replaces the skeleton's online loop. Run directly, that offline packing
-    # beats best fit by far, which is what the search used to report for "online" packing.
-    from graded.search.program.problems.bin_packing import count_bins
-
-    problem = get_problem("bin-packing", dataset="or3", evolve_instances=1)
-    instance = problem.inputs[0]
-    namespace = {}
-    exec(problem.skeleton, namespace)
-    online = count_bins(instance, namespace["pack"](instance))
-    exec(_OFFLINE_PACK, namespace)
-    offline = count_bins(instance, namespace["pack"](instance))
-    assert offline < online  # the redefinition would have looked like a better heuristic
-    result = evaluate(problem, Program((_OFFLINE_PACK,)))
-    assert result.failure == "redefinition" and result.score is None
-    assert "block 0 redefines 'pack'" in result.reason
-
-
 def test_a_block_may_add_helpers_and_imports_of_its_own():
     problem = get_problem("cap-set", n=2)
     block = ("import numpy as np\n\n\ndef weight(el):\n    return 1.0\n\n\n"

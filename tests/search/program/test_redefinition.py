@@ -1,6 +1,7 @@
-"""The dynamic half of `redefinition`: a block that evades the static check (through
-`globals()`, or by assigning `pack.__code__`) and replaces the skeleton's fixed code is caught in
-the child, after the module code or after the run, and its artefacts are discarded."""
+"""`redefinition`: a block that defines the skeleton's fixed `pack` is refused by the static
+check; one that evades it (through `globals()`, or by assigning `pack.__code__`) and replaces the
+fixed code is caught in the child, after the module code or after the run, and its artefacts are
+discarded."""
 
 import numpy as np
 import pytest
@@ -43,6 +44,8 @@ def offline(instance):
 '''
 
 _BEST_FIT = "def priority(item, bins):\n    return -(bins - item)\n"
+# The same packer defined under the skeleton's own name: the static check's case.
+_OFFLINE_PACK = _BEST_FIT + "\n\n" + _OFFLINE.lstrip("\n").replace("def offline(", "def pack(")
 
 EVASIONS = {
     "globals() at import": _OFFLINE + _BEST_FIT + 'globals()["pack"] = offline\n',
@@ -206,3 +209,22 @@ def test_a_fixed_helper_of_another_file_is_checked_in_its_module():
     evasion = "def g(x):\n    helper.fixed.__code__ = (lambda x: 100).__code__\n    return x\n"
     result = evaluate(problem, Program((evasion,)))
     assert result.failure == "redefinition" and "'fixed' of helper.py" in result.reason
+
+
+def test_a_block_that_redefines_the_skeletons_packer_is_refused_not_scored_as_online():
+    # The verifier can check a packing but not that it was made online; a block that defines
+    # its own `pack` replaces the skeleton's online loop. Run directly, that offline packing
+    # beats best fit by far, which is what the search used to report for "online" packing.
+    from graded.search.program.problems.bin_packing import count_bins
+
+    problem = get_problem("bin-packing", dataset="or3", evolve_instances=1)
+    instance = problem.inputs[0]
+    namespace = {}
+    exec(problem.skeleton, namespace)
+    online = count_bins(instance, namespace["pack"](instance))
+    exec(_OFFLINE_PACK, namespace)
+    offline = count_bins(instance, namespace["pack"](instance))
+    assert offline < online  # the redefinition would have looked like a better heuristic
+    result = evaluate(problem, Program((_OFFLINE_PACK,)))
+    assert result.failure == "redefinition" and result.score is None
+    assert "block 0 redefines 'pack'" in result.reason

@@ -90,7 +90,7 @@ _GRADING_FIELDS = frozenset(
     or name in ("learnable_grades", "grades_per_head", "fold_grading", "input_grades"))
 _NOT_FUNCTION = _GRADING_FIELDS | {
     "dropout", "attn_dropout", "init_std", "pad_id", "attn_backend", "attn_backend_options",
-    "cross_attn_backend", "cross_attn_backend_options", "n_decoder_layers"}
+    "attn_backend_cycle", "cross_attn_backend", "cross_attn_backend_options", "n_decoder_layers"}
 # attention backends that compute softmax(Q Kᵀ / √d) V exactly, as Hugging Face's models do
 _EXACT_BACKENDS = ("full", "explicit", "chunked")
 
@@ -117,6 +117,11 @@ def _same_function(c: TransformerConfig, expected: TransformerConfig, caller: st
     if c.attn_backend not in _EXACT_BACKENDS:
         raise ValueError(f"{caller}: TransformerConfig.attn_backend={c.attn_backend!r} is not "
                          f"exact attention; expected one of {_EXACT_BACKENDS}")
+    if c.attn_backend_cycle:
+        raise ValueError(f"{caller}: TransformerConfig.attn_backend_cycle="
+                         f"{c.attn_backend_cycle!r} gives layers backends of their own, which "
+                         "a Hugging Face model cannot express; expected an empty cycle (every "
+                         f"layer on one of {_EXACT_BACKENDS})")
     ours, theirs = _architecture(c), _architecture(expected)
     for name in unused:
         del ours[name], theirs[name]

@@ -37,10 +37,13 @@ __all__ = [
 
 
 def make_attention(config: TransformerConfig, grading: nn.Module | None = None, *,
-                   cross: bool = False, qk_rotated: bool = False) -> MultiheadAttention:
+                   cross: bool = False, qk_rotated: bool = False,
+                   layer: int = 0) -> MultiheadAttention:
     """The attention module for a config: graded (000 Def 5.22) with ``grading`` over
     head_dim and the config's ``grade_attention_variant`` when a grading is given, plain
-    otherwise; on ``cross_attn_backend`` for cross-attention, ``attn_backend`` otherwise.
+    otherwise; on ``cross_attn_backend`` for cross-attention, otherwise on the backend of
+    self-attention layer ``layer`` (``attn_backend``, or its ``attn_backend_cycle`` entry:
+    :meth:`TransformerConfig.layer_backend`).
     The grading is folded into the projections as ``fold_grading`` says, except on queries
     and keys that the caller rotates (``qk_rotated``: rotary positions)."""
     attn_dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
@@ -48,7 +51,8 @@ def make_attention(config: TransformerConfig, grading: nn.Module | None = None, 
         embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
         bias=_or(config.qkv_bias, config.bias), out_bias=_or(config.out_bias, config.bias),
         num_kv_heads=config.n_kv_heads,
-        batch_first=True, score=config.attn_score, backend=_backend(config, cross=cross),
+        batch_first=True, score=config.attn_score,
+        backend=_backend(config, cross=cross, layer=layer),
     )
     if grading is not None:
         return GradedMultiheadAttention(grading=grading, variant=config.grade_attention_variant,
@@ -61,9 +65,12 @@ def _or(value: bool | None, default: bool) -> bool:
     return default if value is None else value
 
 
-def _backend(config: TransformerConfig, *, cross: bool = False) -> str | nn.Module:
-    name = config.cross_attn_backend if cross else config.attn_backend
-    options = config.cross_attn_backend_options if cross else config.attn_backend_options
+def _backend(config: TransformerConfig, *, cross: bool = False,
+             layer: int = 0) -> str | nn.Module:
+    if cross:
+        name, options = config.cross_attn_backend, config.cross_attn_backend_options
+    else:
+        name, options = config.layer_backend(layer)
     if name in ("full", "explicit") and not options:
         return name
     from graded.attention.backends import get_backend
@@ -71,13 +78,21 @@ def _backend(config: TransformerConfig, *, cross: bool = False) -> str | nn.Modu
     return get_backend(name, **options)
 
 
-def require_backend(config: TransformerConfig, feature: str, *, cross: bool = False) -> None:
+def require_backend(config: TransformerConfig, feature: str, *, cross: bool = False,
+                    layer: int = 0) -> None:
     """Refuse at build time a block whose backend cannot serve ``feature`` (a
-    :class:`~graded.attention.backends.Capabilities` field), naming the config field."""
+    :class:`~graded.attention.backends.Capabilities` field), naming the config field: for
+    self-attention the backend of layer ``layer`` (its ``attn_backend_cycle`` entry when
+    there is a cycle)."""
     from graded.attention.backends import backend_capabilities, check_capability
 
-    field = "cross_attn_backend" if cross else "attn_backend"
-    name = getattr(config, field)
+    if cross:
+        field, name = "cross_attn_backend", config.cross_attn_backend
+    elif config.attn_backend_cycle:
+        r = layer % len(config.attn_backend_cycle)
+        field, name = f"attn_backend_cycle[{r}].backend", config.layer_backend(layer)[0]
+    else:
+        field, name = "attn_backend", config.attn_backend
     check_capability(backend_capabilities(name), name, feature,
                      f" (TransformerConfig.{field}={name!r})")
 
@@ -90,13 +105,13 @@ class AttentionSublayer(nn.Module):
     positions, the values' with them) reaches the cache already applied."""
 
     def __init__(self, config: TransformerConfig, *, cross: bool = False,
-                 plan: GradingPlan | None = None) -> None:
+                 plan: GradingPlan | None = None, layer: int = 0) -> None:
         super().__init__()
         plan = resolve_plan(config, plan)
         self.cross = cross
         use_rope = config.positional == "rope" and not cross
         self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
-                                   cross=cross, qk_rotated=use_rope)
+                                   cross=cross, qk_rotated=use_rope, layer=layer)
         if plan is not None and not cross:
             plan.self_attention.append(self.attn)
         self.rotary = (RotaryEmbedding(config.head_dim, base=config.rope_base) if use_rope
@@ -216,12 +231,14 @@ class FeedForwardSublayer(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Bidirectional self-attention then FFN, graded as the plan says."""
+    """Bidirectional self-attention then FFN, graded as the plan says; ``layer`` is the
+    block's index in its stack (it picks the ``attn_backend_cycle`` entry)."""
 
-    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
+    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None,
+                 layer: int = 0) -> None:
         super().__init__()
         plan = resolve_plan(config, plan)
-        self.self_attn = AttentionSublayer(config, plan=plan)
+        self.self_attn = AttentionSublayer(config, plan=plan, layer=layer)
         self.res_attn = _Residual(config)
         self.ff = FeedForwardSublayer(config, plan=plan)
         self.res_ff = _Residual(config)
@@ -242,16 +259,17 @@ class EncoderBlock(nn.Module):
 
 class DecoderBlock(nn.Module):
     """Causal self-attention, optional cross-attention to an encoder memory, then FFN, graded
-    as the plan says (each attention layer with a head grading of its own)."""
+    as the plan says (each attention layer with a head grading of its own); ``layer`` is the
+    block's index in its stack (it picks the ``attn_backend_cycle`` entry)."""
 
     def __init__(self, config: TransformerConfig, *, cross_attention: bool = False,
-                 plan: GradingPlan | None = None) -> None:
+                 plan: GradingPlan | None = None, layer: int = 0) -> None:
         super().__init__()
         plan = resolve_plan(config, plan)
-        require_backend(config, "causal")
+        require_backend(config, "causal", layer=layer)
         if cross_attention:
             require_backend(config, "cross_attention", cross=True)
-        self.self_attn = AttentionSublayer(config, plan=plan)
+        self.self_attn = AttentionSublayer(config, plan=plan, layer=layer)
         self.res_attn = _Residual(config)
         self.cross_attn = (AttentionSublayer(config, cross=True, plan=plan) if cross_attention
                            else None)

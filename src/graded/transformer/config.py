@@ -23,7 +23,10 @@ from graded.grading import GRADINGS, LINEAR_FUNCTIONS
 from graded.positional import POSITIONAL, position_start
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
-__all__ = ["TOKEN_GRADE_STAGES", "TransformerConfig"]
+__all__ = ["CYCLE_KEYS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
+
+#: The keys of an ``attn_backend_cycle`` entry.
+CYCLE_KEYS = ("backend", "options")
 
 #: Stages that per-token grading acts on (000 §6.2 input representation, Remark 6.16).
 TOKEN_GRADE_STAGES = ("input", "ffn", "output")
@@ -74,6 +77,15 @@ class TransformerConfig(ConfigModel):
     cannot serve (``positional="alibi"``, an ``attn_score`` other than ``scaled_dot``) is
     refused here, naming the backends that can; causal and cross-attention are checked when a
     decoder is built, attention weights and generation with a cache when asked for.
+    ``attn_backend_cycle`` (default empty: every layer on ``attn_backend``) gives
+    self-attention layer r of each stack (encoder layers, decoder layers, each counted from 0)
+    entry r mod len(cycle), a dict with optional keys ``"backend"`` (default ``attn_backend``)
+    and ``"options"`` (merged over ``attn_backend_options`` when the backend is
+    ``attn_backend``, alone otherwise): the Sparse Transformer's interleaved factorized
+    attention, attention(X) = W_p · attend(X, A^(r mod p)) (Child et al. 2019, §4.3, approach
+    1), e.g. ``[{"options": {"part": "local"}}, {"options": {"part": "summary"}}]`` on
+    ``sparse_fixed`` (:meth:`layer_backend`). Each entry is built once here to check its
+    options, and meets the checks ``attn_backend`` meets.
 
     Grading fields (000 §5-7) select the feature-graded LGT/EGT: ``grading`` is None
     (ungraded), ``"linear"`` or ``"exponential"``; ``grading_f`` (LGT's f), ``grading_base``
@@ -131,6 +143,7 @@ class TransformerConfig(ConfigModel):
     tie_embeddings: bool = True
     attn_backend: Annotated[str, choice(available_backends)] = "full"
     attn_backend_options: dict[str, Any] = Field(default_factory=dict)
+    attn_backend_cycle: list[dict[str, Any]] = Field(default_factory=list)
     cross_attn_backend: Annotated[str, choice(available_backends)] = "full"
     cross_attn_backend_options: dict[str, Any] = Field(default_factory=dict)
     attn_score: Annotated[Literal[SCORES], choice(SCORES)] = "scaled_dot"
@@ -176,6 +189,48 @@ class TransformerConfig(ConfigModel):
     def ff_dim(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
+    def layer_backend(self, layer: int) -> tuple[str, dict[str, Any]]:
+        """The (backend name, options) of self-attention layer ``layer`` of a stack:
+        ``attn_backend`` and ``attn_backend_options`` without a cycle, else entry
+        ``layer mod len(attn_backend_cycle)`` (its options over ``attn_backend_options`` when
+        it keeps ``attn_backend``, alone otherwise)."""
+        if not self.attn_backend_cycle:
+            return self.attn_backend, dict(self.attn_backend_options)
+        entry = self.attn_backend_cycle[layer % len(self.attn_backend_cycle)]
+        name = entry.get("backend", self.attn_backend)
+        options = dict(entry.get("options", {}))
+        if name == self.attn_backend:
+            options = {**self.attn_backend_options, **options}
+        return name, options
+
+    def _check_cycle(self) -> None:
+        """Each ``attn_backend_cycle`` entry: known keys, a registered backend, options the
+        backend accepts (it is built once); the error names the entry."""
+        from graded.attention.backends import get_backend
+
+        field = "attn_backend_cycle"
+        for r, entry in enumerate(self.attn_backend_cycle):
+            where = f"{field}[{r}]"
+            if not isinstance(entry, dict):
+                raise Invalid(f"a dict with optional keys {', '.join(CYCLE_KEYS)}", where, entry)
+            unknown = sorted(set(entry) - set(CYCLE_KEYS))
+            if unknown:
+                raise Invalid(f"a dict with optional keys {', '.join(CYCLE_KEYS)}, not "
+                              f"{', '.join(map(repr, unknown))}", where, entry)
+            name = entry.get("backend", self.attn_backend)
+            known = available_backends()
+            if not isinstance(name, str) or name not in known:
+                raise Invalid(f"a backend name, one of {', '.join(known)}", f"{where}.backend",
+                              name)
+            options = entry.get("options", {})
+            if not isinstance(options, dict):
+                raise Invalid("a dict of backend options", f"{where}.options", options)
+            try:
+                get_backend(name, **self.layer_backend(r)[1])
+            except (TypeError, ValueError) as error:
+                raise Invalid(f"options that backend {name!r} accepts ({error})",
+                              f"{where}.options", options) from error
+
     @model_validator(mode="after")
     def _across_fields(self) -> TransformerConfig:
         """The checks that involve several fields; each names the field it blames."""
@@ -209,10 +264,22 @@ class TransformerConfig(ConfigModel):
                               f"{', '.join(backends_supporting(feature))}", field,
                               getattr(self, field))
 
+        self._check_cycle()
+        cycled = [(f"attn_backend_cycle[{r}].backend", self.layer_backend(r)[0])
+                  for r in range(len(self.attn_backend_cycle))]
+
+        def able_cycled(feature: str, why: str) -> None:
+            for where, name in cycled:
+                if not getattr(backend_capabilities(name), feature):
+                    raise Invalid(f"a backend that serves {FEATURES[feature]} ({why}): one of "
+                                  f"{', '.join(backends_supporting(feature))}", where, name)
+
         if self.positional == "alibi":
             able("attn_backend", "attn_bias", "positional='alibi'")
+            able_cycled("attn_bias", "positional='alibi'")
         if self.attn_score != "scaled_dot":
             able("attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
+            able_cycled("custom_score", f"attn_score={self.attn_score!r}")
             able("cross_attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
         for name in ("token_grading", "grade_input_activation", "grade_position_normalize"):
             need(self.grading is not None or not getattr(self, name), name,

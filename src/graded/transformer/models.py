@@ -208,7 +208,8 @@ class InputEmbedding(nn.Module):
 
 class TransformerStack(nn.Module):
     """``n_layers`` blocks, graded as the plan says, and, for pre-norm, a final
-    normalisation."""
+    normalisation. Block r's self-attention runs on the config's backend of layer r
+    (``attn_backend_cycle`` entry r mod its length, when set)."""
 
     def __init__(
         self, config: TransformerConfig, n_layers: int, *, causal: bool,
@@ -219,11 +220,12 @@ class TransformerStack(nn.Module):
         self.causal = causal
         if causal:
             self.blocks = nn.ModuleList(
-                DecoderBlock(config, cross_attention=cross_attention, plan=plan)
-                for _ in range(n_layers)
+                DecoderBlock(config, cross_attention=cross_attention, plan=plan, layer=r)
+                for r in range(n_layers)
             )
         else:
-            self.blocks = nn.ModuleList(EncoderBlock(config, plan=plan) for _ in range(n_layers))
+            self.blocks = nn.ModuleList(EncoderBlock(config, plan=plan, layer=r)
+                                        for r in range(n_layers))
         self.alibi = ALiBi(config.n_heads) if config.positional == "alibi" else None
         final = config.norm_first if config.final_norm is None else config.final_norm
         self.final_norm = (

@@ -24,9 +24,14 @@ from graded.attention.backends.base import (
 from graded.attention.backends.blockwise import pad_to_multiple
 from graded.attention.backends.flex import FlexKernel
 
-__all__ = ["SUMMARY_HEADS", "SparseFixedBackend", "fixed_pattern_attention", "summary_offsets"]
+__all__ = ["PARTS", "SUMMARY_HEADS", "SparseFixedBackend", "fixed_pattern_attention",
+           "summary_offsets"]
 
 SUMMARY_HEADS = ("shared", "split")
+#: Which of the two factorized sets a head attends to (Child et al. 2019, §4.3): the union
+#: A¹ ∪ A² ("both", the merged head), the block A¹ alone ("local") or the summary positions A²
+#: alone ("summary"), the last two for interleaving them over layers (approach 1).
+PARTS = ("both", "local", "summary")
 
 
 def summary_offsets(block: int, summary: int, heads: int | None = None,
@@ -51,6 +56,7 @@ def fixed_pattern_attention(
     scale: float,
     *,
     split_heads: bool = False,
+    part: str = "both",
     key_padding_mask: Tensor | None = None,
     is_causal: bool = False,
     dropout_p: float = 0.0,
@@ -60,6 +66,11 @@ def fixed_pattern_attention(
     with ``split_heads`` head h's summary keys are ``j mod block`` in its row of
     :func:`summary_offsets` instead.
 
+    ``part`` (one of :data:`PARTS`) keeps one of the two sets: ``"local"`` scores the block's
+    keys only (no summary column at all: time O(T·block·D)); ``"summary"`` keeps the summary
+    keys only, those of its own block too (the block's keys masked to its summary offsets), so
+    a causal query before the first summary position of block 0 has no key and returns zeros.
+
     With n = ⌈T/block⌉ blocks each query scores ``block`` local keys and the n·summary summary
     keys of the other blocks (its own block's are among the local ones, so none counts twice),
     one softmax over both: time O(T·(block + T·summary/block)·D), memory
@@ -68,6 +79,8 @@ def fixed_pattern_attention(
     b, h, t, d = q.shape
     dv = v.shape[-1]
     n = -(-t // block)
+    if part == "local":
+        return _local_attention(q, k, v, block, scale, key_padding_mask, is_causal, dropout_p)
     cols = summary_offsets(block, summary, h if split_heads else None, q.device)  # (H′, c)
     hs = cols.shape[0]  # H′: H when split, else 1
     qb = pad_to_multiple(q, block).view(b, h, n, block, d)
@@ -94,6 +107,9 @@ def fixed_pattern_attention(
         keep_local = keep_local & (local_pos <= q_pos)
         keep_summ = keep_summ & (summ_pos <= q_pos)
     keep_local, keep_summ = keep_local[None, None], keep_summ[None]  # (·, 1 | H′, n, block, ·)
+    if part == "summary":  # the own block's keys at its summary offsets only (per head)
+        own = (offsets[None, :, None] == cols[:, None, :]).any(-1)  # (H′, block)
+        keep_local = keep_local & own[None, :, None, None, :]
     if key_padding_mask is not None:
         pad = F.pad(key_padding_mask, (0, n * block - t), value=True).view(b, n, block)
         keep_local = keep_local & ~pad[:, None, :, None, :]
@@ -110,6 +126,33 @@ def fixed_pattern_attention(
     return out.reshape(b, h, n * block, dv)[:, :, :t]
 
 
+def _local_attention(q: Tensor, k: Tensor, v: Tensor, block: int, scale: float,
+                     key_padding_mask: Tensor | None, is_causal: bool,
+                     dropout_p: float) -> Tensor:
+    """A¹ alone: softmax over the keys of the query's own block, (B, H, T, Dv); time
+    O(T·block·D), memory O(T·block)."""
+    b, h, t, d = q.shape
+    dv = v.shape[-1]
+    n = -(-t // block)
+    qb = pad_to_multiple(q, block).view(b, h, n, block, d)
+    kb = pad_to_multiple(k, block).view(b, h, n, block, d)
+    vb = pad_to_multiple(v, block).view(b, h, n, block, dv)
+    scores = torch.matmul(qb, kb.transpose(-2, -1)) * scale  # (B, H, n, block, block)
+    offsets = torch.arange(block, device=q.device)
+    pos = torch.arange(n, device=q.device)[:, None] * block + offsets  # (n, block)
+    keep = (pos < t)[:, None, :]  # (n, 1, block) keys
+    if is_causal:
+        keep = keep & (offsets[None, None, :] <= offsets[None, :, None])
+    keep = keep[None, None]
+    if key_padding_mask is not None:
+        pad = F.pad(key_padding_mask, (0, n * block - t), value=True).view(b, n, block)
+        keep = keep & ~pad[:, None, :, None, :]
+    weights = softmax_rows(scores, keep)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return torch.matmul(weights, vb).reshape(b, h, n * block, dv)[:, :, :t]
+
+
 class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """The fixed attention pattern of the Sparse Transformer: query ``i`` sees the keys of its
     own block and the last ``summary`` positions of every block (or, with
@@ -122,9 +165,16 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     positions exactly (positions from 0). The summary positions of a block carry its content to
     every later block.
 
-    This backend computes the union A¹ ∪ A² in every head, the paper's "merged head" (§5.1);
-    A² alone would leave a position before its block's summary positions no key when causal.
-    ``summary_heads`` says which summary positions the heads attend to:
+    By default (``part="both"``) this backend computes the union A¹ ∪ A² in every head, the
+    paper's "merged head" (§5.1). ``part="local"`` computes A¹ alone and ``part="summary"`` A²
+    alone (its own block's summary positions included, j <= i on top when causal), for the
+    paper's first arrangement, "one attention type per residual block, interleaving them
+    sequentially", attention(X) = W_p · attend(X, A^(r mod p)) (§4.3, approach 1): a
+    :class:`~graded.transformer.TransformerConfig` gives alternate layers the two parts through
+    ``attn_backend_cycle``. With ``"summary"`` and causal masking a query before the first
+    summary position of block 0 has no key and returns zeros (every backend's convention).
+    ``summary_heads`` says which summary positions the heads attend to (it does not act with
+    ``"local"``):
 
     - ``"shared"`` (default): every head the same, the last c of each block, as above;
     - ``"split"``: the paper's "heads attend to distinct subblocks of length c within the
@@ -136,26 +186,29 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
       (heads h and h + l // c share one). The paper does not say how heads map to sub-blocks;
       this order is ours. A¹ is the same in every head.
 
-    The paper's other arrangements (A¹ and A² in alternate layers or in separate heads) are
-    not built in. Causal: the past of the block and the summary positions of earlier blocks
+    The paper's third arrangement (A¹ and A² in separate heads of one layer) is not built in.
+    Causal: the past of the block and the summary positions of earlier blocks
     (the paper's form); non-causal: the whole block and the summary positions of every block.
 
     Computation (:func:`fixed_pattern_attention`): the block-local scores (T·l of them) and the
     scores against the ⌈T/l⌉·c gathered summary keys (per head when split) go through one
-    softmax, without the T×T matrix. Time O(B·H·T·(l + T·c/l)·D), memory O(B·H·T·(l + T·c/l));
-    with l ≈ √T and a constant c that is O(T√T), the paper's cost, split or not. FlexAttention
-    (CUDA) skips only the 128×128 tiles without a kept pair (per head when split): with
+    softmax, without the T×T matrix (``"local"``: the block-local scores alone, time
+    O(B·H·T·l·D); ``"summary"``: the same two, the block-local keys masked to the block's
+    summary offsets). Time O(B·H·T·(l + T·c/l)·D), memory O(B·H·T·(l + T·c/l)); with l ≈ √T
+    and a constant c that is O(T√T), the paper's cost, split or not. FlexAttention (CUDA)
+    skips only the 128×128 tiles without a kept pair (per head when split): with
     ``block <= 128`` every key tile holds summary positions, so it visits every tile (below
-    the diagonal when causal).
+    the diagonal when causal; with ``"local"`` only the tiles that meet a block).
 
     Incremental decoding keeps every key (a later query can see the summary positions of
-    every earlier block) and attends each new query over its row of the pattern (its head's
-    row when split).
+    every earlier block; with ``"local"`` only the last ``block`` keys) and attends each new
+    query over its row of the pattern (its head's row when split).
 
     Options: ``block`` (l, default 128), ``summary`` (c, 1 ≤ c ≤ l, default 8: the paper's
     example of l = 128, c = 8), ``summary_heads`` (``"shared"``, default, or ``"split"``),
-    ``scale``, ``kernel`` (``"auto"``: FlexAttention on CUDA, the computation above elsewhere;
-    ``"flex"``; ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
+    ``part`` (``"both"``, default, ``"local"`` or ``"summary"``), ``scale``, ``kernel``
+    (``"auto"``: FlexAttention on CUDA, the computation above elsewhere; ``"flex"``;
+    ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
     """
 
     name = "sparse_fixed"
@@ -163,7 +216,7 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     def __init__(
         self, block: int = 128, summary: int = 8, summary_heads: str = "shared",
-        scale: float | None = None, kernel: str = "auto",
+        part: str = "both", scale: float | None = None, kernel: str = "auto",
     ) -> None:
         super().__init__()
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
@@ -184,17 +237,28 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
                 f"heads take the block's block // summary sub-blocks), got block={block}, "
                 f"summary={summary}"
             )
+        if not isinstance(part, str) or part not in PARTS:
+            raise ValueError(
+                f"{self.name} backend: part must be one of {', '.join(map(repr, PARTS))}, got "
+                f"{part!r}"
+            )
         self.block = block
         self.summary = summary
         self.summary_heads = summary_heads
-        self.per_head_keep = summary_heads == "split"
+        self.part = part
+        self.per_head_keep = summary_heads == "split" and part != "local"
+        # A¹ alone: a later query sees only keys of its own block, the last ``block`` positions
+        self.horizon = block if part == "local" else None
         self.scale = check_scale(self.name, scale)
         self.init_kernel(kernel)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor, head: Tensor | None = None) -> Tensor:
         """Bool keep-set of broadcastable query and key positions, before causality; ``head``
         (broadcastable head indices) picks each head's summary sub-block when split, where it
-        is needed, and is ignored when shared."""
+        is needed, and is ignored when shared or with ``part="local"``."""
+        same_block = q_pos // self.block == k_pos // self.block
+        if self.part == "local":
+            return same_block
         if self.per_head_keep and head is None:
             raise ValueError(
                 f"{self.name} backend: with summary_heads='split' each head has its own "
@@ -204,13 +268,15 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
         first = self.block - self.summary * (sub + 1)
         offset = k_pos.remainder(self.block)
         in_summary = (offset >= first) & (offset < first + self.summary)
-        return (q_pos // self.block == k_pos // self.block) | in_summary
+        if self.part == "summary":
+            return in_summary & (q_pos == q_pos)  # broadcast to the query axis too
+        return same_block | in_summary
 
     def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
                        key_padding_mask: Tensor | None, is_causal: bool,
                        dropout_p: float) -> Tensor:
         return fixed_pattern_attention(
             q, k, v, self.block, self.summary, default_scale(self.scale, q.shape[-1]),
-            split_heads=self.per_head_keep, key_padding_mask=key_padding_mask,
+            split_heads=self.per_head_keep, part=self.part, key_padding_mask=key_padding_mask,
             is_causal=is_causal, dropout_p=dropout_p,
         )

@@ -34,6 +34,9 @@ OPTIONS = {
     "sliding_window": {"window": 3},
     "sparse_fixed": {"block": 4, "summary": 1},
     "sparse_fixed-split": {"block": 4, "summary": 1, "summary_heads": "split"},  # per-head mask
+    "sparse_fixed-local": {"block": 4, "summary": 1, "part": "local"},  # A¹ alone
+    "sparse_fixed-summary": {"block": 4, "summary": 2, "summary_heads": "split",
+                             "part": "summary"},  # A² alone, per head: rows with no key
 }
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32],
                                  ids=["float64", "float32"])

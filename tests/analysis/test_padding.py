@@ -13,9 +13,11 @@ import pytest
 import torch
 from analysis_helpers import tiny_config
 
-from graded import TransformerLM
+from graded import Seq2SeqTransformer, TransformerLM
 from graded.analysis import (
     attention_rank,
+    call_keys,
+    capture_attention,
     diagnose,
     early_attention_mass,
     head_diversity,
@@ -130,3 +132,91 @@ def test_diagnose_runs_on_a_single_token_and_leaves_out_only_the_positional_swee
     assert metrics["rank/attention/graded/numerical_rank"] == 1.0
     longer = diagnose(model, torch.tensor([[3, 4]]), lipschitz_steps=1, n_random=1).metrics
     assert "positional/uniform" in longer
+
+
+def _seq2seq() -> Seq2SeqTransformer:
+    torch.manual_seed(0)
+    return Seq2SeqTransformer(tiny_config(grading="exponential", grade_init="warm_start",
+                                          grade_init_value=0.5, grades_per_head=True,
+                                          grade_attention_variant="multi_head"))
+
+
+def _source_and_targets() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A source, a target of 4 tokens, a batch of that target right-padded by PAD beside a
+    full target of 4 + PAD tokens (same source for both), and the batch's target padding."""
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(1, 11, (1, 6), generator=g)
+    tgt = torch.randint(1, 11, (1, 4), generator=g)
+    full = torch.randint(1, 11, (1, 4 + PAD), generator=g)
+    batch = torch.cat([torch.cat([tgt, torch.zeros(1, PAD, dtype=torch.long)], 1), full])
+    mask = torch.zeros(2, 4 + PAD, dtype=torch.bool)
+    mask[0, 4:] = True
+    return src, tgt, batch, mask
+
+
+def test_seq2seq_cross_attention_diagnostics_of_a_target_are_the_same_alone_and_right_padded():
+    """Cross-attention queries are the target's tokens: its padded rows used to enter the
+    ranks, head diversity and entropy, as the target mask reached only the self-attention."""
+    model = _seq2seq()
+    src, tgt, _, _ = _source_and_targets()
+    padded = torch.cat([tgt, torch.zeros(1, PAD, dtype=torch.long)], 1)
+    mask = torch.zeros(1, 4 + PAD, dtype=torch.bool)
+    mask[:, 4:] = True
+    alone, with_padding = (src, tgt), (src, padded)
+    cross = [key for key in attention_rank(model, alone) if ".cross_attn." in key]
+    assert len(cross) == 2
+    ranks = attention_rank(model, with_padding, tgt_key_padding_mask=mask)
+    diversity = head_diversity(model, with_padding, tgt_key_padding_mask=mask)
+    for key in cross:
+        want, got = attention_rank(model, alone)[key], ranks[key]
+        for cond in want.attention:
+            assert got.attention[cond].effective_rank == pytest.approx(
+                want.attention[cond].effective_rank, rel=1e-5)
+            assert got.scores[cond].numerical_rank == want.scores[cond].numerical_rank
+            assert got.frobenius[cond] == pytest.approx(want.frobenius[cond], rel=1e-5)
+        want_d = head_diversity(model, alone)[key]
+        torch.testing.assert_close(diversity[key]["js_matrix"], want_d["js_matrix"],
+                                   rtol=1e-5, atol=1e-7)
+        assert diversity[key]["effective_rank"] == pytest.approx(want_d["effective_rank"],
+                                                                 rel=1e-5)
+    options = dict(k=2, alphas=[0.0, 0.3], lipschitz_steps=2, n_random=2)
+    metrics = diagnose(model, alone, **options).metrics
+    padded_metrics = diagnose(model, with_padding, tgt_key_padding_mask=mask, **options).metrics
+    # not the Lipschitz estimate: it reads every output row of the decoder, padded ones too
+    for key, value in metrics.items():
+        if not key.startswith("lipschitz/"):
+            assert padded_metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_seq2seq_cross_attention_averages_over_the_real_target_rows_of_a_naive_loop():
+    model = _seq2seq()
+    src, _, batch, mask = _source_and_targets()
+    with capture_attention(model.eval()) as calls:
+        model(src.expand(2, -1), batch, tgt_key_padding_mask=mask)
+    keys = call_keys(calls)
+    cross = [(key, c) for key, c in zip(keys, calls) if ".cross_attn." in key]
+    assert cross and all(torch.equal(c.query_padding_mask, mask) for _, c in cross)
+    real_rows = [(b, i) for b in range(2) for i in range(4 + PAD) if not mask[b, i]]
+    diversity = head_diversity(model, (src.expand(2, -1), batch), tgt_key_padding_mask=mask)
+    for key, call in cross:
+        p, r = call.weights[:, 0].double(), call.weights[:, 1].double()
+        js = []
+        for b, i in real_rows:
+            m = (p[b, i] + r[b, i]) / 2
+            js.append(0.5 * float((p[b, i] * (p[b, i] / m).log()).sum())
+                      + 0.5 * float((r[b, i] * (r[b, i] / m).log()).sum()))
+        assert float(diversity[key]["js_matrix"][0, 1]) == pytest.approx(
+            sum(js) / len(js), rel=1e-5)
+    # entropy/mean: per call, the mean entropy of its real query rows (all source rows are
+    # real; the decoder's self- and cross-attention rows are the target's)
+    per_call = []
+    for key, call in zip(keys, calls):
+        rows = ([(b, i) for b in range(2) for i in range(call.q.shape[-2])]
+                if key.startswith("encoder.") else real_rows)
+        w = call.weights.double()
+        per_call.append(sum(float(-(w[b, h, i] * w[b, h, i].clamp_min(1e-300).log()).sum())
+                            for b, i in rows for h in range(w.shape[1]))
+                        / (len(rows) * w.shape[1]))
+    metrics = diagnose(model, (src.expand(2, -1), batch), tgt_key_padding_mask=mask,
+                       lipschitz_steps=1, n_random=1, alphas=[0.0]).metrics
+    assert metrics["entropy/mean"] == pytest.approx(sum(per_call) / len(per_call), rel=1e-5)

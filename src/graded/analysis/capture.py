@@ -21,7 +21,7 @@ from graded.attention.backends.base import capabilities_of, default_scale, softm
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
 from graded.folding import activation_grading
-from graded.transformer.blocks import AttentionSublayer
+from graded.transformer.blocks import AttentionSublayer, DecoderBlock
 from graded.transformer.models import InputEmbedding
 
 __all__ = [
@@ -44,7 +44,10 @@ class AttentionCall:
     conventions of ``attend``: ``attn_mask`` is a keep-mask (True = may attend) or additive
     float bias, ``key_padding_mask`` is (B, Tk) with True = padding. ``pattern`` is the
     (Tq, Tk) keep-set of a sparse-pattern backend (window, stride, blocks), (H, Tq, Tk) for a
-    pattern that differs between heads, None otherwise.
+    pattern that differs between heads, None otherwise. ``query_padding_mask`` is (B, Tq) with
+    True = a padded query: for a self-attention call its ``key_padding_mask`` (the queries are
+    the keys' tokens), for a decoder block's cross-attention call the target padding the block
+    gives its self-attention; None when unknown or when the call has no such (B, Tq) mask.
     """
 
     name: str
@@ -58,6 +61,7 @@ class AttentionCall:
     heads: Tensor
     weights: Tensor | None
     pattern: Tensor | None = None
+    query_padding_mask: Tensor | None = None
 
     def keep_and_bias(self) -> tuple[Tensor | None, Tensor | None]:
         """The call's masks as a boolean keep-mask and an additive finite bias, both
@@ -116,22 +120,18 @@ def self_attention_modules(model: nn.Module) -> set[int]:
             if isinstance(m, AttentionSublayer) and not m.cross}
 
 
-def real_queries(call: AttentionCall, self_attention: set[int]) -> Tensor | None:
-    """(B, Tq) bool, True at the queries of real tokens, for a self-attention call (module in
-    ``self_attention``, :func:`self_attention_modules`) with a ``key_padding_mask``: queries and
-    keys are the same tokens, so the keys' padding is the queries'. None when every query is
-    real or the call is not such a self-attention call (a cross-attention call's mask is the
-    memory's, not its queries').
+def real_queries(call: AttentionCall) -> Tensor | None:
+    """(B, Tq) bool, True at the queries of real tokens: the complement of the call's
+    ``query_padding_mask`` (a self-attention call's key padding, a cross-attention call's
+    target padding, :func:`capture_attention`). None when every query is real or the call's
+    query padding is unknown.
 
     The diagnostics average over, and take matrices of, these rows only, so a sequence's numbers
     do not depend on the padding that follows it in a batch: a padded query still
     attends (to the real keys) and its row would enter every mean and every rank."""
-    kpm = call.key_padding_mask
-    if (kpm is None or id(call.module) not in self_attention
-            or call.q.shape[-2] != call.k.shape[-2]
-            or tuple(kpm.shape) != (call.q.shape[0], call.q.shape[-2])):
+    if call.query_padding_mask is None:
         return None
-    real = ~kpm.to(torch.bool)
+    real = ~call.query_padding_mask.to(torch.bool)
     return None if bool(real.all()) else real
 
 
@@ -154,9 +154,19 @@ def capture_attention(
     ``block_sparse``, ``bigbird``) the softmax over its pattern, which is the attention it
     computes; for an approximate backend (``linear``, ``performer``, ``linformer``, ``lsh``)
     the exact softmax, not the backend's approximation.
+
+    Each call records the padding of its queries (``query_padding_mask``): a self-attention
+    call's own ``key_padding_mask``; for the cross-attention of a :class:`DecoderBlock`, whose
+    mask is the memory's, the ``key_padding_mask`` the block is called with (the target's),
+    read by a forward pre-hook that lives only as long as the capture.
     """
     calls: list[AttentionCall] = []
     patched: list[tuple[nn.Module, Any]] = []  # (module, its previous instance attribute)
+    self_attention = self_attention_modules(model)
+    target_padding: dict[int, Tensor | None] = {}  # id(cross-attention) -> its block's mask
+
+    def remember_target_padding(block: nn.Module, _args: Any, kwargs: dict[str, Any]) -> None:
+        target_padding[id(block.cross_attn.attn)] = kwargs.get("key_padding_mask")
 
     def wrap(name: str, module: MultiheadAttention, original: Any) -> Any:
         def attend(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> tuple[Tensor, Any]:
@@ -174,11 +184,16 @@ def capture_attention(
                 key_padding_mask=_detach(kwargs.get("key_padding_mask")),
                 is_causal=bool(kwargs.get("is_causal", False)), heads=heads.detach(),
                 weights=_detach(weights), pattern=pattern,
+                query_padding_mask=_query_padding(
+                    kwargs.get("key_padding_mask") if id(module) in self_attention
+                    else target_padding.get(id(module)), q),
             ))
             return heads, weights
 
         return attend
 
+    hooks = [m.register_forward_pre_hook(remember_target_padding, with_kwargs=True)
+             for m in model.modules() if isinstance(m, DecoderBlock) and m.cross_attn is not None]
     try:
         for name, module in attention_modules(model).items():
             patched.append((module, module.__dict__.get("attend")))
@@ -186,11 +201,21 @@ def capture_attention(
         with activation_grading(model):  # attend's inputs ungraded, as documented
             yield calls
     finally:
+        for hook in hooks:
+            hook.remove()
         for module, previous in patched:  # nested captures unwind in order
             if previous is None:
                 del module.attend
             else:
                 module.attend = previous
+
+
+def _query_padding(mask: Tensor | None, q: Tensor) -> Tensor | None:
+    """``mask`` (detached) when it is the (B, Tq) padding of the queries ``q`` (B, H, Tq, d);
+    None otherwise (no mask, or one over a KV cache longer than the new queries)."""
+    if mask is None or tuple(mask.shape) != (q.shape[0], q.shape[-2]):
+        return None
+    return mask.detach()
 
 
 def _pattern(backend: Any, q: Tensor, k: Tensor, is_causal: bool) -> Tensor | None:

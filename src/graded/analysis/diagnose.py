@@ -10,13 +10,13 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, input_length
+from graded.analysis._common import Inputs, eval_mode, input_length, run_model
+from graded.analysis.capture import call_keys, capture_attention, real_queries
 from graded.analysis.concentration import model_feature_concentration
 from graded.analysis.heads import head_diversity
 from graded.analysis.lipschitz import model_lipschitz
 from graded.analysis.maps import (
     attention_entropy,
-    attention_maps,
     attention_rollout,
     plot_attention_maps,
 )
@@ -63,20 +63,6 @@ def _head_metrics(diversity: dict[str, dict[str, Any]], prefix: str) -> dict[str
     }
 
 
-def _real_queries(model_kwargs: dict[str, Any], maps: dict[str, Tensor]) -> Tensor | None:
-    """(B, T) True at the real tokens of a single-stack model's padded batch (its
-    ``key_padding_mask``, True = padding), whose self-attention maps are all (B, H, T, T);
-    None without padding."""
-    kpm = model_kwargs.get("key_padding_mask")
-    if not isinstance(kpm, Tensor) or kpm.dim() != 2 or not bool(kpm.bool().any()):
-        return None
-    shape = tuple(kpm.shape)
-    if any(w.dim() != 4 or (w.shape[0], w.shape[-2], w.shape[-1]) != (*shape, shape[1])
-           for w in maps.values()):
-        return None
-    return ~kpm.bool()
-
-
 def _query_mean(values: Tensor, queries: Tensor | None) -> float:
     """Mean of per-query ``values`` (B, ..., T) over the real queries (all without a mask)."""
     if queries is None:
@@ -107,15 +93,18 @@ def diagnose(
     plots: dict[str, Path] = {}
     graded = getattr(getattr(model, "config", None), "grading", None) is not None
 
-    maps = attention_maps(model, inputs, **model_kwargs)
-    stacks = sum(1 for m in model.modules() if isinstance(m, TransformerStack))
-    queries = _real_queries(model_kwargs, maps) if stacks == 1 else None
-    metrics["entropy/mean"] = _mean([_query_mean(attention_entropy(w), queries)
-                                     for w in maps.values()])
+    with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
+        run_model(model, inputs, **model_kwargs)
+    keys = call_keys(calls)
+    maps = {key: call.weights for key, call in zip(keys, calls, strict=True)}
+    queries = [real_queries(call) for call in calls]  # each call's real query rows
+    metrics["entropy/mean"] = _mean([_query_mean(attention_entropy(w), rows)
+                                     for w, rows in zip(maps.values(), queries, strict=True)])
     rollout = None
+    stacks = sum(1 for m in model.modules() if isinstance(m, TransformerStack))
     if stacks == 1 and len({w.shape for w in maps.values()}) == 1:  # one self-attention stack
-        rollout = attention_rollout(maps)
-        metrics["rollout/entropy"] = _query_mean(attention_entropy(rollout), queries)
+        rollout = attention_rollout(maps)  # its rows are the tokens' (the calls' queries)
+        metrics["rollout/entropy"] = _query_mean(attention_entropy(rollout), queries[0])
 
     ranks = attention_rank(model, inputs, rtol=rtol, **model_kwargs)
     per_layer = [r.to_dict() for r in ranks.values()]

@@ -23,7 +23,6 @@ from graded.analysis.capture import (
     call_keys,
     capture_attention,
     real_queries,
-    self_attention_modules,
 )
 from graded.analysis.rank import DEFAULT_RTOL, effective_rank, numerical_rank
 
@@ -92,14 +91,14 @@ def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RT
                    **model_kwargs: object) -> dict[str, dict[str, object]]:
     """Per attention call (keyed as :func:`~graded.analysis.call_keys`): ``js_matrix``
     (H, H), ``mean_js`` over pairs h ≠ h', and the ``numerical_rank`` / ``effective_rank`` of
-    the concatenated head outputs. With a ``key_padding_mask``, self-attention calls use the
-    rows of their real queries only (:func:`~graded.analysis.capture.real_queries`)."""
+    the concatenated head outputs. With padded queries (self-attention with a
+    ``key_padding_mask``, cross-attention with the target's), a call uses the rows of its real
+    queries only (:func:`~graded.analysis.capture.real_queries`)."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
-    self_attention = self_attention_modules(model)
     out: dict[str, dict[str, object]] = {}
     for key, call in zip(call_keys(calls), calls, strict=True):
-        rows = real_queries(call, self_attention)
+        rows = real_queries(call)
         js = pairwise_head_js(call.weights, rows)
         h = js.shape[0]
         off = js.sum() / (h * (h - 1)) if h > 1 else js.new_zeros(())

@@ -36,7 +36,6 @@ from graded.analysis.capture import (
     call_keys,
     capture_attention,
     real_queries,
-    self_attention_modules,
 )
 from graded.grading import ExponentialGrading
 from graded.positional import position_start
@@ -155,7 +154,6 @@ def positional_bias_sweep(
                          "positions")
     saved = [e.position_grading for e in embeds]
     cross = _cross_attention(model)
-    self_attention = self_attention_modules(model)
     layers: dict[str, list[float]] = {}
     uniform: dict[str, float] = {}
     try:
@@ -170,7 +168,7 @@ def positional_bias_sweep(
                 for key, call in zip(call_keys(calls), calls, strict=True):
                     if id(call.module) in cross:
                         continue
-                    rows = real_queries(call, self_attention)  # None: every query
+                    rows = real_queries(call)  # None: every query
                     layers.setdefault(key, []).append(
                         early_attention_mass(call.weights, k, rows))
                     uniform[key] = _uniform_reference(call, k, rows)

@@ -41,7 +41,6 @@ from graded.analysis.capture import (
     call_keys,
     capture_attention,
     real_queries,
-    self_attention_modules,
 )
 from graded.attention.functional import safe_softmax
 from graded.attention.graded import VARIANTS, grade_heads
@@ -235,13 +234,13 @@ def attention_rank(
     upstream (input, FFN) have already shaped Q and K; compare with
     :func:`graded.analysis.ungraded_twin` for the whole-model contrast.
 
-    With a ``key_padding_mask``, a self-attention matrix keeps the rows of its real queries
-    only (:func:`~graded.analysis.capture.real_queries`), so a sequence has the same ranks
-    alone and padded in a batch.
+    With padded queries (a self-attention call's ``key_padding_mask``, a seq2seq model's
+    target padding in its cross-attention), a matrix keeps the rows of its real queries only
+    (:func:`~graded.analysis.capture.real_queries`), so a sequence has the same ranks alone
+    and padded in a batch.
     """
     with eval_mode(model), capture_attention(model, need_weights=False) as calls:
         run_model(model, inputs, **model_kwargs)
-    self_attention = self_attention_modules(model)
     out: dict[str, RankComparison] = {}
     for key, call in zip(call_keys(calls), calls, strict=True):
         _check_score(call)
@@ -249,7 +248,7 @@ def attention_rank(
         keep, bias = call.keep_and_bias()
         k = call.module.expand_kv(call.k)  # grouped-query keys, one per query head
         scale = getattr(call.module.backend, "scale", None)  # the layer's temperature
-        rows = real_queries(call, self_attention)
+        rows = real_queries(call)
         if rows is not None and not bool(rows.any()):  # every sequence is padding: all rows
             rows = None
         if rows is None:

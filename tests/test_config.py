@@ -97,6 +97,22 @@ def test_bad_value_is_rejected_naming_key_value_and_allowed(tmp_path, override, 
         load_config(_write(tmp_path, BASE), [override])
 
 
+def test_a_recipe_option_the_recipe_does_not_use_is_refused_on_one_line(tmp_path):
+    """`--set recipe.name=plain --set recipe.options.gamma=0.1 --set model.grading=null`
+    trained without a word: the plain recipe has no grade regulariser."""
+    overrides = ["recipe.name=plain", "recipe.options.gamma=0.1", "model.grading=null"]
+    with pytest.raises(ConfigError) as exc:
+        load_config(_write(tmp_path, BASE), overrides)
+    assert str(exc.value).splitlines()[1:] == [
+        "  recipe.options: recipe 'plain' does not use gamma=0.1, which would have no effect; "
+        "its options are ['clip_norm']"]
+    with pytest.raises(ConfigError, match=r"recipe\.options: recipe 'lgt-alg5\.1' does not use "
+                                          r"anneal=False"):
+        load_config(_write(tmp_path, BASE), ["recipe.options.anneal=false"])  # auto: LGT
+    ok = load_config(_write(tmp_path, BASE), ["recipe.options.gamma=0.1"])
+    assert ok.built_recipe.name == "lgt-alg5.1" and ok.built_recipe.gamma == 0.1
+
+
 def test_overrides_follow_yaml_scalar_rules():
     data = apply_overrides({"train": {"lr": 1.0}}, [
         "train.lr=3e-4", "train.clip_norm=null", "train.progress=false", "name=run 7",

@@ -123,6 +123,56 @@ def test_unknown_recipe_and_option_are_named():
         get_recipe("lgt-alg5.1", gama=1.0)
 
 
+def test_an_option_the_recipe_does_not_use_is_refused_naming_it_its_value_and_its_options():
+    """`graded train ... --set recipe.name=plain --set recipe.options.gamma=0.1` trained
+    without a word, though the plain recipe has no grade regulariser."""
+    plain = r"its options are \['clip_norm'\]"
+    with pytest.raises(ValueError, match=r"recipe 'plain' does not use gamma=0\.1, .*" + plain):
+        get_recipe("plain", gamma=0.1)
+    with pytest.raises(ValueError, match=r"does not use gamma_heads=0\.2, lr_bound='off', "):
+        get_recipe("plain", gamma_heads=0.2, lr_bound="off", clip_norm=2.0)
+    with pytest.raises(ValueError, match=r"recipe 'lgt-alg5\.1' does not use anneal=False, .*"
+                                         r"\['gamma', 'gamma_heads', 'gamma_coord', 'lr_margin', "
+                                         r"'clip_norm', 'lr_bound', 'graded_loss'\]"):
+        get_recipe("lgt-alg5.1", anneal=False)  # LGT has no λ to anneal
+    with pytest.raises(ValueError, match="recipe 'plain' does not use graded_loss=False"):
+        get_recipe("plain").with_options(graded_loss=False)  # the same rule as get_recipe
+    assert get_recipe("plain", clip_norm=2.0).clip_norm == 2.0
+    every = {"gamma": 0.5, "gamma_heads": 0.5, "gamma_coord": 0.5, "anneal": False,
+             "lambda_max": 3.0, "lr_margin": 0.5, "clip_norm": 2.0, "lr_bound": "off",
+             "graded_loss": False}
+    assert get_recipe("egt-alg7.1", **every).options == tuple(every)  # EGT reads them all
+
+
+def test_the_options_plain_does_not_read_change_nothing_it_computes():
+    """What the refusal rests on: a plain recipe built (by hand, past get_recipe) with every
+    option it does not read gives the same regulariser, loss weights, groups and step as
+    without, on a model with learnable head and feature grades they would act on."""
+    model = lm("exponential", grades_per_head=True)
+    with torch.no_grad():
+        for g in gradings(model).values():
+            g.grades.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(4))
+    unused = {"gamma": 0.5, "gamma_heads": 0.5, "gamma_coord": 0.5, "lr_margin": 0.5,
+              "lr_bound": "off", "graded_loss": False}
+    base = get_recipe("plain")
+    # every option but plain's own and λ's (refused on a kind other than exponential)
+    assert set(unused) == every_option() - set(base.options) - {"anneal", "lambda_max"}
+    other = Recipe(**unused)
+    assert float(other.regularization(model).detach()) == 0.0
+    assert other.loss_weights(model, torch.tensor([0.0, 1.0, 2.0])) is None
+    opts = [torch.optim.SGD(r.param_groups(model, lr=0.1, weight_decay=0.0), lr=0.1)
+            for r in (base, other)]
+    assert [r.on_step(model, o, 0, 10) for r, o in zip((base, other), opts)] == [{}, {}]
+    assert [g["lr"] for g in opts[0].param_groups] == [g["lr"] for g in opts[1].param_groups]
+    # the same options on EGT do act: they are read there
+    egt = get_recipe("egt-alg7.1", gamma=0.5)
+    assert float(egt.regularization(model).detach()) > 0.0
+
+
+def every_option() -> set[str]:
+    return set(Recipe.__dataclass_fields__) - {"name", "kind"}
+
+
 def test_egt_recipe_projects_grades_onto_nonnegative_values():
     model = lm("exponential")
     recipe = get_recipe("egt-alg7.1")
@@ -301,7 +351,8 @@ def test_recipe_options_are_checked_naming_the_value():
     # false is None (TOML has no null): no clipping, the model's base
     off = get_recipe("egt-alg7.1", lambda_max=False, clip_norm=False)
     assert (off.lambda_max, off.clip_norm) == (None, None)
-    assert get_recipe("plain", gamma=torch.tensor(0.5)).gamma == 0.5  # a 0-d tensor is a number
+    # a 0-d tensor is a number
+    assert get_recipe("lgt-alg5.1", gamma=torch.tensor(0.5)).gamma == 0.5
 
 
 def test_annealing_resumed_mid_run_continues_the_schedule_to_lambda_max():

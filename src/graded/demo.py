@@ -74,7 +74,10 @@ def run_config(task: str, model: str, seed: int, out_dir: Path, quick: bool) -> 
         "seed": seed,
         "task": task_section,
         "model": {**MODEL_SIZE, **spec["model"], **MODELS[model]},
-        "recipe": {"name": "auto", "options": {"graded_loss": spec.get("graded_loss", True)}},
+        # the baseline's plain recipe has no graded loss to switch
+        "recipe": {"name": "auto", "options": (
+            {} if MODELS[model]["grading"] is None
+            else {"graded_loss": spec.get("graded_loss", True)})},
         "train": {
             "steps": steps, "batch_size": BATCH_SIZE, "lr": spec["lr"],
             "warmup_steps": max(1, steps // 20), "schedule": "cosine",

@@ -188,8 +188,9 @@ class RecipeSection(Strict):
     """The training recipe (000 Alg. 5.1 / 7.1) and options overriding its hyperparameters
     (``gamma``, ``gamma_heads``, ``gamma_coord``, ``anneal``, ``lambda_max``, ``lr_margin``,
     ``clip_norm``, ``lr_bound``, ``graded_loss``: false trains on the plain loss instead of
-    the graded loss). A bare string is shorthand for ``{name: ...}``; ``--set
-    recipe.options.graded_loss=false`` works on either form."""
+    the graded loss), of which each recipe takes only those it reads
+    (:attr:`graded.train.recipes.Recipe.options`). A bare string is shorthand for
+    ``{name: ...}``; ``--set recipe.options.graded_loss=false`` works on either form."""
 
     name: Literal[RECIPES] = "auto"
     options: dict[str, Any] = Field(default_factory=dict)

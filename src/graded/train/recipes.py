@@ -73,6 +73,7 @@ from graded.train.optim import is_grade_parameter, param_groups
 from graded.transformer.graded import feature_grading, gradings
 
 __all__ = [
+    "KIND_OPTIONS",
     "LR_BOUNDS",
     "RECIPES",
     "RECIPE_KINDS",
@@ -89,6 +90,17 @@ __all__ = [
 OPTIONAL_OPTIONS = ("lambda_max", "clip_norm")
 #: Recipe kinds: plain (None), LGT (``"linear"``), EGT (``"exponential"``).
 RECIPE_KINDS = (None, "linear", "exponential")
+#: The options (fields of :class:`Recipe`) a recipe of each kind reads. A plain recipe trains
+#: no grades (no regulariser, grade learning-rate bound or graded loss); LGT has no λ to
+#: anneal. ``clip_norm`` is every recipe's default τ (read by loops written by hand: the
+#: trainer clips at its own ``train.clip_norm``).
+KIND_OPTIONS: dict[str | None, tuple[str, ...]] = {
+    None: ("clip_norm",),
+    "linear": ("gamma", "gamma_heads", "gamma_coord", "lr_margin", "clip_norm", "lr_bound",
+               "graded_loss"),
+    "exponential": ("gamma", "gamma_heads", "gamma_coord", "anneal", "lambda_max", "lr_margin",
+                    "clip_norm", "lr_bound", "graded_loss"),
+}
 
 
 # optimizer -> (signature of its groups, model and lr_bound; indices of its grade groups)
@@ -182,9 +194,22 @@ class Recipe:
                              f"gradings are {sorted(found)}; use the recipe of the model's "
                              "grading (lgt-alg5.1 for linear, egt-alg7.1 for exponential)")
 
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options (hyperparameter fields) this recipe reads (:data:`KIND_OPTIONS`)."""
+        return KIND_OPTIONS[self.kind]
+
     def with_options(self, **changes: object) -> Recipe:
-        """A copy with some hyperparameters changed (names as the fields)."""
-        return replace(self, **changes)
+        """A copy with some hyperparameters changed (names as the fields). An option the
+        recipe does not read (:attr:`options`: ``gamma`` on ``plain``, say) is refused,
+        ValueError naming it, its value and the recipe's options: it would have no effect."""
+        recipe = replace(self, **changes)  # the values' own checks first
+        unused = [f"{key}={value!r}" for key, value in changes.items()
+                  if key not in recipe.options]
+        if unused:
+            raise ValueError(f"recipe {self.name!r} does not use {', '.join(unused)}, which "
+                             f"would have no effect; its options are {list(recipe.options)}")
+        return recipe
 
     # -------------------------------------------------------------- optimiser groups
     def param_groups(
@@ -422,7 +447,9 @@ RECIPES: dict[str, Recipe] = {
 def get_recipe(name: str, **options: object) -> Recipe:
     """A recipe by name (``plain``, ``lgt-alg5.1``, ``egt-alg7.1``), options overriding its
     hyperparameters (``gamma``, ``gamma_heads``, ``gamma_coord``, ``anneal``, ``lambda_max``,
-    ``lr_margin``, ``clip_norm``, ``lr_bound``, ``graded_loss``)."""
+    ``lr_margin``, ``clip_norm``, ``lr_bound``, ``graded_loss``). Only the options the recipe
+    reads are taken (:attr:`Recipe.options`): ``plain`` takes ``clip_norm`` alone, LGT all
+    but ``anneal`` and ``lambda_max``; any other is refused (:meth:`Recipe.with_options`)."""
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; expected one of {sorted(RECIPES)}")
     recipe = RECIPES[name]

@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from graded import plotting
 from graded.plotting import pyplot
 
-__all__ = ["Inputs", "eval_mode", "input_length", "pyplot", "real_tokens", "run_model",
-           "save_figure"]
+__all__ = ["INPUT_PADDING", "OUTPUT_PADDING", "Inputs", "eval_mode", "input_length",
+           "padding_argument", "pyplot", "real_rows", "real_tokens", "run_model", "save_figure"]
 
 # What a diagnostic feeds the model: one tensor (token ids or features), or a tuple of
 # positional arguments (e.g. ``(src_ids, tgt_ids)`` for a seq2seq model).
@@ -33,23 +33,43 @@ def run_model(model: nn.Module, inputs: Inputs, **kwargs: Any) -> Any:
     )
 
 
-def real_tokens(model: nn.Module, inputs: Inputs, model_kwargs: dict[str, Any],
-                x: Tensor) -> Tensor | None:
-    """(B, T) True at the real tokens of the token vectors ``x`` (B, T, d) when ``model``'s
-    call on ``inputs`` and ``model_kwargs`` (:func:`run_model`) gives its ``key_padding_mask``
-    argument, by keyword or by position, a (B, T) mask with some padding (True); None otherwise.
-    The diagnostics that perturb or read the token vectors then use the real tokens only, so a
-    sequence's numbers do not depend on the padding of its batch."""
+def padding_argument(model: nn.Module, inputs: Inputs, model_kwargs: dict[str, Any],
+                     names: Sequence[str]) -> Tensor | None:
+    """The first of the arguments ``names`` (e.g. ``key_padding_mask``) that ``model``'s call on
+    ``inputs`` and ``model_kwargs`` (:func:`run_model`) gives a tensor, by keyword or by
+    position; None when none is given or the forward has no signature to read."""
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     try:
         bound = inspect.signature(model.forward).bind_partial(*args, **model_kwargs)
-    except (TypeError, ValueError):  # no signature to read: treat every token as real
+    except (TypeError, ValueError):
         return None
-    kpm = bound.arguments.get("key_padding_mask")
-    if (not isinstance(kpm, Tensor) or x.dim() != 3 or tuple(kpm.shape) != tuple(x.shape[:2])
-            or not bool(kpm.bool().any())):
+    return next((bound.arguments[n] for n in names
+                 if isinstance(bound.arguments.get(n), Tensor)), None)
+
+
+#: The padding of a model's input tokens and of its output rows: an LM's or encoder's
+#: ``key_padding_mask`` for both; a seq2seq model's source and target padding.
+INPUT_PADDING = ("key_padding_mask", "src_key_padding_mask")
+OUTPUT_PADDING = ("key_padding_mask", "tgt_key_padding_mask")
+
+
+def real_rows(mask: Tensor | None, shape: Sequence[int]) -> Tensor | None:
+    """(B, T) True at the real rows of a (B, T, ...) tensor of ``shape`` under a padding
+    ``mask`` (True = padding); None without a mask of that (B, T), or without padding."""
+    if (mask is None or len(shape) < 3 or tuple(mask.shape) != tuple(shape[:2])
+            or not bool(mask.bool().any())):
         return None
-    return ~kpm.bool()
+    return ~mask.bool()
+
+
+def real_tokens(model: nn.Module, inputs: Inputs, model_kwargs: dict[str, Any],
+                x: Tensor) -> Tensor | None:
+    """(B, T) True at the real tokens of the input token vectors ``x`` (B, T, d) when the
+    model's call gives its ``key_padding_mask`` (a seq2seq model: ``src_key_padding_mask``),
+    by keyword or by position, a (B, T) mask with some padding (True); None otherwise. The
+    diagnostics that perturb or read the token vectors then use the real tokens only, so a
+    sequence's numbers do not depend on the padding of its batch."""
+    return real_rows(padding_argument(model, inputs, model_kwargs, INPUT_PADDING), x.shape)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
+from graded.analysis._common import (
+    OUTPUT_PADDING,
+    Inputs,
+    eval_mode,
+    padding_argument,
+    real_rows,
+    real_tokens,
+    run_model,
+)
 from graded.analysis.capture import embedding_perturbation
 from graded.analysis.twin import ungraded_twin
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
@@ -143,6 +151,7 @@ def _embedding_function(model: nn.Module, inputs: Inputs,
         run_model(model, inputs, **model_kwargs)
     x = slot["clean"]
     real = real_tokens(model, inputs, model_kwargs, x)
+    out_padding = padding_argument(model, inputs, model_kwargs, OUTPUT_PADDING)
 
     def f(x_new: Tensor) -> Tensor:
         with embedding_perturbation(model) as s:
@@ -150,15 +159,16 @@ def _embedding_function(model: nn.Module, inputs: Inputs,
             out = run_model(model, inputs, **model_kwargs)
         return out[0] if isinstance(out, tuple) else out
 
-    if real is None:
+    if real is None and out_padding is None:
         return f, x
 
-    def f_real(x_real: Tensor) -> Tensor:  # Δ on the real tokens, the change at the real tokens
-        out = f(x.masked_scatter(real.unsqueeze(-1), x_real))
-        # per-token outputs (B, T, ...): the real tokens'; a pooled output (B, C) as it is
-        return out[real] if out.dim() >= 3 and out.shape[:2] == real.shape else out
+    def f_real(x_real: Tensor) -> Tensor:  # Δ on the real tokens, the change at the real rows
+        out = f(x_real if real is None else x.masked_scatter(real.unsqueeze(-1), x_real))
+        # per-token outputs (B, T, ...): the real rows'; a pooled output (B, C) as it is
+        rows = real_rows(out_padding, out.shape)
+        return out if rows is None else out[rows]
 
-    return f_real, x[real]
+    return f_real, (x if real is None else x[real])
 
 
 def model_lipschitz(

@@ -449,3 +449,14 @@ def test_a_grade_learning_rate_for_a_model_without_grades_is_refused_naming_it()
     graded = validate_config({"task": {"name": "dyck"}, "model": {"grading": "linear"},
                                "train": {"grade_lr": 0.1}})
     assert graded.train.grade_lr == 0.1
+
+
+def test_the_recipes_clip_norm_is_refused_in_a_run_naming_train_clip_norm():
+    """A run clips at ``train.clip_norm``; the recipe's ``clip_norm`` (the default of loops
+    written by hand) would be ignored, so a run config refuses it, even set off."""
+    base = {"task": {"name": "dyck"}, "model": {"grading": "linear"}}
+    for value in (2.0, None):
+        with pytest.raises(ConfigError, match=r"recipe.options.clip_norm: got .*; a run clips "
+                           r"gradients at train.clip_norm"):
+            validate_config({**base, "recipe": {"name": "auto", "options": {"clip_norm": value}}})
+    assert validate_config({**base, "train": {"clip_norm": 2.0}}).train.clip_norm == 2.0

@@ -66,11 +66,10 @@ def test_task_unseen_is_read_from_yaml_toml_and_set(tmp_path):
 
 BASE = {"name": "run", "task": {"name": "polynomial_regression", "n_train": 64, "n_eval": 32},
         "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "grading": "linear"},
-        "recipe": {"name": "auto", "options": {"clip_norm": 2.0}},
+        "recipe": {"name": "auto"},
         "train": {"steps": 10, "batch_size": 16, "clip_norm": 0.5, "grade_lr": 1e-3,
                   "early_stopping": {"patience": 2}}}
-OFF = ["train.clip_norm", "train.grade_lr", "train.early_stopping", "model.grading",
-       "recipe.options.clip_norm"]
+OFF = ["train.clip_norm", "train.grade_lr", "train.early_stopping", "model.grading"]
 TOML_OFF = """name = "run"
 [task]
 name = "polynomial_regression"
@@ -83,7 +82,6 @@ n_layers = 1
 grading = false
 [recipe]
 name = "auto"
-options = { clip_norm = false }
 [train]
 steps = 10
 batch_size = 16
@@ -131,7 +129,6 @@ def test_false_and_null_switch_a_key_off_alike_in_yaml_toml_and_set(tmp_path):
     assert dumps[0]["model"]["grading"] is None
     assert configs[2].built_model_config.grading is None  # ungraded
     assert configs[2].recipe_name() == "plain"
-    assert all(c.built_recipe.clip_norm is None for c in configs)
     # left out, clipping is on at its default
     assert load_config(on, ["train.clip_norm=1.0"]).train.clip_norm == 1.0
 

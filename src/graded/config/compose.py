@@ -115,6 +115,10 @@ def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
         raise fail("train.grade_lr", f"got {cfg.train.grade_lr}; the model has no grades "
                    "(model.grading is null), so no learning rate of grades applies: expected it "
                    "left out")
+    if "clip_norm" in cfg.recipe.options:  # Recipe.clip_norm: the default of hand-written loops
+        raise fail("recipe.options.clip_norm", f"got {cfg.recipe.options['clip_norm']!r}; a run "
+                   "clips gradients at train.clip_norm, which it would leave in force: set "
+                   "train.clip_norm instead")
     try:
         recipe = build_recipe(cfg)
     except (TypeError, ValueError) as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 
@@ -152,3 +154,20 @@ def test_a_writer_killed_mid_save_leaves_the_last_checkpoint_and_its_next_save_c
                                                   model.state_dict().values()))
     manager.save(2, model, opt, {"step": 2})  # the run's next save removes the debris
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000000001", "step_000000002"]
+
+
+def test_a_checkpoint_folder_has_the_mode_of_any_folder_the_umask_allows(tmp_path):
+    # it is assembled in a temporary folder: one made by tempfile.mkdtemp is 0700 whatever the
+    # umask, and safetensors writes 0600 files, so other users could not read a shared run's
+    # checkpoints
+    model, opt = _trained_pair()
+    old = os.umask(0o022)
+    try:
+        path = ck.save_checkpoint(tmp_path / "step_000000001", model, opt, {"step": 1})
+        (tmp_path / "plain").mkdir()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    for name in (ck.STATE_FILE, ck.MODEL_FILE, ck.OPTIM_FILE):  # each file readable by all
+        assert stat.S_IMODE((path / name).stat().st_mode) == 0o644, name

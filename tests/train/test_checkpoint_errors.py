@@ -199,3 +199,23 @@ def test_rewinding_best_json_removes_it_when_no_kept_checkpoint_set_the_best(cop
     _name_as_best(copy, 4)  # a best at or before the resumed step is the resumed run's own
     manager.rewind_best(4, 123.0)
     assert json.loads((copy / "checkpoints" / "best.json").read_text())["step"] == 4
+
+
+@pytest.mark.parametrize("how", ["damaged", "named"])
+def test_a_save_after_resuming_from_an_older_checkpoint_is_kept_and_resumed_next(copy, tmp_path,
+                                                                                  how):
+    # the run resumes at step 4 with a checkpoint at 8 in the folder: 8 damaged (skipped), or
+    # intact with step 4's folder named. Its save at 6 must survive the rotation (keep_last=1
+    # used to count the stale step 8 and remove step 6) and be what the next resume takes.
+    full = make_trainer(tmp_path / "full", steps=8).fit().losses
+    if how == "damaged":
+        _cut_in_half(_latest(copy) / ck.MODEL_FILE)
+        source = copy
+    else:
+        source = copy / "checkpoints" / "step_000000004"
+    first = make_trainer(copy, steps=8, keep_last=1).fit(resume_from=source, pause_after=6)
+    saved = copy / "checkpoints" / "step_000000006"
+    assert first.last_checkpoint == saved and saved.is_dir()
+    assert 8 not in ck.CheckpointManager(copy / "checkpoints").steps()  # the abandoned future
+    second = make_trainer(copy, steps=8, keep_last=1).fit(resume_from=copy)
+    assert first.losses + second.losses == full[4:]

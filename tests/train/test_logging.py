@@ -3,6 +3,7 @@ model holds at that call, on disk as soon as written; a resume drops the lines p
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from graded import TransformerConfig, TransformerLM
@@ -76,3 +77,21 @@ def test_a_resume_drops_a_line_cut_short_by_a_dead_writer_and_keeps_whole_ones(t
         fh.write("9,tr")
     RunLogger(tmp_path, tensorboard=False, resume_step=100).close()
     assert [s for s, _ in read_metrics(tmp_path)["train"]["loss"]] == [1, 2, 3, 4]
+
+
+def test_a_run_killed_mid_line_reads_back_its_whole_rows_and_names_a_cut_grades_line(tmp_path):
+    # before a resume trims them, the files of a run killed mid-line are read as the resume
+    # would keep them (metrics.csv, which graded report plots), or the bad line is named
+    log = RunLogger(tmp_path, tensorboard=False)
+    for step in (1, 2):
+        log.scalars(step, "train", {"loss": 1.0 / step})
+    log.grades(2, graded_model())
+    log.close()
+    with (tmp_path / "metrics.csv").open("a", newline="") as fh:
+        fh.write("3,train,lo")
+    assert read_metrics(tmp_path) == {"train": {"loss": [(1, 1.0), (2, 0.5)]}}
+    with (tmp_path / "grades.jsonl").open("a") as fh:
+        fh.write('{"step": 3, "gra')
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'grades.jsonl'}:2 is not a JSON grade "
+                                         r"snapshot .*'\{\"step\": 3, \"gra'"):
+        read_grades(tmp_path)

@@ -32,3 +32,12 @@ def test_a_folder_without_metrics_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"{tmp_path} has no metrics.json: is it a "
                                                 r"finished run folder\?"):
         read_summary(tmp_path)
+
+
+@pytest.mark.parametrize(("text", "why"), [("{bad", "not JSON"),
+                                           ("[1, 2]", "expected a JSON object, got list")])
+def test_a_damaged_metrics_json_is_named(tmp_path, text, why):
+    (tmp_path / "metrics.json").write_text(text)
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'metrics.json'} is not a run summary: "
+                                         f"{why}"):
+        read_summary(tmp_path)

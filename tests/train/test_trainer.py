@@ -267,3 +267,41 @@ def test_evaluate_agrees_with_graded_evaluation_metrics(task_name):
     assert ("masked_token_accuracy" in metrics) == ("metric_mask" in data)
     for metric in metrics:
         assert got[metric] == pytest.approx(compute_metric(metric, pred, data), abs=1e-6), metric
+
+
+def test_metrics_json_of_a_run_ended_by_an_error_or_an_abort_says_so(tmp_path):
+    """A run that an exception ends still writes metrics.json (its figures so far); it names
+    the error (the run report marks the run failed), and a second Ctrl-C (KeyboardInterrupt)
+    reads as interrupted, not as a run that ended normally."""
+    from graded.train.report import write_runs_report
+
+    failing = make_trainer(tmp_path / "failed")
+    failing.evaluate = lambda: (_ for _ in ()).throw(RuntimeError("disk on fire"))
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        failing.fit()
+    summary = json.loads((tmp_path / "failed" / "metrics.json").read_text())
+    assert summary["error"] == "RuntimeError: disk on fire" and summary["step"] == 4
+    assert not summary["interrupted"]
+
+    aborted = make_trainer(tmp_path / "aborted")
+    step = aborted._train_step
+
+    def abort_at_3(s):
+        if s == 2:  # the third step
+            raise KeyboardInterrupt
+        return step(s)
+
+    aborted._train_step = abort_at_3
+    with pytest.raises(KeyboardInterrupt):
+        aborted.fit()
+    summary = json.loads((tmp_path / "aborted" / "metrics.json").read_text())
+    assert summary["interrupted"] and summary["step"] == 2 and summary["error"] is None
+
+    finished = make_trainer(tmp_path / "finished", steps=4).fit()
+    summary = json.loads((tmp_path / "finished" / "metrics.json").read_text())
+    assert summary["error"] is None and not summary["interrupted"] and finished.step == 4
+
+    report = write_runs_report([tmp_path / "failed", tmp_path / "finished"], tmp_path / "rep")
+    text = report.read_text()
+    assert "| failed | 4 (failed) |" in text and "| finished | 4 |" in text
+    assert "- failed failed at step 4: RuntimeError: disk on fire" in text

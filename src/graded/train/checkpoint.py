@@ -31,8 +31,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
-import tempfile
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -83,7 +84,9 @@ def save_checkpoint(
     directory.parent.mkdir(parents=True, exist_ok=True)
     if directory.exists():
         raise FileExistsError(f"checkpoint folder {directory} already exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=directory.parent))
+    # os.mkdir honours the umask (mkdtemp's folder is 0700: a checkpoint others cannot read)
+    tmp = directory.parent / f".{directory.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp"
+    tmp.mkdir()
     try:
         save_model_state(model, tmp / MODEL_FILE)
         extra_tensors, rng_rest = capture_rng_state()
@@ -97,6 +100,11 @@ def save_checkpoint(
         save_file({**opt_tensors, **extra_tensors}, str(tmp / OPTIM_FILE))
         meta["sha256"] = {name: sha256_of(tmp / name) for name in (MODEL_FILE, OPTIM_FILE)}
         atomic_write_text(tmp / STATE_FILE, json.dumps(meta, indent=1, sort_keys=True))
+        # the files as the umask allows, as the folder is (safetensors and atomic_write_text
+        # write 0600 files)
+        mode = stat.S_IMODE(tmp.stat().st_mode) & 0o666
+        for name in (MODEL_FILE, OPTIM_FILE, STATE_FILE):
+            os.chmod(tmp / name, mode)
         os.replace(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -304,7 +312,13 @@ class CheckpointManager:
         is_best: bool = False,
         metric: float | None = None,
     ) -> Path:
-        """Save the checkpoint of ``step`` (replacing one of the same step), then rotate."""
+        """Save the checkpoint of ``step`` (replacing one of the same step), then rotate.
+
+        Checkpoints beyond ``step`` belong to a future the run abandoned when it was resumed
+        from an older checkpoint (a newer one was damaged, or a checkpoint folder was named):
+        the save removes them (not the best), so they neither count among the last
+        ``keep_last`` (which would rotate this very checkpoint away) nor are taken by the next
+        resume instead of it."""
         path = self.path_for(step)
         if path.exists():
             shutil.rmtree(path)
@@ -314,15 +328,20 @@ class CheckpointManager:
                 self.root / "best.json",
                 json.dumps({"checkpoint": path.name, "step": step, "metric": metric}),
             )
-        self._rotate()
+        self._rotate(step)
         return path
 
-    def _rotate(self) -> None:
-        """Remove the checkpoints older than the last ``keep_last`` (not the best), and the
-        temporary folders a writer killed mid-save left: the run has one writer (its lock), and
-        its own save is complete, so any temporary folder here is stale."""
+    def _rotate(self, saved: int) -> None:
+        """Remove the checkpoints beyond ``saved`` (the one just saved: they are of an abandoned
+        future) and those older than the last ``keep_last`` (not the best), and the temporary
+        folders a writer killed mid-save left: the run has one writer (its lock), and its own
+        save is complete, so any temporary folder here is stale."""
         best = self.best()
-        for step in self.steps()[: -self.keep_last]:
+        # beyond ``saved``: every step folder, a damaged one without state.json too
+        stale = [int(STEP_DIR.match(p.name).group(1)) for p in self.folders()]
+        stale = [s for s in stale if s > saved]
+        kept = [s for s in self.steps() if s <= saved]
+        for step in stale + kept[: -self.keep_last]:
             path = self.path_for(step)
             if best is None or path.resolve() != best.resolve():
                 shutil.rmtree(path, ignore_errors=True)

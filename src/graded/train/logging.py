@@ -172,18 +172,33 @@ class RunLogger:
 
 
 def read_metrics(run_dir: str | Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """``metrics.csv`` as ``{split: {name: [(step, value), ...]}}`` (for reports and tests)."""
+    """``metrics.csv`` as ``{split: {name: [(step, value), ...]}}`` (for reports and tests); a
+    row cut short by a writer that died mid-line is not a row (as on resume) and is skipped."""
     out: dict[str, dict[str, list[tuple[int, float]]]] = {}
     with (Path(run_dir) / "metrics.csv").open(newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
+            step = _csv_row_step(row)
+            if step is None:
+                continue
             series = out.setdefault(row["split"], {}).setdefault(row["name"], [])
-            series.append((int(row["step"]), float(row["value"])))
+            series.append((step, float(row["value"])))
     return out
 
 
 def read_grades(run_dir: str | Path) -> list[dict[str, Any]]:
-    """``grades.jsonl`` as a list of ``{"step": int, "grades": {module: nested list}}``."""
+    """``grades.jsonl`` as a list of ``{"step": int, "grades": {module: nested list}}``; a
+    line that is not JSON (cut short by a killed writer) is a ValueError naming the file and
+    the line, as :func:`graded.analysis.trajectories.load_grade_records` reads it."""
     path = Path(run_dir) / "grades.jsonl"
     if not path.exists():
         return []
-    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    records = []
+    for number, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not ln.strip():
+            continue
+        try:
+            records.append(json.loads(ln))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number} is not a JSON grade snapshot ({exc}): "
+                             f"{ln[:60]!r}") from None
+    return records

@@ -87,7 +87,14 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "metrics.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} has no metrics.json: is it a finished run folder?")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is not a run summary: not JSON ({exc})") from None
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path} is not a run summary: expected a JSON object, got "
+                         f"{type(summary).__name__}")
+    return summary
 
 
 def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
@@ -127,10 +134,16 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
         cells = [f"{ev[n]:.4g}" if n in ev else "–" for n in names]
         loss = s.get("train_loss")
         mark = " (graded)" if r in graded else ""
-        lines.append(f"| {labels[r]} | {s.get('step')} | "
+        failed = " (failed)" if s.get("error") else ""
+        lines.append(f"| {labels[r]} | {s.get('step')}{failed} | "
                      f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
                      + " |")
     lines.append("")
+    failed = [f"- {labels[r]} failed at step {s.get('step')}: {str(s['error']).splitlines()[0]}"
+              for r, s in summaries.items() if s.get("error")]
+    if failed:  # its last figures are those before the failure, not a finished run's
+        lines += ["Runs that ended with an error (their figures are from before it):", "",
+                  *failed, ""]
     if graded:
         lines += ["A training loss marked (graded) is the recipe's graded loss (000 Def 5.37: "
                   "each item weighted by its grade), larger than the plain loss where the "

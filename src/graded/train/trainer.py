@@ -529,6 +529,7 @@ class Trainer:
         window: list[_StepValues] = []  # steps whose values are still on the device
         step = start
         saved_at = start if plan is not None else -1
+        failure: str | None = None  # the exception that ended the run, if one did
         self.model.train()
         if self.recipe is not None:
             # Prepares step start+1 (λ annealing, grade-lr bound); idempotent after a resume,
@@ -595,14 +596,21 @@ class Trainer:
             result.losses += [loss for loss, _ in self._read(window)]  # before any save
             if saved_at != step:
                 result.last_checkpoint = self._save(step, stopper)
+        except KeyboardInterrupt:  # a second Ctrl-C: interrupted, without a checkpoint
+            result.interrupted = True
+            raise
+        except BaseException as exc:  # metrics.json says the run failed, and why
+            failure = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             bar.close()
             result.step = step
             result.elapsed_s = time.perf_counter() - began
             if main:
                 result.best_checkpoint = self.checkpoints.best()
+                # a no-op resume keeps the old one
                 if result.losses or not (self.run_dir / "metrics.json").exists():
-                    logger.summary(self._summary(result))  # a no-op resume keeps the old one
+                    logger.summary({**self._summary(result), "error": failure})
             logger.close()
         if result.interrupted and main:
             print(self._resume_message(step), file=sys.stderr, flush=True)

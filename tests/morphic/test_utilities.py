@@ -302,3 +302,24 @@ def test_utilities_refuse_targets_outside_the_readout_naming_their_range():
     with pytest.raises(ValueError, match=r"targets other than -100 must lie in \[0, 7\); got "
                                          r"range \[\d, 7\]"):
         exact_utilities(z, cands, es, sp, w, bias, targets)
+
+
+@pytest.mark.parametrize("utilities", [exact_utilities, first_order_utilities])
+@pytest.mark.parametrize("attach", ["phi", "all"])
+def test_utilities_under_bf16_autocast_are_the_float32_utilities_of_the_bf16_states(
+        attach, utilities):
+    """Mixed precision hands the utilities bf16 states and a float32 readout; ΔL, a difference
+    of log-probabilities, is computed in float32 with autocast off: exactly the float32
+    utilities of the same (bf16-rounded) states, with gradients in the states' dtype."""
+    sp, es, z, cands, w, bias, targets = setup(3)
+    zb = z.bfloat16().requires_grad_()
+    cb = [c.bfloat16().requires_grad_() for c in cands]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = utilities(zb, cb, es, sp, w, bias, targets, attach=attach)
+    want = utilities(zb.detach().float(), [c.detach().float() for c in cb], es, sp, w,
+                           bias, targets, attach=attach)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    got.sum().backward()
+    assert all(c.grad is not None and c.grad.dtype == torch.bfloat16
+               and torch.isfinite(c.grad).all() for c in cb)

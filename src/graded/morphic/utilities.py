@@ -182,9 +182,31 @@ def exact_utilities(
     ``attach="all"`` the exponentials of every edge (|E|·N·V floats) are saved for the backward
     pass up to ``SAVED_BYTES_LIMIT`` bytes and recomputed there in row chunks above it.
     ``chunk_rows`` forces row chunks of that size everywhere (tests, tight memory).
+
+    ΔL is a difference of log-probabilities: it is computed in at least float32, with autocast
+    off, whatever the dtype of ``z`` (bf16 or fp16 under mixed precision).
     """
     if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
         raise ValueError(f"chunk_rows must be a positive int or None, got {chunk_rows!r}")
+    with torch.autocast(z.device.type, enabled=False):
+        z, candidates, weight, bias = _at_least_float32(z, candidates, weight, bias)
+        return _exact_utilities(z, candidates, edges, space, weight, bias, targets,
+                                ignore_index, attach, chunk_rows)
+
+
+def _at_least_float32(z: Tensor, candidates: Sequence[Tensor], weight: Tensor,
+                      bias: Tensor | None) -> tuple[Tensor, list[Tensor], Tensor, Tensor | None]:
+    """The utilities' inputs in at least float32 (bf16 / fp16 states of mixed precision are
+    cast; float32 and float64 ones are left as they are)."""
+    dtype = torch.promote_types(z.dtype, torch.float32)
+    return (z.to(dtype), [c.to(dtype) for c in candidates], weight.to(dtype),
+            None if bias is None else bias.to(dtype))
+
+
+def _exact_utilities(z: Tensor, candidates: Sequence[Tensor], edges: EdgeSet,
+                     space: GradedStateSpace, weight: Tensor, bias: Tensor | None,
+                     targets: Tensor, ignore_index: int, attach: str,
+                     chunk_rows: int | None) -> Tensor:
     valid, zv, cands, yv, weight, bias = _prepare(
         z, candidates, edges, space, weight, bias, targets, ignore_index, attach)
     if zv.shape[0] == 0:
@@ -237,21 +259,24 @@ def first_order_utilities(
     weight: Tensor, bias: Tensor | None, targets: Tensor, *, ignore_index: int = -100,
     attach: str = "phi",
 ) -> Tensor:
-    """−⟨∇_{z^{(h)}} L, δ_e⟩ (B, T, |E|): one readout gradient per token (004 Lemma 3.10)."""
-    valid, zv, cands, yv, weight, bias = _prepare(
-        z, candidates, edges, space, weight, bias, targets, ignore_index, attach)
-    if zv.shape[0] == 0:
-        return z.new_zeros(*z.shape[:-1], len(edges))
-    base = zv @ weight.T if bias is None else torch.addmm(bias, zv, weight.T)
-    resid = torch.softmax(base, dim=-1)
-    minus_one = torch.full((yv.shape[0], 1), -1.0, dtype=resid.dtype, device=resid.device)
-    resid = resid.scatter_add(-1, yv.unsqueeze(-1), minus_one)  # p − e_y (one_hot reads y)
-    grad_z = resid @ weight  # (N, D) = ∇_z L
-    util = torch.stack([
-        -((cands[i] - zv[:, space.slices[e.dest]]) * grad_z[:, space.slices[e.dest]]).sum(-1)
-        for i, e in enumerate(edges)
-    ], dim=1)
-    return _scatter_valid(util, valid, z)
+    """−⟨∇_{z^{(h)}} L, δ_e⟩ (B, T, |E|): one readout gradient per token (004 Lemma 3.10), in
+    at least float32 with autocast off, as :func:`exact_utilities`."""
+    with torch.autocast(z.device.type, enabled=False):
+        z, candidates, weight, bias = _at_least_float32(z, candidates, weight, bias)
+        valid, zv, cands, yv, weight, bias = _prepare(
+            z, candidates, edges, space, weight, bias, targets, ignore_index, attach)
+        if zv.shape[0] == 0:
+            return z.new_zeros(*z.shape[:-1], len(edges))
+        base = zv @ weight.T if bias is None else torch.addmm(bias, zv, weight.T)
+        resid = torch.softmax(base, dim=-1)
+        minus_one = torch.full((yv.shape[0], 1), -1.0, dtype=resid.dtype, device=resid.device)
+        resid = resid.scatter_add(-1, yv.unsqueeze(-1), minus_one)  # p − e_y (one_hot reads y)
+        grad_z = resid @ weight  # (N, D) = ∇_z L
+        util = torch.stack([
+            -((cands[i] - zv[:, space.slices[e.dest]]) * grad_z[:, space.slices[e.dest]]).sum(-1)
+            for i, e in enumerate(edges)
+        ], dim=1)
+        return _scatter_valid(util, valid, z)
 
 
 def compute_utilities(kind: str, *args, **kwargs) -> Tensor:

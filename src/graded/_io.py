@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -12,12 +13,17 @@ __all__ = ["atomic_write_text"]
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder, ``fsync`` and
-    ``os.replace``, so a reader never sees a half-written file."""
+    ``os.replace``, so a reader never sees a half-written file. The file keeps the mode of the
+    one it replaces; a new one gets its folder's read and write bits (``mkstemp`` makes it 0600,
+    which other users could not read)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    source = path if path.exists() else path.parent
+    mode = stat.S_IMODE(source.stat().st_mode) & 0o666
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

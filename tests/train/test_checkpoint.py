@@ -102,6 +102,24 @@ def test_atomic_text_write_keeps_old_content_on_failure(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["best.json"]
 
 
+def test_an_atomic_text_write_is_readable_as_its_folder_and_keeps_a_replaced_files_mode(
+        tmp_path):
+    """mkstemp makes 0600 files: config.yaml, metrics.json and reports written through it were
+    unreadable by other users. A new file gets its folder's read and write bits; a replaced
+    file keeps its own mode."""
+    import stat
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    folder.chmod(0o755)
+    ck.atomic_write_text(folder / "metrics.json", "{}")
+    assert stat.S_IMODE((folder / "metrics.json").stat().st_mode) == 0o644
+    (folder / "metrics.json").chmod(0o600)
+    ck.atomic_write_text(folder / "metrics.json", "{\"a\": 1}")
+    assert stat.S_IMODE((folder / "metrics.json").stat().st_mode) == 0o600
+    assert (folder / "metrics.json").read_text() == '{"a": 1}'
+
+
 def test_loading_never_unpickles(tmp_path, monkeypatch):
     model, opt = _trained_pair()
     ck.save_checkpoint(tmp_path / "c", model, opt, {"step": 3})

@@ -135,3 +135,74 @@ def test_search_over_a_skeleton_of_several_files(tmp_path):
     assert result.evaluations == 20 and result.best.score > -10.0
     assert (tmp_path / "m" / "best" / "tools.py").exists()
     assert "import tools" in (tmp_path / "m" / "best.py").read_text()
+
+
+def test_resume_after_a_budget_that_cuts_a_round_is_exact(tmp_path):
+    # budgets 3 and 7 end in the middle of a round of two: the rest of that round and the
+    # round proposed beside it must be the ones an uninterrupted run evaluates
+    straight = run(tmp_path, "straight", 10)
+    for budget, resume in ((3, False), (7, True), (10, True)):
+        resumed = run(tmp_path, "split", budget, resume=resume)
+        assert resumed.evaluations == budget
+    assert rows(tmp_path / "straight" / "evaluations.csv") == rows(
+        tmp_path / "split" / "evaluations.csv")
+    assert straight.best.program == resumed.best.program
+    a = json.loads((tmp_path / "straight" / "database.json").read_text())
+    b = json.loads((tmp_path / "split" / "database.json").read_text())
+    assert without_timings(a) == without_timings(b)
+    # the failures reported are the whole run's, counted here from its log
+    logged = {}
+    for r in rows(tmp_path / "split" / "evaluations.csv"):
+        if r[3]:
+            logged[r[3]] = logged.get(r[3], 0) + 1
+    assert logged and resumed.failures == straight.failures == logged
+
+
+def test_rows_logged_after_the_last_saved_state_are_not_logged_twice(tmp_path):
+    # a run killed after appending a round's rows but before saving its state
+    straight = run(tmp_path, "straight", 8)
+    run(tmp_path, "split", 4)
+    log = tmp_path / "split" / "evaluations.csv"
+    with open(log) as f:
+        lines = f.readlines()
+    with open(log, "a") as f:
+        f.writelines(line.replace(line.split(",")[0], str(int(line.split(",")[0]) + 2), 1)
+                     for line in lines[-2:])  # rows 5 and 6, as the killed round wrote them
+    run(tmp_path, "split", 8, resume=True)
+    assert rows(log) == rows(tmp_path / "straight" / "evaluations.csv")
+    assert [int(r[0]) for r in rows(log)] == list(range(1, 9)) and straight.evaluations == 8
+
+
+def test_a_second_sigint_aborts_at_once_while_the_proposer_is_slow(tmp_path):
+    # a language model that takes 30 s to answer: the first SIGINT asks to stop after the
+    # round, the second must abort without waiting for the reply (docs: "a second Ctrl-C at once")
+    import os
+    import signal
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Slow(OfflineProposer):
+        calls = 0
+
+        def propose(self, parents, prompt=""):
+            Slow.calls += 1
+            if Slow.calls == 3:  # the first round (two proposals) comes at once
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                os.kill(os.getpid(), signal.SIGINT)
+                release.wait(30)
+            return super().propose(parents, prompt)
+
+    start = time.monotonic()
+    try:
+        with cf.ThreadPoolExecutor(2) as pool, pytest.raises(KeyboardInterrupt):
+            run_search(toy_problem(), Slow(seed=3), config(40), out=tmp_path / "slow",
+                       executor=pool)
+        assert time.monotonic() - start < 15
+    finally:
+        release.set()
+    # stopped in its first round: nothing was saved, and the log does not promise --resume
+    assert not (tmp_path / "slow" / "database.json").exists()
+    assert "nothing to resume" in (tmp_path / "slow" / "run.log").read_text()

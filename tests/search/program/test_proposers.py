@@ -255,3 +255,16 @@ def test_a_reply_that_is_all_code_keeps_its_imports():
     assert parse_function(code, "priority") == code
     assert parse_function("Try this: def priority(el, n):\n    return 1\n", "priority") == (
         "def priority(el, n):\n    return 1\n")
+
+
+@pytest.mark.parametrize("fence", ["```Python\n", "```python3\n", "``` python\n", "```py \n",
+                                   "```python\r\n"])
+def test_fenced_replies_with_any_info_string_are_taken(server, fence):
+    # what chat models write: a capitalised or versioned language tag, a space, CRLF line ends
+    newline = "\r\n" if fence.endswith("\r\n") else "\n"
+    body = ["def priority_v2(el, n):", "    return float(el[0]) - 0.5"]
+    Scripted.script = [(200, "Sure." + newline + fence + newline.join(body) + newline + "```")]
+    proposer = OpenAIProposer(base_url=server, model="m", retries=0)
+    child, _ = proposer.propose([PARENT], "prompt")
+    assert child.blocks == ("def priority(el, n):\n    return float(el[0]) - 0.5\n",)
+    assert proposer.rejected == {} and len(Scripted.seen) == 1

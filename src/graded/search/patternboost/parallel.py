@@ -9,6 +9,7 @@ would copy in an unsafe state.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
@@ -55,7 +56,14 @@ def make_executor(workers: int) -> Executor | None:
         raise ValueError(f"workers must be an int >= 0, got {workers!r}")
     if workers <= 1:
         return None
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C reaches the whole process group: the parent stops the run (after saving the last
+    finished round); the workers neither stop on their own nor print tracebacks."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_local_searches(

@@ -21,6 +21,7 @@ import csv
 import json
 import multiprocessing
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -78,6 +79,22 @@ class SearchResult:
     stopped: bool = False
 
 
+def _in_background(fn, *args) -> cf.Future:
+    """``fn(*args)`` on a daemon thread: a second Ctrl-C aborts at once, without waiting for a
+    proposer's slow request (a ThreadPoolExecutor's threads are joined at exit)."""
+    future: cf.Future = cf.Future()
+
+    def work() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # handed to whoever waits on the future
+                future.set_exception(e)
+
+    threading.Thread(target=work, name="proposer", daemon=True).start()
+    return future
+
+
 def _noop() -> None:
     return None
 
@@ -114,7 +131,8 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
     the configuration must be the one the folder was started with, except the budget, which
     may grow. State is saved after every round of ``workers`` evaluations; a run stopped
     between rounds (Ctrl-C, a crash) resumes from the last finished round, and a run whose
-    rounds all finish resumes exactly as if it had not stopped. SIGINT or SIGTERM stops the run
+    rounds all finish (or whose budget cut its last round short) resumes exactly as if it had
+    not stopped. SIGINT or SIGTERM stops the run
     after the current round (its state saved; ``SearchResult.stopped``); a second SIGINT aborts
     at once, leaving the last finished round's state.
     """
@@ -161,7 +179,12 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         db = ProgramsDatabase.from_state(state["database"])
         proposer.load_state(state["proposer"])
         pending = [(int(i), Program(tuple(b)), op) for i, b, op in state["pending"]]
+        # a round cut short by the budget keeps the next round, already proposed (older
+        # folders have none saved: it is proposed afresh)
+        upcoming = ([(int(i), Program(tuple(b)), op) for i, b, op in state["upcoming"]]
+                    if state.get("upcoming") is not None else None)
         best_curve = state["best_curve"]
+        earlier_failures = _resume_log(folder / "evaluations.csv", db.evaluations)
         log(f"resumed at {db.evaluations} evaluations")
     else:
         initial = evaluate(problem, skeleton.initial, skeleton=skeleton,
@@ -169,6 +192,8 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         db = ProgramsDatabase(config.database, initial, seed=config.seed,
                               minimise=problem.minimise)
         pending = []
+        upcoming = None
+        earlier_failures = {}
         best_curve = []
         if folder is not None:
             with open(folder / "evaluations.csv", "w", newline="") as f:
@@ -177,8 +202,7 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
 
     own_executor = executor is None
     pool = executor or _default_executor(config.workers)
-    proposer_thread = cf.ThreadPoolExecutor(max_workers=1)
-    failures: dict[str, int] = {}
+    failures: dict[str, int] = dict(earlier_failures)  # the whole run's, resumed or not
     bar = _progress(progress, config.budget, db.evaluations)
 
     def propose_round(n: int) -> list[tuple[int, Program, str]]:
@@ -195,10 +219,14 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
             return
         state = {"database": db.state(), "proposer": proposer.state(),
                  "pending": [[i, list(p.blocks), op] for i, p, op in pending],
+                 "upcoming": (None if upcoming is None
+                              else [[i, list(p.blocks), op] for i, p, op in upcoming]),
                  "best_curve": best_curve}
         atomic_write_text(folder / "database.json", json.dumps(state))
 
     stop = _Stop()
+    next_round: cf.Future | None = None
+    aborted = False
     try:
         stop.__enter__()
         if not pending:
@@ -208,10 +236,14 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
             futures = [pool.submit(evaluate, problem, prog, skeleton=skeleton,
                                    isolation=config.isolation) for _, prog, _ in round_]
             # the next round is proposed from the database as it stands now, while this round
-            # is evaluated; registration waits for it, so the run does not depend on timing
-            next_round = proposer_thread.submit(propose_round, config.workers)
+            # is evaluated; registration waits for it, so the run does not depend on timing.
+            # When the budget cut the current round short, its rest is evaluated later with
+            # the next round already proposed (kept in ``upcoming``), as without the cut.
+            next_round = (_in_background(propose_round, config.workers)
+                          if upcoming is None else None)
             results = [f.result() for f in futures]
-            upcoming = next_round.result()
+            if next_round is not None:
+                upcoming = next_round.result()
             rows = []
             for (island, _, op), result in zip(round_, results, strict=True):
                 db.register(island, result)
@@ -223,7 +255,9 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
                 rows.append([db.evaluations, island, result.score, result.failure or "",
                              result.reason[:200], f"{result.elapsed_s:.3f}", op, best,
                              db.islands[island].best.score])
-            pending = pending[len(round_):] or upcoming
+            pending = pending[len(round_):]
+            if not pending:
+                pending, upcoming = upcoming, None
             if folder is not None:
                 with open(folder / "evaluations.csv", "a", newline="") as f:
                     csv.writer(f).writerows(rows)
@@ -233,13 +267,19 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
                 bar.update(len(results))
                 bar.set_postfix(best=f"{db.best().score:.6g}")
     except KeyboardInterrupt:
+        aborted = True
         # the state on disk is the last finished round's: resuming redoes the unfinished one
-        log(f"interrupted at {db.evaluations} evaluations; the state of the last finished "
-            "round is saved, continue with --resume")
+        if folder is not None and not (folder / "database.json").exists():
+            log("interrupted before the first round finished: nothing to resume; start the "
+                "run again (without --resume)")
+        else:
+            log(f"interrupted at {db.evaluations} evaluations; the state of the last finished "
+                "round is saved, continue with --resume")
         raise
     finally:
         stop.__exit__()
-        proposer_thread.shutdown(wait=True)
+        if next_round is not None and not aborted:
+            cf.wait([next_round])  # (an abort leaves a slow proposer behind, on a daemon thread)
         if own_executor:
             pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
@@ -253,6 +293,26 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         log(f"finished: {db.evaluations} evaluations, best score {db.best().score}, "
             f"failures {failures}")
     return SearchResult(db.best(), db.evaluations, failures, folder, db, stopped=stop.flag)
+
+
+def _resume_log(path: Path, evaluations: int) -> dict[str, int]:
+    """Drops the rows past the saved state's ``evaluations`` (a run killed between appending a
+    round's rows and saving its state), so that the resumed run does not log them twice;
+    returns the failures counted by reason in the rows kept."""
+    if not path.exists():
+        return {}
+    with open(path, newline="") as f:
+        table = list(csv.reader(f))
+    kept = table[:1] + [r for r in table[1:] if r and r[0].isdigit() and int(r[0]) <= evaluations]
+    if len(kept) != len(table):
+        with open(path, "w", newline="") as f:
+            csv.writer(f).writerows(kept)
+    column = _CSV_FIELDS.index("failure")
+    failures: dict[str, int] = {}
+    for row in kept[1:]:
+        if len(row) > column and row[column]:
+            failures[row[column]] = failures.get(row[column], 0) + 1
+    return failures
 
 
 def _write_best(folder: Path, skeleton, db: ProgramsDatabase) -> None:

@@ -63,7 +63,8 @@ class ProposerError(RuntimeError):
 
 
 _DIFF = re.compile(r"<{5,} SEARCH\n(.*?)\n?={5,}\n(.*?)\n?>{5,} REPLACE", re.DOTALL)
-_FENCE = re.compile(r"```(?:python|py)?\n(.*?)```", re.DOTALL)
+# any info string (```python, ```Python, ```python3, ``` py) and CRLF line ends
+_FENCE = re.compile(r"```[ \t]*[\w+.-]*[ \t]*\r?\n(.*?)```", re.DOTALL)
 
 
 def parse_diffs(text: str) -> list[tuple[str, str]]:
@@ -226,6 +227,7 @@ class OpenAIProposer:
         """The program a reply describes: diffs against ``best``, or a whole function."""
         if not text.strip():
             raise ProposalError("the reply has no text")
+        text = text.replace("\r\n", "\n")  # a server's CRLF line ends
         pairs = parse_diffs(text)
         if pairs:
             child = apply_diffs(best, pairs)

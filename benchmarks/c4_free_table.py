@@ -23,8 +23,9 @@ from graded.search.patternboost.parallel import make_executor
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n-min", type=int, default=4, help="smallest n (default 4)")
-    p.add_argument("--n-max", type=int, default=20, help="largest n, at most 20 (default 20)")
+    p.add_argument("--n-min", type=int, default=None, help="smallest n (default 4)")
+    p.add_argument("--n-max", type=int, default=None,
+                   help="largest n, at most 20 (default 20; 7 with --quick)")
     p.add_argument("--rounds", type=int, default=12, help="PatternBoost rounds per n (default 12)")
     p.add_argument("--time-limit", type=float, default=300.0,
                    help="PatternBoost seconds of round work per n (default 300)")
@@ -33,12 +34,17 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("runs/bench_c4_free"),
                    help="folder for the runs (replaced)")
     p.add_argument("--table", type=Path, default=None, help="also write the table here")
-    p.add_argument("--quick", action="store_true", help="n = 4..7, tiny budgets")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny budgets, n = 4..7 unless --n-min / --n-max say otherwise")
     args = p.parse_args()
-    if args.n_max > max(C4_FREE_MAXIMA):
-        raise SystemExit(f"--n-max must be <= {max(C4_FREE_MAXIMA)}, got {args.n_max}")
+    n_min = 4 if args.n_min is None else args.n_min
+    n_max = (7 if args.quick else 20) if args.n_max is None else args.n_max
+    if n_max > max(C4_FREE_MAXIMA):
+        raise SystemExit(f"--n-max must be <= {max(C4_FREE_MAXIMA)}, got {n_max}")
+    if not 1 <= n_min <= n_max:
+        raise SystemExit(f"--n-min must be in [1, --n-max={n_max}], got {n_min}")
 
-    sizes = range(4, 8) if args.quick else range(args.n_min, args.n_max + 1)
+    sizes = range(n_min, n_max + 1)
     common = dict(problem="c4-free", problem_options={"bits_per_token": 4},
                   workers=args.workers, seed=args.seed, progress=not args.quick)
     if args.quick:

@@ -15,7 +15,8 @@ import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswith("_"))
-WRITES_TO = {"c4_free_table": ["--out", "{tmp}/c4"], "listops_backends": ["--out", "{tmp}/lo"],
+WRITES_TO = {"c4_free_table": ["--out", "{tmp}/c4", "--n-max", "5"],
+             "listops_backends": ["--out", "{tmp}/lo"],
              "long_sequence": ["--out", "{tmp}/ls"], "lm_training_step": ["--out", "{tmp}/lm"],
              "patternboost_triangle_free": ["--out", "{tmp}/pb", "--workers", "1"],
              "morphic_variable_k": ["--tool", "internal", "--report", "{tmp}/mvk"],
@@ -42,6 +43,10 @@ def test_benchmark_quick_run_succeeds(name, tmp_path):
     extra = [a.format(tmp=tmp_path) for a in WRITES_TO.get(name, [])]
     done = run_benchmark(name, ["--quick", *extra], tmp_path)
     assert done.stdout.strip(), f"{name} printed nothing"
+    if name == "c4_free_table":  # --n-max holds with --quick too (n = 4..7 by default)
+        rows = [line.split("|")[1].strip() for line in done.stdout.splitlines()
+                if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+        assert sorted(set(rows)) == ["4", "5"], rows
 
 
 #: the benchmarks with --device and --dtype, and the arguments of a short run of each

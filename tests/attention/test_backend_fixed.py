@@ -17,6 +17,14 @@ from graded.attention import MultiheadAttention
 from graded.attention.backends import get_backend
 from graded.attention.backends.fixed import summary_offsets
 from graded.attention.backends.flex import pattern_block_mask
+from pattern_reference import (
+    assert_same_values_and_gradients,
+    dense_reference,
+    loop_attention,
+    padding,
+    qkv,
+    tiles,
+)
 
 
 def admits(block, summary):
@@ -34,36 +42,10 @@ def admits_split(block, summary):
     return rule
 
 
-def loop_attention(q, k, v, pad, rule, causal, scale=None):
-    """o_i = softmax over the keys j that ``rule(h, i, j)`` admits in head h, unpadded (j ≤ i
-    when causal), of q_i·k_j·scale, one batch row, head and query at a time; zeros where no key
-    is left."""
-    b_, h_, t, d = q.shape
-    scale = d ** -0.5 if scale is None else scale
-
-    def attend(b, h, i):
-        keys = [j for j in range(t) if rule(h, i, j) and not pad[b, j] and (j <= i or not causal)]
-        if not keys:
-            return torch.zeros_like(v[b, h, 0])
-        return torch.softmax(q[b, h, i] @ k[b, h, keys].T * scale, -1) @ v[b, h, keys]
-
-    return torch.stack([torch.stack([torch.stack([attend(b, h, i) for i in range(t)])
-                                     for h in range(h_)]) for b in range(b_)])
 
 
-def qkv(t, seed=0, d=4, dv=3, grad=False, heads=2):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(2, heads, t, d, generator=g, dtype=torch.float64) for _ in range(2))
-    v = torch.randn(2, heads, t, dv, generator=g, dtype=torch.float64)
-    return [x.requires_grad_(grad) for x in (q, k, v)]
 
 
-def padding(t, padded):
-    pad = torch.zeros(2, t, dtype=torch.bool)
-    if padded:
-        pad[1, t - 4:] = True  # trailing padding, summary columns among it
-        pad[0, 1] = True
-    return pad
 
 
 # (T, block l, summary c): T a multiple of l and not, one summary column and several, c = l
@@ -81,11 +63,7 @@ def test_sparse_fixed_equals_the_loop_over_its_keep_set_forward_and_gradients(
     backend = get_backend("sparse_fixed", block=block, summary=summary)
     out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
     ref = loop_attention(q, k, v, pad, admits(block, summary), causal)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    grad = torch.randn_like(out)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad),
-                    torch.autograd.grad(ref, (q, k, v), grad), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert_same_values_and_gradients(out, ref, (q, k, v))
 
 
 # (T, block l, summary c, heads H): heads cycling through l // c = 2 sub-blocks (H = 3), as
@@ -104,11 +82,7 @@ def test_split_summary_heads_equal_the_loop_over_each_heads_keep_set_forward_and
     backend = get_backend("sparse_fixed", block=block, summary=summary, summary_heads="split")
     out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
     ref = loop_attention(q, k, v, pad, admits_split(block, summary), causal)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    grad = torch.randn_like(out)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad),
-                    torch.autograd.grad(ref, (q, k, v), grad), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert_same_values_and_gradients(out, ref, (q, k, v))
 
 
 def test_split_head_zero_is_the_shared_pattern_and_the_other_heads_differ():
@@ -236,13 +210,7 @@ def test_split_flex_kernel_on_cpu_equals_the_masked_softmax_per_head(causal, pad
     with torch.no_grad():
         out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
     rule = admits_split(block, summary)
-    keep = torch.tensor([[[rule(h, i, j) for j in range(t)] for i in range(t)]
-                         for h in range(heads)])
-    if causal:
-        keep = keep & torch.ones(t, t, dtype=torch.bool).tril()
-    keep = keep & ~pad[:, None, None, :]
-    scores = (q @ k.transpose(-2, -1) * 8 ** -0.5).masked_fill(~keep, float("-inf"))
-    ref = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+    ref = dense_reference(q, k, v, pad, rule, causal)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     native = get_backend("sparse_fixed", block=block, summary=summary, summary_heads="split",
                          kernel="native")
@@ -251,14 +219,6 @@ def test_split_flex_kernel_on_cpu_equals_the_masked_softmax_per_head(causal, pad
         rtol=1e-12, atol=1e-12)
 
 
-def tiles(num, idx):
-    """(H, nQ, nK) bool: the tiles a BlockMask lists per head and query tile row."""
-    num, idx = num[0], idx[0]
-    dense = torch.zeros(idx.shape, dtype=torch.bool)
-    for h in range(num.shape[0]):
-        for r in range(num.shape[1]):
-            dense[h, r, idx[h, r, : num[h, r]].long()] = True
-    return dense
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])

@@ -12,6 +12,14 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from graded.attention.backends import get_backend
 from graded.attention.backends.flex import pattern_block_mask
+from pattern_reference import (
+    assert_same_values_and_gradients,
+    dense_reference,
+    loop_attention,
+    padding,
+    qkv,
+    tiles,
+)
 
 
 def local_rule(block, summary):
@@ -28,33 +36,10 @@ def summary_rule(block, summary, split=False):
     return rule
 
 
-def loop_attention(q, k, v, pad, rule, causal):
-    """o_i = softmax over the unpadded keys j that ``rule(h, i, j)`` admits (j ≤ i when
-    causal) of q_i·k_j/√D, one batch row, head and query at a time; zeros with no key."""
-    b_, h_, t, d = q.shape
-
-    def attend(b, h, i):
-        keys = [j for j in range(t) if rule(h, i, j) and not pad[b, j] and (j <= i or not causal)]
-        if not keys:
-            return torch.zeros_like(v[b, h, 0])
-        return torch.softmax(q[b, h, i] @ k[b, h, keys].T * d ** -0.5, -1) @ v[b, h, keys]
-
-    return torch.stack([torch.stack([torch.stack([attend(b, h, i) for i in range(t)])
-                                     for h in range(h_)]) for b in range(b_)])
 
 
-def qkv(t, seed=0, d=4, dv=3, grad=False, heads=2):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(2, heads, t, d, generator=g, dtype=torch.float64) for _ in range(2))
-    v = torch.randn(2, heads, t, dv, generator=g, dtype=torch.float64)
-    return [x.requires_grad_(grad) for x in (q, k, v)]
 
 
-def padding(t):
-    pad = torch.zeros(2, t, dtype=torch.bool)
-    pad[1, t - 4:] = True  # trailing padding, summary columns among it
-    pad[0, 1] = True
-    return pad
 
 
 # (part, summary_heads, rule): "local" ignores summary_heads
@@ -82,11 +67,7 @@ def test_each_part_equals_the_loop_over_its_keep_set_forward_and_gradients(
                           summary_heads=summary_heads, part=part, kernel="native")
     out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
     ref = loop_attention(q, k, v, pad, rule(block, summary), causal)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    grad = torch.randn_like(out)
-    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad),
-                    torch.autograd.grad(ref, (q, k, v), grad), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert_same_values_and_gradients(out, ref, (q, k, v))
 
 
 def test_causal_summary_queries_before_the_first_summary_position_return_zeros():
@@ -151,24 +132,10 @@ def test_flex_kernel_on_cpu_equals_the_dense_masked_softmax(part, summary_heads,
     with torch.no_grad():
         out = backend(q, k, v, key_padding_mask=pad if padded else None, is_causal=causal)
     r = rule(block, summary)
-    keep = torch.tensor([[[r(h, i, j) for j in range(t)] for i in range(t)]
-                         for h in range(heads)])
-    if causal:
-        keep = keep & torch.ones(t, t, dtype=torch.bool).tril()
-    keep = keep & ~pad[:, None, None, :]
-    scores = (q @ k.transpose(-2, -1) * 8 ** -0.5).masked_fill(~keep, float("-inf"))
-    ref = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+    ref = dense_reference(q, k, v, pad, r, causal)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
 
 
-def tiles(num, idx):
-    """(H, nQ, nK) bool: the tiles a BlockMask lists per head and query tile row."""
-    num, idx = num[0], idx[0]
-    dense = torch.zeros(idx.shape, dtype=torch.bool)
-    for h in range(num.shape[0]):
-        for r in range(num.shape[1]):
-            dense[h, r, idx[h, r, : num[h, r]].long()] = True
-    return dense
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])

@@ -81,5 +81,25 @@ def test_queries_without_keys_get_zeros_on_the_cross_attention_backends(name):
     from graded.attention.backends import get_backend
 
     q, k, v = torch.randn(2, 2, 3, 4), torch.randn(2, 2, 0, 4), torch.randn(2, 2, 0, 5)
+    q.requires_grad_()
     out = get_backend(name, **_BACKENDS[name])(q, k, v)
     torch.testing.assert_close(out, torch.zeros(2, 2, 3, 5))
+    (grad,) = torch.autograd.grad(out.sum(), q)  # zeros, not None: the output depends on q
+    torch.testing.assert_close(grad, torch.zeros_like(q))
+
+
+@pytest.mark.parametrize("backend", ["sliding_window", "linear", "lsh"])
+def test_an_empty_batch_gives_every_parameter_a_zero_gradient(backend):
+    """B = 0 through a whole LM: the loss is 0 and every attention parameter's gradient is
+    zeros, not None (an optimizer or DDP's reducer expects one for each parameter)."""
+    from graded import TransformerConfig, TransformerLM
+
+    torch.manual_seed(0)
+    options = {"sliding_window": {"window": 2}, "linear": {}, "lsh": {"n_buckets": 2,
+                                                                     "chunk_size": 2}}[backend]
+    lm = TransformerLM(TransformerConfig(vocab_size=7, d_model=8, n_heads=2, n_layers=1,
+                                         max_len=8, attn_backend=backend,
+                                         attn_backend_options=options))
+    lm(torch.zeros(0, 4, dtype=torch.long)).sum().backward()
+    attention = [(n, p) for n, p in lm.named_parameters() if ".attn." in n]
+    assert attention and all(p.grad is not None and not p.grad.any() for _, p in attention)

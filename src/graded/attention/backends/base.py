@@ -323,10 +323,12 @@ def check_inputs(
 def empty_output(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
     """The output (B, H, Tq, Dv) of a call with nothing to attend, or None: zeros for an empty
     batch, no query, or no key (a query with no admissible key returns zeros). The blocked
-    and kernel computations reshape by the length and cannot run on zero elements."""
+    and kernel computations reshape by the length and cannot run on zero elements. The zeros
+    are (Q Kᵀ) V over the empty dimension, so that q, k and v (and the parameters before them)
+    get zero gradients, not none."""
     if q.shape[0] and q.shape[2] and k.shape[2]:
         return None
-    return q.new_zeros(*q.shape[:3], v.shape[-1]).to(v.dtype)
+    return torch.matmul(torch.matmul(q, k.transpose(-2, -1)).to(v.dtype), v)
 
 
 def check_kernel(name: str, kernel: object, choices: tuple[str, ...]) -> str:

@@ -282,6 +282,9 @@ def test_metrics_json_of_a_run_ended_by_an_error_or_an_abort_says_so(tmp_path):
     summary = json.loads((tmp_path / "failed" / "metrics.json").read_text())
     assert summary["error"] == "RuntimeError: disk on fire" and summary["step"] == 4
     assert not summary["interrupted"]
+    end = json.loads((tmp_path / "failed" / "history.jsonl").read_text().splitlines()[-1])
+    assert end["event"] == "end" and end["status"] == "failed"
+    assert end["error"] == "RuntimeError: disk on fire"
 
     aborted = make_trainer(tmp_path / "aborted")
     step = aborted._train_step
@@ -296,6 +299,8 @@ def test_metrics_json_of_a_run_ended_by_an_error_or_an_abort_says_so(tmp_path):
         aborted.fit()
     summary = json.loads((tmp_path / "aborted" / "metrics.json").read_text())
     assert summary["interrupted"] and summary["step"] == 2 and summary["error"] is None
+    end = json.loads((tmp_path / "aborted" / "history.jsonl").read_text().splitlines()[-1])
+    assert end["event"] == "end" and end["status"] == "aborted"
 
     finished = make_trainer(tmp_path / "finished", steps=4).fit()
     summary = json.loads((tmp_path / "finished" / "metrics.json").read_text())

@@ -498,7 +498,13 @@ class Trainer:
             if self.plain_loss_note is not None and self.ctx.is_main:
                 warnings.warn(self.plain_loss_note, RuntimeWarning, stacklevel=2)
                 self.run.append_history("warning", message=self.plain_loss_note)
-            result = self._loop(plan, pause_after)
+            try:
+                result = self._loop(plan, pause_after)
+            except BaseException as exc:  # the history says how the run ended, as metrics.json
+                self.run.append_history(
+                    "end", status="aborted" if isinstance(exc, KeyboardInterrupt) else "failed",
+                    error=f"{type(exc).__name__}: {exc}")
+                raise
             status = ("interrupted" if result.interrupted else "early_stopped"
                       if result.early_stopped else "finished" if result.step >= self.opts.steps
                       else "paused")

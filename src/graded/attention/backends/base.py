@@ -32,6 +32,7 @@ __all__ = [
     "PatternDecoding",
     "check_inputs",
     "check_kernel",
+    "check_option",
     "check_scale",
     "check_seed",
     "check_self_attention",
@@ -331,14 +332,19 @@ def empty_output(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
     return torch.matmul(torch.matmul(q, k.transpose(-2, -1)).to(v.dtype), v)
 
 
+def check_option(name: str, option: str, value: object, choices: tuple[str, ...]) -> str:
+    """Backend ``name``'s string option ``option``, refused unless it is one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(
+            f"{name} backend: {option} must be one of {', '.join(map(repr, choices))}, got "
+            f"{value!r}"
+        )
+    return value
+
+
 def check_kernel(name: str, kernel: object, choices: tuple[str, ...]) -> str:
     """A backend's ``kernel`` option, refused unless it is one of ``choices``."""
-    if not isinstance(kernel, str) or kernel not in choices:
-        raise ValueError(
-            f"{name} backend: kernel must be one of {', '.join(map(repr, choices))}, got "
-            f"{kernel!r}"
-        )
-    return kernel
+    return check_option(name, "kernel", kernel, choices)
 
 
 def check_self_attention(name: str, q: Tensor, k: Tensor) -> None:

@@ -17,6 +17,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
+    check_option,
     check_scale,
     default_scale,
     softmax_rows,
@@ -67,7 +68,7 @@ def fixed_pattern_attention(
     :func:`summary_offsets` instead.
 
     ``part`` (one of :data:`PARTS`) keeps one of the two sets: ``"local"`` scores the block's
-    keys only (no summary column at all: time O(T·block·D)); ``"summary"`` keeps the summary
+    keys only (no summary column is gathered: time O(T·block·D)); ``"summary"`` keeps the summary
     keys only, those of its own block too (the block's keys masked to its summary offsets), so
     a causal query before the first summary position of block 0 has no key and returns zeros.
 
@@ -79,10 +80,10 @@ def fixed_pattern_attention(
     b, h, t, d = q.shape
     dv = v.shape[-1]
     n = -(-t // block)
-    if part == "local":
-        return _local_attention(q, k, v, block, scale, key_padding_mask, is_causal, dropout_p)
     cols = summary_offsets(block, summary, h if split_heads else None, q.device)  # (H′, c)
-    hs = cols.shape[0]  # H′: H when split, else 1
+    if part == "local":  # no summary column: the block's keys alone
+        cols = cols[:, :0]
+    hs, summary = cols.shape  # H′: H when split, else 1
     qb = pad_to_multiple(q, block).view(b, h, n, block, d)
     kb = pad_to_multiple(k, block).view(b, h, n, block, d)
     vb = pad_to_multiple(v, block).view(b, h, n, block, dv)
@@ -124,33 +125,6 @@ def fixed_pattern_attention(
     w_local, w_summ = weights.split([block, n * summary], dim=-1)
     out = torch.matmul(w_local, vb) + torch.matmul(w_summ, vs)  # (B, H, n, block, Dv)
     return out.reshape(b, h, n * block, dv)[:, :, :t]
-
-
-def _local_attention(q: Tensor, k: Tensor, v: Tensor, block: int, scale: float,
-                     key_padding_mask: Tensor | None, is_causal: bool,
-                     dropout_p: float) -> Tensor:
-    """A¹ alone: softmax over the keys of the query's own block, (B, H, T, Dv); time
-    O(T·block·D), memory O(T·block)."""
-    b, h, t, d = q.shape
-    dv = v.shape[-1]
-    n = -(-t // block)
-    qb = pad_to_multiple(q, block).view(b, h, n, block, d)
-    kb = pad_to_multiple(k, block).view(b, h, n, block, d)
-    vb = pad_to_multiple(v, block).view(b, h, n, block, dv)
-    scores = torch.matmul(qb, kb.transpose(-2, -1)) * scale  # (B, H, n, block, block)
-    offsets = torch.arange(block, device=q.device)
-    pos = torch.arange(n, device=q.device)[:, None] * block + offsets  # (n, block)
-    keep = (pos < t)[:, None, :]  # (n, 1, block) keys
-    if is_causal:
-        keep = keep & (offsets[None, None, :] <= offsets[None, :, None])
-    keep = keep[None, None]
-    if key_padding_mask is not None:
-        pad = F.pad(key_padding_mask, (0, n * block - t), value=True).view(b, n, block)
-        keep = keep & ~pad[:, None, :, None, :]
-    weights = softmax_rows(scores, keep)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, vb).reshape(b, h, n * block, dv)[:, :, :t]
 
 
 class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
@@ -226,21 +200,13 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
                 f"{self.name} backend: summary must be an int in [1, block={block}], got "
                 f"{summary!r}"
             )
-        if not isinstance(summary_heads, str) or summary_heads not in SUMMARY_HEADS:
-            raise ValueError(
-                f"{self.name} backend: summary_heads must be one of "
-                f"{', '.join(map(repr, SUMMARY_HEADS))}, got {summary_heads!r}"
-            )
+        check_option(self.name, "summary_heads", summary_heads, SUMMARY_HEADS)
+        check_option(self.name, "part", part, PARTS)
         if summary_heads == "split" and block % summary:
             raise ValueError(
                 f"{self.name} backend: summary_heads='split' needs summary to divide block (the "
                 f"heads take the block's block // summary sub-blocks), got block={block}, "
                 f"summary={summary}"
-            )
-        if not isinstance(part, str) or part not in PARTS:
-            raise ValueError(
-                f"{self.name} backend: part must be one of {', '.join(map(repr, PARTS))}, got "
-                f"{part!r}"
             )
         self.block = block
         self.summary = summary

@@ -1,14 +1,16 @@
-"""File writes that a crash or Ctrl-C cannot leave half done."""
+"""File writes that a crash or Ctrl-C cannot leave half done, and the reading of line files
+that such a crash may have cut short."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write_text"]
+__all__ = ["atomic_write_text", "read_jsonl"]
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -32,3 +34,19 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def read_jsonl(path: str | os.PathLike[str], what: str) -> list:
+    """The JSON values of the non-blank lines of ``path``; a line that is not JSON (e.g. cut
+    short by a killed writer) is a ValueError naming the file, the line and ``what`` a line
+    should hold."""
+    path = Path(path)
+    values = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number} is not {what} ({exc.msg}): {line[:60]!r}") from None
+    return values

@@ -14,7 +14,6 @@ indices 0..H·D−1).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from graded._io import read_jsonl
 from graded.analysis._common import pyplot, save_figure
 
 __all__ = ["GradeTrajectory", "grade_trajectories", "load_grade_records",
@@ -79,17 +79,7 @@ def load_grade_records(source: str | Path | Records) -> list[dict[str, Any]]:
             raise FileNotFoundError(f"no grade records at {path}")
         if path.suffix == ".csv":
             return _records_from_csv(path)
-        records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:  # e.g. a line cut short by a killed writer
-                raise ValueError(f"{path}:{number} is not a JSON grade snapshot ({exc.msg}): "
-                                 f"{line[:60]!r}; expected {{'step': int, 'grades': "
-                                 "{module: list}}") from None
-        return records
+        return read_jsonl(path, "a JSON grade snapshot {'step': int, 'grades': {module: list}}")
     for r in source:
         if not isinstance(r, Mapping):
             raise ValueError(f"a grade snapshot is {{'step': int, 'grades': {{module: list}}}}, "

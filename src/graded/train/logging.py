@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 import torch
 
+from graded._io import read_jsonl
 from graded.train.checkpoint import atomic_write_text
 
 CSV_FIELDS = ("step", "split", "name", "value")
@@ -192,13 +193,4 @@ def read_grades(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "grades.jsonl"
     if not path.exists():
         return []
-    records = []
-    for number, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not ln.strip():
-            continue
-        try:
-            records.append(json.loads(ln))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{number} is not a JSON grade snapshot ({exc}): "
-                             f"{ln[:60]!r}") from None
-    return records
+    return read_jsonl(path, "a JSON grade snapshot {'step': int, 'grades': {module: list}}")

@@ -111,7 +111,8 @@ def decode(
     processing = logits_processing(vocab_size=vocab_size, device=input_ids.device,
                                    eos_token_id=eos_token_id, **processors)
     # the repetition penalty skips each row's left padding, as Hugging Face's attention mask
-    start = (~key_padding_mask).int().argmax(dim=1)
+    start = (None if processing is None or processing.repetition_penalty is None
+             else (~key_padding_mask).int().argmax(dim=1))
     if max_new_tokens == 0:
         return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)

@@ -72,3 +72,16 @@ def assert_same_values_and_gradients(out, ref, inputs):
     for a, b in zip(torch.autograd.grad(out, inputs, grad),
                     torch.autograd.grad(ref, inputs, grad), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def decode_in_steps(backend, q, k, v, pad, steps):
+    """The backend's incremental decoding over pieces of ``steps`` tokens: the outputs, joined
+    (B, H, T, Dv), and the final decoding state."""
+    state, start, outs = None, 0, []
+    for n in steps:
+        piece = slice(start, start + n)
+        out, state = backend.decode(q[:, :, piece], k[:, :, piece], v[:, :, piece], state,
+                                    key_padding_mask=pad[:, piece])
+        outs.append(out)
+        start += n
+    return torch.cat(outs, dim=2), state

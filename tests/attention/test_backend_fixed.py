@@ -19,6 +19,7 @@ from graded.attention.backends.fixed import summary_offsets
 from graded.attention.backends.flex import pattern_block_mask
 from pattern_reference import (
     assert_same_values_and_gradients,
+    decode_in_steps,
     dense_reference,
     loop_attention,
     padding,
@@ -183,15 +184,9 @@ def test_decoding_step_by_step_equals_the_causal_pass(steps, summary_heads):
     pad[0, 5] = True  # a padded summary position
     backend = get_backend("sparse_fixed", block=3, summary=1, summary_heads=summary_heads)
     want = backend(q, k, v, key_padding_mask=pad, is_causal=True)
-    state, start, outs = None, 0, []
-    for n in steps:
-        part = slice(start, start + n)
-        out, state = backend.decode(q[:, :, part], k[:, :, part], v[:, :, part], state,
-                                    key_padding_mask=pad[:, part])
-        outs.append(out)
-        start += n
+    got, state = decode_in_steps(backend, q, k, v, pad, steps)
     assert state.length == t
-    torch.testing.assert_close(torch.cat(outs, dim=2), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     rule = admits(3, 1) if summary_heads == "shared" else admits_split(3, 1)
     torch.testing.assert_close(want, loop_attention(q, k, v, pad, rule, True))
 

@@ -14,6 +14,7 @@ from graded.attention.backends import get_backend
 from graded.attention.backends.flex import pattern_block_mask
 from pattern_reference import (
     assert_same_values_and_gradients,
+    decode_in_steps,
     dense_reference,
     loop_attention,
     padding,
@@ -179,17 +180,11 @@ def test_decoding_step_by_step_equals_the_causal_pass(part, summary_heads, rule,
                           part=part)
     want = backend(q, k, v, key_padding_mask=pad, is_causal=True)
     torch.testing.assert_close(want, loop_attention(q, k, v, pad, rule(3, 1), True))
-    state, start, outs = None, 0, []
-    for n in steps:
-        piece = slice(start, start + n)
-        out, state = backend.decode(q[:, :, piece], k[:, :, piece], v[:, :, piece], state,
-                                    key_padding_mask=pad[:, piece])
-        outs.append(out)
-        start += n
+    got, state = decode_in_steps(backend, q, k, v, pad, steps)
     assert state.length == t
     if part == "local":  # A¹ keeps the last block of keys only
         assert state.tensors["k"].shape[2] == 3
-    torch.testing.assert_close(torch.cat(outs, dim=2), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("part", ["local", "summary"])

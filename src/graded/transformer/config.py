@@ -258,29 +258,23 @@ class TransformerConfig(ConfigModel):
              "inputs only)")
         from graded.attention.backends import FEATURES, backend_capabilities, backends_supporting
 
-        def able(field: str, feature: str, why: str) -> None:
-            if not getattr(backend_capabilities(getattr(self, field)), feature):
-                raise Invalid(f"a backend that serves {FEATURES[feature]} ({why}): one of "
-                              f"{', '.join(backends_supporting(feature))}", field,
-                              getattr(self, field))
-
         self._check_cycle()
-        cycled = [(f"attn_backend_cycle[{r}].backend", self.layer_backend(r)[0])
-                  for r in range(len(self.attn_backend_cycle))]
+        # the self-attention backends (attn_backend, then each cycle entry's) and cross's
+        self_attention = [("attn_backend", self.attn_backend)] + [
+            (f"attn_backend_cycle[{r}].backend", self.layer_backend(r)[0])
+            for r in range(len(self.attn_backend_cycle))]
+        cross = [("cross_attn_backend", self.cross_attn_backend)]
 
-        def able_cycled(feature: str, why: str) -> None:
-            for where, name in cycled:
+        def able(backends: list[tuple[str, str]], feature: str, why: str) -> None:
+            for field, name in backends:
                 if not getattr(backend_capabilities(name), feature):
                     raise Invalid(f"a backend that serves {FEATURES[feature]} ({why}): one of "
-                                  f"{', '.join(backends_supporting(feature))}", where, name)
+                                  f"{', '.join(backends_supporting(feature))}", field, name)
 
         if self.positional == "alibi":
-            able("attn_backend", "attn_bias", "positional='alibi'")
-            able_cycled("attn_bias", "positional='alibi'")
+            able(self_attention, "attn_bias", "positional='alibi'")
         if self.attn_score != "scaled_dot":
-            able("attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
-            able_cycled("custom_score", f"attn_score={self.attn_score!r}")
-            able("cross_attn_backend", "custom_score", f"attn_score={self.attn_score!r}")
+            able(self_attention + cross, "custom_score", f"attn_score={self.attn_score!r}")
         for name in ("token_grading", "grade_input_activation", "grade_position_normalize"):
             need(self.grading is not None or not getattr(self, name), name,
                  "unset on an ungraded model (it is a stage of the graded transformer): set "

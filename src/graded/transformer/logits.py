@@ -224,12 +224,11 @@ def logits_processing(
     if forced_eos_token_id is not None and not _is_token(forced_eos_token_id, vocab_size):
         raise ValueError(f"forced_eos_token_id must be a token id in [0, {vocab_size}), got "
                          f"{forced_eos_token_id!r}")
-    processing = LogitsProcessing(bias, repetition_penalty, no_repeat_ngram_size, banned,
-                                  min_new_tokens, eos_token_id, forced_eos_token_id)
-    active = (bias, repetition_penalty, banned, forced_eos_token_id)
-    if all(a is None for a in active) and not (no_repeat_ngram_size or min_new_tokens):
+    if (all(x is None for x in (bias, banned, repetition_penalty, forced_eos_token_id))
+            and not no_repeat_ngram_size and not min_new_tokens):
         return None
-    return processing
+    return LogitsProcessing(bias, repetition_penalty, no_repeat_ngram_size, banned,
+                            min_new_tokens, eos_token_id, forced_eos_token_id)
 
 
 def _biases(sequence_bias: object, vocab_size: int) -> dict[tuple[int, ...], float]:

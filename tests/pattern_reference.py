@@ -5,6 +5,7 @@ block mask lists."""
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 
 def loop_attention(q, k, v, pad, rule, causal, scale=None):
@@ -22,6 +23,21 @@ def loop_attention(q, k, v, pad, rule, causal, scale=None):
 
     return torch.stack([torch.stack([torch.stack([attend(b, h, i) for i in range(t)])
                                      for h in range(h_)]) for b in range(b_)])
+
+
+class LoopBackend(nn.Module):
+    """An attention backend that is :func:`loop_attention` under ``rule(h, i, j)`` (no backend
+    machinery), to put in a model in place of the backend under test."""
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+
+    def forward(self, q, k, v, *, key_padding_mask=None, attn_mask=None, is_causal=False,
+                dropout_p=0.0):
+        pad = (torch.zeros(q.shape[0], k.shape[2], dtype=torch.bool)
+               if key_padding_mask is None else key_padding_mask)
+        return loop_attention(q, k, v, pad, self.rule, is_causal)
 
 
 def dense_reference(q, k, v, pad, rule, causal):

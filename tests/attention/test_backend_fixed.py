@@ -9,7 +9,6 @@ from those definitions (causality and padding on top), in float64."""
 
 import pytest
 import torch
-from torch import nn
 from torch.nn.attention.flex_attention import create_block_mask
 
 from graded import TransformerConfig, TransformerLM
@@ -18,6 +17,7 @@ from graded.attention.backends import get_backend
 from graded.attention.backends.fixed import summary_offsets
 from graded.attention.backends.flex import pattern_block_mask
 from pattern_reference import (
+    LoopBackend,
     assert_same_values_and_gradients,
     decode_in_steps,
     dense_reference,
@@ -243,20 +243,6 @@ def test_split_block_mask_per_head_is_torchs_and_read_as_the_gpu_reads_it_gives_
     assert backend.block_mask(t, causal, "cpu", heads).kv_num_blocks.shape == (1, heads, 1)
 
 
-class PatternReference(nn.Module):
-    """Softmax attention under the keep-set written out per position (no backend machinery)."""
-
-    def __init__(self, block, summary, summary_heads="shared"):
-        super().__init__()
-        self.rule = (admits if summary_heads == "shared" else admits_split)(block, summary)
-
-    def forward(self, q, k, v, *, key_padding_mask=None, attn_mask=None, is_causal=False,
-                dropout_p=0.0):
-        pad = (torch.zeros(q.shape[0], k.shape[2], dtype=torch.bool)
-               if key_padding_mask is None else key_padding_mask)
-        return loop_attention(q, k, v, pad, self.rule, is_causal)
-
-
 @pytest.mark.parametrize("summary_heads", ["shared", "split"])
 def test_config_option_builds_a_graded_lm_that_equals_the_written_out_pattern(summary_heads):
     """TransformerConfig(attn_backend="sparse_fixed", attn_backend_options=...) reaches every
@@ -279,8 +265,9 @@ def test_config_option_builds_a_graded_lm_that_equals_the_written_out_pattern(su
         steps = [lm(ids[:, :4], cache=cache)] + [lm(ids[:, s:s + 1], cache=cache)
                                                  for s in range(4, 10)]
         torch.testing.assert_close(torch.cat(steps, dim=1), got, rtol=1e-10, atol=1e-10)
+        rule = (admits if summary_heads == "shared" else admits_split)(3, 1)
         for m in attns:
-            m.backend = PatternReference(**options)
+            m.backend = LoopBackend(rule)
         want = lm(ids)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 

@@ -37,6 +37,7 @@ OPTIONS = {
     "sparse_fixed-local": {"block": 4, "summary": 1, "part": "local"},  # A¹ alone
     "sparse_fixed-summary": {"block": 4, "summary": 2, "summary_heads": "split",
                              "part": "summary"},  # A² alone, per head: rows with no key
+    "sparse_fixed-heads": {"block": 4, "summary": 1, "part": "heads"},  # A¹ even, A² odd heads
 }
 DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32],
                                  ids=["float64", "float32"])

@@ -1,6 +1,6 @@
 """``TransformerConfig.attn_backend_cycle``: one attention type per residual block,
 interleaved over the layers, attention(X) = W_p · attend(X, A^(r mod p)) (Child et al. 2019,
-§4.3, approach 1). A cycled model is compared with the same weights on backends given to each
+§5.1, Eq. 6). A cycled model is compared with the same weights on backends given to each
 layer by hand, and each layer's captured pattern with the written-out A^(r mod p)."""
 
 from __future__ import annotations

@@ -82,8 +82,8 @@ class TransformerConfig(ConfigModel):
     entry r mod len(cycle), a dict with optional keys ``"backend"`` (default ``attn_backend``)
     and ``"options"`` (merged over ``attn_backend_options`` when the backend is
     ``attn_backend``, alone otherwise): the Sparse Transformer's interleaved factorized
-    attention, attention(X) = W_p · attend(X, A^(r mod p)) (Child et al. 2019, §4.3, approach
-    1), e.g. ``[{"options": {"part": "local"}}, {"options": {"part": "summary"}}]`` on
+    attention, attention(X) = W_p · attend(X, A^(r mod p)) (Child et al. 2019, §5.1, Eq. 6),
+    e.g. ``[{"options": {"part": "local"}}, {"options": {"part": "summary"}}]`` on
     ``sparse_fixed`` (:meth:`layer_backend`). Each entry is built once here to check its
     options, and meets the checks ``attn_backend`` meets.
 

@@ -1,6 +1,7 @@
 """The fixed pattern of the Sparse Transformer: attention inside a block of ``l`` positions plus
 the last ``c`` positions ("summary" positions) of every block, or, per head, one of the block's
-sub-blocks of ``c`` positions.
+sub-blocks of ``c`` positions; the two sets merged in every head, one alone, or each in its own
+heads.
 
 Exact softmax attention restricted to the pattern's keep-set (seed_002 B.4; Child et al. 2019,
 §4.3), computed without forming the T×T matrix: block-local scores beside the scores against
@@ -29,10 +30,11 @@ __all__ = ["PARTS", "SUMMARY_HEADS", "SparseFixedBackend", "fixed_pattern_attent
            "summary_offsets"]
 
 SUMMARY_HEADS = ("shared", "split")
-#: Which of the two factorized sets a head attends to (Child et al. 2019, §4.3): the union
-#: A¹ ∪ A² ("both", the merged head), the block A¹ alone ("local") or the summary positions A²
-#: alone ("summary"), the last two for interleaving them over layers (approach 1).
-PARTS = ("both", "local", "summary")
+#: Which of the two factorized sets a head attends to (Child et al. 2019, §4.3 and §5.1): the
+#: union A¹ ∪ A² ("both", the merged head, Eq. 7), the block A¹ alone ("local") or the summary
+#: positions A² alone ("summary"), the last two for interleaving them over layers (Eq. 6), or A¹
+#: in the even heads and A² in the odd heads of one layer ("heads", Eq. 8).
+PARTS = ("both", "local", "summary", "heads")
 
 
 def summary_offsets(block: int, summary: int, heads: int | None = None,
@@ -71,6 +73,9 @@ def fixed_pattern_attention(
     keys only (no summary column is gathered: time O(T·block·D)); ``"summary"`` keeps the summary
     keys only, those of its own block too (the block's keys masked to its summary offsets), so
     a causal query before the first summary position of block 0 has no key and returns zeros.
+    ``"heads"`` computes ``"local"`` in the even heads and ``"summary"`` in the odd ones, each
+    on its own heads (with ``split_heads`` the odd heads take the sub-blocks in their own order:
+    odd head h is summary head ⌊h/2⌋).
 
     With n = ⌈T/block⌉ blocks each query scores ``block`` local keys and the n·summary summary
     keys of the other blocks (its own block's are among the local ones, so none counts twice),
@@ -78,6 +83,16 @@ def fixed_pattern_attention(
     O(T·(block + T·summary/block)) for the scores and weights.
     """
     b, h, t, d = q.shape
+    if part == "heads":  # A¹ in heads 0, 2, …; A² in heads 1, 3, …
+        masks = {"key_padding_mask": key_padding_mask, "is_causal": is_causal,
+                 "dropout_p": dropout_p}
+        local = fixed_pattern_attention(q[:, 0::2], k[:, 0::2], v[:, 0::2], block, summary,
+                                        scale, part="local", **masks)
+        summ = fixed_pattern_attention(q[:, 1::2], k[:, 1::2], v[:, 1::2], block, summary,
+                                       scale, split_heads=split_heads, part="summary", **masks)
+        head = torch.arange(h, device=q.device)
+        order = torch.where(head % 2 == 0, head // 2, local.shape[1] + head // 2)
+        return torch.cat([local, summ], dim=1).index_select(1, order)  # (B, H, T, Dv)
     dv = v.shape[-1]
     n = -(-t // block)
     cols = summary_offsets(block, summary, h if split_heads else None, q.device)  # (H′, c)
@@ -140,13 +155,25 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     every later block.
 
     By default (``part="both"``) this backend computes the union A¹ ∪ A² in every head, the
-    paper's "merged head" (§5.1). ``part="local"`` computes A¹ alone and ``part="summary"`` A²
-    alone (its own block's summary positions included, j <= i on top when causal), for the
-    paper's first arrangement, "one attention type per residual block, interleaving them
-    sequentially", attention(X) = W_p · attend(X, A^(r mod p)) (§4.3, approach 1): a
+    paper's "merged head" (§5.1, Eq. 7). ``part="local"`` computes A¹ alone and
+    ``part="summary"`` A² alone (its own block's summary positions included, j <= i on top when
+    causal), for the paper's first arrangement, "one attention type per residual block",
+    interleaved, attention(X) = W_p · attend(X, A^(r mod p)) (§5.1, Eq. 6): a
     :class:`~graded.transformer.TransformerConfig` gives alternate layers the two parts through
     ``attn_backend_cycle``. With ``"summary"`` and causal masking a query before the first
     summary position of block 0 has no key and returns zeros (every backend's convention).
+
+    ``part="heads"`` is the paper's third arrangement, multi-head attention whose n_h attention
+    products are computed in parallel and concatenated, attention(X) = W_p (attend(X, A)^(i))
+    for i = 1 … n_h, where "the A can be the separate attention patterns" (§5.1, Eq. 8): within
+    one layer the even heads (0, 2, …) attend A¹ and the odd heads (1, 3, …) A², each exactly
+    as ``"local"`` and ``"summary"`` do. The paper does not say which head takes which pattern;
+    the alternation is ours: it is Eq. 6's A^(r mod p) taken over heads instead of layers,
+    and it makes a head's keep-set a function of its index alone, whatever the number of heads
+    (the FlexAttention ``mask_mod``, decoding and :meth:`pattern_keep` read only the head
+    index). With an odd number of heads there is one more local head than summary heads; a
+    call with fewer than two heads is refused (it would have no summary head).
+
     ``summary_heads`` says which summary positions the heads attend to (it does not act with
     ``"local"``):
 
@@ -158,9 +185,12 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
       A²_{i,h} = {j : j mod l ∈ {l − c·(h′+1), …, l − c·h′ − 1}}, so head 0 keeps the shared
       summary positions and, with more than l // c heads, heads cycle through the sub-blocks
       (heads h and h + l // c share one). The paper does not say how heads map to sub-blocks;
-      this order is ours. A¹ is the same in every head.
+      this order is ours. A¹ is the same in every head. With ``part="heads"`` the rule counts
+      the summary heads among themselves: odd head h is summary head m = ⌊h/2⌋ and takes
+      sub-block m mod (l // c), so head 1 keeps the shared summary positions, head 3 the c
+      before them, and so on (h mod (l // c) on the odd heads would leave every other
+      sub-block unused when l // c is even).
 
-    The paper's third arrangement (A¹ and A² in separate heads of one layer) is not built in.
     Causal: the past of the block and the summary positions of earlier blocks
     (the paper's form); non-causal: the whole block and the summary positions of every block.
 
@@ -168,21 +198,24 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     scores against the ⌈T/l⌉·c gathered summary keys (per head when split) go through one
     softmax, without the T×T matrix (``"local"``: the block-local scores alone, time
     O(B·H·T·l·D); ``"summary"``: the same two, the block-local keys masked to the block's
-    summary offsets). Time O(B·H·T·(l + T·c/l)·D), memory O(B·H·T·(l + T·c/l)); with l ≈ √T
-    and a constant c that is O(T√T), the paper's cost, split or not. FlexAttention (CUDA)
-    skips only the 128×128 tiles without a kept pair (per head when split): with
+    summary offsets; ``"heads"``: ``"local"`` on the ⌈H/2⌉ even heads and ``"summary"`` on the
+    ⌊H/2⌋ odd heads, time O(B·T·(⌈H/2⌉·l + ⌊H/2⌋·(l + T·c/l))·D)). Time
+    O(B·H·T·(l + T·c/l)·D), memory O(B·H·T·(l + T·c/l)); with l ≈ √T and a constant c that is
+    O(T√T), the paper's cost, split or not, whatever the part. FlexAttention (CUDA) skips only
+    the 128×128 tiles without a kept pair (per head when split or with ``"heads"``): with
     ``block <= 128`` every key tile holds summary positions, so it visits every tile (below
-    the diagonal when causal; with ``"local"`` only the tiles that meet a block).
+    the diagonal when causal; with ``"local"``, and in the local heads of ``"heads"``, only
+    the tiles that meet a block).
 
     Incremental decoding keeps every key (a later query can see the summary positions of
     every earlier block; with ``"local"`` only the last ``block`` keys) and attends each new
-    query over its row of the pattern (its head's row when split).
+    query over its row of the pattern (its head's row when split or with ``"heads"``).
 
     Options: ``block`` (l, default 128), ``summary`` (c, 1 ≤ c ≤ l, default 8: the paper's
     example of l = 128, c = 8), ``summary_heads`` (``"shared"``, default, or ``"split"``),
-    ``part`` (``"both"``, default, ``"local"`` or ``"summary"``), ``scale``, ``kernel``
-    (``"auto"``: FlexAttention on CUDA, the computation above elsewhere; ``"flex"``;
-    ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
+    ``part`` (``"both"``, default, ``"local"``, ``"summary"`` or ``"heads"``), ``scale``,
+    ``kernel`` (``"auto"``: FlexAttention on CUDA, the computation above elsewhere;
+    ``"flex"``; ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
     """
 
     name = "sparse_fixed"
@@ -212,7 +245,8 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self.summary = summary
         self.summary_heads = summary_heads
         self.part = part
-        self.per_head_keep = summary_heads == "split" and part != "local"
+        self.split_heads = summary_heads == "split" and part != "local"
+        self.per_head_keep = self.split_heads or part == "heads"
         # A¹ alone: a later query sees only keys of its own block, the last ``block`` positions
         self.horizon = block if part == "local" else None
         self.scale = check_scale(self.name, scale)
@@ -220,29 +254,49 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     def keep(self, q_pos: Tensor, k_pos: Tensor, head: Tensor | None = None) -> Tensor:
         """Bool keep-set of broadcastable query and key positions, before causality; ``head``
-        (broadcastable head indices) picks each head's summary sub-block when split, where it
-        is needed, and is ignored when shared or with ``part="local"``."""
+        (broadcastable head indices) picks each head's pattern where the heads differ (split
+        summary sub-blocks, ``part="heads"``), and is ignored otherwise."""
         same_block = q_pos // self.block == k_pos // self.block
         if self.part == "local":
             return same_block
         if self.per_head_keep and head is None:
+            why = "part='heads'" if self.part == "heads" else "summary_heads='split'"
             raise ValueError(
-                f"{self.name} backend: with summary_heads='split' each head has its own "
-                "keep-set; pass the head index (pattern_keep(..., heads=H))"
+                f"{self.name} backend: with {why} each head has its own keep-set; pass the "
+                "head index (pattern_keep(..., heads=H))"
             )
-        sub = head.remainder(self.block // self.summary) if self.per_head_keep else 0  # h′
+        # the summary heads counted among themselves: every head, or with "heads" the odd ones
+        summary_head = head // 2 if self.part == "heads" else head
+        sub = summary_head.remainder(self.block // self.summary) if self.split_heads else 0  # h′
         first = self.block - self.summary * (sub + 1)
         offset = k_pos.remainder(self.block)
         in_summary = (offset >= first) & (offset < first + self.summary)
         if self.part == "summary":
             return in_summary & (q_pos == q_pos)  # broadcast to the query axis too
+        if self.part == "heads":
+            return torch.where(head.remainder(2) == 1, in_summary, same_block)
         return same_block | in_summary
+
+    def check_heads(self, heads: int) -> None:
+        """Refuse a call whose ``heads`` cannot hold the part (``"heads"``: at least two)."""
+        if self.part == "heads" and heads < 2:
+            raise ValueError(
+                f"{self.name} backend: part='heads' needs at least 2 heads (even heads attend "
+                f"the block, odd heads the summary positions), got {heads}"
+            )
 
     def native_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
                        key_padding_mask: Tensor | None, is_causal: bool,
                        dropout_p: float) -> Tensor:
+        self.check_heads(q.shape[1])
         return fixed_pattern_attention(
             q, k, v, self.block, self.summary, default_scale(self.scale, q.shape[-1]),
-            split_heads=self.per_head_keep, part=self.part, key_padding_mask=key_padding_mask,
+            split_heads=self.split_heads, part=self.part, key_padding_mask=key_padding_mask,
             is_causal=is_causal, dropout_p=dropout_p,
         )
+
+    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, *,
+                     key_padding_mask: Tensor | None, is_causal: bool) -> Tensor:
+        self.check_heads(q.shape[1])
+        return super().flex_forward(q, k, v, key_padding_mask=key_padding_mask,
+                                    is_causal=is_causal)

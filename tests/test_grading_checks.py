@@ -33,7 +33,7 @@ def test_no_gradings_have_no_stacked_scales():
 def test_constructor_checks_name_the_value():
     with pytest.raises(ValueError, match=r"num_heads must be a positive int or None, got 0"):
         LinearGrading(3, num_heads=0)
-    with pytest.raises(ValueError, match=r"floor must be a positive number, got 0"):
+    with pytest.raises(ValueError, match=r"floor must be a positive finite number, got 0"):
         LinearGrading(3, floor=0)
     with pytest.raises(ValueError, match=r"max_log_scale must be a positive finite number, got "
                                          r"inf"):
@@ -64,3 +64,47 @@ def test_exponential_scales_at_multipliers_are_base_to_the_scaled_grades():
     expected = torch.tensor([[[2.0 ** (si * qi) for qi in q] for si in row] for row in s.tolist()],
                             dtype=torch.float64)
     torch.testing.assert_close(g.scales_at(s), expected)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_scalar_grade_that_is_not_finite_is_refused_naming_it(value):
+    # a list or tensor of grades was checked for finiteness, one number for every feature was
+    # not: LinearGrading(3, nan) had NaN scales
+    for make in (lambda: LinearGrading(3, value), lambda: LinearGrading.constant(3, value),
+                 lambda: ExponentialGrading(3, value, num_heads=2),
+                 lambda: ExponentialGrading.constant(3, value, learnable=True)):
+        with pytest.raises(ValueError, match=rf"grades .* must be a finite number, got "
+                                             rf"{value}"):
+            make()
+
+
+def test_learnable_floor_and_head_count_must_be_what_they_say():
+    # floor=inf made every learnable shift scale inf; True was taken as one head and as floor 1
+    for floor in (float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match=rf"floor must be a positive finite number, got "
+                                             rf"{floor}"):
+            LinearGrading(3, f="shift", learnable=True, floor=floor)
+    with pytest.raises(ValueError, match=r"num_heads must be a positive int or None, got True"):
+        LinearGrading(3, [[0.0, 1.0, 2.0]], num_heads=True)
+
+
+def test_warm_start_names_a_bad_step_or_offset():
+    # c = inf gave grades (nan, inf, ...) and an error about a NaN at index 0
+    with pytest.raises(ValueError, match=r"c \(the grade step of the warm start\) must be a "
+                                         r"finite number, got inf"):
+        LinearGrading.warm_start(4, float("inf"))
+    with pytest.raises(TypeError, match=r"offset must be an int, got 0.5"):
+        LinearGrading.warm_start(4, 1.0, offset=0.5)
+    g = ExponentialGrading.warm_start(4, 0.5, offset=1, num_heads=2, dtype=torch.float64)
+    torch.testing.assert_close(g.grades, torch.tensor([[0.5, 1.0, 1.5, 2.0]] * 2,
+                                                      dtype=torch.float64))
+
+
+def test_a_softplus_scale_that_underflows_is_named_as_such_not_as_q_above_minus_one():
+    # softplus(q) > 0 for every real q; it is 0 only where log(1 + e^q) underflows (q = -200
+    # in float32), and q = -50 is accepted: the message said "needs q > -1"
+    assert torch.nn.functional.softplus(torch.tensor(-200.0)) == 0.0
+    assert LinearGrading(2, [-50.0, 0.0], f="softplus").scales()[0] > 0
+    with pytest.raises(ValueError, match=r"f='softplus' needs q for which softplus\(q\) does not "
+                                         r"underflow to 0 in torch.float32 .*; got grades -200.0"):
+        LinearGrading(2, [-200.0, 0.0], f="softplus", dtype=torch.float32)

@@ -154,3 +154,25 @@ def test_sinusoidal_table_survives_a_round_trip_through_bfloat16():
                        sinusoidal_table(50, 8, dtype=torch.float64).float())
     assert torch.equal(enc(positions, torch.bfloat16),
                        sinusoidal_table(50, 8, dtype=torch.float64).to(torch.bfloat16))
+
+
+def test_bad_sizes_and_bases_are_named_instead_of_failing_inside_torch_or_giving_nan():
+    # alibi_slopes(0) raised "math domain error", RotaryEmbedding(-2) "upper bound and lower
+    # bound inconsistent with step sign"; a base of -1 gave NaN columns, and base 10 the
+    # frequencies 10^{-2m/d} (checked against the formula)
+    with pytest.raises(ValueError, match=r"num_heads must be >= 1, got 0"):
+        alibi_slopes(0)
+    with pytest.raises(TypeError, match=r"num_heads must be an int, got True"):
+        ALiBi(True)
+    for head_dim in (0, -2):
+        with pytest.raises(ValueError, match=rf"head_dim must be >= 1, got {head_dim}"):
+            RotaryEmbedding(head_dim)
+    for base in (-1.0, 0.0, math.nan):
+        with pytest.raises(ValueError, match=r"base \(of the position frequencies\) must be"):
+            sinusoidal_table(3, 4, base=base)
+        with pytest.raises(ValueError, match=r"base \(of the position frequencies\) must be"):
+            RotaryEmbedding(4, base=base)
+    table = sinusoidal_table(3, 4, base=10.0, dtype=torch.float64)
+    expected = [[f(t * 10.0 ** (-2 * m / 4)) for m in range(2) for f in (math.sin, math.cos)]
+                for t in range(3)]
+    torch.testing.assert_close(table, torch.tensor(expected, dtype=torch.float64))

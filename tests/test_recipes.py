@@ -1,5 +1,6 @@
 """Training recipes (000 Alg 5.1, 7.1): annealing, the grade learning-rate bound, regularisers."""
 
+import decimal
 import math
 
 import pytest
@@ -429,3 +430,42 @@ def test_grade_groups_are_found_again_when_the_optimizer_gains_a_group():
     q_max = max(float(g.grades.detach().max()) + 1.0 for g in gradings(model).values())
     assert opt.param_groups[1]["lr"] == pytest.approx(0.9 * (1.0 / q_max))
     assert opt.param_groups[0]["lr"] == 1e-3
+
+
+def _egt_bound_exact(q_max: float, lam: float) -> float:
+    """1/(λ^{q_max} ln λ) in 60-digit decimal arithmetic: no float overflow on the way."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        lam_d = decimal.Decimal(lam)
+        return float(1 / ((decimal.Decimal(q_max) * lam_d.ln()).exp() * lam_d.ln()))
+
+
+@pytest.mark.parametrize(("q_max", "lam"), [(71400.0, 1.01), (2.0, 3.0), (1025.0, 2.0)])
+def test_egt_lr_bound_where_lambda_to_the_q_max_overflows_a_float(q_max, lam):
+    # 1.01^71400 ≈ e^710.4 is beyond the largest float (the bound, ≈ 4.6e-307, is not):
+    # λ ** q_max raised OverflowError
+    assert grade_lr_bound("exponential", q_max, lam) == pytest.approx(
+        _egt_bound_exact(q_max, lam), rel=1e-12)
+    assert grade_lr_bound("exponential", 1e6, 10.0) == 0.0  # 10^-1e6: below every float
+
+
+def test_egt_recipe_caps_the_grade_lr_when_grades_are_huge():
+    # grades that grew large (the scales are clamped, with a warning): on_step raised
+    # OverflowError; the cap is lr_margin·1/(λ^{q_max} ln λ)
+    model = lm("exponential", grading_base=1.01)
+    recipe = get_recipe("egt-alg7.1", anneal=False)
+    opt = torch.optim.AdamW(recipe.param_groups(model, lr=1e-3, weight_decay=0.0, grade_lr=0.5))
+    with torch.no_grad():
+        model.feature_grading.grades.fill_(71400.0)
+    lam = float(model.feature_grading.base)  # 1.01 in float32
+    info = recipe.on_step(model, opt, 0, 10)
+    group = next(g for g in opt.param_groups if g["name"] == "grades")
+    assert info["q_max"] == 71400.0
+    assert group["lr"] == pytest.approx(0.9 * _egt_bound_exact(71400.0, lam), rel=1e-9)
+
+
+@pytest.mark.parametrize("lam_max", [math.nan, math.inf, 1.0, True])
+def test_anneal_lambda_refuses_a_lambda_max_that_is_not_a_finite_number_above_one(lam_max):
+    # NaN and inf went through (λ_t = nan); the error names the value and the range
+    with pytest.raises(ValueError, match=r"lambda_max must be .*, got (nan|inf|1\.0|True)"):
+        anneal_lambda(5, 10, lam_max)

@@ -24,6 +24,8 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   (which annealing calls every step) and in ``scales()`` each time it computes them (fixed
   grades: once per change of grades, base or compute dtype).
   On an accelerator ``scales()`` clamps without synchronising, so it never returns inf or NaN.
+  ``scales_at`` (the per-token grades s·q, :class:`graded.transformer.graded.TokenGrading`)
+  clamps the same way without the check: a clamp there does not warn.
 - *Fixed grades are computed once.* ``scales()`` of a grading with fixed grades is kept and
   returned again until the grades, the base or the autocast dtype change (seen through the
   tensors' version counters: ``set_grades``, ``set_base``, ``load_state_dict``, any in-place
@@ -48,6 +50,8 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+
+from graded.checks import check_float, check_int
 
 # activation_grading is re-exported: user code has it from here (docs/models.md before folding.py)
 from graded.folding import _autocast_on, activation_grading
@@ -244,7 +248,8 @@ class GradingMap(nn.Module):
             hint = ("; the grades go second: (dim, grades)"
                     if isinstance(dim, (list, tuple, Tensor)) else "")
             raise ValueError(f"dim must be a positive int, got {dim!r}{hint}")
-        if num_heads is not None and (not isinstance(num_heads, int) or num_heads < 1):
+        if num_heads is not None and (not isinstance(num_heads, int)
+                                      or isinstance(num_heads, bool) or num_heads < 1):
             raise ValueError(f"num_heads must be a positive int or None, got {num_heads!r}")
         if dtype is None and isinstance(grades, Tensor) and grades.is_floating_point():
             dtype = grades.dtype
@@ -252,7 +257,8 @@ class GradingMap(nn.Module):
             grades = float(neutral)
         if isinstance(grades, (int, float)) and not isinstance(grades, bool):
             shape = (dim,) if num_heads is None else (num_heads, dim)
-            t = torch.full(shape, float(grades), dtype=dtype or torch.get_default_dtype(),
+            grades = check_float("grades (one value for every feature)", grades)
+            t = torch.full(shape, grades, dtype=dtype or torch.get_default_dtype(),
                            device=device)
         else:
             t = as_grade_tensor(grades, dim=dim, dtype=dtype, device=device).detach().clone()
@@ -457,8 +463,10 @@ class GradingMap(nn.Module):
         """Domain-informed warm start q_k = c·(k + offset), k = 0, ..., dim − 1 (000 Alg 5.1,
         §7.2 (ii)). ``offset=0`` gives the degree grading (0, c, 2c, ...) of 000 Ex. 5.11;
         ``offset=1`` the 1-based q_k = c·k of Alg 5.1. Per-head grades repeat the tuple."""
+        c = check_float("c (the grade step of the warm start)", c)
+        offset = check_int("offset", offset)
         dtype = kwargs.pop("dtype", None) or torch.get_default_dtype()
-        q = float(c) * (torch.arange(dim, dtype=dtype) + offset)
+        q = c * (torch.arange(dim, dtype=dtype) + offset)
         if num_heads is not None:
             q = q.expand(num_heads, dim).clone()
         return cls(dim, q, num_heads=num_heads, dtype=dtype, **kwargs)
@@ -495,8 +503,9 @@ class LinearGrading(GradingMap):
     ) -> None:
         if f not in LINEAR_FUNCTIONS:
             raise ValueError(f"f must be one of {LINEAR_FUNCTIONS}, got {f!r}")
-        if not (isinstance(floor, (int, float)) and floor > 0):
-            raise ValueError(f"floor must be a positive number, got {floor!r}")
+        if (isinstance(floor, bool) or not isinstance(floor, (int, float))
+                or not (math.isfinite(floor) and floor > 0)):
+            raise ValueError(f"floor must be a positive finite number, got {floor!r}")
         self.f = f
         self.floor = float(floor)
         neutral = {"shift": 0.0, "abs_shift": 0.0, "identity": 1.0,
@@ -519,7 +528,8 @@ class LinearGrading(GradingMap):
         s = self._raw_scales(grades)
         bad = s <= 0
         if bool(bad.any()):
-            need = "q > 0" if self.f == "identity" else "q > -1"
+            need = {"identity": "q > 0", "shift": "q > -1"}.get(
+                self.f, f"q for which softplus(q) does not underflow to 0 in {grades.dtype}")
             raise ValueError(
                 f"f={self.f!r} needs {need} so that every scale f(q) is positive; got grades "
                 f"{_describe_bad(grades, bad)}"
@@ -689,7 +699,7 @@ class ExponentialGrading(GradingMap):
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as
-        :meth:`scales` is; None is s = 1."""
+        :meth:`scales` is but without a warning (module docstring); None is s = 1."""
         if multiplier is None:
             return self.scales()
         return self._capped_exp(multiplier.unsqueeze(-1) * self._exponent())

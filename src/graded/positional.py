@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from graded.checks import inputs_checked, value_range
+from graded.checks import check_float, check_int, inputs_checked, value_range
 
 __all__ = [
     "POSITIONAL",
@@ -49,7 +49,8 @@ def position_start(positional: str) -> int:
 
 
 def _inverse_frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:
-    """ω_m = base^{-2m/dim} for m = 0 .. dim/2 - 1."""
+    """ω_m = base^{-2m/dim} for m = 0 .. dim/2 - 1 (a base ≤ 0 would make them NaN or inf)."""
+    check_float("base (of the position frequencies)", base, minimum=0, strict_min=True)
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
 
 
@@ -174,7 +175,7 @@ class RotaryEmbedding(_Float64Tables):
 
     def __init__(self, head_dim: int, *, base: float = 10000.0) -> None:
         super().__init__()
-        if head_dim % 2:
+        if check_int("head_dim", head_dim, minimum=1) % 2:
             raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
         self.head_dim, self.base = head_dim, base
         # float64 angles: exact enough for long positions, cast to the input dtype after
@@ -201,6 +202,7 @@ class RotaryEmbedding(_Float64Tables):
 def alibi_slopes(num_heads: int) -> Tensor:
     """Head slopes of Press et al. (2022): a geometric sequence 2^{-8/n}, ..., for n heads a
     power of two, and the paper's interleaving rule otherwise."""
+    check_int("num_heads", num_heads, minimum=1)
 
     def power_of_two(n: int) -> list[float]:
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))

@@ -40,3 +40,27 @@ def test_make_scheduler_inverse_sqrt_follows_vaswani():
         assert math.isclose(opt.param_groups[0]["lr"], expected, rel_tol=1e-12)
         opt.step()
         sched.step()
+
+
+@pytest.mark.parametrize(("total", "error"), [(math.nan, TypeError), (10.5, TypeError),
+                                              (True, TypeError)])
+def test_cosine_total_steps_must_be_an_int(total, error):
+    # total_steps = nan passed the check (nan <= warmup is false) and gave learning rates
+    # (0.5, 1.0, nan, nan, ...); True was one step
+    with pytest.raises(error, match=rf"total_steps must be an int, got {total}"):
+        warmup_cosine(2, total)
+
+
+def test_a_bool_warmup_is_refused():
+    with pytest.raises(ValueError, match=r"warmup_steps must be a non-negative int, got True"):
+        constant(True)
+
+
+def test_cosine_values_against_the_formula():
+    # warmup (s + 1)/w for s < w, then r + (1 − r)·(1 + cos(π (s − w)/(T − w)))/2
+    w, total, r = 2, 10, 0.1
+    fn = warmup_cosine(w, total, r)
+    for s in range(14):
+        expected = ((s + 1) / w if s < w else
+                    r + (1 - r) * (1 + math.cos(math.pi * min(s - w, total - w) / (total - w))) / 2)
+        assert math.isclose(fn(s), expected, rel_tol=1e-12)

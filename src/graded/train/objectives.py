@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from graded.checks import checked_inputs
+from graded.checks import check_int, checked_inputs
 from graded.kinds import TaskKind, as_kind
 from graded.train.data import Batch, dataset_size, to_device
 
@@ -74,6 +74,7 @@ def _outputs(model: nn.Module, data: Mapping[str, Tensor], kind: TaskKind, batch
     data sets), as moved to ``device``, and the model's output on it; in eval mode (restored
     after), and inside :func:`checked_inputs` when ``kind`` could check the data once; a
     padding mask that masks nothing is dropped on the host, as in training."""
+    check_int("batch_size", batch_size, minimum=1)
     was_training = model.training
     checked = kind.check_data(model, data)
     model.eval()

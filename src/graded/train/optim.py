@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from graded.checks import check_float
+
 __all__ = ["clip_gradients", "is_grade_parameter", "param_groups"]
 
 
@@ -42,7 +44,11 @@ def param_groups(
 
 
 def clip_gradients(model: nn.Module, max_norm: float | None) -> float:
-    """Clip the global gradient norm to ``max_norm`` (no-op if None); returns the norm."""
+    """Clip the global gradient norm to ``max_norm`` (no-op if None); returns the norm.
+    ``max_norm`` must be a positive finite number: torch's clipping multiplies the gradients
+    by max_norm/‖g‖ when that is below 1, which a negative value turns into an ascent step."""
+    if max_norm is not None:
+        check_float("max_norm (None for no clipping)", max_norm, minimum=0, strict_min=True)
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
         return 0.0

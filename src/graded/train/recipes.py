@@ -111,21 +111,23 @@ def anneal_lambda(step: int, total_steps: int, lambda_max: float) -> float:
     """λ_t = 1 + (λ_max − 1)·t/T, clamped to [1, λ_max] (000 Alg 7.1)."""
     if total_steps <= 0:
         raise ValueError(f"total_steps must be positive, got {total_steps}")
-    if lambda_max <= 1.0:
-        raise ValueError(f"lambda_max must be > 1, got {lambda_max}")
+    check_float("lambda_max", lambda_max, minimum=1, strict_min=True)
     frac = min(max(step / total_steps, 0.0), 1.0)
     return 1.0 + (lambda_max - 1.0) * frac
 
 
 def grade_lr_bound(kind: str, q_max: float, lam: float | None = None) -> float:
     """The grade learning-rate bound: 1/q_max for LGT (000 Alg 5.1), 1/(λ^{q_max} ln λ) for
-    EGT (000 Alg 7.1, Prop 7.5). Infinite where the algorithms' expression has no bound."""
+    EGT (000 Alg 7.1, Prop 7.5). Infinite where the algorithms' expression has no bound. The
+    EGT bound is computed as exp(−q_max·ln λ)/ln λ: where λ^{q_max} is beyond the largest float
+    it is 0 (the grades' rate is 0), not an OverflowError."""
     if kind == "linear":
         return 1.0 / q_max if q_max > 0 else math.inf
     if kind == "exponential":
         if lam is None or lam <= 1.0:
             return math.inf
-        return 1.0 / (lam ** max(q_max, 0.0) * math.log(lam))
+        log_lam = math.log(lam)
+        return math.exp(-max(q_max, 0.0) * log_lam) / log_lam
     raise ValueError(f"kind must be 'linear' or 'exponential', got {kind!r}")
 
 

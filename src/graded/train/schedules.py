@@ -14,11 +14,13 @@ from collections.abc import Callable
 
 import torch
 
+from graded.checks import check_int
+
 __all__ = ["constant", "inverse_sqrt", "make_scheduler", "warmup_cosine"]
 
 
 def _check_warmup(warmup_steps: int) -> None:
-    if not isinstance(warmup_steps, int) or warmup_steps < 0:
+    if not isinstance(warmup_steps, int) or isinstance(warmup_steps, bool) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be a non-negative int, got {warmup_steps!r}")
 
 
@@ -44,6 +46,7 @@ def warmup_cosine(
 ) -> Callable[[int], float]:
     """Linear warmup over ``warmup_steps`` then cosine decay to ``min_ratio`` at total_steps."""
     _check_warmup(warmup_steps)
+    total_steps = check_int("total_steps", total_steps)
     if total_steps <= warmup_steps:
         raise ValueError(
             f"total_steps ({total_steps}) must exceed warmup_steps ({warmup_steps})"

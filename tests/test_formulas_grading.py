@@ -98,3 +98,25 @@ def test_egt_positional_factor_and_its_lipschitz_bound_001_lemma_4_5():
     lgt = GradedPositions("linear", 0.05, 16)
     for ti, gi in enumerate(lgt.factors(t, F64).tolist()):
         assert math.isclose(gi, 1.0 - 0.05 * ti, rel_tol=1e-12, abs_tol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_positional_factors_in_half_precision_are_the_exact_factors_rounded_once(dtype):
+    """In bfloat16 the positions themselves round (1001 → 1000), so factors computed there were
+    off by up to 6% (1 − 0.0009·t at t = 1003 gave 0.0977 for 0.0973): the factors are computed
+    in float32 and rounded once, to the float64 formula rounded to ``dtype``."""
+    t = torch.arange(1000, 1100)
+    lgt = GradedPositions("linear", 0.0009, 1100)
+    exact = 1.0 - 0.0009 * t.to(F64)
+    torch.testing.assert_close(lgt.factors(t, dtype), exact.to(dtype), atol=0, rtol=0.01)
+    assert lgt.factors(t, dtype).dtype == dtype
+    feature = ExponentialGrading(4, base=1.01, dtype=F64)
+    egt = GradedPositions("exponential", 0.5, 1100, base_source=feature)
+    torch.testing.assert_close(egt.factors(t, dtype),
+                               torch.pow(1.01, -0.5 * t.to(F64)).to(dtype), atol=0, rtol=0.01)
+
+
+@pytest.mark.parametrize("alpha", [math.nan, math.inf, -0.1])
+def test_positional_alpha_must_be_a_finite_number_at_least_zero(alpha):
+    with pytest.raises(ValueError, match=r"grade_position_alpha must be"):
+        GradedPositions("exponential", alpha, 16, base_source=ExponentialGrading(4))

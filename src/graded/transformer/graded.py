@@ -58,7 +58,7 @@ from graded.attention.graded import (
     packed_rows_together,
     rows_together,
 )
-from graded.checks import check_finite_nonnegative, inputs_checked
+from graded.checks import check_finite_nonnegative, check_float, inputs_checked
 from graded.folding import FoldedLinears
 from graded.grading import (
     ExponentialGrading,
@@ -184,8 +184,7 @@ class GradedPositions(nn.Module):
     def __init__(self, kind: str, alpha: float, max_len: int,
                  base_source: ExponentialGrading | None = None, *, start: int = 0) -> None:
         super().__init__()
-        if alpha < 0:
-            raise ValueError(f"grade_position_alpha must be >= 0, got {alpha}")
+        alpha = check_float("grade_position_alpha", alpha, minimum=0)
         if start not in (0, 1):
             raise ValueError(f"start must be 0 or 1 (the first position), got {start!r}")
         last = max_len - 1 + start
@@ -201,11 +200,14 @@ class GradedPositions(nn.Module):
         self.base_source = [base_source]  # a list keeps it out of this module's children
 
     def factors(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        t = positions.to(dtype) + self.start if self.start else positions.to(dtype)
+        """The factor of each position, computed in at least float32 and returned in ``dtype``
+        (in bfloat16 a position itself rounds: t = 1001 is 1000, so the factors would be)."""
+        compute = torch.promote_types(dtype, torch.float32)
+        t = positions.to(compute) + self.start if self.start else positions.to(compute)
         if self.kind == "linear":
-            return 1.0 - self.alpha * t
-        base = self.base_source[0].base.to(dtype)
-        return torch.exp(-self.alpha * t * torch.log(base))
+            return (1.0 - self.alpha * t).to(dtype)
+        base = self.base_source[0].base.to(compute)
+        return torch.exp(-self.alpha * t * torch.log(base)).to(dtype)
 
     def forward(self, pe: Tensor, positions: Tensor) -> Tensor:
         return pe * self.factors(positions, pe.dtype).unsqueeze(-1)

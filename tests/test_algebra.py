@@ -89,6 +89,20 @@ def test_action_refuses_a_lambda_shape_that_would_enlarge_the_batch():
     torch.testing.assert_close(space.act(torch.tensor([2.0], dtype=F64), x), space.act(2.0, x))
 
 
+def test_action_keeps_zero_coordinates_zero_where_lambda_power_overflows():
+    # 100^40 is inf in float32 and inf·0 was NaN: homogeneous vectors of grade 1 became NaN.
+    # The float64 action (100^40 = 1e80 is finite there) is the reference.
+    space = GradedSpace([1, 40])
+    x = torch.tensor([[3.0, 0.0], [1.0, 0.0]])
+    lam = torch.tensor([100.0, -100.0], requires_grad=True)
+    got = space.act(lam, x)
+    torch.testing.assert_close(got, space.act(lam.detach().double(), x.double()).float())
+    got.sum().backward()  # d/dλ of (λ x_0, λ^40·0) is x_0
+    torch.testing.assert_close(lam.grad, x[:, 0])
+    # a non-zero coordinate whose true value is out of range is inf, as before
+    assert space.act(100.0, torch.tensor([0.0, 1.0])).tolist() == [0.0, math.inf]
+
+
 @SETTINGS
 @given(grades=st.lists(st.floats(0.1, 3.0), min_size=1, max_size=4),
        lam=st.floats(0.2, 5.0), mu=st.floats(0.2, 5.0))
@@ -191,6 +205,29 @@ def test_normalize_of_a_tiny_vector_with_zero_coordinates_is_finite():
     y = x.double().requires_grad_(True)
     space.normalize(y).sum().backward()
     assert torch.isfinite(y.grad).all()
+
+
+def test_norms_and_normal_forms_refuse_an_integer_x_instead_of_truncating_the_grades():
+    # the grades took x's dtype: (0.5, 1.5) became (0, 1), so ‖(2, 2)‖_q was 2 instead of
+    # sqrt(0.5·4 + 1.5·4), N was NaN (1/0 exponent) and normalize failed inside torch
+    space = GradedSpace([0.5, 1.5])
+    x = torch.tensor([2, 2])
+    assert math.isclose(float(space.graded_norm(x.double())), math.sqrt(0.5 * 4 + 1.5 * 4))
+    for method in (space.graded_norm, space.homogeneous_norm, space.normalize,
+                   space.normal_form):
+        with pytest.raises(TypeError, match=r"floating-point x, got torch\.int64"):
+            method(x)
+
+
+def test_homogeneous_norm_is_inf_not_nan_when_a_coordinate_power_overflows():
+    # a_0 = 2^{1/0.001} = 2^1000 overflows float32 (m = ∞ gave ∞/∞ = NaN); N ≥ a_0 there, and
+    # in float64 N = 2^1000 exactly (the other term is 1/2^2000 of it)
+    space = GradedSpace([0.001, 1.0])
+    x = torch.tensor([2.0, 1.0], dtype=F64)
+    assert math.isclose(float(space.homogeneous_norm(x)), 2.0**1000, rel_tol=1e-12)
+    assert float(space.homogeneous_norm(x.float())) == math.inf
+    inf = torch.tensor([[math.inf, 1.0], [-math.inf, 0.0]])
+    assert torch.equal(GradedSpace([1, 2]).homogeneous_norm(inf), torch.full((2,), math.inf))
 
 
 def test_homogeneous_norm_gradient_is_finite_with_zero_coordinates():

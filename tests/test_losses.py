@@ -314,3 +314,42 @@ def test_graded_cross_entropy_zero_weight_class_with_zero_probability_counts_zer
     assert math.isclose(float(loss.detach()), -1.0 * math.log(0.3))  # f(0) = 1, class 1
     loss.backward()
     assert torch.isfinite(grading.grades.grad).all()
+
+
+def test_an_integer_input_is_refused_not_weighted_by_truncated_grades():
+    # the weights took the input's dtype: q = (0.5, 1.5, 2.5) became (0, 1, 2) and graded_mse
+    # of the errors (1, 2, 3) summed to 22 instead of 0.5·1 + 1.5·4 + 2.5·9 = 29
+    pred, target = torch.tensor([[1, 2, 3]]), torch.tensor([[0, 0, 0]])
+    q = torch.tensor([0.5, 1.5, 2.5])
+    assert math.isclose(float(graded_mse(pred.double(), target.double(), q, reduction="sum")),
+                        0.5 * 1 + 1.5 * 4 + 2.5 * 9)
+    for fn in (graded_mse, graded_norm_loss, max_graded_loss, homogeneous_loss):
+        with pytest.raises(TypeError, match=r"floating-point tensor, got torch\.int64"):
+            fn(pred, target, q)
+    with pytest.raises(TypeError, match=r"target must be a tensor .* got list"):
+        graded_cross_entropy(torch.randn(2, 3), [0, 1], torch.ones(3))
+
+
+def test_max_graded_loss_of_vectors_without_coordinates_is_zero():
+    # max over no terms: amax raised IndexError; the other losses sum no terms to 0
+    empty = torch.zeros(4, 0, dtype=F64)
+    q = torch.zeros(0, dtype=F64)
+    torch.testing.assert_close(max_graded_loss(empty, empty, q, reduction="none"),
+                               graded_norm_loss(empty, empty, q, reduction="none"))
+    assert float(max_graded_loss(empty, empty, q, reduction="sum")) == 0.0
+
+
+def test_homogeneous_loss_with_large_errors_is_finite_in_float32():
+    # ten distinct grades and errors of 100: Σ_j ‖e_{d_j}‖^{2(r-j+1)} is 10^40 > float32's max,
+    # so the loss was inf with zero gradients; the loss itself is about 10^4
+    q = torch.arange(1.0, 11.0)
+    pred = torch.full((2, 10), 100.0, requires_grad=True)
+    pred64 = pred.detach().double()
+    naive = sum(float(pred64[0, j]) ** (2 * (10 - j)) for j in range(10)) ** (1 / 10)
+    got = homogeneous_loss(pred, torch.zeros_like(pred), q)
+    assert math.isclose(float(got.detach()), naive, rel_tol=1e-5)
+    got.backward()
+    expected_grad = torch.func.grad(
+        lambda p: (p**2).pow(torch.arange(10, 0, -1, dtype=F64)).sum(-1).pow(0.1).mean()
+    )(pred64)
+    torch.testing.assert_close(pred.grad.double(), expected_grad, rtol=1e-4, atol=1e-30)

@@ -68,6 +68,11 @@ def _check(input: Tensor, target: Tensor | None, reduction: str) -> None:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if not isinstance(input, Tensor) or input.ndim == 0:
         raise ValueError("input must be a tensor with a last (graded) dimension")
+    if not input.is_floating_point():  # the weights take input's dtype: 0.5 -> 0 in an integer one
+        raise TypeError(f"input must be a floating-point tensor, got {input.dtype} "
+                        f"(convert it with input.float())")
+    if target is not None and not isinstance(target, Tensor):
+        raise TypeError(f"target must be a tensor, got {type(target).__name__}")
     if target is not None and target.shape != input.shape:
         raise ValueError(f"input shape {tuple(input.shape)} and target shape "
                          f"{tuple(target.shape)} differ")
@@ -139,6 +144,11 @@ def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     e = y − ŷ, d_1 < ... < d_r are the distinct grades and e_{d_j} the coordinates of grade d_j
     with their Euclidean norm. For V_(2,3): (‖e_2‖⁴ + ‖e_3‖²)^{1/2}. The grades only group the
     coordinates, so no gradient flows into them (for a grading module, its scales group).
+
+    Computed as m·(Σ_j (a_j/m)^r)^{1/r} with a_j = ‖e_{d_j}‖^{2(r−j+1)/r} ≤ max(‖e_{d_j}‖², 1)
+    and m = max_j a_j, as :meth:`graded.algebra.GradedSpace.homogeneous_norm` is: the sum of
+    powers itself overflows (float32: ‖e_{d_1}‖² = 10⁴ with r = 10 is 10⁴⁰) where the loss
+    does not.
     """
     _check(input, target, reduction)
     if isinstance(grades, GradingMap):
@@ -149,14 +159,22 @@ def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     distinct = sorted(set(q.cpu().tolist()))
     r = len(distinct)
     sq = (input - target) ** 2
-    total = torch.zeros(input.shape[:-1], dtype=input.dtype, device=input.device)
-    for j, d in enumerate(distinct, start=1):
-        idx = (q == d).nonzero().flatten().to(input.device)
-        total = total + sq.index_select(-1, idx).sum(-1) ** (r - j + 1)
-    if r > 1:  # the r-th root with a finite gradient at a zero error
-        safe = torch.where(total > 0, total, torch.ones_like(total))
-        total = torch.where(total > 0, safe ** (1.0 / r), torch.zeros_like(total))
-    return _reduce(total, reduction)
+    groups = [sq.index_select(-1, (q == d).nonzero().flatten().to(input.device)).sum(-1)
+              for d in distinct]
+    if r == 1:
+        return _reduce(groups[0], reduction)
+    s = torch.stack(groups, -1)  # ‖e_{d_j}‖², (..., r)
+    k = torch.arange(r, 0, -1, dtype=s.dtype, device=s.device)  # r − j + 1
+    # the powers s^{k/r} with k/r < 1 and the r-th root, with finite gradients at a zero error
+    zero = s == 0
+    a = torch.where(zero, torch.zeros_like(s), torch.where(zero, torch.ones_like(s), s) ** (k / r))
+    m = a.amax(-1, keepdim=True)
+    pos = m > 0
+    m_safe = torch.where(pos, m, torch.ones_like(m))
+    total = ((a / m_safe) ** r).sum(-1, keepdim=True)  # >= 1 wherever m > 0
+    total = torch.where(pos, total, torch.ones_like(total))
+    out = torch.where(pos, m_safe * total ** (1.0 / r), torch.zeros_like(m))
+    return _reduce(out.squeeze(-1), reduction)
 
 
 def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
@@ -175,6 +193,9 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     _check(input, None, reduction)
+    if not isinstance(target, Tensor):
+        raise TypeError(f"target must be a tensor of class indices or probabilities, got "
+                        f"{type(target).__name__}")
     q = _weights(grades, input, what="graded_cross_entropy")
     if from_logits:
         logp = F.log_softmax(input, -1)
@@ -211,10 +232,16 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
 
 def max_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
                     reduction: str = "mean") -> Tensor:
-    """Max-graded loss (max_i q_i^{1/2}|y_i − ŷ_i|)² = max_i q_i (y_i − ŷ_i)² (000 §3.3)."""
+    """Max-graded loss (max_i q_i^{1/2}|y_i − ŷ_i|)² = max_i q_i (y_i − ŷ_i)² (000 §3.3).
+
+    With no coordinates (last dimension 0) the loss is 0, as for the sums of the other losses.
+    """
     _check(input, target, reduction)
     q = _weights(grades, input, what="max_graded_loss")
-    return _reduce((q * (input - target) ** 2).amax(-1), reduction)
+    terms = q * (input - target) ** 2
+    if terms.shape[-1] == 0:  # amax has no identity; every term is >= 0, so the empty max is 0
+        return _reduce(terms.new_zeros(terms.shape[:-1]), reduction)
+    return _reduce(terms.amax(-1), reduction)
 
 
 def linearly_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,

@@ -156,6 +156,21 @@ def test_bad_grades_raise_errors_naming_the_value():
         GradedReLU([1.0, 2.0], max_slope=0)
 
 
+def test_graded_activations_refuse_an_integer_x_instead_of_truncating_the_exponents():
+    # 1/q = 0.5 took x's integer dtype and became 0, so graded_relu((4, 9), q = 2) was (1, 1);
+    # graded_exp truncated q = 1.5 to 1. The float values are the naive ones.
+    x = torch.tensor([4, 9, -8])
+    q = [2.0, 2.0, 3.0]
+    assert graded_relu(x.double(), q, mode="odd").tolist() == naive_relu([4, 9, -8], q, "odd")
+    assert math.isclose(float(graded_exp(x.double(), [1.5, 2.0, 3.0])[0]), math.expm1(4 / 1.5))
+    for call in (lambda: graded_relu(x, q), lambda: graded_exp(x, [1.5, 2.0, 3.0]),
+                 lambda: GradedReLU(q)(x), lambda: GradedExp(q)(x)):
+        with pytest.raises(TypeError, match=r"floating-point x, got torch\.int64"):
+            call()
+    with pytest.raises(TypeError, match=r"floating-point x, got torch\.int64"):
+        signed_power(x, 0.5)
+
+
 def test_learnable_activation_grades_below_the_floor_stay_finite():
     act = GradedReLU([1.0, 2.0], learnable=True)
     with torch.no_grad():

@@ -184,6 +184,25 @@ def test_gradcheck_multiplicative_layer_wrt_input_weight_and_grades():
     assert torch.autograd.gradcheck(lambda a, w, q: layer(a), (x, layer.weight, layer.grades))
 
 
+def test_multiplicative_learnable_grades_below_the_floor_are_evaluated_at_the_floor():
+    # a learnable grade trained to -1 gave (w x)^{-1}: 2·(1e-3)^{-1} = 2000 next to a zero
+    # factor but 0 at it; as in GradedLinear it is evaluated at min_grade (straight-through)
+    layer = MultiplicativeGradedLinear(2, 1, [1.0, 2.0], bias=False, learnable_grades=True,
+                                       min_grade=1e-3, dtype=F64)
+    with torch.no_grad():
+        layer.weight.fill_(1.0)
+        layer.grades[1] = -1.0
+    for x1 in (0.5, 1e-3):
+        out = layer(torch.tensor([2.0, x1], dtype=F64))
+        assert math.isclose(float(out.detach()), 2.0 * x1**1e-3, rel_tol=1e-12)
+    layer(torch.tensor([2.0, 0.5], dtype=F64)).sum().backward()
+    # d/dq of (0.5)^q at the floor, passed straight through to the grade below it
+    assert math.isclose(float(layer.grades.grad[1]), 2.0 * 0.5**1e-3 * math.log(0.5),
+                        rel_tol=1e-12)
+    with pytest.raises(ValueError, match=r"finite min_grade > 0, got 0\.0"):
+        MultiplicativeGradedLinear(2, 1, learnable_grades=True, min_grade=0.0)
+
+
 def test_power_sign_mode_needs_integer_grades():
     with pytest.raises(ValueError, match=r"integer grades, got 1\.5"):
         MultiplicativeGradedLinear(2, 1, [1.0, 1.5], sign_mode="power")
@@ -247,6 +266,11 @@ def test_bad_arguments_raise_errors_naming_the_value():
         OutputGradedLinear(2, 1, base=0.5)
     with pytest.raises(ValueError, match="in_features=3"):
         GradedLinear(3, 2)(torch.ones(2, 4))
+    # the output-graded layer's width error came from inside F.linear ("mat1 and mat2 ...")
+    for cls in (InputGradedLinear, OutputGradedLinear):
+        with pytest.raises(ValueError, match=r"shape \(2, 4\); its last dimension must be "
+                                             r"in_features=3"):
+            cls(3, 2)(torch.ones(2, 4))
     with pytest.raises(ValueError, match="activation"):
         InputGradedLinear(2, 2, activation="swish")
     with pytest.raises(ValueError, match=r"finite max_slope > 0, got -1\.0"):

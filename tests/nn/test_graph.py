@@ -133,6 +133,8 @@ def test_gatv2_ranks_neighbours_differently_per_query_on_a_constructed_graph():
 def test_layer_rejects_negative_slope_and_mismatched_shapes():
     with pytest.raises(ValueError, match="negative_slope must be >= 0"):
         GATLayer(2, 2, negative_slope=-0.1)
+    with pytest.raises(ValueError, match=r"negative_slope must be >= 0.*got nan"):
+        GATv2Layer(2, 2, negative_slope=float("nan"))  # NaN < 0 is False: it passed
     layer = GATLayer(2, 2)
     with pytest.raises(ValueError, match="adjacency is for 3 nodes but x has 4"):
         layer(torch.randn(4, 2), torch.ones(3, 3))
@@ -158,6 +160,23 @@ def test_graded_graph_attention_names_grades_that_are_not_one_per_node():
     # shared (N,) grades on a batch act as the same (B, N) grades on every graph
     x, adj, q = torch.randn(2, 5, 4), (torch.rand(5, 5) < 0.5).float(), torch.rand(5)
     assert torch.allclose(layer(x, adj, grades=q), layer(x, adj, grades=q.expand(2, 5)))
+
+
+def test_graded_graph_attention_takes_grades_as_a_sequence_and_refuses_non_finite_ones():
+    # a list raised AttributeError ('list' object has no attribute 'shape'); a NaN grade made
+    # every output NaN
+    torch.manual_seed(0)
+    layer = GradedGraphAttention(4, 2, base=3.0)
+    x, adj = torch.randn(5, 4), random_graph(5, 0.6, seed=11)
+    q = [0.0, 1.0, 2.0, 0.5, 1.5]
+    # α_ij ∝ λ^{q_j} exp(e_ij): the plain layer's weights re-weighted by hand
+    _, alpha = layer.layer(x, adj, need_weights=True)
+    expected = alpha * 3.0 ** torch.tensor(q)
+    expected = expected / expected.sum(-1, keepdim=True)
+    _, got = layer(x, adj, grades=q, need_weights=True)
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="grades must be finite, got nan at index 1"):
+        layer(x, adj, grades=torch.tensor([0.0, math.nan, 1.0, 1.0, 1.0]))
 
 
 # --- centrality -----------------------------------------------------------------------------
@@ -193,6 +212,15 @@ def test_centrality_matches_an_independent_reference(kind):
     torch.testing.assert_close(got, reference_centrality(adj, kind), rtol=1e-6, atol=1e-8)
     batched = centrality(torch.stack([adj, adj]), kind, max_iter=5000, tol=1e-15)
     torch.testing.assert_close(batched[1], got)
+
+
+@pytest.mark.parametrize("kind", ["degree", "closeness"])
+def test_centrality_of_a_one_node_graph_is_that_of_networkx(kind):
+    # degree gave 0/max(N - 1, 1) = 0 where networkx gives 1
+    expected = reference_centrality(torch.zeros(1, 1, dtype=torch.float64), kind)
+    torch.testing.assert_close(centrality(torch.zeros(1, 1, dtype=torch.float64), kind), expected)
+    torch.testing.assert_close(centrality(torch.zeros(2, 1, 1, dtype=torch.float64), kind),
+                               expected.expand(2, 1))
 
 
 def test_closeness_matches_a_breadth_first_search_loop():

@@ -82,7 +82,9 @@ class GradedSpace:
         """The grades as a tensor with the dtype and device of ``like``."""
         return torch.tensor(self.grades, dtype=like.dtype, device=like.device)
 
-    def _check(self, x: Tensor, name: str = "x") -> None:
+    def _check(self, x: Tensor, name: str = "x", *, floating: str | None = None) -> None:
+        """Shape check; ``floating`` names the operation that needs a floating-point x (the
+        grades are cast to x's dtype, so an integer x would truncate fractional grades)."""
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(x).__name__}")
         if x.ndim == 0 or x.shape[-1] != self.dim:
@@ -90,6 +92,9 @@ class GradedSpace:
                 f"{name} has shape {tuple(x.shape)}: its last dimension must equal the number of "
                 f"grades, {self.dim}"
             )
+        if floating is not None and not x.is_floating_point():
+            raise TypeError(f"{floating} needs a floating-point {name}, got {x.dtype} "
+                            f"(convert it with {name}.double() or {name}.float())")
 
     def _require_positive(self, what: str) -> None:
         for i, g in enumerate(self._exact):
@@ -110,9 +115,7 @@ class GradedSpace:
         error, as is an integer x. λ = 0 is rejected (it is not in F^×); λ < 0 needs integer
         grades.
         """
-        self._check(x)
-        if not x.is_floating_point():
-            raise TypeError(f"the action needs a floating-point x (λ^q is real), got {x.dtype}")
+        self._check(x, floating="the action (λ^q is real)")
         lam_t = torch.as_tensor(lam, dtype=x.dtype, device=x.device)
         batch = tuple(x.shape[:-1])
         try:
@@ -138,6 +141,12 @@ class GradedSpace:
         q = self.grade_tensor(x)
         lam_b = lam_t.unsqueeze(-1)
         factor = torch.pow(lam_b.abs(), q)
+        overflow = torch.isinf(factor) & (x == 0)
+        if bool(overflow.any()):
+            # λ^{q_i} beyond the dtype's range is inf and inf·0 = NaN: a zero coordinate stays 0
+            # (evaluated as λ^0·0, so the gradients are finite); a non-zero one is ±inf, its
+            # true value being out of range too
+            factor = torch.pow(lam_b.abs(), torch.where(overflow, torch.zeros_like(q), q))
         if bool(negative.any()):
             odd = torch.remainder(q, 2) == 1
             factor = torch.where(negative.unsqueeze(-1) & odd, -factor, factor)
@@ -184,7 +193,7 @@ class GradedSpace:
     # -- norms ---------------------------------------------------------------------------------
     def graded_norm(self, x: Tensor) -> Tensor:
         """Graded Euclidean norm ‖x‖_q = (Σ q_i x_i²)^{1/2} (000 §3.3 Eq. 3); needs q ≥ 0."""
-        self._check(x)
+        self._check(x, floating="the graded norm")
         for i, g in enumerate(self._exact):
             if g < 0:
                 raise ValueError(f"the graded norm needs grades q >= 0, got {g!r} at index {i}")
@@ -202,9 +211,10 @@ class GradedSpace:
 
         Needs q_i > 0 and w > 0 (``math.inf`` gives max_i |x_i|^{1/q_i}). Computed as
         m·(Σ (a_i/m)^w)^{1/w} with a_i = |x_i|^{1/q_i} and m = max a_i, which cannot overflow
-        in the sum (N itself, and a_i for q_i < 1, are outside the dtype's range when they are).
+        in the sum (N itself, and a_i for q_i < 1, are outside the dtype's range when they are;
+        then N is inf, as N ≥ m).
         """
-        self._check(x)
+        self._check(x, floating="the homogeneous norm")
         w = self._norm_exponent(w)
         zero = x == 0
         xs = torch.where(zero, torch.ones_like(x), x).abs()
@@ -216,6 +226,7 @@ class GradedSpace:
         r = (a / m_safe) ** w
         total = r.sum(-1, keepdim=True)  # >= 1 wherever m > 0
         n = m_safe * total ** (1.0 / w)
+        n = torch.where(torch.isinf(m), m, n)  # a_i = ∞ made a_i/m = ∞/∞ = NaN; N ≥ m = ∞
         return torch.where(m > 0, n, torch.zeros_like(n)).squeeze(-1)
 
     def _norm_exponent(self, w: float | None) -> float:
@@ -244,7 +255,7 @@ class GradedSpace:
         q_i = 2 (and ∞·0 made zero coordinates NaN), and N or |x_i|^{1/q_i} themselves can
         under- or overflow (q_i < 1) while y cannot, as |y_i| ≤ 1.
         """
-        self._check(x)
+        self._check(x, floating="the weighted projective normalisation")
         w = self._norm_exponent(w)
         q = self.grade_tensor(x)
         zero = x == 0

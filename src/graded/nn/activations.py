@@ -82,6 +82,8 @@ def signed_power(x: Tensor, p: Tensor | float, *, odd: bool = True,
     """
     if not float(max_slope) > 0:
         raise ValueError(f"max_slope must be a positive number, got {max_slope!r}")
+    if not x.is_floating_point():  # p would be cast to x's integer dtype: 0.5 -> 0
+        raise TypeError(f"signed_power needs a floating-point x, got {x.dtype}")
     p_t = torch.as_tensor(p, dtype=x.dtype, device=x.device)
     return _Power.apply(x, p_t, odd, float(max_slope))
 
@@ -102,6 +104,9 @@ def _positive_grades(grades: GradesLike, n: int, what: str, like: Tensor,
 def _check_input(x: Tensor) -> None:
     if not isinstance(x, Tensor) or x.ndim == 0:
         raise ValueError("graded activations need a tensor with a feature (last) dimension")
+    if not x.is_floating_point():  # the grades are cast to x's dtype: an integer one truncates
+        raise TypeError(f"graded activations need a floating-point x, got {x.dtype} "
+                        f"(convert it with x.float())")
 
 
 def graded_relu(x: Tensor, grades: GradesLike, *, mode: str = "abs",

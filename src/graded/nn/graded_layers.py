@@ -73,11 +73,15 @@ class _LinearBase(nn.Module):
         self.bias = ref.bias
 
     def _check_x(self, x: Tensor) -> None:
-        if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"input has shape {tuple(x.shape)}; its last dimension must be "
-                f"in_features={self.in_features}"
-            )
+        _check_features(x, self.in_features)
+
+
+def _check_features(x: Tensor, in_features: int) -> None:
+    if x.ndim == 0 or x.shape[-1] != in_features:
+        raise ValueError(
+            f"input has shape {tuple(x.shape)}; its last dimension must be "
+            f"in_features={in_features}"
+        )
 
 
 class GradedLinear(_LinearBase):
@@ -138,13 +142,17 @@ class MultiplicativeGradedLinear(_LinearBase):
     u_k is the product of the other factors; for q_k > 1, or with two zero factors, it is 0.
     Where the derivative is infinite (q_k < 1) or absent (|u| in ``"abs"``) it is taken as 0,
     so gradients stay finite. With b = 0 and λ > 0,
-    β(λ⋆x) = λ^{Σ q_i²} β(x) (000 §3).
+    β(λ⋆x) = λ^{Σ q_i²} β(x) (000 §3). Learnable grades that fall below ``min_grade`` in
+    training are evaluated at ``min_grade`` with a straight-through gradient, as in
+    :class:`GradedLinear`: 0^q with q ≤ 0 is not 0 (the product was 0 at a zero factor while
+    it grows without bound next to it).
     """
 
     grades: Tensor
 
     def __init__(self, in_features: int, out_features: int, grades: GradesLike = 1.0,
                  bias: bool = True, learnable_grades: bool = False, *, sign_mode: str = "odd",
+                 min_grade: float = 1e-3,
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         if sign_mode not in SIGN_MODES:
@@ -163,14 +171,20 @@ class MultiplicativeGradedLinear(_LinearBase):
                     f"sign_mode='power' needs integer grades, got {float(self.grades[i])!r} "
                     f"at index {i}"
                 )
-        self.sign_mode = sign_mode
+        if not 0 < float(min_grade) < math.inf:
+            raise ValueError(f"MultiplicativeGradedLinear needs a finite min_grade > 0, got "
+                             f"{min_grade!r}")
+        self.sign_mode, self.min_grade = sign_mode, float(min_grade)
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_x(x)
+        q = self.grades
+        if q.requires_grad:  # learnable: keep q > 0 (0^q with q <= 0 is not 0)
+            q = straight_through_floor(q, self.min_grade)
         u = x.unsqueeze(-2) * self.weight  # (..., out, in)
         zero = u == 0
         a = torch.where(zero, torch.ones_like(u), u).abs()
-        log_mag = (self.grades * torch.log(a)).sum(-1)
+        log_mag = (q * torch.log(a)).sum(-1)
         mag = torch.exp(log_mag)
         if self.sign_mode == "odd":
             neg = (u < 0).sum(-1)
@@ -243,6 +257,7 @@ class InputGradedLinear(_ExponentialGradedLinear):
                          learnable_grades, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_features(x, self.in_features)
         return self.activation(self.linear(self.grading(x)))
 
 
@@ -259,4 +274,5 @@ class OutputGradedLinear(_ExponentialGradedLinear):
                          bias, learnable_grades, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_features(x, self.in_features)
         return self.grading(self.activation(self.linear(x)))

@@ -27,11 +27,14 @@ Row-vector convention of 003 (h W rather than W h). Dense attention costs O(B·H
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from graded.grading import as_grade_tensor
 
 CentralityKind = Literal["degree", "closeness", "eigenvector", "pagerank"]
 
@@ -77,7 +80,7 @@ class _GraphAttention(nn.Module):
         ):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if negative_slope < 0:
+        if not negative_slope >= 0:  # NaN too
             raise ValueError(
                 f"negative_slope must be >= 0 (monotone LeakyReLU; 003 Remark 3.7's "
                 f"negative slope is an erratum), got {negative_slope}"
@@ -227,7 +230,7 @@ def centrality(
 
     Definitions follow networkx (which the tests compare against); the diagonal is ignored.
 
-    - ``degree``: deg(v) / (N - 1).
+    - ``degree``: deg(v) / (N - 1) (1 when N = 1).
     - ``closeness``: (r - 1)/Σ_u d(v, u) · (r - 1)/(N - 1) over the r nodes reachable from v
       (Wasserman-Faust scaling for disconnected graphs), 0 for an isolated node. Distances by
       breadth-first search as boolean matrix products, O(N^4) worst case.
@@ -242,7 +245,9 @@ def centrality(
     eye = torch.eye(n, dtype=torch.bool, device=adj.device)
     a = ((adj != 0) & ~eye).to(dtype)
     if kind == "degree":
-        return a.sum(-1) / max(n - 1, 1)
+        if n == 1:  # networkx's convention: the one node of a one-node graph has centrality 1
+            return torch.ones(a.shape[:-1], dtype=dtype, device=adj.device)
+        return a.sum(-1) / (n - 1)
     if kind == "closeness":
         reached = eye.expand_as(a).clone()
         frontier = reached.clone()
@@ -361,16 +366,22 @@ class GradedGraphAttention(nn.Module):
         return torch.log(torch.clamp(1.0 + grades, min=1e-6))
 
     def forward(
-        self, x: Tensor, adj: Tensor, *, grades: Tensor | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        adj: Tensor,
+        *,
+        grades: Tensor | Sequence[float] | None = None,
+        need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         if grades is None:
             q = self.node_grades(adj)
         else:
-            q = grades
+            q = torch.as_tensor(grades, device=x.device)
             allowed = list(dict.fromkeys([(adj.shape[-1],), (*x.shape[:-2], adj.shape[-1])]))
             if tuple(q.shape) not in allowed:  # one grade per node: (N,) or (B, N)
                 raise ValueError(f"grades must have shape {' or '.join(map(str, allowed))} "
                                  f"(one per node), got {tuple(q.shape)}")
+            q = as_grade_tensor(q, dim=adj.shape[-1])  # a real, finite tensor
         log_w = self.log_weights(q.to(x.dtype))  # (B?, N)
         if self.apply_to == "features":
             return self.layer(x * log_w.exp().unsqueeze(-1), adj, need_weights=need_weights)

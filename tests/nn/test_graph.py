@@ -368,3 +368,18 @@ def test_gatv2_projection_biases_enter_logits_and_messages_as_written():
 def test_pagerank_refuses_a_damping_factor_outside_0_1(damping):
     with pytest.raises(ValueError, match=rf"damping factor in \[0, 1\], got {damping}"):
         centrality(torch.ones(3, 3), "pagerank", damping=damping)
+
+
+@pytest.mark.parametrize("layer_cls", [GATLayer, GATv2Layer])
+def test_layers_built_in_float64_hold_float64_parameters_and_equal_the_loop(layer_cls):
+    # torch.nn's factory arguments: every parameter and buffer in the dtype asked for, and the
+    # layer equal to the node-by-node loop in that dtype
+    torch.manual_seed(0)
+    layer = layer_cls(3, 2, heads=2, dtype=torch.float64, device="cpu")
+    assert {p.dtype for p in layer.parameters()} == {torch.float64}
+    x, adj = torch.randn(5, 3, dtype=torch.float64), random_graph(5, 0.5, seed=3)
+    torch.testing.assert_close(layer(x, adj), naive_gat(layer, x, adj), rtol=1e-12, atol=1e-12)
+    graded = GradedGraphAttention(3, 2, heads=2, version=1 if layer_cls is GATLayer else 2,
+                                  learn_scale=True, dtype=torch.float64)
+    assert {t.dtype for t in [*graded.parameters(), *graded.buffers()]} == {torch.float64}
+    assert graded(x, adj).dtype == torch.float64

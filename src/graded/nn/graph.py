@@ -71,6 +71,7 @@ class _GraphAttention(nn.Module):
         dropout: float,
         add_self_loops: bool,
         bias: bool,
+        factory: dict[str, Any],
     ) -> None:
         super().__init__()
         for name, v in (
@@ -90,7 +91,7 @@ class _GraphAttention(nn.Module):
         self.add_self_loops = add_self_loops
         self.dropout = nn.Dropout(dropout)
         width = heads * out_features if concat else out_features
-        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(width, **factory)) if bias else None
 
     def _project(self, x: Tensor, lin: nn.Linear) -> Tensor:
         b, n, _ = x.shape  # (B, N, F) -> (B, H, N, F')
@@ -153,13 +154,15 @@ class GATLayer(_GraphAttention):
         dropout: float = 0.0,
         add_self_loops: bool = True,
         bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(
-            in_features, out_features, heads, concat, negative_slope, dropout, add_self_loops, bias
-        )
-        self.lin = nn.Linear(in_features, heads * out_features, bias=False)
-        self.att_dst = nn.Parameter(torch.empty(heads, out_features))
-        self.att_src = nn.Parameter(torch.empty(heads, out_features))
+        factory = {"device": device, "dtype": dtype}
+        super().__init__(in_features, out_features, heads, concat, negative_slope, dropout,
+                         add_self_loops, bias, factory)
+        self.lin = nn.Linear(in_features, heads * out_features, bias=False, **factory)
+        self.att_dst = nn.Parameter(torch.empty(heads, out_features, **factory))
+        self.att_src = nn.Parameter(torch.empty(heads, out_features, **factory))
         nn.init.xavier_uniform_(self.lin.weight)
         nn.init.xavier_uniform_(self.att_dst)
         nn.init.xavier_uniform_(self.att_src)
@@ -194,17 +197,20 @@ class GATv2Layer(_GraphAttention):
         bias: bool = True,
         share_weights: bool = False,
         projection_bias: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(
-            in_features, out_features, heads, concat, negative_slope, dropout, add_self_loops, bias
-        )
-        self.lin_l = nn.Linear(in_features, heads * out_features, bias=projection_bias)
+        factory = {"device": device, "dtype": dtype}
+        super().__init__(in_features, out_features, heads, concat, negative_slope, dropout,
+                         add_self_loops, bias, factory)
+        self.lin_l = nn.Linear(in_features, heads * out_features, bias=projection_bias,
+                               **factory)
         self.lin_r = (
             self.lin_l
             if share_weights
-            else nn.Linear(in_features, heads * out_features, bias=projection_bias)
+            else nn.Linear(in_features, heads * out_features, bias=projection_bias, **factory)
         )
-        self.att = nn.Parameter(torch.empty(heads, out_features))
+        self.att = nn.Parameter(torch.empty(heads, out_features, **factory))
         for p in (self.lin_l.weight, self.lin_r.weight, self.att):
             nn.init.xavier_uniform_(p)
         for lin in (self.lin_l, self.lin_r):
@@ -326,6 +332,8 @@ class GradedGraphAttention(nn.Module):
         learn_scale: bool = False,
         apply_to: Literal["logits", "features"] = "logits",
         version: int = 2,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
         **layer_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -345,13 +353,14 @@ class GradedGraphAttention(nn.Module):
             float(base),
             apply_to,
         )
-        scale = torch.tensor(float(grade_scale))
+        scale = torch.tensor(float(grade_scale), device=device, dtype=dtype)
         if learn_scale:
             self.grade_scale = nn.Parameter(scale)
         else:
             self.register_buffer("grade_scale", scale)
         layer = GATLayer if version == 1 else GATv2Layer
-        self.layer = layer(in_features, out_features, heads, **layer_kwargs)
+        self.layer = layer(in_features, out_features, heads, device=device, dtype=dtype,
+                           **layer_kwargs)
 
     def node_grades(self, adj: Tensor) -> Tensor:
         """q = s · c / max c per graph, (B?, N)."""

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+import random
 import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import safetensors.torch
 import torch
 from tiny_training import TinyClassifier
 
 from graded.train import checkpoint as ck
+from graded.train.state_tensors import capture_rng_state, restore_rng_state
 
 
 def _trained_pair(seed: int = 0):
@@ -43,6 +46,35 @@ def test_checkpoint_round_trip_restores_model_optimizer_and_rng(tmp_path):
         for key, val in s1["state"][pid].items():
             assert torch.equal(val, s2["state"][pid][key])
     assert torch.equal(torch.rand(3), expected_next)
+
+
+def _draws() -> tuple:
+    return torch.rand(3).tolist(), random.random(), float(np.random.rand())
+
+
+def test_each_ranks_rng_state_round_trips_and_a_rank_without_one_restores_rank_0s(tmp_path):
+    """A checkpoint of two ranks whose torch, Python and NumPy streams differ: restoring rank r
+    gives the numbers rank r would have drawn next; rank 2, which saved none (a resume on
+    more processes), gets rank 0's, as does a load that names no rank."""
+    states, nexts = [], []
+    for seed in (1, 2):  # rank 0, rank 1
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        states.append(capture_rng_state())
+        nexts.append(_draws())
+    assert nexts[0] != nexts[1]
+    model, opt = _trained_pair()
+    ck.save_checkpoint(tmp_path / "c", model, opt, {"step": 3}, rng=states)
+    tensors, rest = ck.read_rng_state(tmp_path / "c")
+    for rank, expected in ((0, nexts[0]), (1, nexts[1]), (2, nexts[0])):
+        torch.manual_seed(123)
+        random.seed(123)
+        np.random.seed(123)
+        restore_rng_state(tensors, rest, rank=rank)
+        assert _draws() == expected, rank
+    ck.load_checkpoint(tmp_path / "c", model, opt)
+    assert _draws() == nexts[0]
 
 
 def test_tied_weights_are_stored_once_and_reloaded_tied(tmp_path):
@@ -148,6 +180,7 @@ def test_manager_keeps_last_k_and_the_best(tmp_path):
 KILLED_MID_SAVE = """
 import os, sys, torch
 from graded.train import checkpoint as ck
+from graded.train.state_tensors import capture_rng_state, restore_rng_state
 model = torch.nn.Linear(3, 2)
 def killed(*args, **kwargs):  # the process dies after model.safetensors, before the rest
     os._exit(9)

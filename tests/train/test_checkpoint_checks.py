@@ -79,3 +79,20 @@ def test_rewinding_a_damaged_best_json_skips_damaged_checkpoints_and_removes_it(
     (tmp_path / "best.json").write_text("garbage")
     manager.rewind_best(2, 0.25)  # no intact checkpoint set this best: best.json goes
     assert not (tmp_path / "best.json").exists()
+
+
+def test_rng_states_of_ranks_without_their_tensors_are_named(tmp_path):
+    states = [({"rng.torch": torch.get_rng_state()}, {"python": [], "numpy": []})] * 2
+    ck = save_checkpoint(tmp_path / "ck", _model(), None, {"step": 1}, rng=states)
+    state = json.loads((ck / STATE_FILE).read_text())
+    state["rng"]["ranks"]["2"] = {}  # a rank whose tensors optimizer.safetensors lacks
+    (ck / STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=rf"{STATE_FILE}: RNG state of rank 2: expected a "
+                                              rf"JSON object here and rng.rank<r>.torch in "
+                                              rf"{OPTIM_FILE}$"):
+        read_rng_state(ck)
+    state["rng"]["ranks"] = [1]
+    (ck / STATE_FILE).write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match=rf"{STATE_FILE}: rng.ranks is a list; expected a "
+                                              r"map of ranks to RNG states"):
+        read_rng_state(ck)

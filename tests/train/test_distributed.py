@@ -18,7 +18,7 @@ import pytest
 import torch
 from tiny_training import make_lm_trainer, make_trainer
 
-from graded.train.checkpoint import CheckpointManager
+from graded.train.checkpoint import CheckpointManager, read_checkpoint_state, read_rng_state
 from graded.train.logging import read_metrics
 
 SCRIPT = Path(__file__).with_name("tiny_training.py")
@@ -31,13 +31,19 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _torchrun(tmp_path: Path, *args: str) -> list[float]:
-    """Per-step losses of tiny_training.py run on two gloo processes. A launch that hangs is
-    stopped with its workers after ``TORCHRUN_TIMEOUT_S`` and retried once in a fresh folder,
-    with a warning that carries its output; a second hang fails."""
+def _torchrun(tmp_path: Path, *args: str, run: str = "ddp") -> list[float]:
+    """Per-step losses of tiny_training.py run on two gloo processes in ``tmp_path / run``
+    (with ``--resume``, continuing the run there). A launch that hangs is stopped with its
+    workers after ``TORCHRUN_TIMEOUT_S`` and retried once in a fresh folder (a copy of the run
+    as it was before the launch), with a warning that carries its output; a second hang fails."""
+    before = tmp_path / f"{run}.before"
+    if (tmp_path / run).exists():
+        shutil.copytree(tmp_path / run, before)
     for attempt in (1, 2):
         losses = tmp_path / f"losses{attempt}.json"
-        run_dir = tmp_path / ("ddp" if attempt == 1 else "ddp-retry")
+        run_dir = tmp_path / (run if attempt == 1 else f"{run}-retry")
+        if attempt == 2 and before.exists():
+            shutil.copytree(before, run_dir)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                "--standalone", str(SCRIPT), str(run_dir), "--losses", str(losses), *args]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -54,9 +60,10 @@ def _torchrun(tmp_path: Path, *args: str) -> list[float]:
             warnings.warn(message + "\nretrying once", RuntimeWarning, stacklevel=2)
             continue
         assert proc.returncode == 0, err[-3000:]
-        if run_dir.name != "ddp":  # the tests read the run folder as tmp_path / "ddp"
-            shutil.rmtree(tmp_path / "ddp", ignore_errors=True)
-            run_dir.rename(tmp_path / "ddp")
+        if run_dir.name != run:  # the tests read the run folder as tmp_path / run
+            shutil.rmtree(tmp_path / run, ignore_errors=True)
+            run_dir.rename(tmp_path / run)
+        shutil.rmtree(before, ignore_errors=True)
         return json.loads(losses.read_text())
     raise AssertionError("unreachable")
 
@@ -89,6 +96,113 @@ def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp
     # Rank 0 alone logs and checkpoints: one row per logged step, one final checkpoint.
     assert [s for s, _ in read_metrics(tmp_path / "ddp")["train"]["loss"]] == [2, 4, 6]
     assert CheckpointManager(tmp_path / "ddp" / "checkpoints").latest().name == "step_000000006"
+
+
+def test_a_resumed_two_process_run_whose_ranks_draw_apart_equals_the_uninterrupted_run(
+        tmp_path):
+    """Each rank's RNG stream is its own (the model draws 7 × (rank + 1) numbers before its
+    dropout): the checkpoint holds every rank's state and each rank resumes its own, so a run
+    paused after step 3 and resumed on two processes has the losses of the run never paused,
+    bit for bit (restoring rank 0's state on rank 1 changes rank 1's dropout masks)."""
+    args = ("--steps", "8", "--rank-draws")
+    full = _torchrun(tmp_path, *args, run="full")
+    first = _torchrun(tmp_path, *args, "--pause-after", "3", run="paused")
+    rest = _torchrun(tmp_path, *args, "--resume", run="paused")
+    assert len(first) == 3 and len(rest) == 5
+    assert first + rest == full
+    tensors, _ = read_rng_state(CheckpointManager(tmp_path / "paused" / "checkpoints")
+                                .path_for(3))
+    assert not torch.equal(tensors["rng.torch"], tensors["rng.rank1.torch"])  # they drew apart
+
+
+def test_a_run_resumes_on_another_number_of_processes(tmp_path):
+    """Two processes paused after step 3 resume on one (rank 0's RNG state), and one process
+    paused resumes on two (rank 1 takes rank 0's state: the checkpoint holds none for it); both
+    give the losses of one process run without a pause."""
+    args = ("--steps", "6", "--dropout", "0")
+    single = make_trainer(tmp_path / "one", steps=6, dropout=0.0).fit().losses
+    head = _torchrun(tmp_path, *args, "--pause-after", "3", run="two-one")
+    tail = make_trainer(tmp_path / "two-one", steps=6, dropout=0.0).fit(
+        resume_from=tmp_path / "two-one").losses
+    first = make_trainer(tmp_path / "one-two", steps=6, dropout=0.0).fit(pause_after=3).losses
+    rest = _torchrun(tmp_path, *args, "--resume", run="one-two")
+    for losses in (head + tail, first + rest):
+        assert len(losses) == 6
+        assert torch.allclose(torch.tensor(losses), torch.tensor(single), rtol=1e-5, atol=1e-6)
+
+
+def test_a_sigint_to_one_rank_stops_both_after_the_next_step_and_the_resume_equals_one_process(
+        tmp_path):
+    """SIGINT reaches rank 1 alone, after step 2. The ranks agree on stopping one step late,
+    without waiting for each other at every step (StopVote): both end after step 3, rank 0
+    writes the one checkpoint of step 3 (both ranks' RNG states in it), and resuming it on two
+    processes gives the losses of one process run without a stop."""
+    ends = tmp_path / "ends"
+    args = ("--steps", "8", "--dropout", "0")
+    first = _torchrun(tmp_path, *args, "--sigint-after", "2", "--ends", str(ends))
+    assert [json.loads((ends / f"rank{r}.json").read_text()) for r in (0, 1)] == [
+        {"step": 3, "interrupted": True}] * 2
+    checkpoints = CheckpointManager(tmp_path / "ddp" / "checkpoints")
+    assert checkpoints.steps() == [3]
+    state = read_checkpoint_state(checkpoints.latest())
+    assert state["step"] == 3 and list(state["rng"]["ranks"]) == ["1"]
+    rest = _torchrun(tmp_path, *args, "--resume")
+    single = make_trainer(tmp_path / "one", steps=8, dropout=0.0).fit().losses
+    assert len(first) == 3 and len(rest) == 5
+    assert torch.allclose(torch.tensor(first + rest), torch.tensor(single), rtol=1e-5, atol=1e-6)
+
+
+def test_the_stop_vote_holds_a_host_tensor_and_answers_one_call_late(tmp_path, monkeypatch):
+    """StopVote's all-reduce takes a CPU tensor whatever the training device (here "meta", a
+    stand-in for a GPU the host would wait for) and is launched without waiting; its answer is
+    read at the next call: a flag raised before call k stops at call k + 1. In one process a
+    call answers its own flag, with no collective."""
+    import torch.distributed as dist
+
+    from graded.train import distributed as D
+
+    launched = []
+    all_reduce = dist.all_reduce
+
+    def recorded(tensor, *args, **kwargs):
+        launched.append((tensor.device.type, kwargs.get("async_op")))
+        return all_reduce(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(dist, "all_reduce", recorded)
+    assert D.StopVote(D.DistContext())(True) is True and launched == []
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        vote = D.StopVote(D.DistContext(world_size=2, device=torch.device("meta")))
+        assert [vote(flag) for flag in (False, False, True, False)] == [False, False, False, True]
+        vote.close()
+    finally:
+        dist.destroy_process_group()
+    assert launched == [("cpu", True)] * 3  # none after the agreed stop
+
+
+def test_under_a_device_backend_the_stop_vote_travels_over_a_gloo_group_of_its_own(
+        tmp_path, monkeypatch):
+    """Under NCCL (here a one-process gloo group that reports itself as NCCL) setup makes a
+    gloo group for host values, and the stop vote runs on it, with CPU tensors."""
+    import torch.distributed as dist
+
+    from graded.train import distributed as D
+
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        backend = dist.get_backend
+        monkeypatch.setattr(dist, "get_backend",
+                            lambda group=None: "nccl" if group is None else backend(group))
+        ctx = D.setup("cpu")
+        assert ctx.host_group is not None and backend(ctx.host_group) == "gloo"
+        vote = D.StopVote(ctx)
+        assert [vote(flag) for flag in (True, False)] == [False, True]
+    finally:
+        dist.destroy_process_group()
 
 
 def test_a_torchrun_script_that_never_closes_its_trainer_exits_cleanly(tmp_path):

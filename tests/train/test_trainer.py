@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -57,6 +58,30 @@ def test_run_folder_has_csv_tensorboard_metrics_json_and_checkpoint(tmp_path):
     assert summary["step"] == 12 and summary["eval"] == result.final_eval
     assert CheckpointManager(tmp_path / "checkpoints").latest().name == "step_000000012"
     assert result.best_checkpoint is not None
+
+
+@pytest.mark.parametrize("tensorboard", [True, False])
+def test_a_resume_leaves_tensorboard_no_scalar_of_the_abandoned_steps(tmp_path, tensorboard):
+    """A run logs 12 steps to TensorBoard and is resumed from its step-4 checkpoint (a
+    checkpoint folder named: the steps after it are abandoned), with TensorBoard on or off.
+    Read back with TensorBoard's own reader, the training losses are metrics.csv's: the
+    resumed run's after step 4 (TensorBoard on), none after it (off), never the abandoned
+    run's."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    full = make_trainer(tmp_path, tensorboard=True, keep_last=5).fit()
+    began = int(time.time())  # TensorBoard reads event files in name order, which starts
+    while int(time.time()) == began:  # with the second a file was opened
+        time.sleep(0.05)
+    resumed = make_trainer(tmp_path, tensorboard=tensorboard, lr=1e-3)
+    rest = resumed.fit(resume_from=tmp_path / "checkpoints" / "step_000000004")
+    assert rest.losses != full.losses[4:]  # another lr: the abandoned steps' values differ
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    shown = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    logged = read_metrics(tmp_path)["train"]["loss"]
+    assert [s for s, _ in shown] == [s for s, _ in logged if tensorboard or s <= 4]
+    assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(shown, logged))
 
 
 def test_early_stopping_stops_after_patience_evaluations_without_improvement(tmp_path):

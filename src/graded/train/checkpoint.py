@@ -5,9 +5,15 @@ A checkpoint is a folder ``<run>/checkpoints/step_<N>/`` holding
 - ``model.safetensors``      the model's state; a tensor registered under several names (tied
                               embeddings, grades shared by several stages) is stored once and
                               the other names are listed in the file's metadata;
-- ``optimizer.safetensors``  every tensor of the optimiser state (``exp_avg``, ``step``, ...);
+- ``optimizer.safetensors``  every tensor of the optimiser state (``exp_avg``, ``step``, ...)
+                              and the torch (and CUDA) RNG states;
 - ``state.json``             everything else: step, data position, optimiser scalars and param
-                              groups, scheduler state, RNG states, early-stopping state, config.
+                              groups, scheduler state, Python and NumPy RNG states,
+                              early-stopping state, config.
+
+A checkpoint of a run on several processes holds every rank's RNG state, each under its rank
+(:func:`~graded.train.state_tensors.ranked_rng_state`); a rank it holds none for restores rank
+0's.
 
 Writes are atomic: the folder is assembled under a temporary name and moved into place with
 :func:`os.replace`, so a crash or an exception leaves either the previous checkpoints or the new
@@ -34,7 +40,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,12 +51,14 @@ from safetensors.torch import save_file
 from graded._io import atomic_write_text
 from graded.train.state_tensors import (
     CheckpointError,
+    RngState,
     capture_rng_state,
     checkpoint_error,
     jsonable,
     load_model_state,
     load_optimizer_state,
     optimizer_to_flat,
+    ranked_rng_state,
     read_tensors,
     restore_rng_state,
     save_model_state,
@@ -73,12 +81,15 @@ def save_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
     state: dict[str, Any],
+    *,
+    rng: Sequence[RngState] | None = None,
 ) -> Path:
     """Write one checkpoint folder atomically and return its path.
 
     ``state`` holds the JSON part (step, scheduler state, config, ...); it must be JSON-able.
-    The optimiser tensors and the RNG states are added here. The folder appears only once every
-    file in it is complete.
+    The optimiser tensors and the RNG states are added here: ``rng`` every rank's, by rank
+    (:func:`~graded.train.state_tensors.capture_rng_state` on each), else this process's. The
+    folder appears only once every file in it is complete.
     """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +100,7 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         save_model_state(model, tmp / MODEL_FILE)
-        extra_tensors, rng_rest = capture_rng_state()
+        extra_tensors, rng_rest = ranked_rng_state(rng or [capture_rng_state()])
         meta: dict[str, Any] = {"format": "graded-checkpoint-1", **jsonable(state)}
         meta["rng"] = rng_rest
         if optimizer is not None:
@@ -129,8 +140,8 @@ def read_checkpoint_state(directory: str | os.PathLike[str]) -> dict[str, Any]:
 def read_rng_state(
     directory: str | os.PathLike[str],
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The RNG states stored in a checkpoint, for :func:`restore_rng_state` (only the RNG
-    tensors of ``optimizer.safetensors`` are read)."""
+    """The RNG states stored in a checkpoint (every rank's), for :func:`restore_rng_state`
+    (only the RNG tensors of ``optimizer.safetensors`` are read)."""
     directory = Path(directory)
     meta, path = read_checkpoint_state(directory), directory / OPTIM_FILE
     try:
@@ -149,6 +160,16 @@ def _rng_part(directory: Path, tensors: dict[str, torch.Tensor],
         raise checkpoint_error(directory / OPTIM_FILE, "holds no RNG state")
     if not isinstance(meta.get("rng"), dict):
         raise checkpoint_error(directory / STATE_FILE, "holds no RNG state")
+    ranks = meta["rng"].get("ranks", {})  # the other ranks' states, by rank (from 1)
+    if not isinstance(ranks, dict):
+        raise checkpoint_error(directory / STATE_FILE, f"rng.ranks is a {type(ranks).__name__}; "
+                                                       "expected a map of ranks to RNG states")
+    lacking = [k for k, v in ranks.items()
+               if not isinstance(v, dict) or f"rng.rank{k}.torch" not in rng]
+    if lacking:
+        raise checkpoint_error(directory / STATE_FILE,
+                               f"RNG state of rank {', '.join(lacking)}: expected a JSON object "
+                               f"here and rng.rank<r>.torch in {OPTIM_FILE}")
     return rng, meta["rng"]
 
 
@@ -311,8 +332,10 @@ class CheckpointManager:
         *,
         is_best: bool = False,
         metric: float | None = None,
+        rng: Sequence[RngState] | None = None,
     ) -> Path:
-        """Save the checkpoint of ``step`` (replacing one of the same step), then rotate.
+        """Save the checkpoint of ``step`` (replacing one of the same step), then rotate;
+        ``rng``: every rank's RNG state, by rank, as :func:`save_checkpoint` takes it.
 
         Checkpoints beyond ``step`` belong to a future the run abandoned when it was resumed
         from an older checkpoint (a newer one was damaged, or a checkpoint folder was named):
@@ -322,7 +345,7 @@ class CheckpointManager:
         path = self.path_for(step)
         if path.exists():
             shutil.rmtree(path)
-        save_checkpoint(path, model, optimizer, {**state, "step": step})
+        save_checkpoint(path, model, optimizer, {**state, "step": step}, rng=rng)
         if is_best:
             atomic_write_text(
                 self.root / "best.json",

@@ -13,12 +13,18 @@ so this needs no collective) and each rank minimises ``world_size × (its loss s
 count)``: DDP's mean of these is the gradient of the global token mean, the one-process
 objective. The losses and metrics are summed over the ranks when the trainer reads them
 (:func:`sum_tensor_across`).
+
+Values the host holds (the stop vote, :class:`StopVote`; each rank's RNG state for a checkpoint,
+:func:`gather_bytes`) travel over the context's ``host_group``, a gloo group of CPU tensors (the
+default group when that is gloo already): never through the device, so under NCCL they wait for
+no GPU work.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -33,6 +39,7 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     initialised_here: bool = False
+    host_group: Any = None  # the gloo group of host values; None: the default group (gloo)
 
     @property
     def is_main(self) -> bool:
@@ -79,7 +86,9 @@ def setup(device: str = "auto") -> DistContext:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
         created = True
-    return DistContext(rank, world_size, local_rank, dev, created)
+    # every rank makes this call, in the same order: a group's creation is collective
+    host = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+    return DistContext(rank, world_size, local_rank, dev, created, host)
 
 
 def teardown(ctx: DistContext) -> None:
@@ -98,13 +107,62 @@ def sum_tensor_across(ctx: DistContext, t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def any_across(ctx: DistContext, flag: bool) -> bool:
-    """True when ``flag`` is true on any rank (used so that every rank stops at the same step)."""
+class StopVote:
+    """Whether any rank raised its stop flag, agreed by every rank one call late, so that no
+    call waits for the others.
+
+    Each call starts an all-reduce (max) of this rank's flag, a CPU tensor on the host group,
+    without waiting for it, and returns the answer of the call before, long finished by then
+    (the step between holds the ranks' gradient all-reduces). Every rank makes the same calls
+    and gets the same answers, so every rank stops at the same call: a flag raised during step
+    s stops every rank after step s + 1. In one process a call returns the flag itself and
+    runs no collective. :meth:`close` waits for the call still unanswered, once the loop is
+    over, so that no collective outlives it.
+    """
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.ctx = ctx
+        self._pending: tuple[Any, torch.Tensor] | None = None
+
+    def __call__(self, flag: bool) -> bool:
+        if not self.ctx.distributed:
+            return flag
+        agreed = False
+        if self._pending is not None:
+            work, votes = self._pending
+            work.wait()
+            agreed = bool(votes[0])
+            self._pending = None
+        if not agreed:  # every rank stops at an agreed call: none asks again after it
+            votes = torch.tensor([1 if flag else 0], dtype=torch.int32)
+            work = dist.all_reduce(votes, op=dist.ReduceOp.MAX, group=self.ctx.host_group,
+                                   async_op=True)
+            self._pending = (work, votes)
+        return agreed
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending[0].wait()
+            self._pending = None
+
+
+def gather_bytes(ctx: DistContext, data: bytes) -> list[bytes] | None:
+    """Every rank's ``data`` on rank 0, by rank (None on the other ranks; ``[data]`` in one
+    process), over the host group. Every rank calls it."""
     if not ctx.distributed:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
+        return [data]
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(ctx.world_size)]
+    dist.all_gather(sizes, torch.tensor([len(data)]), group=ctx.host_group)
+    longest = max(int(n) for n in sizes)
+    buffer = torch.zeros(longest, dtype=torch.uint8)
+    if data:
+        buffer[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    received = ([torch.empty(longest, dtype=torch.uint8) for _ in range(ctx.world_size)]
+                if ctx.is_main else None)
+    dist.gather(buffer, received, dst=0, group=ctx.host_group)
+    if received is None:
+        return None
+    return [bytes(b[:int(n)].numpy()) for b, n in zip(received, sizes, strict=True)]
 
 
 def barrier(ctx: DistContext) -> None:

@@ -8,7 +8,9 @@ Files in the run folder (rank 0 only):
   (000 §5.4: grade trajectories are how a user sees what learnable grades did);
 - ``metrics.json`` the final figures, written by the trainer at the end.
 
-On resume the logger drops rows past the resume step, so the files read as one clean run.
+On resume the logger drops rows past the resume step, so the files read as one clean run, and
+TensorBoard hides the events past it (a purge marker, written whether the resumed run logs to
+TensorBoard or not).
 """
 
 from __future__ import annotations
@@ -126,11 +128,19 @@ class RunLogger:
         self._csv = csv.DictWriter(self._csv_fh, fieldnames=CSV_FIELDS)
         if new:
             self._csv.writeheader()
-        if tensorboard:
+        events = self.run_dir / "tensorboard"
+        if tensorboard or (resume_step is not None and events.is_dir()):
             from torch.utils.tensorboard import SummaryWriter
 
+            # a writer opened with purge_step first writes the marker that hides the events of
+            # steps >= purge_step (those of the future the resume abandons); without TensorBoard
+            # now, that marker is all it writes
             purge = None if resume_step is None else resume_step + 1
-            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge)
+            writer = SummaryWriter(str(events), purge_step=purge)
+            if tensorboard:
+                self._tb = writer
+            else:
+                writer.close()
 
     def scalars(self, step: int, split: str, values: dict[str, float]) -> None:
         if not self.enabled:

@@ -13,13 +13,15 @@ import hashlib
 import json
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
 from safetensors.torch import save_file
 
 
@@ -179,8 +181,14 @@ def capture_rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, rest
 
 
-def restore_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng_state`."""
+RngState = tuple[dict[str, torch.Tensor], dict[str, Any]]
+
+
+def restore_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any],
+                      rank: int = 0) -> None:
+    """Inverse of :func:`capture_rng_state`: the state stored for ``rank`` in a checkpoint of
+    every rank's state (:func:`ranked_rng_state`), rank 0's where it holds none for ``rank``."""
+    tensors, rest = rank_rng_state(tensors, rest, rank)
     torch.set_rng_state(tensors["rng.torch"])
     cuda = sorted(k for k in tensors if k.startswith("rng.cuda."))
     if cuda and torch.cuda.is_available():
@@ -189,6 +197,51 @@ def restore_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) ->
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = rest["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def ranked_rng_state(states: Sequence[RngState]) -> RngState:
+    """Every rank's RNG state (``states[r]`` of rank r, each from :func:`capture_rng_state`)
+    as one checkpoint's tensors and JSON: rank 0's under the names a one-process checkpoint
+    uses (``rng.torch``, ``rng.cuda.<i>``; ``python``, ``numpy``), rank r's tensors as
+    ``rng.rank<r>.torch``, ... (copies: safetensors stores no two tensors that share memory)
+    and its JSON under ``ranks`` → ``"<r>"``."""
+    tensors, rest = dict(states[0][0]), dict(states[0][1])
+    if len(states) > 1:
+        rest["ranks"] = {}
+        for rank, (own, own_rest) in enumerate(states[1:], start=1):
+            tensors.update({f"rng.rank{rank}.{k.removeprefix('rng.')}": v.clone()
+                            for k, v in own.items()})
+            rest["ranks"][str(rank)] = own_rest
+    return tensors, rest
+
+
+def rank_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any],
+                   rank: int) -> RngState:
+    """The RNG state :func:`ranked_rng_state` stored for ``rank``; rank 0's where it stored
+    none for it (a run resumed on more processes than saved it: the new ranks start as every
+    rank of a fresh run does, alike)."""
+    own = (rest.get("ranks") or {}).get(str(rank)) if rank else None
+    if own is None:
+        return ({k: v for k, v in tensors.items() if not k.startswith("rng.rank")},
+                {k: v for k, v in rest.items() if k != "ranks"})
+    prefix = f"rng.rank{rank}."
+    return {f"rng.{k.removeprefix(prefix)}": v for k, v in tensors.items()
+            if k.startswith(prefix)}, own
+
+
+def rng_state_to_bytes(state: RngState) -> bytes:
+    """One RNG state as the bytes of a safetensors file (its JSON part as the uint8 tensor
+    ``rng.json``), to send to another rank: no pickle."""
+    tensors, rest = state
+    text = bytearray(json.dumps(rest).encode("utf-8"))
+    return save_bytes({**tensors, "rng.json": torch.frombuffer(text, dtype=torch.uint8)})
+
+
+def rng_state_from_bytes(data: bytes) -> RngState:
+    """Inverse of :func:`rng_state_to_bytes`."""
+    tensors = load_bytes(data)
+    rest = json.loads(bytes(tensors.pop("rng.json").numpy()).decode("utf-8"))
+    return tensors, rest
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],

@@ -33,10 +33,12 @@ waits for a GPU, and the host queues the next step while the device computes thi
 graded recipe's bound waits, before the next optimizer step, for a copy the device made right
 after this one; fp16's gradient scaler reads whether the gradients are finite.
 
-Resuming from a checkpoint restores the model, optimiser, scheduler, RNG states and step, so on
-CPU with the same seed the losses after resuming equal those of an uninterrupted run. SIGINT or
-SIGTERM finishes the current step, writes a checkpoint and returns with ``interrupted=True`` and
-a message naming the resume command (a second Ctrl-C aborts at once).
+Resuming from a checkpoint restores the model, optimiser, scheduler, RNG states (each rank's
+own) and step, so on CPU with the same seed the losses after resuming equal those of an
+uninterrupted run. SIGINT or SIGTERM finishes the current step (under torchrun the next one too:
+the ranks agree on stopping one step late, :class:`~graded.train.distributed.StopVote`), writes a
+checkpoint and returns with ``interrupted=True`` and a message naming the resume command (a
+second Ctrl-C aborts at once).
 """
 
 from __future__ import annotations
@@ -73,7 +75,13 @@ from graded.train.resume import ResumePlan, plan_resume
 from graded.train.runs import RunFolder, open_run, run_view
 from graded.train.schedules import make_scheduler
 from graded.train.signals import StopSignals
-from graded.train.state_tensors import jsonable, restore_rng_state
+from graded.train.state_tensors import (
+    capture_rng_state,
+    jsonable,
+    restore_rng_state,
+    rng_state_from_bytes,
+    rng_state_to_bytes,
+)
 from graded.transformer.graded import held_gradings
 
 
@@ -289,11 +297,15 @@ class Trainer:
 
     def _save(self, step: int, stopper: dict[str, Any], *, is_best: bool = False) -> Path | None:
         self._finish_recipe()  # the saved optimizer state has the bounded grade learning rate
+        rng = None  # one process: save_checkpoint takes its own
+        if self.ctx.distributed:  # every rank's RNG state, by rank, to rank 0
+            sent = D.gather_bytes(self.ctx, rng_state_to_bytes(capture_rng_state()))
+            rng = [rng_state_from_bytes(data) for data in sent or ()]
         path = None
         if self.ctx.is_main:
             path = self.checkpoints.save(
                 step, self.model, self.optimizer, self._state(step, stopper),
-                is_best=is_best, metric=stopper.get("best"),
+                is_best=is_best, metric=stopper.get("best"), rng=rng,
             )
         D.barrier(self.ctx)
         return path
@@ -515,7 +527,7 @@ class Trainer:
         start, stopper = 0, {"best": None, "bad_evals": 0}
         if plan is not None:
             start, stopper = plan.step, plan.stopper
-            restore_rng_state(*plan.rng)
+            restore_rng_state(*plan.rng, rank=self.ctx.rank)
             if self.ctx.is_main:  # best.json of a newer (skipped, damaged) checkpoint: rewound
                 self.checkpoints.rewind_best(start, stopper.get("best"))
             if self.scaler is not None and plan.grad_scaler:
@@ -547,11 +559,12 @@ class Trainer:
         # larger early_stopping.patience, or none, continues it)
         result.early_stopped = self._stopped_early(stopper)
         try:
+            vote = D.StopVote(self.ctx)  # a stop agreed by every rank, one step late
             with _StopSignal() as stop, held_gradings(self.model):
                 while step < total and not result.early_stopped:
                     if pause_after is not None and step >= pause_after:
                         break
-                    if D.any_across(self.ctx, stop.flag):
+                    if vote(stop.flag):
                         result.interrupted = True
                         break
                     values, items = self._train_step(step)
@@ -599,6 +612,7 @@ class Trainer:
                         result.last_checkpoint = self._save(step, stopper)
                         saved_at = step
                     t_window += time.perf_counter() - paused  # tokens/s excludes eval and I/O
+            vote.close()
             result.losses += [loss for loss, _ in self._read(window)]  # before any save
             if saved_at != step:
                 result.last_checkpoint = self._save(step, stopper)

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Every GPU check and figure of docs/gpu.md in one run: the cuda-marked tests, then the bf16
-# benchmarks (graded attention against torch's module with learnable and with fixed grades, the
-# LM training step eager and compiled against Hugging Face's GPT-2, eager with steps back to
-# back, where the eager step's time goes and where its GPU waits, the long-sequence table
-# against SDPA's fused kernel).
+# benchmarks (graded attention against torch's module with learnable and with fixed grades, and
+# learnable grades folded beside the same not folded; the LM training step eager and compiled
+# against Hugging Face's GPT-2, eager with steps back to back; where the eager step's time goes
+# and where its GPU waits; the long-sequence table against SDPA's fused kernel).
 #
 #     bash benchmarks/gpu.sh [OUT [DETAILS]]   # OUT defaults to runs/gpu, DETAILS to OUT
 #
 # OUT receives machine.txt and one log per step (each benchmark's tables are in its log);
 # DETAILS the benchmarks' own folders (results.json, report.md, figures).
-# Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_LM, T_LM_B2B,
-# T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step cannot take the others with it;
+# Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_ATTN_UNFOLDED, T_LM,
+# T_LM_B2B, T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step cannot take the others with it;
 # every log is written to OUT as it is produced. STEPS (default: all but lm_step_folds, the LM
 # step of LGT beside the same with the folds of the code before 28a0b8f) picks steps by name
 # and runs them in the order given, e.g. STEPS="long_sequence tests"; a step named again runs
@@ -21,8 +21,8 @@ set -uo pipefail
 OUT=${1:-runs/gpu}
 DETAILS=${2:-$OUT}
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-"tests attention attention_fixed lm_step lm_step_back_to_back lm_step_compiled diag
-idle long_sequence"}
+STEPS=${STEPS:-"tests attention attention_unfolded attention_fixed lm_step lm_step_back_to_back
+lm_step_compiled diag idle long_sequence"}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
@@ -54,6 +54,9 @@ for base in $STEPS; do
         --device cuda --dtype bfloat16 --rounds 15 --no-lm ;;
     attention_fixed) step "$name" "${T_ATTN:-60}" "$PY" benchmarks/graded_attention.py \
         --device cuda --dtype bfloat16 --rounds 15 --no-lm --fixed-grades ;;
+    attention_unfolded) step "$name" "${T_ATTN_UNFOLDED:-90}" "$PY" \
+        benchmarks/graded_attention.py --device cuda --dtype bfloat16 --rounds 15 --no-lm \
+        --compare-unfolded ;;
     lm_step) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py --device cuda \
         --dtype bf16 --rounds 15 --out "$DETAILS/$name" ;;
     lm_step_folds) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py \
@@ -72,7 +75,7 @@ for base in $STEPS; do
         --dense-max-len 65536 --max-seconds 5 --error-seeds 1 --out "$DETAILS/$name" \
         --backends full chunked sliding_window dilated block_sparse bigbird linear performer \
         linformer lsh ;;
-    *) echo "unknown step $base (expected: tests attention attention_fixed lm_step" \
+    *) echo "unknown step $base (expected: tests attention attention_unfolded attention_fixed lm_step" \
         "lm_step_folds lm_step_back_to_back lm_step_compiled diag idle long_sequence)"; exit 2 ;;
     esac
 done

@@ -52,16 +52,21 @@ def attention_step(module: torch.nn.Module, x: torch.Tensor) -> None:
     out.sum().backward()
 
 
-def graded_module(d: int, h: int, variant: str, grading: str,
-                  learnable: bool = True) -> GradedMultiheadAttention:
+def graded_module(d: int, h: int, variant: str, grading: str, learnable: bool = True,
+                  fold: bool = True) -> GradedMultiheadAttention:
     grades = torch.rand(h, d // h) if variant == "multi_head" else torch.rand(d // h)
     return GradedMultiheadAttention(d, h, grading=grading, grades=grades, variant=variant,
-                                    learnable_grades=learnable, batch_first=True)
+                                    learnable_grades=learnable, batch_first=True,
+                                    fold_grading=fold)
 
 
 def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
                     dtype: torch.dtype = torch.float32,
-                    learnable: bool = True) -> tuple[list[list[str]], float]:
+                    learnable: bool = True,
+                    unfolded: bool = False) -> tuple[list[list[str]], float]:
+    """Each variant against torch's module in interleaved rounds; ``unfolded`` adds, in the
+    same rounds, each variant with ``fold_grading=False`` (the grading applied to the
+    projections' outputs, after their matrix products, instead of to the weights before)."""
     rows, worst = [], 0.0
     for b, t, d, h in shapes:
         torch.manual_seed(0)
@@ -74,6 +79,11 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
                 m = graded_module(d, h, variant, grading, learnable)
                 m.load_state_dict(ref.state_dict())
                 modules[f"{grading}/{variant}"] = m.to(device, dtype)
+                if unfolded:  # the same module, not folded (drawn aside: the others unchanged)
+                    with torch.random.fork_rng(devices=[]):
+                        twin = graded_module(d, h, variant, grading, learnable, fold=False)
+                    twin.load_state_dict(m.state_dict())
+                    modules[f"{grading}/{variant} unfolded"] = twin.to(device, dtype)
         cands = {name: (lambda m=m, x=x: attention_step(m, x)) for name, m in modules.items()}
         times = interleaved(cands, rounds=rounds, device=device)
         lead = lead_in_times({name: (lambda m=m, x=x: m(x, x, x, need_weights=False))
@@ -134,6 +144,8 @@ def main() -> None:
     parser.add_argument("--no-lm", action="store_true", help="skip the LM training steps")
     parser.add_argument("--fixed-grades", action="store_true",
                         help="graded attention with fixed grades (buffers) instead of learnable")
+    parser.add_argument("--compare-unfolded", action="store_true",
+                        help="also time each variant with fold_grading=False in the same rounds")
     add_device_options(parser, "attention modules and inputs are cast to it; the LM steps run "
                                "under autocast to it (default float32: no autocast)")
     args = parser.parse_args()
@@ -141,7 +153,8 @@ def main() -> None:
     rounds = 3 if args.quick else args.rounds
     default = CUDA_SHAPES if device.type == "cuda" else SHAPES
     shapes = args.shape or ([(2, 64, 64, 4)] if args.quick else default)
-    rows, worst_attn = bench_attention(shapes, rounds, device, dtype, not args.fixed_grades)
+    rows, worst_attn = bench_attention(shapes, rounds, device, dtype, not args.fixed_grades,
+                                       args.compare_unfolded)
     on = "" if dtype == torch.float32 else f"{dtype_name(dtype)}; "
     kind = "fixed" if args.fixed_grades else "learnable"
     print(f"# GradedMultiheadAttention vs torch.nn.MultiheadAttention, forward+backward, "

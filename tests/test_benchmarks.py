@@ -261,3 +261,13 @@ def test_a_bad_round_count_or_length_is_named_not_a_bare_crash(capsys, monkeypat
     with pytest.raises(SystemExit):
         _load("trainer_overhead").main(["--rounds", "0"])
     assert "--rounds must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_graded_attention_times_each_variant_unfolded_in_the_same_rounds(tmp_path):
+    done = run_benchmark("graded_attention", ["--quick", "--rounds", "1", "--no-lm",
+                                              "--compare-unfolded"], tmp_path)
+    rows = [line.split("|")[2].strip() for line in done.stdout.splitlines()
+            if line.startswith("| B=")]
+    folded = [r for r in rows if not r.endswith(" unfolded")]
+    assert len(folded) == 8 and [r for r in rows if r.endswith(" unfolded")] == [
+        f"{r} unfolded" for r in folded]

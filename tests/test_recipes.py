@@ -469,3 +469,14 @@ def test_anneal_lambda_refuses_a_lambda_max_that_is_not_a_finite_number_above_on
     # NaN and inf went through (λ_t = nan); the error names the value and the range
     with pytest.raises(ValueError, match=r"lambda_max must be .*, got (nan|inf|1\.0|True)"):
         anneal_lambda(5, 10, lam_max)
+
+
+@pytest.mark.parametrize(("kind", "lam"), [("linear", None), ("exponential", 2.0),
+                                           ("exponential", 1.0)])
+def test_nan_grades_have_a_grade_lr_bound_of_zero_not_none(kind, lam):
+    # a NaN q_max compared false with 0 (LGT: bound inf) or gave a NaN bound (EGT): the cap
+    # was lifted and the grades took the scheduled rate
+    assert grade_lr_bound(kind, math.nan, lam) == 0.0
+    assert grade_lr_bound(kind, 2.0, lam) == (0.5 if kind == "linear" else
+                                                (math.inf if lam == 1.0 else
+                                                 1 / (4 * math.log(2))))

@@ -120,15 +120,18 @@ def grade_lr_bound(kind: str, q_max: float, lam: float | None = None) -> float:
     """The grade learning-rate bound: 1/q_max for LGT (000 Alg 5.1), 1/(λ^{q_max} ln λ) for
     EGT (000 Alg 7.1, Prop 7.5). Infinite where the algorithms' expression has no bound. The
     EGT bound is computed as exp(−q_max·ln λ)/ln λ: where λ^{q_max} is beyond the largest float
-    it is 0 (the grades' rate is 0), not an OverflowError."""
+    it is 0 (the grades' rate is 0), not an OverflowError. NaN grades (q_max NaN) have no
+    bound: it is 0, so that they do not lift the cap and take the scheduled rate."""
+    if kind not in ("linear", "exponential"):
+        raise ValueError(f"kind must be 'linear' or 'exponential', got {kind!r}")
+    if math.isnan(q_max):
+        return 0.0
     if kind == "linear":
         return 1.0 / q_max if q_max > 0 else math.inf
-    if kind == "exponential":
-        if lam is None or lam <= 1.0:
-            return math.inf
-        log_lam = math.log(lam)
-        return math.exp(-max(q_max, 0.0) * log_lam) / log_lam
-    raise ValueError(f"kind must be 'linear' or 'exponential', got {kind!r}")
+    if lam is None or lam <= 1.0:
+        return math.inf
+    log_lam = math.log(lam)
+    return math.exp(-max(q_max, 0.0) * log_lam) / log_lam
 
 
 def coordination_penalty(grades: Tensor) -> Tensor:

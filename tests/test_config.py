@@ -39,6 +39,73 @@ def test_shipped_configs_cover_every_task():
     assert covered >= set(available_tasks())
 
 
+SHIPPED = sorted((Path(__file__).parents[1] / "configs").glob("*.[yt]*ml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_configs_train_on_the_loss_their_recipe_states(path, tmp_path):
+    """A shipped config runs without the warning that its graded recipe falls back to the
+    plain loss: where the task's targets carry no grades it asks for the plain loss
+    (``recipe.options.graded_loss: false``), as the demo's runs do."""
+    from graded.config import build_run
+
+    small = ["task.n_train=64", "task.n_eval=32"]
+    cfg = load_config(path, [] if load_config(path).task.name == "modular" else small)
+    trainer = build_run(cfg, tmp_path / "run").trainer
+    assert trainer.plain_loss_note is None, trainer.plain_loss_note
+
+
+def _suggested_overrides() -> list[tuple[str, list[str]]]:
+    """The ``--set`` lines a shipped config's header comment suggests (an ungraded twin, an
+    LGT, another split or target), one list of overrides per comment line."""
+    found = []
+    for path in SHIPPED:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("#") and "--set " in line:
+                found.append((path.name, re.findall(r"--set (\S+)", line)))
+    return found
+
+
+@pytest.mark.parametrize(("name", "overrides"), _suggested_overrides(),
+                         ids=[f"{n}:{' '.join(o)}" for n, o in _suggested_overrides()])
+def test_the_overrides_a_shipped_config_suggests_run_as_suggested(name, overrides, tmp_path):
+    """Following a config's comment (``--set model.grading=null`` for the ungraded twin, ...)
+    gives a valid run, and not one whose recipe warns that it falls back to the plain loss."""
+    from graded.config import build_run
+
+    path = Path(__file__).parents[1] / "configs" / name
+    cfg = load_config(path, ["task.n_train=64", "task.n_eval=32", *overrides])
+    trainer = build_run(cfg, tmp_path / "run").trainer
+    assert trainer.plain_loss_note is None, trainer.plain_loss_note
+
+
+def test_the_run_config_docs_cli_md_shows_runs_on_the_loss_its_recipe_states(tmp_path):
+    """docs/cli.md's example run config (an LGT on dyck_recognition) validates and does not
+    warn that its graded recipe falls back to the plain loss."""
+    from graded.config import build_run
+
+    text = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    path = tmp_path / "example.yaml"
+    path.write_text(re.search(r"```yaml\n(.*?)```", text, re.S).group(1))
+    cfg = load_config(path, ["task.n_train=64", "task.n_eval=32"])
+    assert cfg.recipe_name() == "lgt-alg5.1"
+    assert build_run(cfg, tmp_path / "run").trainer.plain_loss_note is None
+
+
+def test_data_sizes_a_task_cannot_draw_name_the_config_keys(tmp_path):
+    """The task's message speaks of n_test; the error also names task.n_train and
+    task.n_eval, the keys to change (modular addition mod 5 has 25 pairs)."""
+    from graded.config import build_data
+
+    data = {"task": {"name": "modular", "options": {"p": 5}, "n_train": 20, "n_eval": 10},
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1}, "train": {"steps": 2}}
+    cfg = load_config(_write(tmp_path, data))
+    with pytest.raises(ConfigError, match=r"task 'modular' cannot draw its data with "
+                       r"task.split='random', task.n_train=20, task.n_eval=10 \(n_test below\): "
+                       r"n_train \+ n_test = 30 exceeds the 25"):
+        build_data(cfg, cfg.built_task)
+
+
 def test_yaml_and_toml_files_give_the_same_config(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text(
@@ -334,6 +401,32 @@ def test_schema_choices_are_the_constants_of_the_owning_modules():
     assert choices(fields["grading"].annotation) == GRADINGS
     assert f"one of {', '.join(('auto', *RECIPES))}" in describe_schema()
     assert RunConfig.model_fields["recipe"].annotation is RecipeSection
+
+
+def test_train_help_lists_every_model_key_with_its_default_and_choices():
+    """`graded train --help` lists the TransformerConfig fields a config may set (not only
+    "any TransformerConfig field"), and a default that follows another key says so."""
+    from graded.attention.backends import available_backends
+    from graded.config import describe_schema
+    from graded.config.schema import TASK_DERIVED
+    from graded.transformer.config import TransformerConfig
+    from graded.transformer.graded import GRADE_INITS
+
+    text = describe_schema()
+    lines = {line.strip().split(" ", 1)[0]: line.strip() for line in text.splitlines()}
+    for key in set(TransformerConfig.model_fields) - set(TASK_DERIVED):
+        assert key in lines, key
+    for key in TASK_DERIVED:
+        assert key not in lines, key
+    assert lines["d_model"] == f"d_model (default {TransformerConfig().d_model!r})"
+    assert lines["grading"] == "grading (default None; one of linear, exponential, null)"
+    assert lines["grade_init"].endswith(f"one of {', '.join(GRADE_INITS)})")
+    assert lines["attn_backend"].endswith(f"one of {', '.join(available_backends())})")
+    assert lines["token_grade_stages"].startswith(
+        "token_grade_stages (default ['input', 'ffn', 'output']; each one of input, ffn, output")
+    assert "PydanticUndefined" not in text
+    assert lines["monitor_mode"].startswith("monitor_mode (default follows monitor; one of "
+                                            "min, max)")
 
 
 def test_registry_choices_are_read_from_the_registry_when_validating():

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def _load_run(run_dir: Path, which: str):
     if which == "latest":
         found = manager.find_intact(model)
         for path, reason in found.skipped:
-            print(f"warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
+            print(f"graded: warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
         ckpt, meta = found.path, found.meta
     else:
         ckpt = (manager.best() or manager.latest()) if which == "best" else _checkpoint_folder(
@@ -160,7 +161,7 @@ def _check_checkpoint_config(run_dir: Path, ckpt: Path, meta: dict[str, Any], *,
         raise ValueError(f"{run_dir / 'config.yaml'} does not match the config checkpoint "
                          f"{ckpt} was trained with: {changes}; restore those keys (the weights "
                          "belong to the recorded model and data), or train a new run")
-    print(f"warning: checkpoint {ckpt} was trained with another config than "
+    print(f"graded: warning: checkpoint {ckpt} was trained with another config than "
           f"{run_dir / 'config.yaml'}: {changes}; evaluating it with {run_dir}'s",
           file=sys.stderr)
 
@@ -434,7 +435,18 @@ def _probability(text: str) -> float:
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Option defaults shown; descriptions and epilogs kept as written."""
+    """Option defaults shown; descriptions and epilogs kept as written.
+
+    A default is added once, and only where it says something: not after a help text that
+    states its own default (``--max-new-tokens``: "default: 32, or fewer ..."), and not for
+    None, False or an empty list (an option that is off unless given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is False or (
+                action.default == []):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _train_epilog() -> str:
@@ -442,7 +454,7 @@ def _train_epilog() -> str:
     from graded.tasks import available_tasks
 
     return (describe_schema() + "\n\ntasks: " + ", ".join(available_tasks())
-            + "\nexamples: configs/*.yaml; details: docs/cli.md")
+            + "\nexamples: configs/*.yaml, configs/*.toml; details: docs/cli.md")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -557,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    shown_as = warnings.formatwarning
+    if not os.environ.get("GRADED_TRACEBACK"):
+        warnings.formatwarning = _one_line_warning
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
@@ -566,6 +581,15 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("GRADED_TRACEBACK"):
             raise
         return _fail(_one_line(exc))
+    finally:
+        warnings.formatwarning = shown_as
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, line: str | None = None) -> str:
+    """A warning as the command line prints it: ``graded: warning: ...``, without the source
+    file and line of the library code that raised it (GRADED_TRACEBACK=1 shows them)."""
+    return f"graded: warning: {message}\n"
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

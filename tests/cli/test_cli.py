@@ -54,12 +54,62 @@ def test_every_option_has_a_help_text():
                 assert action.help, f"graded {name} {action.option_strings or action.dest}"
 
 
+def test_help_states_each_default_once_and_only_when_it_says_something():
+    """An option whose help states its default (``--max-new-tokens``: "default: 32, or fewer
+    ...") is not followed by a second "(default: None)"; None, False and [] are not shown."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        formatter = p._get_formatter()
+        for action in p._actions:
+            if action.help is None:
+                continue
+            text = (formatter._get_help_string(action) or "").replace(
+                "%(default)s", str(action.default))
+            where = f"graded {name} {action.option_strings or action.dest}: {text!r}"
+            assert text.count("(default") <= 1, where
+            assert "(default: None)" not in text and "(default: False)" not in text, where
+            assert "(default: [])" not in text, where
+    generate = sub.choices["generate"].format_help()
+    assert "--seed SEED           sampling seed (default: 0)" in generate
+
+
 def test_console_script_runs():
     script = Path(sys.executable).with_name("graded")
     if not script.exists():
         pytest.skip("console script not installed in this environment")
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "train" in done.stdout
+
+
+def test_a_warning_is_one_line_without_the_library_source(tmp_path):
+    """A warning of a run (a monitor_mode against its monitor) prints as ``graded: warning:
+    ...``, not as the file, line and source text of the library code that raised it."""
+    cfg = _tiny_config(tmp_path, monitor="token_accuracy", monitor_mode="min")
+    done = subprocess.run([sys.executable, "-m", "graded.cli", "train", str(cfg)],
+                          capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "GRADED_TRACEBACK"})
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if "monitor_mode" in ln]
+    assert lines and lines[0].startswith("graded: warning: train.monitor_mode='min'"), lines
+    assert ".py:" not in done.stderr and "Trainer(" not in done.stderr, done.stderr
+
+
+def test_eval_with_another_runs_checkpoint_warns_in_the_commands_one_line_form(tmp_path,
+                                                                              capsys):
+    """Every warning of the command line reads ``graded: warning: ...``, as its errors read
+    ``graded: error: ...``: also the one naming the keys another run's checkpoint differs in."""
+    first = tiny_config(tmp_path, "first")
+    second = tiny_config(tmp_path, "second")
+    second.write_text(second.read_text().replace("name: second", "name: second\nseed: 1"))
+    assert main(["train", str(first)]) == 0 and main(["train", str(second)]) == 0
+    other = CheckpointManager(tmp_path / "runs" / "first" / "checkpoints").latest()
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "runs" / "second"), "--checkpoint", str(other)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"graded: warning: checkpoint {other} was trained with another config"
+                          " than "), err
+    assert "seed was 0, now 1" in err
 
 
 def test_a_finished_train_writes_its_plots_into_the_run_unless_told_not_to(tmp_path, capsys):

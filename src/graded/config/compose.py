@@ -156,10 +156,16 @@ def build_data(cfg: RunConfig, task: Any):
     """Train and evaluation :class:`~graded.tasks.TaskDataset` by the configured split
     (003 §3.2); their ``.tensors`` dicts feed the trainer. With ``task.unseen`` (the default)
     no evaluation input occurs among the training inputs; ``unseen: false`` keeps the
-    evaluation draw as drawn (:meth:`graded.tasks.Task.split`)."""
+    evaluation draw as drawn (:meth:`graded.tasks.Task.split`). Sizes the task cannot draw
+    are a ConfigError naming the config's keys (the task says ``n_test`` for ``task.n_eval``)."""
     seed = cfg.task.data_seed if cfg.task.data_seed is not None else cfg.seed
-    return task.split(cfg.task.split, cfg.task.n_train, cfg.task.n_eval, seed=seed,
-                      unseen=cfg.task.unseen)
+    t = cfg.task
+    try:
+        return task.split(t.split, t.n_train, t.n_eval, seed=seed, unseen=t.unseen)
+    except ValueError as exc:
+        raise ConfigError(f"task {t.name!r} cannot draw its data with task.split={t.split!r}, "
+                          f"task.n_train={t.n_train}, task.n_eval={t.n_eval} (n_test below): "
+                          f"{exc}") from exc
 
 
 @dataclasses.dataclass

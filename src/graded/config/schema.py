@@ -276,11 +276,56 @@ class RunConfig(Strict):
         return self._recipe
 
 
+# Keys whose default follows another key (a validator fills them in), shown as such.
+_DERIVED_DEFAULTS = {("train", "monitor_mode"): "follows monitor"}
+
+
+def _registered_choices(section: str, name: str) -> tuple[str, ...]:
+    """Choices a string field takes from a registry rather than a ``Literal``."""
+    if section != "model":
+        return ()
+    if name in ("attn_backend", "cross_attn_backend"):
+        from graded.attention.backends import available_backends
+
+        return tuple(available_backends())
+    if name == "grade_init":
+        from graded.transformer.graded import GRADE_INITS
+
+        return GRADE_INITS
+    return ()
+
+
+def _choices(annotation: Any) -> tuple[Any, ...]:
+    """The values a ``Literal`` (or an optional ``Literal``, with ``null``) allows; () else."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    args = get_args(annotation)
+    literal = next((a for a in args if get_origin(a) is Literal), None)
+    if literal is None:
+        return ()
+    return (*get_args(literal), *(("null",) if type(None) in args else ()))
+
+
+def _describe_field(name: str, field: Any, prefix: str, section: str) -> str:
+    default = _DERIVED_DEFAULTS.get((section, name))
+    if default is None:
+        default = "required" if field.is_required() else repr(
+            field.get_default(call_default_factory=True))
+    choices = _choices(field.annotation) or _registered_choices(section, name)
+    each = "each " if get_origin(field.annotation) is list else ""
+    allowed = f"; {each}one of {', '.join(map(str, choices))}" if choices else ""
+    desc = f" - {field.description}" if field.description else ""
+    return f"  {prefix}{name} (default {default}{allowed}){desc}"
+
+
 def describe_schema() -> str:
-    """Every config key with its default and description (for ``graded train --help``)."""
+    """Every config key with its default, its allowed values and its description (for
+    ``graded train --help``), the model section's :class:`TransformerConfig` fields included."""
+    from graded.transformer.config import TransformerConfig
+
     out = ["config keys (YAML or TOML; unknown keys are errors):"]
 
-    def walk(model: type[BaseModel], prefix: str) -> None:
+    def walk(model: type[BaseModel], prefix: str, section: str) -> None:
         for name, field in model.model_fields.items():
             ann = field.annotation
             sub = next((c for c in (ann, *getattr(ann, "__args__", ()))
@@ -288,18 +333,18 @@ def describe_schema() -> str:
             if sub is not None:
                 optional = " (optional; null or false = off)" if field.default is None else ""
                 out.append(f"  {prefix}{name}:{optional}")
-                walk(sub, prefix + "  ")
+                walk(sub, prefix + "  ", name if not prefix else section)
+                if sub is ModelSection:
+                    out.append(f"  {prefix}  (transformer architecture) any "
+                               "graded.TransformerConfig field but "
+                               + ", ".join(TASK_DERIVED) + " (set by the task):")
+                    for key, tfield in TransformerConfig.model_fields.items():
+                        if key not in TASK_DERIVED:
+                            out.append(_describe_field(key, tfield, prefix + "    ", "model"))
                 continue
-            default = "required" if field.is_required() else (
-                "{}" if field.default_factory is not None else repr(field.default))
-            choices = get_args(ann) if get_origin(ann) is Literal else ()
-            allowed = f"; one of {', '.join(map(str, choices))}" if choices else ""
-            desc = f" - {field.description}" if field.description else ""
-            out.append(f"  {prefix}{name} (default {default}{allowed}){desc}")
+            out.append(_describe_field(name, field, prefix, section))
 
-    walk(RunConfig, "")
-    out.append("  model: also any graded.TransformerConfig field except "
-               + ", ".join(TASK_DERIVED) + " (set by the task)")
+    walk(RunConfig, "", "")
     return "\n".join(out)
 
 

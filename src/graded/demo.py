@@ -342,8 +342,12 @@ def run_demo(
 
 
 def _fmt(values: list[float], digits: int = 3) -> str:
+    """Mean ± sample std of ``values``; the value alone for one (one seed has no spread)."""
     m, s = mean_std(values)
-    return "–" if m != m else f"{m:.{digits}f} ± {s:.{digits}f}"
+    if m != m:
+        return "–"
+    finite = sum(v is not None and v == v for v in values)
+    return f"{m:.{digits}f}" if finite < 2 else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
 def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
@@ -357,7 +361,7 @@ def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
         return [f"- **{task}**: no model finished."]
     best = max(means, key=lambda m: sign * means[m][0])
     lines = [f"- **{task}** ({metric}): best transformer is **{best}** "
-             f"({means[best][0]:.3f} ± {means[best][1]:.3f})."]
+             f"({_fmt(by_model[best])})."]
     if "baseline" in means:
         b_mean, b_std = means["baseline"]
         n_b = len(by_model["baseline"])
@@ -414,9 +418,11 @@ def write_demo_report(out_dir: Path, results: list[dict[str, Any]],
              "task's targets have grades (" + _graded_loss_tasks() + "). Their input "
              "grading starts from the task's natural grades (aligned grades), every other "
              "grading starts "
-             "neutral. Figures are mean ± sample std "
-             f"over {budget['seeds']} seeds (each seed draws its own data split and "
-             "initialisation); the headline metric is computed by `graded.evaluation` for "
+             "neutral. "
+             + (f"Figures are mean ± sample std over {budget['seeds']} seeds (each seed draws "
+                "its own data split and initialisation)" if budget["seeds"] > 1 else
+                "Figures are those of one seed (a spread needs at least 2: --seeds 2 or more)")
+             + "; the headline metric is computed by `graded.evaluation` for "
              "models and simple baselines alike, on the final model.",
              "", "## Verdict", ""]
     verdict, sections = [], []

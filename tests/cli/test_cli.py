@@ -364,6 +364,15 @@ def test_demo_verdict_with_one_seed_calls_no_difference():
     # the differences are still reported, as the plain subtraction gives them
     assert f"Δ = {0.53 - 0.52:+.3f}, not tested" in text
     assert f"Δ = {0.40 - 0.52:+.3f}, not tested" in text
+    # and no spread is printed for it: a sample std of one value is undefined, not 0
+    assert "best transformer is **LGT** (0.530)." in text
+
+
+def test_demo_report_of_one_seed_prints_values_without_a_spread(tmp_path):
+    from graded.demo import _fmt
+
+    assert _fmt([0.25]) == "0.250" and _fmt([0.1, 0.3]) == "0.200 ± 0.141"
+    assert _fmt([0.25, float("nan")]) == "0.250" and _fmt([]) == "–"
 
 
 def test_demo_report_tables_come_from_the_results(tmp_path):

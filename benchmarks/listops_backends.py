@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny budget smoke run")
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.n_train, args.n_eval = 4, 64, 32
+        args.steps, args.batch, args.n_train, args.n_eval = 2, 8, 32, 16
         args.min_length, args.max_length, args.depth = 64, 96, 3
     args.out.mkdir(parents=True, exist_ok=True)
     rows, results, baseline = [], {}, None

@@ -11,7 +11,7 @@ For every backend, interleaved in one run, at lengths T = 256 … 16384 and d = 
   subprocess fixes glibc's mmap threshold so that large freed blocks go back to the OS and the
   resident set follows torch's live tensors. On CUDA (``--device cuda``) it is torch's own
   statistic, ``torch.cuda.max_memory_allocated`` above the memory allocated before the call
-  (``--memory-backends`` limits it to some backends; ``--quick`` measures full and chunked);
+  (``--memory-backends`` limits it to some backends; ``--quick`` measures full alone);
 - the bytes autograd saves for backward (an analytic count from ``saved_tensors_hooks``,
   deduplicated by storage), which is what the backward pass must keep alive;
 - approximation error ‖y − y_full‖ / ‖y_full‖ against full attention as a function of each
@@ -473,7 +473,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-memory", action="store_true", help="skip the RSS subprocesses")
     p.add_argument("--memory-backends", nargs="+", default=None,
                    help="measure the RSS of these backends only (default: every backend timed; "
-                        "--quick: full and chunked, as each measurement is a fresh process)")
+                        "--quick: full alone, as each measurement is a fresh process)")
     p.add_argument("--error-length", type=int, default=None)
     p.add_argument("--error-seeds", type=int, default=3)
     p.add_argument("--error-qk-scale", type=float, nargs="+", default=[1.0, 0.5],
@@ -496,7 +496,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.error_length = args.error_length or 1024
     args.memory_lengths = args.lengths[:1] if args.quick else args.lengths
     if args.quick and args.memory_backends is None:
-        args.memory_backends = ["full", "chunked"]
+        args.memory_backends = ["full"]
     quadratic = {"full", "explicit", "chunked"}
     t_sqrt_t = {"dilated", "sparse_fixed"}  # O(T√T) at l ≈ √T
     args.growth = lambda name: 4.5 if name in quadratic else (3.0 if name in t_sqrt_t else 2.5)

@@ -47,10 +47,10 @@ def run(p: int, k: int, steps: int, seeds: int, noise: float = 0.0, **build) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="task A1: fixed-k adder, learned blocks")
-    ap.add_argument("--quick", action="store_true", help="p = 7 over 2 seeds only")
+    ap.add_argument("--quick", action="store_true", help="p = 7, 2 seeds of 20 steps")
     args = ap.parse_args()
     if args.quick:
-        print(json.dumps(run(7, 3, 200, 2)), flush=True)
+        print(json.dumps(run(7, 3, 20, 2)), flush=True)
         return
     for p, k, steps, seeds in [(5, 2, 200, 10), (7, 3, 200, 10), (11, 4, 300, 10),
                                (13, 5, 300, 5), (17, 6, 300, 5), (97, 30, 300, 1)]:

@@ -99,10 +99,10 @@ def main() -> None:
     ap.add_argument("--router-input", nargs="+", default=["context", "operator"],
                     choices=["context", "operator", "operator_state"])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="1 seed, 20 steps: checks it runs")
+    ap.add_argument("--quick", action="store_true", help="1 seed, 4 steps: checks it runs")
     args = ap.parse_args()
     if args.quick:
-        args.seeds, args.steps, args.dyck_steps = 1, 20, 20
+        args.seeds, args.steps, args.dyck_steps = 1, 4, 4
     torch.set_num_threads(args.threads)
     splits = SPLITS if args.split == "all" else (args.split,)
     seeds = range(args.seed, args.seed + args.seeds)

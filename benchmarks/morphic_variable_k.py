@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--report", default=None, help="write diagnostics (PNG + JSON) here")
-    ap.add_argument("--quick", action="store_true", help="20 steps, to check the script runs")
+    ap.add_argument("--quick", action="store_true", help="4 steps, to check the script runs")
     ap.add_argument("--held-out", type=int, default=0,
                     help="hold out this many (x, k) pairs from training and report them")
     ap.add_argument("--seeds", type=int, default=1, help="seeds seed, seed+1, ... (one split each)")
@@ -99,7 +99,7 @@ def main() -> None:
                     help="the adder router's input type(s), each trained on the same seeds")
     args = ap.parse_args()
     if args.quick:
-        args.steps = 20
+        args.steps = 4
     torch.set_num_threads(args.threads)
     tools = ["internal", "external"] if args.tool == "both" else [args.tool]
     summaries = []

@@ -47,10 +47,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--gap", type=float, default=0.5,
                     help="seconds of other work between evaluations in the warm measurement")
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="n = 3, 2 rounds, gap 0.1 s, budget 4: checks it runs")
     args = ap.parse_args()
     if args.quick:
-        args.n, args.rounds, args.budget = 3, 3, 4
+        args.n, args.rounds, args.budget, args.gap = 3, 2, 4, 0.1
 
     problem = get_problem("cap-set", n=args.n)
     skeleton = parse_skeleton(problem.skeleton)

@@ -225,10 +225,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="rounds; the arms take each place in the order in turn")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick", action="store_true",
-                   help="tiny and dyck, 2 rounds of 8 steps, 256 training examples")
+                   help="tiny and dyck, 2 rounds of 5 steps, 256 training examples")
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes, args.steps, args.warmup, args.rounds = ["tiny", "dyck"], 8, 3, 2
+        args.sizes, args.steps, args.warmup, args.rounds = ["tiny", "dyck"], 5, 3, 2
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.steps < args.warmup + 2:

@@ -15,12 +15,6 @@ from analysis_helpers import tiny_config
 from graded import TransformerLM
 
 
-@pytest.fixture(autouse=True)
-def _on_one_thread(one_thread):
-    """Every test here on one intra-op thread (``one_thread`` in tests/conftest.py): their
-    models are tiny, and no property here depends on the thread count."""
-
-
 @pytest.fixture
 def tokens() -> torch.Tensor:
     return torch.randint(0, 11, (3, 7), generator=torch.Generator().manual_seed(0))

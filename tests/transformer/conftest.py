@@ -4,12 +4,6 @@ import pytest
 import torch
 
 
-@pytest.fixture(autouse=True)
-def _on_one_thread(one_thread):
-    """Every test here on one intra-op thread (``one_thread`` in tests/conftest.py): their
-    models are tiny, and no property here depends on the thread count."""
-
-
 @pytest.fixture
 def gpt2_pair():
     """A small GPT-2 whose weights are redrawn (embeddings at unit scale, fan-in scaled

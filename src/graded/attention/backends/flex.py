@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from graded.attention.backends.base import (
     check_inputs,
@@ -45,6 +45,10 @@ from graded.attention.backends.base import (
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import KeepRule
+
+if TYPE_CHECKING:  # imported where used: torch's flex_attention module loads torch._dynamo
+    # (about a second at every start of a process that imports graded)
+    from torch.nn.attention.flex_attention import BlockMask
 
 __all__ = [
     "FLEX_BLOCK",
@@ -109,6 +113,8 @@ def pattern_block_mask(
         kept = keep(q_idx, kv_idx) if heads is None else keep(q_idx, kv_idx, h)
         return kept & (kv_idx <= q_idx) if causal else kept
 
+    from torch.nn.attention.flex_attention import BlockMask
+
     return BlockMask.from_kv_blocks(
         *_ordered(torch.cat(partial, dim=-2)), *_ordered(torch.cat(full, dim=-2)),
         BLOCK_SIZE=block_size, mask_mod=mask_mod, seq_lengths=(t, t),
@@ -126,6 +132,8 @@ def _ordered(tiles: Tensor) -> tuple[Tensor, Tensor]:
 
 def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, scale: float,
           key_padding_mask: Tensor | None) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
     score_mod = None
     if key_padding_mask is not None:
         pad = key_padding_mask
@@ -139,9 +147,6 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask, scale: float,
 
 _compiled_flex: Callable[..., Tensor] | None = None
 _FLEX_RECOMPILES = 256
-# dynamo's per-function recompile limit (named cache_size_limit before torch 2.6)
-_RECOMPILE_LIMIT = ("recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
-                    else "cache_size_limit")
 
 
 def flex_pattern_attention(
@@ -163,10 +168,13 @@ def flex_pattern_attention(
         return _flex(q, k, v, block_mask, scale, key_padding_mask)
     if _compiled_flex is None:
         _compiled_flex = torch.compile(_flex)
+    # dynamo's per-function recompile limit (named cache_size_limit before torch 2.6)
+    limit = ("recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
+             else "cache_size_limit")
     # One compiled kernel per pattern (its mask_mod), length, causality, padding and grad
     # mode: a model's layers and a benchmark's sweep need more than dynamo's default of 8
     # per function, past which it would fall back to the unfused, dense eager path.
-    with torch._dynamo.config.patch(**{_RECOMPILE_LIMIT: _FLEX_RECOMPILES}):
+    with torch._dynamo.config.patch(**{limit: _FLEX_RECOMPILES}):
         return _compiled_flex(q, k, v, block_mask, scale, key_padding_mask)
 
 

@@ -67,6 +67,12 @@ def main() -> None:
                                time_limit_s=args.time_limit, stop_at=target),
             args.out / f"n{n:02d}-patternboost", executor=executor)
         wall = time.perf_counter() - started
+        if pb.interrupted:  # Ctrl-C or SIGTERM (a timeout): the rows so far, no baseline on a
+            # pool the signal reached too; the runs' folders resume
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+            print("\n".join(lines))
+            raise SystemExit(f"interrupted at n = {n}: the table above holds the sizes before it")
         calls = pb.metrics[-1]["local_search_calls"]
         local = run_patternboost(
             PatternBoostConfig(**common, n=n, mode="local-only", rounds=10**6,

@@ -14,6 +14,7 @@ from graded.attention.backends import (
     decodes_with_state,
     get_backend,
 )
+from pattern_reference import decode_in_steps
 
 # Options under which each pattern actually restricts attention at the lengths used below.
 LAYOUT = torch.tril(torch.ones(8, 8, dtype=torch.bool))
@@ -61,15 +62,9 @@ def test_decoding_in_steps_equals_the_causal_pass(key, steps):
     pad[0, 7] = True  # a padded position in the middle
     attn = backend(key)
     want = attn(q, k, v, key_padding_mask=pad, is_causal=True)
-    state, start, outs = None, 0, []
-    for n in steps:
-        part = slice(start, start + n)
-        out, state = attn.decode(q[:, :, part], k[:, :, part], v[:, :, part], state,
-                                 key_padding_mask=pad[:, part])
-        outs.append(out)
-        start += n
+    got, state = decode_in_steps(attn, q, k, v, pad, steps)
     assert state.length == total
-    torch.testing.assert_close(torch.cat(outs, dim=2), want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("key", sorted(STATEFUL))

@@ -61,7 +61,7 @@ def morphic_batch():
 def test_morphic_training_step_has_no_graph_breaks(train_routing):
     """What the trainer compiles for a morphic LM (its training loss: utilities of every edge,
     L_GT, distillation, metrics as tensors), in training mode, with ignored (padded) targets."""
-    from graded.kinds import _TrainingLoss
+    from graded.kinds.sequence import _TrainingLoss
 
     model = morphic(train_routing).train()
     assert breaks(_TrainingLoss(model), *morphic_batch()) == []
@@ -81,7 +81,7 @@ def test_value_checks_still_run_in_eager_calls():
 @pytest.mark.slow
 @pytest.mark.parametrize("train_routing", ["context", "utility"])
 def test_compiled_morphic_training_terms_equal_eager(train_routing):
-    from graded.kinds import _TrainingLoss
+    from graded.kinds.sequence import _TrainingLoss
 
     torch.manual_seed(0)
     model = morphic(train_routing).eval()  # deterministic routing: eager and compiled agree

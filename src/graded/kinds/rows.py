@@ -1,0 +1,109 @@
+"""The encoder kinds: one answer per example from a pooled encoder, a class
+(:class:`Classification`) or real values (:class:`Regression`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graded.evaluation import baselines as B
+from graded.kinds.base import Batch, LossSum, TaskKind, _weighted_sum
+from graded.tasks.base import TaskDataset
+from graded.train.losses import sequence_cross_entropy
+
+
+class Classification(TaskKind):
+    """One class per example from an encoder with pooling."""
+
+    name = "classification"
+    metric_names = ("accuracy",)
+    grades_source = "the task's output_grades, one per class"
+
+    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        from graded.transformer import TransformerClassifier
+
+        return TransformerClassifier(model_config, task.num_outputs, pooling=pooling)
+
+    def loss_count(self, batch: Batch) -> int:
+        return int(batch["targets"].shape[0])
+
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        """The grade of each row's true class: with one-hot targets Σ_k w(q_k) ℓ_k of 000
+        Def 5.37 / 7.1 (ℓ_k = −y_k log p_k) is w(q_y)·(−log p_y). None without grades."""
+        if output_grades is None:
+            return None
+        targets = batch["targets"]
+        top = int(targets.max()) if targets.numel() else -1
+        if output_grades.dim() != 1 or top >= output_grades.shape[0]:
+            raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
+                             f"one grade per class, at least {top + 1}")
+        return output_grades.to(targets.device)[targets]
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
+                    weights: Tensor | None = None, count: int | None = None) -> LossSum:
+        targets = batch["targets"]
+        if targets.dim() != 1:
+            raise ValueError(f"classification needs (B,) class targets, got shape "
+                             f"{tuple(targets.shape)}")
+        per_row = sequence_cross_entropy(output.float(), targets,
+                                         label_smoothing=label_smoothing, reduction="none")
+        return LossSum(_weighted_sum(per_row, weights, "row"), self._count(batch, count))
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        return B.classification_baselines(train, test, k=k)
+
+    def _answer(self, out: Tensor) -> dict[str, Any]:
+        probs = out.float().softmax(-1)
+        return {"class": int(probs.argmax()),
+                "probabilities": [round(float(p), 4) for p in probs]}
+
+
+class Regression(Classification):
+    """Real targets from an encoder with pooling; the loss is the squared error."""
+
+    name = "regression"
+    metric_names = ("mse", "mae", "r2")
+    grades_source = "the task's output_grades, one per target column"
+
+    def loss_count(self, batch: Batch) -> int:
+        return int(batch["targets"].numel())
+
+    def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
+        """The grade of each target element: ``output_grades[k]`` for column k. None without
+        grades."""
+        if output_grades is None:
+            return None
+        targets = batch["targets"]
+        columns = targets.shape[-1] if targets.dim() > 1 else 1
+        if tuple(output_grades.shape) != (columns,):
+            raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
+                             f"one grade per target column, ({columns},)")
+        return output_grades.to(targets.device).expand(targets.shape)
+
+    def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
+                    weights: Tensor | None = None, count: int | None = None) -> LossSum:
+        targets = batch["targets"]
+        per_element = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
+                                 reduction="none")
+        return LossSum(_weighted_sum(per_element, weights, "target element"),
+                       self._count(batch, count))
+
+    def prediction(self, output: Tensor, batch: Batch) -> Tensor:
+        return self.raw_prediction(output, batch)
+
+    def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
+        targets = batch["targets"]
+        if output.numel() != targets.numel():
+            raise ValueError(f"regression output {tuple(output.shape)} does not match targets "
+                             f"{tuple(targets.shape)}")
+        return output.reshape(targets.shape)
+
+    def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
+                  ) -> dict[str, Tensor]:
+        return B.regression_baselines(train, test, k=k)
+
+    def _answer(self, out: Tensor) -> dict[str, Any]:
+        return {"prediction": out.tolist()}

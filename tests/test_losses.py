@@ -353,3 +353,61 @@ def test_homogeneous_loss_with_large_errors_is_finite_in_float32():
         lambda p: (p**2).pow(torch.arange(10, 0, -1, dtype=F64)).sum(-1).pow(0.1).mean()
     )(pred64)
     torch.testing.assert_close(pred.grad.double(), expected_grad, rtol=1e-4, atol=1e-30)
+
+
+# -- an empty batch reduces as torch does: "mean" of nothing is NaN, "sum" of nothing is 0 ------
+C = 3
+EMPTY_REFERENCES = {  # graded loss with unit weights (q = 0 for λ^q) -> torch's loss or reduction
+    "graded_mse": (graded_mse, 1.0, F.mse_loss),
+    "linearly_graded_loss": (lambda i, t, q, **kw: linearly_graded_loss(i, t, q, base_loss="l1",
+                                                                        **kw), 1.0, F.l1_loss),
+    "exponentially_graded_loss": (lambda i, t, q, **kw: exponentially_graded_loss(
+        i, t, q, base=1.5, **kw), 0.0, F.mse_loss),
+    # the per-vector losses: one value per vector, here none, reduced by torch
+    "graded_norm_loss": (graded_norm_loss, 1.0, None),
+    "homogeneous_loss": (homogeneous_loss, 1.0, None),
+    "max_graded_loss": (max_graded_loss, 1.0, None),
+}
+
+
+def torch_reduce(x, reduction):
+    return {"mean": x.mean(), "sum": x.sum(), "none": x}[reduction]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", list(EMPTY_REFERENCES))
+def test_every_loss_of_an_empty_batch_reduces_as_torch_does(name, reduction):
+    loss, grade, reference = EMPTY_REFERENCES[name]
+    pred, target = torch.zeros(0, C, dtype=F64), torch.zeros(0, C, dtype=F64)
+    got = loss(pred, target, torch.full((C,), grade, dtype=F64), reduction=reduction)
+    expected = (reference(pred, target, reduction=reduction) if reference is not None
+                else torch_reduce(torch.zeros(0, dtype=F64), reduction))
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    if reduction == "mean":
+        assert math.isnan(float(got))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("target", ["indices", "probabilities", "all ignored"])
+def test_graded_cross_entropy_of_no_sample_is_that_of_torch(target, reduction):
+    # the mean over class indices was per.sum() / max(kept, 1) = 0 where F.cross_entropy
+    # (reduction "mean") gives NaN: an empty batch, or one whose targets are all ignored
+    if target == "all ignored":
+        logits = torch.randn(4, C, dtype=F64, generator=torch.Generator().manual_seed(0))
+        labels = torch.full((4,), -100)
+    else:
+        logits = torch.zeros(0, C, dtype=F64)
+        labels = (torch.zeros(0, dtype=torch.long) if target == "indices"
+                  else torch.zeros(0, C, dtype=F64))
+    ours = logits.clone().requires_grad_()
+    theirs = logits.clone().requires_grad_()
+    grading = LinearGrading(C, learnable=True, dtype=F64)  # f(q) = 1: unit weights
+    got = graded_cross_entropy(ours, labels, grading, reduction=reduction)
+    expected = F.cross_entropy(theirs, labels, reduction=reduction)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    got.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)  # no NaN reaches the gradients
+    assert torch.equal(grading.grades.grad, torch.zeros(C, dtype=F64))
+    loss = GradedCrossEntropyLoss(torch.ones(C, dtype=F64), reduction=reduction)
+    torch.testing.assert_close(loss(logits, labels), expected.detach(), equal_nan=True)

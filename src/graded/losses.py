@@ -11,7 +11,9 @@ must be finite and ≥ 0 (a negative weight makes a loss unbounded below).
 Reductions: the elementwise losses (graded MSE, linearly and exponentially graded losses) return
 elementwise terms for ``"none"``, so ``"mean"``/``"sum"`` match ``torch.nn.functional`` for unit
 weights; the per-vector losses (norm, homogeneous, max, cross-entropy) return one value per
-vector for ``"none"`` and average or sum those.
+vector for ``"none"`` and average or sum those. An empty batch reduces as ``torch.nn.functional``
+does: ``"mean"`` of nothing is NaN, ``"sum"`` of nothing is 0 (the cross-entropy with class
+indices all equal to ``ignore_index`` too, as ``F.cross_entropy``).
 """
 
 from __future__ import annotations
@@ -188,7 +190,9 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
     probabilities. ``target`` is (..., C) class probabilities or (...) class indices; index
     targets equal to ``ignore_index`` are left out of the sum and the mean. The mean is over
     samples; ``torch.nn.functional.cross_entropy(weight=...)`` instead divides by the sum of
-    the weights of the targets, which would cancel a uniform grading.
+    the weights of the targets, which would cancel a uniform grading. The mean of no sample (an
+    empty batch, or every target ignored) is NaN with zero gradients, as
+    ``F.cross_entropy``'s.
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -226,7 +230,10 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
         drop = (target == 0) | (q == 0)  # 0·log 0 = 0, as for a zero weight
         per = -(q * target * torch.where(drop, torch.zeros_like(logp), logp)).sum(-1)
     if reduction == "mean" and keep is not None:
-        return per.sum() / keep.sum().clamp(min=1)
+        kept = keep.sum()
+        # 0/0 would be NaN too, but with NaN gradients (inf·0) for learnable weights
+        mean = per.sum() / kept.clamp(min=1)
+        return torch.where(kept > 0, mean, torch.full_like(mean, math.nan))
     return _reduce(per, reduction)
 
 

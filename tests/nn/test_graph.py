@@ -241,6 +241,58 @@ def test_closeness_matches_a_breadth_first_search_loop():
     torch.testing.assert_close(centrality(adj, "closeness"), torch.tensor(expected))
 
 
+def directed_graph(n: int, p: float, seed: int) -> torch.Tensor:
+    """A random 0/1 adjacency with one-way edges (no self-loops)."""
+    g = torch.Generator().manual_seed(seed)
+    return ((torch.rand(n, n, generator=g) < p) & ~torch.eye(n, dtype=torch.bool)).double()
+
+
+def first_one_way_entry(adj: torch.Tensor) -> tuple[int, int]:
+    """The first (i, j) in row-major order with adj[i, j] != 0 and adj[j, i] == 0: a loop."""
+    n = adj.shape[-1]
+    return next((i, j) for i in range(n) for j in range(n)
+                if i != j and adj[i, j] != 0 and adj[j, i] == 0)
+
+
+@pytest.mark.parametrize("kind", ["degree", "closeness", "eigenvector", "pagerank"])
+def test_centrality_refuses_a_directed_graph_naming_the_first_one_way_entry(kind):
+    # the centralities are those of an undirected graph; a directed one was taken silently
+    # (degree counted out-edges, networkx's directed degree counts both)
+    adj = directed_graph(9, 0.3, seed=12)
+    i, j = first_one_way_entry(adj)
+    with pytest.raises(ValueError, match=rf"undirected graph \(a symmetric adjacency\), but "
+                                         rf"adj\[{i}, {j}\] = 1\.0 is an edge and "
+                                         rf"adj\[{j}, {i}\] = 0\.0 is not"):
+        centrality(adj, kind)
+    symmetric = random_graph(9, 0.3, seed=13).double()
+    with pytest.raises(ValueError, match=rf"adj\[1, {i}, {j}\] = 1\.0 is an edge"):
+        centrality(torch.stack([symmetric, adj]), kind)  # the graph of the batch is named
+
+
+@pytest.mark.parametrize("kind", ["degree", "closeness"])
+def test_the_symmetrised_directed_graph_has_the_centrality_of_networkx_undirected_graph(kind):
+    # the fix the error suggests: networkx's Graph of the same array keeps each edge both ways
+    adj = directed_graph(10, 0.25, seed=14)
+    undirected = ((adj != 0) | (adj != 0).mT).double()
+    torch.testing.assert_close(centrality(undirected, kind), reference_centrality(adj, kind))
+
+
+@pytest.mark.parametrize("kind", ["degree", "closeness", "eigenvector", "pagerank"])
+def test_centrality_ignores_the_weights_of_a_symmetric_pattern(kind):
+    # unequal weights both ways are an undirected edge all the same: only adj != 0 counts
+    adj = random_graph(8, 0.4, seed=15).double()
+    weighted = adj * torch.rand(8, 8, generator=torch.Generator().manual_seed(16)).add(0.5)
+    torch.testing.assert_close(centrality(weighted, kind), centrality(adj, kind))
+
+
+def test_graded_graph_attention_refuses_a_directed_graph_without_grades():
+    layer = GradedGraphAttention(4, 2)
+    x, adj = torch.randn(9, 4), directed_graph(9, 0.3, seed=12).float()
+    with pytest.raises(ValueError, match="undirected graph"):
+        layer(x, adj)
+    assert layer(x, adj, grades=torch.rand(9)).shape == (9, 2)  # own grades: any graph
+
+
 # --- graded graph attention -------------------------------------------------------------------
 
 

@@ -224,6 +224,21 @@ class GATv2Layer(_GraphAttention):
         return (hidden * self.att[:, None, None, :]).sum(-1), zl  # (B, H, N, N)
 
 
+def _check_undirected(adj: Tensor, edges: Tensor) -> None:
+    """Refuse an adjacency whose edges (adj != 0 off the diagonal) are not symmetric, naming
+    the first one-way entry in row-major order and its mirror (a host read: not under the
+    compiler, as the losses' checks)."""
+    one_way = edges & ~edges.mT
+    if not torch.compiler.is_compiling() and bool(one_way.any()):
+        *b, i, j = one_way.nonzero()[0].tolist()
+        at, mirror = (*b, i, j), (*b, j, i)
+        raise ValueError(
+            f"centrality needs an undirected graph (a symmetric adjacency), but "
+            f"adj{list(at)} = {adj[at].item()!r} is an edge and adj{list(mirror)} = "
+            f"{adj[mirror].item()!r} is not (one-way entries: {int(one_way.sum())}); "
+            f"symmetrise it ((adj != 0) | (adj != 0).mT) or pass grades of your own")
+
+
 def centrality(
     adj: Tensor,
     kind: CentralityKind = "degree",
@@ -234,7 +249,13 @@ def centrality(
 ) -> Tensor:
     """Node centrality of an undirected graph, (N, N) -> (N,) or (B, N, N) -> (B, N), in torch.
 
-    Definitions follow networkx (which the tests compare against); the diagonal is ignored.
+    Definitions follow networkx (which the tests compare against); the diagonal is ignored, and
+    so are the weights: only which entries are non-zero counts. The graph must be undirected:
+    an adjacency whose non-zero entries are not symmetric (adj[i, j] != 0 but adj[j, i] == 0)
+    is refused with a ValueError naming the first such entry; the four definitions below differ
+    for directed graphs (in- or out-edges) and are not implemented for them. Symmetrise a
+    directed graph first (``(adj != 0) | (adj != 0).mT``: its undirected version, as networkx's
+    ``Graph`` of the same array) or pass grades of your own to :class:`GradedGraphAttention`.
 
     - ``degree``: deg(v) / (N - 1) (1 when N = 1).
     - ``closeness``: (r - 1)/Σ_u d(v, u) · (r - 1)/(N - 1) over the r nodes reachable from v
@@ -249,7 +270,9 @@ def centrality(
     dtype = adj.dtype if adj.is_floating_point() else torch.get_default_dtype()
     n = adj.shape[-1]
     eye = torch.eye(n, dtype=torch.bool, device=adj.device)
-    a = ((adj != 0) & ~eye).to(dtype)
+    edges = (adj != 0) & ~eye
+    _check_undirected(adj, edges)
+    a = edges.to(dtype)
     if kind == "degree":
         if n == 1:  # networkx's convention: the one node of a one-node graph has centrality 1
             return torch.ones(a.shape[:-1], dtype=dtype, device=adj.device)
@@ -313,6 +336,9 @@ class GradedGraphAttention(nn.Module):
       the bias is q_j ln λ, the graded-score form of 000 Def 5.22 applied per key node.
     - ``"features"``: the input grading φ_q of 000 Def 5.19 per node, x_i <- w_i x_i, before the
       layer (changes both the logits and the messages).
+
+    The centralities are those of an undirected graph: without ``grades``, an asymmetric
+    adjacency (a directed graph, which the layers themselves accept) is refused.
 
     With s = 0 (or all grades 0) it equals the underlying layer exactly. ``learn_scale`` makes
     s a parameter. ``version`` 1 is :class:`GATLayer`, 2 (default) :class:`GATv2Layer` (the

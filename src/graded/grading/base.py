@@ -1,0 +1,352 @@
+"""The base class of the grading maps, :class:`GradingMap` (grades storage, validation,
+forward, initialisers, scales kept while their sources are unchanged), and the functions that
+compute or share the scales of several gradings at once (see :mod:`graded.grading`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from graded.checks import check_float, check_int
+from graded.folding import _autocast_on
+from graded.grading.grades import GradesLike, as_grade_tensor
+
+__all__ = [
+    "GradingMap",
+    "batched_scales",
+    "is_diagonal",
+    "shared_scales",
+    "stacked_scales",
+]
+
+_G = TypeVar("_G", bound="GradingMap")
+
+
+def batched_scales(gradings: Sequence[GradingMap]) -> list[Tensor] | None:
+    """``[g.scales() for g in gradings]`` computed together: the grades stacked, one chain of
+    operators for all (the same values and gradients), views of the result returned; None
+    when the gradings are not alike (kind, learnability, settings, the grades' shape, dtype
+    and device; EGT's bases may differ). A model's attention layers each hold a grading of
+    their own: an eager forward pass computes all their scales this way, a few kernels
+    instead of a few per layer (:mod:`graded.transformer.graded`)."""
+    stacked = stacked_scales(gradings)
+    return None if stacked is None else list(stacked.unbind(0))
+
+
+def stacked_scales(gradings: Sequence[GradingMap]) -> Tensor | None:
+    """:func:`batched_scales` as one tensor, the gradings' scales on its first axis (None
+    when they are not alike)."""
+    if not gradings:
+        return None
+    signature = gradings[0]._batch_signature()
+    if any(g._batch_signature() != signature for g in gradings):
+        return None
+    return gradings[0]._batched_scales(gradings)
+
+
+@contextlib.contextmanager
+def shared_scales(grading: GradingMap) -> Iterator[GradingMap]:
+    """Inside the block, ``grading.scales()`` is computed once per grad mode and autocast dtype
+    and the same tensor is returned to every later call: for a grading used at several stages
+    of one forward pass (the feature grading of the input, every feed-forward and the output
+    stage, 000 Defs 5.19, 5.23), one computation instead of one per stage, with the gradients
+    of all uses summed into it as before. The models hold it for the length of their
+    ``forward``. Grades must not change inside the block. Nested blocks use the outer one's
+    values; under ``torch.compile`` nothing is kept (the compiler shares the computation)."""
+    held = grading._hold_scales()
+    try:
+        yield grading
+    finally:
+        if held:
+            grading._drop_scales()
+
+
+def is_diagonal(grading: nn.Module) -> bool:
+    """Whether ``grading`` is x ↦ x·scales(), a :class:`GradingMap` with the base class's
+    forward: only such a grading can be folded into a neighbouring linear map."""
+    return isinstance(grading, GradingMap) and type(grading).forward is GradingMap.forward
+
+
+def _stamp(sources: Sequence[Tensor]) -> tuple | None:
+    """What identifies the values of ``sources`` while their storage is held (address,
+    version counter, view shape of each), or None where values derived from them must not be
+    kept: under the compiler, when one is a parameter or takes a gradient, or is an inference
+    tensor (no version counter), or under ``torch.inference_mode`` (what it computes is an
+    inference tensor, which a later pass with autograd could not save for its backward). See
+    :meth:`GradingMap._kept_value`."""
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+        return None
+    for t in sources:
+        if t.requires_grad or t.is_inference() or _is_parameter(t):
+            return None
+    return tuple((t.data_ptr(), t._version, t.shape) for t in sources)
+
+
+def _is_parameter(t: Tensor) -> bool:
+    """``isinstance(t, nn.Parameter)``, without the metaclass's Python check for a plain
+    tensor (a buffer) that is not flagged as one."""
+    if type(t) is Tensor and not getattr(t, "_is_param", False):
+        return False
+    return isinstance(t, nn.Parameter)
+
+class GradingMap(nn.Module):
+    """Base class of the grading maps: grades storage, validation, forward, initialisers.
+
+    ``role`` says what the grading acts on inside a model: ``"input"`` (raw input features),
+    ``"feature"`` (the d_model features, shared by the input, feed-forward and output stages)
+    or ``"attention"`` (one layer's head dimension). The graded models and graded attention
+    set it (see :class:`graded.transformer.graded.GradingPlan`); a grading used on its own
+    keeps None.
+    """
+
+    grades: Tensor
+    role: str | None = None
+
+    def __init__(
+        self,
+        dim: int,
+        grades: GradesLike | None,
+        learnable: bool,
+        *,
+        num_heads: int | None,
+        neutral: float,
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+            hint = ("; the grades go second: (dim, grades)"
+                    if isinstance(dim, (list, tuple, Tensor)) else "")
+            raise ValueError(f"dim must be a positive int, got {dim!r}{hint}")
+        if num_heads is not None and (not isinstance(num_heads, int)
+                                      or isinstance(num_heads, bool) or num_heads < 1):
+            raise ValueError(f"num_heads must be a positive int or None, got {num_heads!r}")
+        if dtype is None and isinstance(grades, Tensor) and grades.is_floating_point():
+            dtype = grades.dtype
+        if grades is None:
+            grades = float(neutral)
+        if isinstance(grades, (int, float)) and not isinstance(grades, bool):
+            shape = (dim,) if num_heads is None else (num_heads, dim)
+            grades = check_float("grades (one value for every feature)", grades)
+            t = torch.full(shape, grades, dtype=dtype or torch.get_default_dtype(),
+                           device=device)
+        else:
+            t = as_grade_tensor(grades, dim=dim, dtype=dtype, device=device).detach().clone()
+        if num_heads is not None and (t.ndim != 2 or t.shape[0] != num_heads):
+            raise ValueError(
+                f"grades of shape {tuple(t.shape)} do not match num_heads={num_heads}: "
+                f"expected shape ({num_heads}, {dim})"
+            )
+        self.dim = dim
+        self.learnable = bool(learnable)
+        self.neutral = float(neutral)  # the grade whose scale is 1 (M = I)
+        self._validate(t)
+        if self.learnable:
+            self.grades = nn.Parameter(t)
+        else:
+            self.register_buffer("grades", t)
+
+    # -- scales shared within one forward pass (see shared_scales) -------------------------
+    _scales_memo: dict | None = None
+
+    def _memo_key(self, grades: Tensor) -> tuple:
+        fast = _autocast_on(grades.device.type)
+        return (torch.is_grad_enabled(), fast is not None, fast)
+
+    def _hold_scales(self) -> bool:
+        """Start keeping :meth:`scales` (:func:`shared_scales`); False, and nothing done, when
+        they are kept already or under the compiler."""
+        if self._scales_memo is not None or torch.compiler.is_compiling():
+            return False
+        self.__dict__["_scales_memo"] = {}  # a plain attribute: not nn.Module's __setattr__
+        return True
+
+    def _drop_scales(self) -> None:
+        self.__dict__["_scales_memo"] = None
+
+    def _hold_given_scales(self, value: Tensor, index: int | None = None, *,
+                           key: tuple | None = None) -> bool:
+        """:meth:`_hold_scales` with ``value`` as the scales of the current grad mode and
+        autocast dtype (``key``: :meth:`_memo_key`, computed when not given), or with
+        ``index``, ``value[index]`` (:func:`stacked_scales`), taken at the first call of
+        :meth:`scales` (none where no call comes); False, and nothing done, as there."""
+        if not self._hold_scales():
+            return False
+        self._scales_memo[key or self._memo_key(self.grades)] = (
+            value if index is None else (value, index))
+        return True
+
+    def _batch_signature(self) -> tuple:
+        """What gradings must share for :func:`batched_scales` to compute them together."""
+        g = self.grades
+        return (type(self), self.learnable, g.shape, g.dtype, g.device)
+
+    def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
+        """The scales of ``gradings`` (alike, this one among them) stacked on a new first
+        axis; see :func:`batched_scales`."""
+        raise NotImplementedError
+
+    def _memoized(self, compute: Any) -> Tensor:
+        """``compute()``, computed once per grad mode and autocast dtype while
+        :func:`shared_scales` is active for this grading, and kept across calls while nothing
+        it is computed from changes when the grades are fixed (:meth:`_kept_value`)."""
+        memo = self._scales_memo
+        key = self._memo_key(self.grades)
+        if memo is not None and key in memo:
+            value = memo[key]
+            if type(value) is tuple:  # (stacked, index): a row of stacked_scales, taken now
+                value = memo[key] = value[0][value[1]]
+            return value
+        value = self._kept_value(("scales", *key), self._sources(), compute)
+        if memo is not None:
+            memo[key] = value
+        return value
+
+    # -- values kept while their sources are unchanged ---------------------------------------
+    _kept: dict | None = None
+
+    def _sources(self) -> tuple[Tensor, ...]:
+        """The tensors the scales are computed from."""
+        return (self.grades,)
+
+    def _kept_value(self, key: tuple, sources: tuple[Tensor, ...], compute: Any) -> Tensor:
+        """``compute()``, kept under ``key`` and returned again until one of ``sources``
+        changes, when no source is a parameter: fixed grades (and EGT's base, a buffer
+        too) cost nothing per forward pass. Learnable grades are computed afresh each call:
+        a kept tensor must not carry a graph across passes, and parameters are what code
+        perturbs through ``.data`` (finite differences), which no version counter sees.
+        Nothing is kept under the compiler, when a source takes a gradient (grades passed to
+        ``torch.func.functional_call``) or is an inference tensor (made under
+        ``torch.inference_mode``: no version counter), nor under ``torch.inference_mode``
+        (the value would be an inference tensor, which a later pass with autograd could not
+        save for its backward). A change is seen through the sources'
+        version counters (every in-place operation: ``set_grades``, ``set_base``,
+        ``load_state_dict``) and their storage (``.to``, a new tensor); the kept entry holds
+        the storage, so its address is not reused meanwhile. Writing a buffer through
+        ``.data`` is not seen: change grades with ``set_grades``, the base with
+        ``set_base``."""
+        stamp = _stamp(sources)
+        if stamp is None:
+            return compute()
+        kept = self._kept
+        entry = None if kept is None else kept.get(key)
+        if entry is not None and entry[0] == stamp:
+            return entry[2]
+        value = compute()
+        if kept is None:
+            kept = self._kept = {}
+        kept[key] = (stamp, tuple(t.detach() for t in sources), value)
+        return value
+
+    # -- to be provided by subclasses -------------------------------------------------------
+    def _validate(self, grades: Tensor) -> None:
+        raise NotImplementedError
+
+    def scales(self) -> Tensor:
+        """The diagonal of the grading matrix, shape ``grades.shape``."""
+        raise NotImplementedError
+
+    def scale_of(self, q: Tensor) -> Tensor:
+        """The scale m(q) this grading gives a grade q, elementwise: f(q) (LGT) or λ^q (EGT);
+        the weights of the graded losses (000 Def 5.37, 7.1)."""
+        raise NotImplementedError
+
+    def scales_at(self, multiplier: Tensor | None) -> Tensor:
+        """The diagonals of the grading matrices of the grades s·q, one per multiplier s:
+        (…) -> (…, dim) (per-token grading, :class:`graded.transformer.graded.TokenGrading`);
+        None gives :meth:`scales`."""
+        raise NotImplementedError
+
+    def inverse_scales(self) -> Tensor:
+        """The diagonal of the inverse grading matrix, shape ``grades.shape``."""
+        return 1.0 / self.scales()
+
+    # -- shared ------------------------------------------------------------------------------
+    @property
+    def num_heads(self) -> int | None:
+        """Number of per-head grade tuples, or None for one shared tuple."""
+        return self.grades.shape[0] if self.grades.ndim == 2 else None
+
+    def set_grades(self, grades: GradesLike) -> None:
+        """Overwrite the grades in place (same shape), validating them as the constructor does."""
+        t = as_grade_tensor(grades, dim=self.dim).to(self.grades)
+        if t.shape != self.grades.shape:
+            raise ValueError(
+                f"new grades have shape {tuple(t.shape)}, expected {tuple(self.grades.shape)}"
+            )
+        self._validate(t.detach())
+        with torch.no_grad():
+            self.grades.copy_(t)
+
+    def max_grade(self) -> float:
+        """The largest grade q_max, read from the current grades (a host synchronisation)."""
+        return float(self.grades.detach().max())
+
+    def max_scale(self) -> float:
+        """The spectral norm of the grading matrix, max_i scale_i: its Lipschitz constant
+        (000 Lemma 5.5 / 5.27 for LGT, Prop 6.5 / Lemma 6.19 for EGT; 001 Prop 2.4 (4)-(5))."""
+        return float(self.scales().detach().max())
+
+    def forward(self, x: Tensor, *, head_axis: int = -3) -> Tensor:
+        """Apply the grading to the last dimension of ``x``: ``x * scales()``.
+
+        Shared grades (``(dim,)``) broadcast over all leading dimensions. Per-head grades
+        (``(num_heads, dim)``) expect the heads at ``head_axis`` of ``x``; the default -3 fits the
+        ``(batch, heads, tokens, head_dim)`` layout of ``graded.attention``; pass -2 for
+        ``(..., heads, head_dim)``.
+        """
+        if x.shape[-1] != self.dim:
+            raise ValueError(
+                f"input has {x.shape[-1]} features in its last dimension, expected dim={self.dim}"
+            )
+        s = self.scales()
+        if s.ndim == 1:
+            return x * s
+        axis = head_axis % x.ndim if x.ndim > 0 else 0
+        if x.ndim < 2 or axis == x.ndim - 1 or x.shape[axis] != s.shape[0]:
+            raise ValueError(
+                f"per-head grades of shape {tuple(s.shape)} need {s.shape[0]} heads at axis "
+                f"{head_axis} of the input, got input shape {tuple(x.shape)}"
+            )
+        view = (s.shape[0],) + (1,) * (x.ndim - axis - 2) + (self.dim,)
+        return x * s.reshape(view)
+
+    def extra_repr(self) -> str:
+        shape = tuple(self.grades.shape)
+        return f"dim={self.dim}, grades_shape={shape}, learnable={self.learnable}"
+
+    # -- initialisers (000 Alg 5.1 "Initialize", §7.2 (ii) warm start) ------------------------
+    @classmethod
+    def zeros(cls: type[_G], dim: int, *, num_heads: int | None = None, **kwargs: Any) -> _G:
+        """All grades 0."""
+        return cls(dim, 0.0, num_heads=num_heads, **kwargs)
+
+    @classmethod
+    def constant(cls: type[_G], dim: int, c: float, *, num_heads: int | None = None,
+                 **kwargs: Any) -> _G:
+        """All grades equal to ``c``."""
+        return cls(dim, float(c), num_heads=num_heads, **kwargs)
+
+    @classmethod
+    def warm_start(cls: type[_G], dim: int, c: float = 1.0, *, offset: int = 0,
+                   num_heads: int | None = None, **kwargs: Any) -> _G:
+        """Domain-informed warm start q_k = c·(k + offset), k = 0, ..., dim − 1 (000 Alg 5.1,
+        §7.2 (ii)). ``offset=0`` gives the degree grading (0, c, 2c, ...) of 000 Ex. 5.11;
+        ``offset=1`` the 1-based q_k = c·k of Alg 5.1. Per-head grades repeat the tuple."""
+        c = check_float("c (the grade step of the warm start)", c)
+        offset = check_int("offset", offset)
+        dtype = kwargs.pop("dtype", None) or torch.get_default_dtype()
+        q = c * (torch.arange(dim, dtype=dtype) + offset)
+        if num_heads is not None:
+            q = q.expand(num_heads, dim).clone()
+        return cls(dim, q, num_heads=num_heads, dtype=dtype, **kwargs)
+
+    @classmethod
+    def from_tensor(cls: type[_G], grades: GradesLike, **kwargs: Any) -> _G:
+        """Grades copied from a user tensor of shape ``(dim,)`` or ``(num_heads, dim)``."""
+        t = as_grade_tensor(grades)
+        return cls(t.shape[-1], t, **kwargs)

@@ -1,0 +1,216 @@
+"""The EGT grading map :class:`ExponentialGrading`, M_{q,λ} = diag(λ^q) (000 Def 6.1,
+Prop 6.5; 001 Def 2.3), computed as exp(q·ln λ); its overflow guard and λ = 1 rule are
+described in :mod:`graded.grading`."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from graded.folding import _autocast_on
+from graded.grading.base import GradingMap
+from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
+
+__all__ = ["ExponentialGrading"]
+
+
+def _base_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype λ is held in next to grades (or a cast) of ``dtype``: float32 at least."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+class ExponentialGrading(GradingMap):
+    """EGT grading map M_{q,λ} = diag(λ^q), q ≥ 0, λ > 1 (000 Def 6.1, Prop 6.5; 001 Def 2.3).
+
+    Computed as exp(q·ln λ) with the exponent clamped at ``max_log_scale`` (warning on clamp).
+    The base λ is a buffer (saved in state dicts) that :meth:`set_base` changes at run time, as
+    the λ annealing of 000 §7.2 (iii) does every step. ``grades=None`` gives q = 0, M = I.
+
+    λ is held in float32 at least, whatever the module is cast to: the grades follow a cast as
+    any parameter does, but in bfloat16 λ = 1.01 would be 1.0078 and the first values of the
+    annealing schedule (1 + ε) would all be 1. ln λ is taken at that precision and then
+    rounded to the grades' dtype, in which the scales come out. A cast to float64 (``.double()``)
+    carries λ along; a state dict whose λ is in a narrower dtype (saved from a bfloat16 model
+    before λ kept its precision) loads into the float32 buffer.
+    """
+
+    base: Tensor
+
+    def __init__(
+        self,
+        dim: int,
+        grades: GradesLike | None = None,
+        base: float = 2.0,
+        learnable: bool = False,
+        *,
+        num_heads: int | None = None,
+        max_log_scale: float | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        b = self._check_base(base, allow_one=False)
+        if max_log_scale is not None and not (max_log_scale > 0 and math.isfinite(max_log_scale)):
+            raise ValueError(
+                f"max_log_scale must be a positive finite number, got {max_log_scale!r}"
+            )
+        self.max_log_scale = max_log_scale
+        super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=0.0,
+                         device=device, dtype=dtype)
+        self.register_buffer("base", torch.tensor(b, dtype=_base_dtype(self.grades.dtype),
+                                                  device=self.grades.device))
+        self._check_overflow()
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ExponentialGrading:
+        """``nn.Module._apply`` (behind ``.to``, ``.cuda``, ``.half``, ``.bfloat16``, ...), then
+        λ put back at its precision where the cast narrowed it below float32: moved to the
+        new device, in float32 at least (:func:`_base_dtype`), from its value before the cast."""
+        before = self.base
+        super()._apply(fn, recurse)
+        after = self.base
+        keep = _base_dtype(after.dtype)
+        if after.dtype != keep:
+            self._buffers["base"] = before.to(device=after.device, dtype=keep)
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        """Load as ``nn.Module`` does, with a λ narrower than float32 (a state dict of a
+        bfloat16 model from before λ kept its precision) widened first, so that
+        ``load_state_dict(..., assign=True)`` does not narrow the buffer again."""
+        value = state_dict.get(prefix + "base")
+        if isinstance(value, Tensor) and value.dtype != _base_dtype(value.dtype):
+            state_dict[prefix + "base"] = value.to(_base_dtype(value.dtype))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @staticmethod
+    def _check_base(base: float | Tensor, *, allow_one: bool) -> float:
+        try:
+            b = float(base)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"base must be a real number, got {base!r}") from exc
+        ok = b >= 1.0 if allow_one else b > 1.0
+        if not (math.isfinite(b) and ok):
+            need = "base >= 1" if allow_one else "base > 1"
+            raise ValueError(f"the exponential grading needs {need} (000 Def 6.1), got base={b!r}")
+        return b
+
+    def set_base(self, value: float | Tensor) -> None:
+        """Set λ in place (λ ≥ 1; λ = 1 is the start of 000 §7.2 (iii) annealing)."""
+        b = self._check_base(value, allow_one=True)
+        with torch.no_grad():
+            self.base.fill_(b)
+        if self.base.device.type == "cpu":  # reads the exponents: not on a GPU (as scales())
+            self._check_overflow()
+
+    def _validate(self, grades: Tensor) -> None:
+        bad = grades < 0
+        if not self.learnable and bool(bad.any()):
+            raise ValueError(
+                f"the exponential grading needs grades q >= 0 (000 Def 6.1), got "
+                f"{_describe_bad(grades, bad)}"
+            )
+
+    def _cap(self) -> float:
+        """The largest exponent q·ln λ used: ``max_log_scale``, else half the log of the largest
+        finite value of the compute dtype (the autocast dtype under autocast, so an fp16 or bf16
+        forward pass stays finite), minus 1."""
+        if self.max_log_scale is not None:
+            return self.max_log_scale
+        dtype = self.grades.dtype
+        fast = _autocast_on(self.grades.device.type)
+        if fast is not None and torch.finfo(fast).max < torch.finfo(dtype).max:
+            dtype = fast
+        return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
+
+    def _sources(self) -> tuple[Tensor, ...]:
+        return (self.grades, self.base)
+
+    def _log_base(self) -> Tensor:
+        """ln λ in the grades' dtype (taken at λ's precision, then rounded), kept while the
+        base and that dtype are unchanged."""
+        dtype = self.grades.dtype
+        return self._kept_value(("log_base", dtype), (self.base,),
+                                lambda: torch.log(self.base).to(dtype))
+
+    def _exponent(self) -> Tensor:
+        return self._exponent_of(self.grades, self._log_base())
+
+    def _exponent_of(self, q: Tensor, log_base: Tensor) -> Tensor:
+        if self.learnable:
+            q = straight_through_floor(q, 0.0)
+        return q * log_base
+
+    def _batch_signature(self) -> tuple:
+        return (*super()._batch_signature(), self.max_log_scale)
+
+    def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
+        q = torch.stack([g.grades for g in gradings])
+        log_base = torch.stack([g._log_base() for g in gradings])  # each its own λ
+        e = self._exponent_of(q, log_base.reshape((-1,) + (1,) * (q.dim() - 1)))
+        if e.device.type == "cpu":
+            tops = e.detach().flatten(1).amax(1).tolist()  # one read for all the gradings
+            for g, top in zip(gradings, tops, strict=True):
+                g._check_overflow(top)
+        return self._capped_exp(e)
+
+    def _check_overflow(self, top: float | None = None) -> None:
+        """Warn when the largest exponent q·ln λ (``top``, computed here when not given) is
+        above the cap, where the scales are clamped."""
+        cap = self._cap()
+        if top is None:
+            top = float(self._exponent().detach().max())
+        if top > cap:
+            warnings.warn(
+                f"exponential grading: q·ln(λ) reaches {top:.4g} (λ={float(self.base):.4g}), "
+                f"above max_log_scale={cap:.4g}; scales are clamped to exp({cap:.4g})",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def scales(self) -> Tensor:
+        """diag(M_{q,λ}) = λ^q = exp(q·ln λ), shape ``grades.shape`` (overflow-guarded)."""
+        return self._memoized(self._scales)
+
+    def _scales(self) -> Tensor:
+        e = self._exponent()
+        if e.device.type == "cpu" and not torch.compiler.is_compiling():
+            self._check_overflow(float(e.detach().max()))
+        return self._capped_exp(e)
+
+    def _capped_exp(self, e: Tensor) -> Tensor:
+        """exp(min(e, cap)): an exponent q·ln λ to a scale, overflow-guarded (:meth:`_cap`)."""
+        return torch.exp(e.clamp(max=self._cap()))
+
+    def scale_of(self, q: Tensor) -> Tensor:
+        return self._capped_exp(q * torch.log(self.base).to(q.dtype))
+
+    def scales_at(self, multiplier: Tensor | None) -> Tensor:
+        """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as
+        :meth:`scales` is but without a warning (:mod:`graded.grading`); None is s = 1."""
+        if multiplier is None:
+            return self.scales()
+        return self._capped_exp(multiplier.unsqueeze(-1) * self._exponent())
+
+    def inverse_scales(self) -> Tensor:
+        """diag(M_{q,λ}^{-1}) = λ^{-q} (001 Prop 2.4 (1)), consistent with the clamp of scales()."""
+        return torch.exp(-self._exponent().clamp(max=self._cap()))
+
+    def max_grade(self) -> float:
+        self._check_overflow()
+        return super().max_grade()
+
+    def max_scale(self) -> float:
+        self._check_overflow()
+        return super().max_scale()
+
+    def set_grades(self, grades: GradesLike) -> None:
+        super().set_grades(grades)
+        self._check_overflow()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, base={float(self.base):.4g}"

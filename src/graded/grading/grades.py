@@ -1,0 +1,81 @@
+"""Grade tensors: conversion of user grades to a validated tensor, and the straight-through
+floor that keeps learnable grades in a grading map's domain (see :mod:`graded.grading`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["GradesLike", "as_grade_tensor", "straight_through_floor"]
+
+GradesLike = Tensor | Sequence[float] | Sequence[Sequence[float]] | float | int
+
+
+def _describe_bad(values: Tensor, bad: Tensor) -> str:
+    idx = bad.nonzero()[:5].tolist()
+    vals = values[bad][:5].tolist()
+    shown = ", ".join(
+        f"{v!r} at index {tuple(i) if len(i) > 1 else i[0]}" for v, i in zip(vals, idx)
+    )
+    more = "" if int(bad.sum()) <= 5 else f" (and {int(bad.sum()) - 5} more)"
+    return shown + more
+
+
+def as_grade_tensor(
+    grades: GradesLike,
+    *,
+    dim: int | None = None,
+    name: str = "grades",
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    allow_heads: bool = True,
+) -> Tensor:
+    """Convert ``grades`` to a floating tensor and validate it.
+
+    Checks: floating or numeric input, shape ``(dim,)`` (or ``(num_heads, dim)`` when
+    ``allow_heads``), finite values. Errors name the offending value and what was expected.
+    The result keeps autograd history when ``grades`` is a tensor.
+    """
+    if isinstance(grades, Tensor):
+        t = grades
+        if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
+            raise TypeError(f"{name} must be a real tensor, got dtype {t.dtype}")
+        if not t.is_floating_point():
+            t = t.to(dtype or torch.get_default_dtype())
+        if dtype is not None or device is not None:
+            t = t.to(dtype=dtype or t.dtype, device=device)
+    elif isinstance(grades, (int, float)) and not isinstance(grades, bool):
+        if dim is None:
+            raise ValueError(f"a scalar {name}={grades!r} needs dim to fix its length")
+        t = torch.full((dim,), float(grades), dtype=dtype or torch.get_default_dtype(),
+                       device=device)
+    else:
+        try:
+            t = torch.tensor(grades, dtype=dtype or torch.get_default_dtype(), device=device)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{name} must be a tensor or a sequence of numbers, got {grades!r}"
+            ) from exc
+    max_ndim = 2 if allow_heads else 1
+    if t.ndim < 1 or t.ndim > max_ndim:
+        expected = "(dim,) or (num_heads, dim)" if allow_heads else "(dim,)"
+        raise ValueError(f"{name} must have shape {expected}, got shape {tuple(t.shape)}")
+    if dim is not None and t.shape[-1] != dim:
+        raise ValueError(
+            f"{name} has length {t.shape[-1]} in its last dimension but dim={dim}: "
+            f"one grade per feature is expected"
+        )
+    bad = ~torch.isfinite(t.detach())
+    if bool(bad.any()):
+        raise ValueError(f"{name} must be finite, got {_describe_bad(t.detach(), bad)}")
+    return t
+
+
+def straight_through_floor(x: Tensor, floor: float) -> Tensor:
+    """max(x, floor) in the forward pass, the identity in the backward pass:
+    x − min(x − floor, 0), the second term a constant (two operators at floor 0, three
+    otherwise)."""
+    below = x.detach() if floor == 0 else x.detach() - floor
+    return x - below.clamp(max=0.0)

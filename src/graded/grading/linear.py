@@ -1,0 +1,106 @@
+"""The LGT grading map :class:`LinearGrading`, M_q = diag(f(q)) (000 Def 5.1, Lemma 5.5,
+Def 5.37 (iv)); rules shared with the exponential map are in :mod:`graded.grading`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from graded.grading.base import GradingMap
+from graded.grading.grades import GradesLike, _describe_bad
+
+__all__ = ["LINEAR_FUNCTIONS", "LinearGrading"]
+
+# LinearGrading's f (000 Ex. 5.4/5.38): q + 1, |q| + 1, softplus(q), q.
+LINEAR_FUNCTIONS = ("shift", "abs_shift", "softplus", "identity")
+# softplus(q) == 1 at q = log(e - 1): the neutral grade of the softplus map.
+_SOFTPLUS_NEUTRAL = math.log(math.expm1(1.0))
+
+
+class LinearGrading(GradingMap):
+    """LGT grading map M_q = diag(f(q)) (000 Def 5.1, Lemma 5.5; Def 5.37 (iv)).
+
+    ``f`` is one of ``"shift"`` (q + 1, 000 Ex. 5.4/5.38), ``"abs_shift"`` (|q| + 1),
+    ``"softplus"`` (log(1 + e^q)) or ``"identity"`` (q itself; requires q > 0).
+    ``grades=None`` gives the neutral grading, whose scales are 1 (0 for "shift"/"abs_shift",
+    1 for "identity", log(e − 1) for "softplus", where the scale is 1 up to rounding), so a
+    model built with it equals its ungraded twin. Learnable grades under "shift" and "identity"
+    are floored at ``floor`` (straight-through; see :mod:`graded.grading`).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        grades: GradesLike | None = None,
+        f: str = "shift",
+        learnable: bool = False,
+        *,
+        num_heads: int | None = None,
+        floor: float = 1e-4,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if f not in LINEAR_FUNCTIONS:
+            raise ValueError(f"f must be one of {LINEAR_FUNCTIONS}, got {f!r}")
+        if (isinstance(floor, bool) or not isinstance(floor, (int, float))
+                or not (math.isfinite(floor) and floor > 0)):
+            raise ValueError(f"floor must be a positive finite number, got {floor!r}")
+        self.f = f
+        self.floor = float(floor)
+        neutral = {"shift": 0.0, "abs_shift": 0.0, "identity": 1.0,
+                   "softplus": _SOFTPLUS_NEUTRAL}[f]
+        super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=neutral,
+                         device=device, dtype=dtype)
+
+    def _raw_scales(self, q: Tensor) -> Tensor:
+        if self.f == "shift":
+            return q + 1.0
+        if self.f == "abs_shift":
+            return q.abs() + 1.0
+        if self.f == "softplus":
+            return nn.functional.softplus(q)
+        return q
+
+    def _validate(self, grades: Tensor) -> None:
+        if self.learnable:
+            return
+        s = self._raw_scales(grades)
+        bad = s <= 0
+        if bool(bad.any()):
+            need = {"identity": "q > 0", "shift": "q > -1"}.get(
+                self.f, f"q for which softplus(q) does not underflow to 0 in {grades.dtype}")
+            raise ValueError(
+                f"f={self.f!r} needs {need} so that every scale f(q) is positive; got grades "
+                f"{_describe_bad(grades, bad)}"
+            )
+
+    def scales(self) -> Tensor:
+        """diag(M_q) = f(q), shape ``grades.shape``."""
+        return self._memoized(lambda: self.scales_at(None))
+
+    def scale_of(self, q: Tensor) -> Tensor:
+        return self._raw_scales(q)
+
+    def scales_at(self, multiplier: Tensor | None) -> Tensor:
+        """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1."""
+        q = self.grades if multiplier is None else multiplier.unsqueeze(-1) * self.grades
+        return self._scales_from(q)
+
+    def _scales_from(self, q: Tensor) -> Tensor:
+        if self.learnable and self.f in ("shift", "identity"):
+            # max(f(q), floor) forward and f'(q) = 1 backward, straight-through, in three
+            # operators: q + max(floor − q, f(q) − q), the second term a constant
+            return q + (self.floor - q.detach()).clamp_(min=1.0 if self.f == "shift" else 0.0)
+        return self._raw_scales(q)
+
+    def _batch_signature(self) -> tuple:
+        return (*super()._batch_signature(), self.f, self.floor)
+
+    def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
+        return self._scales_from(torch.stack([g.grades for g in gradings]))
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, f={self.f!r}"

@@ -17,11 +17,16 @@ B·T tokens. Compared, with the variants interleaved repetition by repetition (m
    against the dense soft layer (every block on every token). Target <= 0.35x, with per-edge FFN
    blocks (hidden 4·d, 004 §4.1.3). With linear d×d blocks the router's context logits (the same
    in both) cost more than all 16 blocks together, so the ratio there is also reported.
+5. The state split (``GradedStateSpace.split``): the |E| = 8 utility step of comparison 2 with
+   the state split once by ``torch.split`` against one slice per grade (``SlicedSpace``), whose
+   backward builds a zero-filled gradient of the whole state per slice. ``--split-only`` runs it
+   alone, at ``--grades`` × ``--dim`` (docs/morphic.md quotes 16 grades × 64).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py            # full size, B·T = 4096
     .venv/bin/python benchmarks/morphic.py --quick                     # tiny smoke run
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py --engine-grades 16 32
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py --sparse-only   # comparison 4 only
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic.py --split-only --grades 16 --dim 64
 """
 
 from __future__ import annotations
@@ -60,6 +65,15 @@ def make_edges(space: GradedStateSpace, n_edges: int) -> list[tuple[str, str]]:
     if n_edges > len(pairs):
         raise ValueError(f"at most {len(pairs)} edges for {len(labels)} grades, got {n_edges}")
     return pairs[:n_edges]
+
+
+class SlicedSpace(GradedStateSpace):
+    """The same space, split into one slice per grade (what ``GradedStateSpace.split`` replaced):
+    each slice's backward pass builds a zero-filled gradient of the whole state."""
+
+    def split(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.check_state(z)
+        return {g: z[..., self.slices[g]] for g in self.labels}
 
 
 class OurStep:
@@ -184,6 +198,25 @@ def sparse_ratio(space, args, block: str) -> dict:
             "sparse_edges_run_per_token": statistics.mean(fraction)}
 
 
+def split_ratio(args) -> dict:
+    """|E| = 8 utility step with the state split once (``torch.split``) against per-grade
+    slices, at ``--grades`` × ``--dim``, interleaved. The same seed builds both layers, so their
+    weights are equal; only the split differs."""
+    grades = [Grade(f"g{i}", args.dim, i) for i in range(args.grades)]
+    spaces = {"torch_split": GradedStateSpace(grades), "per_grade_slices": SlicedSpace(grades)}
+    pairs = make_edges(spaces["torch_split"], 8)
+    variants = {}
+    for name, space in spaces.items():
+        torch.manual_seed(0)
+        variants[name] = OurStep(space, pairs, args.vocab, utilities=True, rank=args.rank)
+    z = torch.randn(args.batch, args.seq, spaces["torch_split"].total_dim)
+    targets = torch.randint(0, args.vocab, (args.batch, args.seq))
+    times = time_interleaved(variants, z, targets, args.reps, args.warmup)
+    return {"grades": args.grades, "dim_per_grade": args.dim, "edges": 8,
+            "median_seconds": medians(times),
+            "slices_over_split": paired_ratio(times, "per_grade_slices", "torch_split")}
+
+
 def time_interleaved(variants: dict, z, targets, reps: int, warmup: int
                      ) -> dict[str, list[float]]:
     """Seconds per repetition of every variant, the variants run back to back in each one."""
@@ -227,6 +260,8 @@ def main() -> None:
                     help="also time the utility engines alone with this many grades (|E| = 8)")
     ap.add_argument("--sparse-only", action="store_true",
                     help="time only comparison 4 (sparse top-1 against dense soft)")
+    ap.add_argument("--split-only", action="store_true",
+                    help="time only comparison 5 (one torch.split against per-grade slices)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, to check the script runs")
     args = ap.parse_args()
     if args.reps < 1:
@@ -238,6 +273,11 @@ def main() -> None:
     space = make_space(args.grades, args.dim)
     z = torch.randn(args.batch, args.seq, space.total_dim)
     targets = torch.randint(0, args.vocab, (args.batch, args.seq))
+    if args.split_only:
+        print(json.dumps({"tokens": args.batch * args.seq, "vocab": args.vocab,
+                          "threads": args.threads, "reps": args.reps, **split_ratio(args)},
+                         indent=2))
+        return
     if args.sparse_only:
         sparse = [sparse_ratio(space, args, b) for b in ("ffn", "linear")]
         print(json.dumps({"tokens": args.batch * args.seq, "grades": args.grades,

@@ -20,16 +20,25 @@ the comparison is side by side in one run:
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/morphic_variable_k.py --tool internal \
         --held-out 11 --seeds 5 --router-input context operator operator_state
+
+``--train-routing utility --distill-teacher utility full`` routes training by ℓ̃ (004's rule)
+and compares the two teachers of the distillation term (``MorphicObjective.distill_teacher``)
+on the same seeds: the utility part β(ΔL − τ) alone (the default) against all of ℓ̃, which holds
+the student ℓ itself (docs/morphic.md, "Inference without targets"). ``--no-typed-readout``
+starts the readout of ``num`` at its default initialisation instead of the typed decoder c·I_p
+(the symmetry described in ``graded.morphic.tasks.adder``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 
 import torch
 
+from graded.morphic.model import MorphicObjective
 from graded.morphic.tasks import VariableAdditionTask, build_adder_model, evaluate_adder
 from graded.morphic.training import train_morphic
 
@@ -37,11 +46,14 @@ from graded.morphic.training import train_morphic
 def run(*, tool: str = "internal", p: int = 11, shifts: tuple[int, ...] = (1, 2, 3, 4),
         steps: int = 400, batch: int = 64, lr: float = 0.01, seed: int = 0,
         report_dir: str | None = None, held_out: int = 0, router_input: str = "context",
-        ) -> dict[str, float]:
+        train_routing: str = "context", distill_teacher: str = "utility",
+        typed_readout: bool = True) -> dict[str, float]:
     task = VariableAdditionTask(p, shifts)
     train_pairs, held_pairs = task.split(held_out, seed) if held_out else (None, None)
     torch.manual_seed(seed)
-    model = build_adder_model(task, tool=tool, router_input=router_input)
+    model = build_adder_model(task, tool=tool, router_input=router_input,
+                              train_routing=train_routing, typed_readout=typed_readout,
+                              objective=MorphicObjective(distill_teacher=distill_teacher))
 
     def batches(g: torch.Generator):
         ids, targets, _ = task.sample(batch, g, pairs=train_pairs)
@@ -60,11 +72,17 @@ def run(*, tool: str = "internal", p: int = 11, shifts: tuple[int, ...] = (1, 2,
 
         ex_ids, ex_targets, _ = task.all_examples()
         write_report(model, [(ex_ids, ex_targets)], report_dir, before=result.initial_model)
-    out = {"tool": tool, "router_input": router_input, "p": p, "adders": len(shifts),
+    # layer 1's copy edge at "=" under context routing: its weight α (the rest stays) and logit
+    copy = model.routing(task.all_examples()[0])[0]
+    out = {"tool": tool, "router_input": router_input, "train_routing": train_routing,
+           "distill_teacher": distill_teacher, "typed_readout": typed_readout, "p": p,
+           "adders": len(shifts),
            "steps": steps, "batch": batch,
            "seed": seed, "seconds": seconds, **metrics,
            "sampled_answer_accuracy": sampled["answer_accuracy"],
-           "sampled_routing_accuracy": sampled["routing_accuracy"]}
+           "sampled_routing_accuracy": sampled["routing_accuracy"],
+           "copy_weight_at_eq": float(copy.alpha[:, 2, 0].mean()),
+           "copy_logit_at_eq": float(copy.context_logits[:, 2, 0].mean())}
     if held_out:
         held = evaluate_adder(model, task, task.examples(held_pairs))
         seen = evaluate_adder(model, task, task.examples(train_pairs))
@@ -97,25 +115,43 @@ def main() -> None:
     ap.add_argument("--router-input", nargs="+", default=["context"],
                     choices=["context", "operator", "operator_state"],
                     help="the adder router's input type(s), each trained on the same seeds")
+    ap.add_argument("--train-routing", choices=["context", "utility"], default="context",
+                    help="route training by ℓ (default) or by ℓ̃ = ℓ + β(ΔL − τ) (004's rule)")
+    ap.add_argument("--distill-teacher", nargs="+", choices=["utility", "full"],
+                    default=["utility"],
+                    help="teacher(s) of the distillation term (used with --train-routing "
+                         "utility), each trained on the same seeds: β(ΔL − τ) or all of ℓ̃")
+    ap.add_argument("--no-typed-readout", action="store_true",
+                    help="start the readout of num at its default init, not the decoder c·I_p")
     args = ap.parse_args()
     if args.quick:
         args.steps = 4
     torch.set_num_threads(args.threads)
+    # the first optimiser built in a process imports torch._dynamo (seconds): pay it here, so
+    # the first timed run is not charged for it
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
     tools = ["internal", "external"] if args.tool == "both" else [args.tool]
     summaries = []
     for tool in tools:
-        for router_input in args.router_input:
+        for router_input, teacher in itertools.product(args.router_input, args.distill_teacher):
             report = f"{args.report}/{tool}_{router_input}" if args.report else None
+            if report and len(args.distill_teacher) > 1:
+                report += f"_{teacher}"
             rows = []
             for seed in range(args.seed, args.seed + args.seeds):
                 rows.append(run(tool=tool, steps=args.steps, seed=seed, p=args.p,
                                 shifts=tuple(args.shifts), held_out=args.held_out,
-                                router_input=router_input,
+                                router_input=router_input, train_routing=args.train_routing,
+                                distill_teacher=teacher,
+                                typed_readout=not args.no_typed_readout,
                                 report_dir=report if seed == args.seed else None))
                 print(json.dumps(rows[-1]), flush=True)
-            if args.held_out and len(rows) > 1:
-                for key in ("held_out_routing_accuracy", "held_out_answer_accuracy"):
-                    summaries.append(f"# {tool}, router input {router_input}, p={args.p}, "
+            keys = (("held_out_routing_accuracy", "held_out_answer_accuracy") if args.held_out
+                    else ("routing_accuracy", "answer_accuracy"))
+            if len(rows) > 1:
+                for key in keys:
+                    summaries.append(f"# {tool}, router input {router_input}, train routing "
+                                     f"{args.train_routing}, teacher {teacher}, p={args.p}, "
                                      f"shifts={args.shifts}: {summary(rows, key)}")
     print("\n".join(summaries))
 

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from typing import Annotated, Any, ClassVar, Literal
 
+import torch
 from pydantic import BeforeValidator, Field, SerializeAsAny, model_validator
 from torch import nn
 
@@ -67,6 +69,8 @@ __all__ = [
 ]
 
 PositiveInt = Annotated[int, positive_int()]
+PositiveFinite = Annotated[float, satisfies(lambda v: is_number(v) and 0 < v < math.inf,
+                                            "a finite number > 0")]
 
 
 class BlockOptions(Strict):
@@ -237,9 +241,9 @@ class VariableAdditionOptions(Strict):
     tool: Literal["internal", "external"] = "internal"
     sem_dim: PositiveInt = 16
     rank: PositiveInt = 8
-    beta: float = 5.0
+    beta: PositiveFinite = 5.0
     pooling: Literal[POOLINGS] = "mean"
-    readout_scale: float = 4.0
+    readout_scale: PositiveFinite = 4.0
     router_input: Literal[INPUT_TYPES] = "context"
 
     sequence_length: ClassVar[int] = 3  # [x, ADD_k, =]
@@ -331,8 +335,18 @@ class MorphicConfig(ConfigModel):
         return model(**self.preset_options)
 
 
-def build_morphic_model(config: MorphicConfig | dict[str, Any]) -> MorphicTransformer:
-    """A ``MorphicTransformer`` from a config (or a preset task model)."""
+def build_morphic_model(config: MorphicConfig | dict[str, Any], *,
+                        device: torch.device | str | None = None,
+                        dtype: torch.dtype | None = None) -> MorphicTransformer:
+    """A ``MorphicTransformer`` from a config (or a preset task model), its parameters and
+    buffers on ``device`` and, when given, in the floating-point ``dtype`` (as ``.to``)."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    model = _build(config)
+    return model if device is None and dtype is None else model.to(device=device, dtype=dtype)
+
+
+def _build(config: MorphicConfig | dict[str, Any]) -> MorphicTransformer:
     cfg = config if isinstance(config, MorphicConfig) else MorphicConfig.from_dict(config)
     objective = MorphicObjective(**cfg.objective)
     if cfg.preset is not None:

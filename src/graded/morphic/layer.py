@@ -229,6 +229,9 @@ class MorphicLayer(nn.Module):
     ) -> tuple[Tensor, LayerTrace]:
         """z (B, T, D) ↦ (z^{new}, trace). ``input_ids`` (B, T) are read only by a router whose
         ``input_type`` is an operator input."""
+        if not isinstance(z, Tensor) or z.dim() != 3:
+            raise ValueError(f"state must be a (B, T, D) tensor with D = Σ d_g = "
+                             f"{self.space.total_dim}, got shape {tuple(getattr(z, 'shape', ()))}")
         parts = self.space.split(z)
         ell = self.router.context_logits(z, parts, input_ids)
         if probe is None and self.execution != "dense" and self.router.mode != "soft":

@@ -28,7 +28,8 @@ The KL term is this library's addition (004 never says how to route without targ
 teaches the context logits ℓ the routing that the utilities reveal (the Gibbs routing of 004
 Prop 6.10), so evaluation can drop them. The teacher is the utility part of ℓ̃ alone: a teacher
 ℓ̃ = ℓ + β(ΔL − τ) contains the student, and the KL is then minimised by inflating ℓ until βΔL
-no longer matters, which freezes whatever routing ℓ had (observed: collapse onto a wrong adder).
+no longer matters, which freezes whatever routing ℓ had (``MorphicObjective(distill_teacher=
+"full")`` keeps that teacher as an ablation; docs/morphic.md quotes its measured effect).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from graded.checks import check_token_ids, inputs_checked
+from graded.checks import check_int, check_token_ids, inputs_checked
 from graded.morphic.layer import LayerTrace, MorphicLayer, UtilityProbe
 from graded.morphic.objective import (
     OMEGAS,
@@ -56,10 +57,16 @@ from graded.morphic.state import GradedStateSpace
 from graded.morphic.utilities import ATTACHES, UTILITY_KINDS
 from graded.transformer import generation
 
+DISTILL_TEACHERS = ("utility", "full")
+
 
 @dataclass
 class MorphicObjective:
-    """Weights of L_GT: λ (``utility_weight``), μ (``omega_weight``), κ (``distill_weight``)."""
+    """Weights of L_GT: λ (``utility_weight``), μ (``omega_weight``), κ (``distill_weight``).
+
+    ``distill_teacher`` is the teacher of the distillation term: ``"utility"`` (default) the
+    utility part β(ΔL − τ) alone, ``"full"`` the whole ℓ̃ = ℓ + β(ΔL − τ) (ℓ attached, as in
+    the student), kept only as the ablation that shows why the default drops ℓ (module doc)."""
 
     utility_weight: float = 0.1
     omega: str = "entropy_penalty"
@@ -68,6 +75,7 @@ class MorphicObjective:
     reinforce_weight: float = 1.0
     utility: str = "exact"
     attach: str = "phi"
+    distill_teacher: str = "utility"
 
     def __post_init__(self) -> None:
         if self.omega not in OMEGAS:
@@ -76,6 +84,9 @@ class MorphicObjective:
             raise ValueError(f"utility must be one of {UTILITY_KINDS}, got {self.utility!r}")
         if self.attach not in ATTACHES:
             raise ValueError(f"attach must be one of {ATTACHES}, got {self.attach!r}")
+        if self.distill_teacher not in DISTILL_TEACHERS:
+            raise ValueError(f"distill_teacher must be one of {DISTILL_TEACHERS}, got "
+                             f"{self.distill_teacher!r}")
         for name in ("utility_weight", "omega_weight", "distill_weight", "reinforce_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
@@ -97,6 +108,9 @@ class MorphicTransformer(nn.Module):
             raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
         if positional not in ("learned", "none"):
             raise ValueError(f"positional must be 'learned' or 'none', got {positional!r}")
+        max_len = check_int("max_len", max_len, minimum=1)
+        if not layers:  # the objective's per-layer terms and metrics need at least one
+            raise ValueError("a MorphicTransformer needs at least one MorphicLayer, got none")
         for i, layer in enumerate(layers):  # labels, dims and indices: the slice layout
             if layer.space is not space and layer.space.grades != space.grades:
                 raise ValueError(f"layer {i} uses the grades {list(layer.space.grades)}; "
@@ -219,11 +233,13 @@ class MorphicTransformer(nn.Module):
             tau = layer.thresholds.to(logits.dtype)
             router = layer.router
             penalty = penalty + utility_penalty(tr.utilities, tau, layer.beta, valid)
-            ent = router.entropy(tr.routing_logits)
+            ent = router.entropy(tr.routing_logits, layer.disabled)
             omega = omega + routing_regularizer(obj.omega, entropy=ent, alpha=tr.probs, valid=valid)
             entropy_sum = entropy_sum + _masked_mean(ent.detach(), valid)
             if layer.train_routing == "utility":
                 teacher = layer.beta * (tr.utilities.detach() - tau)
+                if obj.distill_teacher == "full":  # ℓ̃ itself: the ablation (module doc)
+                    teacher = teacher + tr.context_logits
                 kl = router.kl(teacher, tr.context_logits)
                 distill = distill + _masked_mean(kl, valid)
             if tr.log_prob is not None:
@@ -270,6 +286,9 @@ class MorphicTransformer(nn.Module):
         Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
         """
         generation.check_prompt(input_ids, max_new_tokens, generation.position_limit(self))
+        if input_ids.shape[1] == 0:  # the next token is read at the last position: none here
+            raise ValueError(f"the prompt is empty (input_ids of shape {tuple(input_ids.shape)}); "
+                             "expected at least one token per row (e.g. a BOS token)")
         if not temperature > 0:  # NaN too: it compares false with 0
             raise ValueError(f"temperature must be > 0, got {temperature}")
 

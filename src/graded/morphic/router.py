@@ -107,6 +107,8 @@ class Router(nn.Module):
         temperature = check_float("temperature", temperature, minimum=0, strict_min=True)
         gumbel_temperature = check_float("gumbel_temperature", gumbel_temperature, minimum=0,
                                          strict_min=True)
+        # NaN would fill the bilinear weights with NaN, a negative std fails deep in nn.init
+        init_std = check_float("init_std", init_std, minimum=0)
         if not isinstance(rank, int) or rank <= 0:
             raise ValueError(f"rank must be a positive int, got {rank!r}")
         if not isinstance(stay, bool):
@@ -261,9 +263,20 @@ class Router(nn.Module):
     def _mask(self, logits: Tensor, disabled: frozenset[int] | set[int] | None) -> Tensor:
         if not disabled:
             return logits
+        self.check_disabled(disabled)
         mask = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
         mask[list(disabled)] = True
         return logits.masked_fill(mask, float("-inf"))
+
+    def check_disabled(self, disabled: frozenset[int] | set[int]) -> None:
+        """``disabled`` must hold edge positions 0..|E|−1 (``MorphicLayer.disabled``)."""
+        n = len(self.edges)
+        bad = sorted((i for i in disabled
+                      if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n),
+                     key=repr)
+        if bad:
+            raise ValueError(f"disabled edges must be edge positions in [0, {n}) (the layer has "
+                             f"{n} edges: {[e.name for e in self.edges]}), got {bad}")
 
     def _extend(self, x: Tensor) -> Tensor:
         """[x | 0 …]: the stay options' logits (0) appended after the |E| edge columns."""
@@ -312,19 +325,29 @@ class Router(nn.Module):
         return torch.stack([1 - alpha[..., self.edges.incoming(h)].sum(-1)
                             for h in self.edges.dests], dim=-1)
 
-    def entropy(self, logits: Tensor) -> Tensor:
+    def entropy(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
         """Routing entropy per token (B, T): Σ over routed groups of H(group, stay included), or
-        Σ_e H_Bernoulli(g_e) for gates. Always-on groups have no choice and add nothing."""
+        Σ_e H_Bernoulli(g_e) for gates. Always-on groups have no choice and add nothing.
+        ``disabled`` edges are off, as in :meth:`route`: a softmax group renormalises over the
+        rest (a group with no option left adds 0), a disabled gate is shut and adds 0."""
         if self.normalization == "logistic":
             x = logits / self.temperature
             p, logp, log1m = torch.sigmoid(x), F.logsigmoid(x), F.logsigmoid(-x)
-            return -(p * logp + (1 - p) * log1m).sum(-1)
-        logp = self._ext_log_probs(logits)
+            h = -(p * logp + (1 - p) * log1m)
+            if disabled:
+                self.check_disabled(disabled)
+                h = h.index_fill(-1, torch.tensor(sorted(disabled), device=h.device), 0.0)
+            return h.sum(-1)
+        logp = self._ext_log_probs(logits, disabled)
         h = logits.new_zeros(logits.shape[:-1])
         for idx, routed in zip(self.ext_groups, self._group_routed()):
             if routed:
                 lg = logp.index_select(-1, idx.to(logp.device))
-                h = h - (lg.exp() * lg.clamp(min=-1e30)).sum(-1)
+                # p log p = 0 where p = 0 (a disabled option: log p = −∞; a group with every
+                # option disabled: NaN); masked before the product, so the gradient is 0 there
+                live = torch.isfinite(lg)
+                lg = torch.where(live, lg, 0.0)
+                h = h - torch.where(live, lg.exp() * lg, 0.0).sum(-1)
         return h
 
     def choices(self, logits: Tensor) -> Tensor:

@@ -6,8 +6,8 @@ permutations A_k), digit tokens carry the typed code Enc(x) = e_x in the grade `
 embedding) and the readout of ``num`` starts at the typed decoder (W = c·I_p, trainable);
 everything else is learned. Without that start the readout has a symmetry, a readout shifted by
 c paired with routing shifted by −c fits every k whose shifted adder exists, and training settles
-there (measured: 52% routing accuracy, 89% answers after 400 steps); "the right adder" is only
-defined relative to a calibrated decoder.
+there (``benchmarks/morphic_variable_k.py --no-typed-readout``; docs/morphic.md quotes the
+measured accuracies); "the right adder" is only defined relative to a calibrated decoder.
 
 - layer 1: one edge num ← sem, a grade-typed causal attention with identity values (a copy of
   the digit code from the position the query selects);
@@ -27,6 +27,7 @@ ablation cost nothing (004 §5.4 edge ablation), the control that ablation needs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -128,20 +129,29 @@ def build_adder_model(
     beta: float = 5.0, pooling: str = "mean", readout_scale: float = 4.0,
     objective: MorphicObjective | None = None, max_len: int = 8,
     distractor: str | None = None, distractor_seed: int = 0, router_input: str = "context",
+    train_routing: str = "context", typed_readout: bool = True,
 ) -> MorphicTransformer:
     """The two-layer model of the module doc. ``router_input`` is the adder router's
     ``input_type``: "context" (the pooled context and the token's own ``num`` code),
     "operator" (a learned embedding of the most recent ADD_k token, so the adder choice can
-    depend on k only) or "operator_state" (the state at the ADD_k position)."""
+    depend on k only) or "operator_state" (the state at the ADD_k position).
+    ``train_routing`` is both layers' (:class:`~graded.morphic.layer.MorphicLayer`).
+    ``typed_readout=False`` leaves the readout of ``num`` at its default initialisation instead of
+    the typed decoder c·I_p (the ablation of the module doc)."""
     if tool not in ("internal", "external"):
         raise ValueError(f"tool must be 'internal' or 'external', got {tool!r}")
+    if not (isinstance(readout_scale, (int, float)) and math.isfinite(readout_scale)
+            and readout_scale > 0):
+        raise ValueError(f"readout_scale must be a finite number > 0 (the typed decoder "
+                         f"c·I_p), got {readout_scale!r}")
     if distractor not in DISTRACTORS:
         raise ValueError(f"distractor must be one of {DISTRACTORS}, got {distractor!r}")
     p = task.p
     space = GradedStateSpace({"sem": sem_dim, "num": p})
     copy_edges = EdgeSet.explicit(space, [("sem", "num", "copy")])
     copy = GradeTypedAttention(sem_dim, p, num_heads=1, head_dim=8, identity_values=True)
-    layer1 = MorphicLayer(space, copy_edges, [copy], router={"rank": rank}, beta=beta)
+    layer1 = MorphicLayer(space, copy_edges, [copy], router={"rank": rank}, beta=beta,
+                          train_routing=train_routing)
     names = [f"add_{k}" for k in task.shifts] + (["distractor"] if distractor else [])
     add_edges = EdgeSet.explicit(space, [("num", "num", name) for name in names])
     if tool == "internal":
@@ -153,11 +163,13 @@ def build_adder_model(
     router = {"rank": rank, "pooling": pooling, "input_type": router_input}
     if router_input != "context":
         router["operator_tokens"] = list(task.add_token.values())
-    layer2 = MorphicLayer(space, add_edges, adders, router=router, beta=beta)
+    layer2 = MorphicLayer(space, add_edges, adders, router=router, beta=beta,
+                          train_routing=train_routing)
     return MorphicTransformer(
         space, [layer1, layer2], task.vocab_size, max_len=max_len, learned_grades=["sem"],
         typed_embeddings={"num": task.typed_digits()},
-        readout_init={"num": readout_scale * task.typed_digits()}, objective=objective)
+        readout_init={"num": readout_scale * task.typed_digits()} if typed_readout else None,
+        objective=objective)
 
 
 def distractor_block(p: int, kind: str, seed: int = 0) -> FixedLinearBlock:

@@ -436,3 +436,87 @@ def test_a_left_padded_batch_fills_max_len_with_its_real_tokens_as_hugging_face(
     with pytest.raises(ValueError, match=r"longest prompt \(real tokens, left padding excluded\)"
                        r" 20 \+ max_new_tokens 5 exceeds the model's max_len=24"):
         lm.generate(ids, 5, key_padding_mask=mask == 0)
+
+
+@pytest.mark.parametrize("convert", ["gpt2", "llama"])
+def test_left_padded_generation_with_stop_tokens_equals_hugging_face(convert, llama_in_float64):
+    """Rows of different real lengths, left-padded, a stop token that ends some rows early:
+    greedy and 3-beam tokens, with and without the cache, equal Hugging Face's ``generate``
+    given the same ``attention_mask`` (GPT-2's learned positions, LLaMA's rotary ones)."""
+    hf = _gpt2() if convert == "gpt2" else _llama()
+    lm = from_gpt2(hf) if convert == "gpt2" else from_llama(hf)
+    eos = 25 if convert == "gpt2" else 28  # a token that greedy decoding emits in some rows
+    ids = _ids(hf.config.vocab_size, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[2, :5] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    # pad id 1, not 0: Hugging Face's beam search fills with `pad_token_id or eos_token_id`,
+    # the EOS id for a pad id of 0
+    for num_beams in (1, 3):
+        theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                             num_beams=num_beams, pad_token_id=1, eos_token_id=eos)
+        for use_cache in (True, False):
+            ours = lm.generate(ids, 8, key_padding_mask=mask == 0, num_beams=num_beams,
+                               use_cache=use_cache, pad_token_id=1, eos_token_id=eos)
+            assert torch.equal(ours, theirs), (num_beams, use_cache)
+        if num_beams == 1:  # a row stopped early and was padded, another ran to the end
+            stopped = (ours[:, 7:] == eos).any(dim=1)
+            assert stopped.any() and not stopped.all()
+
+
+@pytest.mark.parametrize("convert", ["gpt2", "llama"])
+@pytest.mark.parametrize("options", [{"temperature": 0.8}, {"top_k": 5}, {"top_p": 0.7},
+                                     {"temperature": 1.3, "top_k": 8, "top_p": 0.9}])
+def test_sampled_tokens_equal_hugging_faces_under_the_same_seed(convert, options,
+                                                                 llama_in_float64):
+    """Both draw with ``torch.multinomial`` from the global generator: after the same seed,
+    the same temperature / top-k / top-p give the same tokens, left padding included."""
+    hf = _gpt2() if convert == "gpt2" else _llama()
+    lm = from_gpt2(hf) if convert == "gpt2" else from_llama(hf)
+    ids = _ids(hf.config.vocab_size, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    torch.manual_seed(11)
+    ours = lm.generate(ids, 8, key_padding_mask=mask == 0, do_sample=True, pad_token_id=0,
+                       **options)
+    torch.manual_seed(11)
+    theirs = hf.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=True,
+                         pad_token_id=0, **{"top_k": 0, **options})  # HF's default top_k is 50
+    assert len(set(ours[:, 7:].flatten().tolist())) > 3
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("convert", ["bert", "llama"])
+def test_the_pad_tokens_embedding_gets_no_gradient_as_in_hugging_face(convert, llama_in_float64):
+    """BERT's and LLaMA's embeddings hold ``padding_idx = pad_token_id``: a pad token in the
+    input gives its row no gradient. One backward pass over inputs holding the pad token gives
+    our embedding the gradient of Hugging Face's (its pad row zero), where the converted model
+    used to give the pad row a gradient; the export gives the pad id back."""
+    pad = 3
+    hf = _bert(pad_token_id=pad) if convert == "bert" else _llama(pad_token_id=pad)
+    ours = from_bert(hf) if convert == "bert" else from_llama(hf)
+    tokens = ours.embed.tokens if convert == "bert" else ours.decoder.embed.tokens
+    theirs = hf.embeddings.word_embeddings if convert == "bert" else hf.model.embed_tokens
+    ids = _ids(hf.config.vocab_size, (2, 9))
+    ids[:, ::3] = pad
+    hf.train()
+    ours.train()
+    out = hf(ids).last_hidden_state if convert == "bert" else hf(ids).logits
+    out.pow(2).mean().backward()
+    (ours(ids)[0] if convert == "bert" else ours(ids)).pow(2).mean().backward()
+    assert theirs.weight.grad[pad].abs().max() == 0
+    torch.testing.assert_close(tokens.weight.grad, theirs.weight.grad, atol=1e-10, rtol=0)
+    back = to_bert(ours) if convert == "bert" else to_llama(ours)
+    assert back.config.pad_token_id == pad
+
+
+def test_a_hub_name_is_refused_saying_that_nothing_is_downloaded(tmp_path, monkeypatch):
+    """``from_gpt2("gpt2")`` reads a local folder only; the error says how to load the hub
+    model instead (it used to say only that "gpt2" is not a local folder)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"gpt2 is not a local checkpoint folder of a "
+                       r"GPT2LMHeadModel; nothing is downloaded: pass a model object \(e\.g\. "
+                       r"transformers\.GPT2LMHeadModel\.from_pretrained\('gpt2'\)\)"):
+        from_gpt2("gpt2")

@@ -130,7 +130,7 @@ def test_generation_rejects_bad_arguments():
     lm = lm_for("learned")
     with pytest.raises(ValueError, match=r"prompt length 40 \+ max_new_tokens 10 exceeds"):
         lm.generate(torch.zeros(1, 40, dtype=torch.long), 10)
-    with pytest.raises(ValueError, match="temperature must be positive"):
+    with pytest.raises(ValueError, match=r"temperature must be a finite number > 0"):
         lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, do_sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="top_p must be in"):
         lm.generate(torch.zeros(1, 2, dtype=torch.long), 2, do_sample=True, top_p=1.5)
@@ -179,9 +179,10 @@ def test_a_fill_id_outside_the_vocabulary_is_refused_before_decoding():
     with pytest.raises(ValueError, match=r"pad_token_id must be a token id in \[0, 17\): "
                                          r"finished rows are continued with it; got -1"):
         lm.generate(prompt, 3, eos_token_id=2, pad_token_id=-1)
-    with pytest.raises(ValueError, match=r"eos_token_id \(the fill id\) must be a token id in "
-                                         r"\[0, 17\)"):
-        lm.generate(prompt, 3, eos_token_id=17)
+    for eos in (17, True):  # the fill id without pad_token_id; True would be id 1
+        with pytest.raises(ValueError, match=rf"eos_token_id must be a token id in \[0, 17\) "
+                                             rf"\(one int\), got {eos}"):
+            lm.generate(prompt, 3, eos_token_id=eos)
     assert lm.generate(prompt, 3, pad_token_id=-1).shape == (2, 7)  # no EOS: never used
 
 

@@ -23,7 +23,10 @@ def _load(model_or_path: Any, cls_name: str, model_type: str, **init: Any) -> An
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
         if not path.is_dir():
-            raise FileNotFoundError(f"{path} is not a local checkpoint folder of a {cls_name}")
+            raise FileNotFoundError(
+                f"{path} is not a local checkpoint folder of a {cls_name}; nothing is "
+                f"downloaded: pass a model object (e.g. transformers.{cls_name}."
+                f"from_pretrained({str(model_or_path)!r})) or a folder it was saved to")
         config_file = path / "config.json"
         if not config_file.is_file():
             raise FileNotFoundError(f"{path} has no config.json; expected a folder written by "

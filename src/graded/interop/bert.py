@@ -6,7 +6,8 @@ biases everywhere. Ours has no segment (token type) embeddings: the row of type 
 the position table, so inputs are one segment (``token_type_ids`` all 0, as Hugging Face's
 default). Positions count from the first slot of a row in BERT and from the first unpadded
 token in ours: equal for right padding, and for left padding given ``positions``. The pooler is
-not part of the encoder.
+not part of the encoder. The pad token's embedding row gets no gradient, as BERT's
+(``padding_idx`` = ``pad_token_id``), and goes back as ``pad_token_id``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def from_bert(model_or_path: Any) -> TransformerEncoder:
             for mine, theirs in _BERT_BLOCK.items():
                 state[f"{o}{mine}.{kind}"] = src[f"{t}{theirs}.{kind}"]
     encoder.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)
+    # the pad token's row gets no gradient, as in BERT's embedding (fine-tuning follows it)
+    encoder.embed.tokens.padding_idx = hf.embeddings.word_embeddings.padding_idx
     return encoder.eval()
 
 
@@ -90,7 +93,7 @@ def to_bert(encoder: TransformerEncoder) -> Any:
         num_attention_heads=c.n_heads, intermediate_size=c.ff_dim,
         hidden_act=_ACTIVATION_OF.get(c.activation, "gelu"), max_position_embeddings=c.max_len,
         layer_norm_eps=c.norm_eps, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        pad_token_id=None)
+        pad_token_id=encoder.embed.tokens.padding_idx)
     _same_function(c, bert_config(config), "to_bert", "BERT",
                    unused=("tie_embeddings", "logit_bias"))
     hf = BertModel(config, add_pooling_layer=False).to(_dtype(encoder))

@@ -38,6 +38,9 @@ def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
     if not isinstance(lm, _GRAFTABLE):
         raise TypeError(f"expected one of {[cls.__name__ for cls in _GRAFTABLE]}, got "
                         f"{type(lm).__name__}")
+    if grading not in ("linear", "exponential"):  # None would give back an ungraded copy
+        raise ValueError(f"graft_grading: grading must be 'linear' (LGT) or 'exponential' "
+                         f"(EGT), got {grading!r}")
     not_grading = sorted(set(options) - _GRADING_FIELDS)
     if not_grading:
         raise ValueError(f"graft_grading sets grading fields only; got {not_grading}, expected "

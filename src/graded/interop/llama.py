@@ -6,7 +6,9 @@ Rotary positions with θ = ``rope_theta``, pre-norm RMSNorm, SwiGLU FFN
 untied output layer unless ``tie_word_embeddings``. Hugging Face rotates dimension pairs
 (m, m + D/2) of a head and this library pairs (2m, 2m+1) (Su et al.'s layout), so the rows of
 each query and key head are permuted on the way in (and back on the way out); attention scores
-are unchanged because queries and keys get the same permutation.
+are unchanged because queries and keys get the same permutation. The pad token's embedding row
+gets no gradient, as LLaMA's (``padding_idx`` = ``pad_token_id``, where set), and goes back as
+``pad_token_id``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def from_llama(model_or_path: Any) -> TransformerLM:
                 if key in src:
                     state[f"{o}{mine}.{kind}"] = src[key]
     lm.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)
+    # the pad token's row gets no gradient, as in LLaMA's embedding (fine-tuning follows it)
+    lm.decoder.embed.tokens.padding_idx = hf.model.embed_tokens.padding_idx
     return lm.eval()
 
 
@@ -111,7 +115,7 @@ def to_llama(lm: TransformerLM) -> Any:
         num_key_value_heads=kv_heads, max_position_embeddings=c.max_len,
         rms_norm_eps=c.norm_eps, rope_theta=c.rope_base, attention_bias=qkv_bias,
         mlp_bias=ffn_bias, tie_word_embeddings=c.tie_embeddings, bos_token_id=None,
-        eos_token_id=None, pad_token_id=None)
+        eos_token_id=None, pad_token_id=lm.decoder.embed.tokens.padding_idx)
     _same_function(c, llama_config(config), "to_llama", "LLaMA")
     hf = LlamaForCausalLM(config).to(_dtype(lm))
     mine = lm.state_dict()

@@ -52,6 +52,21 @@ class KVCache:
     def empty(cls, n_layers: int) -> KVCache:
         return cls(layers=[LayerCache() for _ in range(n_layers)])
 
+    def check(self, n_layers: int, batch: int, who: str) -> None:
+        """Refuse, naming both, a cache made for another number of layers
+        (``model.new_cache()`` makes the right one) or holding another number of rows than the
+        ``batch`` of the new tokens (a cache continues the rows it was filled with). Shapes
+        only: no value is read."""
+        if len(self.layers) != n_layers:
+            raise ValueError(f"{who}: the cache has {len(self.layers)} layer(s); expected "
+                             f"{n_layers}, one per decoder layer (make it with "
+                             "model.new_cache())")
+        rows = self.real.shape[0] if self.real is not None else None
+        if rows is not None and rows != batch:
+            raise ValueError(f"{who}: the cache holds {rows} row(s), the new tokens {batch}; "
+                             "a cache continues the rows it was filled with (use a new one "
+                             "for another batch)")
+
     def extend(self, positions: Tensor, key_padding_mask: Tensor, *, history: bool = True
                ) -> tuple[Tensor, Tensor]:
         """Record new tokens' positions and padding; return the (B, S) tensors of every cached

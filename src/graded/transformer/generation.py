@@ -17,6 +17,8 @@ model that grades tokens
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -28,6 +30,9 @@ from graded.transformer.cache import KVCache
 from graded.transformer.decoding_grades import GradeLast, TokenGrader, token_grading
 from graded.transformer.logits import (
     LogitsProcessing,
+    _is_number,
+    _is_token,
+    check_sampling,
     filter_logits,
     logits_processing,
     select_next,
@@ -47,18 +52,21 @@ Step = Callable[..., Tensor]  # (ids, key_padding_mask, cache[, token_grades]) -
 
 
 def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
-                 key_padding_mask: Tensor | None = None) -> None:
+                 key_padding_mask: Tensor | None = None, name: str = "input_ids") -> None:
     """A (batch, length) integer prompt, max_new_tokens >= 0, and room for them in ``max_len``
     (None: no limit). Positions skip left padding (:func:`graded.transformer.models.
     default_positions`, as Hugging Face's ``generate`` counts them from ``attention_mask``), so
     the room needed is the longest row's real tokens plus ``max_new_tokens``: the padding of a
     left-padded batch takes no position. ``key_padding_mask`` (True = padding, checked by the
-    caller) gives the real tokens; without it every token is real."""
+    caller) gives the real tokens; without it every token is real. ``name`` names
+    ``input_ids`` in the errors."""
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
-            f"input_ids must be an integer tensor of shape (batch, length), got "
+            f"{name} must be an integer tensor of shape (batch, length), got "
             f"{tuple(input_ids.shape)} {input_ids.dtype}"
         )
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be non-negative, got {max_new_tokens}")
     if max_len is None or input_ids.shape[1] + max_new_tokens <= max_len:
@@ -73,6 +81,35 @@ def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
             f"{what} {real} + max_new_tokens {max_new_tokens} exceeds the model's "
             f"max_len={max_len}"
         )
+
+
+def check_decoding(
+    *, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
+    num_beams: int, length_penalty: float, eos_token_id: int | None, vocab_size: int,
+) -> None:
+    """The decoding options of :func:`decode`, each refused naming its value: ``do_sample``
+    a bool (a string such as ``"no"`` would be true), the sampling options
+    (:func:`~graded.transformer.logits.check_sampling`, checked whether or not the decoding
+    samples, but for temperature 0 without sampling: a common spelling of greedy decoding),
+    ``num_beams`` an int >= 1 (wider than the vocabulary is allowed: the beams fill as the
+    candidates multiply), ``length_penalty`` a finite number, ``eos_token_id`` a token id the
+    model can produce (any other would never end a row)."""
+    if not isinstance(do_sample, bool):
+        raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
+    # temperature 0 is a common way to ask for greedy decoding: taken (and unused) without
+    # sampling, refused with it
+    greedy_zero = not do_sample and _is_number(temperature) and temperature == 0
+    check_sampling(1.0 if greedy_zero else temperature, top_k, top_p)
+    if isinstance(num_beams, bool) or not isinstance(num_beams, numbers.Integral):
+        raise ValueError(f"num_beams must be an int >= 1, got {num_beams!r}")
+    if num_beams < 1:
+        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    if not _is_number(length_penalty) or not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be a finite number (1.0: the mean "
+                         f"log-probability), got {length_penalty!r}")
+    if eos_token_id is not None and not _is_token(eos_token_id, vocab_size):
+        raise ValueError(f"eos_token_id must be a token id in [0, {vocab_size}) (one int), got "
+                         f"{eos_token_id!r}: the model could never emit it to end a row")
 
 
 def decode(
@@ -99,8 +136,9 @@ def decode(
     (each beam's) history is its ids so far, ``input_ids`` and its padding included, as Hugging
     Face's ``input_ids``; the repetition penalty starts at each row's first real token; the EOS
     is forced at the last of the ``max_new_tokens`` steps (Hugging Face's ``max_length - 1``)."""
-    if num_beams < 1:
-        raise ValueError(f"num_beams must be >= 1, got {num_beams}")
+    check_decoding(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+                   num_beams=num_beams, length_penalty=length_penalty,
+                   eos_token_id=eos_token_id, vocab_size=vocab_size)
     if early_stopping not in EARLY_STOPPING:
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got "
                          f"{early_stopping!r}")
@@ -116,10 +154,9 @@ def decode(
     if max_new_tokens == 0:
         return input_ids
     pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
-    if eos_token_id is not None and not (isinstance(pad, int) and 0 <= pad < vocab_size):
-        name = "pad_token_id" if pad_token_id is not None else "eos_token_id (the fill id)"
-        raise ValueError(f"{name} must be a token id in [0, {vocab_size}): finished rows are "
-                         f"continued with it; got {pad!r}")
+    if eos_token_id is not None and not _is_token(pad, vocab_size):  # the EOS id is checked
+        raise ValueError(f"pad_token_id must be a token id in [0, {vocab_size}): finished rows "
+                         f"are continued with it; got {pad!r}")
     if num_beams > 1:
         if do_sample:
             raise ValueError("beam search with do_sample=True is not supported; choose one")
@@ -134,7 +171,9 @@ def decode(
     grades = token_grades
     logits = _run(step, ids, kpm, cache, grades)
     for i in range(max_new_tokens):
-        scores = logits[:, -1]
+        # in at least float32, as Hugging Face's generate casts them: a bfloat16 score
+        # divided by a penalty or temperature would round (ties, a different argmax)
+        scores = logits[:, -1].to(torch.promote_types(logits.dtype, torch.float32))
         if processing is not None:
             scores = processing(scores, ids, new_tokens=i, last=i == max_new_tokens - 1,
                                 start=start)
@@ -399,24 +438,27 @@ def generate(
     token_grades: Tensor | None = None,
     token_grader: TokenGrader | None = None,
 ) -> Tensor:
-    """Continue ``input_ids`` (B, T) with a decoder-only LM; returns (B, T + n) ids where
-    n <= max_new_tokens. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id``
-    (default: the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam
-    search ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None
-    caches where every backend can (:func:`resolve_use_cache`), True requires it, False
-    recomputes the prefix each step; the tokens are the same. Hugging Face's options of these
-    names (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.
+    """Continue ``input_ids`` (B, T), T >= 1, with a decoder-only LM; returns (B, T + n) ids where
+    n <= max_new_tokens; every option is checked before the first step (:func:`check_decoding`),
+    used or not. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default:
+    the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam search
+    ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None caches
+    where every backend can (:func:`resolve_use_cache`), True requires it, False recomputes the
+    prefix each step; the tokens are the same. Hugging Face's options of these names
+    (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.
     ``[[pad_id]]``: never generate the pad token; ``[[a, b]]``: never ``b`` right after ``a``),
     ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS),
     ``sequence_bias`` (``{(a,): -2.0, (a, b): 1.5}``: add -2 to ``a``'s score, 1.5 to ``b``'s
     right after ``a``), ``repetition_penalty`` (> 1 makes the row's tokens less likely),
-    ``no_repeat_ngram_size`` (n: no n-gram twice in a row) and ``min_new_tokens`` (no EOS
-    before that many). A model that grades tokens
-    (``TransformerConfig.token_grading``, 000 §6.2) needs ``token_grades`` (B, T) of the prompt
-    and ``token_grader``, the grades of a row's token ids as the task grades them (e.g.
-    ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``): each new token's grade is the
-    last of its row's (:func:`grader_of`)."""
+    ``no_repeat_ngram_size`` (n: no n-gram twice in a row) and ``min_new_tokens`` (no EOS before
+    that many). A model that grades tokens (``TransformerConfig.token_grading``, 000 §6.2) needs
+    ``token_grades`` (B, T) of the prompt and ``token_grader``, the grades of a row's token ids
+    as the task grades them (e.g. ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``):
+    each new token's grade is the last of its row's (:func:`grader_of`)."""
     check_prompt(input_ids, max_new_tokens, None)
+    if input_ids.shape[1] == 0:  # the next token is read at the last position: none here
+        raise ValueError(f"the prompt is empty (input_ids of shape {tuple(input_ids.shape)}); "
+                         "expected at least one token per row (e.g. a BOS token)")
     kpm = _defaults(key_padding_mask, input_ids)
     check_prompt(input_ids, max_new_tokens, position_limit(model.config), key_padding_mask=kpm)
     token_grades, grade_last = token_grading(model, input_ids, token_grades, token_grader,
@@ -463,7 +505,17 @@ def generate_seq2seq(
     ``token_grades`` (B, S) of the source, as ``Seq2SeqTransformer.forward`` takes them, and
     ``token_grader`` for the decoder's sequence from ``bos_token_id`` (its grades are
     ``decoder_token_grades``)."""
-    check_prompt(src_ids, 0, None)
+    check_prompt(src_ids, 0, None, name="src_ids")
+    if not _is_token(bos_token_id, model.config.vocab_size):
+        raise ValueError(f"bos_token_id must be a token id in [0, {model.config.vocab_size}), "
+                         f"got {bos_token_id!r}")
+    kwargs = _generation_kwargs(kwargs)
+    check_decoding(vocab_size=model.config.vocab_size, **{  # before the encoder runs
+        name: kwargs[name] for name in ("do_sample", "temperature", "top_k", "top_p",
+                                        "num_beams", "length_penalty", "eos_token_id")})
+    start = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long,
+                       device=src_ids.device)
+    check_prompt(start, max_new_tokens, position_limit(model.config))
     token_grades, grade_last = token_grading(model, src_ids, token_grades, token_grader,
                                              grades_new_tokens=True)
     kwargs = {**kwargs, "use_cache": resolve_use_cache(model, kwargs.get("use_cache"))}
@@ -472,26 +524,22 @@ def generate_seq2seq(
     try:
         memory = model.encode(src_ids, src_key_padding_mask,
                               **({} if token_grades is None else {"token_grades": token_grades}))
-        start = torch.full((src_ids.shape[0], 1), bos_token_id, dtype=torch.long,
-                           device=src_ids.device)
-        num_beams = int(kwargs.get("num_beams", 1))
+        src_mask = src_key_padding_mask
+        if kwargs["num_beams"] > 1:  # beam search decodes B * num_beams rows, as B groups
+            memory = memory.repeat_interleave(kwargs["num_beams"], dim=0)
+            if src_mask is not None:
+                src_mask = src_mask.repeat_interleave(kwargs["num_beams"], dim=0)
 
         def step(ids: Tensor, mask: Tensor, cache: KVCache | None,
                  grades: Tensor | None = None) -> Tensor:
-            mem, src_mask = memory, src_key_padding_mask
-            if num_beams > 1:
-                mem = memory.repeat_interleave(num_beams, dim=0)
-                if src_mask is not None:
-                    src_mask = src_mask.repeat_interleave(num_beams, dim=0)
-            return model.decode(ids, mem, tgt_key_padding_mask=mask if cache is None else None,
+            return model.decode(ids, memory, tgt_key_padding_mask=mask if cache is None else None,
                                 src_key_padding_mask=src_mask, cache=cache, token_grades=grades)
 
-        check_prompt(start, max_new_tokens, position_limit(model.config))
         kpm = torch.zeros_like(start, dtype=torch.bool)
         start_grades = None if grade_last is None else grade_last(start, kpm)[:, None]
         return decode(step, start, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
                     vocab_size=model.config.vocab_size, token_grades=start_grades,
-                    grade_last=grade_last, **_generation_kwargs(kwargs))
+                    grade_last=grade_last, **kwargs)
     finally:
         model.train(was_training)
 

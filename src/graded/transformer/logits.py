@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["LogitsProcessing", "TokenSequences", "filter_logits", "logits_processing",
-           "select_next"]
+__all__ = ["LogitsProcessing", "TokenSequences", "check_sampling", "filter_logits",
+           "logits_processing", "select_next"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -24,25 +24,37 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     a token tied with the last one kept stays too (which of equal logits to drop would be
     arbitrary), as top-k keeps ties; ``top_p=1`` keeps every token. The nucleus mass is summed
     in the logits' dtype promoted to at least float32."""
+    check_sampling(top_k=top_k, top_p=top_p)
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
-            raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
         k = min(top_k, logits.shape[-1])
         kth = torch.topk(logits, k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if top_p < 1.0:
-            sorted_logits = torch.sort(logits, descending=True, dim=-1).values
-            dtype = torch.promote_types(logits.dtype, torch.float32)
-            mass = torch.softmax(sorted_logits.to(dtype), dim=-1).cumsum(dim=-1)
-            # keep a token while the mass strictly before it is below top_p: a prefix of the
-            # sorted tokens (at least one), then every token tied with its smallest logit
-            kept = 1 + (mass[..., :-1] < top_p).sum(dim=-1, keepdim=True)
-            smallest = sorted_logits.gather(-1, kept - 1)
-            logits = logits.masked_fill(logits < smallest, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits = torch.sort(logits, descending=True, dim=-1).values
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        mass = torch.softmax(sorted_logits.to(dtype), dim=-1).cumsum(dim=-1)
+        # keep a token while the mass strictly before it is below top_p: a prefix of the
+        # sorted tokens (at least one), then every token tied with its smallest logit
+        kept = 1 + (mass[..., :-1] < top_p).sum(dim=-1, keepdim=True)
+        smallest = sorted_logits.gather(-1, kept - 1)
+        logits = logits.masked_fill(logits < smallest, float("-inf"))
     return logits
+
+
+def check_sampling(temperature: float = 1.0, top_k: int | None = None,
+                   top_p: float | None = None) -> None:
+    """Sampling's options, each refused naming its value: ``temperature`` a finite number
+    > 0 (0 is no distribution: greedy decoding is ``do_sample=False``; at infinity every
+    score becomes 0 and a score at -inf, NaN), ``top_k`` a positive int or None, ``top_p`` a
+    number in (0, 1] or None. Generation checks them whether or not it samples: greedy and
+    beam decoding ignore them, as Hugging Face's do, but not a value no sampling could use."""
+    if not _is_number(temperature) or not 0 < temperature < math.inf:  # NaN too
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                              or top_k <= 0):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
 
 
 def select_next(
@@ -52,11 +64,19 @@ def select_next(
     """Next token ids (B,) from last-position logits (B, V)."""
     if not do_sample:
         return logits.argmax(dim=-1)
-    if not temperature > 0:  # NaN too
-        raise ValueError(f"temperature must be positive when sampling, got {temperature}")
+    check_sampling(temperature)
     logits = filter_logits(logits / temperature, top_k, top_p)
     probs = torch.softmax(logits.float(), dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    try:
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    except RuntimeError as error:  # read only on failure: which rows had nothing left
+        empty = torch.isneginf(logits).all(dim=-1)
+        if not bool(empty.any()):
+            raise
+        raise ValueError(
+            f"no token is left to sample in row(s) {empty.nonzero().flatten().tolist()[:8]}: "
+            "every score is -inf (the logits processors, e.g. bad_words_ids, "
+            "no_repeat_ngram_size or min_new_tokens, ban every token there)") from error
 
 
 @dataclass(frozen=True, eq=False)

@@ -84,8 +84,9 @@ def checked_entry(
     """A model's entry check: the token ids against the vocabulary, and the positions of the
     pass (``positions``, or :func:`default_positions`), which it returns, against
     ``config.max_len`` where the model adds positions from a table of that many rows (against
-    0 otherwise). Consecutive default positions are checked from the shapes; ids and other
-    positions are read once each (one host–device synchronisation on a GPU; none inside
+    0 otherwise); given positions are (B, T), or (1, T) or (T,) for every row. Consecutive
+    default positions are checked from the shapes; ids and other positions are read once each
+    (one host–device synchronisation on a GPU; none inside
     :func:`graded.checks.checked_inputs`). The model then runs its layers inside
     :func:`trusted_inputs`, where they read no values again."""
     batch, length = inputs.shape[:2]
@@ -99,8 +100,29 @@ def checked_entry(
         return default_positions(length, None, cache, batch, inputs.device)
     if positions is None:
         positions = default_positions(length, key_padding_mask, cache, batch, inputs.device)
+    elif positions.shape not in ((batch, length), (1, length), (length,)):
+        raise ValueError(f"{who}: positions have shape {tuple(positions.shape)}; expected "
+                         f"(batch, length) = ({batch}, {length}), (1, {length}) or ({length},)")
     check_positions(positions, max_len, who)
     return positions
+
+
+def sequence_shape(config: TransformerConfig, inputs: Tensor) -> tuple[int, int]:
+    """(batch, length) of a model's inputs: integer token ids (B, T), or for a feature model
+    (``vocab_size=None``) floating features (B, T, input_dim), checked from the dtype and
+    shape alone (no value is read) and refused naming what was expected."""
+    if config.vocab_size is not None:
+        if inputs.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"token ids must be an integer tensor, got {inputs.dtype}")
+        if inputs.dim() != 2:
+            raise ValueError(f"token ids must have shape (batch, length), got "
+                             f"{tuple(inputs.shape)}")
+    elif inputs.dim() != 3 or inputs.shape[-1] != config.input_dim:
+        raise ValueError(f"features must have shape (batch, length, {config.input_dim}), got "
+                         f"{tuple(inputs.shape)}")
+    elif not inputs.is_floating_point():
+        raise TypeError(f"features must be a floating tensor, got {inputs.dtype}")
+    return inputs.shape[0], inputs.shape[1]
 
 
 def trusted_inputs() -> contextlib.AbstractContextManager:
@@ -168,25 +190,21 @@ class InputEmbedding(nn.Module):
                 token_scales: Tensor | None = None) -> Tensor:
         """Embedded inputs (B, T, d); ``token_scales`` (B, T, d) are the per-token M_{q_i} when
         the model grades tokens."""
+        sequence_shape(self.config, inputs)
         if self.config.vocab_size is not None:
-            if inputs.dtype not in (torch.int64, torch.int32):
-                raise TypeError(f"token ids must be an integer tensor, got {inputs.dtype}")
-            if inputs.dim() != 2:
-                raise ValueError(
-                    f"token ids must have shape (batch, length), got {tuple(inputs.shape)}"
-                )
             check_token_ids(inputs, self.config.vocab_size)
-        elif inputs.dim() != 3 or inputs.shape[-1] != self.config.input_dim:
-            raise ValueError(
-                f"features must have shape (batch, length, {self.config.input_dim}), got "
-                f"{tuple(inputs.shape)}"
-            )
-        if self.config.vocab_size is not None:
             x = self._stage(self.input_grading, self.tokens(inputs), token_scales)
             if self.input_map is not None:
                 x = torch.relu(self.input_map(x))
         else:  # 000 Def 5.19: the grading acts on the raw features, before the projection
-            x = self.tokens(self.input_grading(inputs))
+            graded = self.input_grading(inputs)
+            weight = self.tokens.weight
+            if graded.dtype != weight.dtype and not torch.is_autocast_enabled(
+                    inputs.device.type):  # the projection's error would not name the features
+                raise TypeError(f"features are {inputs.dtype}, the model's weights "
+                                f"{weight.dtype}; expected the same dtype (e.g. "
+                                f"features.to({weight.dtype}))")
+            x = self.tokens(graded)
             if self.input_activation:
                 x = torch.relu(x)
             x = self._stage(self.projected_grading, x, token_scales)
@@ -305,7 +323,7 @@ class TransformerEncoder(nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """Hidden states (B, T, d); ``token_grades`` (B, T) ≥ 0 are required when the model
         grades tokens (``TransformerConfig.token_grading``) and refused otherwise."""
-        batch, length = inputs.shape[:2]
+        batch, length = sequence_shape(self.config, inputs)
         _check_padding(key_padding_mask, batch, length)
         scales = token_scales(self.token_grading, token_grades, batch, length)
         positions = checked_entry(self.config, inputs, positions, key_padding_mask, None,
@@ -341,8 +359,10 @@ class TransformerDecoder(nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """Hidden states (B, T, d); ``token_scales`` (B, T, d) from :meth:`scales_for` when
         the model grades tokens."""
-        batch, length = input_ids.shape[:2]
+        batch, length = sequence_shape(self.config, input_ids)
         _check_padding(key_padding_mask, batch, length)
+        if cache is not None:
+            cache.check(self.n_layers, batch, type(self).__name__)
         if memory is not None:  # the source padding, over the memory's keys
             _check_padding(memory_key_padding_mask, memory.shape[0], memory.shape[1],
                            "memory_key_padding_mask (the source padding)")
@@ -358,7 +378,8 @@ class TransformerDecoder(nn.Module):
 
     def scales_for(self, input_ids: Tensor, token_grades: Tensor | None) -> Tensor | None:
         """The per-token M_{q_i} of ``token_grades`` (B, T), checked against the model."""
-        return token_scales(self.token_grading, token_grades, *input_ids.shape[:2])
+        return token_scales(self.token_grading, token_grades,
+                            *sequence_shape(self.config, input_ids))
 
 
 def token_scales(grading: TokenGrading | None, token_grades: Tensor | None, batch: int,
@@ -529,7 +550,7 @@ class TransformerClassifier(nn.Module):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        if not isinstance(num_outputs, int) or num_outputs <= 0:
+        if isinstance(num_outputs, bool) or not isinstance(num_outputs, int) or num_outputs <= 0:
             raise ValueError(f"num_outputs must be a positive int, got {num_outputs!r}")
         self.config = config
         self.pooling = pooling

@@ -62,7 +62,8 @@ def _context_routing(model: MorphicTransformer) -> Iterator[None]:
 
 @torch.no_grad()
 def collect(model: MorphicTransformer, batches: Iterable[Batch]) -> list[dict[str, Tensor]]:
-    """Per layer, over valid tokens: utilities, ℓ, ℓ̃, α(ℓ) and α(ℓ̃), each (N, |E|)."""
+    """Per layer, over valid tokens: utilities, ℓ, ℓ̃, α(ℓ) and α(ℓ̃), each (N, |E|), and the
+    routing entropy (N,); the layer's ``disabled`` edges have α = 0 and no entropy."""
     per_layer: list[dict[str, list[Tensor]]] = [
         {k: [] for k in ("utilities", "context_logits", "utility_logits", "context_probs",
                          "utility_probs", "entropy")} for _ in model.layers]
@@ -75,9 +76,10 @@ def collect(model: MorphicTransformer, batches: Iterable[Batch]) -> list[dict[st
                 store["utilities"].append(tr.utilities[valid])
                 store["context_logits"].append(tr.context_logits[valid])
                 store["utility_logits"].append(tr.utility_logits[valid])
-                store["context_probs"].append(r.probabilities(tr.context_logits)[valid])
-                store["utility_probs"].append(r.probabilities(tr.utility_logits)[valid])
-                store["entropy"].append(r.entropy(tr.context_logits)[valid])
+                off = layer.disabled  # edge ablation: off here as in the routing
+                store["context_probs"].append(r.probabilities(tr.context_logits, off)[valid])
+                store["utility_probs"].append(r.probabilities(tr.utility_logits, off)[valid])
+                store["entropy"].append(r.entropy(tr.context_logits, off)[valid])
     return [{k: torch.cat(v) for k, v in store.items()} for store in per_layer]
 
 

@@ -23,8 +23,9 @@ when it is exact: a non-soft router, no probe, and α without gradient.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -40,6 +41,7 @@ from graded.morphic.update import UPDATE_MODES, apply_update
 from graded.morphic.utilities import UTILITY_KINDS, compute_utilities
 
 EXECUTIONS = ("auto", "dense", "sparse")
+THRESHOLD_DTYPE = torch.float64  # what ``MorphicLayer.thresholds`` is held in, whatever the cast
 
 
 @dataclass
@@ -139,8 +141,9 @@ class MorphicLayer(nn.Module):
         self.pre_norm = GradewiseNorm(space, pre_norm) if pre_norm else None
         self.norm = (GradewiseNorm(space, "layer") if update == "routed_LN" else None)
         # float64, so that a float64 layer uses τ as given (0.1, not float32's 0.10000000149);
-        # each use casts it to the dtype of the logits
-        tau = torch.as_tensor(thresholds, dtype=torch.float64)
+        # each use casts it to the dtype of the logits. It stays float64 through casts of the
+        # layer (``_apply``) and loads (``_load_from_state_dict``)
+        tau = torch.as_tensor(thresholds, dtype=THRESHOLD_DTYPE)
         tau = tau.expand(len(edges)).clone() if tau.dim() == 0 else tau
         if tau.shape != (len(edges),):
             raise ValueError(f"thresholds must be a float or {len(edges)} values (one per edge), "
@@ -156,6 +159,33 @@ class MorphicLayer(nn.Module):
                              "selected edges (mode 'hard', 'gumbel' or 'reinforce'), got "
                              "mode 'soft'")
         self.execution = execution
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MorphicLayer:
+        """``nn.Module._apply`` (behind ``.to``, ``.cuda``, ``.half``, ``.bfloat16``, ...), then
+        the thresholds τ put back in float64 where the cast changed their dtype: moved to the new
+        device, from their value before the cast (as ``ExponentialGrading`` keeps its base λ).
+        Cast with the layer, τ = 0.1 would be 0.10009765625 in bfloat16 and stay so after a cast
+        back (``.bfloat16().float()``, or a bfloat16 state dict loaded into a float32 model):
+        ℓ̃ = ℓ + β(ΔL − τ) (004 §4.2.3) and the penalty would use that τ. Every use casts τ to the
+        dtype of the logits it meets, so what the layer computes stays in the compute dtype."""
+        before = self.thresholds
+        super()._apply(fn, recurse)
+        after = self.thresholds
+        if after.dtype != THRESHOLD_DTYPE:
+            self._buffers["thresholds"] = before.to(device=after.device, dtype=THRESHOLD_DTYPE)
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        """Load as ``nn.Module`` does, with thresholds in another dtype (a state dict of a
+        bfloat16 model from before τ kept its precision) widened to float64 first, so that
+        ``load_state_dict(..., assign=True)`` does not narrow the buffer again. The precision a
+        narrow state dict lost is not recovered: its τ loads as saved."""
+        value = state_dict.get(prefix + "thresholds")
+        if isinstance(value, Tensor) and value.is_floating_point() and (
+                value.dtype != THRESHOLD_DTYPE):
+            state_dict[prefix + "thresholds"] = value.to(THRESHOLD_DTYPE)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def candidates(self, z: Tensor, parts: dict[str, Tensor] | None = None) -> list[Tensor]:
         """φ_e(z^{(g)}) for every edge, (B, T, d_h) each."""
@@ -252,8 +282,10 @@ class MorphicLayer(nn.Module):
             utilities = compute_utilities(
                 probe.kind, z, cands, self.edges, self.space, probe.weight, probe.bias,
                 probe.targets, ignore_index=probe.ignore_index, attach=probe.attach)
+            # ΔL comes in float32 at least (``utilities.py``); ℓ̃ is rounded once to ℓ's dtype,
+            # so that a bfloat16 layer routes, and updates its state, in bfloat16
             ell_tilde = utility_augmented_logits(ell, utilities, self.beta,
-                                                 self.thresholds.to(ell.dtype))
+                                                 self.thresholds.to(ell.dtype)).to(ell.dtype)
             if self.train_routing == "utility":
                 logits = ell_tilde
         if route is None:

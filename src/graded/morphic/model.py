@@ -232,7 +232,8 @@ class MorphicTransformer(nn.Module):
         for layer, tr in zip(self.layers, traces):
             tau = layer.thresholds.to(logits.dtype)
             router = layer.router
-            penalty = penalty + utility_penalty(tr.utilities, tau, layer.beta, valid)
+            penalty = penalty + utility_penalty(tr.utilities, tau, layer.beta, valid,
+                                                disabled=layer.disabled)
             ent = router.entropy(tr.routing_logits, layer.disabled)
             omega = omega + routing_regularizer(obj.omega, entropy=ent, alpha=tr.probs, valid=valid)
             entropy_sum = entropy_sum + _masked_mean(ent.detach(), valid)
@@ -240,13 +241,13 @@ class MorphicTransformer(nn.Module):
                 teacher = layer.beta * (tr.utilities.detach() - tau)
                 if obj.distill_teacher == "full":  # ℓ̃ itself: the ablation (module doc)
                     teacher = teacher + tr.context_logits
-                kl = router.kl(teacher, tr.context_logits)
+                kl = router.kl(teacher, tr.context_logits, layer.disabled)
                 distill = distill + _masked_mean(kl, valid)
             if tr.log_prob is not None:
                 reinforce = reinforce + reinforce_surrogate(
                     tr.log_prob, tr.utilities, tr.alpha, tau, tr.probs, valid)
             agreements.append(routing_agreement(router, tr.utility_logits, tr.context_logits,
-                                                valid))
+                                                valid, layer.disabled))
         loss = (lm + obj.utility_weight * penalty + obj.omega_weight * omega
                 + obj.distill_weight * distill + obj.reinforce_weight * reinforce)
         if any(layer.train_routing == "utility" for layer in self.layers):
@@ -335,17 +336,24 @@ def check_right_padding(key_padding_mask: Tensor | None, input_ids: Tensor) -> N
 
 
 def routing_agreement(router: Router, utility_logits: Tensor | None, context_logits: Tensor,
-                      valid: Tensor) -> Tensor:
+                      valid: Tensor, disabled: set[int] | None = None) -> Tensor:
     """Fraction (a 0-d tensor) of (valid token, routed normalisation group) pairs where
     argmax ℓ̃ = argmax ℓ, the stay option included (``Router.choices``); always-on groups are not
-    counted. nan without utility logits, routed groups or valid tokens."""
-    if utility_logits is None or (router.normalization != "logistic"
-                                  and not router.routed_groups):
+    counted. For logistic gates, the tokens whose open/closed gates agree. ``disabled`` edges
+    (``MorphicLayer.disabled``) are not options, as in ``Router.route``: the argmax is over the
+    options left, a group left with fewer than two options (no choice) is not counted, and a
+    disabled gate, shut under ℓ and ℓ̃ alike, is left out. nan without utility logits, groups
+    with a choice or valid tokens."""
+    groups = router.choice_groups(disabled)
+    if utility_logits is None or not groups:
         return context_logits.new_full((), float("nan")).detach()
     if router.normalization == "logistic":
-        same = ((utility_logits > 0) == (context_logits > 0)).all(-1)  # (B, T)
+        gates = torch.cat(groups).to(context_logits.device)  # the gates left
+        same = ((utility_logits.index_select(-1, gates) > 0)
+                == (context_logits.index_select(-1, gates) > 0)).all(-1)  # (B, T)
     else:
-        same = router.choices(utility_logits) == router.choices(context_logits)
+        same = (router.choices(utility_logits, disabled)
+                == router.choices(context_logits, disabled))
     w = valid.reshape(*valid.shape, *([1] * (same.dim() - valid.dim()))).expand_as(same)
     w = w.to(context_logits.dtype)
     return ((same.to(w.dtype) * w).sum() / w.sum()).detach()  # 0/0 = nan without valid tokens

@@ -15,6 +15,8 @@ bound, so thresholds are hyperparameters here (a buffer, never a Parameter).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -29,12 +31,29 @@ def utility_augmented_logits(
     return context_logits + beta * (utilities.detach() - thresholds)
 
 
-def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: Tensor) -> Tensor:
-    """mean over valid tokens of Σ_e ψ(τ_e − ΔL_t(e)), ψ(u) = log(1 + e^{βu}) (004 §3.3)."""
+def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: Tensor, *,
+                    disabled: Collection[int] = ()) -> Tensor:
+    """mean over valid tokens of Σ_e ψ(τ_e − ΔL_t(e)), ψ(u) = log(1 + e^{βu}) (004 §3.3).
+
+    The sum runs over the edges the router can choose: ``disabled`` edge positions
+    (``MorphicLayer.disabled``, edge ablation) are not options and add nothing, nor any
+    gradient to their blocks."""
     if beta <= 0:
         raise ValueError(f"beta must be > 0, got {beta}")
-    per_token = F.softplus(beta * (thresholds - utilities)).sum(-1)  # (B, T)
-    return _masked_mean(per_token, valid)
+    per_edge = F.softplus(beta * (thresholds - utilities))  # (B, T, |E|)
+    return _masked_mean(_drop_edges(per_edge, disabled).sum(-1), valid)
+
+
+def _drop_edges(per_edge: Tensor, disabled: Collection[int]) -> Tensor:
+    """``per_edge`` (…, |E|) with the ``disabled`` columns set to 0 (their gradient too)."""
+    if not disabled:
+        return per_edge
+    n = per_edge.shape[-1]
+    bad = sorted((i for i in disabled
+                  if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n), key=repr)
+    if bad:
+        raise ValueError(f"disabled edges must be edge positions in [0, {n}), got {bad}")
+    return per_edge.index_fill(-1, torch.tensor(sorted(disabled), device=per_edge.device), 0.0)
 
 
 def routing_regularizer(
@@ -89,16 +108,19 @@ def _masked_mean(x: Tensor, valid: Tensor) -> Tensor:
 
 def lgt_objective(
     lm_loss: Tensor, utilities: Tensor, thresholds: Tensor, *, beta: float, lam: float, mu: float,
-    omega: str, entropy: Tensor, alpha: Tensor, valid: Tensor,
+    omega: str, entropy: Tensor, alpha: Tensor, valid: Tensor, disabled: Collection[int] = (),
 ) -> Tensor:
-    """L_GT for one layer's routing (the full model sums the penalty terms over layers)."""
-    penalty = utility_penalty(utilities, thresholds, beta, valid)
+    """L_GT for one layer's routing (the full model sums the penalty terms over layers);
+    ``disabled`` edges are left out of the penalty (:func:`utility_penalty`)."""
+    penalty = utility_penalty(utilities, thresholds, beta, valid, disabled=disabled)
     reg = routing_regularizer(omega, entropy=entropy, alpha=alpha, valid=valid)
     return lm_loss + lam * penalty + mu * reg
 
 
 def threshold_gradient(utilities: Tensor, thresholds: Tensor, *, beta: float, lam: float,
-                       valid: Tensor) -> Tensor:
-    """Closed form ∂L_GT/∂τ_e = λβ mean_t σ(β(τ_e − ΔL_t(e))) ≥ 0 (corrected Prop 4.8)."""
-    s = torch.sigmoid(beta * (thresholds - utilities)) * valid.unsqueeze(-1).to(utilities.dtype)
+                       valid: Tensor, disabled: Collection[int] = ()) -> Tensor:
+    """Closed form ∂L_GT/∂τ_e = λβ mean_t σ(β(τ_e − ΔL_t(e))) ≥ 0 (corrected Prop 4.8); 0 for
+    ``disabled`` edges, which the penalty leaves out."""
+    s = _drop_edges(torch.sigmoid(beta * (thresholds - utilities)), disabled)
+    s = s * valid.unsqueeze(-1).to(utilities.dtype)
     return lam * beta * s.sum((0, 1)) / valid.to(utilities.dtype).sum().clamp(min=1.0)

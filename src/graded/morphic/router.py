@@ -172,8 +172,9 @@ class Router(nn.Module):
         # the same groups over the extended columns [edges | stay options], one stay per group
         softmax = normalization != "logistic"
         self.n_stay = len(groups) if (stay and softmax) else 0
-        self.ext_groups = [torch.tensor(g + ([len(edges) + k] if self.n_stay else []),
-                                        dtype=torch.long) for k, g in enumerate(groups)]
+        self._ext_group_lists = [g + ([len(edges) + k] if self.n_stay else [])
+                                 for k, g in enumerate(groups)]
+        self.ext_groups = [torch.tensor(g, dtype=torch.long) for g in self._ext_group_lists]
         n_cols = len(edges) + self.n_stay
         # one group holding every column in order (global softmax): no gather needed
         self.single_group = (len(self.ext_groups) == 1
@@ -350,27 +351,62 @@ class Router(nn.Module):
                 h = h - torch.where(live, lg.exp() * lg, 0.0).sum(-1)
         return h
 
-    def choices(self, logits: Tensor) -> Tensor:
-        """The argmax option of every routed group (…, len(routed_groups)), as a column of
-        [edges | stay options]: the stay option counts as a choice, always-on groups do not."""
-        x = self._extend(logits)
+    def choices(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
+        """The argmax option of every routed group (…, len(choice_groups(disabled))), as a
+        column of [edges | stay options]: the stay option counts as a choice, always-on groups
+        do not.
+
+        With ``disabled`` edges (softmax normalisations) the argmax is over the options left, as
+        in :meth:`route`, and only the groups that still have a choice (two options or more
+        left, :meth:`choice_groups`) are returned."""
+        x = self._extend(self._mask(logits, disabled))
         picks = [idx.to(x.device)[x.index_select(-1, idx.to(x.device)).argmax(-1)]
-                 for idx, routed in zip(self.ext_groups, self._group_routed()) if routed]
-        return torch.stack(picks, dim=-1)
+                 for idx in self.choice_groups(disabled)]
+        return torch.stack(picks, dim=-1) if picks else x.new_zeros(*x.shape[:-1], 0,
+                                                                    dtype=torch.long)
+
+    def choice_groups(self, disabled: set[int] | None = None) -> list[Tensor]:
+        """The normalisation groups that route (as columns of [edges | stay options]), less
+        ``disabled`` edges, keeping those left with a choice: two options or more for softmax
+        groups, one open gate or more for logistic gates."""
+        routed = [idx for idx, r in zip(self.ext_groups, self._group_routed()) if r]
+        if not disabled:
+            return routed
+        self.check_disabled(disabled)
+        least = 1 if self.normalization == "logistic" else 2
+        left = [[i for i in g if i not in disabled] for g in self._ext_group_lists]
+        return [torch.tensor(g, dtype=torch.long)
+                for g, r in zip(left, self._group_routed()) if r and len(g) >= least]
 
     def _group_routed(self) -> list[bool]:
         return [len(g) > 1 or self.normalization == "logistic" for g in self.ext_groups]
 
-    def kl(self, teacher_logits: Tensor, student_logits: Tensor) -> Tensor:
+    def kl(self, teacher_logits: Tensor, student_logits: Tensor,
+           disabled: set[int] | None = None) -> Tensor:
         """KL(K_teacher ‖ K_student) per token (B, T), summed over normalisation groups (stay
-        options included), or over the Bernoulli gates."""
+        options included), or over the Bernoulli gates.
+
+        ``disabled`` edges are off in both kernels, as in :meth:`route`: a softmax group
+        renormalises over the options left (a disabled option has probability 0 under teacher
+        and student and adds 0 log 0 = 0; a group with no option left adds 0), a disabled gate
+        is shut in both and adds 0. Masked before the product, so the gradient is 0 there too."""
         if self.normalization == "logistic":
             xt, xs = teacher_logits / self.temperature, student_logits / self.temperature
             pt = torch.sigmoid(xt)
-            return (pt * (F.logsigmoid(xt) - F.logsigmoid(xs))
-                    + (1 - pt) * (F.logsigmoid(-xt) - F.logsigmoid(-xs))).sum(-1)
-        lt, ls = self._ext_log_probs(teacher_logits), self._ext_log_probs(student_logits)
-        return (lt.exp() * (lt - ls)).sum(-1)
+            kl = (pt * (F.logsigmoid(xt) - F.logsigmoid(xs))
+                  + (1 - pt) * (F.logsigmoid(-xt) - F.logsigmoid(-xs)))
+            if disabled:
+                self.check_disabled(disabled)
+                kl = kl.index_fill(-1, torch.tensor(sorted(disabled), device=kl.device), 0.0)
+            return kl.sum(-1)
+        lt = self._ext_log_probs(teacher_logits, disabled)
+        ls = self._ext_log_probs(student_logits, disabled)
+        if not disabled:
+            return (lt.exp() * (lt - ls)).sum(-1)
+        # −∞ at a disabled option, NaN in a group with every option disabled, in both kernels
+        live = torch.isfinite(lt) & torch.isfinite(ls)
+        lt, ls = torch.where(live, lt, 0.0), torch.where(live, ls, 0.0)
+        return torch.where(live, lt.exp() * (lt - ls), 0.0).sum(-1)
 
     # ------------------------------------------------------------ routing
     def route(

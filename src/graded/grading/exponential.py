@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from graded._precision import at_least_float32, held_precision, widen_loaded
 from graded.folding import _autocast_on
 from graded.grading.base import GradingMap
 from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
@@ -19,9 +20,8 @@ from graded.grading.grades import GradesLike, _describe_bad, straight_through_fl
 __all__ = ["ExponentialGrading"]
 
 
-def _base_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype λ is held in next to grades (or a cast) of ``dtype``: float32 at least."""
-    return torch.promote_types(dtype, torch.float32)
+# λ is held in float32 at least, whatever the module is cast to (graded._precision)
+_HELD = {"base": at_least_float32}
 
 
 class ExponentialGrading(GradingMap):
@@ -61,30 +61,19 @@ class ExponentialGrading(GradingMap):
         self.max_log_scale = max_log_scale
         super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=0.0,
                          device=device, dtype=dtype)
-        self.register_buffer("base", torch.tensor(b, dtype=_base_dtype(self.grades.dtype),
+        self.register_buffer("base", torch.tensor(b, dtype=at_least_float32(self.grades.dtype),
                                                   device=self.grades.device))
         self._check_overflow()
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ExponentialGrading:
-        """``nn.Module._apply`` (behind ``.to``, ``.cuda``, ``.half``, ``.bfloat16``, ...), then
-        λ put back at its precision where the cast narrowed it below float32: moved to the
-        new device, in float32 at least (:func:`_base_dtype`), from its value before the cast."""
-        before = self.base
-        super()._apply(fn, recurse)
-        after = self.base
-        keep = _base_dtype(after.dtype)
-        if after.dtype != keep:
-            self._buffers["base"] = before.to(device=after.device, dtype=keep)
+        """``nn.Module._apply`` (``.to``, ``.bfloat16``, ...) with λ kept in float32 at least."""
+        with held_precision(self, _HELD):
+            super()._apply(fn, recurse)
         return self
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
-        """Load as ``nn.Module`` does, with a λ narrower than float32 (a state dict of a
-        bfloat16 model from before λ kept its precision) widened first, so that
-        ``load_state_dict(..., assign=True)`` does not narrow the buffer again."""
-        value = state_dict.get(prefix + "base")
-        if isinstance(value, Tensor) and value.dtype != _base_dtype(value.dtype):
-            state_dict[prefix + "base"] = value.to(_base_dtype(value.dtype))
+        widen_loaded(state_dict, prefix, _HELD)  # a bfloat16 λ of an older state dict
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @staticmethod

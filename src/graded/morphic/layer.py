@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graded._precision import held_precision, widen_loaded
 from graded.checks import check_float
 from graded.morphic.banded import BandedBlocks
 from graded.morphic.edges import Edge, EdgeSet
@@ -42,6 +43,7 @@ from graded.morphic.utilities import UTILITY_KINDS, compute_utilities
 
 EXECUTIONS = ("auto", "dense", "sparse")
 THRESHOLD_DTYPE = torch.float64  # what ``MorphicLayer.thresholds`` is held in, whatever the cast
+_HELD = {"thresholds": lambda dtype: THRESHOLD_DTYPE}  # graded._precision
 
 
 @dataclass
@@ -161,30 +163,16 @@ class MorphicLayer(nn.Module):
         self.execution = execution
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MorphicLayer:
-        """``nn.Module._apply`` (behind ``.to``, ``.cuda``, ``.half``, ``.bfloat16``, ...), then
-        the thresholds τ put back in float64 where the cast changed their dtype: moved to the new
-        device, from their value before the cast (as ``ExponentialGrading`` keeps its base λ).
-        Cast with the layer, τ = 0.1 would be 0.10009765625 in bfloat16 and stay so after a cast
-        back (``.bfloat16().float()``, or a bfloat16 state dict loaded into a float32 model):
-        ℓ̃ = ℓ + β(ΔL − τ) (004 §4.2.3) and the penalty would use that τ. Every use casts τ to the
-        dtype of the logits it meets, so what the layer computes stays in the compute dtype."""
-        before = self.thresholds
-        super()._apply(fn, recurse)
-        after = self.thresholds
-        if after.dtype != THRESHOLD_DTYPE:
-            self._buffers["thresholds"] = before.to(device=after.device, dtype=THRESHOLD_DTYPE)
+        """``nn.Module._apply`` (``.to``, ``.bfloat16``, ...) with the thresholds τ kept in
+        float64: cast with the layer, τ = 0.1 would be 0.10009765625 in bfloat16 and stay so after
+        a cast back, and ℓ̃ = ℓ + β(ΔL − τ) (004 §4.2.3) and the penalty would use that τ."""
+        with held_precision(self, _HELD):
+            super()._apply(fn, recurse)
         return self
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
-        """Load as ``nn.Module`` does, with thresholds in another dtype (a state dict of a
-        bfloat16 model from before τ kept its precision) widened to float64 first, so that
-        ``load_state_dict(..., assign=True)`` does not narrow the buffer again. The precision a
-        narrow state dict lost is not recovered: its τ loads as saved."""
-        value = state_dict.get(prefix + "thresholds")
-        if isinstance(value, Tensor) and value.is_floating_point() and (
-                value.dtype != THRESHOLD_DTYPE):
-            state_dict[prefix + "thresholds"] = value.to(THRESHOLD_DTYPE)
+        widen_loaded(state_dict, prefix, _HELD)  # narrow thresholds of an older state dict
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def candidates(self, z: Tensor, parts: dict[str, Tensor] | None = None) -> list[Tensor]:

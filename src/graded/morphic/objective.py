@@ -44,15 +44,22 @@ def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: T
     return _masked_mean(_drop_edges(per_edge, disabled).sum(-1), valid)
 
 
+def check_edge_positions(disabled: Collection[int], n: int,
+                         names: list[str] | None = None) -> None:
+    """``disabled`` (``MorphicLayer.disabled``) must hold edge positions 0..n−1; ValueError
+    naming the others (and the layer's edges, given their ``names``)."""
+    bad = sorted((i for i in disabled
+                  if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n), key=repr)
+    if bad:
+        edges = f" (the layer has {n} edges: {names})" if names is not None else ""
+        raise ValueError(f"disabled edges must be edge positions in [0, {n}){edges}, got {bad}")
+
+
 def _drop_edges(per_edge: Tensor, disabled: Collection[int]) -> Tensor:
     """``per_edge`` (…, |E|) with the ``disabled`` columns set to 0 (their gradient too)."""
     if not disabled:
         return per_edge
-    n = per_edge.shape[-1]
-    bad = sorted((i for i in disabled
-                  if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n), key=repr)
-    if bad:
-        raise ValueError(f"disabled edges must be edge positions in [0, {n}), got {bad}")
+    check_edge_positions(disabled, per_edge.shape[-1])
     return per_edge.index_fill(-1, torch.tensor(sorted(disabled), device=per_edge.device), 0.0)
 
 

@@ -59,6 +59,7 @@ from torch.nn import functional as F
 
 from graded.checks import check_float
 from graded.morphic.edges import EdgeSet
+from graded.morphic.objective import check_edge_positions
 from graded.morphic.state import GradedStateSpace
 
 NORMALIZATIONS = ("global", "dest", "logistic")
@@ -271,13 +272,7 @@ class Router(nn.Module):
 
     def check_disabled(self, disabled: frozenset[int] | set[int]) -> None:
         """``disabled`` must hold edge positions 0..|E|−1 (``MorphicLayer.disabled``)."""
-        n = len(self.edges)
-        bad = sorted((i for i in disabled
-                      if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n),
-                     key=repr)
-        if bad:
-            raise ValueError(f"disabled edges must be edge positions in [0, {n}) (the layer has "
-                             f"{n} edges: {[e.name for e in self.edges]}), got {bad}")
+        check_edge_positions(disabled, len(self.edges), [e.name for e in self.edges])
 
     def _extend(self, x: Tensor) -> Tensor:
         """[x | 0 …]: the stay options' logits (0) appended after the |E| edge columns."""

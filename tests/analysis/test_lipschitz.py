@@ -129,5 +129,5 @@ def test_bound_factor_beyond_float_range_is_reported_as_infinite():
 
 
 def test_a_non_positive_relative_epsilon_is_refused_by_its_name():
-    with pytest.raises(ValueError, match=r"relative_epsilon must be positive, got -0\.1"):
+    with pytest.raises(ValueError, match=r"relative_epsilon must be > 0.0, got -0\.1"):
         empirical_lipschitz(lambda x: 2 * x, torch.ones(3), relative_epsilon=-0.1)

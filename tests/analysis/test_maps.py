@@ -37,7 +37,8 @@ def test_entropy_matches_a_python_loop():
 
 
 def test_entropy_rejects_negative_weights():
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match=r"attention weights must be finite and >= 0, got "
+                                         r"values in \[-0\.1"):
         attention_entropy(torch.tensor([[0.5, -0.1, 0.6]]))
 
 

@@ -12,10 +12,12 @@ import torch
 from torch import Tensor, nn
 
 from graded import plotting
+from graded._precision import at_least_float32
 from graded.plotting import pyplot
 
-__all__ = ["INPUT_PADDING", "OUTPUT_PADDING", "Inputs", "eval_mode", "input_length",
-           "padding_argument", "pyplot", "real_rows", "real_tokens", "run_model", "save_figure"]
+__all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "eval_mode",
+           "input_length", "padding_argument", "pyplot", "real_rows", "real_tokens", "run_model",
+           "save_figure", "widened"]
 
 # What a diagnostic feeds the model: one tensor (token ids or features), or a tuple of
 # positional arguments (e.g. ``(src_ids, tgt_ids)`` for a seq2seq model).
@@ -74,13 +76,28 @@ def real_tokens(model: nn.Module, inputs: Inputs, model_kwargs: dict[str, Any],
 
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Evaluation mode (no dropout) for the duration of a diagnostic; restores the mode."""
-    was_training = model.training
+    """Evaluation mode (no dropout) for the duration of a diagnostic; restores each
+    submodule's own mode afterwards (a model in training mode with a frozen submodule in eval
+    mode keeps that submodule in eval mode)."""
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         yield model
     finally:
-        model.train(was_training)
+        model.train(modes[0][1])  # the model's own train() first, then any mixed submodule
+        for m, training in modes:
+            if m.training != training:
+                m.training = training
+
+
+#: Floating dtypes too coarse for the diagnostics' sums and finite differences.
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def widened(x: Tensor) -> Tensor:
+    """``x`` in float32 when it is a float16/bfloat16 tensor, otherwise unchanged: sums over
+    many attention weights and products over layers are computed at least in float32."""
+    return x.to(at_least_float32(x.dtype))
 
 
 def save_figure(fig: Any, out_dir: str | Path, filename: str) -> Path:

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
 from graded.analysis.capture import embedding_perturbation
+from graded.checks import check_float
 from graded.transformer.graded import feature_grading
 
 __all__ = ["FeatureConcentration", "feature_concentration", "model_feature_concentration"]
@@ -54,8 +55,7 @@ def feature_concentration(x: Tensor, scales: Tensor, grades: Tensor,
             f"need x (..., d) with scales and grades of shape (d,); got x {tuple(x.shape)}, "
             f"scales {tuple(scales.shape)}, grades {tuple(grades.shape)}"
         )
-    if delta < 0:
-        raise ValueError(f"delta must be >= 0, got {delta!r}")
+    delta = check_float("delta", delta, minimum=0)
     x = x.detach().to(torch.float64).reshape(-1, x.shape[-1])
     s = scales.detach().to(torch.float64)
     q = grades.detach().to(torch.float64)

@@ -95,6 +95,11 @@ def diagnose(
 
     with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
         run_model(model, inputs, **model_kwargs)
+    if not calls:
+        raise ValueError(f"diagnose needs a model with attention layers: {type(model).__name__}"
+                         f" made no attention call on these inputs (expected a graded "
+                         f"transformer, whose attention modules are graded.attention."
+                         f"MultiheadAttention)")
     keys = call_keys(calls)
     maps = {key: call.weights for key, call in zip(keys, calls, strict=True)}
     queries = [real_queries(call) for call in calls]  # each call's real query rows

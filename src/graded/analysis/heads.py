@@ -25,6 +25,7 @@ from graded.analysis.capture import (
     real_queries,
 )
 from graded.analysis.rank import DEFAULT_RTOL, effective_rank, numerical_rank
+from graded.checks import check_finite_nonnegative
 
 __all__ = ["concatenated_head_rank", "head_diversity", "js_divergence", "pairwise_head_js"]
 
@@ -39,8 +40,8 @@ def js_divergence(p: Tensor, r: Tensor) -> Tensor:
     if p.shape[-1] != r.shape[-1]:
         raise ValueError(f"p and r must be distributions over the same keys (last dimension), "
                          f"got {p.shape[-1]} and {r.shape[-1]} keys")
-    if bool((p < 0).any()) or bool((r < 0).any()):
-        raise ValueError("js_divergence needs non-negative distributions, got a negative entry")
+    check_finite_nonnegative(p, "p")
+    check_finite_nonnegative(r, "r")
     m = 0.5 * (p + r)
     kl_p = torch.special.xlogy(p, p) - torch.special.xlogy(p, m)
     kl_r = torch.special.xlogy(r, r) - torch.special.xlogy(r, m)

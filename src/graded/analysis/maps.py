@@ -27,8 +27,10 @@ from graded.analysis._common import (
     run_model,
     save_figure,
     short_names,
+    widened,
 )
 from graded.analysis.capture import call_keys, capture_attention
+from graded.checks import check_finite_nonnegative
 
 __all__ = ["attention_entropy", "attention_maps", "attention_rollout", "plot_attention_maps"]
 
@@ -85,11 +87,12 @@ def attention_entropy(weights: Tensor) -> Tensor:
     """Entropy −Σ_j A_ij ln A_ij of each row (nats), shape ``weights.shape[:-1]``.
 
     Zero weights (masked keys) contribute 0 (the convention 0·ln 0 = 0, via ``xlogy``).
+    float16/bfloat16 weights are summed in float32 (the result is float32).
     """
     check_weights(weights)
-    if bool((weights < 0).any()):
-        raise ValueError("attention weights must be non-negative, got a negative entry")
-    return -torch.special.xlogy(weights, weights).sum(dim=-1)
+    check_finite_nonnegative(weights, "attention weights")
+    w = widened(weights)
+    return -torch.special.xlogy(w, w).sum(dim=-1)
 
 
 def attention_rollout(
@@ -101,10 +104,13 @@ def attention_rollout(
     ``maps`` are self-attention weights (B, H, T, T) in layer order (the dict order of
     :func:`attention_maps` for a single-stack model). ``residual`` adds the identity for the
     skip connection: Â = ½A + ½I with rows renormalised (for rows of a softmax this is
-    already stochastic; renormalising also covers fully masked rows).
+    already stochastic; renormalising also covers fully masked rows). float16/bfloat16 maps
+    are multiplied in float32 (the result is float32).
     """
     if head_fusion not in HEAD_FUSIONS:
         raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
+    if not isinstance(residual, bool):
+        raise TypeError(f"residual must be True or False, got {residual!r}")
     layers = list(maps.values()) if isinstance(maps, dict) else list(maps)
     if not layers:
         raise ValueError("attention_rollout needs at least one layer of attention maps")
@@ -116,8 +122,9 @@ def attention_rollout(
                 f"layer {i} weights must be square self-attention (B, H, T, T), got "
                 f"{tuple(w.shape)}"
             )
+        check_finite_nonnegative(w, f"layer {i} weights")
         fused = {"mean": lambda a: a.mean(dim=1), "max": lambda a: a.amax(dim=1),
-                 "min": lambda a: a.amin(dim=1)}[head_fusion](w)
+                 "min": lambda a: a.amin(dim=1)}[head_fusion](widened(w))
         if residual:
             eye = torch.eye(fused.shape[-1], dtype=fused.dtype, device=fused.device)
             fused = 0.5 * fused + 0.5 * eye

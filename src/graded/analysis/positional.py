@@ -30,6 +30,7 @@ from graded.analysis._common import (
     pyplot,
     run_model,
     save_figure,
+    widened,
 )
 from graded.analysis.capture import (
     AttentionCall,
@@ -68,7 +69,7 @@ def early_attention_mass(weights: Tensor, k: int, queries: Tensor | None = None)
         raise ValueError(f"early_attention_mass needs square self-attention weights (..., T, T), "
                          f"got shape {tuple(weights.shape)}")
     _check_k(k, t_q)
-    mass = weights[..., k:, :k].sum(dim=-1)
+    mass = widened(weights)[..., k:, :k].sum(dim=-1)  # bf16 summed in float32
     if queries is None:
         return float(mass.mean())
     if weights.dim() != 4 or queries.dtype != torch.bool or tuple(queries.shape) != (

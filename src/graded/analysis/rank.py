@@ -156,6 +156,9 @@ def graded_score_matrices(
     if q.dim() != 4 or k.dim() != 4 or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must be (B, H, T, D) with equal D, got {tuple(q.shape)} "
                          f"and {tuple(k.shape)}")
+    shape = (*torch.broadcast_shapes(q.shape[:2], k.shape[:2]), q.shape[-2], k.shape[-2])
+    if keep is not None:
+        _check_broadcasts(keep, shape, "keep")
     q64, k64 = to_float64(q), to_float64(k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     s0 = q64 @ k64.transpose(-2, -1) * scale
@@ -175,6 +178,20 @@ def graded_score_matrices(
     return {"ungraded": s0, "graded": sg, "graded_matched": sg * factor}
 
 
+def _check_broadcasts(mask: Tensor, shape: tuple[int, ...], name: str) -> None:
+    """``mask`` must broadcast to the scores' (B, H, Tq, Tk) ``shape`` (and keep-masks be
+    boolean)."""
+    if name == "keep" and mask.dtype != torch.bool:
+        raise TypeError(f"keep must be a bool mask (True = may attend), got {mask.dtype}")
+    try:
+        ok = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must broadcast to the scores' shape (B, H, Tq, Tk) = "
+                         f"{tuple(shape)}, got shape {tuple(mask.shape)}")
+
+
 def _softmax(scores: Tensor, keep: Tensor | None, bias: Tensor | None) -> Tensor:
     if bias is not None:
         scores = scores + to_float64(bias)
@@ -192,6 +209,8 @@ def compare_attention_rank(
     module docstring). Arguments as in :func:`graded_score_matrices`; ``bias`` is an additive
     finite bias (e.g. ALiBi) added to all three conditions after the rescaling."""
     scores = graded_score_matrices(q, k, scales, variant, keep=keep, scale=scale)
+    if bias is not None:
+        _check_broadcasts(bias, tuple(scores["ungraded"].shape), "bias")
     attn = {c: _softmax(s, keep, bias) for c, s in scores.items()}
     return RankComparison(
         scores={c: RankStats.of(s, rtol) for c, s in scores.items()},

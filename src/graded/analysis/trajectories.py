@@ -25,6 +25,7 @@ from torch import Tensor
 
 from graded._io import read_jsonl
 from graded.analysis._common import pyplot, save_figure
+from graded.checks import check_int
 
 __all__ = ["GradeTrajectory", "grade_trajectories", "load_grade_records",
            "plot_grade_trajectories"]
@@ -94,7 +95,9 @@ def grade_trajectories(source: str | Path | Records) -> dict[str, GradeTrajector
     if not records:
         raise ValueError("no grade snapshots to plot: the source is empty")
     for r in records:
-        if "step" not in r or not isinstance(r.get("grades"), Mapping):
+        step = r.get("step")
+        if (not isinstance(step, int) or isinstance(step, bool)
+                or not isinstance(r.get("grades"), Mapping)):
             raise ValueError(f"a grade snapshot is {{'step': int, 'grades': {{module: list}}}},"
                              f" got {r!r}")
     records = sorted(records, key=lambda r: r["step"])
@@ -119,6 +122,7 @@ def plot_grade_trajectories(
 ) -> Path:
     """One panel per grading module (the first ``max_modules``), one line per grade against
     the step. Returns the PNG path."""
+    max_modules = check_int("max_modules", max_modules, minimum=1)
     if isinstance(source, Mapping) and all(isinstance(v, GradeTrajectory)
                                            for v in source.values()):
         traj = dict(source)

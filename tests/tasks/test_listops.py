@@ -87,3 +87,17 @@ def test_impossible_length_range_fails_with_advice():
     task = ListOps(min_length=60, max_length=64, max_depth=1, max_args=3, max_tries=20)
     with pytest.raises(ValueError, match="widen the length range"):
         task.generate(1)
+
+
+def test_a_prompt_with_an_unmatched_closing_bracket_gets_no_negative_grade():
+    # grade_tokens grades prompts of any provenance; an unmatched "]" used to read as depth -1
+    task = ListOps()
+    toks = ["[MAX", "1", "]", "]", "[MIN", "2", "]"]
+    open_lists, expected = [], []
+    for t in toks:  # a stack of the lists open at each token
+        if t == "]" and open_lists:
+            open_lists.pop()
+        expected.append(len(open_lists))
+        if t.startswith("["):
+            open_lists.append(t)
+    assert task.grade_tokens(toks) == expected == [0, 1, 0, 0, 0, 1, 0]

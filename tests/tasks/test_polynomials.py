@@ -139,3 +139,19 @@ def test_seq2seq_variant_holds_the_same_examples_with_shifted_decoder_inputs():
     for a, b in zip(s2s.examples(data), s2s.examples(moved)):
         r, r2 = s2s.parse_example(a)[2], s2s.parse_example(b)[2]
         assert all(evaluate(r2, x) == evaluate(r, -x) for x in range(-3, 4))
+
+
+@pytest.mark.parametrize("operation", ["product", "composition"])
+def test_answers_are_sympys_expansion_including_constant_polynomials(operation):
+    sympy = pytest.importorskip("sympy")
+    x = sympy.Symbol("x")
+    task = PolynomialArithmetic(operation=operation, min_degree=0, max_degree=2, coeff_range=3)
+    degrees = set()
+    for toks in task.examples(task.generate(120, seed=4)):
+        p, q, r = task.parse_example(toks)
+        sp, sq = (sum(c * x**k for k, c in enumerate(a)) for a in (p, q))
+        answer = sympy.Poly(sympy.expand(sp * sq if operation == "product" else
+                                         sp.subs(x, sq)), x)
+        assert r == [int(c) for c in reversed(answer.all_coeffs())]
+        degrees.add((len(p) - 1, len(q) - 1))
+    assert {(0, 0), (0, 2), (2, 0), (2, 2)} <= degrees  # constants on either side occur

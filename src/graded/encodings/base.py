@@ -15,6 +15,7 @@ this is the validity criterion of 003 §3.1 made strict.
 from __future__ import annotations
 
 import json
+import operator
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,6 +32,24 @@ class DecodeError(ValueError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def token_ids(ids: Iterable[Any]) -> list[int]:
+    """``ids`` as a list of ``int``; ``TypeError`` naming the first entry that is not an integer
+    (a float such as 1.5, which ``int`` would truncate to another token, a ``bool``, a string:
+    which the position says). Integer tensors and NumPy integers are accepted."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"token ids must be a sequence of ints, got the string {ids!r}")
+    out = []
+    for pos, i in enumerate(ids):
+        try:
+            if isinstance(i, bool):
+                raise TypeError
+            out.append(operator.index(i))
+        except TypeError:
+            raise TypeError(f"token id {i!r} at position {pos} is not an int "
+                            f"({type(i).__name__})") from None
+    return out
 
 
 class Vocabulary:
@@ -97,8 +116,7 @@ class Vocabulary:
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Token strings of ``ids``; :class:`DecodeError` on an unknown id or a special token."""
         out = []
-        for i in ids:
-            i = int(i)
+        for i in token_ids(ids):
             if not 0 <= i < len(self.itos):
                 raise DecodeError(f"token id {i} is outside 0..{len(self.itos) - 1}")
             if i < len(self.specials):
@@ -160,7 +178,7 @@ class Codec(ABC, Generic[T]):
         ``<eos>`` (or the end), trailing ``<pad>`` ids are dropped; any other special id is a
         :class:`DecodeError`."""
         vocab = vocab or self._default_vocabulary()
-        ids = [int(i) for i in ids]
+        ids = token_ids(ids)
         specials = set(vocab.specials)
         if "<bos>" in specials and ids and ids[0] == vocab.bos_id:
             ids = ids[1:]

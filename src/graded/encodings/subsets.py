@@ -1,6 +1,7 @@
 """Finite subsets of {start, ..., start + n - 1} (003 Example 3.1).
 
-Objects are ``frozenset[int]`` (any set-like of ints is accepted by the encoders).
+Objects are ``frozenset[int]`` (the encoders accept any iterable of distinct ints: a repeated
+element, which no subset has, is a ``ValueError``).
 
 - :class:`SubsetIndicatorCodec`: the indicator vector, n tokens "0"/"1";
   {3, 5, 8} with n = 8 -> 0 0 1 0 1 0 0 1 (003 Ex. 3.1).
@@ -29,7 +30,12 @@ class _SubsetCodec(Codec[frozenset[int]]):
     def _check(self, obj: Iterable[int]) -> list[int]:
         if isinstance(obj, (str, bytes)) or not isinstance(obj, Iterable):
             raise TypeError(f"a subset must be a set of integers, got {obj!r}")
-        elements = sorted({check_int("subset element", x) for x in obj})
+        values = [check_int("subset element", x) for x in obj]
+        elements = sorted(set(values))
+        if len(elements) != len(values):  # a sequence with a repeat is a multiset
+            repeated = next(x for x in elements if values.count(x) > 1)
+            raise ValueError(f"a subset holds each element once, got {repeated} "
+                             f"{values.count(repeated)} times in {obj!r}")
         for x in elements:
             if not self.start <= x < self.start + self.n:
                 raise ValueError(

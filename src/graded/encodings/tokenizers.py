@@ -5,7 +5,9 @@ All three share one interface: ``encode(text) -> list[int]``, ``decode(ids) -> s
 (``<pad>`` = 0, ``<bos>`` = 1, ``<eos>`` = 2 by default, never produced by ``encode``), and
 ``save(path)`` / ``load(path)`` to and from one JSON file (:func:`load_tokenizer` reads any of
 them). ``encode`` raises ``ValueError`` naming a character outside the alphabet; ``decode``
-raises :class:`~graded.encodings.base.DecodeError` on an unknown id and skips special ids.
+raises :class:`~graded.encodings.base.DecodeError` on an unknown id, ``TypeError`` on an id
+that is not an integer (``int(1.5)`` would be ``<bos>``), and skips special ids wherever they
+occur (text after an ``<eos>`` is kept: a caller decoding a sample cuts it there first).
 
 - :class:`CharTokenizer`: one token per character (003 Ex. 2.2, first segmentation; makemore's
   tokenizer).
@@ -30,7 +32,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from graded.encodings.base import DEFAULT_SPECIALS, DecodeError
+from graded.checks import check_float, check_int
+from graded.encodings.base import DEFAULT_SPECIALS, DecodeError, token_ids
 
 
 class StringTokenizer(ABC):
@@ -119,8 +122,7 @@ class _PieceTokenizer(StringTokenizer):
 
     def decode(self, ids: Iterable[int]) -> str:
         out = []
-        for i in ids:
-            i = int(i)
+        for i in token_ids(ids):
             if not 0 <= i < len(self.itos):
                 raise DecodeError(f"token id {i} is outside 0..{len(self.itos) - 1}")
             if i >= len(self.specials):
@@ -187,10 +189,8 @@ class StochasticMergeTokenizer(_PieceTokenizer):
                         f"piece {piece!r} needs its prefix {piece[:k]!r} in the "
                         "vocabulary (pieces must be prefix-closed)"
                     )
-        if not 0.0 <= float(p) <= 1.0:
-            raise ValueError(f"merge probability p must be in [0, 1], got {p}")
-        self.p = float(p)
-        self.seed = int(seed)
+        self.p = _merge_probability(p)
+        self.seed = check_int("seed", seed)
         self.rng = random.Random(self.seed)
 
     @classmethod
@@ -209,6 +209,10 @@ class StochasticMergeTokenizer(_PieceTokenizer):
         Substrings of length 2..``max_piece_length`` seen at least ``min_count`` times are taken
         by decreasing count (ties: shorter, then alphabetical) if their prefix is already taken.
         """
+        texts = _texts(texts)
+        check_int("max_pieces", max_pieces, minimum=0)
+        check_int("max_piece_length", max_piece_length, minimum=1)
+        check_int("min_count", min_count, minimum=1)
         counts: Counter[str] = Counter()
         for text in texts:
             for length in range(2, max_piece_length + 1):
@@ -230,7 +234,7 @@ class StochasticMergeTokenizer(_PieceTokenizer):
     ) -> list[int]:
         """Segment ``text``; ``p`` and ``rng`` override the tokenizer's own for this call."""
         self._check_text(text)
-        p = self.p if p is None else float(p)
+        p = self.p if p is None else _merge_probability(p)
         rng = self.rng if rng is None else rng
         ids: list[int] = []
         current = ""
@@ -290,7 +294,9 @@ class BPETokenizer(StringTokenizer):
         """Learn merges on ``texts`` until ``vocab_size`` tokens (specials and ``<unk>`` count)."""
         from tokenizers import Tokenizer, decoders, models, trainers
 
-        texts = list(texts)
+        texts = _texts(texts)
+        check_int("vocab_size", vocab_size)
+        check_int("min_frequency", min_frequency, minimum=0)
         alphabet = sorted({ch for text in texts for ch in text})
         least = len(specials) + 1 + len(alphabet)  # the specials, <unk> and every character
         if int(vocab_size) < least:
@@ -344,7 +350,7 @@ class BPETokenizer(StringTokenizer):
         return ids
 
     def decode(self, ids: Iterable[int]) -> str:
-        ids = [int(i) for i in ids]
+        ids = token_ids(ids)
         for i in ids:
             if not 0 <= i < self.vocab_size:
                 raise DecodeError(f"token id {i} is outside 0..{self.vocab_size - 1}")
@@ -365,6 +371,24 @@ _KINDS: dict[str, type[StringTokenizer]] = {
     "stochastic_merge": StochasticMergeTokenizer,
     "bpe": BPETokenizer,
 }
+
+
+def _merge_probability(p: Any) -> float:
+    """The merge probability ``p`` checked: a finite number in [0, 1], named in the error."""
+    return check_float("merge probability p", p, minimum=0.0, maximum=1.0)
+
+
+def _texts(texts: Any) -> list[str]:
+    """The training texts as a list of strings: a single string (whose characters would each be
+    taken for a text) or a non-string entry is a ``TypeError`` naming it."""
+    if isinstance(texts, str):
+        raise TypeError(f"texts must be an iterable of strings, got the string {texts!r}; "
+                        "wrap it in a list")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be a str, got {type(text).__name__} {text!r}")
+    return texts
 
 
 def load_tokenizer(path: str | Path) -> StringTokenizer:

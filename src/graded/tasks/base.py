@@ -27,10 +27,12 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from graded.checks import check_int
+from graded.checks import check_float, check_int
+from graded.encodings.base import token_ids
 
 IGNORE_INDEX = -100
 SPLIT_KINDS = ("random", "size", "family", "relabelled")
@@ -83,12 +85,12 @@ class Vocab:
         if isinstance(ids, Tensor):
             ids = ids.tolist()
         out = []
-        for i in ids:
-            if not 0 <= int(i) < len(self):
+        for i in token_ids(ids):  # a float id would be truncated to another token
+            if not 0 <= i < len(self):
                 raise ValueError(f"token id {i} out of range [0, {len(self)})")
-            if skip_pad and int(i) == self.pad_id:
+            if skip_pad and i == self.pad_id:
                 continue
-            out.append(self.tokens[int(i)])
+            out.append(self.tokens[i])
         return out
 
     def decode_str(self, ids: Iterable[int] | Tensor) -> str:
@@ -389,6 +391,26 @@ def unseen_test(train: TaskDataset, candidates: TaskDataset, n_test: int,
 
 
 # ---- validation helpers ---------------------------------------------------------------------
+def check_numbers(name: str, value: Any, *, length: int | None = None,
+                  integer: bool = False) -> tuple[Any, ...]:
+    """``value`` as a tuple of finite numbers (``int`` with ``integer``): the check of a tuple
+    option such as ``lambda_range`` or ``weights`` (a list, tuple, array or tensor).
+
+    ``TypeError`` naming ``name`` when ``value`` is not a sequence (a string, a bare number) or
+    an entry is not a number (``bool`` included), ``ValueError`` for a length other than
+    ``length`` or a non-finite entry; an entry's error names it as ``name[i]``. The caller
+    checks the values' range, which differs per option.
+    """
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | Tensor | np.ndarray):
+        raise TypeError(f"{name} must be a sequence of numbers, got {value!r} "
+                        f"({type(value).__name__})")
+    items = list(value)
+    if length is not None and len(items) != length:
+        raise ValueError(f"{name} must hold {length} numbers, got {len(items)}: {value!r}")
+    check = check_int if integer else check_float
+    return tuple(check(f"{name}[{i}]", v) for i, v in enumerate(items))
+
+
 def pad_sequences(seqs: Sequence[Sequence[int]], length: int, pad_value: int) -> Tensor:
     """A (N, length) long tensor of right-padded integer sequences."""
     out = torch.full((len(seqs), length), pad_value, dtype=torch.long)

@@ -55,7 +55,7 @@ from torch import Tensor
 
 from graded.checks import check_choice, check_float, check_int
 from graded.encodings.canonical import MAX_CANONICAL_VERTICES, canonical_graph
-from graded.encodings.graphs import EdgeListCodec, adjacency_from_edges
+from graded.encodings.graphs import EdgeListCodec, adjacency_from_edges, as_adjacency
 from graded.tasks.base import Task, TaskDataset, Vocab, pad_sequences
 
 FAMILIES = ("erdos_renyi", "tree", "cycle", "complete_bipartite", "regular", "grid")
@@ -333,8 +333,20 @@ class GraphProperties(Task):
 
     def encode_graphs(self, graphs: list[np.ndarray]) -> TaskDataset:
         """A dataset of the given adjacency matrices (no ``family`` tensor), e.g. to ask a
-        trained model about graphs of one's own."""
-        return TaskDataset(self._encode(graphs), task=self.name, kind=self.kind,
+        trained model about graphs of one's own. Each graph is an n x n symmetric 0/1 matrix
+        (NumPy, torch or nested lists) with ``MIN_VERTICES`` <= n <= ``vocab_vertices``
+        (default ``max_vertices``), the vertex counts the vocabulary has tokens for."""
+        adjs = []
+        for i, g in enumerate(graphs):
+            try:
+                adj = as_adjacency(g)
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"graph {i}: {err}") from None
+            if not MIN_VERTICES <= adj.shape[0] <= self._nv:
+                raise ValueError(f"graph {i} has {adj.shape[0]} vertices; this task's vocabulary "
+                                 f"has tokens for {MIN_VERTICES}..{self._nv} (vocab_vertices)")
+            adjs.append(adj)
+        return TaskDataset(self._encode(adjs), task=self.name, kind=self.kind,
                            info=self.info())
 
     def _encode(self, graphs: list[np.ndarray]) -> dict[str, Tensor]:

@@ -100,11 +100,14 @@ def parse(tokens: list[str]) -> Tree:
 
 
 def token_depths(tokens: list[str]) -> list[int]:
-    """Nesting depth of every token (number of enclosing lists; brackets count outside)."""
+    """Nesting depth of every token (number of enclosing lists; brackets count outside).
+
+    A ``]`` that closes no list (a malformed prompt) encloses nothing: depths are clamped at 0,
+    as Dyck's :func:`~graded.tasks.dyck.nesting_depths`, so a grade is never negative."""
     out, depth = [], 0
     for t in tokens:
         if t == END:
-            depth -= 1
+            depth = max(depth - 1, 0)
             out.append(depth)
         elif t in OPERATORS:
             out.append(depth)

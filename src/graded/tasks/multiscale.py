@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from graded.checks import check_choice, check_float, check_int
-from graded.tasks.base import Task, TaskDataset
+from graded.tasks.base import Task, TaskDataset, check_numbers
 
 REPRESENTATIONS = ("spectral", "time")
 TARGETS = ("component", "amplitude")
@@ -36,7 +38,8 @@ class MultiScaleSignals(Task):
     - ``"time"``: (N, T/patch, patch), the raw samples cut into patches; the grades then refer
       to no input axis (``graded_object = "none"``).
 
-    Targets: ``"component"`` (default) the slow component sampled every T/num_points steps,
+    Targets: ``"component"`` (default) the slow component (the first band's, whatever the
+    order of ``bands``) sampled every T/num_points steps,
     (N, num_points); ``"amplitude"`` its amplitude A_0, (N, 1). The slow component is a linear
     function of the signal when bands do not overlap, so a linear baseline is strong on
     ``"component"``; ``"amplitude"`` is nonlinear.
@@ -59,14 +62,19 @@ class MultiScaleSignals(Task):
         check_int("length", self.length, minimum=4)
         if self.length % 2:
             raise ValueError(f"length must be even, got {self.length}")
-        self.bands = tuple((int(lo), int(hi)) for lo, hi in self.bands)
+        if isinstance(self.bands, (str, bytes)) or not isinstance(self.bands,
+                                                                   Sequence | np.ndarray):
+            raise TypeError(f"bands must be a sequence of (low, high) wavenumber pairs, got "
+                            f"{self.bands!r} ({type(self.bands).__name__})")
+        self.bands = tuple(check_numbers(f"bands[{i}]", band, length=2, integer=True)
+                           for i, band in enumerate(self.bands))
         nyquist = self.length // 2
         if not self.bands or any(not 1 <= lo <= hi < nyquist for lo, hi in self.bands):
             raise ValueError(f"bands must be non-empty (low, high) with 1 <= low <= high < "
                              f"length/2 = {nyquist}, got {self.bands} (a sine at wavenumber "
                              "length/2 samples as sin φ·(−1)^t: its amplitude and phase are "
                              "lost)")
-        lo, hi = (float(v) for v in self.amplitude_range)
+        lo, hi = check_numbers("amplitude_range", self.amplitude_range, length=2)
         if not 0 <= lo <= hi:
             raise ValueError(f"amplitude_range must satisfy 0 <= low <= high, got "
                              f"{self.amplitude_range}")

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from graded.algebra import GradedSpace
 from graded.checks import check_choice, check_float
-from graded.tasks.base import Task, TaskDataset
+from graded.tasks.base import Task, TaskDataset, check_numbers
 
 INVARIANTS = ("normal_form", "igusa")
 NEGATIVES = ("perturbed", "independent")
@@ -62,10 +62,11 @@ class WeightedProjectiveInvariants(Task):
     graded_object: ClassVar[str] = "features"
 
     def __post_init__(self) -> None:
-        self.weights = tuple(float(w) for w in self.weights)
-        if len(self.weights) < 2 or any(w <= 0 for w in self.weights):
-            raise ValueError(f"weights must be >= 2 positive numbers, got {self.weights}")
-        lo, hi = (float(v) for v in self.lambda_range)
+        weights = check_numbers("weights", self.weights)
+        if len(weights) < 2 or any(w <= 0 for w in weights):
+            raise ValueError(f"weights must be >= 2 positive numbers, got {weights}")
+        self.weights = weights
+        lo, hi = check_numbers("lambda_range", self.lambda_range, length=2)
         if not 0 < lo <= hi:
             raise ValueError(f"lambda_range must satisfy 0 < low <= high, got {self.lambda_range}")
         self.lambda_range = (lo, hi)

@@ -41,8 +41,8 @@ def main() -> None:
     n_max = (7 if args.quick else 20) if args.n_max is None else args.n_max
     if n_max > max(C4_FREE_MAXIMA):
         raise SystemExit(f"--n-max must be <= {max(C4_FREE_MAXIMA)}, got {n_max}")
-    if not 1 <= n_min <= n_max:
-        raise SystemExit(f"--n-min must be in [1, --n-max={n_max}], got {n_min}")
+    if not 2 <= n_min <= n_max:  # a graph problem needs 2 vertices
+        raise SystemExit(f"--n-min must be in [2, --n-max={n_max}], got {n_min}")
 
     sizes = range(n_min, n_max + 1)
     common = dict(problem="c4-free", problem_options={"bits_per_token": 4},

@@ -10,6 +10,12 @@ and prints a Markdown table (calls and seconds until the bound is reached).
         --time-limit 900 --seeds 0 1 2 --figure docs/figures/patternboost_triangle_free.png
 
 `--quick` runs a tiny version (n = 8, seconds) to check that the script works.
+
+`--step-cost` runs no search: it times one training step (the run's defaults: batch 64, a
+2-layer, 4-head, width-64 model) on the best K = 500 of 2000 local-search graphs encoded
+4 bits per token and 1 bit per token (the raw upper-triangle string), side by side.
+
+    nice -n 10 python benchmarks/patternboost_triangle_free.py --n 20 --step-cost
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -48,9 +55,15 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes, to check the script")
     p.add_argument("--report-only", action="store_true",
                    help="do not run: redraw the figures and table from the runs under --out")
+    p.add_argument("--step-cost", action="store_true",
+                   help="do not search: time a training step at 4 bits per token against the "
+                        "raw 1-bit string, side by side")
     args = p.parse_args()
 
     n = 8 if args.quick else args.n
+    if args.step_cost:
+        step_cost(n, quick=args.quick)
+        return
     optimum = mantel_bound(n)
     common = dict(problem="triangle-free", n=n, problem_options={"bits_per_token": 4},
                   workers=args.workers, progress=not args.quick, stop_at=optimum)
@@ -100,6 +113,57 @@ def main() -> None:
     if executor is not None:
         executor.shutdown()
     report(args, n, optimum, runs, walls)
+
+
+def step_cost(n: int, *, quick: bool) -> None:
+    """Seconds per training step with 4 and with 1 bit per token, timed in alternation.
+
+    The training set is the engine's: the best K distinct graphs of 2000 local searches from
+    the empty graph (K = 500, as `--keep`), encoded both ways; the models are the run's default
+    one, each with its own vocabulary and length. One call is `--train-steps`-like: a fresh
+    AdamW and `steps` steps, as a round trains, so the per-round set-up is counted too.
+    """
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _timing import interleaved, machine
+
+    from graded.search.patternboost import PatternBoostConfig as Config
+    from graded.search.patternboost.graphs import TriangleFree
+    from graded.search.patternboost.model import SpecialTokens, build_model, train_on_sequences
+
+    cfg = Config()  # the run's defaults: keep, batch size, lr, model
+    initial, keep, steps, rounds = (50, 20, 2, 3) if quick else (cfg.initial, cfg.keep, 20, 15)
+    rng = np.random.default_rng(0)
+    graphs, raw_problem = {}, TriangleFree(n, 1)
+    for _ in range(initial):
+        g = raw_problem.local_search(raw_problem.empty(), rng)
+        graphs.setdefault(g.tobytes(), g)
+    best = sorted(graphs.values(), key=lambda g: -int(g.sum()))[:keep]
+    candidates, lengths = {}, {}
+    for bits in (4, 1):
+        problem = TriangleFree(n, bits)
+        special = SpecialTokens(problem.vocab_size)
+        model = build_model(problem.vocab_size, problem.max_length, cfg.model, seed=0)
+        seqs = [problem.encode(g) for g in best]
+        gen = torch.Generator().manual_seed(0)
+        label = f"{bits} bit{'s' if bits > 1 else ''} per token"
+        lengths[label] = problem.max_length
+        candidates[label] = (lambda model=model, seqs=seqs, special=special, gen=gen:
+                             train_on_sequences(model, seqs, special, steps=steps,
+                                                batch_size=cfg.batch_size, lr=cfg.lr,
+                                                weight_decay=cfg.weight_decay, generator=gen))
+    times = interleaved(candidates, rounds=rounds, warmup=1)
+    print(f"\ntriangle-free n = {n}: {n * (n - 1) // 2} upper-triangle bits, best {len(best)} "
+          f"of {initial} local searches, batch {cfg.batch_size}, model {cfg.model}, "
+          f"{steps} steps per call, median of {rounds} alternating calls; {machine()}\n")
+    print("| encoding | tokens per object | ms per training step | relative |")
+    print("|---|---|---|---|")
+    raw = times["1 bit per token"]
+    for label, seconds in times.items():
+        print(f"| {label} | {lengths[label]} | {1e3 * seconds / steps:.2f} | "
+              f"{seconds / raw:.2f} |")
 
 
 def report(args: argparse.Namespace, n: int, optimum: int, runs: dict[str, list[dict]],

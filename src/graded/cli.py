@@ -569,18 +569,26 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    return run_command(args.handler, args)
+
+
+def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") -> int:
+    """``handler(args)`` as the command line runs it: warnings in one line, Ctrl-C reported as
+    aborted, a user's error (:func:`_user_errors`) in one line ``<prog>: error: ...`` with exit
+    status 2 (GRADED_TRACEBACK=1 shows the tracebacks instead)."""
     shown_as = warnings.formatwarning
     if not os.environ.get("GRADED_TRACEBACK"):
         warnings.formatwarning = _one_line_warning
     try:
-        return int(args.handler(args) or 0)
+        return int(handler(args) or 0)
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except _user_errors() as exc:
         if os.environ.get("GRADED_TRACEBACK"):
             raise
-        return _fail(_one_line(exc))
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     finally:
         warnings.formatwarning = shown_as
 

@@ -11,7 +11,9 @@ def main(argv: list[str] | None = None) -> int:
     add_cli(root.add_subparsers(dest="command", required=True)).prog = (
         "python -m graded.search.patternboost")
     args = root.parse_args(["patternboost", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    from graded.cli import run_command  # errors in one line, as `graded search patternboost`
+
+    return run_command(args.func, args, prog="python -m graded.search.patternboost")
 
 
 if __name__ == "__main__":

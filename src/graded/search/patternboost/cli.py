@@ -114,6 +114,7 @@ def build_config(args: argparse.Namespace) -> PatternBoostConfig:
     if getattr(args, "no_progress", False):
         data["progress"] = False
     config = PatternBoostConfig.from_dict(data)
+    config.check_runnable()
     if getattr(args, "stop_at_optimum", False):
         from .problems import problem_from_size
 

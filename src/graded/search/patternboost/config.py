@@ -60,7 +60,9 @@ def _model_fields(v: Any) -> Any:
 
 Positive = Annotated[int, positive_int()]
 AtLeastZero = Annotated[int, satisfies(lambda v: is_int(v) and v >= 0, "an integer >= 0")]
-PositiveNumber = Annotated[float, satisfies(lambda v: is_number(v) and v > 0, "a positive number")]
+# finite: lr=inf passed as "positive" and surfaced as a NaN probability tensor in sampling
+PositiveNumber = Annotated[float, satisfies(lambda v: is_number(v) and 0 < v < math.inf,
+                                            "a finite positive number")]
 
 
 class PatternBoostConfig(ConfigModel):
@@ -96,15 +98,16 @@ class PatternBoostConfig(ConfigModel):
     train_steps: Positive = 300
     batch_size: Positive = 64
     lr: PositiveNumber = 5e-4
-    weight_decay: Annotated[float, satisfies(lambda v: is_number(v) and v >= 0,
-                                             "a number >= 0")] = 0.01
+    weight_decay: Annotated[float, satisfies(lambda v: is_number(v) and 0 <= v < math.inf,
+                                             "a finite number >= 0")] = 0.01
     model: Annotated[dict[str, Any], BeforeValidator(_model_fields)] = Field(
         default_factory=_default_model)
     temperature: PositiveNumber = 1.0
     top_k: Annotated[int | None, positive_int(optional=True)] = None
     workers: AtLeastZero = 1
     chunk_size: Positive = 64
-    seed: Annotated[int, satisfies(is_int, "an integer")] = 0
+    # numpy's SeedSequence (the local-search chunks) takes no negative entropy
+    seed: Annotated[int, satisfies(lambda v: is_int(v) and v >= 0, "an integer >= 0")] = 0
     time_limit_s: Annotated[float | None, satisfies(
         lambda v: is_number(v) and v > 0, "a positive number of seconds", optional=True)] = None
     stop_at: Annotated[float | None, satisfies(
@@ -131,6 +134,34 @@ class PatternBoostConfig(ConfigModel):
                     error = not_a_key(key, accepted, f"options of problem {self.problem!r}")
                     raise Invalid(error.expected, "problem_options", self.problem_options)
         return self
+
+    def check_runnable(self) -> None:
+        """The problem's own checks of `n` and `problem_options` (vertices, matrix side, bits
+        per token, pattern) and the model's (heads dividing the width, ...), as a ValueError
+        naming the field and value. `run_patternboost` calls it before it writes the run folder
+        (these used to fail inside the run, the model only after round 0). Not a validator: a
+        config may be built field by field (`problem` first, then an `n` that fits it)."""
+        from .problems import problem_from_size
+
+        try:
+            problem = problem_from_size(self.problem, self.n, **self.problem_options)
+        except ValueError as err:
+            try:  # blame the size if the problem refuses it with its default options too
+                problem_from_size(self.problem, self.n)
+            except ValueError:
+                field, value = "n", self.n
+            else:
+                field, value = "problem_options", self.problem_options
+            raise ValueError(f"PatternBoostConfig.{field}={value!r} is invalid: expected a value "
+                             f"that problem {self.problem!r} accepts: {err}") from None
+        if self.mode != "local-only":
+            from .model import transformer_config
+
+            try:
+                transformer_config(problem.vocab_size, problem.max_length, self.model)
+            except ValueError as err:
+                raise ValueError(f"PatternBoostConfig.model={self.model!r} is invalid: expected "
+                                 f"TransformerConfig fields that fit together: {err}") from None
 
     def differs_from(self, other: PatternBoostConfig) -> list[str]:
         """Names of the fields, other than RESUMABLE_CHANGES, whose values differ."""

@@ -257,6 +257,7 @@ def run_patternboost(
     """
     from tqdm.auto import tqdm
 
+    config.check_runnable()  # before the folder is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = _resolve_config(config, out)

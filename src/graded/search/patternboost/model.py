@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from graded.train.stream import train_on_stream
 
-__all__ = ["SpecialTokens", "build_model", "sample_sequences", "train_on_sequences"]
+__all__ = ["SpecialTokens", "build_model", "sample_sequences", "train_on_sequences",
+           "transformer_config"]
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,19 @@ def build_model(
     `model_options` are `TransformerConfig` fields (d_model, n_heads, n_layers, ...); the
     makemore-like defaults (learned positions, GELU, pre-norm LayerNorm) apply where unset.
     """
-    from graded.transformer.config import TransformerConfig
     from graded.transformer.models import TransformerLM
 
+    torch.manual_seed(seed)
+    return TransformerLM(transformer_config(problem_vocab, max_length, model_options))
+
+
+def transformer_config(problem_vocab: int, max_length: int, model_options: dict[str, Any]):
+    """The `TransformerConfig` of `build_model` (ValueError naming a field that does not fit,
+    e.g. a width that `n_heads` does not divide; the config checks it before a run starts)."""
+    from graded.transformer.config import TransformerConfig
+
     special = SpecialTokens(problem_vocab)
-    fields = {
+    return TransformerConfig.from_dict({
         "positional": "learned",
         "activation": "gelu",
         "norm": "layer",
@@ -67,9 +76,7 @@ def build_model(
         "vocab_size": special.vocab_size,
         "max_len": max_length + 2,
         "pad_id": special.pad,
-    }
-    torch.manual_seed(seed)
-    return TransformerLM(TransformerConfig.from_dict(fields))
+    })
 
 
 def _batch(sequences: Sequence[Sequence[int]], special: SpecialTokens) -> tuple[Tensor, Tensor]:

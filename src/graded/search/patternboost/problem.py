@@ -82,7 +82,8 @@ class Problem(ABC):
 
 
 def _check_bits_per_token(bits_per_token: int) -> None:
-    if not isinstance(bits_per_token, int) or not 1 <= bits_per_token <= 16:
+    if (not isinstance(bits_per_token, int) or isinstance(bits_per_token, bool)
+            or not 1 <= bits_per_token <= 16):
         raise ValueError(f"bits_per_token must be an int in 1..16, got {bits_per_token!r}")
 
 
@@ -100,9 +101,11 @@ def pack_bits(bits: Sequence[int] | np.ndarray, bits_per_token: int) -> list[int
     tokenizer, shortening sequences (and so training and sampling time) by the chunk factor.
     """
     _check_bits_per_token(bits_per_token)
-    arr = np.asarray(bits, dtype=np.int64).ravel()
-    if arr.size and (arr.min() < 0 or arr.max() > 1):
-        raise ValueError(f"bits must be 0 or 1, got values {sorted(set(arr.tolist()))}")
+    given = np.asarray(bits).ravel()
+    # checked before the cast to int64, which would turn 0.5 into 0 without a word
+    if ((given != 0) & (given != 1)).any():
+        raise ValueError(f"bits must be 0 or 1, got values {sorted(set(given.tolist()))}")
+    arr = given.astype(np.int64)
     pad = (-arr.size) % bits_per_token
     arr = np.concatenate([arr, np.zeros(pad, dtype=np.int64)]).reshape(-1, bits_per_token)
     weights = 1 << np.arange(bits_per_token - 1, -1, -1, dtype=np.int64)

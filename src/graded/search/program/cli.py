@@ -54,7 +54,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
       "problem's named scores, or a MAP-Elites grid over two descriptors (default clusters)")
     a("--budget", type=int, default=200, help="evaluations in all")
     a("--workers", type=int, default=2, help="evaluations in parallel")
-    a("--seed", type=int, default=0, help="seed of the proposer and the database (default 0)")
+    a("--seed", type=int, default=0,
+      help="seed of the proposer and the database, an integer >= 0 (default 0)")
     a("--isolation", choices=("auto", "require", "none"), default="auto",
       help="network and PID namespaces for candidates: use when available, require, or never")
     a("--dask", metavar="ADDRESS", help="run evaluations on a dask.distributed scheduler "

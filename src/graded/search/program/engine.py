@@ -31,7 +31,7 @@ from graded._io import atomic_write_text
 from graded.search.program.database import DatabaseConfig, ProgramsDatabase
 from graded.search.program.evaluate import Evaluation, evaluate
 from graded.search.program.problem import Problem
-from graded.search.program.program import Program, parse_skeleton
+from graded.search.program.program import Program, check_seed, parse_skeleton
 from graded.search.program.sandbox import detect_isolation
 from graded.train.signals import StopSignals
 
@@ -63,10 +63,14 @@ class SearchConfig:
     problem_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.budget, int) and self.budget >= 1):
-            raise ValueError(f"budget={self.budget!r}; expected an integer >= 1")
-        if not (isinstance(self.workers, int) and self.workers >= 1):
-            raise ValueError(f"workers={self.workers!r}; expected an integer >= 1")
+        for name in ("budget", "workers"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"{name}={value!r}; expected an integer >= 1")
+        check_seed(self.seed)
+        if self.isolation not in ("auto", "require", "none"):  # else refused in each worker
+            raise ValueError(f"isolation={self.isolation!r}; expected 'auto', 'require' or "
+                             "'none'")
 
 
 @dataclass

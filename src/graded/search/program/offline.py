@@ -30,7 +30,7 @@ import copy
 
 import numpy as np
 
-from graded.search.program.program import Program, parse_python
+from graded.search.program.program import Program, check_seed, parse_python
 
 __all__ = ["OPERATORS", "OfflineProposer"]
 
@@ -104,7 +104,10 @@ class OfflineProposer:
         unknown = set(operators) - set(OPERATORS)
         if unknown or not operators:
             raise ValueError(f"operators={operators!r}; expected a non-empty subset of {OPERATORS}")
-        self.rng = np.random.default_rng(seed)
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+            # 0 made every proposal fail mid-run, 2.5 a TypeError in `range`
+            raise ValueError(f"attempts={attempts!r}; expected an integer >= 1")
+        self.rng = np.random.default_rng(check_seed(seed))
         self.attempts = attempts
         self.operators = tuple(operators)
         self.seen: set[str] = set()

@@ -32,6 +32,7 @@ __all__ = [
     "Skeleton",
     "block_functions",
     "check_program",
+    "check_seed",
     "fixed_definitions",
     "fixed_redefinitions",
     "parse_python",
@@ -49,6 +50,14 @@ _PARSE_LOCK = threading.Lock()
 
 #: The statements that define a function or class (what the fixed code's names protect).
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def check_seed(seed: object, name: str = "seed") -> int:
+    """`seed` if it is an int >= 0 (numpy's generators take no negative or fractional seed and
+    name neither the value nor the option); ValueError naming it otherwise."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"{name}={seed!r}; expected an integer >= 0")
+    return seed
 
 
 def parse_python(source: str) -> ast.Module:

@@ -46,6 +46,7 @@ from graded.search.program.program import (
     Program,
     block_functions,
     check_program,
+    check_seed,
     rename_function,
 )
 
@@ -269,12 +270,12 @@ class EnsembleProposer:
             raise ValueError(f"{len(proposers)} proposers and {len(weights)} weights; expected "
                              "one weight per proposer and at least one proposer")
         w = np.asarray(weights, dtype=np.float64)
-        if np.any(w < 0) or w.sum() <= 0:
-            raise ValueError(f"weights={weights!r}; expected non-negative weights with a "
-                             "positive sum")
+        if not np.isfinite(w).all() or np.any(w < 0) or w.sum() <= 0:  # NaN passed both tests
+            raise ValueError(f"weights={weights!r}; expected finite non-negative weights with "
+                             "a positive sum")
         self.proposers = proposers
         self.p = w / w.sum()
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(check_seed(seed))
 
     def state(self) -> dict:
         return {"rng": self.rng.bit_generator.state,

@@ -24,11 +24,13 @@ def test_generate_refuses_a_prompt_past_max_len_with_learned_positions():
 @pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan")])
 def test_generate_refuses_a_temperature_that_is_not_positive_naming_it(temperature):
     """NaN compares false with 0, so `temperature <= 0` let it through to a multinomial error
-    about probabilities; it is refused up front like 0 and negative values."""
+    about probabilities; it is refused up front like 0 and negative values, by the decoding
+    loop's check that the LMs share."""
     model = build_morphic_model({
         "vocab_size": 6, "max_len": 8,
         "grades": [{"label": "g0", "dim": 4, "index": 0}], "layers": [{"banded": [0]}]})
-    with pytest.raises(ValueError, match=f"temperature must be > 0, got {temperature}"):
+    with pytest.raises(ValueError,
+                       match=f"temperature must be a finite number > 0, got {temperature!r}"):
         model.generate(torch.zeros(1, 2, dtype=torch.long), 2, do_sample=True,
                        temperature=temperature)
 

@@ -287,11 +287,6 @@ class MorphicTransformer(nn.Module):
         Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
         """
         generation.check_prompt(input_ids, max_new_tokens, generation.position_limit(self))
-        if input_ids.shape[1] == 0:  # the next token is read at the last position: none here
-            raise ValueError(f"the prompt is empty (input_ids of shape {tuple(input_ids.shape)}); "
-                             "expected at least one token per row (e.g. a BOS token)")
-        if not temperature > 0:  # NaN too: it compares false with 0
-            raise ValueError(f"temperature must be > 0, got {temperature}")
 
         def step(ids: Tensor, kpm: Tensor, cache: None) -> Tensor:
             return self(ids[:, -self.max_len:])

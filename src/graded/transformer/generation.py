@@ -58,13 +58,17 @@ def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
     default_positions`, as Hugging Face's ``generate`` counts them from ``attention_mask``), so
     the room needed is the longest row's real tokens plus ``max_new_tokens``: the padding of a
     left-padded batch takes no position. ``key_padding_mask`` (True = padding, checked by the
-    caller) gives the real tokens; without it every token is real. ``name`` names
-    ``input_ids`` in the errors."""
+    caller) gives the real tokens; without it every token is real. A prompt holds at least one
+    token (the next one is read at the last position). ``name`` names ``input_ids`` in the
+    errors."""
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{name} must be an integer tensor of shape (batch, length), got "
             f"{tuple(input_ids.shape)} {input_ids.dtype}"
         )
+    if input_ids.shape[1] == 0:
+        raise ValueError(f"the prompt is empty ({name} of shape {tuple(input_ids.shape)}); "
+                         "expected at least one token per row (e.g. a BOS token)")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     if max_new_tokens < 0:
@@ -456,9 +460,6 @@ def generate(
     as the task grades them (e.g. ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``):
     each new token's grade is the last of its row's (:func:`grader_of`)."""
     check_prompt(input_ids, max_new_tokens, None)
-    if input_ids.shape[1] == 0:  # the next token is read at the last position: none here
-        raise ValueError(f"the prompt is empty (input_ids of shape {tuple(input_ids.shape)}); "
-                         "expected at least one token per row (e.g. a BOS token)")
     kpm = _defaults(key_padding_mask, input_ids)
     check_prompt(input_ids, max_new_tokens, position_limit(model.config), key_padding_mask=kpm)
     token_grades, grade_last = token_grading(model, input_ids, token_grades, token_grader,

@@ -189,8 +189,10 @@ class InputEmbedding(nn.Module):
     def forward(self, inputs: Tensor, positions: Tensor,
                 token_scales: Tensor | None = None) -> Tensor:
         """Embedded inputs (B, T, d); ``token_scales`` (B, T, d) are the per-token M_{q_i} when
-        the model grades tokens."""
-        sequence_shape(self.config, inputs)
+        the model grades tokens. Inputs a model checked at its entry (inside
+        :func:`graded.checks.checked_inputs`) are not checked again."""
+        if torch.compiler.is_compiling() or not inputs_checked():  # shapes only: traceable
+            sequence_shape(self.config, inputs)
         if self.config.vocab_size is not None:
             check_token_ids(inputs, self.config.vocab_size)
             x = self._stage(self.input_grading, self.tokens(inputs), token_scales)

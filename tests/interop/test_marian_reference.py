@@ -334,8 +334,8 @@ def test_marian_generation_options_refuse_what_generate_cannot_do():
     with pytest.raises(ValueError, match=r"bad_words_ids entry \[23\]: expected a token id in "
                        r"\[0, 23\)"):
         model.generate(src, 4, bos_token_id=PAD, bad_words_ids=[[V]])
-    with pytest.raises(ValueError, match=r"forced_eos_token_id must be a token id in \[0, 23\), "
-                       "got -1"):
+    with pytest.raises(ValueError, match=r"forced_eos_token_id must be a token id in \[0, 23\) "
+                       "or a non-empty list of them, got -1"):
         model.generate(src, 4, bos_token_id=PAD, forced_eos_token_id=-1)
 
 
@@ -350,3 +350,25 @@ def test_a_grafted_marian_keeps_its_generation_options_and_hugging_faces_tokens(
     ours = graded.generate(src, 8, src_key_padding_mask=mask == 0,
                            **{**graded.generation_options, "num_beams": 3})
     assert torch.equal(ours, theirs)
+
+
+def test_a_generation_config_with_a_list_of_eos_ids_decodes_as_hugging_face():
+    """Hugging Face's generation configs may list several EOS ids (and forced EOS ids); the
+    options read from one decode as its ``generate`` does. A list of start ids is refused."""
+    from graded.interop.marian import marian_generation_options
+
+    hf = _marian()
+    model = from_marian(hf)
+    src, _, _ = _batch()
+    free = model.generate(src, 6, **{**model.generation_options, "eos_token_id": None,
+                                     "forced_eos_token_id": None})
+    eos = [int(free[0, 2]), EOS]
+    hf.generation_config.eos_token_id = eos
+    hf.generation_config.forced_eos_token_id = eos
+    options = marian_generation_options(hf)
+    assert options["eos_token_id"] == eos and options["forced_eos_token_id"] == eos
+    theirs = hf.generate(src, attention_mask=torch.ones_like(src), max_new_tokens=6)
+    assert torch.equal(model.generate(src, 6, **options), theirs)
+    assert theirs[0, 2] == eos[0] and (theirs[0, 3:] == PAD).all()  # the listed id ended it
+    with pytest.raises(ValueError, match=r"decoder_start_token_id=\[0, 1\]: expected one token"):
+        marian_generation_options(transformers.GenerationConfig(decoder_start_token_id=[0, 1]))

@@ -181,7 +181,7 @@ def test_a_fill_id_outside_the_vocabulary_is_refused_before_decoding():
         lm.generate(prompt, 3, eos_token_id=2, pad_token_id=-1)
     for eos in (17, True):  # the fill id without pad_token_id; True would be id 1
         with pytest.raises(ValueError, match=rf"eos_token_id must be a token id in \[0, 17\) "
-                                             rf"\(one int\), got {eos}"):
+                                             rf"or a non-empty list of them, got {eos}"):
             lm.generate(prompt, 3, eos_token_id=eos)
     assert lm.generate(prompt, 3, pad_token_id=-1).shape == (2, 7)  # no EOS: never used
 

@@ -69,12 +69,14 @@ def test_a_bad_decoding_option_is_refused_naming_it_even_when_unused(option, bad
         tiny_lm().generate(PROMPT, 2, **{option: bad})
 
 
-@pytest.mark.parametrize("eos", [VOCAB, -1, True, 3.0, [3, 4]])
+@pytest.mark.parametrize("eos", [VOCAB, -1, True, 3.0, [], [3, VOCAB], (3, True), [[3]]])
 def test_an_eos_id_the_model_cannot_emit_is_refused_even_with_a_pad_id(eos):
     """With a valid ``pad_token_id`` an EOS id outside the vocabulary used to be taken: no
-    row could ever end."""
+    row could ever end. A list of ids (as Hugging Face's) must be non-empty and hold token
+    ids only."""
     with pytest.raises(ValueError, match=rf"eos_token_id must be a token id in \[0, {VOCAB}\) "
-                                         rf"\(one int\), got {re.escape(repr(eos))}"):
+                                         rf"or a non-empty list of them, got "
+                                         rf"{re.escape(repr(eos))}"):
         tiny_lm().generate(PROMPT, 3, eos_token_id=eos, pad_token_id=0)
 
 

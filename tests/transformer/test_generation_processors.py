@@ -265,3 +265,54 @@ def test_no_option_set_means_no_processing():
     assert logits_processing(vocab_size=5, device=CPU, repetition_penalty=1.0) is None
     assert logits_processing(vocab_size=5, device=CPU, bad_words_ids=[[2]],
                              eos_token_id=2) is None
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31 - 1), vocab=st.integers(3, 7), new=st.integers(0, 4),
+       eos=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+       words=st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=2), max_size=4))
+def test_eos_id_lists_equal_hugging_faces_processors(seed, vocab, new, eos, words):
+    """A list of EOS ids, as Hugging Face's ``generate`` takes: ``min_new_tokens`` masks every
+    one of them, ``bad_words_ids`` drops an entry ``[e]`` for each, a list of forced EOS ids
+    leaves all of them at 0."""
+    eos = [e % vocab for e in eos]
+    words = [[w % vocab for w in word] for word in words]
+    history, scores = _step_inputs(seed, vocab, 4 + new)
+    options = {"eos_token_id": eos, "min_new_tokens": 3}
+    if words:
+        options["bad_words_ids"] = words
+    theirs = transformers.LogitsProcessorList(
+        ([transformers.NoBadWordsLogitsProcessor(words, eos_token_id=eos)] if words else [])
+        + [transformers.MinNewTokensLengthLogitsProcessor(4, 3, eos_token_id=eos)])
+    assert torch.equal(_process(scores, history, new_tokens=new, **options),
+                       theirs(history, scores))
+    forced = transformers.ForcedEOSTokenLogitsProcessor(history.shape[1] + 1, eos)
+    assert torch.equal(_process(scores, history, new_tokens=new, last=True,
+                                forced_eos_token_id=eos),
+                       forced(history, scores))
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_list_of_eos_ids_ends_rows_as_gpt2_generate_does(num_beams, gpt2_pair):
+    """Any id of the list ends a row (greedy and beam search, cache on and off) and finished
+    rows are filled with ``pad_token_id``, or without one with the first EOS id: the tokens of
+    ``GPT2LMHeadModel.generate`` given the same list."""
+    hf, lm = gpt2_pair
+    pad = 12
+    prompts = torch.tensor([[pad, pad, 7, 5, 3], [8, 11, 4, 6, 1], [10, 8, 11, 2, 0]])
+    attention = (prompts != pad).long()
+    free = lm.generate(prompts, 7, key_padding_mask=attention == 0, pad_token_id=pad)
+    eos = [int(free[0, 5]), int(free[1, 9])]  # ids that end different rows at different steps
+    assert eos[0] != eos[1] and eos[1] not in free[1, 5:9]
+    for pad_token_id in (pad, None):
+        theirs = hf.generate(prompts, attention_mask=attention, max_new_tokens=7,
+                             do_sample=False, num_beams=num_beams, eos_token_id=eos,
+                             pad_token_id=pad_token_id)
+        for use_cache in (True, False):
+            ours = lm.generate(prompts, 7, key_padding_mask=attention == 0,
+                               num_beams=num_beams, use_cache=use_cache, eos_token_id=eos,
+                               pad_token_id=pad_token_id, early_stopping=False)
+            assert torch.equal(ours, theirs), (use_cache, pad_token_id)
+    if num_beams == 1:  # each id ended a row, the rest filled after it
+        assert ours[0, 5] == eos[0] and ours[1, 9] == eos[1]
+        assert (ours[0, 6:] == eos[0]).all() and (ours[1, 10:] == eos[0]).all()

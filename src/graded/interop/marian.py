@@ -138,8 +138,8 @@ def marian_generation_options(model_or_config: Any) -> dict[str, Any]:
     pad ids, ``bad_words_ids``, ``forced_eos_token_id``, and beam search's ``num_beams``,
     ``length_penalty`` and ``early_stopping`` (Hugging Face's defaults 1, 1.0, False where unset;
     ours differ for ``early_stopping``). Sampling options are not carried: Marian decodes
-    greedily or by beams. ValueError when the config samples (``do_sample``), has no start id,
-    or names more than one EOS id."""
+    greedily or by beams. The EOS ids may be lists, as Hugging Face's; ValueError when the
+    config samples (``do_sample``), has no start id, or lists more than one start or pad id."""
     config = getattr(model_or_config, "generation_config", model_or_config)
     if getattr(config, "do_sample", False):
         raise ValueError("the generation config has do_sample=True; expected greedy or beam "
@@ -151,7 +151,8 @@ def marian_generation_options(model_or_config: Any) -> dict[str, Any]:
             value = _HF_DEFAULTS.get(theirs)
         if value is None:
             continue
-        if isinstance(value, (list, tuple)) and theirs.endswith("token_id"):
+        if (isinstance(value, (list, tuple)) and theirs.endswith("token_id")
+                and "eos" not in theirs):  # generate takes lists of EOS ids
             if len(value) != 1:
                 raise ValueError(f"generation config {theirs}={value!r}: expected one token id")
             value = value[0]
@@ -194,7 +195,7 @@ def from_marian(model_or_path: Any) -> Seq2SeqTransformer:
 
 
 def to_marian(model: Seq2SeqTransformer, *, pad_token_id: int | None = None,
-              eos_token_id: int | None = None,
+              eos_token_id: int | list[int] | None = None,
               decoder_start_token_id: int | None = None) -> Any:
     """The Hugging Face ``MarianMTModel`` of a Marian-shaped, ungraded
     :class:`Seq2SeqTransformer` (as :func:`from_marian` builds). ``pad_token_id`` defaults to

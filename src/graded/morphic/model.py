@@ -269,7 +269,8 @@ class MorphicTransformer(nn.Module):
     def generate(
         self, input_ids: Tensor, max_new_tokens: int, *, do_sample: bool = False,
         temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-        num_beams: int = 1, length_penalty: float = 1.0, eos_token_id: int | None = None,
+        num_beams: int = 1, length_penalty: float = 1.0,
+        eos_token_id: int | Sequence[int] | None = None,
         pad_token_id: int | None = None, generator: torch.Generator | None = None,
         **processors: Any,
     ) -> Tensor:
@@ -284,7 +285,8 @@ class MorphicTransformer(nn.Module):
         learned positions the prompt and the new tokens must fit in ``max_len`` (a position past
         the table has no embedding); without positions each step sees the last ``max_len``
         tokens. Prompts are unpadded.
-        Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default: the eos id).
+        Rows that emitted ``eos_token_id`` (one id or a list of ids) are filled with
+        ``pad_token_id`` (default: the first EOS id).
         """
         generation.check_prompt(input_ids, max_new_tokens, generation.position_limit(self))
 

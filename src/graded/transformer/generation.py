@@ -33,6 +33,7 @@ from graded.transformer.logits import (
     _is_number,
     _is_token,
     check_sampling,
+    eos_ids,
     filter_logits,
     logits_processing,
     select_next,
@@ -89,7 +90,8 @@ def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
 
 def check_decoding(
     *, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
-    num_beams: int, length_penalty: float, eos_token_id: int | None, vocab_size: int,
+    num_beams: int, length_penalty: float, eos_token_id: int | Sequence[int] | None,
+    vocab_size: int,
 ) -> None:
     """The decoding options of :func:`decode`, each refused naming its value: ``do_sample``
     a bool (a string such as ``"no"`` would be true), the sampling options
@@ -97,7 +99,8 @@ def check_decoding(
     samples, but for temperature 0 without sampling: a common spelling of greedy decoding),
     ``num_beams`` an int >= 1 (wider than the vocabulary is allowed: the beams fill as the
     candidates multiply), ``length_penalty`` a finite number, ``eos_token_id`` a token id the
-    model can produce (any other would never end a row)."""
+    model can produce (any other would never end a row) or a non-empty list of them
+    (:func:`~graded.transformer.logits.eos_ids`)."""
     if not isinstance(do_sample, bool):
         raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
     # temperature 0 is a common way to ask for greedy decoding: taken (and unused) without
@@ -111,16 +114,14 @@ def check_decoding(
     if not _is_number(length_penalty) or not math.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number (1.0: the mean "
                          f"log-probability), got {length_penalty!r}")
-    if eos_token_id is not None and not _is_token(eos_token_id, vocab_size):
-        raise ValueError(f"eos_token_id must be a token id in [0, {vocab_size}) (one int), got "
-                         f"{eos_token_id!r}: the model could never emit it to end a row")
+    eos_ids(eos_token_id, vocab_size)
 
 
 def decode(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
     n_layers: int, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
-    num_beams: int, eos_token_id: int | None, pad_token_id: int | None, use_cache: bool,
-    generator: torch.Generator | None, length_penalty: float,
+    num_beams: int, eos_token_id: int | Sequence[int] | None, pad_token_id: int | None,
+    use_cache: bool, generator: torch.Generator | None, length_penalty: float,
     early_stopping: bool | str = True, vocab_size: int,
     token_grades: Tensor | None = None, grade_last: GradeLast | None = None,
     **processors: object,
@@ -157,21 +158,23 @@ def decode(
              else (~key_padding_mask).int().argmax(dim=1))
     if max_new_tokens == 0:
         return input_ids
-    pad = pad_token_id if pad_token_id is not None else (eos_token_id or 0)
-    if eos_token_id is not None and not _is_token(pad, vocab_size):  # the EOS id is checked
+    eos = eos_ids(eos_token_id, vocab_size)
+    pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+    if eos and not _is_token(pad, vocab_size):  # the EOS ids are checked
         raise ValueError(f"pad_token_id must be a token id in [0, {vocab_size}): finished rows "
                          f"are continued with it; got {pad!r}")
     if num_beams > 1:
         if do_sample:
             raise ValueError("beam search with do_sample=True is not supported; choose one")
         return _beam_search(step, input_ids, key_padding_mask, max_new_tokens, n_layers=n_layers,
-                            num_beams=num_beams, eos_token_id=eos_token_id, pad=pad,
+                            num_beams=num_beams, eos=eos, pad=pad,
                             use_cache=use_cache, length_penalty=length_penalty,
                             early_stopping=early_stopping, processing=processing,
                             start=start, token_grades=token_grades, grade_last=grade_last)
     cache = KVCache.empty(n_layers) if use_cache else None
     ids, kpm = input_ids, key_padding_mask
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    ends = torch.tensor(eos, device=ids.device) if eos else None
     grades = token_grades
     logits = _run(step, ids, kpm, cache, grades)
     for i in range(max_new_tokens):
@@ -187,10 +190,10 @@ def decode(
         ids = torch.cat([ids, tok[:, None]], dim=1)
         new_pad = finished[:, None].clone()
         kpm = torch.cat([kpm, new_pad], dim=1)
-        if eos_token_id is not None:
-            finished |= tok == eos_token_id
+        if ends is not None:
+            finished |= torch.isin(tok, ends)
         # the only read of a step: whether every row is done (none without an EOS id)
-        if i == max_new_tokens - 1 or (eos_token_id is not None and bool(finished.all())):
+        if i == max_new_tokens - 1 or (ends is not None and bool(finished.all())):
             break
         new_grades = None
         if grades is not None:  # checked by grade_last
@@ -232,7 +235,7 @@ def _row_done(finished: list[tuple[float, Tensor]], best_running: float, k: int,
 
 def _beam_search(
     step: Step, input_ids: Tensor, key_padding_mask: Tensor, max_new_tokens: int, *,
-    n_layers: int, num_beams: int, eos_token_id: int | None, pad: int, use_cache: bool,
+    n_layers: int, num_beams: int, eos: tuple[int, ...], pad: int, use_cache: bool,
     length_penalty: float, early_stopping: bool | str = True,
     processing: LogitsProcessing | None = None, start: Tensor | None = None,
     token_grades: Tensor | None = None, grade_last: GradeLast | None = None,
@@ -248,7 +251,8 @@ def _beam_search(
     of all that the search finished. With one beam this is greedy decoding. ``processing``
     acts on the log-probabilities, after the softmax, as Hugging Face's logits processors do
     in its beam search, each beam's history read from that beam's ids; ``start`` (B,) is each
-    prompt's first real position (:func:`decode`)."""
+    prompt's first real position (:func:`decode`); a hypothesis finishes at any of the ids
+    ``eos``."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -284,7 +288,7 @@ def _beam_search(
                 if score == float("-inf"):
                     break
                 beam, tok = divmod(int(top_idx[b, rank]), vocab)
-                if eos_token_id is not None and tok == eos_token_id:
+                if tok in eos:
                     if rank < k:
                         seq = torch.cat([ids[b * k + beam, prompt_len:],
                                          torch.tensor([tok], device=device)])
@@ -427,14 +431,14 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     num_beams: int = 1,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     pad_token_id: int | None = None,
     use_cache: bool | None = None,
     generator: torch.Generator | None = None,
     length_penalty: float = 1.0,
     early_stopping: bool | str = True,
     bad_words_ids: Sequence[Sequence[int]] | None = None,
-    forced_eos_token_id: int | None = None,
+    forced_eos_token_id: int | Sequence[int] | None = None,
     sequence_bias: Mapping[tuple[int, ...], float] | Sequence[Sequence[object]] | None = None,
     repetition_penalty: float | None = None,
     no_repeat_ngram_size: int = 0,
@@ -444,8 +448,9 @@ def generate(
 ) -> Tensor:
     """Continue ``input_ids`` (B, T), T >= 1, with a decoder-only LM; returns (B, T + n) ids where
     n <= max_new_tokens; every option is checked before the first step (:func:`check_decoding`),
-    used or not. Rows that emitted ``eos_token_id`` are filled with ``pad_token_id`` (default:
-    the EOS id, or 0). ``early_stopping`` (True, False or "never") decides when beam search
+    used or not. ``eos_token_id`` is one id or, as Hugging Face's, a list of ids any of which
+    ends a row; rows that emitted one are filled with ``pad_token_id`` (default: the first EOS
+    id, or 0). ``early_stopping`` (True, False or "never") decides when beam search
     ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None caches
     where every backend can (:func:`resolve_use_cache`), True requires it, False recomputes the
     prefix each step; the tokens are the same. Hugging Face's options of these names

@@ -137,8 +137,8 @@ class LogitsProcessing:
     left padding, once per id (Keskar et al. 2019; Hugging Face skips the padding the attention
     mask marks); ``no_repeat_ngram_size`` n puts at -inf each id that would repeat an n-gram of
     the row's ids, padding included; ``banned`` (``bad_words_ids``) puts its entries at -inf;
-    ``min_new_tokens`` puts the EOS at -inf until that many tokens are new; at the last step
-    ``forced_eos_token_id`` leaves only that id, at 0. They act on the logits before sampling's
+    ``min_new_tokens`` puts every EOS id at -inf until that many tokens are new; at the last
+    step ``forced_eos_token_id`` leaves only its ids, at 0. They act on the logits before sampling's
     temperature and filters, and on the log-probabilities in beam search."""
 
     bias: TokenSequences | None = None
@@ -146,8 +146,8 @@ class LogitsProcessing:
     no_repeat_ngram_size: int = 0
     banned: TokenSequences | None = None
     min_new_tokens: int = 0
-    eos_token_id: int | None = None
-    forced_eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    forced_eos_token_ids: tuple[int, ...] = ()
 
     def __call__(self, scores: Tensor, history: Tensor, *, new_tokens: int, last: bool,
                  start: Tensor | None = None) -> Tensor:
@@ -156,9 +156,9 @@ class LogitsProcessing:
         tokens have been generated; ``last``: whether this step is the last;
         ``start`` (B,): the position of each row's first real token (0 for none), which the
         repetition penalty starts from."""
-        if last and self.forced_eos_token_id is not None:
+        if last and self.forced_eos_token_ids:
             out = torch.full_like(scores, float("-inf"))
-            out[:, self.forced_eos_token_id] = 0.0
+            out[:, list(self.forced_eos_token_ids)] = 0.0
             return out
         if self.bias is not None:
             scores = scores + self.bias.bias(scores, history)
@@ -169,7 +169,7 @@ class LogitsProcessing:
         if self.banned is not None:
             scores = scores + self.banned.bias(scores, history)
         if new_tokens < self.min_new_tokens:
-            scores = scores.index_fill(-1, torch.tensor([self.eos_token_id],
+            scores = scores.index_fill(-1, torch.tensor(self.eos_token_ids,
                                                         device=scores.device), float("-inf"))
         return scores
 
@@ -201,21 +201,24 @@ def _ban_repeated_ngrams(scores: Tensor, history: Tensor, n: int) -> Tensor:
 
 
 def logits_processing(
-    *, vocab_size: int, device: torch.device, eos_token_id: int | None = None,
+    *, vocab_size: int, device: torch.device, eos_token_id: int | Sequence[int] | None = None,
     sequence_bias: Mapping[tuple[int, ...], float] | Sequence[Sequence[object]] | None = None,
     repetition_penalty: float | None = None, no_repeat_ngram_size: int = 0,
     bad_words_ids: Sequence[Sequence[int]] | None = None, min_new_tokens: int = 0,
-    forced_eos_token_id: int | None = None,
+    forced_eos_token_id: int | Sequence[int] | None = None,
 ) -> LogitsProcessing | None:
     """Hugging Face's options of these names, checked, as a :class:`LogitsProcessing` (None
     when none is set). ``sequence_bias``: ``{(t1, ..., tn): bias}`` or ``[[[t1, ..., tn],
     bias], ...]``; ``bad_words_ids``: ``[[t1, ..., tn], ...]``; each entry a non-empty list of
     token ids in [0, ``vocab_size``), each sequence given once. As Hugging Face's
-    ``NoBadWordsLogitsProcessor`` does, an entry ``[eos_token_id]`` of ``bad_words_ids`` is
-    dropped (EOS is never banned on its own; a longer entry ending in it stays) and repeated
-    entries count once. ``repetition_penalty`` > 0 (1 changes nothing);
+    ``NoBadWordsLogitsProcessor`` does, an entry ``[e]`` of ``bad_words_ids`` naming an EOS id
+    ``e`` is dropped (EOS is never banned on its own; a longer entry ending in it stays) and
+    repeated entries count once. ``repetition_penalty`` > 0 (1 changes nothing);
     ``no_repeat_ngram_size`` and ``min_new_tokens`` >= 0 (0 is off); ``min_new_tokens`` needs
-    ``eos_token_id``."""
+    ``eos_token_id``. ``eos_token_id`` and ``forced_eos_token_id`` are one id or a list of
+    ids, as Hugging Face's (:func:`eos_ids`)."""
+    eos = eos_ids(eos_token_id, vocab_size)
+    forced = eos_ids(forced_eos_token_id, vocab_size, name="forced_eos_token_id")
     bias = None
     if sequence_bias is not None:
         bias = TokenSequences.of(_biases(sequence_bias, vocab_size), vocab_size, device)
@@ -226,7 +229,8 @@ def logits_processing(
             raise ValueError(f"bad_words_ids must be a list of token-id lists, e.g. [[pad_id]], "
                              f"got {bad_words_ids!r}")
         words = {_entry(w, "bad_words_ids", vocab_size): float("-inf") for w in bad_words_ids}
-        words.pop((eos_token_id,), None)
+        for e in eos:
+            words.pop((e,), None)
         banned = TokenSequences.of(words, vocab_size, device) if words else None
     if repetition_penalty is not None:
         if not _is_number(repetition_penalty) or not 0 < repetition_penalty < math.inf:
@@ -238,17 +242,14 @@ def logits_processing(
                         ("min_new_tokens", min_new_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an int >= 0 (0 for none), got {value!r}")
-    if min_new_tokens and eos_token_id is None:
+    if min_new_tokens and not eos:
         raise ValueError(f"min_new_tokens={min_new_tokens} needs eos_token_id: it keeps the EOS "
                          "from being chosen before that many new tokens")
-    if forced_eos_token_id is not None and not _is_token(forced_eos_token_id, vocab_size):
-        raise ValueError(f"forced_eos_token_id must be a token id in [0, {vocab_size}), got "
-                         f"{forced_eos_token_id!r}")
-    if (all(x is None for x in (bias, banned, repetition_penalty, forced_eos_token_id))
-            and not no_repeat_ngram_size and not min_new_tokens):
+    if (all(x is None for x in (bias, banned, repetition_penalty))
+            and not (no_repeat_ngram_size or min_new_tokens or forced)):
         return None
     return LogitsProcessing(bias, repetition_penalty, no_repeat_ngram_size, banned,
-                            min_new_tokens, eos_token_id, forced_eos_token_id)
+                            min_new_tokens, eos, forced)
 
 
 def _biases(sequence_bias: object, vocab_size: int) -> dict[tuple[int, ...], float]:
@@ -289,6 +290,22 @@ def _entry(word: Sequence[object], name: str, vocab_size: int) -> tuple[int, ...
 def _is_token(value: object, vocab_size: int) -> bool:
     return (isinstance(value, int) and not isinstance(value, bool)
             and 0 <= value < vocab_size)
+
+
+def eos_ids(eos_token_id: object, vocab_size: int, *, name: str = "eos_token_id"
+            ) -> tuple[int, ...]:
+    """The ids that end a row, as a tuple (empty for None): ``eos_token_id`` is one token id
+    or, as Hugging Face's ``generate`` takes it, a non-empty list of them, each in
+    [0, ``vocab_size``) (any other could never be emitted); refused naming ``name``."""
+    if eos_token_id is None:
+        return ()
+    ids = (tuple(eos_token_id) if isinstance(eos_token_id, (list, tuple))
+           else (eos_token_id,))
+    if not ids or not all(_is_token(i, vocab_size) for i in ids):
+        raise ValueError(f"{name} must be a token id in [0, {vocab_size}) or a non-empty list "
+                         f"of them, got {eos_token_id!r}: the model could never emit it to end "
+                         "a row")
+    return ids
 
 
 def _is_number(value: object) -> bool:

@@ -192,20 +192,28 @@ def kernels_of(func, args) -> int:
 
 class KernelCount(TorchDispatchMode):
     """The kernels (:func:`kernels_of`) of the operators dispatched inside the block,
-    ``lead_in``: those before the first matrix product (None if there was none), and
-    ``operators``: every dispatched operator, views and allocations included (each a call
-    through the dispatcher, the host's share of the work whether it launches or not)."""
+    ``lead_in``: those before the first matrix product and ``tail``: those after the last
+    (None if there was none; a synchronised step's device waits for the host's issuing of
+    both), and ``operators``: every dispatched operator, views and allocations included (each
+    a call through the dispatcher, the host's share of the work whether it launches or
+    not)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
         self.operators = 0
         self.lead_in: int | None = None
+        self.tail: int | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.lead_in is None and func.overloadpacket.__name__ in PRODUCTS:
-            self.lead_in = self.count
-        self.count += kernels_of(func, args)
+        kernels = kernels_of(func, args)
+        if func.overloadpacket.__name__ in PRODUCTS:
+            if self.lead_in is None:
+                self.lead_in = self.count
+            self.tail = -kernels  # the product itself is not part of the tail
+        if self.tail is not None:
+            self.tail += kernels
+        self.count += kernels
         self.operators += 1
         return func(*args, **(kwargs or {}))
 

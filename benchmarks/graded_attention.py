@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import (
+    KernelCount,
     TrainingStep,
     add_device_options,
     device_and_dtype,
@@ -88,6 +89,7 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
         times = interleaved(cands, rounds=rounds, device=device)
         lead = lead_in_times({name: (lambda m=m, x=x: m(x, x, x, need_weights=False))
                               for name, m in modules.items()}, rounds=rounds, device=device)
+        ends = {name: step_ends(m, x) for name, m in modules.items()}
         for name, sec in times.items():
             if name == "torch":
                 continue
@@ -95,8 +97,17 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
             worst = max(worst, ratio)
             rows.append([f"B={b}, T={t}, d={d}, h={h}", name, f"{times['torch'] * 1e3:.2f}",
                          f"{sec * 1e3:.2f}", f"{ratio:.3f}", f"{lead['torch'] * 1e6:.0f}",
-                         f"{lead[name] * 1e6:.0f}"])
+                         f"{lead[name] * 1e6:.0f}", ends["torch"], ends[name]])
     return rows, worst
+
+
+def step_ends(module: torch.nn.Module, x: torch.Tensor) -> str:
+    """The kernels one forward + backward issues before its first matrix product and after
+    its last (``KernelCount``), "lead-in / tail": what a synchronised step's device waits
+    for the host to issue at either end."""
+    with KernelCount() as count:
+        attention_step(module, x)
+    return f"{count.lead_in} / {count.tail}"
 
 
 def bench_lm(batch: int, length: int, rounds: int, d: int = 256, layers: int = 4,
@@ -160,12 +171,14 @@ def main() -> None:
     print(f"# GradedMultiheadAttention vs torch.nn.MultiheadAttention, forward+backward, "
           f"{kind} grades (median of {rounds} interleaved rounds; {on}{machine(device)})")
     print(table(["shape", "grading/variant", "torch ms", "graded ms", "ratio",
-                 "torch lead-in µs", "graded lead-in µs"], rows))
+                 "torch lead-in µs", "graded lead-in µs", "torch kernels at the ends",
+                 "graded kernels at the ends"], rows))
     print(f"worst ratio {worst_attn:.3f} (target <= 1.05): "
           f"{'PASS' if worst_attn <= 1.05 else 'FAIL'}")
     print("lead-in: host time from the call of a forward pass to its first matrix product, "
           "the device idle before it (median of the rounds): what a synchronised step waits "
-          "for before its first large kernel\n")
+          "for before its first large kernel; kernels at the ends: those one forward + "
+          "backward issues before its first matrix product / after its last (counted)\n")
     if args.no_lm:
         return
     lm_rows, worst_lm = bench_lm(2, 32, rounds, d=64, layers=2, device=device, dtype=dtype) \

@@ -171,7 +171,8 @@ def test_the_lead_in_ends_at_each_forward_passs_first_matrix_product():
 def test_kernels_are_counted_as_a_gpu_would_launch_them():
     """``_timing.KernelCount``: views and allocations launch nothing, a foreach operator over
     pairs of one shape is one multi-tensor kernel, over weights times their row scales one
-    kernel per pair; ``lead_in`` counts the kernels before the first matrix product."""
+    kernel per pair; ``lead_in`` counts the kernels before the first matrix product, ``tail``
+    those after the last."""
     timing = _load("_timing")
     w = [torch.randn(4, 3), torch.randn(5, 3)]
     rows = [torch.rand(4, 1), torch.rand(5, 1)]
@@ -185,8 +186,19 @@ def test_kernels_are_counted_as_a_gpu_would_launch_them():
         a @ b  # the first product: 1
         x.add(1)  # 1
         one.item()  # a value read: none
-    assert (count.count, count.lead_in) == (1 + 2 + 1 + 1, 1 + 2)
+    assert (count.count, count.lead_in, count.tail) == (1 + 2 + 1 + 1, 1 + 2, 1)
     assert count.operators == 8  # every dispatch, launching or not
+    with timing.KernelCount() as count:
+        x.add(1)  # 1
+        a @ b  # 1
+        x.mul(2)  # 1
+        a @ b  # the last product: 1
+        x.add(1).neg()  # 2
+        x.t()  # a view: none
+    assert (count.count, count.lead_in, count.tail) == (6, 1, 2)
+    with timing.KernelCount() as count:
+        x.add(1)
+    assert (count.lead_in, count.tail) == (None, None)  # no product
 
 
 def _load(name: str):

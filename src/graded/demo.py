@@ -352,31 +352,39 @@ def _fmt(values: list[float], digits: int = 3) -> str:
 
 def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
              baselines: dict[str, list[float]]) -> list[str]:
-    """Plain sentences: who won, and whether grading helped beyond the seed-to-seed spread."""
+    """Plain sentences: who won, and whether grading helped beyond the seed-to-seed spread.
+
+    A seed whose score is NaN (or infinite) is no measurement: means, spreads and the number of
+    seeds behind a standard error count the finite scores only."""
     from graded.evaluation import HIGHER_IS_BETTER
 
     sign = 1.0 if HIGHER_IS_BETTER.get(metric, True) else -1.0
-    means = {m: mean_std(v) for m, v in by_model.items() if v}
+    finite = {m: [v for v in vals if v is not None and math.isfinite(v)]
+              for m, vals in by_model.items()}
+    means = {m: mean_std(v) for m, v in finite.items() if v}
     if not means:
-        return [f"- **{task}**: no model finished."]
+        return [f"- **{task}**: no model finished with a finite {metric}."]
     best = max(means, key=lambda m: sign * means[m][0])
     lines = [f"- **{task}** ({metric}): best transformer is **{best}** "
              f"({_fmt(by_model[best])})."]
     if "baseline" in means:
         b_mean, b_std = means["baseline"]
-        n_b = len(by_model["baseline"])
+        n_b = len(finite["baseline"])
         for g in ("LGT", "EGT"):
-            if g not in means:
+            if not by_model.get(g):
                 lines.append(f"  - {g}: not run (graded models unavailable).")
+                continue
+            if g not in means:
+                lines.append(f"  - {g}: no seed gave a finite {metric}.")
                 continue
             g_mean, g_std = means[g]
             delta = g_mean - b_mean
-            if min(len(by_model[g]), n_b) < 2:  # one seed has no spread: no standard error
+            if min(len(finite[g]), n_b) < 2:  # one seed has no spread: no standard error
                 lines.append(f"  - {g} against the ungraded transformer: Δ = {delta:+.3f}, "
                              "not tested (a standard error needs at least 2 seeds of each; "
                              "run with --seeds 2 or more).")
                 continue
-            se = math.sqrt(g_std**2 / len(by_model[g]) + b_std**2 / n_b)
+            se = math.sqrt(g_std**2 / len(finite[g]) + b_std**2 / n_b)
             if sign * delta > 2 * se and delta != 0:
                 word = "**better** than"
             elif sign * delta < -2 * se and delta != 0:

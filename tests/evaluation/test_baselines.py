@@ -11,6 +11,7 @@ from graded.evaluation import (
     majority_class,
     mean_predictor,
     ridge_regression,
+    sequence_baselines,
 )
 from graded.evaluation.baselines import bigram, features, positional_majority
 from graded.kinds import run_baselines
@@ -113,3 +114,26 @@ def test_ridge_solves_the_linear_control_and_mean_scores_zero():
     scores = run_baselines(train, test)
     assert scores["ridge"] > 0.999
     assert abs(scores["mean"]) < 0.05
+
+
+def test_sequence_baselines_without_a_vocab_size_count_tokens_only_seen_as_targets():
+    # no info["vocab_size"]: token 3 occurs only as a target (the last of each sequence); the
+    # vocabulary taken from the inputs alone (3 symbols) made the bigram table too small
+    train = TaskDataset({"inputs": torch.tensor([[1, 2, 1], [2, 1, 2]]),
+                         "targets": torch.tensor([[2, 1, 3], [1, 2, 3]])}, task="t", kind="lm")
+    test = TaskDataset({"inputs": torch.tensor([[1, 2, 2]]),
+                        "targets": torch.tensor([[2, 1, 3]])}, task="t", kind="lm")
+    out = sequence_baselines(train, test, encoder_decoder=False)
+    # by hand: position 0 targets 2,1 -> 1 (tie, smaller id); 1: 1,2 -> 1; 2: 3,3 -> 3
+    assert out["majority"].tolist() == [[1, 1, 3]]
+    # after 1: 2 (row 0), 3 (row 0, last), 2 (row 1) -> 2; after 2: 1, 1, 3 -> 1
+    assert out["bigram"].tolist() == [[2, 1, 1]]
+
+
+def test_knn_with_no_neighbour_is_refused_rather_than_voting_for_class_0():
+    # k = 0 used to give an empty vote (every test row class 0) and a mean over nothing (NaN)
+    x, y = torch.tensor([[0.0], [1.0]]), torch.tensor([1, 1])
+    with pytest.raises(ValueError, match=r"k must be >= 1, got 0"):
+        knn_classify(x, y, x, k=0)
+    with pytest.raises(ValueError, match=r"k must be >= 1, got 0"):
+        knn_regress(x, y.double(), x, k=0)

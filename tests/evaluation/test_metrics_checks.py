@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from graded.evaluation.metrics import accuracy, exact_match, r2
+from graded.evaluation.metrics import accuracy, exact_match, mae, mse, r2
 
 
 def test_predictions_of_another_shape_are_named():
@@ -31,3 +31,40 @@ def test_exact_match_needs_rows_and_a_kept_target():
 def test_r2_needs_two_examples():
     with pytest.raises(ValueError, match=r"R² needs at least 2 examples, got 1"):
         r2(torch.zeros(1, 2), torch.ones(1, 2))
+
+
+def test_scores_of_the_targets_shape_are_not_truncated_to_class_ids():
+    # probabilities of class 1 (one per example): .long() would read 0.9 as class 0
+    targets = torch.tensor([1, 1, 0])
+    with pytest.raises(ValueError, match=r"targets' shape \(3,\) are torch.float32 values that "
+                                         r"are not whole numbers"):
+        accuracy(torch.tensor([0.9, 0.8, 0.2]), targets)
+    # whole-number floats are class ids: 2 of 3 right, counted by hand
+    assert accuracy(torch.tensor([1.0, 0.0, 0.0]), targets) == pytest.approx(2 / 3)
+
+
+def test_a_single_logit_column_is_refused_rather_than_argmaxed_to_class_0():
+    # one binary logit per example: argmax over one column is 0 everywhere, which would score
+    # the fraction of class-0 targets whatever the logits say
+    with pytest.raises(ValueError, match=r"logits of shape \(2, 1\) have 1 class column; "
+                                         r"expected at least 2"):
+        accuracy(torch.tensor([[3.0], [-3.0]]), torch.tensor([1, 0]))
+
+
+@pytest.mark.parametrize("metric", [mse, mae, r2])
+def test_regression_metrics_of_no_entries_raise_instead_of_returning_nan(metric):
+    with pytest.raises(ValueError, match=r"over an empty set: targets of shape \(0, 2\) have "
+                                         r"no entry"):
+        metric(torch.empty(0, 2), torch.empty(0, 2))
+
+
+def test_bf16_logits_give_the_accuracy_of_their_argmax():
+    logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.5, 0.25], [0.0, 0.0, 4.0],
+                           [1.0, 0.0, 0.5]]).bfloat16()
+    targets = torch.tensor([[1, 0], [2, -100]])
+    # naive loop over the kept entries
+    pred = [max(range(3), key=lambda c: float(row[c])) for row in logits]
+    kept = [(p, t) for p, t in zip(pred, targets.flatten().tolist()) if t != -100]
+    expected = sum(p == t for p, t in kept) / len(kept)
+    assert accuracy(logits.reshape(2, 2, 3), targets) == pytest.approx(expected) == 1.0
+    assert exact_match(logits.reshape(2, 2, 3), targets) == 1.0

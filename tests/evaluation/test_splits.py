@@ -157,3 +157,26 @@ def test_make_split_passes_unseen_through():
         seen = set(input_keys(train))
         overlap = sum(k in seen for k in input_keys(test))
         assert (overlap == 0) if unseen else (overlap > 0)
+
+
+def test_size_split_refuses_a_nan_size_instead_of_dropping_its_example():
+    # NaN <= t and NaN > t are both False: the example was on neither side, so the two sides
+    # held 5 of 6 examples
+    sizes = torch.tensor([1.0, 2.0, float("nan"), 3.0, 4.0, 1.0])
+    with pytest.raises(ValueError, match=r"sizes must be numbers, got NaN at examples \[2\]"):
+        size_split(_toy(6), threshold=2, sizes=sizes)
+
+
+def test_size_split_takes_sizes_as_a_list_and_partitions_by_them():
+    sizes = [5, 1, 3, 2, 6, 4]
+    small, large = size_split(_toy(6), threshold=3, sizes=sizes)
+    # by hand: sizes <= 3 at examples 1, 2, 3; the rest above, each in its original order
+    assert small.targets.tolist() == [1, 2, 3] and large.targets.tolist() == [0, 4, 5]
+
+
+def test_family_split_refuses_a_bare_family_name():
+    # a string is a collection of its letters: "ab" would hold out families 'a' and 'b'
+    names = ["a", "b", "ab"] * 3 + ["a"]
+    with pytest.raises(ValueError, match=r"test_families must be a collection of families, got "
+                                         r"the string 'ab' \(for one family, pass \['ab'\]\)"):
+        family_split(_toy(), names, "ab")

@@ -14,7 +14,7 @@ from graded.morphic.state import Grade, GradedStateSpace
 from graded.study.core import Context
 from graded.study.experiments import _e9_structure as structure
 from graded.study.experiments import _e9_utility as utility
-from graded.study.experiments.e9_numerics import NumericsExperiment
+from graded.study.experiments.e9_numerics import NumericsExperiment, additivity_finding
 
 DT = torch.float64
 
@@ -97,3 +97,16 @@ def test_chain_shortfall_without_cross_term_in_a_worked_example():
     path, total, cross = utility.chain_terms(inst, eye, eye)
     assert float(cross) == 0.0
     assert float(total - path) > 0.5  # Σ step utilities exceeds the path utility
+
+
+def test_an_additivity_gap_near_zero_is_cut_at_zero_and_holds():
+    # relative gaps abs(·)/abs(·) ≥ 0 with one far instance: the t interval of the mean
+    # (mean 0.012, s = 0.0213, 4 df: half-width 2.776 · 0.0213/√5 = 0.0264) reaches below 0,
+    # which no gap can; uncut, the band [0, 0.05] read [−0.014, 0.038] as inconclusive
+    gaps = [0.001, 0.002, 0.003, 0.004, 0.05]
+    mean = sum(gaps) / 5
+    s = (sum((g - mean) ** 2 for g in gaps) / 4) ** 0.5
+    assert mean - 2.7764451051977987 * s / 5 ** 0.5 < 0
+    f = additivity_finding({"orthogonal": gaps, "control": [0.2, 0.3, 0.25]}, seed=0)
+    assert f.low == 0.0 and f.high == pytest.approx(mean + 2.7764451051977987 * s / 5 ** 0.5)
+    assert f.verdict == "holds" and "cut to the quantity's range [0, inf]" in f.detail

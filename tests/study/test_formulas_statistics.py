@@ -332,6 +332,15 @@ def test_aulc_is_the_trapezoidal_mean_over_log2_n():
     assert aulc([100, 400, 1600], [1.0, 0.5, 0.5]) == pytest.approx(0.625)
 
 
+@pytest.mark.parametrize("sizes", [[100, 1600, 400], [100, 100], [0, 100]])
+def test_aulc_refuses_sizes_that_are_not_a_learning_curve(sizes):
+    # out of order, the segments' signed widths gave 0.85 for the curve 1.0, 0.5 (n=400),
+    # 0.2 (n=1600) whose area by hand is 0.55; a repeated n divided by 0 (NaN); n = 0 has no log
+    with pytest.raises(ValueError, match=r"aulc needs positive, strictly increasing sizes, "
+                                         rf"got \[{sizes[0]}, {sizes[1]}"):
+        aulc(sizes, [1.0, 0.5, 0.2][:len(sizes)])
+
+
 # ---------------------------------------------------------------- E7 and the verdict margins
 
 
@@ -380,6 +389,14 @@ def test_a_bound_holds_only_when_every_model_is_within_it():
     assert ok.verdict == "holds" and ok.estimate == -7.5
     none = bound_finding("3", "q", "c", [math.nan], "d.", [])
     assert none.verdict == "inconclusive" and none.seeds == 0
+
+
+def test_an_infinite_excess_over_a_bound_is_above_it_not_left_out():
+    # a graded constant over an ungraded one of 0 gives log(ratio) = +inf: a model above the
+    # bound, which used to be dropped with the NaNs so that the rest "held"
+    f = bound_finding("3", "q", "c", [-0.5, math.inf, -0.7, math.nan], "d.", [])
+    assert f.verdict == "inconclusive" and f.seeds == 3 and f.estimate == math.inf
+    assert "1/3 above 0" in f.detail
 
 
 # ---------------------------------------------------------------- replicates are seeds

@@ -27,15 +27,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graded.checks import check_int
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
 
 MAX_ONEHOT = 4096
 
 
-def _vocab_size(train: TaskDataset, test: TaskDataset) -> int:
+def _vocab_size(train: TaskDataset, test: TaskDataset, *, token_targets: bool = False) -> int:
+    """``info["vocab_size"]``, else one more than the largest token of either set: of the
+    inputs, the decoder inputs and, with ``token_targets`` (next-token and seq2seq targets, not
+    class labels), the scored targets (a target can be a token no input holds, such as the
+    last one of a sequence)."""
     v = train.info.get("vocab_size")
     if v is None:
-        v = int(max(train.inputs.max(), test.inputs.max())) + 1
+        tokens = [t for d in (train, test)
+                  for t in (d.inputs, d.get("decoder_inputs"),
+                            d.targets[d.targets != IGNORE_INDEX] if token_targets else None)
+                  if t is not None and t.numel()]
+        v = max(int(t.max()) for t in tokens) + 1
     return int(v)
 
 
@@ -111,8 +120,9 @@ def logistic_regression(x_train: Tensor, y_train: Tensor, x_test: Tensor, *,
 
 
 def _neighbours(x_train: Tensor, x_test: Tensor, k: int, chunk: int = 1024) -> Tensor:
-    """Indices (N_test, k) of the k nearest train rows (Euclidean; ties by train index)."""
-    k = min(k, x_train.shape[0])
+    """Indices (N_test, k) of the k nearest train rows (Euclidean; ties by train index); k ≥ 1,
+    at most the number of train rows."""
+    k = min(check_int("k", k, minimum=1), x_train.shape[0])
     out = []
     for s in range(0, x_test.shape[0], chunk):
         d = torch.cdist(x_test[s: s + chunk].double(), x_train.double())
@@ -219,7 +229,7 @@ def sequence_baselines(train: TaskDataset, test: TaskDataset, *, encoder_decoder
                        ) -> dict[str, Tensor]:
     """Next-token (``encoder_decoder=False``) or seq2seq test predictions: positional
     majority, bigram and, when there is a prompt to match, the prompt's nearest neighbour."""
-    v = _vocab_size(train, test)
+    v = _vocab_size(train, test, token_targets=True)
     out = {"majority": positional_majority(train, test, v),
            "bigram": bigram(train, test, v, encoder_decoder=encoder_decoder)}
     has_prompt = encoder_decoder or bool(

@@ -15,10 +15,24 @@ from graded.tasks.base import IGNORE_INDEX, TaskDataset
 
 
 def as_labels(predictions: Tensor, targets: Tensor) -> Tensor:
-    """Class ids from ids or from logits of shape (*targets.shape, C)."""
+    """Class ids from ids or from logits of shape (*targets.shape, C), C ≥ 2.
+
+    Floating predictions of the targets' shape are taken as ids only when they are whole
+    numbers: scores or probabilities there (one column per example) would otherwise be
+    truncated to ids. One class column (C = 1) is refused for the same reason: its argmax
+    is always 0."""
     if predictions.shape == targets.shape:
+        if predictions.is_floating_point() and not bool(
+                (predictions == predictions.round()).all()):
+            raise ValueError(f"predictions of the targets' shape {tuple(targets.shape)} are "
+                             f"{predictions.dtype} values that are not whole numbers; expected "
+                             "class ids, or logits with one more trailing class dimension")
         return predictions.long()
     if predictions.ndim == targets.ndim + 1 and predictions.shape[:-1] == targets.shape:
+        if predictions.shape[-1] < 2:
+            raise ValueError(f"logits of shape {tuple(predictions.shape)} have "
+                             f"{predictions.shape[-1]} class column; expected at least 2 "
+                             "(a binary task has 2 logits per example, or pass class ids)")
         return predictions.argmax(-1)
     raise ValueError(f"predictions of shape {tuple(predictions.shape)} do not match targets of "
                      f"shape {tuple(targets.shape)} (expected the same shape or one more "
@@ -68,13 +82,13 @@ def exact_match(predictions: Tensor, targets: Tensor, mask: Tensor | None = None
 
 def mse(predictions: Tensor, targets: Tensor) -> float:
     """Mean squared error over all entries."""
-    _same_shape(predictions, targets)
+    _same_shape(predictions, targets, "mse")
     return float(((predictions.double() - targets.double()) ** 2).mean())
 
 
 def mae(predictions: Tensor, targets: Tensor) -> float:
     """Mean absolute error over all entries."""
-    _same_shape(predictions, targets)
+    _same_shape(predictions, targets, "mae")
     return float((predictions.double() - targets.double()).abs().mean())
 
 
@@ -84,7 +98,7 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
     Follows scikit-learn's ``r2_score`` (uniform average): a constant column scores 1 when
     predicted exactly and 0 otherwise. Predicting the test mean scores 0.
     """
-    _same_shape(predictions, targets)
+    _same_shape(predictions, targets, "R²")
     y = targets.double().reshape(targets.shape[0], -1)
     p = predictions.double().reshape(targets.shape[0], -1)
     if y.shape[0] < 2:
@@ -96,10 +110,15 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
     return float(col.mean())
 
 
-def _same_shape(predictions: Tensor, targets: Tensor) -> None:
+def _same_shape(predictions: Tensor, targets: Tensor, metric: str) -> None:
+    """Regression predictions and targets of one shape, with at least one entry (a mean over
+    none is not a score)."""
     if predictions.shape != targets.shape:
         raise ValueError(f"predictions of shape {tuple(predictions.shape)} do not match "
                          f"targets of shape {tuple(targets.shape)}")
+    if targets.numel() == 0:
+        raise ValueError(f"{metric} over an empty set: targets of shape "
+                         f"{tuple(targets.shape)} have no entry")
 
 
 METRICS: dict[str, Callable[..., float]] = {

@@ -68,15 +68,20 @@ def sequence_lengths(data: TaskDataset) -> Tensor:
     return (~pad).sum(1)
 
 
-def size_split(data: TaskDataset, threshold: int, sizes: Tensor | None = None
+def size_split(data: TaskDataset, threshold: float,
+               sizes: Tensor | Sequence[float] | None = None
                ) -> tuple[TaskDataset, TaskDataset]:
     """Train on examples of size <= threshold, test on the larger ones.
 
-    ``sizes`` defaults to the sequence lengths. Either side being empty raises.
+    ``sizes`` (one per example, a tensor or a sequence) defaults to the sequence lengths. A
+    NaN size (on neither side of any threshold) or either side being empty raises.
     """
-    sizes = sequence_lengths(data) if sizes is None else sizes
+    sizes = sequence_lengths(data) if sizes is None else torch.as_tensor(sizes)
     if sizes.shape != (len(data),):
         raise ValueError(f"sizes must have shape ({len(data)},), got {tuple(sizes.shape)}")
+    if sizes.is_floating_point() and bool(sizes.isnan().any()):
+        raise ValueError(f"sizes must be numbers, got NaN at examples "
+                         f"{torch.nonzero(sizes.isnan()).flatten().tolist()}")
     small = torch.nonzero(sizes <= threshold).flatten()
     large = torch.nonzero(sizes > threshold).flatten()
     if len(small) == 0 or len(large) == 0:
@@ -96,6 +101,9 @@ def family_split(data: TaskDataset, family_ids: Tensor | Sequence[object],
     out of the test side, so no test input occurs in training. A held-out family absent from
     ``family_ids``, or either side being empty, raises.
     """
+    if isinstance(test_families, str):  # set("cycle") would hold out 'c', 'y', 'l', 'e'
+        raise ValueError(f"test_families must be a collection of families, got the string "
+                         f"{test_families!r} (for one family, pass [{test_families!r}])")
     ids = family_ids.tolist() if isinstance(family_ids, Tensor) else list(family_ids)
     if len(ids) != len(data):
         raise ValueError(f"family_ids must give one family per example ({len(data)}), "

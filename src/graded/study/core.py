@@ -230,7 +230,12 @@ def verdict(low: float, high: float, *, predicted: Literal["positive", "negative
             margin: float = 0.0) -> Verdict:
     """The study's rule: a claim holds when the whole interval lies on the predicted side of
     ``margin``, fails when it lies wholly on the other side (or inside ±margin for a predicted
-    effect), and is inconclusive otherwise."""
+    effect), and is inconclusive otherwise. ``margin`` is a finite width ≥ 0."""
+    if predicted not in ("positive", "negative"):
+        raise ValueError(f"predicted={predicted!r}; expected 'positive' or 'negative'")
+    if not (math.isfinite(margin) and margin >= 0.0):
+        raise ValueError(f"margin={margin!r}; expected a finite width >= 0 (the band ±margin "
+                         "around 0)")
     if not (math.isfinite(low) and math.isfinite(high)) or low > high:
         return "inconclusive"
     if predicted == "positive":

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graded.checks import check_int
+
 __all__ = [
     "Interval",
     "bootstrap_interval",
@@ -45,9 +47,23 @@ __all__ = [
 ]
 
 
+def _check_level(level: float, caller: str, example: float = 0.95) -> None:
+    """A ``level`` (an interval's coverage, a test's size) lies strictly between 0 and 1."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"{caller} needs a level strictly between 0 and 1 (e.g. {example}), "
+                         f"got level={level!r}")
+
+
+def _check_resampling(n_boot: int, level: float, caller: str) -> None:
+    """A bootstrap's number of resamples is a positive integer and its level lies in (0, 1)."""
+    check_int("n_boot", n_boot, minimum=1)
+    _check_level(level, caller)
+
+
 def bootstrap_interval(values, *, n_boot: int = 10_000, level: float = 0.95,
                        seed: int = 0) -> tuple[float, float, float]:
     """Mean of ``values`` and its percentile bootstrap interval."""
+    _check_resampling(n_boot, level, "bootstrap_interval")
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("bootstrap_interval needs at least one value")
@@ -91,6 +107,7 @@ def cluster_bootstrap(values, clusters, *, n_boot: int = 10_000, level: float = 
     the cluster means). Clusters are taken in the order of their first value, so the resampling
     depends on that order and not on the labels. With one value per cluster this is
     :func:`bootstrap_interval`, draw for draw."""
+    _check_resampling(n_boot, level, "cluster_bootstrap")
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("cluster_bootstrap needs at least one value")
@@ -133,6 +150,7 @@ def two_stage_bootstrap(values, tasks, seeds, *, n_boot: int = 10_000, level: fl
     interval over only k = 3 or 4 tasks is itself too narrow (the narrowness bias of
     :func:`mean_interval`'s docstring, at k rather than at the number of seeds): read it as
     the least a sample of tasks would add, not as a verdict interval."""
+    _check_resampling(n_boot, level, "two_stage_bootstrap")
     x = np.asarray(values, dtype=np.float64).ravel()
     task_labels, seed_labels = list(tasks), list(seeds)
     if x.size == 0:
@@ -185,7 +203,7 @@ def t_quantile(p: float, nu: float) -> float:
     tail = 2.0 * (1.0 - p)  # the two-sided tail mass beyond the quantile
 
     def two_sided(t: float) -> float:
-        return _incomplete_beta(nu / 2.0, 0.5, nu / (nu + t * t))
+        return _t_two_sided_tail(t, nu)
 
     low, high = 0.0, 1.0
     while two_sided(high) > tail:
@@ -204,6 +222,7 @@ def t_quantile(p: float, nu: float) -> float:
 def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
     """Mean of ``values`` and its Student t interval mean ± t_{(1+level)/2, n−1}·s/√n (s with
     n − 1 in the denominator); one value gives the point."""
+    _check_level(level, "t_interval")
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("t_interval needs at least one value")
@@ -279,6 +298,9 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
     One replicate (one value, or one cluster) has no spread to estimate: its t interval has
     0 degrees of freedom and is the whole line (−∞, ∞), so the interval is ``bounds`` or
     unbounded and no verdict reads it as holding or failing."""
+    if bounds is not None and not bounds[0] < bounds[1]:
+        raise ValueError(f"mean_interval needs bounds (low, high) with low < high, got "
+                         f"bounds={bounds!r}")
     x = np.asarray(values, dtype=np.float64).ravel()
     if clusters is None:
         est, b_low, b_high = bootstrap_interval(x, n_boot=n_boot, level=level, seed=seed)
@@ -296,17 +318,27 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
     return Interval(est, low, high, (b_low, b_high), (t_low, t_high), int(u.size), bounds)
 
 
-def _incomplete_beta(a: float, b: float, x: float) -> float:
+def _t_two_sided_tail(t: float, nu: float) -> float:
+    """P(|T| ≥ |t|) for Student's t with ``nu`` degrees of freedom: I_x(ν/2, ½) with
+    x = ν/(ν + t²), its complement 1 − x = t²/(ν + t²) computed as such (1 − x rounds to 0
+    when t² ≪ ν, which would make every small t look like t = 0)."""
+    return _incomplete_beta(nu / 2.0, 0.5, nu / (nu + t * t), t * t / (nu + t * t))
+
+
+def _incomplete_beta(a: float, b: float, x: float, complement: float | None = None) -> float:
     """The regularised incomplete beta function I_x(a, b) by its continued fraction (Lentz's
-    method, Numerical Recipes §6.4)."""
+    method, Numerical Recipes §6.4); ``complement``, when given, is 1 − x computed without
+    its rounding."""
+    y = 1.0 - x if complement is None else complement
     if x <= 0.0:
         return 0.0
-    if x >= 1.0:
+    if y <= 0.0:
         return 1.0
     if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast on this side only
-        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+        return 1.0 - _incomplete_beta(b, a, y, x)
     front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x)) / a
+                     + a * math.log(x)
+                     + b * (math.log1p(-x) if complement is None else math.log(y))) / a
     tiny = 1e-300
     c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
     d = 1.0 / (d if abs(d) > tiny else tiny)
@@ -335,16 +367,21 @@ def paired_t_p_value(differences) -> float:
     if sd == 0.0:
         return 1.0 if float(d.mean()) == 0.0 else 0.0
     t = float(d.mean()) / (sd / math.sqrt(d.size))
-    nu = d.size - 1.0
-    return float(_incomplete_beta(nu / 2.0, 0.5, nu / (nu + t * t)))
+    return _t_two_sided_tail(t, d.size - 1.0)
 
 
 def holm(p_values, level: float = 0.05) -> list[bool]:
     """Holm's step-down rejections for a family of p-values (True = rejected at ``level``).
 
     A non-finite p-value (a comparison that could not be tested, e.g. a diverged run) counts
-    as 1: it is never rejected and still counts in the family's size."""
+    as 1: it is never rejected and still counts in the family's size. A finite p-value outside
+    [0, 1], or a level outside (0, 1), raises."""
+    _check_level(level, "holm", example=0.05)
     p = np.asarray(p_values, dtype=np.float64).ravel()
+    bad = np.isfinite(p) & ((p < 0.0) | (p > 1.0))
+    if bad.any():
+        raise ValueError(f"holm needs p-values in [0, 1] (or nan for an untested comparison), "
+                         f"got {p[bad].tolist()}")
     p = np.where(np.isfinite(p), p, 1.0)
     order = np.argsort(p)
     reject = [False] * p.size

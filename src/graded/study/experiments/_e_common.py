@@ -141,7 +141,10 @@ def exact_verdict(holds: bool) -> str:
 
 def equivalence_verdict(low: float, high: float, lo: float, hi: float) -> str:
     """A predicted *value*: holds when the interval lies inside [lo, hi], fails when it lies
-    wholly outside it, inconclusive otherwise."""
+    wholly outside it, inconclusive otherwise. The band needs lo < hi."""
+    if not lo < hi:
+        raise ValueError(f"equivalence_verdict needs a band [lo, hi] with lo < hi, got "
+                         f"lo={lo!r}, hi={hi!r}")
     if not (math.isfinite(low) and math.isfinite(high)) or low > high:
         return "inconclusive"
     if lo <= low and high <= hi:

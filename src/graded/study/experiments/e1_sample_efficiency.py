@@ -98,13 +98,16 @@ def _data(task: str, n_eval: int) -> TaskData:
 
 def aulc(sizes: list[int], losses: list[float]) -> float:
     """Area under the learning curve: the trapezoidal mean of ``losses`` over log₂ of
-    ``sizes`` (lower is better); the single loss for one size."""
+    ``sizes`` (positive and increasing; lower is better); the single loss for one size."""
     if len(sizes) != len(losses) or not sizes:
         raise ValueError(f"aulc needs equal, non-empty sizes and losses, got {len(sizes)} and "
                          f"{len(losses)}")
+    n = np.asarray(sizes, dtype=np.float64)
+    if n[0] <= 0 or np.any(np.diff(n) <= 0):
+        raise ValueError(f"aulc needs positive, strictly increasing sizes, got {list(sizes)}")
     if len(sizes) == 1:
         return float(losses[0])
-    x = np.log2(np.asarray(sizes, dtype=np.float64))
+    x = np.log2(n)
     y = np.asarray(losses, dtype=np.float64)
     return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)) / (x[-1] - x[0]))
 
@@ -376,7 +379,7 @@ class SampleEfficiencyExperiment:
             f"{diverged} diverged (non-finite loss) and are excluded. Replicates: seeds, each "
             "with all its runs (every task, arm and n; they share the seed's subset and "
             "minibatch order), resampled together; the estimate is the mean over runs. The "
-            "grade-gradient scaling part of claim 7 is E6.")
+            "grade-gradient scaling part of claim 7 is E6.", bounds=(-math.inf, 1.0))
         correlations: tuple[list[float], list[int], list[str]] = ([], [], [])
         top = max(b["sizes"])
         for r in runs:

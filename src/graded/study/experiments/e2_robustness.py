@@ -60,9 +60,10 @@ def bound_finding(claim: str, quantity: str, control: str, log_excess: list[floa
     value is ≤ 0. The ratios are ratios of two lower-bound estimates (random and adversarial
     directions, :mod:`graded.analysis.lipschitz`), so a value above 0 may come from an
     underestimated ungraded constant as well as from a violated bound: it makes the claim
-    **inconclusive**, not failed."""
-    values = [v for v in log_excess if math.isfinite(v)]
-    if not values:
+    **inconclusive**, not failed. An infinite value (a ratio over an ungraded constant of
+    0) lies above the bound like any other; a NaN one (no measurement) is left out."""
+    values = [v for v in log_excess if not math.isnan(v)]
+    if not values or not any(math.isfinite(v) for v in values):
         return Finding(claim, "E2", quantity, control, 0, math.nan, math.nan, math.nan,
                        "inconclusive", detail + " No finite value.", list(figures))
     worst = max(values)

@@ -261,3 +261,21 @@ def test_a_task_option_that_is_not_finite_is_refused_naming_it(value):
     with pytest.raises(ValueError, match=r"edge_prob must be a finite number"):
         check_float("edge_prob", value, minimum=0.0, maximum=1.0)
     assert check_float("edge_prob", 0.5, minimum=0.0, maximum=1.0) == 0.5
+
+
+def test_equal_float_inputs_share_one_key_so_no_signed_zero_escapes_the_leakage_check():
+    """``input_keys`` keys rows by their bytes: -0.0 and 0.0 are equal inputs with different
+    bytes, so a test row [-0.0, 1.0] escaped ``unseen_test`` beside a train row [0.0, 1.0]."""
+    from graded.tasks.base import input_keys, unseen_test
+
+    def rows(values):
+        x = torch.tensor(values)
+        return TaskDataset({"inputs": x, "targets": torch.zeros(len(x))}, task="t",
+                           kind="regression")
+
+    train = rows([[0.0, 1.0], [2.0, 3.0]])
+    candidates = rows([[-0.0, 1.0], [4.0, 5.0]])
+    assert input_keys(train)[0] == input_keys(candidates)[0]
+    fresh = rows([[6.0, 7.0]])
+    test = unseen_test(train, candidates, 2, lambda m, seed: fresh, seed=0)
+    assert test.inputs.tolist() == [[4.0, 5.0], [6.0, 7.0]]

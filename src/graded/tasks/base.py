@@ -342,8 +342,12 @@ TOP_UP_DRAWS = 6  # fresh draws (of n_test, 2·n_test, 4·n_test, ... examples) 
 
 
 def input_keys(data: TaskDataset) -> list[bytes]:
-    """One hashable key per example: the bytes of its ``inputs`` row (equal iff the inputs are)."""
-    x = data.inputs.detach().cpu().contiguous()
+    """One hashable key per example: the bytes of its ``inputs`` row (equal iff the inputs are;
+    floating -0.0 is keyed as 0.0, which it equals)."""
+    x = data.inputs.detach().cpu()
+    if x.is_floating_point():
+        x = x + 0.0  # -0.0 + 0.0 is 0.0: one key for two equal inputs
+    x = x.contiguous()
     return [row.tobytes() for row in x.reshape(len(x), -1).numpy()]
 
 

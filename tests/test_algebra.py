@@ -230,6 +230,19 @@ def test_homogeneous_norm_is_inf_not_nan_when_a_coordinate_power_overflows():
     assert torch.equal(GradedSpace([1, 2]).homogeneous_norm(inf), torch.full((2,), math.inf))
 
 
+def test_a_nan_coordinate_makes_the_norms_nan_not_zero():
+    # NaN > 0 is False, so a NaN vector was taken for the origin: both norms returned 0 and a
+    # NaN that reached them went unnoticed; the reference is the plain formula, NaN too
+    space = GradedSpace([1.0, 2.0, 3.0])
+    x = torch.tensor([[1.0, math.nan, 2.0], [0.0, 0.0, 0.0]], dtype=F64)
+    plain = (torch.tensor([1.0, 2.0, 3.0], dtype=F64) * x * x).sum(-1).sqrt()
+    torch.testing.assert_close(space.graded_norm(x), plain, equal_nan=True)
+    for w in (2.0, 6.0, math.inf):  # w = ∞ (a max) propagated the NaN already
+        got = space.homogeneous_norm(x, w)
+        assert math.isnan(float(got[0])), w
+        assert float(got[1]) == 0.0
+
+
 def test_homogeneous_norm_gradient_is_finite_with_zero_coordinates():
     space = GradedSpace([1.0, 2.0, 3.0])
     x = torch.tensor([0.0, 1.5, 0.0], dtype=F64, requires_grad=True)

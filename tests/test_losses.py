@@ -339,6 +339,16 @@ def test_max_graded_loss_of_vectors_without_coordinates_is_zero():
     assert float(max_graded_loss(empty, empty, q, reduction="sum")) == 0.0
 
 
+def test_homogeneous_loss_of_vectors_without_coordinates_is_zero():
+    # no grade at all (r = 0): torch.stack of no groups raised RuntimeError; the per-vector
+    # losses that sum their terms give 0 for each vector, and so does the loss of one grade
+    empty = torch.zeros(4, 0, dtype=F64)
+    q = torch.zeros(0, dtype=F64)
+    torch.testing.assert_close(homogeneous_loss(empty, empty, q, reduction="none"),
+                               graded_norm_loss(empty, empty, q, reduction="none"))
+    assert float(homogeneous_loss(empty, empty, q, reduction="sum")) == 0.0
+
+
 def test_homogeneous_loss_with_large_errors_is_finite_in_float32():
     # ten distinct grades and errors of 100: Σ_j ‖e_{d_j}‖^{2(r-j+1)} is 10^40 > float32's max,
     # so the loss was inf with zero gradients; the loss itself is about 10^4
@@ -353,6 +363,37 @@ def test_homogeneous_loss_with_large_errors_is_finite_in_float32():
         lambda p: (p**2).pow(torch.arange(10, 0, -1, dtype=F64)).sum(-1).pow(0.1).mean()
     )(pred64)
     torch.testing.assert_close(pred.grad.double(), expected_grad, rtol=1e-4, atol=1e-30)
+
+
+def test_homogeneous_loss_of_a_nan_error_is_nan_and_of_an_infinite_error_inf():
+    # a NaN error gave the loss 0 (NaN > 0 is False: read as a zero error), so a diverged
+    # prediction trained on silently; an infinite one gave NaN (∞/∞) where the loss is ∞,
+    # as the plain formula (‖e_1‖⁶ + ‖e_2‖⁴ + ‖e_3‖²)^{1/3} says
+    q = torch.tensor([1.0, 2.0, 3.0])
+    pred = torch.tensor([[1.0, math.nan, 2.0], [math.inf, 1.0, 1.0], [1.0, 1.0, -math.inf],
+                         [2.0, 0.0, 1.0]])
+    target = torch.zeros_like(pred)
+    got = homogeneous_loss(pred, target, q, reduction="none")
+    sq = (pred - target) ** 2
+    plain = (sq[:, 0] ** 3 + sq[:, 1] ** 2 + sq[:, 2]) ** (1 / 3)
+    torch.testing.assert_close(got, plain, equal_nan=True)
+    assert math.isnan(float(got[0])) and float(got[1]) == float(got[2]) == math.inf
+    assert math.isnan(float(homogeneous_loss(pred, target, q)))
+
+
+def test_exponentially_graded_loss_of_an_exact_prediction_is_zero_beyond_the_dtype_range():
+    # λ^q = 2^130 is inf in float32 (2^16 in float16) and inf·0 was NaN: a perfect prediction
+    # had loss NaN. Σ λ^{q_k} ℓ_k with ℓ = 0 is 0; a non-zero error of weight 2^130 stays ∞
+    q = torch.tensor([0.0, 130.0])
+    pred = torch.tensor([[1.0, 2.0], [1.0, 2.5]])
+    target = torch.tensor([[1.5, 2.0], [1.0, 2.0]])
+    got = exponentially_graded_loss(pred, target, q, reduction="none")
+    torch.testing.assert_close(got[0], torch.tensor([0.25, 0.0]))
+    assert got[1, 0] == 0.0 and got[1, 1] == math.inf
+    assert float(exponentially_graded_loss(pred[:1], target[:1], q, reduction="sum")) == 0.25
+    half = torch.tensor([[1.0, 2.0]], dtype=torch.float16)
+    loss = exponentially_graded_loss(half, half, torch.tensor([0.0, 16.0]))
+    assert loss.dtype == torch.float16 and float(loss) == 0.0
 
 
 # -- an empty batch reduces as torch does: "mean" of nothing is NaN, "sum" of nothing is 0 ------
@@ -411,3 +452,19 @@ def test_graded_cross_entropy_of_no_sample_is_that_of_torch(target, reduction):
     assert torch.equal(grading.grades.grad, torch.zeros(C, dtype=F64))
     loss = GradedCrossEntropyLoss(torch.ones(C, dtype=F64), reduction=reduction)
     torch.testing.assert_close(loss(logits, labels), expected.detach(), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16])
+def test_graded_cross_entropy_reads_class_indices_of_any_integer_dtype(dtype):
+    # gather takes int64 (or int32) indices only: a uint8 target, which F.cross_entropy takes,
+    # failed inside torch with "gather(): Expected dtype int32/int64 for index"
+    torch.manual_seed(0)
+    logits, labels = torch.randn(6, 4, dtype=F64), torch.randint(0, 4, (6,))
+    q = torch.tensor([0.5, 1.0, 2.0, 3.0], dtype=F64)
+    expected = -(q[labels] * F.log_softmax(logits, -1)[torch.arange(6), labels]).mean()
+    torch.testing.assert_close(graded_cross_entropy(logits, labels.to(dtype), q), expected)
+
+
+def test_graded_cross_entropy_names_a_bool_target():
+    with pytest.raises(TypeError, match=r"class indices .* or class probabilities .*torch\.bool"):
+        graded_cross_entropy(torch.randn(3, 2), torch.tensor([True, False, True]), torch.ones(2))

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graded.algebra.space import power_norm
 from graded.grading import ExponentialGrading, GradingMap, LinearGrading, as_grade_tensor
 
 __all__ = [
@@ -147,10 +148,11 @@ def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     with their Euclidean norm. For V_(2,3): (‖e_2‖⁴ + ‖e_3‖²)^{1/2}. The grades only group the
     coordinates, so no gradient flows into them (for a grading module, its scales group).
 
-    Computed as m·(Σ_j (a_j/m)^r)^{1/r} with a_j = ‖e_{d_j}‖^{2(r−j+1)/r} ≤ max(‖e_{d_j}‖², 1)
-    and m = max_j a_j, as :meth:`graded.algebra.GradedSpace.homogeneous_norm` is: the sum of
-    powers itself overflows (float32: ‖e_{d_1}‖² = 10⁴ with r = 10 is 10⁴⁰) where the loss
-    does not.
+    Computed as :func:`graded.algebra.space.power_norm` (the r-norm) of
+    a_j = ‖e_{d_j}‖^{2(r−j+1)/r} ≤ max(‖e_{d_j}‖², 1), as
+    :meth:`graded.algebra.GradedSpace.homogeneous_norm` is: the sum of powers itself overflows
+    (float32: ‖e_{d_1}‖² = 10⁴ with r = 10 is 10⁴⁰) where the loss does not. A NaN error gives
+    a NaN loss and an infinite one ∞.
     """
     _check(input, target, reduction)
     if isinstance(grades, GradingMap):
@@ -161,22 +163,16 @@ def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     distinct = sorted(set(q.cpu().tolist()))
     r = len(distinct)
     sq = (input - target) ** 2
+    if r <= 1:  # one grade: ‖e‖²; no coordinates: the empty sum 0, as graded_norm_loss's
+        return _reduce(sq.sum(-1), reduction)
     groups = [sq.index_select(-1, (q == d).nonzero().flatten().to(input.device)).sum(-1)
               for d in distinct]
-    if r == 1:
-        return _reduce(groups[0], reduction)
     s = torch.stack(groups, -1)  # ‖e_{d_j}‖², (..., r)
     k = torch.arange(r, 0, -1, dtype=s.dtype, device=s.device)  # r − j + 1
     # the powers s^{k/r} with k/r < 1 and the r-th root, with finite gradients at a zero error
     zero = s == 0
     a = torch.where(zero, torch.zeros_like(s), torch.where(zero, torch.ones_like(s), s) ** (k / r))
-    m = a.amax(-1, keepdim=True)
-    pos = m > 0
-    m_safe = torch.where(pos, m, torch.ones_like(m))
-    total = ((a / m_safe) ** r).sum(-1, keepdim=True)  # >= 1 wherever m > 0
-    total = torch.where(pos, total, torch.ones_like(total))
-    out = torch.where(pos, m_safe * total ** (1.0 / r), torch.zeros_like(m))
-    return _reduce(out.squeeze(-1), reduction)
+    return _reduce(power_norm(a, r), reduction)
 
 
 def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
@@ -209,6 +205,11 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
         logp = torch.where(pos, logp, torch.full_like(input, -torch.inf))
     keep = None
     if not target.is_floating_point():
+        if target.dtype == torch.bool or target.is_complex():
+            raise TypeError(f"target must hold class indices (an integer tensor) or class "
+                            f"probabilities (a floating-point one), got {target.dtype}")
+        if target.dtype != torch.int64:  # gather takes int64 (or int32) indices only
+            target = target.long()
         if target.shape != input.shape[:-1]:
             raise ValueError(f"class-index target must have shape {tuple(input.shape[:-1])}, "
                              f"got {tuple(target.shape)}")
@@ -294,7 +295,10 @@ def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, 
                              f"base={base!r}")
         q = _weights(grades, input, what="exponentially_graded_loss")
         w = torch.exp(q * torch.log(torch.tensor(lam, dtype=q.dtype, device=q.device)))
-    return _reduce(w * _elementwise(base_loss, input, target), reduction)
+    ell = _elementwise(base_loss, input, target)
+    # λ^q beyond the dtype's range is inf (float32: q·ln λ > 88.7, float16: > 11.1) and inf·0
+    # is NaN: a term with ℓ = 0 is 0 whatever its weight
+    return _reduce(torch.where(ell == 0, torch.zeros_like(ell), w * ell), reduction)
 
 
 class _GradedLoss(nn.Module):

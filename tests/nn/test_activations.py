@@ -179,3 +179,12 @@ def test_learnable_activation_grades_below_the_floor_stay_finite():
     assert torch.isfinite(out).all()
     out.sum().backward()
     assert torch.isfinite(act.grades.grad).all()
+
+
+@pytest.mark.parametrize("module", [GradedReLU, GradedExp])
+def test_a_single_grade_without_features_names_the_missing_argument(module):
+    # the message spoke of a "dim" that the activations do not have
+    with pytest.raises(ValueError, match=rf"{module.__name__} got the single grade 2.0 and no "
+                                         r"features="):
+        module(2.0)
+    assert module(2.0, features=3).grades.tolist() == [2.0, 2.0, 2.0]

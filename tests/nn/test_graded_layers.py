@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 
 from graded.algebra import GradedSpace
 from graded.nn import (
+    GradedExp,
     GradedLinear,
     GradedMLP,
+    GradedReLU,
     InputGradedLinear,
     MultiplicativeGradedLinear,
     OutputGradedLinear,
@@ -331,3 +333,81 @@ def test_power_sign_mode_refuses_learnable_grades():
     # a learnt grade leaves the integers: its sign would follow round(q), its size q
     with pytest.raises(ValueError, match="learning would move"):
         MultiplicativeGradedLinear(2, 1, [1.0, 2.0], learnable_grades=True, sign_mode="power")
+
+
+def test_bfloat16_multiplicative_layer_is_within_the_rounding_of_its_factors():
+    # in bf16 (unit roundoff 2^-8) each factor u_i = w_i x_i is rounded once, |u_i|^{q_i}
+    # carries q_i times that error and the product one more rounding: (Σ q_i + 1)·2^-8 to first
+    # order. Summing q_i ln|u_i| in bf16 added 2^-8·|Σ q_i ln|u_i|| (here up to 25): 0.086
+    torch.manual_seed(0)
+    q = [1.0, 2.0, 3.0, 1.5]
+    layer = MultiplicativeGradedLinear(4, 3, q, bias=False, dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(3, 4) * 8)
+    x = (torch.randn(64, 4) * 3).bfloat16()
+    u = x.double().unsqueeze(-2) * layer.weight.detach().double()  # the same bf16 inputs
+    expected = (torch.sign(u) * u.abs() ** torch.tensor(q, dtype=F64)).prod(-1)
+    got = layer(x).detach()
+    assert got.dtype == torch.bfloat16
+    rel = (got.double() - expected).abs() / expected.abs()
+    assert float(rel.max()) <= (sum(q) + 1) * 2.0**-8
+
+
+@pytest.mark.parametrize("kind", ["additive", "multiplicative", "relu", "exp"])
+def test_a_module_with_learnable_grades_computes_the_same_after_it_is_frozen(kind):
+    # learnable grades below min_grade are evaluated at min_grade; the floor was applied only
+    # while grades.requires_grad, so requires_grad_(False) (evaluation, fine-tuning the rest)
+    # evaluated them raw: |0|^{-0.25} = ∞ gave NaN outputs. Reference: the graded formulas at
+    # the floored grades, in plain torch
+    torch.manual_seed(0)
+    q = [1.0, 2.0, 0.5]
+    build = {"additive": lambda: GradedLinear(3, 2, q, learnable_grades=True, dtype=F64),
+             "multiplicative": lambda: MultiplicativeGradedLinear(3, 2, q, learnable_grades=True,
+                                                                  dtype=F64),
+             "relu": lambda: GradedReLU(q, learnable=True, dtype=F64),
+             "exp": lambda: GradedExp(q, learnable=True, dtype=F64)}[kind]
+    module = build()
+    with torch.no_grad():
+        module.grades[2] = -0.25  # a learnable grade that left q > 0 in training
+        if hasattr(module, "weight"):
+            module.weight[0, 2] = 0.0
+    x = torch.randn(4, 3, dtype=F64)
+    floored = torch.tensor([1.0, 2.0, module.min_grade], dtype=F64)
+    w = module.weight.detach() if hasattr(module, "weight") else None
+    if kind == "additive":
+        expected = x @ (torch.sign(w) * w.abs() ** floored).T + module.bias.detach()
+    elif kind == "multiplicative":
+        u = x.unsqueeze(-2) * w
+        expected = (torch.sign(u) * u.abs() ** floored).prod(-1) + module.bias.detach()
+    elif kind == "relu":
+        expected = x.abs() ** (1 / floored)
+    else:
+        expected = torch.expm1(x / floored)
+    torch.testing.assert_close(module(x).detach(), expected)
+    module.requires_grad_(False)
+    torch.testing.assert_close(module(x), expected)
+
+
+def test_per_sample_gradients_with_torch_func_equal_a_loop_of_backward_calls():
+    # the capped power behind w^q and |x|^{1/q} was an autograd.Function without
+    # setup_context, which torch.func.grad, vmap and jacrev refuse
+    torch.manual_seed(0)
+    model = GradedMLP(3, 4, 2, grades=[1.0, 2.0, 0.5], hidden_grades=[[1.0, 2.0, 3.0, 0.5]],
+                      learnable_grades=True, dtype=F64)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    xs = torch.randn(5, 3, dtype=F64)
+
+    def loss(p, x):
+        return torch.func.functional_call(model, p, (x,)).square().sum()
+
+    per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, xs)
+    for i in range(xs.shape[0]):
+        model.zero_grad()
+        model(xs[i]).square().sum().backward()
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(per_sample[name][i], p.grad, msg=name)
+    relu = model.layers[1]
+    h = torch.randn(4, dtype=F64)
+    q = relu.grades.detach()
+    expected = torch.diag(torch.sign(h) * h.abs() ** (1 / q - 1) / q)  # d|h|^{1/q}/dh
+    torch.testing.assert_close(torch.func.jacrev(relu)(h), expected)

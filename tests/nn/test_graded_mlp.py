@@ -4,6 +4,7 @@ layer l+1 read one learnable grade vector."""
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
@@ -151,3 +152,38 @@ def test_hidden_grades_given_as_a_tensor_of_one_grade_per_layer():
     assert torch.equal(model.layers[3].grades, torch.full((2,), 0.5))
     model = GradedMLP(3, [4, 2], 1, hidden_grades=torch.tensor(1.5))
     assert torch.equal(model.layers[3].grades, torch.full((2,), 1.5))
+
+
+@pytest.mark.parametrize("activation", ["graded_relu", "graded_exp"])
+def test_a_graded_mlp_built_on_the_meta_device_loads_the_weights_of_a_cpu_twin(activation):
+    # deferred initialisation: the grades were checked (q > 0) on the device they were put
+    # on, and a meta tensor has no values to read, so construction raised "Tensor.item()
+    # cannot be called on meta tensors"
+    torch.manual_seed(0)
+    kw = {"grades": [1.0, 2.0, 3.0], "hidden_grades": [[1.0, 2.0, 0.5, 1.0]],
+          "activation": activation, "learnable_grades": True}
+    reference = GradedMLP(3, 4, 2, **kw)
+    meta = GradedMLP(3, 4, 2, device="meta", **kw)
+    assert {p.device.type for p in meta.parameters()} == {"meta"}
+    model = meta.to_empty(device="cpu")
+    model.load_state_dict(reference.state_dict())
+    assert model.layers[1].grades is _next_layer_grades(model, 2)  # still one hidden grading
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(model(x), reference(x))
+    with pytest.raises(ValueError, match=r"GradedReLU needs grades q > 0, got 0.0 at index 1"):
+        GradedMLP(3, 4, 2, hidden_grades=[[1.0, 0.0, 1.0, 1.0]], device="meta")
+
+
+@pytest.mark.parametrize("layer", ["additive", "input"])
+def test_a_graded_mlp_pickles_and_computes_the_same_after_loading(layer):
+    # torch.save(model) and worker processes pickle the module: the input-graded layers of
+    # layer="input" held a lambda as their identity activation, which pickle refuses
+    torch.manual_seed(0)
+    model = GradedMLP(3, [4, 5], 2, grades=[1.0, 2.0, 3.0], layer=layer, learnable_grades=True)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    x = torch.randn(6, 3)
+    torch.testing.assert_close(loaded(x), model(x))
+    assert loaded.layers[1].grades is _next_layer_grades(loaded, 2)

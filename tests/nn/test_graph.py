@@ -435,3 +435,54 @@ def test_layers_built_in_float64_hold_float64_parameters_and_equal_the_loop(laye
                                   learn_scale=True, dtype=torch.float64)
     assert {t.dtype for t in [*graded.parameters(), *graded.buffers()]} == {torch.float64}
     assert graded(x, adj).dtype == torch.float64
+
+
+@pytest.mark.parametrize("kind", ["degree", "closeness", "eigenvector", "pagerank"])
+def test_a_graph_with_no_nodes_has_no_centralities_and_graded_attention_returns_no_rows(kind):
+    # PageRank's start 1/N raised ZeroDivisionError and the graded layer's max_k c_k raised
+    # IndexError for N = 0, where the plain layers return an empty (B?, 0, H·F') result
+    assert centrality(torch.zeros(0, 0), kind).shape == (0,)
+    assert centrality(torch.zeros(2, 0, 0), kind).shape == (2, 0)
+    layer = GradedGraphAttention(4, 3, heads=2, centrality=kind)
+    for x, adj in ((torch.zeros(0, 4), torch.zeros(0, 0)),
+                   (torch.zeros(2, 0, 4), torch.zeros(2, 0, 0))):
+        assert layer(x, adj).shape == layer.layer(x, adj).shape == (*x.shape[:-1], 6)
+    with pytest.raises(ValueError, match="unknown centrality 'betweenness'"):
+        centrality(torch.zeros(0, 0), "betweenness")  # the kind is checked for N = 0 too
+
+
+@pytest.mark.parametrize("apply_to", ["logits", "features"])
+def test_graded_attention_keeps_the_plain_layers_shapes_for_one_graph_with_a_batched_adjacency(
+        apply_to):
+    # features (N, F) with an adjacency (1, N, N): the plain layer returns (N, H·F'); the
+    # feature grading returned (1, N, H·F'), and with an adjacency (2, N, N) it scaled x into
+    # two graphs where the plain layer refuses the batch mismatch
+    torch.manual_seed(0)
+    layer = GradedGraphAttention(4, 3, heads=2, apply_to=apply_to)
+    x, adj = torch.randn(5, 4), random_graph(5, 0.6, seed=1)
+    expected = layer(x, adj)
+    got = layer(x, adj.unsqueeze(0))
+    assert got.shape == layer.layer(x, adj.unsqueeze(0)).shape == (5, 6)
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="adjacency batch 2 does not match features batch 1"):
+        layer(x, torch.stack([adj, adj]))
+
+
+@pytest.mark.parametrize("kind", ["degree", "eigenvector", "pagerank"])
+def test_graded_attention_in_float64_passes_gradcheck_in_its_grade_scale_with_a_bool_graph(kind):
+    # a bool adjacency gave float32 centralities, and s·c with a 0-d float64 s stays float32:
+    # a float64 layer had float32 grades, and finite differences in s disagreed with autograd
+    torch.manual_seed(0)
+    layer = GradedGraphAttention(4, 3, heads=2, centrality=kind, learn_scale=True,
+                                 dtype=torch.float64)
+    adj = random_graph(6, 0.5, seed=2).bool()
+    x = torch.randn(6, 4, dtype=torch.float64)
+    assert layer.node_grades(adj).dtype == torch.float64
+
+    def run(scale):
+        return torch.func.functional_call(layer, {"grade_scale": scale}, (x, adj))
+
+    assert torch.autograd.gradcheck(run, (layer.grade_scale.detach().clone().requires_grad_(),))
+    assert centrality(adj, kind, dtype=torch.float64).dtype == torch.float64
+    with pytest.raises(TypeError, match=r"floating-point dtype, got dtype=torch\.int64"):
+        centrality(adj, kind, dtype=torch.int64)

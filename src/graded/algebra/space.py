@@ -30,7 +30,27 @@ from torch import Tensor
 
 from graded.algebra.integers import weighted_gcd
 
-__all__ = ["GradedSpace"]
+__all__ = ["GradedSpace", "power_norm"]
+
+
+def power_norm(a: Tensor, p: float) -> Tensor:
+    """(Σ_i a_i^p)^{1/p} over the last dimension of a ≥ 0, for p > 0 (p = ∞: max_i a_i).
+
+    Computed as m·(Σ_i (a_i/m)^p)^{1/p} with m = max_i a_i, so the sum cannot overflow where the
+    result does not (float32: a_i = 10^4 with p = 10 is 10^40). A NaN a_i gives NaN and an
+    infinite one ∞ (the result is ≥ m); the result for a = 0 is 0 with a zero gradient.
+    """
+    m = a.amax(-1, keepdim=True)
+    if math.isinf(p):
+        return m.squeeze(-1)
+    # m != 0, not m > 0: a NaN m must reach the result, not be read as the zero vector
+    nonzero = m != 0
+    m_safe = torch.where(nonzero, m, torch.ones_like(m))
+    total = ((a / m_safe) ** p).sum(-1, keepdim=True)  # >= 1 wherever 0 < m < ∞
+    total = torch.where(nonzero, total, torch.ones_like(total))  # no 0^{1/p - 1} in backward
+    n = m_safe * total ** (1.0 / p)
+    n = torch.where(torch.isinf(m), m, n)  # a_i = ∞ made a_i/m = ∞/∞ = NaN
+    return torch.where(nonzero, n, torch.zeros_like(n)).squeeze(-1)
 
 
 class GradedSpace:
@@ -198,9 +218,11 @@ class GradedSpace:
             if g < 0:
                 raise ValueError(f"the graded norm needs grades q >= 0, got {g!r} at index {i}")
         sq = (self.grade_tensor(x) * x * x).sum(-1)
-        # sqrt with a finite (zero) gradient at the origin
-        safe = torch.where(sq > 0, sq, torch.ones_like(sq))
-        return torch.where(sq > 0, safe.sqrt(), torch.zeros_like(sq))
+        # sqrt with a finite (zero) gradient at the origin; sq == 0, not sq > 0, so that a NaN
+        # coordinate gives NaN rather than 0
+        zero = sq == 0
+        safe = torch.where(zero, torch.ones_like(sq), sq)
+        return torch.where(zero, torch.zeros_like(sq), safe.sqrt())
 
     def default_w(self) -> float:
         """The default homogeneous-norm exponent w = 2·q_max."""
@@ -209,25 +231,17 @@ class GradedSpace:
     def homogeneous_norm(self, x: Tensor, w: float | None = None) -> Tensor:
         """N_w(x) = (Σ_i |x_i|^{w/q_i})^{1/w}, homogeneous of degree 1: N(λ⋆x) = |λ| N(x).
 
-        Needs q_i > 0 and w > 0 (``math.inf`` gives max_i |x_i|^{1/q_i}). Computed as
-        m·(Σ (a_i/m)^w)^{1/w} with a_i = |x_i|^{1/q_i} and m = max a_i, which cannot overflow
-        in the sum (N itself, and a_i for q_i < 1, are outside the dtype's range when they are;
-        then N is inf, as N ≥ m).
+        Needs q_i > 0 and w > 0 (``math.inf`` gives max_i |x_i|^{1/q_i}). Computed by
+        :func:`power_norm` of a_i = |x_i|^{1/q_i}, which cannot overflow in the sum (N itself,
+        and a_i for q_i < 1, are outside the dtype's range when they are; then N is inf, as
+        N ≥ max a_i). A NaN coordinate gives NaN.
         """
         self._check(x, floating="the homogeneous norm")
         w = self._norm_exponent(w)
         zero = x == 0
         xs = torch.where(zero, torch.ones_like(x), x).abs()
         a = torch.where(zero, torch.zeros_like(x), xs ** (1.0 / self.grade_tensor(x)))
-        m = a.amax(-1, keepdim=True)
-        if math.isinf(w):
-            return m.squeeze(-1)
-        m_safe = torch.where(m > 0, m, torch.ones_like(m))
-        r = (a / m_safe) ** w
-        total = r.sum(-1, keepdim=True)  # >= 1 wherever m > 0
-        n = m_safe * total ** (1.0 / w)
-        n = torch.where(torch.isinf(m), m, n)  # a_i = ∞ made a_i/m = ∞/∞ = NaN; N ≥ m = ∞
-        return torch.where(m > 0, n, torch.zeros_like(n)).squeeze(-1)
+        return power_norm(a, w)
 
     def _norm_exponent(self, w: float | None) -> float:
         self._require_positive("the homogeneous norm")

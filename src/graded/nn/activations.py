@@ -36,17 +36,23 @@ RELU_MODES = ("abs", "threshold", "odd")
 
 
 class _Power(torch.autograd.Function):
-    """y = |x|^p (``odd=False``) or sgn(x)|x|^p (``odd=True``), with a capped slope."""
+    """y = |x|^p (``odd=False``) or sgn(x)|x|^p (``odd=True``), with a capped slope.
+
+    Written with a separate ``setup_context`` and torch operations only, so that the
+    ``torch.func`` transforms (grad, vmap, jacrev: per-sample gradients, Jacobians) apply."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x: Tensor, p: Tensor, odd: bool, max_slope: float) -> Tensor:
-        a = x.abs()
-        y = torch.pow(a, p)
-        if odd:
-            y = torch.sign(x) * y
-        ctx.save_for_backward(x, p, y)
+    def forward(x: Tensor, p: Tensor, odd: bool, max_slope: float) -> Tensor:
+        y = torch.pow(x.abs(), p)
+        return torch.sign(x) * y if odd else y
+
+    @staticmethod
+    def setup_context(ctx, inputs: tuple, output: Tensor) -> None:
+        x, p, odd, max_slope = inputs
+        ctx.save_for_backward(x, p, output)
         ctx.odd, ctx.max_slope = odd, max_slope
-        return y
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -140,6 +146,43 @@ def graded_exp(x: Tensor, grades: GradesLike, *, validate: bool = True) -> Tenso
     return torch.expm1(x / q)
 
 
+def register_grades(module: nn.Module, grades: GradesLike, n: int | None, learnable: bool,
+                    device: torch.device | str | None, dtype: torch.dtype | None,
+                    what: str) -> Tensor:
+    """Store ``grades`` (q > 0, one per feature) on ``module`` as the Parameter (``learnable``)
+    or buffer ``grades``, on ``device`` and in ``dtype``, and ``learnable`` as
+    ``module.learnable_grades``; return the validated values.
+
+    Numbers are validated on the host before the move, so that a module can be built on the
+    ``"meta"`` device (whose tensors have no values to check) and materialised later.
+    """
+    if n is None and isinstance(grades, (int, float)) and not isinstance(grades, bool):
+        raise ValueError(f"{what} got the single grade {grades!r} and no features= to say how "
+                         f"many features carry it (or pass one grade per feature)")
+    q = as_grade_tensor(grades, dim=n, dtype=dtype, allow_heads=False).detach().clone()
+    bad = q <= 0
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{what} needs grades q > 0, got {float(q[i])!r} at index {i}")
+    stored = q.to(device) if device is not None else q
+    if learnable:
+        module.grades = nn.Parameter(stored)
+    else:
+        module.register_buffer("grades", stored)
+    module.learnable_grades = learnable
+    return q
+
+
+def evaluated_grades(module: nn.Module) -> Tensor:
+    """``module.grades`` as the module evaluates them: learnable grades at max(q, min_grade)
+    with a straight-through gradient (:func:`graded.grading.straight_through_floor`), fixed
+    ones as they are. Learnable means built so (:func:`register_grades`), not ``requires_grad``:
+    a trained module frozen with ``requires_grad_(False)`` must compute what it computed.
+    """
+    q = module.grades
+    return straight_through_floor(q, module.min_grade) if module.learnable_grades else q
+
+
 class _GradedActivation(nn.Module):
     """Grades validated once (q > 0); learnable grades that fall below ``min_grade`` in
     training are evaluated at ``min_grade`` with a straight-through gradient (see
@@ -148,25 +191,10 @@ class _GradedActivation(nn.Module):
     grades: Tensor
     min_grade = 1e-3
 
-    def _grades(self) -> Tensor:
-        q = self.grades
-        return straight_through_floor(q, self.min_grade) if q.requires_grad else q
-
     def __init__(self, grades: GradesLike, learnable: bool, features: int | None, device,
                  dtype) -> None:
         super().__init__()
-        q = as_grade_tensor(grades, dim=features, dtype=dtype, device=device, allow_heads=False)
-        q = q.detach().clone()
-        bad = q <= 0
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0, 0])
-            raise ValueError(
-                f"{type(self).__name__} needs grades q > 0, got {float(q[i])!r} at index {i}"
-            )
-        if learnable:
-            self.grades = nn.Parameter(q)
-        else:
-            self.register_buffer("grades", q)
+        register_grades(self, grades, features, learnable, device, dtype, type(self).__name__)
 
 
 class GradedReLU(_GradedActivation):
@@ -188,7 +216,7 @@ class GradedReLU(_GradedActivation):
         if x.ndim == 0 or x.shape[-1] != self.grades.shape[0]:
             raise ValueError(f"input has shape {tuple(x.shape)}, expected "
                              f"{self.grades.shape[0]} features in the last dimension")
-        return graded_relu(x, self._grades(), mode=self.mode, max_slope=self.max_slope,
+        return graded_relu(x, evaluated_grades(self), mode=self.mode, max_slope=self.max_slope,
                            validate=False)
 
     def extra_repr(self) -> str:
@@ -209,7 +237,7 @@ class GradedExp(_GradedActivation):
         if x.ndim == 0 or x.shape[-1] != self.grades.shape[0]:
             raise ValueError(f"input has shape {tuple(x.shape)}, expected "
                              f"{self.grades.shape[0]} features in the last dimension")
-        return graded_exp(x, self._grades(), validate=False)
+        return graded_exp(x, evaluated_grades(self), validate=False)
 
     def extra_repr(self) -> str:
         return f"features={self.grades.shape[0]}"

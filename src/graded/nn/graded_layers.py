@@ -9,7 +9,10 @@
 w^q for w < 0 and non-integer q is not a real number and 000 does not say what to do; here it is
 the odd extension sgn(w)|w|^q (:func:`graded.nn.activations.signed_power`), which is exact for
 q = 1 (so grades 1 give ``nn.Linear``), continuous, monotone, and has a capped, finite slope at
-w = 0.
+w = 0. It is used for every grade, integer ones included: for an odd integer q it is the real
+power w^q, but for w < 0 and an even q it is −|w|^q where w^q = |w|^q (the real power for
+integer grades is :class:`MultiplicativeGradedLinear`'s ``sign_mode="power"``;
+:class:`GradedLinear` keeps the monotone extension, under which every real matrix is some W_q).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from graded.grading import (
-    ExponentialGrading,
-    GradesLike,
-    as_grade_tensor,
-    straight_through_floor,
+from graded._precision import at_least_float32
+from graded.grading import ExponentialGrading, GradesLike
+from graded.nn.activations import (
+    DEFAULT_MAX_SLOPE,
+    evaluated_grades,
+    register_grades,
+    signed_power,
 )
-from graded.nn.activations import DEFAULT_MAX_SLOPE, signed_power
 
 __all__ = [
     "GradedLinear",
@@ -37,28 +41,21 @@ __all__ = [
 ]
 
 SIGN_MODES = ("odd", "abs", "power")
+
+
+def _identity(x: Tensor) -> Tensor:
+    """The identity activation (a named function: a lambda would make the layer unpicklable)."""
+    return x
+
+
 # name -> (function, Lipschitz constant of the function)
 _ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], float]] = {
     "relu": (torch.relu, 1.0),
     "tanh": (torch.tanh, 1.0),
     "sigmoid": (torch.sigmoid, 0.25),
     "gelu": (F.gelu, 1.128905),  # rounded up: max of GELU'(x) = Φ(x) + xφ(x), attained at x = √2
-    "identity": (lambda x: x, 1.0),
+    "identity": (_identity, 1.0),
 }
-
-
-def _grade_storage(module: nn.Module, grades: GradesLike, n: int, learnable: bool,
-                   device, dtype, what: str) -> None:
-    q = as_grade_tensor(grades, dim=n, dtype=dtype, device=device, allow_heads=False)
-    q = q.detach().clone()
-    bad = q <= 0
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"{what} needs grades q > 0, got {float(q[i])!r} at index {i}")
-    if learnable:
-        module.grades = nn.Parameter(q)
-    else:
-        module.register_buffer("grades", q)
 
 
 class _LinearBase(nn.Module):
@@ -103,8 +100,8 @@ class GradedLinear(_LinearBase):
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
-        _grade_storage(self, grades, in_features, learnable_grades, device,
-                       dtype or self.weight.dtype, "GradedLinear")
+        register_grades(self, grades, in_features, learnable_grades, device,
+                        dtype or self.weight.dtype, "GradedLinear")
         for name, v in (("max_slope", max_slope), ("min_grade", min_grade)):
             if not 0 < float(v) < math.inf:
                 raise ValueError(f"GradedLinear needs a finite {name} > 0, got {v!r}")
@@ -112,9 +109,7 @@ class GradedLinear(_LinearBase):
 
     def effective_weight(self) -> Tensor:
         """The matrix [w_{j,i}^{q_i}] (odd extension for negative weights)."""
-        q = self.grades
-        if q.requires_grad:  # learnable: keep q > 0 (0^q with q <= 0 is not finite)
-            q = straight_through_floor(q, self.min_grade)
+        q = evaluated_grades(self)  # learnable: q >= min_grade (0^q with q <= 0 is not finite)
         return signed_power(self.weight, q, odd=True, max_slope=self.max_slope)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -123,7 +118,7 @@ class GradedLinear(_LinearBase):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, learnable_grades={self.grades.requires_grad}")
+                f"bias={self.bias is not None}, learnable_grades={self.learnable_grades}")
 
 
 class MultiplicativeGradedLinear(_LinearBase):
@@ -161,15 +156,14 @@ class MultiplicativeGradedLinear(_LinearBase):
             raise ValueError("sign_mode='power' needs integer grades, which learning would move "
                              "off the integers; use learnable_grades=False or sign_mode='odd'")
         super().__init__(in_features, out_features, bias, device, dtype)
-        _grade_storage(self, grades, in_features, learnable_grades, device,
-                       dtype or self.weight.dtype, "MultiplicativeGradedLinear")
+        q = register_grades(self, grades, in_features, learnable_grades, device,
+                            dtype or self.weight.dtype, "MultiplicativeGradedLinear")
         if sign_mode == "power":
-            frac = torch.remainder(self.grades.detach(), 1) != 0
+            frac = torch.remainder(q, 1) != 0
             if bool(frac.any()):
                 i = int(frac.nonzero()[0, 0])
                 raise ValueError(
-                    f"sign_mode='power' needs integer grades, got {float(self.grades[i])!r} "
-                    f"at index {i}"
+                    f"sign_mode='power' needs integer grades, got {float(q[i])!r} at index {i}"
                 )
         if not 0 < float(min_grade) < math.inf:
             raise ValueError(f"MultiplicativeGradedLinear needs a finite min_grade > 0, got "
@@ -178,14 +172,16 @@ class MultiplicativeGradedLinear(_LinearBase):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_x(x)
-        q = self.grades
-        if q.requires_grad:  # learnable: keep q > 0 (0^q with q <= 0 is not 0)
-            q = straight_through_floor(q, self.min_grade)
+        q = evaluated_grades(self)  # learnable: q >= min_grade (0^q with q <= 0 is not 0)
         u = x.unsqueeze(-2) * self.weight  # (..., out, in)
         zero = u == 0
         a = torch.where(zero, torch.ones_like(u), u).abs()
-        log_mag = (q * torch.log(a)).sum(-1)
-        mag = torch.exp(log_mag)
+        # the rounding error of Σ q ln|u| is relative to its size and exp makes it a relative
+        # error of the product: in bf16 (unit roundoff 2^-8) up to 2^-8·|Σ q ln|u||, several
+        # times the error of the factors; float16/bfloat16 sum their logarithms in float32
+        work = at_least_float32(a.dtype)
+        log_mag = (q.to(work) * torch.log(a.to(work))).sum(-1)
+        mag = torch.exp(log_mag).to(a.dtype)
         if self.sign_mode == "odd":
             neg = (u < 0).sum(-1)
         elif self.sign_mode == "power":

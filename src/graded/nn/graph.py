@@ -28,19 +28,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graded._precision import at_least_float32
 from graded.grading import as_grade_tensor
 
 CentralityKind = Literal["degree", "closeness", "eigenvector", "pagerank"]
+CENTRALITIES: tuple[str, ...] = get_args(CentralityKind)
 
 
 def _check_graph(x: Tensor, adj: Tensor) -> tuple[Tensor, Tensor, bool]:
     """Batch ``x`` to (B, N, F) and ``adj`` to (B, N, N) bool; report whether x was batched."""
+    xb, batched = _batch_features(x, adj)
+    ab = (adj if adj.dim() == 3 else adj.unsqueeze(0)) != 0
+    return xb, ab.expand(xb.shape[0], -1, -1), batched
+
+
+def _batch_features(x: Tensor, adj: Tensor) -> tuple[Tensor, bool]:
+    """The shape checks of :func:`_check_graph`: ``x`` as (B, N, F), and whether it was."""
     if x.dim() not in (2, 3):
         raise ValueError(f"node features must be (N, F) or (B, N, F), got shape {tuple(x.shape)}")
     batched = x.dim() == 3
@@ -54,8 +63,7 @@ def _check_graph(x: Tensor, adj: Tensor) -> tuple[Tensor, Tensor, bool]:
         )
     if adj.shape[-1] != xb.shape[1]:
         raise ValueError(f"adjacency is for {adj.shape[-1]} nodes but x has {xb.shape[1]} nodes")
-    ab = (adj if adj.dim() == 3 else adj.unsqueeze(0)) != 0
-    return xb, ab.expand(xb.shape[0], -1, -1), batched
+    return xb, batched
 
 
 class _GraphAttention(nn.Module):
@@ -246,6 +254,7 @@ def centrality(
     damping: float = 0.85,
     max_iter: int = 200,
     tol: float = 1e-8,
+    dtype: torch.dtype | None = None,
 ) -> Tensor:
     """Node centrality of an undirected graph, (N, N) -> (N,) or (B, N, N) -> (B, N), in torch.
 
@@ -264,15 +273,27 @@ def centrality(
     - ``eigenvector``: power iteration x <- (A + I) x / ‖·‖₂ from the all-ones vector (the
       shift by I makes it converge on bipartite graphs); the Perron vector of A, unit norm.
     - ``pagerank``: x <- d Aᵀ D⁻¹ x + (d · dangling mass + 1 - d)/N with damping d, summing to 1.
+
+    ``dtype`` is that of the computation and the result (default: adj's if it is floating,
+    else torch's default dtype).
     """
     if adj.dim() not in (2, 3) or adj.shape[-1] != adj.shape[-2]:
         raise ValueError(f"adjacency must be (N, N) or (B, N, N), got shape {tuple(adj.shape)}")
-    dtype = adj.dtype if adj.is_floating_point() else torch.get_default_dtype()
+    if kind not in CENTRALITIES:
+        raise ValueError(f"unknown centrality {kind!r}, expected one of {CENTRALITIES}")
+    if kind == "pagerank" and not 0.0 <= damping <= 1.0:
+        raise ValueError(f"pagerank needs a damping factor in [0, 1], got {damping!r}")
+    if dtype is None:
+        dtype = adj.dtype if adj.is_floating_point() else torch.get_default_dtype()
+    elif not dtype.is_floating_point:
+        raise TypeError(f"centrality needs a floating-point dtype, got dtype={dtype}")
     n = adj.shape[-1]
     eye = torch.eye(n, dtype=torch.bool, device=adj.device)
     edges = (adj != 0) & ~eye
     _check_undirected(adj, edges)
     a = edges.to(dtype)
+    if n == 0:  # no nodes: no centralities (PageRank's uniform start 1/N is undefined)
+        return a.sum(-1)
     if kind == "degree":
         if n == 1:  # networkx's convention: the one node of a one-node graph has centrality 1
             return torch.ones(a.shape[:-1], dtype=dtype, device=adj.device)
@@ -301,25 +322,20 @@ def centrality(
             if done:
                 break
         return x
-    if kind == "pagerank":
-        if not 0.0 <= damping <= 1.0:
-            raise ValueError(f"pagerank needs a damping factor in [0, 1], got {damping!r}")
-        deg = a.sum(-1)  # (B?, N)
-        dangling = deg == 0
-        trans = a / torch.where(dangling, torch.ones_like(deg), deg).unsqueeze(-1)
-        x = torch.full(a.shape[:-1], 1.0 / n, dtype=dtype, device=adj.device)
-        for _ in range(max_iter):
-            lost = (x * dangling).sum(-1, keepdim=True)
-            new = damping * ((trans.transpose(-1, -2) @ x.unsqueeze(-1)).squeeze(-1) + lost / n)
-            new = new + (1.0 - damping) / n
-            done = (new - x).abs().sum() < n * tol
-            x = new
-            if done:
-                break
-        return x
-    raise ValueError(
-        f"unknown centrality {kind!r}, expected degree, closeness, eigenvector or pagerank"
-    )
+    # pagerank
+    deg = a.sum(-1)  # (B?, N)
+    dangling = deg == 0
+    trans = a / torch.where(dangling, torch.ones_like(deg), deg).unsqueeze(-1)
+    x = torch.full(a.shape[:-1], 1.0 / n, dtype=dtype, device=adj.device)
+    for _ in range(max_iter):
+        lost = (x * dangling).sum(-1, keepdim=True)
+        new = damping * ((trans.transpose(-1, -2) @ x.unsqueeze(-1)).squeeze(-1) + lost / n)
+        new = new + (1.0 - damping) / n
+        done = (new - x).abs().sum() < n * tol
+        x = new
+        if done:
+            break
+    return x
 
 
 class GradedGraphAttention(nn.Module):
@@ -363,8 +379,8 @@ class GradedGraphAttention(nn.Module):
         **layer_kwargs: Any,
     ) -> None:
         super().__init__()
-        if centrality not in ("degree", "closeness", "eigenvector", "pagerank"):
-            raise ValueError(f"unknown centrality {centrality!r}")
+        if centrality not in CENTRALITIES:
+            raise ValueError(f"unknown centrality {centrality!r}, expected one of {CENTRALITIES}")
         if grading not in ("exponential", "linear"):
             raise ValueError(f"grading must be 'exponential' or 'linear', got {grading!r}")
         if grading == "exponential" and not base > 1:
@@ -389,8 +405,11 @@ class GradedGraphAttention(nn.Module):
                            **layer_kwargs)
 
     def node_grades(self, adj: Tensor) -> Tensor:
-        """q = s · c / max c per graph, (B?, N)."""
-        c = centrality(adj, self.centrality)
+        """q = s · c / max c per graph, (B?, N), in the layer's dtype (at least float32: the
+        power iterations of eigenvector and PageRank centrality do not converge in bf16)."""
+        c = centrality(adj, self.centrality, dtype=at_least_float32(self.grade_scale.dtype))
+        if c.shape[-1] == 0:  # a graph with no nodes: amax has no identity
+            return self.grade_scale * c
         top = c.amax(dim=-1, keepdim=True)
         return self.grade_scale * c / torch.where(top > 0, top, torch.ones_like(top))
 
@@ -419,7 +438,13 @@ class GradedGraphAttention(nn.Module):
             q = as_grade_tensor(q, dim=adj.shape[-1])  # a real, finite tensor
         log_w = self.log_weights(q.to(x.dtype))  # (B?, N)
         if self.apply_to == "features":
-            return self.layer(x * log_w.exp().unsqueeze(-1), adj, need_weights=need_weights)
+            # scale the batched features: x (N, F) with an adjacency (1, N, N) has grades (1, N),
+            # which broadcasting would turn into a batch of one graph (the plain layer returns
+            # (N, ·)), and with an adjacency (B, N, N) into B copies of x (the layer refuses it)
+            xb, batched = _batch_features(x, adj)
+            scaled = xb * log_w.exp().unsqueeze(-1)  # (B, N, F)
+            return self.layer(scaled if batched else scaled.squeeze(0), adj,
+                              need_weights=need_weights)
         bias = log_w.unsqueeze(-2).unsqueeze(-2)  # over key nodes j: (B?, 1, 1, N)
         if bias.dim() == 3:
             bias = bias.unsqueeze(0)

@@ -1,6 +1,7 @@
 """Positional encodings: the 003 §2.2 worked matrix, RoPE's relative property, ALiBi."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -176,3 +177,43 @@ def test_bad_sizes_and_bases_are_named_instead_of_failing_inside_torch_or_giving
     expected = [[f(t * 10.0 ** (-2 * m / 4)) for m in range(2) for f in (math.sin, math.cos)]
                 for t in range(3)]
     torch.testing.assert_close(table, torch.tensor(expected, dtype=torch.float64))
+
+
+def test_rope_names_mismatched_shapes_instead_of_broadcasting_them():
+    """Positions of another length, batch or rank, or x of another head_dim or rank, failed
+    inside torch ("The size of tensor a (5) must match ...") or, for 3-D positions or a 3-D x,
+    returned a tensor of another shape without complaint."""
+    rope = RotaryEmbedding(8)
+    x = torch.randn(2, 3, 5, 8)
+    bad_positions = [torch.arange(4), torch.arange(5).expand(3, 5),
+                     torch.arange(5).expand(2, 3, 5)]
+    for positions in bad_positions:
+        shape = re.escape(str(tuple(positions.shape)))
+        with pytest.raises(ValueError, match=rf"positions must have shape \(length,\) = "
+                                             rf"\(5,\) or \(batch, length\) = \(2, 5\).*"
+                                             rf"got {shape}"):
+            rope(x, positions)
+    for bad_x in (torch.randn(2, 3, 5, 6), torch.randn(3, 5, 8)):
+        shape = re.escape(str(tuple(bad_x.shape)))
+        with pytest.raises(ValueError, match=r"x must have shape \(batch, heads, length, "
+                                             rf"head_dim=8\), got {shape}"):
+            rope(bad_x, torch.arange(5))
+    assert rope(x, torch.arange(5)[None]).shape == x.shape  # one row of positions broadcasts
+
+
+def test_alibi_names_positions_of_the_wrong_rank_or_batch():
+    """3-D positions gave a 5-D bias without complaint; query and key positions of two batch
+    sizes failed inside torch ("The size of tensor a (2) must match ...")."""
+    alibi = ALiBi(2)
+    cases = [(torch.arange(5).expand(2, 3, 5), torch.arange(5)),
+             (torch.arange(5).expand(2, 5), torch.arange(5).expand(3, 5))]
+    for q_pos, k_pos in cases:
+        with pytest.raises(ValueError, match=re.escape(
+                f"got query positions {tuple(q_pos.shape)} and key positions "
+                f"{tuple(k_pos.shape)}")):
+            alibi(q_pos, k_pos)
+    # one row of key positions serves every query row (a cached decoding step)
+    bias = alibi(torch.tensor([[4], [6]]), torch.arange(5)[None])
+    assert bias.shape == (2, 2, 1, 5)
+    slopes = alibi_slopes(2)
+    torch.testing.assert_close(bias[1, 0, 0], -slopes[0] * torch.tensor([6.0, 5, 4, 3, 2]))

@@ -186,6 +186,20 @@ class RotaryEmbedding(_Float64Tables):
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, T, D) at positions (B, T) or (T,)."""
+        if x.dim() != 4 or x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"RotaryEmbedding: x must have shape (batch, heads, length, head_dim="
+                f"{self.head_dim}), got {tuple(x.shape)}"
+            )
+        b, t = x.shape[0], x.shape[2]
+        if positions.dim() not in (1, 2) or positions.shape[-1] != t or (
+            positions.dim() == 2 and positions.shape[0] not in (1, b)
+        ):
+            raise ValueError(
+                f"RotaryEmbedding: positions must have shape (length,) = ({t},) or (batch, "
+                f"length) = ({b}, {t}) for x of shape {tuple(x.shape)}, got "
+                f"{tuple(positions.shape)}"
+            )
         check_positions(positions, None, "RotaryEmbedding")
         if positions.dim() == 1:
             positions = positions.unsqueeze(0)
@@ -228,7 +242,16 @@ class ALiBi(nn.Module):
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
     def forward(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        """Additive bias of shape (B, H, Tq, Tk) from (B, Tq) and (B, Tk) positions."""
+        """Additive bias of shape (B, H, Tq, Tk) from (B, Tq) and (B, Tk) positions (or (Tq,)
+        and (Tk,), shared by the batch)."""
+        ranks = (q_positions.dim(), k_positions.dim())
+        rows = {p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2} - {1}
+        if not set(ranks) <= {1, 2} or len(rows) > 1:
+            raise ValueError(
+                "ALiBi: positions must have shape (length,) or (batch, length), one batch size "
+                f"for queries and keys, got query positions {tuple(q_positions.shape)} and key "
+                f"positions {tuple(k_positions.shape)}"
+            )
         if q_positions.dim() == 1:
             q_positions = q_positions.unsqueeze(0)
         if k_positions.dim() == 1:

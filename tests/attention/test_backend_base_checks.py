@@ -1,9 +1,12 @@
 """Backend input checks (check_inputs): each check no other test reaches names the backend and
 the bad value; the base class names itself and refuses stateful decoding."""
 
+import re
+
 import pytest
 import torch
 
+from graded.attention.backends import get_backend
 from graded.attention.backends.base import AttentionBackend, check_inputs
 
 
@@ -103,3 +106,25 @@ def test_an_empty_batch_gives_every_parameter_a_zero_gradient(backend):
     lm(torch.zeros(0, 4, dtype=torch.long)).sum().backward()
     attention = [(n, p) for n, p in lm.named_parameters() if ".attn." in n]
     assert attention and all(p.grad is not None and not p.grad.any() for _, p in attention)
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("explicit", {"max_elements": True}, "max_elements must be a positive int, got True"),
+    ("chunked", {"query_chunk": True}, "query_chunk must be a positive int, got True"),
+    ("block_sparse", {"layout": [[True]], "block_size": True},
+     "block_size must be a positive int, got True"),
+    ("block_sparse", {"layout": [[1.0, 0.5], [0.0, 1.0]]},
+     "layout must hold bools (or 0 and 1), got the value 0.5"),
+    ("bigbird", {"block_size": True}, "block_size must be a positive int, got True"),
+    ("bigbird", {"num_global_blocks": True}, "num_global_blocks must be an int >= 0, got True"),
+    ("linformer", {"max_len": 8, "rank": True}, "rank must be a positive int, got True"),
+    ("linformer", {"max_len": True}, "max_len must be a positive int, got True"),
+    ("lsh", {"n_rounds": True}, "n_rounds must be a positive int, got True"),
+    ("lsh", {"n_buckets": True}, "n_buckets must be 1 or a positive even int, got True"),
+])
+def test_size_options_refuse_a_bool_or_a_weight_and_name_it(name, options, message):
+    """True passed for a size was taken as 1 (a one-position chunk or block, one round, one
+    bucket, a rank-1 projection) or failed inside torch.randn; a layout weight of 0.5 became
+    True."""
+    with pytest.raises(ValueError, match=re.escape(f"{name} backend: {message}")):
+        get_backend(name, **options)

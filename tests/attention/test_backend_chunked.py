@@ -84,3 +84,39 @@ def test_chunked_dropout_replays_its_mask_in_the_recomputed_backward():
 def test_chunked_rejects_non_positive_chunks():
     with pytest.raises(ValueError, match="query_chunk must be a positive int, got 0"):
         get_backend("chunked", query_chunk=0)
+
+
+def test_chunked_in_bfloat16_over_many_key_blocks_is_as_accurate_as_the_materialised_softmax():
+    """Rabe & Staats 2021 and FlashAttention keep the running maximum, normaliser and output
+    in float32 for half-precision inputs: over 64 key blocks of bfloat16 the online softmax
+    stays as close to the float64 attention as the materialised bfloat16 softmax does."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 128, 16, generator=g) * 1.5 for _ in range(3))
+    exact = masked_softmax_attention(q.double(), k.double(), v.double(),
+                                     torch.ones(128, 128, dtype=torch.bool), 0.25)
+    low = [x.bfloat16() for x in (q, k, v)]
+    chunked = get_backend("chunked", query_chunk=128, key_chunk=2, kernel="native")(*low)
+    explicit = get_backend("explicit")(*low)
+    assert chunked.dtype == torch.bfloat16
+    err_chunked = (chunked.double() - exact).abs().mean()
+    err_explicit = (explicit.double() - exact).abs().mean()
+    assert err_chunked <= 1.2 * err_explicit
+
+
+def test_fused_attention_refuses_the_causal_calls_it_cannot_mask():
+    """Called directly, fused_attention ignored the key padding of a causal call (the padded
+    keys were attended) and gave zeros for the queries before the first key when Tq > Tk,
+    where chunked_attention masks both; it refuses them now, as fusable() says."""
+    from graded.attention.backends.chunked import fusable, fused_attention
+
+    q, k, v = (x.detach() for x in inputs(4, 4))
+    pad = torch.zeros(2, 4, dtype=torch.bool)
+    pad[0, 2:] = True
+    assert not fusable(q, k, key_padding_mask=pad, is_causal=True)
+    with pytest.raises(ValueError, match=r"causal attention with a key_padding_mask.*"
+                                         r"Tq=4, Tk=4, padding given"):
+        fused_attention(q, k, v, key_padding_mask=pad, is_causal=True)
+    q6 = torch.randn(2, 3, 6, 8, dtype=torch.float64)
+    assert not fusable(q6, k, is_causal=True)
+    with pytest.raises(ValueError, match=r"more queries than keys \(Tq=6, Tk=4, padding none"):
+        fused_attention(q6, k, v, is_causal=True)

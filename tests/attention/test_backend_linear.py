@@ -1,5 +1,7 @@
 """The `linear` backend (elu+1 kernel attention) against its quadratic forms."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -63,3 +65,16 @@ def test_linear_refuses_attention_dropout_unless_told_to_ignore_it():
         get_backend("linear")(q, k, v, dropout_p=0.1)
     out = get_backend("linear", ignore_dropout=True)(q, k, v, dropout_p=0.1)
     torch.testing.assert_close(out, get_backend("linear")(q, k, v))
+
+
+def test_linear_options_are_checked_with_the_bad_value_named():
+    """eps = NaN made every output NaN and eps = inf every output 0; eps = True was the guard
+    1 and chunk_size = True a chunk of 1; a string eps failed inside a comparison."""
+    for eps in (math.nan, math.inf, 0.0, -1e-6):
+        with pytest.raises(ValueError, match=rf"linear backend: eps must be .*got {eps}"):
+            get_backend("linear", eps=eps)
+    for eps in ("1e-6", True):
+        with pytest.raises(TypeError, match=r"linear backend: eps must be a number"):
+            get_backend("linear", eps=eps)
+    with pytest.raises(ValueError, match=r"chunk_size must be a positive int, got True"):
+        get_backend("linear", chunk_size=True)

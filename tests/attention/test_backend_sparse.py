@@ -111,6 +111,24 @@ def test_block_sparse_keeps_its_key_blocks_while_the_layout_is_unchanged():
     assert not torch.allclose(first, out)
 
 
+@pytest.mark.parametrize("kernel", ["native", "flex"])
+def test_block_sparse_replaced_layout_is_the_layout_in_force(kernel):
+    """``backend.layout = new`` (a new tensor, of the same shape and version 0 as the old
+    one) is another pattern: the cached key blocks (native) and BlockMask (flex) of the old
+    layout gave the old layout's outputs."""
+    block = 6
+    n = -(-T // block)
+    backend = get_backend("block_sparse", layout=torch.eye(n, dtype=torch.bool),
+                          block_size=block, kernel=kernel)
+    q, k, v, pad, _ = inputs(False)
+    q, k, v = (x.detach().float() for x in (q, k, v))  # CPU FlexAttention: no grad
+    backend(q, k, v, key_padding_mask=pad)
+    backend.layout = torch.ones(n, n, dtype=torch.bool)  # every block: full attention
+    out = backend(q, k, v, key_padding_mask=pad)
+    ref = masked_softmax_attention(q, k, v, ~pad[:, None, None, :].expand(-1, 1, T, T), 8**-0.5)
+    torch.testing.assert_close(out, ref)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("graded", [False, True])
 def test_bigbird_equals_full_attention_with_window_global_random_mask(causal, graded):

@@ -1,6 +1,8 @@
 """Performer backend: the stabilising shifts of the FAVOR+ features are constant factors of the
 exact features (per row, per head), and the checks no other test reaches."""
 
+import math
+
 import pytest
 import torch
 
@@ -51,8 +53,14 @@ def test_feature_matrix_sizes_must_be_positive():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"feature_type": "sobol"}, r"feature_type must be 'orthogonal' or 'iid', got 'sobol'"),
-    ({"num_features": 0}, r"num_features must be a positive int, got 0"),
+    ({"num_features": 0}, r"num_features must be a positive int or None, got 0"),
+    ({"num_features": True}, r"num_features must be a positive int or None, got True"),
     ({"redraw_interval": 2.5}, r"redraw_interval must be a positive int or None, got 2.5"),
+    ({"redraw_interval": True}, r"redraw_interval must be a positive int or None, got True"),
+    ({"head_dim": True}, r"head_dim must be a positive int or None, got True"),
+    ({"chunk_size": True}, r"chunk_size must be a positive int, got True"),
+    ({"eps": True}, r"eps must be a number > 0, got True"),
+    ({"eps": math.nan}, r"eps must be a finite number, got nan"),
 ])
 def test_backend_options_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graded.attention import MultiheadAttention
-from graded.attention.scores import BilinearScore, DotScore, ScaledDotScore
+from graded.attention.scores import AdditiveScore, BilinearScore, DotScore, ScaledDotScore
 
 
 def naive_scores(fn, q, k):
@@ -84,3 +84,20 @@ def test_score_built_by_name_takes_the_module_dtype_and_equals_a_loop(name):
     heads = torch.softmax(naive_scores(pair_score, q, k), -1) @ v
     expected = m.out_proj(heads.transpose(1, 2).flatten(-2))
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_additive_score_sizes_are_checked_and_named():
+    """hidden_dim=0 silently became head_dim (``hidden_dim or head_dim``); negative, float or
+    bool sizes failed inside torch ("Trying to create tensor with negative dimension")."""
+    assert AdditiveScore(4, 3).query.out_features == 3
+    assert AdditiveScore(4).query.out_features == 4
+    for hidden in (0, -1):
+        with pytest.raises(ValueError, match=rf"AdditiveScore: hidden_dim must be >= 1, got "
+                                             rf"{hidden}"):
+            AdditiveScore(4, hidden)
+    for hidden in (2.5, True):
+        with pytest.raises(TypeError, match=rf"AdditiveScore: hidden_dim must be an int, got "
+                                            rf"{hidden!r}"):
+            AdditiveScore(4, hidden)
+    with pytest.raises(ValueError, match=r"AdditiveScore: head_dim must be >= 1, got 0"):
+        AdditiveScore(0)

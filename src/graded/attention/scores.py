@@ -13,6 +13,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_int
+
 __all__ = [
     "AdditiveScore",
     "BilinearScore",
@@ -89,7 +91,9 @@ class AdditiveScore(Score):
 
     def __init__(self, head_dim: int, hidden_dim: int | None = None) -> None:
         super().__init__()
-        hidden_dim = hidden_dim or head_dim
+        check_int("AdditiveScore: head_dim", head_dim, minimum=1)
+        hidden_dim = (head_dim if hidden_dim is None
+                      else check_int("AdditiveScore: hidden_dim", hidden_dim, minimum=1))
         self.query = nn.Linear(head_dim, hidden_dim, bias=False)
         self.key = nn.Linear(head_dim, hidden_dim, bias=False)
         self.v = nn.Linear(hidden_dim, 1, bias=False)

@@ -31,6 +31,7 @@ __all__ = [
     "DecodeState",
     "PatternDecoding",
     "check_inputs",
+    "check_int_option",
     "check_kernel",
     "check_option",
     "check_scale",
@@ -256,6 +257,19 @@ def check_scale(name: str, scale: object) -> float | None:
                        strict_min=True)
 
 
+def check_int_option(name: str, option: str, value: object, *, minimum: int = 1,
+                     optional: bool = False) -> int | None:
+    """Backend ``name``'s integer option ``option``: an int of at least ``minimum`` (None too
+    when ``optional``). A bool is refused: ``True`` would silently be a size of 1."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        expected = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name} backend: {option} must be {expected}"
+                         f"{' or None' if optional else ''}, got {value!r}")
+    return int(value)
+
+
 def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:
     """A backend's ``seed`` option: an int (None too when ``optional``). A float would be
     truncated by the generator (1.5 would draw what 1 draws), so it is refused."""
@@ -275,8 +289,14 @@ def check_inputs(
     key_padding_mask: Tensor | None,
     attn_mask: Tensor | None,
     dropout_p: float,
+    *,
+    allow_bias: bool = False,
 ) -> None:
-    """Validate shapes, dtypes and masks of a backend call; messages name the backend and value."""
+    """Validate shapes, dtypes and masks of a backend call; messages name the backend and value.
+
+    ``allow_bias``: the backend serves an additive float ``attn_mask`` (capability
+    ``attn_bias``), which is then checked for its shape only; otherwise a mask must be a bool
+    keep-mask."""
     for label, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} backend: {label} must be a Tensor, got {type(t).__name__}")
@@ -287,6 +307,11 @@ def check_inputs(
             )
         if not torch.is_floating_point(t):
             raise TypeError(f"{name} backend: {label} must be floating point, got {t.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(
+            f"{name} backend: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
+            f"{v.dtype}"
+        )
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
         raise ValueError(
             f"{name} backend: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} must "
@@ -304,10 +329,11 @@ def check_inputs(
                 f"(True = padding), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
     if attn_mask is not None:
-        if attn_mask.dtype != torch.bool:
+        if attn_mask.dtype != torch.bool and not (allow_bias and attn_mask.is_floating_point()):
             raise ValueError(
-                f"{name} backend: attn_mask must be a bool keep-mask (True = may attend), got "
-                f"dtype {attn_mask.dtype}"
+                f"{name} backend: attn_mask must be a bool keep-mask (True = may attend)"
+                f"{' or a float additive bias' if allow_bias else ''}, got dtype "
+                f"{attn_mask.dtype}"
             )
         try:
             full_shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
@@ -369,6 +395,8 @@ def softmax_rows(scores: Tensor, keep: Tensor | None) -> Tensor:
     """Row softmax over the last axis with a keep-mask; rows with no kept entry become zeros.
 
     Subtracts the row maximum (002 Eq. 2.29)."""
+    if scores.shape[-1] == 0:  # no key at all: empty rows (the maximum has nothing to reduce)
+        return scores
     if keep is not None:
         scores = scores.masked_fill(~keep, float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)

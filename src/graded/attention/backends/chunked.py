@@ -29,12 +29,13 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_int_option,
     check_kernel,
     check_scale,
     default_scale,
     empty_output,
 )
-from graded.attention.backends.dense import dense_attention_weights
+from graded.attention.backends.dense import FullBackend
 
 if TYPE_CHECKING:
     from graded.attention.scores import Score
@@ -66,9 +67,12 @@ def _query_chunk(
     """
     b, h, c, _ = q.shape
     t_k = k.shape[2]
-    m = torch.full((b, h, c, 1), float("-inf"), dtype=q.dtype, device=q.device)
-    denom = torch.zeros((b, h, c, 1), dtype=q.dtype, device=q.device)
-    acc = torch.zeros((b, h, c, v.shape[-1]), dtype=q.dtype, device=q.device)
+    # the running statistics of half-precision inputs are float32 (as in FlashAttention):
+    # summed over many key blocks in bfloat16 they would drift far from the dense result
+    acc_dtype = torch.promote_types(q.dtype, torch.float32)
+    m = torch.full((b, h, c, 1), float("-inf"), dtype=acc_dtype, device=q.device)
+    denom = torch.zeros((b, h, c, 1), dtype=acc_dtype, device=q.device)
+    acc = torch.zeros((b, h, c, v.shape[-1]), dtype=acc_dtype, device=q.device)
     last_pos = q_offset + c - 1
     q_pos = torch.arange(q_offset, q_offset + c, device=q.device)[:, None]
     for k0 in range(0, t_k, key_chunk):
@@ -77,6 +81,7 @@ def _query_chunk(
         k1 = min(k0 + key_chunk, t_k)
         k_b = k[:, :, k0:k1]
         s = score(q, k_b) if score is not None else torch.matmul(q, k_b.transpose(-2, -1)) * scale
+        s = s.to(acc_dtype)
         if mask is not None and mask.dtype != torch.bool:
             s = s + mask[..., k0:k1].to(s.dtype)
         keep = None
@@ -96,9 +101,9 @@ def _query_chunk(
         denom = alpha * denom + p.sum(dim=-1, keepdim=True)
         if dropout_p > 0.0:
             p = F.dropout(p, p=dropout_p)
-        acc = alpha * acc + torch.matmul(p, v[:, :, k0:k1])
+        acc = alpha * acc + torch.matmul(p.to(v.dtype), v[:, :, k0:k1])
         m = m_new
-    return acc / torch.where(denom > 0, denom, torch.ones_like(denom))
+    return (acc / torch.where(denom > 0, denom, torch.ones_like(denom))).to(v.dtype)
 
 
 def chunked_attention(
@@ -184,6 +189,13 @@ def fused_attention(
     returns zeros (the backends' convention, where the kernel would return NaN). Attention
     dropout is the kernel's: the same distribution as the chunk loop's, other random draws."""
     t_q, t_k = q.shape[2], k.shape[2]
+    if is_causal and t_q > 1 and (key_padding_mask is not None or t_q > t_k):
+        raise ValueError(
+            "fused_attention cannot serve causal attention with a key_padding_mask or with more "
+            f"queries than keys (Tq={t_q}, Tk={t_k}, padding "
+            f"{'given' if key_padding_mask is not None else 'none'}): the kernel would need a "
+            "Tq×Tk mask; call chunked_attention (fusable() names the calls it can serve)"
+        )
     scale = default_scale(scale, q.shape[-1])
     if is_causal and t_q > 1:
         from torch.nn.attention.bias import causal_lower_right  # imports torch._dynamo: late
@@ -208,7 +220,8 @@ class ChunkedBackend(AttentionBackend):
     memory O(B·H·query_chunk·key_chunk) in the forward and O(B·H·query_chunk·Tk) while one
     checkpointed chunk is differentiated, never O(Tq·Tk). Honours every mask (general boolean
     ``attn_mask`` included) and attention dropout (applied to the unnormalised weights, as in
-    FlashAttention; the normaliser uses the undropped sum).
+    FlashAttention; the normaliser uses the undropped sum). Half-precision inputs keep the
+    running maximum, normaliser and output in float32, as FlashAttention does.
 
     Also takes an additive float ``attn_mask`` (ALiBi bias) and a ``score`` module, applied
     block by block (exact, see :func:`chunked_attention`). :meth:`forward_with_weights`
@@ -240,12 +253,9 @@ class ChunkedBackend(AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        for label, val in (("query_chunk", query_chunk), ("key_chunk", key_chunk)):
-            if not isinstance(val, int) or val <= 0:
-                raise ValueError(f"chunked backend: {label} must be a positive int, got {val!r}")
         self.scale = check_scale(self.name, scale)
-        self.query_chunk = query_chunk
-        self.key_chunk = key_chunk
+        self.query_chunk = check_int_option(self.name, "query_chunk", query_chunk)
+        self.key_chunk = check_int_option(self.name, "key_chunk", key_chunk)
         self.checkpointing = checkpointing
         self.kernel = check_kernel(self.name, kernel, CHUNKED_KERNELS)
 
@@ -261,7 +271,8 @@ class ChunkedBackend(AttentionBackend):
         dropout_p: float = 0.0,
         score: Score | None = None,
     ) -> Tensor:
-        self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
+        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p,
+                     allow_bias=True)
         empty = empty_output(q, k, v)
         if empty is not None:
             return empty
@@ -277,32 +288,7 @@ class ChunkedBackend(AttentionBackend):
             checkpointing=self.checkpointing, score=score,
         )
 
-    def _check(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None,
-               attn_mask: Tensor | None, dropout_p: float) -> None:
-        """The shared input checks; an additive (float) mask is checked for its shape only."""
-        keep = attn_mask
-        if attn_mask is not None and attn_mask.dtype != torch.bool:
-            keep = torch.ones((), dtype=torch.bool, device=q.device).expand(attn_mask.shape)
-        check_inputs(self.name, q, k, v, key_padding_mask, keep, dropout_p)
-
-    def forward_with_weights(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
-        is_causal: bool = False,
-        dropout_p: float = 0.0,
-        score: Score | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Output and (B, H, Tq, Tk) weights, after dropout, of the same attention,
-        softmax(S + bias) with S = q kᵀ · scale or ``score(q, k)``. Asking for the weights
-        materialises them, so this path is dense: the output is weights @ v, not recomputed
-        chunk by chunk."""
-        self._check(q, k, v, key_padding_mask, attn_mask, dropout_p)
-        return dense_attention_weights(
-            q, k, v, scale=self.scale, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-            is_causal=is_causal, dropout_p=dropout_p, score=score,
-        )
+    # Output and (B, H, Tq, Tk) weights of the same attention: asking for the weights
+    # materialises them, so this path is dense (the output is weights @ v, not recomputed
+    # chunk by chunk), the full backend's.
+    forward_with_weights = FullBackend.forward_with_weights

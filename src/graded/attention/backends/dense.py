@@ -5,6 +5,8 @@ Both compute 002 Eq. (2.24), ``softmax(Q Kᵀ · scale) V``, exactly.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -13,11 +15,15 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_int_option,
     check_scale,
     default_scale,
     softmax_rows,
 )
 from graded.attention.functional import causal_mask
+
+if TYPE_CHECKING:
+    from graded.attention.scores import Score
 
 __all__ = ["ExplicitBackend", "FullBackend", "dense_attention_weights", "dense_keep_mask"]
 
@@ -52,7 +58,7 @@ def dense_attention_weights(
     attn_mask: Tensor | None = None,
     is_causal: bool = False,
     dropout_p: float = 0.0,
-    score=None,
+    score: Score | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk), after dropout, of
     softmax(S + bias) V with S = Q Kᵀ · scale (002 Eqs. 2.25–2.27) or ``score(q, k)``; a bool
@@ -77,6 +83,11 @@ class FullBackend(AttentionBackend):
     chosen kernel holds (on CPU the math kernel holds the Tq×Tk weights). Departure: rows with
     no admissible key return zeros instead of the kernel's NaN.
 
+    Also takes an additive float ``attn_mask`` (ALiBi bias) and a ``score`` module: one that
+    is a dot product after a change of q and k (:meth:`~graded.attention.scores.Score.
+    fused_inputs`) runs on the kernel, any other is materialised. :meth:`forward_with_weights`
+    returns the weights, materialised.
+
     Options: ``scale`` (default 1/√D).
     """
 
@@ -100,22 +111,60 @@ class FullBackend(AttentionBackend):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         dropout_p: float = 0.0,
+        score: Score | None = None,
     ) -> Tensor:
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
-        scale = default_scale(self.scale, q.shape[-1])
+        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p, allow_bias=True)
+        scale = self.scale
+        if score is not None:  # a dot product after a change of q and k runs fused
+            fused = score.fused_inputs(q, k)
+            if fused is None:  # e.g. the additive score: its weights are materialised
+                return dense_attention_weights(
+                    q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                    is_causal=is_causal, dropout_p=dropout_p, score=score,
+                )[0]
+            q, k, scale = fused
+        scale = default_scale(scale, q.shape[-1])
         plain_causal = is_causal and q.shape[2] == k.shape[2]
         if plain_causal and key_padding_mask is None and attn_mask is None:
             return F.scaled_dot_product_attention(
                 q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale
             )
-        keep = dense_keep_mask(q, k, key_padding_mask, attn_mask, is_causal)
+        bias = attn_mask is not None and attn_mask.dtype != torch.bool
+        keep = dense_keep_mask(q, k, key_padding_mask, None if bias else attn_mask, is_causal)
+        mask = keep
+        if bias:  # one additive mask for the kernel: the bias, -inf where not kept
+            mask = attn_mask.to(q.dtype)
+            if keep is not None:
+                mask = mask.masked_fill(~keep, float("-inf"))
+            keep = mask != float("-inf")
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=keep, dropout_p=dropout_p, scale=scale
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale
         )
         if keep is None:
             return out
         has_key = keep.any(dim=-1, keepdim=True)
         return torch.where(has_key, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+    def forward_with_weights(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        is_causal: bool = False,
+        dropout_p: float = 0.0,
+        score: Score | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk), after dropout, of the same
+        attention, softmax(S + bias) with S = q kᵀ · scale or ``score(q, k)``, materialised
+        (:func:`dense_attention_weights`): the output is weights @ v."""
+        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p, allow_bias=True)
+        return dense_attention_weights(
+            q, k, v, scale=self.scale, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+            is_causal=is_causal, dropout_p=dropout_p, score=score,
+        )
 
 
 class ExplicitBackend(AttentionBackend):
@@ -140,12 +189,8 @@ class ExplicitBackend(AttentionBackend):
         self, scale: float | None = None, max_elements: int = 2**27, store_weights: bool = True
     ) -> None:
         super().__init__()
-        if not isinstance(max_elements, int) or max_elements <= 0:
-            raise ValueError(
-                f"explicit backend: max_elements must be a positive int, got {max_elements!r}"
-            )
         self.scale = check_scale(self.name, scale)
-        self.max_elements = max_elements
+        self.max_elements = check_int_option(self.name, "max_elements", max_elements)
         self.store_weights = store_weights
         self.last_weights: Tensor | None = None
 
@@ -172,13 +217,14 @@ class ExplicitBackend(AttentionBackend):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         dropout_p: float = 0.0,
+        score: Score | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk) after dropout."""
-        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
+        check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p, allow_bias=True)
         self.check_size((q.shape[0], q.shape[1], q.shape[2], k.shape[2]), q.dtype)
         out, weights = dense_attention_weights(
             q, k, v, scale=self.scale, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-            is_causal=is_causal, dropout_p=dropout_p,
+            is_causal=is_causal, dropout_p=dropout_p, score=score,
         )
         if self.store_weights:
             self.last_weights = weights.detach()
@@ -194,9 +240,10 @@ class ExplicitBackend(AttentionBackend):
         attn_mask: Tensor | None = None,
         is_causal: bool = False,
         dropout_p: float = 0.0,
+        score: Score | None = None,
     ) -> Tensor:
         out, _ = self.forward_with_weights(
             q, k, v, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-            is_causal=is_causal, dropout_p=dropout_p,
+            is_causal=is_causal, dropout_p=dropout_p, score=score,
         )
         return out

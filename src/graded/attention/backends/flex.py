@@ -196,7 +196,12 @@ class FlexKernel:
     def init_kernel(self, kernel: object) -> None:
         """Check and set the ``kernel`` option; start an empty BlockMask cache."""
         self.kernel = check_kernel(self.name, kernel, PATTERN_KERNELS)
-        self._block_masks: dict[tuple[int, bool, torch.device, int | None], BlockMask] = {}
+        self._block_masks: dict[tuple, BlockMask] = {}
+
+    def pattern_key(self) -> tuple:
+        """What a cached BlockMask depends on beyond the length, causality, device and heads:
+        nothing for a pattern whose options are fixed at construction."""
+        return ()
 
     def keep_rule(self, t: int, causal: bool, device: torch.device) -> KeepRule:
         """The keep-set of a length-``t`` forward pass, before causality, as an element-wise
@@ -252,9 +257,11 @@ class FlexKernel:
 
     def block_mask(self, t: int, causal: bool, device: torch.device | str,
                    heads: int | None = None) -> BlockMask:
-        """The pattern's BlockMask for length ``t`` (cached per length, causal, device and,
-        with :attr:`per_head_keep`, the number of ``heads``, which it then needs)."""
-        key = (t, causal, torch.device(device), heads if self.per_head_keep else None)
+        """The pattern's BlockMask for length ``t`` (cached per length, causal, device,
+        :meth:`pattern_key` and, with :attr:`per_head_keep`, the number of ``heads``, which it
+        then needs)."""
+        key = (t, causal, torch.device(device), heads if self.per_head_keep else None,
+               *self.pattern_key())
         mask = self._block_masks.get(key)
         if mask is None:
             if len(self._block_masks) >= _CACHED_MASKS:

@@ -23,11 +23,13 @@ from graded.attention.backends.base import (
     Capabilities,
     DecodeState,
     check_inputs,
+    check_int_option,
     check_self_attention,
     empty_output,
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import pad_to_multiple
+from graded.checks import check_float
 
 __all__ = ["LinearBackend", "check_dropout", "elu_feature_map", "kernel_attention",
            "kernel_decode"]
@@ -136,14 +138,8 @@ class LinearBackend(AttentionBackend):
         self, chunk_size: int = 64, eps: float = 1e-6, ignore_dropout: bool = False
     ) -> None:
         super().__init__()
-        if not isinstance(chunk_size, int) or chunk_size <= 0:
-            raise ValueError(
-                f"linear backend: chunk_size must be a positive int, got {chunk_size!r}"
-            )
-        if eps <= 0:
-            raise ValueError(f"linear backend: eps must be positive, got {eps}")
-        self.chunk_size = chunk_size
-        self.eps = eps
+        self.chunk_size = check_int_option(self.name, "chunk_size", chunk_size)
+        self.eps = check_float("linear backend: eps", eps, minimum=0, strict_min=True)
         self.ignore_dropout = ignore_dropout
 
     def forward(

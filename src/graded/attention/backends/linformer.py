@@ -17,6 +17,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_int_option,
     check_scale,
     default_scale,
 )
@@ -53,11 +54,8 @@ class LinformerBackend(AttentionBackend):
         scale: float | None = None,
     ) -> None:
         super().__init__()
-        for label, val in (("max_len", max_len), ("rank", rank)):
-            if not isinstance(val, int) or val <= 0:
-                raise ValueError(f"linformer backend: {label} must be a positive int, got {val!r}")
-        self.max_len = max_len
-        self.rank = rank
+        self.max_len = check_int_option(self.name, "max_len", max_len)
+        self.rank = rank = check_int_option(self.name, "rank", rank)
         self.share_kv = share_kv
         self.scale = check_scale(self.name, scale)
         self.E = nn.Parameter(torch.randn(rank, max_len) / rank**0.5)

@@ -15,6 +15,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
+    check_int_option,
     check_scale,
     default_scale,
 )
@@ -23,12 +24,6 @@ from graded.attention.backends.chunked import chunked_attention
 from graded.attention.backends.flex import FlexKernel
 
 __all__ = ["DilatedBackend", "SlidingWindowBackend", "sliding_window_attention"]
-
-
-def _positive_int(name: str, label: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} backend: {label} must be a positive int, got {value!r}")
-    return value
 
 
 def sliding_window_attention(
@@ -91,9 +86,9 @@ class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        self.window = _positive_int(self.name, "window", window)
+        self.window = check_int_option(self.name, "window", window)
         block = max(window, 32) if block_size is None else block_size
-        self.block_size = _positive_int(self.name, "block_size", block)
+        self.block_size = check_int_option(self.name, "block_size", block)
         if self.block_size < self.window:
             raise ValueError(
                 f"sliding_window backend: block_size ({block_size}) must be >= window ({window})"
@@ -148,8 +143,8 @@ class DilatedBackend(FlexKernel, PatternDecoding, AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        self.dilation = _positive_int(self.name, "dilation", dilation)
-        self.window = None if window is None else _positive_int(self.name, "window", window)
+        self.dilation = check_int_option(self.name, "dilation", dilation)
+        self.window = None if window is None else check_int_option(self.name, "window", window)
         self.scale = check_scale(self.name, scale)
         self.horizon = None if self.window is None else self.window * self.dilation
         self.init_kernel(kernel)

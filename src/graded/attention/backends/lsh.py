@@ -25,6 +25,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
+    check_int_option,
     check_scale,
     check_seed,
     check_self_attention,
@@ -92,17 +93,15 @@ class LSHBackend(AttentionBackend):
             raise ValueError(f"lsh backend: shared_qk must be a bool, got {shared_qk!r}")
         self.shared_qk = shared_qk
         if n_buckets is not None and (
-            not isinstance(n_buckets, int) or n_buckets <= 0 or (n_buckets > 1 and n_buckets % 2)
+            isinstance(n_buckets, bool) or not isinstance(n_buckets, int) or n_buckets <= 0
+            or (n_buckets > 1 and n_buckets % 2)
         ):
             raise ValueError(
                 f"lsh backend: n_buckets must be 1 or a positive even int, got {n_buckets!r}"
             )
-        for label, val in (("n_rounds", n_rounds), ("chunk_size", chunk_size)):
-            if not isinstance(val, int) or val <= 0:
-                raise ValueError(f"lsh backend: {label} must be a positive int, got {val!r}")
         self.n_buckets = n_buckets
-        self.n_rounds = n_rounds
-        self.chunk_size = chunk_size
+        self.n_rounds = check_int_option(self.name, "n_rounds", n_rounds)
+        self.chunk_size = check_int_option(self.name, "chunk_size", chunk_size)
         self.seed = check_seed(self.name, seed, optional=True)
         self.scale = check_scale(self.name, scale)
 

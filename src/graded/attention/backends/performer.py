@@ -25,6 +25,7 @@ from graded.attention.backends.base import (
     Capabilities,
     DecodeState,
     check_inputs,
+    check_int_option,
     check_scale,
     check_seed,
     check_self_attention,
@@ -33,6 +34,7 @@ from graded.attention.backends.base import (
     reject_attn_mask,
 )
 from graded.attention.backends.linear import check_dropout, kernel_attention, kernel_decode
+from graded.checks import check_float
 
 __all__ = ["PerformerBackend", "draw_random_features", "favor_features"]
 
@@ -159,33 +161,15 @@ class PerformerBackend(AttentionBackend):
                 "performer backend: feature_type must be 'orthogonal' or 'iid', got "
                 f"{feature_type!r}"
             )
-        if num_features is not None and (not isinstance(num_features, int) or num_features <= 0):
-            raise ValueError(
-                f"performer backend: num_features must be a positive int, got {num_features!r}"
-            )
-        if redraw_interval is not None and (
-            not isinstance(redraw_interval, int) or redraw_interval <= 0
-        ):
-            raise ValueError(
-                "performer backend: redraw_interval must be a positive int or None, got "
-                f"{redraw_interval!r}"
-            )
-        if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size <= 0:
-            raise ValueError(
-                f"performer backend: chunk_size must be a positive int, got {chunk_size!r}"
-            )
-        if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-            raise ValueError(f"performer backend: eps must be a positive number, got {eps!r}")
-        if head_dim is not None and (not isinstance(head_dim, int) or head_dim <= 0):
-            raise ValueError(
-                f"performer backend: head_dim must be a positive int or None, got {head_dim!r}"
-            )
-        self.num_features = num_features
+        self.num_features = check_int_option(self.name, "num_features", num_features,
+                                             optional=True)
+        self.redraw_interval = check_int_option(self.name, "redraw_interval", redraw_interval,
+                                                optional=True)
+        self.chunk_size = check_int_option(self.name, "chunk_size", chunk_size)
+        head_dim = check_int_option(self.name, "head_dim", head_dim, optional=True)
         self.feature_type = feature_type
-        self.redraw_interval = redraw_interval
         self.scale = check_scale(self.name, scale)
-        self.chunk_size = chunk_size
-        self.eps = eps
+        self.eps = check_float("performer backend: eps", eps, minimum=0, strict_min=True)
         self.ignore_dropout = ignore_dropout
         seed = check_seed(self.name, seed, optional=True)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)

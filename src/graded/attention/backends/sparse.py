@@ -13,6 +13,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
+    check_int_option,
     check_scale,
     check_seed,
     default_scale,
@@ -58,18 +59,22 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        layout_t = torch.as_tensor(layout, dtype=torch.bool)
+        layout_t = torch.as_tensor(layout)
+        if layout_t.dtype != torch.bool:  # 0/1 only: a weight such as 0.5 would become True
+            stray = layout_t[(layout_t != 0) & (layout_t != 1)]
+            if stray.numel():
+                raise ValueError(
+                    "block_sparse backend: layout must hold bools (or 0 and 1), got the value "
+                    f"{stray[0].item()!r}"
+                )
+            layout_t = layout_t.to(torch.bool)
         if layout_t.dim() != 2 or layout_t.shape[0] != layout_t.shape[1]:
             raise ValueError(
                 "block_sparse backend: layout must be a square (blocks, blocks) bool matrix, got "
                 f"shape {tuple(layout_t.shape)}"
             )
-        if not isinstance(block_size, int) or block_size <= 0:
-            raise ValueError(
-                f"block_sparse backend: block_size must be a positive int, got {block_size!r}"
-            )
         self.register_buffer("layout", layout_t, persistent=False)
-        self.block_size = block_size
+        self.block_size = check_int_option(self.name, "block_size", block_size)
         self.scale = check_scale(self.name, scale)
         self._key_block_cache: dict[tuple, Tensor] = {}  # as BigBird's, see _key_blocks
         self.init_kernel(kernel)
@@ -90,12 +95,19 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self._check_length(int(q_pos.max()) + 1)
         return self.layout[q_pos // self.block_size, k_pos // self.block_size]
 
+    def pattern_key(self) -> tuple[Tensor, int]:
+        """The layout and its version: a layout changed in place or replaced
+        (``backend.layout = ...``) is another pattern, for the cached key blocks and
+        BlockMasks alike. The tensor itself is the key (not its ``id``, which a new layout
+        could reuse once the old one is freed)."""
+        return self.layout, self.layout._version
+
     def _key_blocks(self, n_blocks: int, device: torch.device) -> Tensor:
         """:func:`layout_to_key_blocks` of the layout's first ``n_blocks`` blocks on
         ``device``, kept per length and device while the layout is unchanged: the lists are
         sized by the layout's values, and reading them from a GPU in every forward pass would
         wait for it."""
-        key = (n_blocks, device, self.layout.device, self.layout._version)
+        key = (n_blocks, device, *self.pattern_key())
         cached = self._key_block_cache.get(key)
         if cached is None:
             self._key_block_cache.clear()  # an older layout's or length's
@@ -160,8 +172,7 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
             ("block_size", block_size, 1), ("num_global_blocks", num_global_blocks, 0),
             ("num_random_blocks", num_random_blocks, 0), ("window_blocks", window_blocks, 1),
         ):
-            if not isinstance(val, int) or val < low:
-                raise ValueError(f"bigbird backend: {label} must be an int >= {low}, got {val!r}")
+            check_int_option(self.name, label, val, minimum=low)
         if window_blocks % 2 == 0:
             raise ValueError(f"bigbird backend: window_blocks must be odd, got {window_blocks}")
         self.block_size = block_size

@@ -108,3 +108,30 @@ def test_a_softplus_scale_that_underflows_is_named_as_such_not_as_q_above_minus_
     with pytest.raises(ValueError, match=r"f='softplus' needs q for which softplus\(q\) does not "
                                          r"underflow to 0 in torch.float32 .*; got grades -200.0"):
         LinearGrading(2, [-200.0, 0.0], f="softplus", dtype=torch.float32)
+
+
+@pytest.mark.parametrize(("grading", "learnable", "positional"), [
+    ("linear", True, "sinusoidal"), ("linear", False, "rope"), ("exponential", True, "alibi"),
+    ("exponential", False, "sinusoidal"), (None, False, "rope")])
+def test_a_graded_lm_built_on_meta_loads_a_cpu_twin_and_computes_as_it(grading, learnable,
+                                                                      positional):
+    """Building on the "meta" device (no values: the usual start of loading large models) used
+    to fail in the gradings' value checks (``Tensor.item()`` on meta), and ``to_empty`` left
+    the positional tables, which no state dict holds, uninitialised; the values are checked
+    when they exist, the tables computed again, and the materialised model computes what its
+    twin does."""
+    from graded import TransformerConfig, TransformerLM
+
+    cfg = TransformerConfig(vocab_size=23, d_model=16, n_heads=2, n_layers=2, max_len=16,
+                            grading=grading, learnable_grades=learnable, positional=positional,
+                            **({} if grading is None else
+                               {"grade_init": "warm_start", "grade_init_value": 0.3}))
+    torch.manual_seed(0)
+    twin = TransformerLM(cfg).eval()
+    with torch.device("meta"):
+        lm = TransformerLM(cfg)
+    assert all(p.device.type == "meta" for p in lm.parameters())
+    lm = lm.to_empty(device="cpu")
+    lm.load_state_dict(twin.state_dict())
+    ids = torch.randint(0, 23, (2, 9), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(lm.eval()(ids), twin(ids))

@@ -48,10 +48,10 @@ def position_start(positional: str) -> int:
     return 1 if positional == "sinusoidal1" else 0
 
 
-def _inverse_frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:
+def _inverse_frequencies(dim: int, base: float) -> Tensor:
     """ω_m = base^{-2m/dim} for m = 0 .. dim/2 - 1 (a base ≤ 0 would make them NaN or inf)."""
     check_float("base (of the position frequencies)", base, minimum=0, strict_min=True)
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
 
 
 def sinusoidal_table(
@@ -104,20 +104,23 @@ class _Float64Tables(nn.Module):
     them to the new device but does not round them, so a cast model rotates and encodes as
     the paper's formulas do and a round trip through a low precision loses nothing. (A rotary
     frequency ω rounded to bfloat16 is off by up to 2⁻⁹·ω, and the angle p·ω then by ~1 rad
-    at position 1000.)"""
+    at position 1000.) They are computed again after every such move, so a model built on the
+    "meta" device and materialised with ``to_empty`` has them too (they are not in state
+    dicts: a ``load_state_dict`` would not bring them)."""
 
     _kept: tuple[str, ...] = ()  # the names of the float64 buffers
 
-    def _tables(self, device: torch.device) -> dict[str, Tensor]:
+    def _tables(self) -> dict[str, Tensor]:
+        """The float64 buffers by name, computed on the CPU."""
         raise NotImplementedError
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _Float64Tables:
         super()._apply(fn, recurse)
-        cast = [name for name in self._kept if self._buffers[name].dtype != torch.float64]
-        if cast:
-            tables = self._tables(self._buffers[cast[0]].device)
-            for name in cast:
-                self._buffers[name] = tables[name]
+        if self._kept:  # computed on the CPU and moved: the same values on every device
+            tables = self._tables()
+            device = self._buffers[self._kept[0]].device
+            for name in self._kept:
+                self._buffers[name] = tables[name].to(device)
         return self
 
 
@@ -135,12 +138,11 @@ class SinusoidalPositions(_Float64Tables):
         if start not in (0, 1):
             raise ValueError(f"start must be 0 or 1, got {start}")
         self.max_len, self.d_model, self.start, self.base = max_len, d_model, start, base
-        self.register_buffer("table", self._tables(None)["table"], persistent=False)
+        self.register_buffer("table", self._tables()["table"], persistent=False)
 
-    def _tables(self, device: torch.device | None) -> dict[str, Tensor]:
-        table = sinusoidal_table(self.max_len, self.d_model, start=self.start, base=self.base,
-                                 dtype=torch.float64)
-        return {"table": table.to(device)}
+    def _tables(self) -> dict[str, Tensor]:
+        return {"table": sinusoidal_table(self.max_len, self.d_model, start=self.start,
+                                          base=self.base, dtype=torch.float64)}
 
     def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """(…, T) integer positions -> (…, T, d_model) encodings in ``dtype``."""
@@ -179,10 +181,10 @@ class RotaryEmbedding(_Float64Tables):
             raise ValueError(f"rotary embedding needs an even head_dim, got {head_dim}")
         self.head_dim, self.base = head_dim, base
         # float64 angles: exact enough for long positions, cast to the input dtype after
-        self.register_buffer("inv_freq", self._tables(None)["inv_freq"], persistent=False)
+        self.register_buffer("inv_freq", self._tables()["inv_freq"], persistent=False)
 
-    def _tables(self, device: torch.device | None) -> dict[str, Tensor]:
-        return {"inv_freq": _inverse_frequencies(self.head_dim, self.base, device=device)}
+    def _tables(self) -> dict[str, Tensor]:
+        return {"inv_freq": _inverse_frequencies(self.head_dim, self.base)}
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, T, D) at positions (B, T) or (T,)."""
@@ -239,7 +241,16 @@ class ALiBi(nn.Module):
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()
+        self.num_heads = num_heads
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ALiBi:
+        """``nn.Module._apply`` with the slopes computed again in their new dtype and device
+        (not in state dicts: after ``to_empty`` from the "meta" device nothing else would)."""
+        super()._apply(fn, recurse)
+        slopes = self._buffers["slopes"]
+        self._buffers["slopes"] = alibi_slopes(self.num_heads).to(slopes.device, slopes.dtype)
+        return self
 
     def forward(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Additive bias of shape (B, H, Tq, Tk) from (B, Tq) and (B, Tk) positions (or (Tq,)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from graded.checks import check_float, check_int
 from graded.folding import _autocast_on
-from graded.grading.grades import GradesLike, as_grade_tensor
+from graded.grading.grades import GradesLike, as_grade_tensor, has_values
 
 __all__ = [
     "GradingMap",
@@ -144,7 +144,8 @@ class GradingMap(nn.Module):
         self.dim = dim
         self.learnable = bool(learnable)
         self.neutral = float(neutral)  # the grade whose scale is 1 (M = I)
-        self._validate(t)
+        if has_values(t):  # built on "meta": no values to check (they come with a state dict)
+            self._validate(t)
         if self.learnable:
             self.grades = nn.Parameter(t)
         else:

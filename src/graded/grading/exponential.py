@@ -15,7 +15,7 @@ from torch import Tensor
 from graded._precision import at_least_float32, held_precision, widen_loaded
 from graded.folding import _autocast_on
 from graded.grading.base import GradingMap
-from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
+from graded.grading.grades import GradesLike, _describe_bad, has_values, straight_through_floor
 
 __all__ = ["ExponentialGrading"]
 
@@ -63,7 +63,8 @@ class ExponentialGrading(GradingMap):
                          device=device, dtype=dtype)
         self.register_buffer("base", torch.tensor(b, dtype=at_least_float32(self.grades.dtype),
                                                   device=self.grades.device))
-        self._check_overflow()
+        if has_values(self.grades):
+            self._check_overflow()
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ExponentialGrading:
         """``nn.Module._apply`` (``.to``, ``.bfloat16``, ...) with λ kept in float32 at least."""

@@ -67,10 +67,17 @@ def as_grade_tensor(
             f"{name} has length {t.shape[-1]} in its last dimension but dim={dim}: "
             f"one grade per feature is expected"
         )
-    bad = ~torch.isfinite(t.detach())
-    if bool(bad.any()):
-        raise ValueError(f"{name} must be finite, got {_describe_bad(t.detach(), bad)}")
+    if has_values(t):
+        bad = ~torch.isfinite(t.detach())
+        if bool(bad.any()):
+            raise ValueError(f"{name} must be finite, got {_describe_bad(t.detach(), bad)}")
     return t
+
+
+def has_values(t: Tensor) -> bool:
+    """Whether ``t`` holds values to check: not on the "meta" device, where a module is built
+    without them (``with torch.device("meta")``, then ``to_empty`` and ``load_state_dict``)."""
+    return t.device.type != "meta"
 
 
 def straight_through_floor(x: Tensor, floor: float) -> Tensor:

@@ -39,6 +39,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     :mod:`graded.train.runs`.
     """
     from graded.config import build_run, load_config
+    from graded.train.checkpoint import CheckpointManager
 
     resume_dir = Path(args.resume) if args.resume else None
     if args.config is None and resume_dir is None:
@@ -53,7 +54,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     config_path = Path(args.config) if args.config else resume_dir / "config.yaml"
     cfg = load_config(config_path, args.set)
     run_dir = resume_dir or cfg.run_dir()
-    if resume_dir is None and (run_dir / "checkpoints").exists() and not cfg.output.overwrite:
+    if resume_dir is None and CheckpointManager(run_dir / "checkpoints").folders() \
+            and not cfg.output.overwrite:
         return _fail(
             f"run folder {run_dir} already has checkpoints; resume it with "
             f"`graded train --resume {run_dir}`, or pass --set output.overwrite=true (which "

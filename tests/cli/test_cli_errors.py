@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,19 @@ def test_eval_checkpoint_names_a_folder_of_the_run_or_the_ones_there(run, capsys
         f"graded: error: --checkpoint 'step_9': no such folder; expected 'best', 'latest', a "
         f"checkpoint folder of {run / 'checkpoints'} ({', '.join(p.name for p in folders)}) "
         "or a path to one")
+
+
+def test_eval_of_a_run_whose_best_json_is_damaged_names_that_file(run, tmp_path, capsys):
+    """A cut-short best.json is one error line naming it (not a bare JSON parser message);
+    `--checkpoint latest` does not read it and still evaluates."""
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    best = copy / "checkpoints" / "best.json"
+    best.write_text(best.read_text()[:12])
+    capsys.readouterr()
+    assert main(["eval", str(copy)]) == 2
+    assert _one_error_line(capsys.readouterr().err).startswith(
+        f"graded: error: checkpoint file {best}: truncated, corrupt or unreadable (")
+    assert main(["eval", str(copy), "--checkpoint", "latest"]) == 0
 
 
 def test_eval_of_a_folder_without_a_run_is_a_one_line_error(tmp_path, capsys):

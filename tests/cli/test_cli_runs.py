@@ -253,12 +253,15 @@ def test_resuming_an_early_stopped_run_trains_nothing_and_says_how_to_continue(t
     assert (end["event"], end["step"], end["status"]) == ("end", 6, "early_stopped")
 
 
+@pytest.mark.parametrize("killed", ["before its first save", "during its first save"])
 def test_resuming_a_run_killed_before_its_first_checkpoint_says_there_is_nothing_to_resume(
-        tmp_path, capsys):
+        tmp_path, capsys, killed):
     path = tiny_config(tmp_path)
     assert main(["train", str(path)]) == 0
     run = tmp_path / "runs" / "tiny"
     shutil.rmtree(run / "checkpoints")  # as a run killed before its first checkpoint leaves it
+    if killed == "during its first save":  # the folder that save was assembled in is left
+        (run / "checkpoints" / ".step_000000002.4242-0123456789ab.tmp").mkdir(parents=True)
     capsys.readouterr()
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -266,7 +269,8 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_there_is_nothing
                        "its first one, so there is nothing to resume; train it anew (without "
                        "resuming)")
     assert main(["train", str(path)]) == 0  # which works
-    assert CheckpointManager(run / "checkpoints").latest().name == "step_000000002"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.json",
+                                                                        "step_000000002"]
 
 
 def test_early_stopping_can_be_turned_on_by_a_key_on_resume(run):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import time
 
 import pytest
@@ -32,6 +35,31 @@ def test_resume_mid_epoch_sees_the_same_batches(tmp_path):
     make_trainer(tmp_path / "b", steps=10, batch_size=16).fit(pause_after=7)
     rest = make_trainer(tmp_path / "b", steps=10, batch_size=16).fit(resume_from=tmp_path / "b")
     assert rest.losses == full.losses[7:]
+
+
+def test_a_ctrl_c_during_the_last_save_lets_it_finish_and_the_run_resumes_from_it(
+        tmp_path, monkeypatch):
+    """A SIGINT while the checkpoint of a pause is written (after the last step, not between
+    steps) is the first Ctrl-C: the save finishes, and the run resumes from it as if never
+    stopped, not from the checkpoint before it."""
+    full = make_trainer(tmp_path / "full", steps=12).fit()
+    save = CheckpointManager.save
+
+    def signalled_save(self, step, *args, **kwargs):
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGINT)  # delivered before the files are written
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(CheckpointManager, "save", signalled_save)
+    try:
+        first = make_trainer(tmp_path / "part", steps=12).fit(pause_after=6)
+    except KeyboardInterrupt:
+        pytest.fail("the first Ctrl-C aborted the save")
+    monkeypatch.setattr(CheckpointManager, "save", save)
+    assert first.step == 6
+    assert CheckpointManager(tmp_path / "part" / "checkpoints").latest().name == "step_000000006"
+    rest = make_trainer(tmp_path / "part", steps=12).fit(resume_from=tmp_path / "part")
+    assert first.losses + rest.losses == full.losses
 
 
 def test_same_seed_gives_identical_losses_and_other_seed_differs(tmp_path):
@@ -81,6 +109,28 @@ def test_a_resume_leaves_tensorboard_no_scalar_of_the_abandoned_steps(tmp_path, 
     shown = [(e.step, e.value) for e in events.Scalars("train/loss")]
     logged = read_metrics(tmp_path)["train"]["loss"]
     assert [s for s, _ in shown] == [s for s, _ in logged if tensorboard or s <= 4]
+    assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(shown, logged))
+
+
+def test_a_new_run_in_the_folder_of_an_earlier_one_shows_tensorboard_none_of_its_scalars(
+        tmp_path):
+    """A run that ended before its first checkpoint (it diverged, or was killed) is trained
+    anew in its folder, with another lr. TensorBoard's own reader shows the new run's losses,
+    those of metrics.csv, not both runs' at the same steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    earlier = make_trainer(tmp_path, tensorboard=True).fit()
+    shutil.rmtree(tmp_path / "checkpoints")  # what a run ended before its first one leaves
+    began = int(time.time())  # event files are read in name order, which starts with the
+    while int(time.time()) == began:  # second a file was opened
+        time.sleep(0.05)
+    again = make_trainer(tmp_path, tensorboard=True, lr=1e-3).fit()
+    assert again.losses != earlier.losses
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    shown = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    logged = read_metrics(tmp_path)["train"]["loss"]
+    assert [s for s, _ in shown] == [s for s, _ in logged] == [2, 4, 6, 8, 10, 12]
     assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(shown, logged))
 
 
@@ -241,6 +291,30 @@ def test_bad_batch_size_is_rejected_naming_the_values(tmp_path):
     with pytest.raises(ValueError, match=r"batch size \(train.batch_size\) must be in "
                        r"\[1, 96\].*got 500"):
         make_trainer(tmp_path, batch_size=500)
+
+
+@pytest.mark.parametrize("damage", ["a token outside the vocabulary", "a targets tensor short"])
+def test_bad_evaluation_data_is_refused_when_the_trainer_is_built(tmp_path, damage):
+    """Checked as the training data are, before any step: found at the first evaluation, it
+    would end the run after eval_every steps that no checkpoint holds."""
+    from graded import TransformerClassifier, TransformerConfig
+
+    cfg = TransformerConfig(vocab_size=12, d_model=8, n_heads=2, n_layers=1, d_ff=16,
+                            max_len=8, positional="learned")
+    eval_data = make_data(32, 2)
+    if damage == "a token outside the vocabulary":
+        eval_data["inputs"][3, 5] = 12
+        expected = r"evaluation data: 'inputs': token ids must lie in \[0, 12\); got range " \
+                   r"\[0, 12\]"
+    else:
+        eval_data["targets"] = eval_data["targets"][:30]
+        expected = (r"evaluation data: dataset tensors disagree on their first dimension: "
+                    r"\{'inputs': 32, 'targets': 30\}")
+    with pytest.raises(ValueError, match=expected):
+        Trainer(TransformerClassifier(cfg, 3), make_data(64, 1), eval_data,
+                kind="classification", run_dir=tmp_path / "run",
+                options=TrainOptions(steps=4, batch_size=16, progress=False, device="cpu"))
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("grading, recipe", [("linear", "lgt-alg5.1"),

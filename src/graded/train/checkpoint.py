@@ -290,10 +290,19 @@ class CheckpointManager:
         return self.path_for(steps[-1]) if steps else None
 
     def best(self) -> Path | None:
+        """The checkpoint ``best.json`` names; None without one or when that folder is gone.
+        A ``best.json`` that does not read as written is a CheckpointError naming it."""
         info = self.root / "best.json"
         if not info.is_file():
             return None
-        path = self.root / json.loads(info.read_text(encoding="utf-8"))["checkpoint"]
+        try:
+            named = json.loads(info.read_text(encoding="utf-8"))["checkpoint"]
+            if not isinstance(named, str) or not STEP_DIR.match(named):
+                raise ValueError(f"names {named!r}, not a step_<N> folder")
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise checkpoint_error(info, f"truncated, corrupt or unreadable ({exc}); expected "
+                                         '{"checkpoint": "step_<N>", ...}') from None
+        path = self.root / named
         return path if path.is_dir() else None
 
     def rewind_best(self, step: int, best: float | None) -> None:

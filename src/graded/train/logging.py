@@ -10,7 +10,8 @@ Files in the run folder (rank 0 only):
 
 On resume the logger drops rows past the resume step, so the files read as one clean run, and
 TensorBoard hides the events past it (a purge marker, written whether the resumed run logs to
-TensorBoard or not).
+TensorBoard or not). A new run in a folder that holds an earlier run's files (one that ended
+before its first checkpoint) starts them afresh, and hides every earlier TensorBoard event.
 """
 
 from __future__ import annotations
@@ -129,13 +130,16 @@ class RunLogger:
         if new:
             self._csv.writeheader()
         events = self.run_dir / "tensorboard"
-        if tensorboard or (resume_step is not None and events.is_dir()):
+        if tensorboard or events.is_dir():
             from torch.utils.tensorboard import SummaryWriter
 
             # a writer opened with purge_step first writes the marker that hides the events of
-            # steps >= purge_step (those of the future the resume abandons); without TensorBoard
-            # now, that marker is all it writes
-            purge = None if resume_step is None else resume_step + 1
+            # steps >= purge_step: those of the future a resume abandons, or every event of an
+            # earlier run that a new run in this folder replaces (as it replaces metrics.csv);
+            # without TensorBoard now, that marker is all it writes
+            purge = None
+            if events.is_dir():
+                purge = 0 if resume_step is None else resume_step + 1
             writer = SummaryWriter(str(events), purge_step=purge)
             if tensorboard:
                 self._tb = writer

@@ -68,11 +68,12 @@ def plan_resume(
     resume, CheckpointError when no checkpoint loads."""
     source = Path(source)
     peaks = list(scheduler.base_lrs)  # as built from the options now
-    if (source / "checkpoints").is_dir():
+    checkpoints = CheckpointManager(source / "checkpoints")
+    if checkpoints.folders():
         # each checkpoint's config is checked before its tensors are read; a newer checkpoint
         # that is damaged or of another run is skipped; a config no checkpoint accepts is
         # refused (RunError: the config changed in a way a run cannot)
-        found = CheckpointManager(source / "checkpoints").find_intact(
+        found = checkpoints.find_intact(
             model, optimizer, accept=lambda state: checked_changes(source, state, now),
             reject=RunError)
     elif (source / CONFIG_FILE).is_file() and not (source / STATE_FILE).is_file():

@@ -27,11 +27,12 @@ A step's loss, gradient norm and metrics stay on the device until the trainer ne
 reads every step since its last read in one transfer at a log step, before an evaluation or a
 checkpoint, and at the end (a non-finite loss then raises ``FloatingPointError`` naming its
 step, before anything more is saved). The training data are checked once, when the trainer is
-built (token ids against the model's vocabulary, token grades: ``TaskKind.check_data``), and
-the steps run inside :func:`graded.checks.checked_inputs`. So with plain AdamW a step never
-waits for a GPU, and the host queues the next step while the device computes this one; a
-graded recipe's bound waits, before the next optimizer step, for a copy the device made right
-after this one; fp16's gradient scaler reads whether the gradients are finite.
+built (token ids against the model's vocabulary, token grades: ``TaskKind.check_data``; the
+evaluation data too), and the steps run inside :func:`graded.checks.checked_inputs`. So with
+plain AdamW a step never waits for a GPU, and the host queues the next step while the device
+computes this one; a graded recipe's bound waits, before the next optimizer step, for a copy
+the device made right after this one; fp16's gradient scaler reads whether the gradients are
+finite.
 
 Resuming from a checkpoint restores the model, optimiser, scheduler, RNG states (each rank's
 own) and step, so on CPU with the same seed the losses after resuming equal those of an
@@ -210,6 +211,7 @@ class Trainer:
         )
         # the training data checked once here: the steps then read no input values
         self.inputs_checked = self.kind.check_data(self.model, self.train_data)
+        self._check_eval_data()
         self.step_module = D.wrap_model(self.kind.training_module(self.model), self.ctx)
         self._close_at_exit: Callable[[], None] | None = None
         if self.ctx.distributed:  # a script that never calls close() still leaves safely
@@ -252,6 +254,18 @@ class Trainer:
                 f"{monitor}, though a {'larger' if better == 'max' else 'smaller'} one is "
                 f"better (monitor_mode: {better}, the default for {monitor})", RuntimeWarning,
                 stacklevel=3)
+
+    def _check_eval_data(self) -> None:
+        """The evaluation data checked as the training data are, when the trainer is built:
+        a bad evaluation set would otherwise fail only at the first evaluation, after
+        ``eval_every`` steps that no checkpoint holds yet."""
+        if self.eval_data is None:
+            return
+        try:
+            dataset_size(self.eval_data)
+            self.kind.check_data(self.model, self.eval_data)
+        except ValueError as exc:
+            raise ValueError(f"evaluation data: {exc}") from None
 
     def _graded_loss_applies(self) -> bool:
         """Whether the steps minimise the recipe's graded loss: the recipe asks for it and the
@@ -612,10 +626,11 @@ class Trainer:
                         result.last_checkpoint = self._save(step, stopper)
                         saved_at = step
                     t_window += time.perf_counter() - paused  # tokens/s excludes eval and I/O
-            vote.close()
-            result.losses += [loss for loss, _ in self._read(window)]  # before any save
-            if saved_at != step:
-                result.last_checkpoint = self._save(step, stopper)
+                vote.close()
+                # still under the handler: a first signal during the last save lets it finish
+                result.losses += [loss for loss, _ in self._read(window)]  # before any save
+                if saved_at != step:
+                    result.last_checkpoint = self._save(step, stopper)
         except KeyboardInterrupt:  # a second Ctrl-C: interrupted, without a checkpoint
             result.interrupted = True
             raise

@@ -16,6 +16,7 @@ from cli_configs import tiny_config
 
 from graded.cli import main
 from graded.train.checkpoint import CheckpointManager
+from graded.train.logging import read_metrics
 
 HOLD_LOCK = (
     "import sys\nfrom graded.train.runs import RunFolder\n"
@@ -298,3 +299,37 @@ def test_training_again_from_a_replaced_runs_config_yaml_does_not_replace_it(run
     assert main(["train", str(run / "config.yaml"), "--set", "train.steps=6"]) == 2
     assert "already has checkpoints" in capsys.readouterr().err
     assert _hashes(run) == before
+
+
+def test_graded_eval_takes_the_lowest_eval_loss_and_a_resume_keeps_best_and_early_stopping(
+        tmp_path, capsys):
+    """With ``early_stopping.min_delta`` 0.02 the loss falls by less than that at some
+    evaluations: the best checkpoint is still the lowest loss (not the last improvement by
+    0.02), and a run trained to step 6 and resumed to 12 ends as the run trained to 12 at once,
+    best.json and the early-stopping state included."""
+    train = {"eval_every": 1, "schedule": "constant", "lr": 1e-3,
+             "early_stopping": {"patience": 3, "min_delta": 0.02}}
+    assert main(["train", str(tiny_config(tmp_path, "full", steps=12, **train))]) == 0
+    assert main(["train", str(tiny_config(tmp_path, "part", steps=6, **train))]) == 0
+    full, part = tmp_path / "runs" / "full", tmp_path / "runs" / "part"
+    paused = json.loads((part / "checkpoints" / "step_000000006" / "state.json").read_text())
+    assert main(["train", "--resume", str(part), "--set", "train.steps=12"]) == 0
+    curve = read_metrics(full)["eval"]["loss"]
+    step, loss = min(curve, key=lambda point: (point[1], point[0]))
+    reference = curve[0][1]  # the last evaluation that improved by more than min_delta
+    for _, value in curve[1:]:
+        reference = value if value < reference - 0.02 else reference
+    assert reference != loss  # min_delta skips the improvement that made the best
+    for run in (full, part):
+        assert json.loads((run / "checkpoints" / "best.json").read_text()) == {
+            "checkpoint": f"step_{step:09d}", "step": step, "metric": loss}
+        assert json.loads((run / "metrics.json").read_text())["best"] == loss
+        final = json.loads((run / "checkpoints" / "step_000000012" / "state.json").read_text())
+        assert final["stopper"]["best"] == loss and final["stopper"]["reference"] == reference
+    assert paused["stopper"]["best"] != paused["stopper"]["reference"]  # both mattered
+    for split, name in (("train", "loss"), ("eval", "loss")):
+        assert read_metrics(part)[split][name] == read_metrics(full)[split][name]
+    capsys.readouterr()
+    assert main(["eval", str(part)]) == 0  # the default checkpoint: the best
+    out = json.loads(capsys.readouterr().out)
+    assert out["step"] == step and out["metrics"]["loss"] == loss

@@ -191,7 +191,7 @@ def test_rewinding_best_json_removes_it_when_no_kept_checkpoint_set_the_best(cop
     _name_as_best(copy, 8)
     state_file = copy / "checkpoints" / "step_000000004" / ck.STATE_FILE
     state = json.loads(state_file.read_text())
-    state["stopper"]["bad_evals"] = 1  # step 4's evaluation did not improve: not the best one
+    state["stopper"]["best_step"] = 2  # an earlier evaluation set the best, not step 4's
     state_file.write_text(json.dumps(state))
     manager = ck.CheckpointManager(copy / "checkpoints")
     manager.rewind_best(4, state["stopper"]["best"])

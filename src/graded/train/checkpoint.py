@@ -9,7 +9,8 @@ A checkpoint is a folder ``<run>/checkpoints/step_<N>/`` holding
                               and the torch (and CUDA) RNG states;
 - ``state.json``             everything else: step, data position, optimiser scalars and param
                               groups, scheduler state, Python and NumPy RNG states,
-                              early-stopping state, config.
+                              best-metric and early-stopping state
+                              (:mod:`graded.train.stopping`), config.
 
 A checkpoint of a run on several processes holds every rank's RNG state, each under its rank
 (:func:`~graded.train.state_tensors.ranked_rng_state`); a rank it holds none for restores rank
@@ -64,6 +65,7 @@ from graded.train.state_tensors import (
     save_model_state,
     sha256_of,
 )
+from graded.train.stopping import sets_best
 
 STEP_DIR = re.compile(r"^step_(\d{9})$")
 # the temporary folder a checkpoint is assembled in (save_checkpoint), left by a killed writer
@@ -310,7 +312,8 @@ class CheckpointManager:
         ``best.json`` name a checkpoint of the resumed run: one it names beyond ``step`` belongs
         to the abandoned future (and may be the damaged one). It then names the newest intact
         checkpoint up to ``step`` that set the monitored ``best`` (its evaluation improved on
-        every earlier one: ``bad_evals`` 0), or is removed when that checkpoint is gone."""
+        every earlier one, strictly: :func:`~graded.train.stopping.sets_best`), or is removed
+        when that checkpoint is gone."""
         info = self.root / "best.json"
         if not info.is_file():
             return
@@ -322,11 +325,10 @@ class CheckpointManager:
             return
         for candidate in reversed([s for s in self.steps() if s <= step]):
             try:
-                stopper = read_checkpoint_state(self.path_for(candidate)).get("stopper") or {}
+                stopper = read_checkpoint_state(self.path_for(candidate)).get("stopper")
             except CheckpointError:
                 continue
-            if stopper.get("bad_evals") == 0 and best is not None \
-                    and stopper.get("best") == best:
+            if sets_best(candidate, stopper, best):
                 atomic_write_text(info, json.dumps({"checkpoint": self.path_for(candidate).name,
                                                     "step": candidate, "metric": best}))
                 return

@@ -52,11 +52,16 @@ def number_not_bool(model: type[Strict], value: Any, info: ValidationInfo) -> An
 
 
 class EarlyStopping(Strict):
-    """Stop when the monitored evaluation metric has not improved for ``patience`` evaluations."""
+    """Stop when the monitored evaluation metric has not improved for ``patience`` evaluations.
+
+    ``min_delta`` decides only which evaluations count as improvements here; the best
+    checkpoint is the best monitored value, strictly (:mod:`graded.train.stopping`)."""
 
     patience: int = Field(5, ge=1, description="evaluations without improvement before stopping")
     min_delta: float = Field(0.0, ge=0.0, allow_inf_nan=False,
-                             description="smallest change that counts as improvement")
+                             description="an evaluation counts as an improvement for the "
+                             "patience when it beats the last one that counted by more than "
+                             "this (the best checkpoint ignores it)")
 
     @field_validator("*", mode="before")
     @classmethod

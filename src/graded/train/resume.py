@@ -5,7 +5,8 @@ preflight) checks each checkpoint's config against the new one before reading an
 tensors, and loads the newest checkpoint that accepts it (a key the resume rule of
 :mod:`graded.train.runs` keeps fixed refuses it) and that is intact, into the model and
 optimizer (newer damaged or foreign ones are skipped, and listed; when none accepts the config,
-the refusal is the error), its scheduler state, and the peak
+the refusal is the error), its scheduler state, its best metric and early-stopping count
+(:class:`~graded.train.stopping.Stopper`), and the peak
 learning rates now configured (:func:`use_peak_lrs`). Its :class:`ResumePlan` is what
 :meth:`Trainer.fit` starts from; the only state it leaves for later is the RNG, restored when the
 first resumed step is about to run.
@@ -28,6 +29,7 @@ from graded.train.checkpoint import (
 )
 from graded.train.runs import CONFIG_FILE, RunError, checked_changes
 from graded.train.state_tensors import CheckpointError, checkpoint_error
+from graded.train.stopping import Stopper
 
 
 @dataclass
@@ -37,7 +39,7 @@ class ResumePlan:
     source: Path  # the run folder or checkpoint folder asked for
     checkpoint: Path  # the checkpoint loaded: the newest intact one
     step: int
-    stopper: dict[str, Any]
+    stopper: Stopper  # best metric and early-stopping count (a one-value stopper: as both)
     rng: tuple[dict[str, torch.Tensor], dict[str, Any]]
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # newer, damaged checkpoints
     changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # accepted overrides
@@ -92,11 +94,16 @@ def plan_resume(
                        f"{found.path} is at step {found.meta['step']}; expected train.steps "
                        f">= {found.meta['step']} (more steps continue the run)")
     try:
+        stopper = Stopper.from_state(found.meta.get("stopper"))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise checkpoint_error(found.path / STATE_FILE,
+                               f"no usable stopper state ({exc!r})") from None
+    try:
         scheduler.load_state_dict(found.meta["scheduler"])
     except (KeyError, TypeError, ValueError) as exc:
         raise checkpoint_error(found.path / STATE_FILE,
                                f"no usable scheduler state ({exc!r})") from None
     use_peak_lrs(optimizer, scheduler, peaks)
-    return ResumePlan(source, found.path, found.meta["step"], found.meta.get("stopper", {}),
+    return ResumePlan(source, found.path, found.meta["step"], stopper,
                       read_rng_state(found.path), found.skipped, changes,
                       found.meta.get("grad_scaler"))

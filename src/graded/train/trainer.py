@@ -55,7 +55,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ from graded.train.state_tensors import (
     rng_state_from_bytes,
     rng_state_to_bytes,
 )
+from graded.train.stopping import Stopper
 from graded.transformer.graded import held_gradings
 
 
@@ -295,7 +296,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- state
 
-    def _state(self, step: int, stopper: dict[str, Any]) -> dict[str, Any]:
+    def _state(self, step: int, stopper: Stopper) -> dict[str, Any]:
         return {
             "step": step,
             "seed": self.seed,
@@ -304,12 +305,12 @@ class Trainer:
                               "batch": step % self.sampler.steps_per_epoch},
             "scheduler": self.scheduler.state_dict(),  # lr_lambdas are plain functions: None
             "grad_scaler": None if self.scaler is None else self.scaler.state_dict(),
-            "stopper": stopper,
+            "stopper": stopper.to_state(),
             "options": self.opts.model_dump(mode="json"),
             "config": self.run_config(),
         }
 
-    def _save(self, step: int, stopper: dict[str, Any], *, is_best: bool = False) -> Path | None:
+    def _save(self, step: int, stopper: Stopper, *, is_best: bool = False) -> Path | None:
         self._finish_recipe()  # the saved optimizer state has the bounded grade learning rate
         rng = None  # one process: save_checkpoint takes its own
         if self.ctx.distributed:  # every rank's RNG state, by rank, to rank 0
@@ -319,7 +320,7 @@ class Trainer:
         if self.ctx.is_main:
             path = self.checkpoints.save(
                 step, self.model, self.optimizer, self._state(step, stopper),
-                is_best=is_best, metric=stopper.get("best"), rng=rng,
+                is_best=is_best, metric=stopper.best, rng=rng,
             )
         D.barrier(self.ctx)
         return path
@@ -475,19 +476,19 @@ class Trainer:
         return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
                             for v in values])
 
-    def _improved(self, value: float, stopper: dict[str, Any]) -> bool:
-        best = stopper.get("best")
-        if best is None:
-            return True
-        delta = self.opts.early_stopping.min_delta if self.opts.early_stopping else 0.0
-        if self.opts.monitor_mode == "min":
-            return value < best - delta
-        return value > best + delta
+    def _observe(self, value: float, step: int, stopper: Stopper) -> bool:
+        """Count the evaluation of ``step`` (its monitored ``value``); return whether its
+        checkpoint is the new best: strictly better than any before, whatever
+        ``early_stopping.min_delta``, which counts only for the patience
+        (:mod:`graded.train.stopping`)."""
+        es = self.opts.early_stopping
+        return stopper.observe(value, step, mode=self.opts.monitor_mode,
+                               min_delta=es.min_delta if es is not None else 0.0)
 
-    def _stopped_early(self, stopper: dict[str, Any]) -> bool:
+    def _stopped_early(self, stopper: Stopper) -> bool:
         """Whether ``early_stopping.patience`` evaluations in a row brought no improvement."""
         es = self.opts.early_stopping
-        return es is not None and stopper.get("bad_evals", 0) >= es.patience
+        return stopper.stopped(es.patience if es is not None else None)
 
     def evaluate(self) -> dict[str, float]:
         """Metrics of the current model on the evaluation data (every rank computes them)."""
@@ -538,12 +539,12 @@ class Trainer:
         return result
 
     def _loop(self, plan: ResumePlan | None, pause_after: int | None) -> TrainResult:
-        start, stopper = 0, {"best": None, "bad_evals": 0}
+        start, stopper = 0, Stopper()
         if plan is not None:
-            start, stopper = plan.step, plan.stopper
+            start, stopper = plan.step, replace(plan.stopper)  # the plan's own is left as read
             restore_rng_state(*plan.rng, rank=self.ctx.rank)
             if self.ctx.is_main:  # best.json of a newer (skipped, damaged) checkpoint: rewound
-                self.checkpoints.rewind_best(start, stopper.get("best"))
+                self.checkpoints.rewind_best(start, stopper.best)
             if self.scaler is not None and plan.grad_scaler:
                 self.scaler.load_state_dict(plan.grad_scaler)
         else:
@@ -553,7 +554,7 @@ class Trainer:
         main = self.ctx.is_main
         logger = RunLogger(self.run_dir, enabled=main, tensorboard=self.opts.tensorboard,
                            resume_step=start if plan is not None else None)
-        result = TrainResult(step=start, best_metric=stopper.get("best"))
+        result = TrainResult(step=start, best_metric=stopper.best)
         total = self.opts.steps
         bar = _progress(total, start, enabled=main and self.opts.progress)
         began = time.perf_counter()
@@ -608,13 +609,8 @@ class Trainer:
                         metrics = self.evaluate()
                         logger.scalars(step, "eval", metrics)
                         result.final_eval = metrics
-                        value = metrics[self.opts.monitor]
-                        best = self._improved(value, stopper)
-                        if best:
-                            stopper["best"], stopper["bad_evals"] = value, 0
-                        else:
-                            stopper["bad_evals"] += 1
-                        result.best_metric = stopper["best"]
+                        best = self._observe(metrics[self.opts.monitor], step, stopper)
+                        result.best_metric = stopper.best
                         if best or (self.opts.checkpoint_every is None):
                             result.last_checkpoint = self._save(step, stopper, is_best=best)
                             saved_at = step
@@ -631,6 +627,12 @@ class Trainer:
                 result.losses += [loss for loss, _ in self._read(window)]  # before any save
                 if saved_at != step:
                     result.last_checkpoint = self._save(step, stopper)
+                # a signal after the last step of a pause (during that step or the save) asked
+                # for a stop the pause would otherwise absorb: a loop that resumes paused runs
+                # must see it (one process; under torchrun only the ranks' vote is reported)
+                if stop.flag and not self.ctx.distributed and step < total \
+                        and not result.early_stopped:
+                    result.interrupted = True
         except KeyboardInterrupt:  # a second Ctrl-C: interrupted, without a checkpoint
             result.interrupted = True
             raise

@@ -115,6 +115,24 @@ def test_grades_are_held_in_the_dtype_the_module_is_built_in(grading):
     torch.testing.assert_close(got[0], expected, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("kw", [{"fold_grading": False}, {"add_bias_kv": True},
+                                {"qk_rotated": True}], ids=["activations", "bias_kv", "rotated"])
+def test_float64_grades_given_to_a_float32_module_are_held_in_its_dtype(kw):
+    """Grades given as a float64 tensor to a module built in the default float32 are held in
+    float32, as its projections: the parts graded on the activations (here the keys, or all
+    of them) then give float32 outputs, those of grades given in float32."""
+    grades = torch.tensor([0.1, 0.7, 1.3, 2.9], dtype=torch.float64)
+    outs = []
+    for g in (grades, grades.float()):
+        torch.manual_seed(0)
+        module = GradedMultiheadAttention(E, H, grading="exponential", grades=g,
+                                          variant="queries_keys", batch_first=True, **kw)
+        assert module.grading.grades.dtype == torch.float32
+        x = torch.randn(2, 5, E)
+        outs.append(module(x, x, x)[0])
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_queries_keys_squares_the_grading_of_scores():
     qk = make("queries_keys", "exponential", False, learnable=False)
     sc = GradedMultiheadAttention(E, H, grading="exponential",
@@ -174,6 +192,68 @@ def test_state_dicts_move_both_ways_between_graded_and_torch():
     back = nn.MultiheadAttention(E, H, batch_first=True)
     back.load_state_dict(module.torch_state_dict())
     assert torch.equal(back.in_proj_weight, ref.in_proj_weight)
+
+
+def test_a_strict_load_still_refuses_missing_grades_of_other_modules():
+    """Only the attention's own grades may be missing (a plain attention state dict): the
+    missing grades of a sibling grading module, or a graded state dict that lacks part of
+    the attention's grading, are refused by a strict load."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.grading = LinearGrading(E, torch.rand(E))  # loaded before the attention
+            self.attn = GradedMultiheadAttention(E, H, grading="exponential",
+                                                 grades=torch.rand(D))
+
+    net = Net()
+    partial = net.state_dict()
+    del partial["grading.grades"]
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "grading.grades"'):
+        net.load_state_dict(partial)
+    partial = net.state_dict()
+    del partial["attn.grading.base"]
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "attn.grading.base"'):
+        net.load_state_dict(partial)
+    plain = {k: v for k, v in net.state_dict().items() if not k.startswith("attn.grading.")}
+    grades = net.attn.grading.grades.clone()
+    assert not net.load_state_dict(plain).missing_keys
+    assert torch.equal(net.attn.grading.grades, grades)
+
+
+def test_one_fixed_grading_shared_by_attention_of_two_widths_grades_each_by_the_formula():
+    """The row scales kept with fixed grades are the layout of the module that asks: a grading
+    over head_dim passed to a 2-head and a 4-head module (packed rows of 3·8 and 3·16)."""
+    torch.manual_seed(0)
+    grading = ExponentialGrading(D, torch.rand(D, dtype=torch.float64))
+    for heads in (H, 2 * H, H):
+        module = GradedMultiheadAttention(heads * D, heads, grading=grading,
+                                          batch_first=True).double()
+        x = torch.randn(1, 5, heads * D, dtype=torch.float64)
+        got, _ = module(x, x, x, need_weights=False)
+        m = grading.scales().detach()
+        w, b = module.in_proj_weight.detach(), module.in_proj_bias.detach()
+        n = heads * D  # (heads, T, D) per-head queries, keys, values
+        q, k, v = ((x[0] @ w[i * n:(i + 1) * n].T + b[i * n:(i + 1) * n])
+                   .unflatten(-1, (heads, D)).transpose(0, 1) for i in range(3))
+        q = q * m
+        heads_out = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D), -1) @ v
+        want = module.out_proj(heads_out.transpose(0, 1).flatten(-2))
+        torch.testing.assert_close(got[0], want)
+
+
+def test_a_variant_set_on_a_built_module_grades_by_its_formula():
+    """``variant`` is a plain attribute: after a pass as "scores" (the queries' rows folded),
+    setting it to "values" grades the values, as the paper's formula (4) writes it."""
+    torch.manual_seed(0)
+    module = make("scores", "exponential", per_head_grades=False, learnable=False)
+    x = torch.randn(5, E, dtype=torch.float64)
+    module(x[None], x[None], x[None])
+    module.variant = "values"
+    got, _ = module(x[None], x[None], x[None], need_weights=False)
+    scales = module.grading.scales().detach().expand(H, D)
+    want = naive_graded_attention(module, x, x, scales, "values")
+    torch.testing.assert_close(got[0], want.detach())
 
 
 def test_grading_module_can_be_passed_in():

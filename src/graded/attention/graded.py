@@ -130,7 +130,8 @@ class GradedMultiheadAttention(MultiheadAttention):
         grading: ``"linear"`` (LGT, M = diag(f(q))), ``"exponential"`` (EGT, M = diag(λ^q)),
             or a ready grading module over ``head_dim`` features.
         grades: None (neutral: M = I, so the module equals plain attention), a tensor of shape
-            (head_dim,) shared by all heads, or (num_heads, head_dim) for per-head grades.
+            (head_dim,) shared by all heads, or (num_heads, head_dim) for per-head grades;
+            held in the module's dtype (``dtype``, or the default), as its projections.
         base: λ of the exponential grading. ``f``: the linear grading's function.
         learnable_grades: make the grades a Parameter.
         variant: one of ``"scores"``, ``"queries_keys"``, ``"values"``, ``"multi_head"``.
@@ -174,9 +175,11 @@ class GradedMultiheadAttention(MultiheadAttention):
                     f"variant {variant!r} needs per-head grades of shape (num_heads, head_dim) = "
                     f"({num_heads}, {self.head_dim}), got a shared tuple"
                 )
+            # the grades in the projections' dtype, not a grades tensor's: the parts graded on
+            # the activations multiply them with the projected q, k, v
             module = make_grading(
                 grading, self.head_dim, grades, base=base, f=f, learnable=learnable_grades,
-                num_heads=num_heads if per_head else None, dtype=mha_kwargs.get("dtype"),
+                num_heads=num_heads if per_head else None, dtype=self.out_proj.weight.dtype,
             )
             if mha_kwargs.get("device") is not None:  # validated where the values are read
                 module.to(device=mha_kwargs["device"])
@@ -194,6 +197,7 @@ class GradedMultiheadAttention(MultiheadAttention):
         self.grading = module
         self.fold_grading = fold_grading
         self.qk_rotated = qk_rotated
+        self.register_load_state_dict_pre_hook(_note_plain_state_dict)
         self.register_load_state_dict_post_hook(_tolerate_missing_grading)
 
     def torch_state_dict(self) -> dict[str, Tensor]:
@@ -205,10 +209,10 @@ class GradedMultiheadAttention(MultiheadAttention):
         """The graded tensors among ``"q"``, ``"k"``, ``"v"`` whose grading :meth:`project`
         folds into the projection weights; :meth:`transform_heads` grades the others. Decided
         from the module's structure alone (the module docstring lists the conditions)."""
-        # kept for the switches and the grading module it was worked out for (not under the
-        # compiler, which traces it once)
+        # kept for the switches, the variant and the grading module it was worked out for (not
+        # under the compiler, which traces it once)
         compiling = torch.compiler.is_compiling()
-        key = (self.fold_grading, self.qk_rotated, self._modules["grading"])
+        key = (self.fold_grading, self.qk_rotated, self.variant, self._modules["grading"])
         kept = None if compiling else self._folded
         if kept is not None and kept[0] == key:
             return kept[1]
@@ -238,14 +242,15 @@ class GradedMultiheadAttention(MultiheadAttention):
         """The row scales of the packed ``in_proj_weight``; with fixed grades kept by the
         grading with its scales (:meth:`~graded.grading.GradingMap._kept_value`: returned
         again while the values it computes them from are unchanged) for the folded parts, the
-        autocast dtype and the weight's dtype and device: a few comparisons per pass instead
-        of the scales' chain of calls."""
+        layout of the rows (one grading may serve modules of other widths), the autocast
+        dtype and the weight's dtype and device: a few comparisons per pass instead of the
+        scales' chain of calls."""
         folded = self.folded_parts
         if not folded:
             return super().packed_projection_rows()
         weight = self.in_proj_weight
-        key = ("packed rows", folded, _autocast_on(weight.device.type), weight.dtype,
-               weight.device)
+        key = ("packed rows", folded, self.shared_qk, weight.shape[0],
+               _autocast_on(weight.device.type), weight.dtype, weight.device)
         return self.grading._kept_value(key, self.grading._sources(),
                                         super().packed_projection_rows)
 
@@ -317,11 +322,23 @@ def packed_rows_together(layers: Sequence[GradedMultiheadAttention],
     return list(first._packed_rows(first._projection_scales_of(m)).unbind(0))
 
 
+def _note_plain_state_dict(module: nn.Module, state_dict: dict[str, Any], prefix: str,
+                           *_: Any) -> None:
+    """Load pre-hook: the prefix of this module's grading keys when ``state_dict`` holds none
+    of them (a plain attention state dict), for :func:`_tolerate_missing_grading`."""
+    own = prefix + "grading."
+    plain = not any(k.startswith(own) for k in state_dict)
+    module.__dict__["_plain_grading_prefix"] = own if plain else None
+
+
 def _tolerate_missing_grading(module: nn.Module, keys: Any) -> None:
-    """A plain attention state dict has no grading: keep the current grades when loading it."""
-    missing = [k for k in keys.missing_keys if k.split(".")[-2:-1] == ["grading"]]
-    for k in missing:
-        keys.missing_keys.remove(k)
+    """A plain attention state dict has no grading: keep the current grades when loading it.
+    Only this module's grading keys, and only when all of them are absent: ``keys`` lists the
+    missing keys of the whole load (other modules' ``grading`` too)."""
+    own = module.__dict__.pop("_plain_grading_prefix", None)
+    if own is None:
+        return
+    keys.missing_keys[:] = [k for k in keys.missing_keys if not k.startswith(own)]
 
 
 def _ndim(grades: Any) -> int:

@@ -400,3 +400,32 @@ def test_a_pass_under_inference_mode_keeps_nothing_a_training_pass_cannot_use(gr
         m(x).square().sum().backward()
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
+def test_a_copy_keeps_no_scales_of_the_original():
+    """A deep copy held the original's kept scales with stamps naming the original's storage,
+    which the copy does not pin: once the original was freed, other grades loaded into the copy
+    at that address passed for the old ones (stale scales). Here the address and version are
+    matched on purpose: the copy's first scales must be computed from its own grades."""
+    import copy
+
+    g = ExponentialGrading(64, torch.rand(64))
+    g.scales()
+    c = copy.deepcopy(g)
+    other = g.grades  # the original's storage, at the address the kept stamp names
+    other.data.copy_(torch.rand(64) * 4)  # other values, the version counter unchanged
+    c.load_state_dict({"grades": other, "base": g.base}, assign=True)
+    torch.testing.assert_close(c.scales(), 2.0 ** other, rtol=1e-5, atol=0)
+
+
+def test_grades_batched_by_vmap_through_functional_call_grade_as_a_loop():
+    """``torch.func`` wrappers have no data pointer: keeping scales under a transform raised
+    "Cannot access data pointer of Tensor that doesn't have storage"."""
+    from torch.func import functional_call, vmap
+
+    g = LinearGrading(4, torch.rand(4))  # fixed grades: their scales are kept
+    x = torch.randn(3, 4)
+    qs = torch.rand(5, 4)
+    batched = vmap(lambda q: functional_call(g, {"grades": q}, (x,)))(qs)
+    expected = torch.stack([x * (q + 1.0) for q in qs])  # f = shift: f(q) = q + 1
+    torch.testing.assert_close(batched, expected)

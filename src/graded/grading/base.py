@@ -78,7 +78,8 @@ def _stamp(sources: Sequence[Tensor]) -> tuple | None:
     tensor (no version counter), or under ``torch.inference_mode`` (what it computes is an
     inference tensor, which a later pass with autograd could not save for its backward). See
     :meth:`GradingMap._kept_value`."""
-    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+    if (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
+            or torch._C._are_functorch_transforms_active()):  # wrappers: no data pointer
         return None
     for t in sources:
         if t.requires_grad or t.is_inference() or _is_parameter(t):
@@ -209,6 +210,14 @@ class GradingMap(nn.Module):
 
     # -- values kept while their sources are unchanged ---------------------------------------
     _kept: dict | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """``nn.Module``'s state without the kept values: a copy (``copy.deepcopy``, pickling)
+        holds copies of their sources, whose storage would not pin the addresses its stamps
+        name, so a later tensor at one of them could pass for the original."""
+        state = super().__getstate__()
+        state.pop("_kept", None)
+        return state
 
     def _sources(self) -> tuple[Tensor, ...]:
         """The tensors the scales are computed from."""

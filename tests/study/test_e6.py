@@ -88,3 +88,25 @@ def test_equivalence_verdict_reads_an_interval_against_a_band():
     assert equivalence_verdict(1.3, 1.5, 0.8, 1.25) == "fails"
     assert equivalence_verdict(1.0, 1.5, 0.8, 1.25) == "inconclusive"
     assert equivalence_verdict(float("nan"), 1.0, 0.8, 1.25) == "inconclusive"
+
+
+@pytest.mark.parametrize("nan_at", [0, 3])
+def test_a_ratio_that_is_nan_makes_claim_6_inconclusive_wherever_it_falls(nan_at, tmp_path,
+                                                                          monkeypatch):
+    """Python's ``max`` keeps a NaN in first place and drops it elsewhere: a NaN ratio made
+    claim 6 "fails" or vanished from its worst ratio, by its position."""
+    import graded.study.experiments.e6_gradients as e6
+
+    calls = []
+
+    def ratios(gen):
+        out = jacobian_bound_ratios(gen)
+        if len(calls) == nan_at:
+            out["lemma_4_3_grading"] = math.nan
+        calls.append(1)
+        return out
+
+    monkeypatch.setattr(e6, "jacobian_bound_ratios", ratios)
+    finding = GradientsExperiment()._jacobians(Context(out=tmp_path, quick=True, seeds=1,
+                                                       seeds_given=True))
+    assert finding.verdict == "inconclusive" and math.isnan(finding.estimate)

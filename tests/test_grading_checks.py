@@ -135,3 +135,20 @@ def test_a_graded_lm_built_on_meta_loads_a_cpu_twin_and_computes_as_it(grading, 
     lm.load_state_dict(twin.state_dict())
     ids = torch.randint(0, 23, (2, 9), generator=torch.Generator().manual_seed(1))
     assert torch.equal(lm.eval()(ids), twin(ids))
+
+
+def test_loaded_grades_are_checked_as_set_grades_checks_them_before_they_replace_any():
+    """A state dict (a damaged or hand-edited checkpoint) with grades the grading refuses
+    was loaded silently: fixed LGT grades whose scales are not positive, non-finite grades."""
+    g = LinearGrading(4, [0.5, 1.0, 1.5, 2.0], f="identity")
+    before = g.grades.clone()
+    with pytest.raises(ValueError, match=r"f='identity' needs q > 0 .* -0\.5 at index 2"):
+        g.load_state_dict({"grades": torch.tensor([0.5, 1.0, -0.5, 2.0])})
+    with pytest.raises(ValueError, match=r"loaded grades must be finite, got nan at index 1"):
+        g.load_state_dict({"grades": torch.tensor([0.5, float("nan"), 1.0, 2.0])})
+    assert torch.equal(g.grades, before)  # nothing replaced
+    e = ExponentialGrading(3, [0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match=r"grades q >= 0 .* -1\.0 at index 0"):
+        e.load_state_dict({"grades": torch.tensor([-1.0, 1.0, 2.0]), "base": e.base})
+    g.load_state_dict({"grades": torch.tensor([1.0, 2.0, 3.0, 4.0])})  # good grades load
+    assert g.grades.tolist() == [1.0, 2.0, 3.0, 4.0]

@@ -292,6 +292,19 @@ class GradingMap(nn.Module):
         with torch.no_grad():
             self.grades.copy_(t)
 
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
+                              *args: Any, **kwargs: Any) -> None:
+        """``nn.Module``'s, with the loaded grades validated as :meth:`set_grades` does, before
+        they replace the current ones (fixed grades of a damaged or hand-edited checkpoint
+        would otherwise give non-finite or non-positive scales silently)."""
+        loaded = state_dict.get(prefix + "grades")
+        if isinstance(loaded, Tensor) and has_values(loaded) and (
+                loaded.shape == self.grades.shape):  # another shape: torch's own error
+            t = as_grade_tensor(loaded.detach(), dim=self.dim, name=f"loaded {prefix}grades",
+                                dtype=self.grades.dtype)
+            self._validate(t)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def max_grade(self) -> float:
         """The largest grade q_max, read from the current grades (a host synchronisation)."""
         return float(self.grades.detach().max())

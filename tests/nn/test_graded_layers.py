@@ -411,3 +411,20 @@ def test_per_sample_gradients_with_torch_func_equal_a_loop_of_backward_calls():
     q = relu.grades.detach()
     expected = torch.diag(torch.sign(h) * h.abs() ** (1 / q - 1) / q)  # d|h|^{1/q}/dh
     torch.testing.assert_close(torch.func.jacrev(relu)(h), expected)
+
+
+def test_loaded_grades_are_checked_as_the_constructor_checks_them():
+    """A state dict with a grade <= 0 or a NaN one (a damaged checkpoint) was loaded into a
+    graded layer silently; its outputs were then inf or NaN."""
+    from graded.nn import GradedLinear
+
+    layer = GradedLinear(3, 2, grades=[1.0, 2.0, 0.5])
+    state = {k: v.clone() for k, v in layer.state_dict().items()}
+    state["grades"] = torch.tensor([1.0, 0.0, 0.5])
+    with pytest.raises(ValueError, match=r"GradedLinear \(loaded grades\) needs grades q > 0, "
+                                         r"got 0\.0 at index 1"):
+        layer.load_state_dict(state)
+    state["grades"] = torch.tensor([1.0, float("nan"), 0.5])
+    with pytest.raises(ValueError, match=r"loaded grades must be finite, got nan at index 1"):
+        layer.load_state_dict(state)
+    assert layer.grades.tolist() == [1.0, 2.0, 0.5]  # nothing replaced

@@ -100,10 +100,16 @@ def _positive_grades(grades: GradesLike, n: int, what: str, like: Tensor,
         return grades.to(like.dtype)
     q = as_grade_tensor(grades, dim=n, dtype=like.dtype, device=like.device, allow_heads=False)
     if not torch.compiler.is_compiling():
-        bad = q.detach() <= 0
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{what} needs grades q > 0, got {float(q[i])!r} at index {i}")
+        _refuse_non_positive(q.detach(), what)
+    return q
+
+
+def _refuse_non_positive(q: Tensor, what: str) -> Tensor:
+    """``q`` when every grade is > 0, else a ValueError naming the first that is not."""
+    bad = q <= 0
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"{what} needs grades q > 0, got {float(q[i])!r} at index {i}")
     return q
 
 
@@ -159,18 +165,29 @@ def register_grades(module: nn.Module, grades: GradesLike, n: int | None, learna
     if n is None and isinstance(grades, (int, float)) and not isinstance(grades, bool):
         raise ValueError(f"{what} got the single grade {grades!r} and no features= to say how "
                          f"many features carry it (or pass one grade per feature)")
-    q = as_grade_tensor(grades, dim=n, dtype=dtype, allow_heads=False).detach().clone()
-    bad = q <= 0
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"{what} needs grades q > 0, got {float(q[i])!r} at index {i}")
+    q = _refuse_non_positive(as_grade_tensor(grades, dim=n, dtype=dtype, allow_heads=False)
+                             .detach().clone(), what)
     stored = q.to(device) if device is not None else q
     if learnable:
         module.grades = nn.Parameter(stored)
     else:
         module.register_buffer("grades", stored)
     module.learnable_grades = learnable
+    module.register_load_state_dict_pre_hook(_check_loaded_grades)
     return q
+
+
+def _check_loaded_grades(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """Load pre-hook of :func:`register_grades`: loaded grades are checked as the constructor
+    checks them (finite, > 0), before they replace the module's (a damaged checkpoint's would
+    give non-finite outputs silently)."""
+    loaded = state_dict.get(prefix + "grades")
+    if isinstance(loaded, Tensor) and loaded.device.type != "meta" and (
+            loaded.shape == module.grades.shape):  # another shape: torch's own error
+        what = f"{type(module).__name__} (loaded {prefix}grades)"
+        _refuse_non_positive(as_grade_tensor(loaded.detach(), dim=loaded.shape[-1],
+                                             name=f"loaded {prefix}grades", allow_heads=False),
+                             what)
 
 
 def evaluated_grades(module: nn.Module) -> Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from graded.transformer.config import TransformerConfig
@@ -33,10 +35,32 @@ def test_a_bad_assignment_raises_naming_the_field_and_keeps_the_old_value():
 
 
 @pytest.mark.parametrize("field, value", [("n_layers", True), ("d_model", 16.0),
-                                          ("max_len", "8"), ("dropout", True)])
+                                          ("max_len", "8"), ("dropout", True),
+                                          # pad_id took True as token 1 and "3" as 3
+                                          ("pad_id", True), ("pad_id", "3"), ("pad_id", 1.0)])
 def test_numbers_of_the_wrong_type_are_rejected_like_the_dataclass_did(field, value):
     with pytest.raises(ValueError, match=rf"TransformerConfig\.{field}={value!r} is invalid"):
         TransformerConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("fields", "pattern"), [
+    # a token model used to drop input_dim (and input_grades over it) without a word
+    (dict(input_dim=3), r"input_dim=3 is invalid: expected None for a token model "
+                        r"\(vocab_size=256\): set vocab_size=None"),
+    (dict(vocab_size=10, input_dim=2, grading="linear", input_grades=[1.0, 2.0]),
+     r"input_dim=2 is invalid: expected None for a token model \(vocab_size=10\)"),
+    # an ungraded model has no input grading to start at these grades
+    (dict(vocab_size=None, input_dim=2, input_grades=[1.0, 2.0]),
+     r"input_grades=\[1.0, 2.0\] is invalid: expected None on an ungraded model"),
+    # a NaN grade passed the config and failed only when a model was built; True became 1.0
+    (dict(vocab_size=None, input_dim=2, grading="linear", input_grades=[math.nan, 1.0]),
+     r"input_grades=\[nan, 1.0\] is invalid: expected None or a list of finite grades"),
+    (dict(vocab_size=None, input_dim=1, grading="linear", input_grades=[True]),
+     r"input_grades=\[True\] is invalid: expected None or a list of finite grades"),
+])
+def test_inputs_a_model_would_ignore_or_misread_are_refused_naming_the_field(fields, pattern):
+    with pytest.raises(ValueError, match=rf"TransformerConfig\.{pattern}"):
+        TransformerConfig(**fields)
 
 
 def test_unknown_keys_name_themselves_the_closest_field_and_the_known_ones():

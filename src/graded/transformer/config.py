@@ -15,7 +15,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from graded._schema import ConfigModel, Invalid, choice, is_number, positive_int, satisfies
+from graded._schema import (
+    ConfigModel,
+    Invalid,
+    choice,
+    is_int,
+    is_number,
+    positive_int,
+    satisfies,
+)
 from graded.attention.backends import available_backends
 from graded.attention.graded import VARIANTS
 from graded.attention.scores import SCORES
@@ -147,7 +155,8 @@ class TransformerConfig(ConfigModel):
     cross_attn_backend: Annotated[str, choice(available_backends)] = "full"
     cross_attn_backend_options: dict[str, Any] = Field(default_factory=dict)
     attn_score: Annotated[Literal[SCORES], choice(SCORES)] = "scaled_dot"
-    pad_id: int | None = None
+    # a token id: ints only (pydantic would take True as 1, "3" as 3); its range is checked below
+    pad_id: Annotated[int | None, satisfies(is_int, "a token id (an int)", optional=True)] = None
     input_dim: OptionalPositiveInt = None
     n_decoder_layers: OptionalPositiveInt = None
     init_std: Annotated[float, satisfies(lambda v: _finite(v) and v >= 0,
@@ -172,7 +181,9 @@ class TransformerConfig(ConfigModel):
     grade_position_alpha: Annotated[float, satisfies(
         lambda v: _finite(v) and v >= 0, "a finite number >= 0")] = 0.0
     fold_grading: bool = True
-    input_grades: list[float] | None = None
+    input_grades: Annotated[list[float] | None, satisfies(
+        lambda v: isinstance(v, list | tuple) and all(_finite(q) for q in v),
+        "a list of finite grades", optional=True)] = None
     # Stages through which grading changes the function class (docs/what_grading_changes.md).
     token_grading: bool = False
     token_grade_stages: list[Literal[TOKEN_GRADE_STAGES]] = Field(
@@ -252,10 +263,17 @@ class TransformerConfig(ConfigModel):
         need(self.pad_id is None or (self.vocab_size is not None
                                      and 0 <= self.pad_id < self.vocab_size),
              "pad_id", f"None or a token id in [0, {self.vocab_size})")
+        # a token model reads ids: input_dim and input_grades would be ignored without a word
+        need(self.vocab_size is None or self.input_dim is None, "input_dim",
+             f"None for a token model (vocab_size={self.vocab_size}): set vocab_size=None for "
+             "real-valued inputs of input_dim features")
         need(self.input_grades is None or (self.input_dim is not None
                                            and len(self.input_grades) == self.input_dim),
              "input_grades", f"None or a list of input_dim={self.input_dim} grades (feature "
              "inputs only)")
+        need(self.input_grades is None or self.grading is not None, "input_grades",
+             "None on an ungraded model (the grades of its input grading): set "
+             "grading='linear' or 'exponential'")
         from graded.attention.backends import FEATURES, backend_capabilities, backends_supporting
 
         self._check_cycle()

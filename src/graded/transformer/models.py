@@ -96,7 +96,13 @@ def checked_entry(
     if positions is None and key_padding_mask is None:
         start = cache.length if cache is not None else 0
         if length:  # start .. start + length - 1, known from the shapes
-            check_position_range(start, start + length - 1, max_len, who)
+            high = start + length - 1
+            if max_len is not None and high >= max_len and cache is not None \
+                    and cache.real is not None:
+                # each row goes on from its own real tokens (default_positions), fewer than
+                # the cache's width where it holds padding: read their count only here
+                high = int(cache.real.max()) + length - 1
+            check_position_range(start, high, max_len, who)
         return default_positions(length, None, cache, batch, inputs.device)
     if positions is None:
         positions = default_positions(length, key_padding_mask, cache, batch, inputs.device)

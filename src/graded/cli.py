@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,8 @@ def _load_run(run_dir: Path, which: str):
             print(f"graded: warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
         ckpt, meta = found.path, found.meta
     else:
-        ckpt = (manager.best() or manager.latest()) if which == "best" else _checkpoint_folder(
-            manager, which)
+        ckpt = _best_checkpoint(manager) if which == "best" else _checkpoint_folder(manager,
+                                                                                    which)
         if ckpt is None:
             raise FileNotFoundError(f"{run_dir} has no checkpoint")
         meta = load_checkpoint(ckpt, model, restore_rng=False)
@@ -166,6 +167,21 @@ def _check_checkpoint_config(run_dir: Path, ckpt: Path, meta: dict[str, Any], *,
     print(f"graded: warning: checkpoint {ckpt} was trained with another config than "
           f"{run_dir / 'config.yaml'}: {changes}; evaluating it with {run_dir}'s",
           file=sys.stderr)
+
+
+def _best_checkpoint(manager: Any) -> Path | None:
+    """``--checkpoint best``: the folder ``best.json`` names, or the latest checkpoint of a run
+    that never evaluated (no ``best.json``); ValueError when the folder it names is gone, rather
+    than another checkpoint's figures under the name of the best."""
+    best = manager.best()
+    info = manager.root / "best.json"
+    if best is None and info.is_file():
+        named = json.loads(info.read_text(encoding="utf-8"))["checkpoint"]
+        found = ", ".join(p.name for p in manager.folders()) or "none"
+        raise ValueError(f"{info} names {named}, which is gone from {manager.root} (there: "
+                         f"{found}); evaluate another with --checkpoint latest or --checkpoint "
+                         "<folder>")
+    return best or manager.latest()
 
 
 def _checkpoint_folder(manager: Any, which: str) -> Path:
@@ -255,6 +271,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _fail(f"--prompt {args.prompt!r}: {task.vocab.pad!r} is the padding token, which "
                      "the model never reads as input; give the prompt without it")
     kind = as_kind(task.kind, model)
+    unused = [flag for flag, given in (("--temperature", args.temperature != 1.0),
+                                       ("--top-k", args.top_k is not None),
+                                       ("--top-p", args.top_p is not None)) if given]
+    if kind.generates_tokens and unused and not args.sample:  # greedy and beams would drop them
+        return _fail(f"{', '.join(unused)} shape sampling, which is off: add --sample, or "
+                     "leave them out for greedy decoding or beam search")
     new_tokens = _new_token_budget(model, kind, ids.shape[1], args.max_new_tokens)
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p, "num_beams": args.num_beams,
@@ -305,25 +327,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _morphic_report(run_dir: Path, out: Path, label: str) -> Path | None:
+def _morphic_diagnostics(run_dir: Path) -> Callable[[Path], Any]:
     """004 §5.4 diagnostics (utilities, routing, calibration, ablation) of a morphic run, through
-    ``graded.morphic.diagnostics.write_report``, into ``out/morphic_<label>``; None for other
-    runs."""
+    ``graded.morphic.diagnostics.write_report``: loads the best checkpoint, the initial weights
+    and up to 256 evaluation examples now (a checkpoint that does not load is an error before
+    anything is written) and returns the function that writes them into a folder."""
     import torch
 
     from graded.config import build_data, build_model
     from graded.morphic.diagnostics import write_report
 
     cfg, task, model, _, _ = _load_run(run_dir, "best")
-    if cfg.model.architecture != "morphic":
-        return None
     torch.manual_seed(cfg.seed)  # the run's initial weights, built as config.build_run builds them
     before = build_model(cfg, task)
     _, test = build_data(cfg, task)
     n = min(len(test), 256)
-    target = out / f"morphic_{label}"
-    write_report(model, [(test.inputs[:n], test.targets[:n])], target, before=before)
-    return target
+    batches = [(test.inputs[:n], test.targets[:n])]
+    return lambda target: write_report(model, batches, target, before=before)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -341,9 +361,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if missing:
         return _fail(f"not finished run folders (no metrics.json), nor folders holding "
                      f"finished runs: {missing}")
+    runs = list(run_labels(runs))  # a run given twice, by two spellings, is one run
     # every check before the first write: a report is written whole or not at all
-    morphic = [r for r in runs if (r / "config.yaml").is_file() and _is_run_config(r)
-               and load_run_config(r).model.architecture == "morphic"]
+    morphic = {r: _morphic_diagnostics(r) for r in runs if (r / "config.yaml").is_file()
+               and _is_run_config(r) and load_run_config(r).model.architecture == "morphic"}
     first_is_run = runs[0] == given[0]
     out = Path(args.out) if args.out else (runs[0] if first_is_run else given[0]) / "report"
     if args.out is None and first_is_run:
@@ -351,8 +372,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     report = write_runs_report(runs, out)
     labels = run_labels(runs)
     extra = []
-    for r in dict.fromkeys(morphic):
-        morphic_dir = _morphic_report(r, out, file_label(labels[r]))
+    for r, write_diagnostics in morphic.items():
+        morphic_dir = out / f"morphic_{file_label(labels[r])}"
+        write_diagnostics(morphic_dir)
         link = f"{morphic_dir.name}/report.json"
         extra.append(f"- {labels[r]}: [{link}]({link}), utility histograms, calibration and "
                      "edge ablation PNGs")
@@ -502,7 +524,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=_at_least(1), default=None,
                    help=f"tokens to add (default: {DEFAULT_NEW_TOKENS}, or fewer where the "
                    "model's max_len leaves less room)")
-    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--sample", action="store_true",
+                   help="sample instead of greedy decoding (what --temperature, --top-k and "
+                   "--top-p shape; they are refused without it)")
     p.add_argument("--temperature", type=_positive_float, default=1.0,
                    help="sampling temperature (> 0)")
     p.add_argument("--top-k", type=_at_least(1), default=None,

@@ -204,9 +204,79 @@ def test_report_tells_apart_runs_with_the_same_folder_name(tmp_path):
     assert (tmp_path / "rep" / "grades_b_runs_tiny.png").exists()  # the LGT's grades
 
 
+def _written_run(folder: Path, **summary) -> Path:
+    """A run folder as the trainer leaves it, without training: metrics.csv and metrics.json."""
+    folder.mkdir(parents=True)
+    (folder / "metrics.csv").write_text("step,split,name,value\n2,train,loss,0.5\n"
+                                        "2,eval,accuracy,0.75\n")
+    (folder / "metrics.json").write_text(json.dumps(
+        {"step": 2, "steps": 2, "train_loss": 0.5, "train_objective": "plain",
+         "eval": {"accuracy": 0.75}, "interrupted": False, "early_stopped": False,
+         "error": None, **summary}))
+    return folder
+
+
+def test_report_says_which_runs_were_interrupted_or_stopped_early(tmp_path, capsys):
+    # Ctrl-C writes metrics.json too: the report listed such a run as a finished one
+    runs = [_written_run(tmp_path / "done"),
+            _written_run(tmp_path / "cut", steps=1000, interrupted=True),
+            _written_run(tmp_path / "early", steps=1000, early_stopped=True)]
+    assert main(["report", *map(str, runs), "--out", str(tmp_path / "rep")]) == 0
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "| done | 2 | 0.5 | 0.75 |" in text
+    assert "| cut | 2 (interrupted) | 0.5 | 0.75 |" in text
+    assert "| early | 2 (stopped early) | 0.5 | 0.75 |" in text
+    assert "- cut was interrupted at step 2 of 1000" in text
+    assert "early was interrupted" not in text
+
+
+def test_report_of_one_run_given_by_two_spellings_reports_it_once(tmp_path, monkeypatch):
+    # `runs/a` and `/abs/runs/a` were two rows labelled by the whole absolute path
+    run = _written_run(tmp_path / "runs" / "a")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "runs/a", str(run), "--out", "rep"]) == 0
+    rows = [ln for ln in (tmp_path / "rep" / "report.md").read_text().splitlines()
+            if ln.startswith("| ") and not ln.startswith("| run ")]
+    assert rows == ["| a | 2 | 0.5 | 0.75 |"]
+
+
+def test_report_curves_draw_a_run_evaluated_once(tmp_path, monkeypatch):
+    # a run shorter than eval_every is evaluated once, at its end: a line through one point
+    # draws nothing, and its curve was missing from the plot while the legend named it
+    import graded.train.report as report
+
+    drawn = {}
+
+    def save(fig, path, **kwargs):
+        drawn[Path(path).name] = [
+            (ln.get_label(), len(ln.get_xdata()) > 1 or ln.get_marker() not in ("None", "", None))
+            for ax in fig.axes for ln in ax.get_lines()]
+        return saving(fig, path, **kwargs)
+
+    saving = report.save_figure
+    monkeypatch.setattr(report, "save_figure", save)
+    run = _written_run(tmp_path / "once")
+    assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
+    assert drawn["eval_accuracy.png"] == [("once (n=1)", True)]
+    assert drawn["train_loss.png"] == [("once (n=1)", True)]
+
+
 MORPHIC_MODEL = {"architecture": "morphic", "morphic": {
     "grades": [{"label": "g0", "dim": 8, "index": 0}, {"label": "g1", "dim": 8, "index": 1}],
     "layers": [{"banded": [0, 1], "block": "linear", "router": {"rank": 4}}]}}
+
+
+def test_report_with_a_morphic_run_whose_checkpoint_is_missing_writes_nothing(tmp_path, capsys):
+    # a morphic run that ended before its first checkpoint: the report and its plots were
+    # written, then the morphic diagnostics failed, leaving a report without them (exit 2)
+    done = _written_run(tmp_path / "done")
+    morphic = _written_run(tmp_path / "morphic", error="FloatingPointError: loss is nan")
+    cfg = yaml.safe_load(tiny_config(tmp_path, model=MORPHIC_MODEL).read_text())
+    (morphic / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["report", str(done), str(morphic), "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert f"{morphic} has no checkpoint" in err and "Traceback" not in err
+    assert not (tmp_path / "rep").exists()
 
 
 def test_morphic_model_trains_through_its_training_loss_and_gets_its_diagnostics(tmp_path):

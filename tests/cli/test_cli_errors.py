@@ -101,6 +101,28 @@ def test_generate_argument_out_of_range_is_a_usage_error(run, capsys, option, va
     assert option in err and expected in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("options", [["--temperature", "5"], ["--top-k", "2"],
+                                     ["--top-p", "0.5", "--num-beams", "2"]])
+def test_generate_refuses_sampling_options_without_sample(run, capsys, options):
+    # greedy decoding and beam search read none of them: the output was the greedy one, as if
+    # the option had not been given
+    assert main(["generate", str(run), "--prompt", "(", *options]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert options[0] in line and "--sample" in line
+    assert main(["generate", str(run), "--prompt", "(", "--sample", *options[:2]]) == 0
+
+
+def test_generate_never_emits_the_padding_token(run, capsys):
+    # near-uniform sampling drew <pad>, which the printed text drops: fewer tokens than asked
+    # for, and the model went on reading a token it never reads
+    new = _max_len(run) - 1
+    for seed in range(4):
+        assert main(["generate", str(run), "--prompt", "(", "--sample", "--temperature", "1e4",
+                     "--max-new-tokens", str(new), "--min-new-tokens", str(new),
+                     "--seed", str(seed)]) == 0
+        assert len(capsys.readouterr().out.split()) == 1 + new
+
+
 def test_unknown_device_is_a_one_line_error_before_anything_is_written(tmp_path, capsys):
     path = tiny_config(tmp_path)
     assert main(["train", str(path), "--set", "train.device=tpu7"]) == 2
@@ -156,6 +178,21 @@ def test_eval_of_a_run_whose_best_json_is_damaged_names_that_file(run, tmp_path,
     assert main(["eval", str(copy)]) == 2
     assert _one_error_line(capsys.readouterr().err).startswith(
         f"graded: error: checkpoint file {best}: truncated, corrupt or unreadable (")
+    assert main(["eval", str(copy), "--checkpoint", "latest"]) == 0
+
+
+def test_eval_of_the_best_checkpoint_whose_folder_is_gone_says_so(run, tmp_path, capsys):
+    """A best.json naming a deleted folder: `eval` evaluated the latest checkpoint instead,
+    printing its figures as the best's; now one error line naming both."""
+    copy = Path(shutil.copytree(run, tmp_path / "run"))
+    checkpoints = copy / "checkpoints"
+    shutil.copytree(checkpoints / "step_000000002", checkpoints / "step_000000003")
+    shutil.rmtree(checkpoints / "step_000000002")
+    capsys.readouterr()
+    assert main(["eval", str(copy)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert str(checkpoints / "best.json") in line and "step_000000002" in line
+    assert "--checkpoint latest" in line
     assert main(["eval", str(copy), "--checkpoint", "latest"]) == 0
 
 
@@ -277,8 +314,8 @@ def test_a_report_folder_blocked_by_a_file_is_named_in_plain_words(run, tmp_path
 
 def test_generate_passes_hugging_faces_processors_to_the_model(run, capsys):
     """The command's output equals the library's generation with the same options: the run's
-    model, prompt and task end token (``graded.kinds``), with each option changing nothing
-    when off."""
+    model, prompt and task end token (``graded.kinds``), the padding token banned, with each
+    option changing nothing when off."""
     import torch
 
     from graded.cli import _load_run
@@ -290,6 +327,7 @@ def test_generate_passes_hugging_faces_processors_to_the_model(run, capsys):
     options = {"repetition_penalty": 3.0, "no_repeat_ngram_size": 1, "min_new_tokens": 2}
     with torch.no_grad():
         expected = kind.generate(model, task, ids, 3, **options)
+    assert len(expected.split()) == 4 + 3
     capsys.readouterr()
     assert main(["generate", str(run), "--prompt", "( [ ( [", "--max-new-tokens", "3",
                  "--repetition-penalty", "3", "--no-repeat-ngram-size", "1",

@@ -204,8 +204,10 @@ def test_sequence_generation_decodes_the_models_greedy_continuation(kind_name):
     ids = data.inputs[:1, :3]
     text = get_kind(kind_name).generate(model, task, ids, 2)
     extra = {"bos_token_id": task.info()["bos_id"]} if kind_name == "seq2seq" else {}
+    # the padding token is never generated: it is never a target, and decoding drops it
     out = model.generate(ids, 2, eos_token_id=task.info()["eos_id"],
-                         pad_token_id=task.vocab.pad_id, **extra)
+                         pad_token_id=task.vocab.pad_id, bad_words_ids=[[task.vocab.pad_id]],
+                         **extra)
     assert text == task.vocab.decode_str(out[0])
 
 

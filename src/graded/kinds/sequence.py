@@ -99,9 +99,12 @@ class LM(TaskKind):
         _check_one_prompt(ids)
         grading = prompt_grading(model, task, ids, continues=max_new_tokens > 0 or bool(
             self._start(task)))
-        out = model.generate(ids, max_new_tokens, eos_token_id=task.info().get("eos_id"),
-                             pad_token_id=task.vocab.pad_id, **self._start(task), **grading,
-                             **sampling)
+        pad, eos = task.vocab.pad_id, task.info().get("eos_id")
+        if pad != eos:  # padding is never a target: a generated one would vanish from the text
+            sampling = {**sampling,
+                        "bad_words_ids": [*(sampling.get("bad_words_ids") or []), [pad]]}
+        out = model.generate(ids, max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                             **self._start(task), **grading, **sampling)
         return task.vocab.decode_str(out[0])
 
     def _start(self, task: Any) -> dict[str, int]:

@@ -34,7 +34,8 @@ def plot_curves(
     groups: Mapping[str, Sequence[Series]], out: str | Path, *, title: str, ylabel: str,
     log_y: bool = False,
 ) -> Path:
-    """One line per group: the mean over its series (runs/seeds) with a ±1 std band."""
+    """One line per group: the mean over its series (runs/seeds) with a ±1 std band; a group
+    with one step is a marker."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for label, runs in groups.items():
@@ -46,7 +47,9 @@ def plot_curves(
         stats = [mean_std([d[s] for d in by_run]) for s in steps]
         mean = [m for m, _ in stats]
         std = [sd for _, sd in stats]
-        (line,) = ax.plot(steps, mean, label=f"{label} (n={len(runs)})")
+        # a single point (a run evaluated once, at its end) is no line: draw it as a marker
+        (line,) = ax.plot(steps, mean, label=f"{label} (n={len(runs)})",
+                          marker="o" if len(steps) == 1 else None)
         ax.fill_between(steps, [m - s for m, s in zip(mean, std)],
                         [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2)
     if log_y:
@@ -100,8 +103,13 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
 def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
     """A distinct label for each run folder: its name, with as many parent folders as tell it
     from the others (``polynomial_regression/lgt-seed0`` beside
-    ``weighted_projective/lgt-seed0``, the demo's layout). Keyed by the paths as given."""
-    runs = list(dict.fromkeys(Path(r) for r in run_dirs))
+    ``weighted_projective/lgt-seed0``, the demo's layout). Keyed by the paths as given; a run
+    given twice (``runs/a`` and ``/abs/runs/a``, or through a link) is one run: the first
+    spelling is the only key."""
+    distinct: dict[Path, Path] = {}
+    for r in run_dirs:
+        distinct.setdefault(Path(r).resolve(), Path(r))
+    runs = list(distinct.values())
     parts = {r: r.resolve().parts for r in runs}
     depth = dict.fromkeys(runs, 1)
     while True:
@@ -114,6 +122,13 @@ def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
             return labels
         for r in clash:
             depth[r] += 1
+
+
+def _steps_cell(summary: Mapping[str, Any]) -> str:
+    """The steps a run made, with how it ended where it did not make its planned steps."""
+    end = ("failed" if summary.get("error") else "interrupted" if summary.get("interrupted")
+           else "stopped early" if summary.get("early_stopped") else None)
+    return f"{summary.get('step')}" + ("" if end is None else f" ({end})")
 
 
 def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
@@ -134,8 +149,7 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
         cells = [f"{ev[n]:.4g}" if n in ev else "–" for n in names]
         loss = s.get("train_loss")
         mark = " (graded)" if r in graded else ""
-        failed = " (failed)" if s.get("error") else ""
-        lines.append(f"| {labels[r]} | {s.get('step')}{failed} | "
+        lines.append(f"| {labels[r]} | {_steps_cell(s)} | "
                      f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
                      + " |")
     lines.append("")
@@ -144,6 +158,12 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     if failed:  # its last figures are those before the failure, not a finished run's
         lines += ["Runs that ended with an error (their figures are from before it):", "",
                   *failed, ""]
+    interrupted = [f"- {labels[r]} was interrupted at step {s.get('step')} of {s.get('steps')}"
+                   for r, s in summaries.items()
+                   if s.get("interrupted") and not s.get("error")]
+    if interrupted:  # metrics.json is written on Ctrl-C too: the run may be resumed, not finished
+        lines += ["Runs that were interrupted (resume them with `graded train --resume RUN`; "
+                  "their figures are from before the interruption):", "", *interrupted, ""]
     if graded:
         lines += ["A training loss marked (graded) is the recipe's graded loss (000 Def 5.37: "
                   "each item weighted by its grade), larger than the plain loss where the "

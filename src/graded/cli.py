@@ -173,15 +173,15 @@ def _best_checkpoint(manager: Any) -> Path | None:
     """``--checkpoint best``: the folder ``best.json`` names, or the latest checkpoint of a run
     that never evaluated (no ``best.json``); ValueError when the folder it names is gone, rather
     than another checkpoint's figures under the name of the best."""
-    best = manager.best()
-    info = manager.root / "best.json"
-    if best is None and info.is_file():
-        named = json.loads(info.read_text(encoding="utf-8"))["checkpoint"]
+    named = manager.best_named()
+    if named is None:
+        return manager.latest()
+    if not named.is_dir():
         found = ", ".join(p.name for p in manager.folders()) or "none"
-        raise ValueError(f"{info} names {named}, which is gone from {manager.root} (there: "
-                         f"{found}); evaluate another with --checkpoint latest or --checkpoint "
-                         "<folder>")
-    return best or manager.latest()
+        raise ValueError(f"{manager.root / 'best.json'} names {named.name}, which is gone from "
+                         f"{manager.root} (there: {found}); evaluate another with --checkpoint "
+                         "latest or --checkpoint <folder>")
+    return named
 
 
 def _checkpoint_folder(manager: Any, which: str) -> Path:

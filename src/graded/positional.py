@@ -187,7 +187,25 @@ class RotaryEmbedding(_Float64Tables):
         return {"inv_freq": _inverse_frequencies(self.head_dim, self.base)}
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate x (B, H, T, D) at positions (B, T) or (T,)."""
+        """Rotate x (B, H, T, D) at positions (B, T) or (T,). The shapes are checked where the
+        caller has not checked its inputs (:func:`graded.checks.checked_inputs`: a model's
+        layers, which make both, call this twice a layer)."""
+        if not (torch.compiler.is_compiling() or inputs_checked()):
+            self._check_shapes(x, positions)
+        check_positions(positions, None, "RotaryEmbedding")
+        if positions.dim() == 1:
+            positions = positions.unsqueeze(0)
+        angles = positions.to(torch.float64).unsqueeze(-1) * self.inv_freq  # (B, T, D/2)
+        cos = angles.cos().unsqueeze(1).to(x.dtype)  # (B, 1, T, D/2)
+        sin = angles.sin().unsqueeze(1).to(x.dtype)
+        x_even, x_odd = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack(
+            [x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1
+        )
+        return rotated.flatten(-2)
+
+    def _check_shapes(self, x: Tensor, positions: Tensor) -> None:
+        """x (B, H, T, head_dim) and positions (T,) or (B or 1, T), named when they are not."""
         if x.dim() != 4 or x.shape[-1] != self.head_dim:
             raise ValueError(
                 f"RotaryEmbedding: x must have shape (batch, heads, length, head_dim="
@@ -202,17 +220,6 @@ class RotaryEmbedding(_Float64Tables):
                 f"length) = ({b}, {t}) for x of shape {tuple(x.shape)}, got "
                 f"{tuple(positions.shape)}"
             )
-        check_positions(positions, None, "RotaryEmbedding")
-        if positions.dim() == 1:
-            positions = positions.unsqueeze(0)
-        angles = positions.to(torch.float64).unsqueeze(-1) * self.inv_freq  # (B, T, D/2)
-        cos = angles.cos().unsqueeze(1).to(x.dtype)  # (B, 1, T, D/2)
-        sin = angles.sin().unsqueeze(1).to(x.dtype)
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]
-        rotated = torch.stack(
-            [x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1
-        )
-        return rotated.flatten(-2)
 
 
 def alibi_slopes(num_heads: int) -> Tensor:

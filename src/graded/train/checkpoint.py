@@ -292,8 +292,14 @@ class CheckpointManager:
         return self.path_for(steps[-1]) if steps else None
 
     def best(self) -> Path | None:
-        """The checkpoint ``best.json`` names; None without one or when that folder is gone.
-        A ``best.json`` that does not read as written is a CheckpointError naming it."""
+        """The checkpoint ``best.json`` names; None without one or when that folder is gone
+        (:meth:`best_named` says which)."""
+        named = self.best_named()
+        return named if named is not None and named.is_dir() else None
+
+    def best_named(self) -> Path | None:
+        """The folder ``best.json`` names, whether or not it is there; None without a
+        ``best.json``. One that does not read as written is a CheckpointError naming it."""
         info = self.root / "best.json"
         if not info.is_file():
             return None
@@ -304,8 +310,7 @@ class CheckpointManager:
         except (ValueError, KeyError, TypeError, OSError) as exc:
             raise checkpoint_error(info, f"truncated, corrupt or unreadable ({exc}); expected "
                                          '{"checkpoint": "step_<N>", ...}') from None
-        path = self.root / named
-        return path if path.is_dir() else None
+        return self.root / named
 
     def rewind_best(self, step: int, best: float | None) -> None:
         """After a resume from ``step`` (older than a damaged newer checkpoint), make

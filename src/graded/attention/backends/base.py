@@ -257,14 +257,17 @@ def check_scale(name: str, scale: object) -> float | None:
                        strict_min=True)
 
 
-def check_int_option(name: str, option: str, value: object, *, minimum: int = 1,
+def check_int_option(name: str, option: str, value: object, *, minimum: int | None = 1,
                      optional: bool = False) -> int | None:
-    """Backend ``name``'s integer option ``option``: an int of at least ``minimum`` (None too
-    when ``optional``). A bool is refused: ``True`` would silently be a size of 1."""
+    """Backend ``name``'s integer option ``option``: an int of at least ``minimum`` (any int
+    for None; None too when ``optional``). A bool is refused: ``True`` would silently be a size
+    of 1; so is a float, which would be truncated."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        expected = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            or (minimum is not None and value < minimum)):
+        expected = ("an int" if minimum is None else "a positive int" if minimum == 1
+                    else f"an int >= {minimum}")
         raise ValueError(f"{name} backend: {option} must be {expected}"
                          f"{' or None' if optional else ''}, got {value!r}")
     return int(value)
@@ -273,12 +276,7 @@ def check_int_option(name: str, option: str, value: object, *, minimum: int = 1,
 def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:
     """A backend's ``seed`` option: an int (None too when ``optional``). A float would be
     truncated by the generator (1.5 would draw what 1 draws), so it is refused."""
-    if seed is None and optional:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        expected = "an int or None" if optional else "an int"
-        raise ValueError(f"{name} backend: seed must be {expected}, got {seed!r}")
-    return int(seed)
+    return check_int_option(name, "seed", seed, minimum=None, optional=optional)
 
 
 def check_inputs(

@@ -18,6 +18,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
+    check_int_option,
     check_option,
     check_scale,
     default_scale,
@@ -226,8 +227,7 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
         part: str = "both", scale: float | None = None, kernel: str = "auto",
     ) -> None:
         super().__init__()
-        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-            raise ValueError(f"{self.name} backend: block must be a positive int, got {block!r}")
+        check_int_option(self.name, "block", block)
         if isinstance(summary, bool) or not isinstance(summary, int) or not 1 <= summary <= block:
             raise ValueError(
                 f"{self.name} backend: summary must be an int in [1, block={block}], got "

@@ -61,9 +61,12 @@ def graded_linear(
     weight (out × in) has no more entries than the N rows of activations it would scale
     (N × out after the map, N × in before it), i.e. when in ≤ N, resp. out ≤ N. Otherwise (a
     decoding step, a vocabulary wider than the batch) the activations are scaled. Both forms
-    are the same map and differentiate the same way, up to rounding. :func:`folds_rows` says
-    which form a call takes for out_scales; where it folds, a model may compute the folded
-    weights of several layers at once (:class:`FoldedLinears`) and call ``F.linear``.
+    are the same map and differentiate the same way, up to rounding. A fold of one map takes
+    autograd's products (two operators, the least host work per call), except under autocast,
+    where :func:`fold_rows` makes it in the autocast dtype in the same kernel.
+    :func:`folds_rows` says which form a call takes for out_scales; where it folds, a model
+    may compute the folded weights of several layers at once (:class:`FoldedLinears`) and call
+    ``F.linear``.
     """
     w, b = weight, bias
     if in_scales is not None:
@@ -73,7 +76,11 @@ def graded_linear(
             x = x * in_scales.to(x.dtype)
     after = out_scales
     if out_scales is not None and folds_rows(weight, x):
-        (w, b), = fold_rows([(w, b)], [out_scales])
+        if _autocast_dtype([w]) is None:  # the product is the weight F.linear takes
+            s = out_scales.to(w.dtype)
+            w, b = w * s[:, None], (None if b is None else b * s)
+        else:  # under autocast: the fold made in the autocast dtype (fold_rows)
+            (w, b), = fold_rows([(w, b)], [out_scales])
         after = None
     y = F.linear(x, w, b)
     return y if after is None else y * after.to(y.dtype)

@@ -307,3 +307,109 @@ def test_graded_lm_runs_on_a_linear_time_backend():
     lm(x).sum().backward()
     grades = [m.grading.grades for m in lm.modules() if isinstance(m, GradedMultiheadAttention)]
     assert grades and all(torch.isfinite(g.grad).all() for g in grades)
+
+
+@pytest.mark.parametrize("variant", ["scores", "queries_keys", "values", "multi_head"])
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+@pytest.mark.parametrize("per_head_grades", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_split_projection_equals_the_papers_formula_with_its_gradients(
+        variant, grading, per_head_grades, bias):
+    """The two-product projection (ungraded rows first; the default on a GPU, forced here)
+    against the naive loop, and its gradients (inputs, weights, grades) against those of the
+    activation form, the grading applied to the projected q, k, v as the formulas write it."""
+    torch.manual_seed(3)
+    shape = (H, D) if per_head_grades or variant == "multi_head" else (D,)
+    grades = torch.rand(shape, dtype=torch.float64) * 1.5
+    modules = []
+    for fold in (True, False):
+        torch.manual_seed(4)
+        m = GradedMultiheadAttention(E, H, grading=grading, grades=grades, variant=variant,
+                                     learnable_grades=True, batch_first=True, bias=bias,
+                                     fold_grading=fold).double()
+        m.split_projection = True
+        modules.append(m)
+    split, activation = modules
+    x = torch.randn(2, 9, E, dtype=torch.float64)  # 9 rows a sequence ≥ E: folded
+    first = x[:1]
+    assert split._split_blocks(first, first, first) is not None
+    assert activation._split_blocks(x, x, x) is None
+    keep = torch.rand(9, 9) > 0.3
+    keep.fill_diagonal_(True)
+    if bias:  # the naive loop reads the biases
+        scales = split.grading.scales().detach().expand(H, D)
+        for i in range(2):
+            expected = naive_graded_attention(split, x[i], x[i], scales, variant, keep)
+            row = x[i:i + 1]
+            got, _ = split(row, row, row, attn_mask=~keep)
+            torch.testing.assert_close(got[0], expected)
+    grads = []
+    for m in modules:
+        xx = x.clone().requires_grad_()
+        out, _ = m(xx, xx, xx, attn_mask=~keep, need_weights=False)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads.append([out, xx.grad, *(p.grad for p in m.parameters())])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_split_projection_applies_only_where_it_is_exact_and_useful():
+    """Self-attention through the packed weight with grades folded into some blocks of rows
+    and not all, rows enough to fold; by default only for learnable grades off the CPU."""
+    def module(**kw):
+        torch.manual_seed(0)
+        kw = {"learnable_grades": True, "grades": torch.rand(D), **kw}
+        return GradedMultiheadAttention(E, H, batch_first=True, **kw)
+
+    x = torch.randn(2, 6, E)
+    assert module()._split_blocks(x, x, x) is None  # the CPU: one packed product
+    forced = module()
+    forced.split_projection = True
+    assert forced._split_blocks(x, x, x) == ([0], [1, 2])
+    fixed = module(learnable_grades=False)
+    fixed.to("meta")  # another device: split by default for learnable grades only
+    m = torch.empty(2, 6, E, device="meta")
+    assert fixed._split_blocks(m, m, m) is None
+    fixed.split_projection = True
+    assert fixed._split_blocks(m, m, m) == ([0], [1, 2])
+    learnable = module().to("meta")
+    assert learnable._split_blocks(m, m, m) == ([0], [1, 2])
+    cases = {
+        "not folded": module(fold_grading=False),
+        "queries and keys rotated": module(variant="queries_keys", qk_rotated=True),
+        "grouped keys": module(num_kv_heads=1, grades=torch.rand(H, D), variant="multi_head"),
+        "switched off": module(),
+    }
+    for name, m in cases.items():
+        m.split_projection = name != "switched off"
+        assert m._split_blocks(x, x, x) is None, name
+    assert forced._split_blocks(x[:, :2], x[:, :2], x[:, :2]) is None  # 4 rows < E: not folded
+    y = torch.randn(2, 6, E)
+    assert forced._split_blocks(x, y, y) is None  # cross-attention
+    values = module(variant="values")
+    values.split_projection = True
+    assert values._split_blocks(x, x, x) == ([2], [0, 1])
+    both = module(variant="queries_keys")
+    both.split_projection = True
+    assert both._split_blocks(x, x, x) == ([0, 1], [2])
+
+
+@pytest.mark.parametrize("variant", ["scores", "queries_keys", "values", "multi_head"])
+def test_the_split_projection_under_autocast_equals_one_packed_product(variant):
+    """bf16 autocast (the folds made in bf16, the unfolded rows cast by F.linear): the same
+    outputs and gradients as the packed product, to bf16 rounding."""
+    torch.manual_seed(0)
+    grades = torch.rand(H, D) if variant == "multi_head" else torch.rand(D)
+    outs = []
+    for split in (True, False):
+        torch.manual_seed(1)
+        m = GradedMultiheadAttention(E, H, grades=grades, variant=variant,
+                                     learnable_grades=True, batch_first=True)
+        m.split_projection = split
+        x = torch.randn(2, 6, E, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, _ = m(x, x, x, need_weights=False)
+        out.float().square().sum().backward()
+        outs.append([out.float(), x.grad, *(p.grad for p in m.parameters())])
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)

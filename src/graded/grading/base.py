@@ -197,6 +197,8 @@ class GradingMap(nn.Module):
         :func:`shared_scales` is active for this grading, and kept across calls while nothing
         it is computed from changes when the grades are fixed (:meth:`_kept_value`)."""
         memo = self._scales_memo
+        if memo is None and self.grades.requires_grad:  # learnable: nothing kept (_stamp)
+            return compute()
         key = self._memo_key(self.grades)
         if memo is not None and key in memo:
             value = memo[key]

@@ -10,12 +10,10 @@
 # OUT receives machine.txt and one log per step (each benchmark's tables are in its log);
 # DETAILS the benchmarks' own folders (results.json, report.md, figures).
 # Each step has its own time limit (seconds, overridable: T_TESTS, T_ATTN, T_ATTN_UNFOLDED,
-# T_ATTN_SPLIT, T_LM, T_LM_B2B, T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step
-# cannot take the others with it; TEST_WORKERS (default 4) sets the tests' pytest-xdist workers;
-# every log is written to OUT as it is produced. STEPS (default: all but lm_step_folds, the LM
-# step of LGT beside the same with the folds of the code before 28a0b8f, and the
-# attention_split / attention_fixed_split steps, each variant beside it in the other form of
-# its projection, packed or split) picks steps by name
+# T_LM, T_LM_B2B, T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step cannot take the
+# others with it; TEST_WORKERS (default 4) sets the tests' pytest-xdist workers; every log is
+# written to OUT as it is produced. STEPS (default: all but lm_step_folds, the LM step of LGT
+# beside the same with the folds of the code before 28a0b8f) picks steps by name
 # and runs them in the order given, e.g. STEPS="long_sequence tests"; a step named again runs
 # again, its log and details suffixed _2, _3, ... (STEPS="lm_step lm_step lm_step": three runs
 # on one machine).
@@ -60,12 +58,6 @@ for base in $STEPS; do
     attention_unfolded) step "$name" "${T_ATTN_UNFOLDED:-90}" "$PY" \
         benchmarks/graded_attention.py --device cuda --dtype bfloat16 --rounds 15 --no-lm \
         --compare-unfolded ;;
-    attention_split) step "$name" "${T_ATTN_SPLIT:-100}" "$PY" \
-        benchmarks/graded_attention.py --device cuda --dtype bfloat16 --rounds 15 --no-lm \
-        --compare-split ;;
-    attention_fixed_split) step "$name" "${T_ATTN_SPLIT:-100}" "$PY" \
-        benchmarks/graded_attention.py --device cuda --dtype bfloat16 --rounds 15 --no-lm \
-        --fixed-grades --compare-split ;;
     lm_step) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py --device cuda \
         --dtype bf16 --rounds 15 --out "$DETAILS/$name" ;;
     lm_step_folds) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py \
@@ -84,8 +76,8 @@ for base in $STEPS; do
         --dense-max-len 65536 --max-seconds 5 --error-seeds 1 --out "$DETAILS/$name" \
         --backends full chunked sliding_window dilated block_sparse bigbird linear performer \
         linformer lsh ;;
-    *) echo "unknown step $base (expected: tests attention attention_unfolded attention_split" \
-        "attention_fixed attention_fixed_split lm_step" \
+    *) echo "unknown step $base (expected: tests attention attention_unfolded attention_fixed" \
+        "lm_step" \
         "lm_step_folds lm_step_back_to_back lm_step_compiled diag idle long_sequence)"; exit 2 ;;
     esac
 done

@@ -64,14 +64,10 @@ def graded_module(d: int, h: int, variant: str, grading: str, learnable: bool = 
 def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
                     dtype: torch.dtype = torch.float32,
                     learnable: bool = True,
-                    unfolded: bool = False,
-                    split_twins: bool = False) -> tuple[list[list[str]], float]:
+                    unfolded: bool = False) -> tuple[list[list[str]], float]:
     """Each variant against torch's module in interleaved rounds; ``unfolded`` adds, in the
     same rounds, each variant with ``fold_grading=False`` (the grading applied to the
-    projections' outputs, after their matrix products, instead of to the weights before);
-    ``split_twins`` each in the other form than its default: "packed" (one product of the
-    folded weight, ``split_projection=False``) where the default splits (learnable grades on
-    a GPU), else "split" (two products, the ungraded rows first, ``split_projection=True``)."""
+    projections' outputs, after their matrix products, instead of to the weights before)."""
     rows, worst = [], 0.0
     for b, t, d, h in shapes:
         torch.manual_seed(0)
@@ -89,14 +85,6 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
                         twin = graded_module(d, h, variant, grading, learnable, fold=False)
                     twin.load_state_dict(m.state_dict())
                     modules[f"{grading}/{variant} unfolded"] = twin.to(device, dtype)
-                if split_twins:  # the other form than the default's
-                    twin_split = m._split_blocks(x, x, x) is None
-                    with torch.random.fork_rng(devices=[]):
-                        twin = graded_module(d, h, variant, grading, learnable)
-                    twin.load_state_dict(m.state_dict())
-                    twin.split_projection = twin_split
-                    suffix = " split" if twin_split else " packed"
-                    modules[f"{grading}/{variant}{suffix}"] = twin.to(device, dtype)
         cands = {name: (lambda m=m, x=x: attention_step(m, x)) for name, m in modules.items()}
         times = interleaved(cands, rounds=rounds, device=device)
         lead = lead_in_times({name: (lambda m=m, x=x: m(x, x, x, need_weights=False))
@@ -106,7 +94,7 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
             if name == "torch":
                 continue
             ratio = sec / times["torch"]
-            if not name.endswith((" unfolded", " packed", " split")):  # the defaults' worst
+            if not name.endswith(" unfolded"):  # the defaults' worst
                 worst = max(worst, ratio)
             rows.append([f"B={b}, T={t}, d={d}, h={h}", name, f"{times['torch'] * 1e3:.2f}",
                          f"{sec * 1e3:.2f}", f"{ratio:.3f}", f"{lead['torch'] * 1e6:.0f}",
@@ -170,11 +158,6 @@ def main() -> None:
                         help="graded attention with fixed grades (buffers) instead of learnable")
     parser.add_argument("--compare-unfolded", action="store_true",
                         help="also time each variant with fold_grading=False in the same rounds")
-    parser.add_argument("--compare-split", action="store_true",
-                        help="also time each variant in the other form of its projection "
-                             "(packed: one product of the folded weight; split: two, the "
-                             "ungraded rows first, the default for learnable grades on a GPU) "
-                             "in the same rounds")
     add_device_options(parser, "attention modules and inputs are cast to it; the LM steps run "
                                "under autocast to it (default float32: no autocast)")
     args = parser.parse_args()
@@ -183,7 +166,7 @@ def main() -> None:
     default = CUDA_SHAPES if device.type == "cuda" else SHAPES
     shapes = args.shape or ([(2, 64, 64, 4)] if args.quick else default)
     rows, worst_attn = bench_attention(shapes, rounds, device, dtype, not args.fixed_grades,
-                                       args.compare_unfolded, args.compare_split)
+                                       args.compare_unfolded)
     on = "" if dtype == torch.float32 else f"{dtype_name(dtype)}; "
     kind = "fixed" if args.fixed_grades else "learnable"
     print(f"# GradedMultiheadAttention vs torch.nn.MultiheadAttention, forward+backward, "

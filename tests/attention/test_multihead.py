@@ -271,3 +271,39 @@ def test_fully_masked_query_gets_zeros_and_finite_gradients_on_the_explicit_path
     torch.testing.assert_close(grad_x, grad_x_ref)
     for a, b in zip(grad_p, grad_p_ref, strict=True):
         torch.testing.assert_close(a, b)
+
+
+class _Operators(torch.utils._python_dispatch.TorchDispatchMode):
+    """The operators dispatched inside the block, by name, with their counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.count[name] = self.count.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("shared_qk", [False, True])
+def test_the_packed_projections_gradients_are_written_in_one_operator(shared_qk):
+    """The backward of the packed q, k, v (or q, v with shared_qk) writes their gradients into
+    the packed gradient in one ``stack``, not a zero-filled packed tensor per block and their
+    sums (``select_backward``, five passes more over (B, T, 3E)); the gradients are torch's."""
+    torch.manual_seed(0)
+    kw = {"backend": "lsh", "backend_options": {"shared_qk": True}} if shared_qk else {}
+    mine = MultiheadAttention(E, H, batch_first=True, **kw).double()
+    x = torch.randn(2, 8, E, dtype=torch.float64, requires_grad=True)
+    out, _ = mine(x, x, x, need_weights=False)
+    with _Operators() as ops:
+        out.square().sum().backward()
+    assert "select_backward" not in ops.count and ops.count["stack"] == 1
+    if shared_qk:
+        return
+    ref = nn.MultiheadAttention(E, H, batch_first=True).double()
+    ref.load_state_dict(mine.state_dict())
+    x_ref = x.detach().clone().requires_grad_()
+    ref(x_ref, x_ref, x_ref, need_weights=False)[0].square().sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(mine.in_proj_weight.grad, ref.in_proj_weight.grad)

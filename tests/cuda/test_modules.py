@@ -236,15 +236,6 @@ for _grading in ("linear", "exponential"):
                     grades=torch.rand(H, D // H) if v == "multi_head" else torch.rand(D // H),
                     batch_first=True),
                 _x_and_padding, _self_attention)
-        # rows enough to fold (2·12 ≥ D): on the accelerator the projection of learnable
-        # grades is split in two products, the ungraded rows first; one packed on the CPU
-        CASES[f"GradedMultiheadAttention {_grading} {_variant} split projection"] = Case(
-            (GradedMultiheadAttention,),
-            lambda gr=_grading, v=_variant: GradedMultiheadAttention(
-                D, H, grading=gr, variant=v, learnable_grades=True,
-                grades=torch.rand(H, D // H) if v == "multi_head" else torch.rand(D // H),
-                batch_first=True),
-            lambda g: (randn(g, B, 2 * T, D), padding(g, B, 2 * T)), _self_attention)
 
 # --- graded.transformer ----------------------------------------------------------------------
 
@@ -423,16 +414,3 @@ def test_module_on_the_accelerator_equals_the_cpu(name, dtype, device):
     torch.manual_seed(0)
     module = case.build()
     compare_on(device, module, case.inputs(torch.Generator().manual_seed(1)), case.call, dtype)
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_the_accelerator_splits_the_projection_of_learnable_grades(variant, device):
-    """The split projection is the accelerator's default (the CPU's is one packed product),
-    and the cases above compare the two."""
-    module = GradedMultiheadAttention(D, H, variant=variant, learnable_grades=True,
-                                      grades=torch.rand(H, D // H), batch_first=True)
-    x = torch.randn(B, 2 * T, D)
-    assert module._split_blocks(x, x, x) is None
-    module.to(device)
-    x = x.to(device)
-    assert (module._split_blocks(x, x, x) is not None) == (device.type != "cpu")

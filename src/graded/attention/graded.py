@@ -42,11 +42,6 @@ folding) switches folding off with :func:`graded.folding.activation_grading`.
 :func:`graded.folding.graded_linear` scales the activations instead of the weight when that is
 cheaper (a decoding step of a few tokens): still inside :meth:`project`.
 
-Self-attention with learnable grades on a GPU projects in two matrix products, the blocks of
-rows that are not graded first (``split_projection``): the device computes them while the host
-issues the scales and their fold, which one packed product of the folded weight must wait
-for (``benchmarks/graded_attention.py --compare-split`` times both forms).
-
 ``"queries_keys"`` applies M to both sides, so its bilinear form is Q M² Kᵀ: it *squares* the
 grading relative to ``"scores"`` (λ^{2q} for EGT, f(q)² for LGT). 000 writes the variant's score
 as qᵀ M k, which holds only if one side is left unscaled; we follow the formula Q' = MQ, K' = MK
@@ -63,11 +58,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graded.attention.multihead import MultiheadAttention
-from graded.folding import _autocast_on, folds_rows, graded_linear
+from graded.folding import _autocast_on
 from graded.grading import ExponentialGrading, LinearGrading, is_diagonal
 
 __all__ = [
@@ -289,66 +283,6 @@ class GradedMultiheadAttention(MultiheadAttention):
         g = self.grading.grades
         return (self.variant, self.folded_parts, self.num_heads, self.num_kv_heads,
                 self.head_dim, self.in_proj_weight.dtype, g.shape, g.dtype, g.device)
-
-    #: Project self-attention with folded grades in two matrix products, the ungraded blocks
-    #: of rows first (:meth:`_project_split`): True always, False never, None (the default)
-    #: for learnable grades on devices that run asynchronously to the host (not the CPU,
-    #: whose products run as they are called: there the split only adds the backward's sum).
-    split_projection: bool | None = None
-
-    def project(self, query: Tensor, key: Tensor | None, value: Tensor | None
-                ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """:meth:`MultiheadAttention.project`, or :meth:`_project_split` where it applies."""
-        split = self._split_blocks(query, key, value)
-        if split is None:
-            return super().project(query, key, value)
-        return self._project_split(query, *split)
-
-    def _split_blocks(self, query: Tensor, key: Tensor | None, value: Tensor | None
-                      ) -> tuple[list[int], list[int]] | None:
-        """The graded and the ungraded blocks of rows (0, 1, 2: q, k, v) of the packed weight
-        when :meth:`_project_split` projects this call, else None: as ``split_projection``
-        says, for self-attention through the packed weight with the grading folded into some
-        blocks and not all, each kind of block contiguous, enough rows to fold
-        (:func:`graded.folding.folds_rows`), and no model holding the folded weight
-        (:class:`graded.folding.FoldedLinears`)."""
-        split = self.split_projection
-        if split is None:
-            split = query.device.type != "cpu" and self.grading.grades.requires_grad
-        if not (split and query is key and key is value and self.packs_folded_rows()
-                and "_held_fold" not in self.__dict__
-                and folds_rows(self.in_proj_weight, query)):
-            return None
-        folded = self.folded_parts
-        graded = [i for i, part in enumerate("qkv") if part in folded]
-        rest = [i for i in range(3) if i not in graded]
-        if not rest or graded[-1] - graded[0] != len(graded) - 1:
-            return None
-        return graded, rest
-
-    def _project_split(self, x: Tensor, graded: list[int], rest: list[int]
-                       ) -> tuple[Tensor, Tensor, Tensor]:
-        """The packed projection of ``x`` in two matrix products: the ungraded blocks of rows
-        ``rest`` first, then the ``graded`` ones with the grading folded in. The same q, k, v
-        as one packed product of the folded weight, up to rounding. On a GPU the first product
-        runs while the host computes the learnable scales and their fold (some ten operators),
-        which a packed product must wait for: a call then starts its work as plain attention
-        does. The backward adds the two products' gradients of ``x`` (one pass over it)."""
-        e, w, b = self.embed_dim, self.in_proj_weight, self.in_proj_bias
-
-        def rows(blocks: list[int]) -> slice:
-            return slice(blocks[0] * e, (blocks[-1] + 1) * e)
-
-        plain = F.linear(x, w[rows(rest)], None if b is None else b[rows(rest)])
-        s_q, s_k, s_v = self.projection_scales()
-        s = torch.cat([(s_q, s_k, s_v)[i] for i in graded], dim=-2).flatten()
-        scaled = graded_linear(x, w[rows(graded)], None if b is None else b[rows(graded)],
-                               out_scales=s)
-        heads = {}
-        for blocks, y in ((rest, plain), (graded, scaled)):
-            y = y.unflatten(-1, (len(blocks), self.num_heads, self.head_dim))
-            heads.update(zip(blocks, y.permute(2, 0, 3, 1, 4).unbind(0), strict=True))
-        return heads[0], heads[1], heads[2]
 
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The grading of the parts not folded into the projection, on the activations."""

@@ -36,6 +36,15 @@ __all__ = ["MultiheadAttention"]
 _BUILTIN_BACKENDS = ("full", "explicit")
 
 
+def _unbind_blocks(packed: Tensor, blocks: int, heads: int) -> tuple[Tensor, ...]:
+    """The ``blocks`` projections of a packed (B, T, blocks·heads·head_dim) tensor, each
+    (B, T, heads, head_dim): views, taken with ``unbind`` so that the backward writes their
+    gradients into one (B, T, blocks, heads, head_dim) tensor in one kernel. Indexing the
+    blocks (torch's module does) costs a zero-filled tensor of the packed size per block and
+    their sums, some five passes over it more."""
+    return packed.unflatten(-1, (blocks, heads, -1)).unbind(2)
+
+
 def _check_mask_dtype(name: str, mask: Tensor) -> None:
     if mask.dtype != torch.bool and not torch.is_floating_point(mask):
         raise TypeError(f"{name} must be a bool or floating tensor, got dtype {mask.dtype}")
@@ -257,8 +266,8 @@ class MultiheadAttention(nn.Module):
 
     def _packed_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(B, T, 3E) packed projections -> per-head (B, H, T, head_dim) q, k, v."""
-        qkv = qkv.unflatten(-1, (3, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
-        return qkv[0], qkv[1], qkv[2]
+        q, k, v = (x.transpose(1, 2) for x in _unbind_blocks(qkv, 3, self.num_heads))
+        return q, k, v
 
     def packs_folded_rows(self) -> bool:
         """Whether self-attention projects through the packed ``in_proj_weight`` with a
@@ -276,8 +285,8 @@ class MultiheadAttention(nn.Module):
                 "sequence to itself: query, key and value must be the same tensor")
         qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias,
                            out_scales=self.packed_projection_rows())
-        qv = qv.unflatten(-1, (2, self.num_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
-        return qv[0], qv[0], qv[1]
+        q, v = (x.transpose(1, 2) for x in _unbind_blocks(qv, 2, self.num_heads))
+        return q, q, v
 
     def packed_projection_rows(self) -> Tensor | None:
         """The row scales of the packed ``in_proj_weight`` (its blocks: query, key and value;

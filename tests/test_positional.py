@@ -157,6 +157,43 @@ def test_sinusoidal_table_survives_a_round_trip_through_bfloat16():
                        sinusoidal_table(50, 8, dtype=torch.float64).to(torch.bfloat16))
 
 
+def press_slopes_float64(n):
+    """Press et al.'s slopes in closed form, float64: 2^{-8h/n}, h = 1..n, for n a power of
+    two; otherwise those of c = 2^⌊log2 n⌋ heads, then 2^{-8(2h-1)/(2c)}, h = 1..n-c."""
+    c = 2 ** math.floor(math.log2(n))
+    slopes = [2.0 ** (-8 * h / c) for h in range(1, c + 1)]
+    slopes += [2.0 ** (-8 * (2 * h - 1) / (2 * c)) for h in range(1, n - c + 1)]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("heads", [12, 32])
+@pytest.mark.parametrize("dtype, bits", [(torch.bfloat16, 8), (torch.float16, 11)],
+                         ids=["bfloat16", "float16"])
+def test_alibi_bias_of_a_half_precision_model_is_one_rounding_of_the_exact_bias(
+        heads, dtype, bits):
+    """A model cast to bfloat16 (float16) rounded the slopes to it, so the bias the attention
+    rounds to its score dtype was made from a slope off by up to 2^-9 of itself: off by up to
+    twice half a spacing at distances near 4096. The slopes now stay float32, and the bias,
+    rounded as the attention rounds it, is within half a spacing of -m_h·|i - j| in float64."""
+    positions = torch.arange(4097)
+    bias = ALiBi(heads).to(dtype)(positions[:1], positions)[0, :, 0]  # (H, Tk): distances
+    expected = -press_slopes_float64(heads)[:, None] * positions.double()
+    exponent = torch.frexp(expected)[1]  # |expected| in [2^(e-1), 2^e): spacing 2^(e-bits)
+    half_spacing = torch.ldexp(torch.ones_like(expected), exponent - bits - 1)
+    error = (bias.to(dtype).double() - expected).abs()
+    assert (error <= half_spacing).all(), (error / half_spacing).max()
+
+
+def test_alibi_slopes_stay_float32_at_least_under_casts():
+    """The slopes of a cast module are float32 for bfloat16 and float16, float64 under
+    ``.double()``, where they equal the closed form (they were float32 values widened)."""
+    assert ALiBi(12).to(torch.bfloat16).slopes.dtype == torch.float32
+    assert ALiBi(12).half().slopes.dtype == torch.float32
+    alibi = ALiBi(12).to(torch.bfloat16).double()
+    assert alibi.slopes.dtype == torch.float64
+    torch.testing.assert_close(alibi.slopes, press_slopes_float64(12), rtol=1e-15, atol=0)
+
+
 def test_bad_sizes_and_bases_are_named_instead_of_failing_inside_torch_or_giving_nan():
     # alibi_slopes(0) raised "math domain error", RotaryEmbedding(-2) "upper bound and lower
     # bound inconsistent with step sign"; a base of -1 gave NaN columns, and base 10 the

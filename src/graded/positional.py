@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from graded._precision import at_least_float32
 from graded.checks import check_float, check_int, inputs_checked, value_range
 
 __all__ = [
@@ -222,9 +223,10 @@ class RotaryEmbedding(_Float64Tables):
             )
 
 
-def alibi_slopes(num_heads: int) -> Tensor:
+def alibi_slopes(num_heads: int, dtype: torch.dtype | None = None) -> Tensor:
     """Head slopes of Press et al. (2022): a geometric sequence 2^{-8/n}, ..., for n heads a
-    power of two, and the paper's interleaving rule otherwise."""
+    power of two, and the paper's interleaving rule otherwise; in ``dtype`` (default: torch's
+    default dtype), rounded once from the Python floats."""
     check_int("num_heads", num_heads, minimum=1)
 
     def power_of_two(n: int) -> list[float]:
@@ -236,7 +238,7 @@ def alibi_slopes(num_heads: int) -> Tensor:
     else:
         closest = 2 ** math.floor(math.log2(num_heads))
         slopes = power_of_two(closest) + power_of_two(2 * closest)[0::2][: num_heads - closest]
-    return torch.tensor(slopes)
+    return torch.tensor(slopes, dtype=dtype)
 
 
 class ALiBi(nn.Module):
@@ -244,6 +246,13 @@ class ALiBi(nn.Module):
 
     With causal masking only j <= i matters, which is the paper's form; the absolute distance
     makes the bias usable in bidirectional encoders as well.
+
+    The slopes are held in float32 at least, whatever the module is cast to (float64 under
+    ``.double()``), and the bias is formed in their precision: the attention rounds it once to
+    its score dtype, as BLOOM's ``build_alibi_tensor`` multiplies slopes and positions in
+    float32 before casting. (A bfloat16 slope such as 2^{-1/2} is off by up to 2⁻⁹ of itself,
+    so the bias -m·|i - j| made from it is off by as much as one more rounding to bfloat16
+    would put it: rounded again, up to twice the error of one rounding.)
     """
 
     def __init__(self, num_heads: int) -> None:
@@ -252,16 +261,18 @@ class ALiBi(nn.Module):
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ALiBi:
-        """``nn.Module._apply`` with the slopes computed again in their new dtype and device
-        (not in state dicts: after ``to_empty`` from the "meta" device nothing else would)."""
+        """``nn.Module._apply`` with the slopes computed again on their new device, in their
+        new dtype widened to float32 at least (not in state dicts: after ``to_empty`` from the
+        "meta" device nothing else would)."""
         super()._apply(fn, recurse)
         slopes = self._buffers["slopes"]
-        self._buffers["slopes"] = alibi_slopes(self.num_heads).to(slopes.device, slopes.dtype)
+        dtype = at_least_float32(slopes.dtype)
+        self._buffers["slopes"] = alibi_slopes(self.num_heads, dtype).to(slopes.device)
         return self
 
     def forward(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
         """Additive bias of shape (B, H, Tq, Tk) from (B, Tq) and (B, Tk) positions (or (Tq,)
-        and (Tk,), shared by the batch)."""
+        and (Tk,), shared by the batch), in the slopes' dtype (float32 at least)."""
         ranks = (q_positions.dim(), k_positions.dim())
         rows = {p.shape[0] for p in (q_positions, k_positions) if p.dim() == 2} - {1}
         if not set(ranks) <= {1, 2} or len(rows) > 1:
@@ -274,5 +285,6 @@ class ALiBi(nn.Module):
             q_positions = q_positions.unsqueeze(0)
         if k_positions.dim() == 1:
             k_positions = k_positions.unsqueeze(0)
-        dist = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(-2)).abs().float()
+        dist = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(-2)).abs()
+        dist = dist.to(self.slopes.dtype)
         return -self.slopes[:, None, None] * dist.unsqueeze(1)

@@ -1,5 +1,7 @@
 """The `chunked` backend (online softmax, checkpointed query chunks) equals full attention."""
 
+import re
+
 import pytest
 import torch
 
@@ -120,3 +122,18 @@ def test_fused_attention_refuses_the_causal_calls_it_cannot_mask():
     assert not fusable(q6, k, is_causal=True)
     with pytest.raises(ValueError, match=r"more queries than keys \(Tq=6, Tk=4, padding none"):
         fused_attention(q6, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("option", ["query_chunk", "key_chunk"])
+@pytest.mark.parametrize("value", [0, -4, True, 2.5, "8"])
+def test_chunked_attention_called_directly_refuses_bad_chunk_sizes(option, value):
+    """The backend checked its chunk sizes, chunked_attention itself did not: 0 failed inside
+    ``range`` ("arg 3 must not be zero"), 2.5 and "8" failed there too without naming the
+    option, a key chunk of -4 returned zeros and True ran chunks of 1. They are refused now,
+    the option and value named."""
+    from graded.attention.backends.chunked import chunked_attention
+
+    q, k, v = (x.detach() for x in inputs(4, 4))
+    expected = rf"{option} must be a positive int, got {re.escape(repr(value))}"
+    with pytest.raises(ValueError, match=expected):
+        chunked_attention(q, k, v, **{option: value})

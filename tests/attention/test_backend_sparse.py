@@ -158,6 +158,87 @@ def test_bigbird_random_blocks_are_seeded_and_outside_window_and_globals():
         assert all(j >= 1 and abs(j - i) > 1 for j in picked)
 
 
+BIGBIRD_OPTIONS = {"block_size": 5, "num_global_blocks": 1, "num_random_blocks": 2,
+                   "window_blocks": 3, "seed": 4}
+BIGBIRD_CHANGES = [("block_size", 7), ("num_global_blocks", 2), ("num_random_blocks", 1),
+                   ("window_blocks", 5), ("seed", 5)]
+
+
+def bigbird_rule(backend, causal):
+    """BigBird's keep rule on positions, from the options in force on ``backend`` and its
+    drawn random blocks (for ``causal``): global rows and columns, the window, the random."""
+    block, g = backend.block_size, backend.num_global_blocks
+    half = backend.window_blocks // 2
+    rand = backend.random_blocks(-(-T // block), causal).tolist()
+
+    def rule(i, j):
+        bi, bj = i // block, j // block
+        return bi < g or bj < g or abs(bi - bj) <= half or bj in rand[bi]
+
+    return rule
+
+
+@pytest.mark.parametrize("kernel", ["native", "flex"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("option,value", BIGBIRD_CHANGES)
+def test_bigbird_option_set_after_a_call_is_the_option_in_force(kernel, causal, option, value):
+    """The key blocks (native) and BlockMasks (flex) were cached per length and causality
+    only: an option set after a first call left the old pattern in force. The output now
+    equals a fresh backend's with the new options, and masked dense attention under the
+    pattern those options define."""
+    backend = get_backend("bigbird", **BIGBIRD_OPTIONS, kernel=kernel)
+    q, k, v, pad, _ = inputs(False)
+    q, k, v = (x.detach().float() for x in (q, k, v))  # CPU FlexAttention: no grad
+    backend(q, k, v, key_padding_mask=pad, is_causal=causal)
+    setattr(backend, option, value)
+    out = backend(q, k, v, key_padding_mask=pad, is_causal=causal)
+    fresh = get_backend("bigbird", **{**BIGBIRD_OPTIONS, option: value}, kernel=kernel)
+    torch.testing.assert_close(out, fresh(q, k, v, key_padding_mask=pad, is_causal=causal))
+    keep = pattern_mask(bigbird_rule(fresh, causal), T, causal) & ~pad[:, None, None, :]
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, keep, 8**-0.5))
+
+
+@pytest.mark.parametrize("option,value", BIGBIRD_CHANGES)
+def test_bigbird_decoding_after_an_option_is_set_follows_the_new_pattern(option, value):
+    """Incremental decoding reads the causal random blocks through a cache of its own: after
+    one decoded sequence and an option set, a second sequence decoded in two calls equals
+    causal masked dense attention under the new options' pattern."""
+    backend = get_backend("bigbird", **BIGBIRD_OPTIONS, kernel="native")
+    q, k, v, _, _ = inputs(False)
+    q, k, v = (x.detach() for x in (q, k, v))
+
+    def decode(split):
+        first, state = backend.decode(q[:, :, :split], k[:, :, :split], v[:, :, :split], None)
+        rest, _ = backend.decode(q[:, :, split:], k[:, :, split:], v[:, :, split:], state)
+        return torch.cat([first, rest], dim=2)
+
+    decode(20)
+    setattr(backend, option, value)
+    out = decode(20)
+    fresh = get_backend("bigbird", **{**BIGBIRD_OPTIONS, option: value})
+    keep = pattern_mask(bigbird_rule(fresh, True), T, True)
+    torch.testing.assert_close(out, masked_softmax_attention(q, k, v, keep, 8**-0.5))
+
+
+@pytest.mark.parametrize("kernel", ["native", "flex"])
+def test_block_sparse_block_size_set_after_a_call_is_the_block_size_in_force(kernel):
+    """The BlockMask (flex) was cached per layout only: a block size set after a first call
+    kept the old block size's tiles. The output equals masked dense attention under the
+    layout read with the new block size."""
+    n = -(-T // 5)
+    layout = torch.rand(n, n, generator=torch.Generator().manual_seed(3)) > 0.5
+    layout.fill_diagonal_(True)
+    backend = get_backend("block_sparse", layout=layout, block_size=6, kernel=kernel)
+    q, k, v, pad, _ = inputs(False)
+    q, k, v = (x.detach().float() for x in (q, k, v))  # CPU FlexAttention: no grad
+    backend(q, k, v, key_padding_mask=pad)
+    backend.block_size = 5
+    out = backend(q, k, v, key_padding_mask=pad)
+    keep = pattern_mask(lambda i, j: bool(layout[i // 5, j // 5]), T, False)
+    ref = masked_softmax_attention(q, k, v, keep & ~pad[:, None, None, :], 8**-0.5)
+    torch.testing.assert_close(out, ref)
+
+
 @pytest.mark.parametrize("name,opts", [
     ("sliding_window", {"window": 3}), ("dilated", {}), ("bigbird", {"block_size": 4}),
     ("sparse_fixed", {"block": 4, "summary": 1}),

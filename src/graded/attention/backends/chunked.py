@@ -129,7 +129,11 @@ def chunked_attention(
     Every score acts on one (query, key) pair at a time, so blockwise evaluation is exact.
     Causal alignment is bottom-right. ``checkpointing`` recomputes each query chunk in backward
     (memory O(T·query_chunk) instead of O(Tq·Tk)); it is skipped when no input needs grad.
+    ``query_chunk`` and ``key_chunk`` are checked as the backend's options are: positive ints,
+    a bool or a float refused with the value named.
     """
+    query_chunk = check_int_option(ChunkedBackend.name, "query_chunk", query_chunk)
+    key_chunk = check_int_option(ChunkedBackend.name, "key_chunk", key_chunk)
     t_q, t_k = q.shape[2], k.shape[2]
     scale = default_scale(scale, q.shape[-1])
     if attn_mask is not None:

@@ -14,7 +14,8 @@ becomes
 - the ``BlockMask``: which 128×128 tiles hold some kept pair (partial tiles, where the kernel
   evaluates ``mask_mod``) and which hold only kept pairs (full tiles). It is computed tile row
   by tile row, in O(128·T) memory, not through ``create_block_mask``'s dense (T, T) mask, and
-  cached per (length, causal, device): the pattern options are fixed when a backend is built;
+  cached per (length, causal, device) and the pattern's options
+  (:meth:`FlexKernel.pattern_key`);
 - key padding: a ``score_mod`` that sets the scores of padded keys to −∞. Padding changes with
   every batch, so it stays out of the cached BlockMask. A query with no admissible key returns
   zeros, FlexAttention's behaviour and the backends' convention.

@@ -95,12 +95,12 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self._check_length(int(q_pos.max()) + 1)
         return self.layout[q_pos // self.block_size, k_pos // self.block_size]
 
-    def pattern_key(self) -> tuple[Tensor, int]:
-        """The layout and its version: a layout changed in place or replaced
-        (``backend.layout = ...``) is another pattern, for the cached key blocks and
-        BlockMasks alike. The tensor itself is the key (not its ``id``, which a new layout
-        could reuse once the old one is freed)."""
-        return self.layout, self.layout._version
+    def pattern_key(self) -> tuple[Tensor, int, int]:
+        """The layout, its version and the block size: a layout changed in place or replaced
+        (``backend.layout = ...``), or a block size set after construction, is another
+        pattern, for the cached key blocks and BlockMasks alike. The tensor itself is the key
+        (not its ``id``, which a new layout could reuse once the old one is freed)."""
+        return self.layout, self.layout._version, self.block_size
 
     def _key_blocks(self, n_blocks: int, device: torch.device) -> Tensor:
         """:func:`layout_to_key_blocks` of the layout's first ``n_blocks`` blocks on
@@ -151,7 +151,9 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
     ``window_blocks`` (odd, 3), ``seed`` (0), ``scale``, ``kernel`` (``"auto"``: FlexAttention
     on CUDA, the block gather elsewhere; ``"flex"``; ``"native"``; see
     :class:`~graded.attention.backends.flex.FlexKernel`). :meth:`random_blocks` returns the
-    drawn random blocks, so the pattern can be rebuilt independently.
+    drawn random blocks, so the pattern can be rebuilt independently. An option set after
+    construction (``backend.block_size = 32``) takes effect at the next call: the cached random
+    blocks, key blocks and BlockMasks are kept per :meth:`pattern_key`.
     """
 
     name = "bigbird"
@@ -181,8 +183,14 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self.window_blocks = window_blocks
         self.seed = check_seed(self.name, seed)
         self.scale = check_scale(self.name, scale)
-        self._key_block_cache: dict[tuple[int, bool], Tensor] = {}
+        self._key_block_cache: dict[tuple, Tensor] = {}  # per (rows, causal, pattern_key)
         self.init_kernel(kernel)
+
+    def pattern_key(self) -> tuple[int, ...]:
+        """The options the pattern depends on, part of the key of its cached random blocks,
+        key blocks and BlockMasks: an option set after construction gives another pattern."""
+        return (self.block_size, self.num_global_blocks, self.num_random_blocks,
+                self.window_blocks, self.seed)
 
     def random_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
         """(n_blocks, num_random_blocks) long, -1 where fewer candidates exist; rows of global
@@ -215,11 +223,12 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
     def _causal_random_rows(self, n_blocks: int) -> Tensor:
         """The first ``n_blocks`` rows of the causal random blocks (equal for every longer
         length), drawn for a doubling number of rows and kept."""
-        rows = self._key_block_cache.get((-1, True))
+        key = (-1, True, *self.pattern_key())
+        rows = self._key_block_cache.get(key)
         if rows is None or rows.shape[0] < n_blocks:
             size = max(n_blocks, 2 * (0 if rows is None else rows.shape[0]), 8)
             rows = self.random_blocks(size, causal=True)
-            self._key_block_cache[(-1, True)] = rows
+            self._key_block_cache[key] = rows
         return rows[:n_blocks]
 
     def block_layout(self, n_blocks: int, causal: bool = False) -> Tensor:
@@ -238,11 +247,12 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     def key_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
         """Key-block lists of the non-global query blocks (window ∪ global ∪ random)."""
-        cached = self._key_block_cache.get((n_blocks, causal))
+        key = (n_blocks, causal, *self.pattern_key())
+        cached = self._key_block_cache.get(key)
         if cached is not None:
             return cached
         blocks = layout_to_key_blocks(self.block_layout(n_blocks, causal)[self.num_global_blocks:])
-        self._key_block_cache[(n_blocks, causal)] = blocks
+        self._key_block_cache[key] = blocks
         return blocks
 
     def pattern_keep(self, t: int, is_causal: bool, device: torch.device | None = None,

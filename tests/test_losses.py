@@ -383,9 +383,11 @@ def test_homogeneous_loss_of_a_nan_error_is_nan_and_of_an_infinite_error_inf():
 
 def test_exponentially_graded_loss_of_an_exact_prediction_is_zero_beyond_the_dtype_range():
     # λ^q = 2^130 is inf in float32 (2^16 in float16) and inf·0 was NaN: a perfect prediction
-    # had loss NaN. Σ λ^{q_k} ℓ_k with ℓ = 0 is 0; a non-zero error of weight 2^130 stays ∞
+    # had loss NaN. Σ λ^{q_k} ℓ_k with ℓ = 0 is 0; an error of weight 2^130 whose term is beyond
+    # float32 stays ∞ (2^130·1; 2^130·0.25 = 2^128 is float32's overflow threshold itself, where
+    # the rounding of q·ln λ decides between ∞ and the largest float)
     q = torch.tensor([0.0, 130.0])
-    pred = torch.tensor([[1.0, 2.0], [1.0, 2.5]])
+    pred = torch.tensor([[1.0, 2.0], [1.0, 3.0]])
     target = torch.tensor([[1.5, 2.0], [1.0, 2.0]])
     got = exponentially_graded_loss(pred, target, q, reduction="none")
     torch.testing.assert_close(got[0], torch.tensor([0.25, 0.0]))
@@ -394,6 +396,99 @@ def test_exponentially_graded_loss_of_an_exact_prediction_is_zero_beyond_the_dty
     half = torch.tensor([[1.0, 2.0]], dtype=torch.float16)
     loss = exponentially_graded_loss(half, half, torch.tensor([0.0, 16.0]))
     assert loss.dtype == torch.float16 and float(loss) == 0.0
+
+
+def _exp_graded_reference(x, y, q, base=2.0):
+    """Σ λ^q (x − y)² / n in float64 from the plain formula, where λ^q of these tests fits."""
+    return (base ** q * (x - y) ** 2).mean()
+
+
+def test_exponentially_graded_loss_is_finite_where_the_weighted_term_is_though_the_weight_is_not():
+    # λ^q = 2^130 is inf in float32, and λ^q·ℓ was inf for every ℓ > 0 though 2^130·2^-120 is
+    # 2^10; the loss and its gradients (input, learnable grades) match float64, where 2^130 fits
+    gen = torch.Generator().manual_seed(0)
+    scale = torch.tensor([1.0, 2.0**-50, 2.0**-60])  # errors ~ 1, 2^-50, 2^-60
+    x = ((1 + torch.rand(4, 3, generator=gen)) * scale).requires_grad_()
+    y = torch.zeros(4, 3)
+    q = torch.tensor([0.0, 100.0, 130.0], requires_grad=True)
+    loss = exponentially_graded_loss(x, y, q, base=2.0)
+    loss.backward()
+    x64, q64 = x.detach().double().requires_grad_(), q.detach().double().requires_grad_()
+    expected = _exp_graded_reference(x64, y.double(), q64)
+    expected.backward()
+    assert math.isclose(float(loss.detach()), float(expected.detach()), rel_tol=1e-5)
+    # ∂L/∂ℓ = 2^130/12 fits float32: so do the input's gradients, up to 2^130·2^-59/6
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=0)
+    torch.testing.assert_close(q.grad.double(), q64.grad, rtol=1e-5, atol=0)
+
+
+def test_exponentially_graded_loss_gradcheck_in_float64_beyond_the_weights_range():
+    # λ^q = 2^1026 and 2^1025 are inf in float64; the errors 2^-500·p keep the terms near 2^26
+    # and ∂L/∂ℓ = 2^1026/8 finite, so the gradients in p and q are finite and checkable
+    gen = torch.Generator().manual_seed(1)
+    p = (1 + torch.rand(4, 2, generator=gen, dtype=F64)).requires_grad_()
+    q = torch.tensor([1026.0, 1025.0], dtype=F64, requires_grad=True)
+    zeros = torch.zeros(4, 2, dtype=F64)
+
+    def loss(p, q):
+        return exponentially_graded_loss(p * 2.0**-500, zeros, q, base=2.0)
+
+    # the plain formula, with λ^q·(2^-500·p)² = 2^(q - 1000)·p², all within float64's range
+    expected = (2.0 ** (q.detach() - 1000) * p.detach() ** 2).mean()
+    assert math.isclose(float(loss(p, q).detach()), float(expected), rel_tol=1e-12)
+    assert torch.autograd.gradcheck(loss, (p, q))
+
+
+def test_exponentially_graded_loss_of_a_float32_grading_weights_a_float16_input():
+    # the float32 scales 2^16 and 2^20 were cast to float16 (max 65504) as inf: every term of
+    # those coordinates was inf though 2^20·2^-14 = 64; the loss, the grades' and the input's
+    # gradients match float64 (within float16's rounding)
+    gen = torch.Generator().manual_seed(2)
+    scale = torch.tensor([1.0, 2.0**-7, 2.0**-7])
+    x = ((1 + torch.rand(8, 3, generator=gen)) * scale).half().requires_grad_()
+    y = torch.zeros(8, 3, dtype=torch.float16)
+    grading = ExponentialGrading(3, [0.0, 16.0, 20.0], base=2.0, learnable=True)
+    loss = exponentially_graded_loss(x, y, grading)
+    loss.backward()
+    x64 = x.detach().double().requires_grad_()
+    q64 = torch.tensor([0.0, 16.0, 20.0], dtype=F64, requires_grad=True)
+    expected = _exp_graded_reference(x64, y.double(), q64)
+    expected.backward()
+    assert loss.dtype == torch.float16
+    assert math.isclose(float(loss.detach()), float(expected.detach()), rel_tol=2e-3)
+    torch.testing.assert_close(grading.grades.grad.double(), q64.grad, rtol=1e-2, atol=0)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-2, atol=0)
+
+
+def test_exponentially_graded_loss_of_a_subnormal_loss_far_beyond_the_weights_range():
+    # float32: 2^270·2^-149 = 2^121 (ℓ the smallest subnormal; λ^q needs three finite factors),
+    # 2^300·2^-149 = 2^151 is beyond float32 (inf), and ℓ = 0 gives 0 whatever λ^q (2^1000)
+    x = torch.tensor([[2.0**-149, 2.0**-149, 0.0]])
+    q = torch.tensor([270.0, 300.0, 1000.0])
+    got = exponentially_graded_loss(x, torch.zeros_like(x), q, base=2.0, base_loss="l1",
+                                    reduction="none")
+    expected = (2.0 ** q.double() * x.double()).float()  # exact powers of two, then rounded
+    assert expected.tolist() == [[2.0**121, math.inf, 0.0]]
+    # q·ln λ ≈ 187 in float32 carries a relative error ~1e-5 into λ^q, as it did below 88.7
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=0)
+    # the grade of the exact coordinate gets the gradient 0 = ln λ·λ^q·0, not NaN (0·inf)
+    q_learn = q.clone().requires_grad_()
+    exponentially_graded_loss(x[:, [0, 2]], torch.zeros(1, 2), q_learn[[0, 2]], base=2.0,
+                              base_loss="l1", reduction="sum").backward()
+    torch.testing.assert_close(q_learn.grad, torch.tensor([math.log(2) * 2.0**121, 0.0, 0.0]),
+                               rtol=1e-4, atol=0)
+
+
+def test_exponentially_graded_loss_passes_the_gradient_of_a_term_whose_loss_is_zero():
+    # a signed base loss ℓ = ŷ − y is 0 at ŷ = y with ∂ℓ/∂ŷ = 1: ∂(Σ λ^q ℓ)/∂ŷ = λ^q there,
+    # but the guard for ℓ = 0 (a where) gave that term the gradient 0
+    x = torch.tensor([[1.0, 2.0, 3.0]], dtype=F64, requires_grad=True)
+    q = torch.tensor([0.0, 1.0, 3.0], dtype=F64)
+    loss = exponentially_graded_loss(x, x.detach(), q, base=1.5, base_loss=lambda i, t: i - t,
+                                     reduction="sum")
+    assert float(loss.detach()) == 0.0
+    loss.backward()
+    torch.testing.assert_close(x.grad, torch.tensor([[1.0, 1.5, 1.5**3]], dtype=F64))
 
 
 # -- an empty batch reduces as torch does: "mean" of nothing is NaN, "sum" of nothing is 0 ------

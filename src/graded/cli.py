@@ -273,14 +273,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     kind = as_kind(task.kind, model)
     unused = [flag for flag, given in (("--temperature", args.temperature != 1.0),
                                        ("--top-k", args.top_k is not None),
-                                       ("--top-p", args.top_p is not None)) if given]
-    if kind.generates_tokens and unused and not args.sample:  # greedy and beams would drop them
+                                       ("--top-p", args.top_p is not None),
+                                       ("--seed", args.seed is not None)) if given]
+    # greedy decoding and beam search would drop them: they draw nothing, so the seed too
+    if kind.generates_tokens and unused and not args.sample:
         return _fail(f"{', '.join(unused)} shape sampling, which is off: add --sample, or "
                      "leave them out for greedy decoding or beam search")
     new_tokens = _new_token_budget(model, kind, ids.shape[1], args.max_new_tokens)
+    seed = 0 if args.seed is None else args.seed
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p, "num_beams": args.num_beams,
-                "generator": torch.Generator().manual_seed(args.seed)}
+                "generator": torch.Generator().manual_seed(seed)}
     processors = {"repetition_penalty": (args.repetition_penalty, 1.0),
                   "no_repeat_ngram_size": (args.no_repeat_ngram_size, 0),
                   "min_new_tokens": (args.min_new_tokens, 0)}
@@ -525,8 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"tokens to add (default: {DEFAULT_NEW_TOKENS}, or fewer where the "
                    "model's max_len leaves less room)")
     p.add_argument("--sample", action="store_true",
-                   help="sample instead of greedy decoding (what --temperature, --top-k and "
-                   "--top-p shape; they are refused without it)")
+                   help="sample instead of greedy decoding (what --temperature, --top-k, "
+                   "--top-p and --seed shape; they are refused without it)")
     p.add_argument("--temperature", type=_positive_float, default=1.0,
                    help="sampling temperature (> 0)")
     p.add_argument("--top-k", type=_at_least(1), default=None,
@@ -540,7 +543,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never repeat an n-gram of this size (0 = off)")
     p.add_argument("--min-new-tokens", type=_at_least(0), default=0,
                    help="no end token before this many new tokens (tasks with one)")
-    p.add_argument("--seed", type=_at_least(0), default=0, help="sampling seed")
+    p.add_argument("--seed", type=_at_least(0), default=None,  # None: not given, seed 0
+                   help="sampling seed (default: 0)")
     p.set_defaults(handler=cmd_generate)
 
     p = sub.add_parser("bench", help="run scripts of benchmarks/ by name", formatter_class=fmt)

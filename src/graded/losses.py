@@ -81,14 +81,20 @@ def _check(input: Tensor, target: Tensor | None, reduction: str) -> None:
                          f"{tuple(target.shape)} differ")
 
 
+def _scales(grading: GradingMap, input: Tensor, *, what: str) -> Tensor:
+    """The scales (d,) of ``grading``, in its own dtype, for an input of d features."""
+    d = input.shape[-1]
+    if grading.grades.ndim != 1 or grading.dim != d:
+        raise ValueError(f"{what}: the grading has grades of shape "
+                         f"{tuple(grading.grades.shape)}, expected ({d},) for {d} features")
+    return grading.scales()
+
+
 def _weights(grades: GradesArg, input: Tensor, *, what: str) -> Tensor:
     """The weight vector (d,) of ``grades``: a tensor as given, a grading module's scales()."""
     d = input.shape[-1]
     if isinstance(grades, GradingMap):
-        if grades.grades.ndim != 1 or grades.dim != d:
-            raise ValueError(f"{what}: the grading has grades of shape "
-                             f"{tuple(grades.grades.shape)}, expected ({d},) for {d} features")
-        return grades.scales().to(input.dtype)
+        return _scales(grades, input, what=what).to(input.dtype)
     if not isinstance(grades, Tensor):
         grades = torch.as_tensor(grades, dtype=input.dtype, device=input.device)
     q = as_grade_tensor(grades, dim=d, dtype=input.dtype, device=input.device,
@@ -269,6 +275,28 @@ def linearly_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     return _reduce(q * _elementwise(base_loss, input, target), reduction)
 
 
+def _exponential_factors(log_weights: Tensor, dtype: torch.dtype,
+                         weights: Tensor | None = None) -> tuple[Tensor, ...]:
+    """λ^q = exp(q·ln λ) as three factors exp(e_1)·exp(e_2)·exp(e_3), each finite in ``dtype``.
+
+    e_1 = min(e, c), e_2 = min(e − e_1, c), e_3 = min(e − e_1 − e_2, c) with c = ln(max) − 1.
+    Every factor is ≥ 1 and at most λ^q, so each partial product ((ℓ·w_1)·w_2)·w_3 is at most
+    |λ^q·ℓ|: a term is finite wherever λ^q·ℓ is, though λ^q alone is not (float32:
+    q·ln λ > 88.7, float16: > 11.1). Past 3c (float32: 263) the weight is held at exp(3c),
+    where every ℓ ≠ 0 of the dtype (≥ its smallest subnormal) gives ±∞ as λ^q·ℓ does, and
+    ℓ = 0 gives 0 rather than 0·∞ = NaN. Below c the factors are λ^q, 1, 1 (``weights``, the
+    scales themselves where given, else exp(e)): the terms are those of λ^q·ℓ bit for bit. The
+    factors are computed in the dtype of ``log_weights`` and then rounded to ``dtype``."""
+    c = math.log(torch.finfo(dtype).max) - 1.0
+    e1 = log_weights.clamp(max=c)
+    e2 = (log_weights - e1).clamp(max=c)
+    e3 = (log_weights - e1 - e2).clamp(max=c)
+    w1 = torch.exp(e1)
+    if weights is not None:
+        w1 = torch.where(log_weights <= c, weights.to(w1.dtype), w1)
+    return w1.to(dtype), torch.exp(e2).to(dtype), torch.exp(e3).to(dtype)
+
+
 def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
                               base: float | None = None, base_loss: BaseLoss = "mse",
                               reduction: str = "mean") -> Tensor:
@@ -278,6 +306,14 @@ def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, 
     the annealing schedule of 000 §7.2). An :class:`ExponentialGrading` contributes its scales
     λ^q and its own λ (then ``base`` must be left unset). ``base_loss`` as in
     :func:`linearly_graded_loss`.
+
+    A term λ^q·ℓ is finite wherever it is in the input's dtype, also where the weight λ^q alone
+    is not (:func:`_exponential_factors`: λ^q = 2^130 and ℓ = 2^-100 give 2^30 in float32), and
+    a term with ℓ = 0 is 0. The gradient with respect to ℓ is λ^q (divided by the number of
+    terms for ``"mean"``), so the input's gradient is ∞ or NaN where that is beyond the dtype,
+    even where the chain rule's product λ^q·∂ℓ/∂ŷ is not. A grading's scales are its own,
+    clamped at its ``max_log_scale``; they are split in their dtype (or the input's, if wider),
+    so a float32 grading weights a float16 loss without overflow in the cast.
     """
     _check(input, target, reduction)
     if isinstance(grades, LinearGrading):
@@ -287,18 +323,19 @@ def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, 
         if base is not None:
             raise ValueError(f"base={base!r} given with an ExponentialGrading, which has its "
                              f"own base {float(grades.base)!r}")
-        w = _weights(grades, input, what="exponentially_graded_loss")
+        scales = _scales(grades, input, what="exponentially_graded_loss")
+        # ln of the scales (≥ 1, finite) at the wider of the two precisions
+        log_w = torch.log(scales.to(torch.promote_types(scales.dtype, input.dtype)))
     else:
         lam = 2.0 if base is None else float(base)
         if not 1.0 <= lam < math.inf:
             raise ValueError(f"exponentially_graded_loss needs a finite base λ >= 1, got "
                              f"base={base!r}")
-        q = _weights(grades, input, what="exponentially_graded_loss")
-        w = torch.exp(q * torch.log(torch.tensor(lam, dtype=q.dtype, device=q.device)))
+        q, scales = _weights(grades, input, what="exponentially_graded_loss"), None
+        log_w = q * torch.log(torch.tensor(lam, dtype=q.dtype, device=q.device))
+    w1, w2, w3 = _exponential_factors(log_w, input.dtype, scales)
     ell = _elementwise(base_loss, input, target)
-    # λ^q beyond the dtype's range is inf (float32: q·ln λ > 88.7, float16: > 11.1) and inf·0
-    # is NaN: a term with ℓ = 0 is 0 whatever its weight
-    return _reduce(torch.where(ell == 0, torch.zeros_like(ell), w * ell), reduction)
+    return _reduce(ell * w1 * w2 * w3, reduction)
 
 
 class _GradedLoss(nn.Module):

@@ -112,6 +112,17 @@ def test_generate_refuses_sampling_options_without_sample(run, capsys, options):
     assert main(["generate", str(run), "--prompt", "(", "--sample", *options[:2]]) == 0
 
 
+@pytest.mark.parametrize("options", [["--seed", "3"], ["--seed", "0"],
+                                     ["--seed", "1", "--num-beams", "2"]])
+def test_generate_refuses_a_seed_without_sample(run, capsys, options):
+    # greedy decoding and beam search draw nothing: the seed seeded a generator no step read,
+    # and the output was the same whatever the seed (an explicit --seed 0, the default, too)
+    assert main(["generate", str(run), "--prompt", "(", *options]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--seed" in line and "--sample" in line
+    assert main(["generate", str(run), "--prompt", "(", "--sample", *options[:2]]) == 0
+
+
 def test_generate_never_emits_the_padding_token(run, capsys):
     # near-uniform sampling drew <pad>, which the printed text drops: fewer tokens than asked
     # for, and the model went on reading a token it never reads

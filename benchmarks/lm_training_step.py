@@ -34,6 +34,10 @@ call's over K.
 grading into the weights as the code before 28a0b8f did (all layers at the first ask, float32
 products with autograd's backward, cast by ``F.linear`` under autocast:
 ``graded.folding.FoldedLinears.previous_form``), timed in the same rounds.
+``--compare-layers`` adds a twin ("…, layer by layer") that folds and computes its scales layer
+by layer (``model.batch_grading = False``): the backward of the batched folds is one node,
+run when the last of its layers' gradients is in, after which the GPU waits for the host to
+issue its per-map kernels; layer by layer each fold's backward follows its layer's.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ from graded.checks import check_token_ids, checked_inputs
 # arm -> (grading, learnable grades)
 GRADINGS = {"ungraded": (None, False), "LGT": ("linear", True), "EGT": ("exponential", True),
             "LGT fixed": ("linear", False), "EGT fixed": ("exponential", False)}
+#: Suffix of the arms that fold and compute their scales layer by layer (``--compare-layers``).
+LAYER_BY_LAYER = ", layer by layer"
 QUICK = {"d_model": 64, "layers": 2, "heads": 4, "seq_len": 32, "batch": 2, "vocab": 256,
          "rounds": 3, "warmup": 1}
 
@@ -104,9 +110,11 @@ def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.
                                                  grade_init="warm_start", grade_init_value=0.01)
         twins = [name] + ([name + PREVIOUS_FOLDS]
                           if grading is not None and args.compare_folds else [])
+        twins += [name + LAYER_BY_LAYER] if grading is not None and args.compare_layers else []
         for arm in twins:
             torch.manual_seed(0)
             models[arm] = TransformerLM(TransformerConfig(**{**base.model_dump(), **extra}))
+            models[arm].batch_grading = not arm.endswith(LAYER_BY_LAYER)
     if args.hf and importable("transformers"):
         torch.manual_seed(0)
         models["HF GPT-2"] = hf_gpt2(args, base)
@@ -240,6 +248,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compare-folds", action="store_true",
                    help="each graded arm also with the folds of the code before 28a0b8f "
                    "(a twin arm, same rounds)")
+    p.add_argument("--compare-layers", action="store_true",
+                   help="each graded arm also folding layer by layer (batch_grading=False; a "
+                   "twin arm, same rounds)")
     p.add_argument("--no-hf", dest="hf", action="store_false",
                    help="leave Hugging Face's GPT-2 out even when transformers is importable")
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))

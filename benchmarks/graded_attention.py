@@ -39,12 +39,14 @@ from _timing import (
 )
 
 from graded import TransformerConfig, TransformerLM
+from graded.attention import MultiheadAttention
 from graded.attention.graded import VARIANTS, GradedMultiheadAttention
 
 SHAPES = [(8, 256, 256, 8), (8, 1024, 256, 8)]
 #: The GPU shapes of issue 15's targets (B, T, d_model, heads): the default on CUDA.
 CUDA_SHAPES = [(8, 2048, 1024, 16), (2, 8192, 1024, 16)]
 CPU = torch.device("cpu")
+UNGRADED = "ours, ungraded"
 
 
 def attention_step(module: torch.nn.Module, x: torch.Tensor) -> None:
@@ -65,16 +67,21 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
                     dtype: torch.dtype = torch.float32,
                     learnable: bool = True,
                     unfolded: bool = False) -> tuple[list[list[str]], float]:
-    """Each variant against torch's module in interleaved rounds; ``unfolded`` adds, in the
-    same rounds, each variant with ``fold_grading=False`` (the grading applied to the
-    projections' outputs, after their matrix products, instead of to the weights before)."""
+    """Each variant against torch's module in interleaved rounds, with our ungraded
+    :class:`~graded.attention.MultiheadAttention` beside them (the row "ours, ungraded": what
+    grading adds to our own module, a second reference when torch's module's time moves
+    between runs); ``unfolded`` adds, in the same rounds, each variant with
+    ``fold_grading=False`` (the grading applied to the projections' outputs, after their
+    matrix products, instead of to the weights before)."""
     rows, worst = [], 0.0
     for b, t, d, h in shapes:
         torch.manual_seed(0)
         ref = torch.nn.MultiheadAttention(d, h, batch_first=True)
         x = torch.randn(b, t, d).to(device, dtype).requires_grad_()
         ref.to(device, dtype)
-        modules: dict[str, torch.nn.Module] = {"torch": ref}
+        ours = MultiheadAttention(d, h, batch_first=True)
+        ours.load_state_dict(ref.state_dict())
+        modules: dict[str, torch.nn.Module] = {"torch": ref, UNGRADED: ours.to(device, dtype)}
         for grading in ("linear", "exponential"):
             for variant in VARIANTS:
                 m = graded_module(d, h, variant, grading, learnable)
@@ -94,7 +101,7 @@ def bench_attention(shapes: list, rounds: int, device: torch.device = CPU,
             if name == "torch":
                 continue
             ratio = sec / times["torch"]
-            if not name.endswith(" unfolded"):  # the defaults' worst
+            if not name.endswith(" unfolded") and name != UNGRADED:  # the defaults' worst
                 worst = max(worst, ratio)
             rows.append([f"B={b}, T={t}, d={d}, h={h}", name, f"{times['torch'] * 1e3:.2f}",
                          f"{sec * 1e3:.2f}", f"{ratio:.3f}", f"{lead['torch'] * 1e6:.0f}",

@@ -289,7 +289,8 @@ def test_graded_attention_times_each_variant_unfolded_in_the_same_rounds(tmp_pat
                                               "--compare-unfolded"], tmp_path)
     rows = [line.split("|")[2].strip() for line in done.stdout.splitlines()
             if line.startswith("| B=")]
-    folded = [r for r in rows if not r.endswith(" unfolded")]
+    assert rows[0] == "ours, ungraded"  # our plain module, the second reference
+    folded = [r for r in rows[1:] if not r.endswith(" unfolded")]
     assert len(folded) == 8 and [r for r in rows if r.endswith(" unfolded")] == [
         f"{r} unfolded" for r in folded]
 

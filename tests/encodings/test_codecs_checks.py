@@ -1,6 +1,8 @@
 """Vocabulary / Codec base helpers and MatrixCodec: the checks no other test reaches, the
 default-vocabulary ids against the ids counted by hand, and tensor inputs."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -67,3 +69,35 @@ def test_matrix_codec_checks_shape_dtype_and_entries():
         codec.encode([[2, 0], [1, -1]])
     integer = MatrixCodec(1, 2, entries=IntegerCodec(10))
     np.testing.assert_array_equal(integer.decode(integer.encode([[2, -1]])), [[2, -1]])
+
+
+@pytest.mark.parametrize("entry", [np.inf, -np.inf, 1e20, -1e19])
+def test_matrix_codec_refuses_a_float_entry_outside_int64_naming_it(entry):
+    # the cast to int64 made each of these -2^63 and encoded that: a different matrix
+    message = re.escape(f"matrix entry {entry} is outside the int64 range")
+    with pytest.raises(ValueError, match=message):
+        MatrixCodec(1, 2, entries=IntegerCodec(10)).encode(np.array([[entry, 1.0]]))
+    with pytest.raises(ValueError, match=message):
+        MatrixCodec(1, 2).encode(np.array([[entry, 1.0]]))
+
+
+def test_matrix_codec_refuses_an_integer_entry_outside_int64_naming_it():
+    codec = MatrixCodec(1, 2, entries=IntegerCodec(10))
+    with pytest.raises(ValueError, match=rf"matrix entry {2**70} is outside the int64 range"):
+        codec.encode([[2**70, 1]])
+    with pytest.raises(ValueError, match=rf"matrix entry {2**64 - 1} is outside the int64 range"):
+        codec.encode(np.array([[2**64 - 1, 1]], dtype=np.uint64))  # was encoded as -1
+    # the ends of the range are entries like any other: digits written out by hand
+    top, bottom = "9223372036854775807", "9223372036854775808"
+    assert codec.encode(np.array([[2**63 - 1, 1]], dtype=np.uint64)) == ["+", *top, "+", "1"]
+    assert codec.encode([[-(2**63), 2**63 - 1]]) == ["-", *bottom, "+", *top]
+
+
+def test_matrix_decoder_rejects_an_entry_beyond_int64_with_reason():
+    # a model can write any number of digits; this was an OverflowError, not a DecodeError
+    codec = MatrixCodec(1, 2, entries=IntegerCodec(10))
+    with pytest.raises(DecodeError, match=rf"entry 1 is {10**20 - 1}, outside the int64 range"):
+        codec.decode(["+", *"9" * 20, "+", "1"])
+    with pytest.raises(DecodeError, match=rf"entry 2 is -{2**63 + 1}, outside the int64 range"):
+        codec.decode(["+", "1", "-", *str(2**63 + 1)])
+    np.testing.assert_array_equal(codec.decode(["-", *str(2**63), "+", "1"]), [[-(2**63), 1]])

@@ -96,6 +96,24 @@ def test_stochastic_merge_is_random_but_reproducible_from_its_seed(merge):
     assert [a.encode(text) for _ in range(3)] == [b.encode(text) for _ in range(3)]
 
 
+@pytest.mark.parametrize("seed", [1.9, "3", True])
+def test_stochastic_merge_reseed_refuses_a_seed_that_is_not_an_int_naming_it(seed):
+    # int() took 1.9 for the seed 1 and "3" for 3, which the constructor refuses
+    tok = StochasticMergeTokenizer.from_texts(CORPUS, max_pieces=30, p=0.5, seed=3)
+    with pytest.raises(TypeError, match=rf"seed must be an int, got {seed!r}"):
+        tok.reseed(seed)
+    assert tok.seed == 3
+
+
+def test_stochastic_merge_reseeded_segments_as_a_tokenizer_built_with_that_seed():
+    text = CORPUS[0]
+    tok = StochasticMergeTokenizer.from_texts(CORPUS, max_pieces=30, p=0.5, seed=3)
+    fresh = StochasticMergeTokenizer.from_texts(CORPUS, max_pieces=30, p=0.5, seed=5)
+    tok.encode(text)  # advances the generator
+    tok.reseed(5)
+    assert [tok.encode(text) for _ in range(3)] == [fresh.encode(text) for _ in range(3)]
+
+
 def test_stochastic_merge_mean_number_of_merges_matches_p():
     """Each eligible merge happens with probability p: on "aaaa..." with pieces {a, aa} a token
     is "aa" with probability p and "a" otherwise, so it covers 1 + p characters on average."""

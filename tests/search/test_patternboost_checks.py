@@ -1,6 +1,8 @@
 """PatternBoost problems, database and local-search driver: the checks no other test reaches,
 the problems' small accessors against hand-computed values, and the executor path."""
 
+import json
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -119,6 +121,30 @@ def test_database_length_membership_and_keys():
     assert key_to_str("abc") == "abc"
     assert key_to_str(b"\x01\xff") == "01ff"
     assert key_to_str((1, 2)) == "(1, 2)"
+
+
+@pytest.mark.parametrize("order", [("a", "nan", "c"), ("c", "nan", "a")])
+def test_database_refuses_a_nan_score_whatever_the_order_of_insertion(order):
+    # with NaN in the sort the best valid entry depended on the order: "a" (3) before "c" (5)
+    scores = {"a": 3.0, "nan": float("nan"), "c": 5.0}
+    db = Database(5)
+    for key in order:
+        if key == "nan":
+            with pytest.raises(ValueError, match=r"object 'nan' has score nan; expected a "
+                                                 r"number, not NaN"):
+                db.add(key, scores[key], [0])
+        else:
+            db.add(key, scores[key], [0])
+    assert [e.key for e in db.sorted()] == ["c", "a"]
+    assert db.best_entry().key == "c" and db.best() == 5.0
+
+
+def test_database_orders_infinite_scores_like_any_other():
+    db = Database(5)
+    for key, score in [("b", -math.inf), ("a", 1.0), ("c", math.inf)]:
+        db.add(key, score, [0])
+    assert [e.key for e in db.sorted()] == ["c", "a", "b"]
+    assert Database.from_json(json.loads(json.dumps(db.to_json()))).sorted() == db.sorted()
 
 
 # -- parallel ----------------------------------------------------------------------------------

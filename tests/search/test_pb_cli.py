@@ -107,3 +107,23 @@ def test_a_bad_pattern_names_the_value_and_what_is_expected(pattern):
 
     with pytest.raises(ValueError, match=f"permutation of 1, 2, 3.*got '{pattern}'"):
         PatternAvoidingPermanent(3, pattern=pattern)
+
+
+def test_ctrl_c_in_the_initial_round_exits_130_with_the_resume_hint(tmp_path, monkeypatch, capsys):
+    # no object exists yet: decoding the empty best tokens failed ("wrong length"), so the
+    # command ended in an error instead of the interrupted exit and its hint
+    import graded.search.patternboost.engine as engine
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "run_local_searches", interrupt)
+    args = parser().parse_args(
+        ["patternboost", "--n", "5", "--mode", "local-only", "--initial", "4", "--keep", "2",
+         "--database-size", "4", "--samples", "2", "--rounds", "1", "--no-progress",
+         "--out", str(tmp_path / "run")])
+    assert run_cli(args) == 130
+    out = capsys.readouterr().out
+    assert "local-only triangle-free n=5: no valid object yet (known optimum 6)" in out
+    assert "interrupted: rerun the same command to resume" in out
+    assert not (tmp_path / "run" / "state.json").exists()  # nothing finished: a fresh start

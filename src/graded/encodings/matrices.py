@@ -20,6 +20,8 @@ from graded.checks import check_int
 from graded.encodings.base import Codec, DecodeError, bits_to_tokens, tokens_to_bits
 from graded.encodings.integers import IntegerCodec
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 class MatrixCodec(Codec[np.ndarray]):
     """Row-major matrices of shape (rows, cols); 0/1 entries unless ``entries`` is given.
@@ -45,10 +47,23 @@ class MatrixCodec(Codec[np.ndarray]):
         arr = np.asarray(obj)
         if arr.shape != (self.rows, self.cols):
             raise ValueError(f"matrix has shape {arr.shape}, expected {(self.rows, self.cols)}")
+        if arr.dtype.kind == "O" and arr.size:  # numpy keeps ints beyond int64 as objects
+            big = next((x for x in arr.ravel().tolist() if isinstance(x, int)
+                        and not isinstance(x, bool) and not _INT64_MIN <= x <= _INT64_MAX), None)
+            if big is not None:
+                raise ValueError(f"matrix entry {big} is outside the int64 range; expected "
+                                 f"integers in {_INT64_MIN}..{_INT64_MAX}")
         if arr.dtype.kind not in "biu" and not (
             arr.dtype.kind == "f" and np.all(arr == np.round(arr))
         ):
             raise TypeError(f"matrix entries must be integers, got dtype {arr.dtype}")
+        # the cast below turned inf and 1e20 into -2^63, and uint64 2^64 - 1 into -1, silently
+        outside = (~(np.abs(arr) < 2.0**63) if arr.dtype.kind == "f"
+                   else arr > _INT64_MAX if arr.dtype.kind == "u" else np.zeros(arr.shape, bool))
+        if outside.any():
+            bad = arr.ravel()[np.flatnonzero(outside)[0]]
+            raise ValueError(f"matrix entry {bad} is outside the int64 range; expected "
+                             f"integers in {_INT64_MIN}..{_INT64_MAX}")
         arr = arr.astype(np.int64)
         if self.entries is None and not np.isin(arr, (0, 1)).all():
             bad = sorted(set(np.unique(arr).tolist()) - {0, 1})
@@ -75,4 +90,8 @@ class MatrixCodec(Codec[np.ndarray]):
                     f"wrong number of entries {len(values)}: a {self.rows}x"
                     f"{self.cols} matrix has {size}"
                 )
+            for k, value in enumerate(values):  # the int64 array cannot hold it
+                if not _INT64_MIN <= value <= _INT64_MAX:
+                    raise DecodeError(f"entry {k + 1} is {value}, outside the int64 range "
+                                      f"{_INT64_MIN}..{_INT64_MAX} of the matrix")
         return np.array(values, dtype=np.int64).reshape(self.rows, self.cols)

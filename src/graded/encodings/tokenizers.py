@@ -253,7 +253,9 @@ class StochasticMergeTokenizer(_PieceTokenizer):
         return ids
 
     def reseed(self, seed: int) -> None:
-        self.seed = int(seed)
+        """Restart the sequence of segmentations from ``seed`` (checked as in the constructor:
+        ``int`` took 1.9 for 1 and "3" for 3)."""
+        self.seed = check_int("seed", seed)
         self.rng = random.Random(self.seed)
 
     def to_dict(self) -> dict[str, Any]:

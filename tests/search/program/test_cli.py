@@ -1,5 +1,9 @@
 """`graded search program` end to end (a small cap-set run) and its errors."""
 
+import json
+
+import pytest
+
 from graded.cli import main
 
 
@@ -51,3 +55,30 @@ def test_an_endpoint_that_fails_ends_the_cli_with_one_line_not_a_traceback(tmp_p
     assert main(["search", "program", "--proposer", "openai", "--model", "m", "--base-url",
                  "http://127.0.0.1:1/v1", "--max-requests", "0", "--out", str(tmp_path / "z")]) == 2
     assert "max_requests=0; expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_cli_map_elites_selection_runs_over_the_descriptors_given(tmp_path, capsys):
+    # --selection map-elites had no way to name its descriptors: every such run was refused
+    out = tmp_path / "run"
+    args = ["search", "program", "--problem", "matmul", "--selection", "map-elites",
+            "--descriptors", "rank,time", "--bins", "3", "--budget", "2", "--workers", "1",
+            "--option", "restarts=2", "--option", "search_steps=50", "--option",
+            "sparsify_steps=20", "--option", "refine_rounds=1", "--option", "refine_steps=20",
+            "--out", str(out)]
+    assert main(args) == 0
+    assert "best score" in capsys.readouterr().out
+    config = json.loads((out / "config.json").read_text())["database"]
+    assert config["selection"] == "map-elites"
+    assert config["descriptors"] == ["rank", "time"] and config["bins"] == 3
+    assert len((out / "evaluations.csv").read_text().splitlines()) == 1 + 2
+
+
+def test_cli_names_descriptors_that_are_not_two_named_scores(tmp_path, capsys):
+    base = ["search", "program", "--problem", "matmul", "--selection", "map-elites",
+            "--budget", "2", "--workers", "1"]
+    assert main([*base, "--descriptors", "rank,speed", "--out", str(tmp_path / "a")]) == 2
+    assert ("map-elites descriptors ['speed'] are not named scores of the problem; expected "
+            "two of ['rank', 'success', 'time']") in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*base, "--descriptors", "rank", "--out", str(tmp_path / "b")])
+    assert "expected two named scores A,B, got 'rank'" in capsys.readouterr().err

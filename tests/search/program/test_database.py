@@ -151,3 +151,36 @@ def test_map_elites_keeps_the_best_program_of_each_cell():
     assert drawn == {0.0, 2.0, 0.5}  # uniform over cells: the cell's loser (1.0) never drawn
     with pytest.raises(ValueError, match="descriptors"):
         DatabaseConfig(selection="map-elites", descriptors=("a",))
+
+
+@pytest.mark.parametrize("scores, expected", [
+    ([1e308, 1e308], [0.5, 0.5]),
+    ([1e308, -1e308], [1.0, 0.0]),
+    ([-1e308, 0.0, -1e308], [0.0, 1.0, 0.0]),
+])
+def test_cluster_probabilities_of_huge_scores_are_the_limit_of_the_softmax(scores, expected):
+    # score / T overflowed to inf before the shift, and inf - inf made every probability NaN
+    np.testing.assert_array_equal(cluster_probabilities(scores, 0.1, 100, 0), expected)
+
+
+def test_sampling_an_island_of_huge_scores_draws_the_best_cluster():
+    # the NaN probabilities made every prompt a ValueError from the generator
+    db = ProgramsDatabase(DatabaseConfig(islands=1, programs_per_prompt=2), ev(1e308), seed=0)
+    db.register(0, ev(-1e308, "return 1.0"))
+    for _ in range(5):
+        _, parents = db.sample(0)
+        assert [p.score for p in parents] == [1e308]  # exp(-2e308 / T) == 0.0: never drawn
+
+
+@pytest.mark.parametrize("scores, message", [
+    ({}, r"map-elites descriptors \['a', 'b'\]: the problem's verifier returns one number; "
+         r"expected a problem with named scores"),
+    ({"a": 0.0, "c": 1.0}, r"map-elites descriptors \['b'\] are not named scores of the "
+                           r"problem; expected two of \['a', 'c'\]"),
+])
+def test_map_elites_descriptors_must_be_named_scores_of_the_problem(scores, message):
+    # they were looked up only when the first prompt was drawn: KeyError 'a' on the proposer
+    # thread
+    config = DatabaseConfig(islands=1, selection="map-elites", descriptors=("a", "b"))
+    with pytest.raises(ValueError, match=message):
+        ProgramsDatabase(config, ev(0.0, scores=scores))

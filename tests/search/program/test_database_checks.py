@@ -1,6 +1,8 @@
 """Programs database: Pareto selection against a direct dominance check, the multi-block prompt
 text, and the checks no other test reaches."""
 
+import math
+
 import pytest
 
 from graded.search.program.database import DatabaseConfig, ProgramsDatabase, pareto_front
@@ -63,3 +65,28 @@ def test_a_single_block_without_a_function_cannot_be_versioned():
     db = ProgramsDatabase(DatabaseConfig(islands=1), parent)
     with pytest.raises(ValueError, match=r"the evolvable block defines no function to version"):
         db.prompt(0, [parent])
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("islands", True, r"islands=True; expected an integer >= 1"),
+    ("bins", False, r"bins=False; expected an integer >= 1"),
+    ("temperature_init", "0.1", r"temperature_init='0.1'; expected > 0, a finite number"),
+    ("temperature_init", math.inf, r"temperature_init=inf; expected > 0, a finite number"),
+    ("temperature_init", math.nan, r"temperature_init=nan; expected > 0, a finite number"),
+    ("temperature_init", True, r"temperature_init=True; expected > 0, a finite number"),
+    ("descriptors", "ab", r"descriptors='ab'; expected a tuple of names of scores"),
+    ("descriptors", None, r"descriptors=None; expected a tuple of names of scores"),
+    ("descriptors", ("a", 3), r"descriptors=\('a', 3\); expected a tuple of names of scores"),
+])
+def test_a_bad_database_setting_is_named(field, value, message):
+    # a bool passed as a count, "0.1" (a bare TypeError from the comparison), an infinite
+    # temperature (uniform sampling), and a string taken for its characters were accepted
+    with pytest.raises(ValueError, match=message):
+        DatabaseConfig(**{field: value})
+
+
+def test_descriptors_given_as_a_list_are_kept_as_a_tuple():
+    config = DatabaseConfig(selection="map-elites", descriptors=["a", "b"])
+    assert config.descriptors == ("a", "b")
+    db = ProgramsDatabase(config, ev(1.0, {"a": 0.0, "b": 1.0}))
+    assert ProgramsDatabase.from_state(db.state()).config == config

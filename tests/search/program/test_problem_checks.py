@@ -4,11 +4,17 @@ verifier scores, and the evaluation failures no other test reaches."""
 import math
 import re
 
+import numpy as np
 import pytest
 
 import graded.search.program.problem as problem_module
 from graded.search.program.evaluate import evaluate, scalar_score
-from graded.search.program.problem import Problem, get_problem, register_problem
+from graded.search.program.problem import (
+    Problem,
+    available_problems,
+    get_problem,
+    register_problem,
+)
 from graded.search.program.program import Program, parse_skeleton
 
 SKELETON = '''# EVOLVE-BLOCK-START
@@ -41,6 +47,12 @@ def _problem(**changes):
     ({"time_limit_s": 0}, r"time_limit_s=0; expected a positive number"),
     ({"memory_mb": 1.5}, r"memory_mb=1.5; expected a positive integer"),
     ({"memory_mb": 0}, r"memory_mb=0; expected a positive integer"),
+    # accepted here, then refused by the sandbox's Limits inside the first evaluation
+    ({"time_limit_s": math.inf}, r"time_limit_s=inf; expected a positive number, finite"),
+    ({"time_limit_s": math.nan}, r"time_limit_s=nan; expected a positive number, finite"),
+    ({"time_limit_s": "30"}, r"time_limit_s='30'; expected a positive number, finite"),
+    ({"time_limit_s": True}, r"time_limit_s=True; expected a positive number, finite"),
+    ({"memory_mb": True}, r"memory_mb=True; expected a positive integer"),
 ])
 def test_a_bad_problem_is_named(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -64,6 +76,9 @@ class _Unreadable:
 
 
 def test_options_of_a_factory_with_an_unreadable_signature_are_passed_on(monkeypatch):
+    # the shipped problems register themselves on first import: import them before the copy,
+    # else they land in the copy, which is dropped, and later tests find no problem at all
+    available_problems()
     monkeypatch.setattr(problem_module, "_REGISTRY", dict(problem_module._REGISTRY))
     register_problem("unreadable", _Unreadable())
     assert get_problem("unreadable", anything=3).options == {"anything": 3}
@@ -105,7 +120,47 @@ def test_a_score_must_be_a_number_or_a_dict(value):
         scalar_score(_problem(), value)
 
 
+@pytest.mark.parametrize("value, expected", [
+    (np.int64(7), 7.0), (np.int8(-3), -3.0), (np.uint16(9), 9.0), (np.float32(0.5), 0.5),
+    (np.float64(2.25), 2.25),
+])
+def test_numpy_scores_count_as_numbers(value, expected):
+    # a verifier's `array.sum()` is a numpy integer: every program failed as "wrong_type"
+    assert scalar_score(_problem(), value) == (expected, {})
+    assert scalar_score(_problem(primary="a"), {"a": value}) == (expected, {"a": expected})
+
+
+@pytest.mark.parametrize("value", [np.bool_(True), np.float64("nan"), np.float32("inf")])
+def test_numpy_bools_and_non_finite_numpy_scores_are_refused(value):
+    with pytest.raises((TypeError, ValueError), match=re.escape(repr(value))):
+        scalar_score(_problem(), value)
+
+
+def test_an_integer_score_beyond_the_float_range_is_not_finite():
+    # math.isfinite(10**400) raised OverflowError out of the evaluation
+    with pytest.raises(ValueError, match=r"the score is 1000\d+; expected a finite number"):
+        scalar_score(_problem(), 10**400)
+
+
 # -- evaluate ----------------------------------------------------------------------------------
+
+
+def test_a_verifier_returning_a_numpy_integer_scores_the_program():
+    p = _problem(score=lambda x, artefact: np.int64(artefact) * 2)
+    result = evaluate(p, parse_skeleton(SKELETON).initial)
+    assert result.ok and result.signature == (4.0, 6.0) and result.score == 5.0  # f(x) = x + 1
+
+
+def test_named_scores_that_change_between_inputs_fail_as_wrong_type_naming_both():
+    # the mean of each named score over the inputs raised KeyError 'extra' out of evaluate
+    def score(x, artefact):
+        return {"size": float(artefact), "extra": 1.0} if x == 1 else {"size": float(artefact)}
+
+    result = evaluate(_problem(score=score, primary="size"), parse_skeleton(SKELETON).initial)
+    assert result.failure == "wrong_type" and result.score is None
+    assert result.reason == ("the verifier named the scores ['size'] on input 1 but "
+                             "['extra', 'size'] on input 0; expected the same names on every "
+                             "input")
 
 
 def test_a_program_with_the_wrong_number_of_blocks_fails_as_syntax():

@@ -136,8 +136,11 @@ def run_cli(args: argparse.Namespace) -> int:
     best = result.best_object
     optimum = result.problem.optimum()
     known = "" if optimum is None else f" (known optimum {optimum:g})"
-    print(f"{config.mode} {config.problem} n={config.n}: best score {result.best_score:g}"
-          f"{known} after {result.rounds_done} rounds; {result.problem.describe(best)}")
+    if best is None:  # stopped before the first round finished
+        print(f"{config.mode} {config.problem} n={config.n}: no valid object yet{known}")
+    else:
+        print(f"{config.mode} {config.problem} n={config.n}: best score {result.best_score:g}"
+              f"{known} after {result.rounds_done} rounds; {result.problem.describe(best)}")
     print(f"run folder: {out} (metrics.csv, metrics.png, state.json)")
     if result.interrupted:
         print("interrupted: rerun the same command to resume")

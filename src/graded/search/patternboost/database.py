@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +46,17 @@ class Database:
 
     def add(self, key: str, score: float, tokens: list[int] | tuple[int, ...],
             valid: bool = True) -> bool:
-        """Insert an object; returns whether its key was new. Call `prune` after a batch."""
+        """Insert an object; returns whether its key was new. Call `prune` after a batch.
+
+        A NaN score is refused (ValueError): it has no place in the order, so the ranking, the
+        training set and the best object would depend on the order of insertion."""
+        value = float(score)
+        if math.isnan(value):
+            raise ValueError(f"object {key!r} has score {score!r}; expected a number, not NaN "
+                             "(check the problem's score function)")
         if key in self._entries:
             return False
-        self._entries[key] = Entry(key, float(score), tuple(int(t) for t in tokens), bool(valid))
+        self._entries[key] = Entry(key, value, tuple(int(t) for t in tokens), bool(valid))
         return True
 
     def sorted(self) -> list[Entry]:

@@ -55,7 +55,9 @@ class PatternBoostResult:
 
     @property
     def best_object(self) -> Any:
-        return self.problem.decode(self.best_tokens)
+        """The best valid object, or None when the run has none (stopped during round 0):
+        decoding its empty tokens was a DecodeError ("wrong length")."""
+        return self.problem.decode(self.best_tokens) if self.best_tokens else None
 
 
 def _mean(values: list[float]) -> float | None:

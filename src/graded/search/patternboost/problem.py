@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from graded.encodings.base import DecodeError
+from graded.encodings.base import DecodeError, token_ids
 
 __all__ = ["DecodeError", "Problem", "pack_bits", "unpack_bits"]
 
@@ -113,14 +113,19 @@ def pack_bits(bits: Sequence[int] | np.ndarray, bits_per_token: int) -> list[int
 
 
 def unpack_bits(tokens: Sequence[int], bits_per_token: int, n_bits: int) -> np.ndarray:
-    """Inverse of `pack_bits`; raises `DecodeError` on a wrong length, token or padding bit."""
+    """Inverse of `pack_bits`; raises `DecodeError` on a wrong length, token or padding bit,
+    and `TypeError` naming a token that is not an integer (a float such as 1.5 was truncated
+    to a token, a string such as "3" converted, a bool taken for 0 or 1)."""
     _check_bits_per_token(bits_per_token)
     expected = packed_length(n_bits, bits_per_token)
-    if len(tokens) != expected:
-        raise DecodeError(f"wrong length: expected {expected} tokens, got {len(tokens)}")
-    arr = np.asarray(list(tokens), dtype=np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() >= 1 << bits_per_token):
-        raise DecodeError(f"token out of range 0..{(1 << bits_per_token) - 1}")
+    ids = token_ids(tokens)
+    if len(ids) != expected:
+        raise DecodeError(f"wrong length: expected {expected} tokens, got {len(ids)}")
+    for pos, t in enumerate(ids):  # before the cast to int64, which a huge int overflows
+        if not 0 <= t < 1 << bits_per_token:
+            raise DecodeError(f"token {t} at position {pos} is out of range "
+                              f"0..{(1 << bits_per_token) - 1}")
+    arr = np.asarray(ids, dtype=np.int64)
     shifts = np.arange(bits_per_token - 1, -1, -1, dtype=np.int64)
     bits = ((arr[:, None] >> shifts) & 1).ravel()
     if bits[n_bits:].any():

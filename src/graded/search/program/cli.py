@@ -24,6 +24,13 @@ def _problem_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def _descriptors(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if len(names) != 2 or not all(names):
+        raise argparse.ArgumentTypeError(f"expected two named scores A,B, got {text!r}")
+    return names
+
+
 def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "program",
@@ -52,6 +59,11 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     a("--selection", choices=("clusters", "pareto", "map-elites"), default="clusters",
       help="how parents are drawn: FunSearch's score clusters, the Pareto front of the "
       "problem's named scores, or a MAP-Elites grid over two descriptors (default clusters)")
+    a("--descriptors", type=_descriptors, default=(), metavar="A,B",
+      help="the two named scores spanning the MAP-Elites grid (with --selection map-elites), "
+      "e.g. rank,time for matmul")
+    a("--bins", type=int, default=8, help="cells per descriptor of the MAP-Elites grid "
+      "(default 8)")
     a("--budget", type=int, default=200, help="evaluations in all")
     a("--workers", type=int, default=2, help="evaluations in parallel")
     a("--seed", type=int, default=0,
@@ -95,7 +107,8 @@ def run_cli(args: argparse.Namespace) -> int:
     config = SearchConfig(
         budget=args.budget, workers=args.workers, seed=args.seed, isolation=args.isolation,
         database=DatabaseConfig(islands=args.islands, programs_per_prompt=args.programs_per_prompt,
-                                reset_period=args.reset_period, selection=args.selection),
+                                reset_period=args.reset_period, selection=args.selection,
+                                descriptors=args.descriptors, bins=args.bins),
         problem_options=options)
     out = args.out or Path("runs/program") / f"{args.problem}-seed{args.seed}"
     proposer = build_proposer(args)

@@ -28,6 +28,8 @@ resumes exactly.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +45,11 @@ SELECTIONS = ("clusters", "pareto", "map-elites")
 
 
 def softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
-    z = np.asarray(logits, dtype=np.float64) / temperature
-    z = z - z.max()
+    # shifted before the division: scores as large as 1e307 at temperature 0.1 overflowed to
+    # inf, and inf - inf made every probability NaN
+    z = np.asarray(logits, dtype=np.float64)
+    with np.errstate(over="ignore"):  # a shifted logit of -inf has probability 0.0, as it should
+        z = (z - z.max()) / temperature
     e = np.exp(z)
     return e / e.sum()
 
@@ -95,10 +100,16 @@ class DatabaseConfig:
         for name in ("islands", "programs_per_prompt", "temperature_period", "reset_period",
                      "bins"):
             value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{name}={value!r}; expected an integer >= 1")
-        if not self.temperature_init > 0:
-            raise ValueError(f"temperature_init={self.temperature_init!r}; expected > 0")
+        t0 = self.temperature_init  # "0.1" raised a bare TypeError from the comparison
+        if (isinstance(t0, bool) or not isinstance(t0, numbers.Real)
+                or not 0 < t0 < math.inf):
+            raise ValueError(f"temperature_init={t0!r}; expected > 0, a finite number")
+        names = self.descriptors  # a string "ab" passed as the two descriptors 'a' and 'b'
+        if not isinstance(names, (tuple, list)) or not all(isinstance(d, str) for d in names):
+            raise ValueError(f"descriptors={names!r}; expected a tuple of names of scores")
+        object.__setattr__(self, "descriptors", tuple(names))
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection={self.selection!r}; expected one of {SELECTIONS}")
         if self.selection == "map-elites" and len(self.descriptors) != 2:
@@ -141,6 +152,13 @@ class ProgramsDatabase:
         if not initial.ok:
             raise ValueError(f"the initial program fails ({initial.failure}: {initial.reason}); "
                              "the search needs a working starting point")
+        missing = [d for d in config.descriptors if d not in initial.scores]
+        if config.selection == "map-elites" and missing:
+            names = sorted(initial.scores)
+            raise ValueError(f"map-elites descriptors {missing} are not named scores of the "
+                             f"problem; expected two of {names}" if names else
+                             f"map-elites descriptors {missing}: the problem's verifier returns "
+                             "one number; expected a problem with named scores")
         self.config = config
         self.minimise = tuple(minimise)
         self.rng = np.random.default_rng(seed)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import numbers
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -97,25 +98,36 @@ def scalar_score(problem: Problem, value: Any) -> tuple[float, dict[str, float]]
         if problem.primary is None or problem.primary not in value:
             raise TypeError(f"the verifier returned a dict {sorted(value)} but the problem's "
                             f"primary score is {problem.primary!r}")
-        named = {}
-        for k, v in value.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError(f"score {k!r} is {v!r}; expected a number")
-            if not math.isfinite(v):
-                raise ValueError(f"score {k!r} is {v!r}; expected a finite number")
-            named[k] = float(v)
+        named = {k: _finite_score(v, f"score {k!r} is", f"score {k!r} is", "a number")
+                 for k, v in value.items()}
         return named[problem.primary], named
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"the verifier returned {value!r}; expected a number or a dict")
-    if not math.isfinite(value):
-        raise ValueError(f"the score is {value!r}; expected a finite number")
-    return float(value), {}
+    return _finite_score(value, "the verifier returned", "the score is",
+                         "a number or a dict"), {}
+
+
+def _finite_score(value: Any, returned: str, is_: str, expected: str) -> float:
+    """``value`` as a finite float; the errors start with ``returned`` (wrong type) or ``is_``
+    (not finite). Every real number is accepted: NumPy's integers and floats too (what a
+    verifier's ``array.sum()`` returns), bools not."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{returned} {value!r}; expected {expected}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int beyond the float range
+        out = math.inf
+    if not math.isfinite(out):
+        raise ValueError(f"{is_} {value!r}; expected a finite number")
+    return out
 
 
 def _score_inputs(problem: Problem, inputs, artefacts) -> tuple[list[float], list[dict]]:
     primary, named = [], []
     for value, artefact in zip(inputs, artefacts, strict=True):
         p, n = scalar_score(problem, problem.score(value, artefact))
+        if named and sorted(n) != sorted(named[0]):  # each name is averaged over the inputs
+            raise TypeError(f"the verifier named the scores {sorted(n)} on input {len(named)} "
+                            f"but {sorted(named[0])} on input 0; expected the same names on "
+                            "every input")
         primary.append(p)
         named.append(n)
     return primary, named

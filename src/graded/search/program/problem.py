@@ -16,6 +16,7 @@ e.g. ``priority``.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,9 +78,13 @@ class Problem:
             raise ValueError(f"problem {self.name!r} has no inputs to evaluate on")
         if not callable(self.score):
             raise ValueError(f"problem {self.name!r}: score must be callable, got {self.score!r}")
-        if not self.time_limit_s > 0:
-            raise ValueError(f"time_limit_s={self.time_limit_s!r}; expected a positive number")
-        if not (isinstance(self.memory_mb, int) and self.memory_mb > 0):
+        # as the sandbox's Limits will check them: inf, True or "30" failed only in evaluate
+        limit = self.time_limit_s
+        if isinstance(limit, bool) or not (isinstance(limit, (int, float))
+                                           and 0 < limit < math.inf):
+            raise ValueError(f"time_limit_s={limit!r}; expected a positive number, finite")
+        if isinstance(self.memory_mb, bool) or not (isinstance(self.memory_mb, int)
+                                                    and self.memory_mb > 0):
             raise ValueError(f"memory_mb={self.memory_mb!r}; expected a positive integer")
 
 

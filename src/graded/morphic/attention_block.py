@@ -62,6 +62,12 @@ class GradeTypedAttention(nn.Module):
             self.out = nn.Linear(num_heads * head_dim, d_dst, bias=False)
 
     def forward(self, x_src: Tensor, x_dst: Tensor) -> Tensor:
+        if (not isinstance(x_dst, Tensor) or x_src.dim() != 3
+                or x_dst.shape[:-1] != x_src.shape[:-1]):
+            raise ValueError(f"grade-typed attention reads z^(g) and z^(h) at the same tokens: "
+                             f"expected x_src (B, T, {self.d_in}) and x_dst (B, T, {self.d_out}), "
+                             f"got {tuple(x_src.shape)} and "
+                             f"{tuple(getattr(x_dst, 'shape', ())) or type(x_dst).__name__}")
         b, t, _ = x_src.shape
         h, dh = self.num_heads, self.head_dim
         key_in = x_dst if self.key_source == "dest" else x_src

@@ -12,6 +12,7 @@ of 000, so they are ``BandedBlocks`` and ``ConjugatedBlocks`` here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -109,17 +110,28 @@ class ConjugatedBlocks(BandedBlocks):
             raise ValueError("give exactly one of base (scalar λ) or scales (per-grade diagonal), "
                              f"got base={base!r} and scales={scales!r}")
         diag = {}
+        tiny, huge = torch.finfo(torch.float32).tiny, torch.finfo(torch.float32).max
         for g in space.grades:
             if base is not None:
                 lam = check_float("base λ", base, minimum=0, strict_min=True)
-                diag[g.label] = torch.full((self.d,), lam ** space.index(g.label))
+                try:  # a Python float: past float32's range, or OverflowError past float64's
+                    value = lam ** space.index(g.label)
+                except OverflowError:
+                    value = math.inf
+                if not tiny <= value <= huge:  # D_g x would be inf or 0, D_g⁻¹ x NaN or inf
+                    raise ValueError(
+                        f"base λ = {lam} gives D_{g.label} = λ^{space.index(g.label)} = {value}; "
+                        f"expected a scale in float32's normal range [{tiny}, {huge}] (a λ "
+                        f"closer to 1 or smaller grade indices)")
+                diag[g.label] = torch.full((self.d,), value)
             else:
                 if g.label not in scales:
                     raise ValueError(f"scales is missing grade {g.label!r}")
-                s = torch.as_tensor(scales[g.label], dtype=torch.float32)
-                if s.shape != (self.d,) or not bool((s > 0).all()):
+                s = torch.as_tensor(scales[g.label], dtype=torch.float32).detach().clone()
+                if s.shape != (self.d,) or not bool(((s >= tiny) & (s <= huge)).all()):
                     raise ValueError(f"scales[{g.label!r}] must be positive of shape ({self.d},), "
-                                     f"got {s.tolist()}")
+                                     f"got {s.tolist()}; expected finite values in float32's "
+                                     f"normal range [{tiny}, {huge}]")
                 diag[g.label] = s
         for label, s in diag.items():
             self.register_buffer(f"scale_{label}", s)

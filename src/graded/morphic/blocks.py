@@ -26,8 +26,16 @@ _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.ta
 
 def _check_dims(**dims: int) -> None:
     for name, value in dims.items():
-        if not isinstance(value, int) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_finite(name: str, x: Tensor) -> None:
+    bad = (~torch.isfinite(x)).nonzero()
+    if bad.numel():
+        first = tuple(bad[0].tolist())
+        raise ValueError(f"{name} must be finite, got {bad.shape[0]} non-finite entries (the first "
+                         f"{x[first].item()} at {first})")
 
 
 class LinearBlock(nn.Module):
@@ -96,9 +104,15 @@ class FixedLinearBlock(nn.Module):
 
     def __init__(self, matrix: Tensor) -> None:
         super().__init__()
-        if not isinstance(matrix, Tensor) or matrix.dim() != 2:
-            raise ValueError(f"matrix must be a 2-D Tensor, got {getattr(matrix, 'shape', matrix)}")
-        self.register_buffer("matrix", matrix.detach().clone().float())
+        if not isinstance(matrix, Tensor) or matrix.dim() != 2 or 0 in matrix.shape:
+            raise ValueError(f"matrix must be a 2-D Tensor, got "
+                             f"{getattr(matrix, 'shape', matrix)}; expected a (d_out, d_in) "
+                             f"matrix with d_out, d_in >= 1")
+        _check_finite("matrix", matrix)
+        # a floating matrix keeps its precision (a float64 tool stays exact in a float64 model);
+        # an integer one (a permutation) becomes the default float dtype
+        matrix = matrix if matrix.is_floating_point() else matrix.to(torch.get_default_dtype())
+        self.register_buffer("matrix", matrix.detach().clone())
         self.d_out, self.d_in = matrix.shape
 
     @classmethod
@@ -126,12 +140,17 @@ class RetrievalBlock(nn.Module):
         self, keys: Tensor, d_in: int, *, temperature: float = 1.0, learn_query: bool = True
     ) -> None:
         super().__init__()
-        if keys.dim() != 2:
-            raise ValueError(f"keys must be (k, d_q), got shape {tuple(keys.shape)}")
+        if not isinstance(keys, Tensor) or keys.dim() != 2 or 0 in keys.shape:
+            got = (f"shape {tuple(keys.shape)}" if isinstance(keys, Tensor)
+                   else type(keys).__name__)
+            raise ValueError(f"keys must be (k, d_q), got {got}; expected a 2-D Tensor with "
+                             f"k, d_q >= 1")
+        _check_dims(d_in=d_in)
         # NaN compares false with 0: the one check of a number refuses it (and ±inf) by name
         temperature = check_float("temperature σ²", temperature, minimum=0, strict_min=True)
         if not keys.is_floating_point():
             raise TypeError(f"keys must be a floating tensor, got {keys.dtype}")
+        _check_finite("keys", keys)
         self.register_buffer("keys", keys.detach().clone())
         self.d_in, self.d_out = d_in, keys.shape[0]
         self.temperature = float(temperature)
@@ -144,7 +163,8 @@ class RetrievalBlock(nn.Module):
             self.query.weight.requires_grad_(False)
 
     def forward(self, x_src: Tensor, x_dst: Tensor | None = None) -> Tensor:
-        scores = self.query(x_src) @ self.keys.T
+        q = self.query(x_src)
+        scores = q @ self.keys.to(q.dtype).T  # keys given in another dtype, as FixedLinearBlock
         return torch.softmax(scores / self.temperature, dim=-1)
 
 

@@ -89,6 +89,8 @@ class EdgeSet:
         shifts = list(shifts)
         if not shifts or not all(isinstance(d, int) and not isinstance(d, bool) for d in shifts):
             raise ValueError(f"shifts must be a non-empty list of ints, got {shifts!r}")
+        if len(set(shifts)) != len(shifts):  # a repeated δ would name one edge twice
+            raise ValueError(f"shifts must be distinct, got {shifts!r}")
         edges = []
         for g in space.labels:
             for delta in shifts:

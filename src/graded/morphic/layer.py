@@ -145,8 +145,9 @@ class MorphicLayer(nn.Module):
         # float64, so that a float64 layer uses τ as given (0.1, not float32's 0.10000000149);
         # each use casts it to the dtype of the logits. It stays float64 through casts of the
         # layer (``_apply``) and loads (``_load_from_state_dict``)
-        tau = torch.as_tensor(thresholds, dtype=THRESHOLD_DTYPE)
-        tau = tau.expand(len(edges)).clone() if tau.dim() == 0 else tau
+        # a copy: never the caller's tensor (shared with another layer, or carrying its graph)
+        tau = torch.as_tensor(thresholds, dtype=THRESHOLD_DTYPE).detach()
+        tau = tau.expand(len(edges)).clone() if tau.dim() == 0 else tau.clone()
         if tau.shape != (len(edges),):
             raise ValueError(f"thresholds must be a float or {len(edges)} values (one per edge), "
                              f"got shape {tuple(tau.shape)}")
@@ -238,8 +239,10 @@ class MorphicLayer(nn.Module):
                 y = y.reshape(n, -1).index_select(0, rows)
             if not getattr(block, "differentiable", True):
                 y = y.detach()
-            mix[:, self.space.slices[e.dest]].index_add_(0, rows, y if unit else weight_of[i] * y)
-        return mix.view(b, t, -1)
+            y = y if unit else weight_of[i] * y
+            # under autocast a block may return a narrower dtype than the state's
+            mix[:, self.space.slices[e.dest]].index_add_(0, rows, y.to(mix.dtype))
+        return mix.view(b, t, self.space.total_dim)  # explicit: b·t may be 0
 
     def forward(
         self, z: Tensor, probe: UtilityProbe | None = None, *, stochastic: bool = False,

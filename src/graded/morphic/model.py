@@ -104,8 +104,9 @@ class MorphicTransformer(nn.Module):
         objective: MorphicObjective | None = None, ignore_index: int = -100,
     ) -> None:
         super().__init__()
-        if not isinstance(vocab_size, int) or vocab_size <= 0:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
             raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+        ignore_index = check_int("ignore_index", ignore_index)
         if positional not in ("learned", "none"):
             raise ValueError(f"positional must be 'learned' or 'none', got {positional!r}")
         max_len = check_int("max_len", max_len, minimum=1)
@@ -115,6 +116,10 @@ class MorphicTransformer(nn.Module):
             if layer.space is not space and layer.space.grades != space.grades:
                 raise ValueError(f"layer {i} uses the grades {list(layer.space.grades)}; "
                                  f"expected the model's, {list(space.grades)}")
+            tokens = layer.router.operator_tokens.tolist()  # an id past the vocabulary never occurs
+            if tokens and max(tokens) >= vocab_size:
+                raise ValueError(f"layer {i}'s router reads operator_tokens {tokens}; expected "
+                                 f"token ids below vocab_size = {vocab_size}")
         self.space, self.vocab_size, self.max_len = space, vocab_size, max_len
         self.ignore_index = ignore_index
         self.objective = objective or MorphicObjective()
@@ -130,16 +135,12 @@ class MorphicTransformer(nn.Module):
         self.register_buffer("learned_mask", space.grade_mask(grades).float())
         typed = torch.zeros(vocab_size, d)
         for label, table in (typed_embeddings or {}).items():
-            if table.shape != (vocab_size, space.dim(label)):
-                raise ValueError(f"typed embedding for {label!r} must be ({vocab_size}, "
-                                 f"{space.dim(label)}), got {tuple(table.shape)}")
+            _check_table(f"typed embedding for {label!r}", table, (vocab_size, space.dim(label)))
             typed[:, space.slices[label]] = table
         self.register_buffer("typed", typed)
         self.readout = nn.Linear(d, vocab_size)
         for label, table in (readout_init or {}).items():
-            if table.shape != (vocab_size, space.dim(label)):
-                raise ValueError(f"readout_init for {label!r} must be ({vocab_size}, "
-                                 f"{space.dim(label)}), got {tuple(table.shape)}")
+            _check_table(f"readout_init for {label!r}", table, (vocab_size, space.dim(label)))
             with torch.no_grad():
                 self.readout.weight[:, space.slices[label]] = table
 
@@ -300,6 +301,16 @@ class MorphicTransformer(nn.Module):
             eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=False,
             generator=generator, length_penalty=length_penalty, vocab_size=self.vocab_size,
             **processors)
+
+
+def _check_table(name: str, table: Tensor, shape: tuple[int, int]) -> None:
+    """A finite real (V, d_g) table: a NaN in it would reach every state of its tokens."""
+    if not isinstance(table, Tensor) or table.shape != shape:
+        raise ValueError(f"{name} must be a {shape} Tensor, got "
+                         f"{tuple(getattr(table, 'shape', ())) or type(table).__name__}")
+    if table.is_complex() or not bool(torch.isfinite(table).all()):
+        raise ValueError(f"{name} must be finite and real, got {table.dtype} with "
+                         f"{int((~torch.isfinite(table)).sum())} non-finite entries")
 
 
 def scored_token_mean_ce(logits: Tensor, targets: Tensor, valid: Tensor,

@@ -84,7 +84,7 @@ def gate_weights(gates: Tensor, groups: list[Tensor]) -> Tensor:
         idx = idx.to(gates.device)
         g = gates.index_select(-1, idx)
         denom = g.sum(-1, keepdim=True) + (1 - g).prod(-1, keepdim=True)
-        out[..., idx] = g / denom
+        out[..., idx] = (g / denom).to(out.dtype)  # autocast runs prod in float32
     return out
 
 
@@ -110,7 +110,7 @@ class Router(nn.Module):
                                          strict_min=True)
         # NaN would fill the bilinear weights with NaN, a negative std fails deep in nn.init
         init_std = check_float("init_std", init_std, minimum=0)
-        if not isinstance(rank, int) or rank <= 0:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
             raise ValueError(f"rank must be a positive int, got {rank!r}")
         if not isinstance(stay, bool):
             raise ValueError(f"stay must be True or False, got {stay!r}")
@@ -270,6 +270,15 @@ class Router(nn.Module):
         mask[list(disabled)] = True
         return logits.masked_fill(mask, float("-inf"))
 
+    def check_logits(self, logits: Tensor, name: str = "logits") -> None:
+        """``logits`` must hold one column per edge, (…, |E|), in edge order: a wrong width
+        would be normalised as if it were the edges' (a stay column read as an edge)."""
+        if not isinstance(logits, Tensor) or logits.dim() == 0 or (
+                logits.shape[-1] != len(self.edges)):
+            raise ValueError(f"{name} must have one column per edge, shape (…, "
+                             f"{len(self.edges)}) for the edges {[e.name for e in self.edges]}; "
+                             f"got shape {tuple(getattr(logits, 'shape', ()))}")
+
     def check_disabled(self, disabled: frozenset[int] | set[int]) -> None:
         """``disabled`` must hold edge positions 0..|E|−1 (``MorphicLayer.disabled``)."""
         check_edge_positions(disabled, len(self.edges), [e.name for e in self.edges])
@@ -300,6 +309,7 @@ class Router(nn.Module):
     def log_probs(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
         """log K(e) per edge under the normalisation (log σ for logistic gates); −∞ where
         disabled. With ``stay`` the softmax groups also hold the stay options (not returned)."""
+        self.check_logits(logits)
         if self.normalization == "logistic":
             return F.logsigmoid(self._mask(logits, disabled) / self.temperature)
         return self._ext_log_probs(logits, disabled)[..., : len(self.edges)]
@@ -326,6 +336,7 @@ class Router(nn.Module):
         Σ_e H_Bernoulli(g_e) for gates. Always-on groups have no choice and add nothing.
         ``disabled`` edges are off, as in :meth:`route`: a softmax group renormalises over the
         rest (a group with no option left adds 0), a disabled gate is shut and adds 0."""
+        self.check_logits(logits)
         if self.normalization == "logistic":
             x = logits / self.temperature
             p, logp, log1m = torch.sigmoid(x), F.logsigmoid(x), F.logsigmoid(-x)
@@ -354,6 +365,7 @@ class Router(nn.Module):
         With ``disabled`` edges (softmax normalisations) the argmax is over the options left, as
         in :meth:`route`, and only the groups that still have a choice (two options or more
         left, :meth:`choice_groups`) are returned."""
+        self.check_logits(logits)
         x = self._extend(self._mask(logits, disabled))
         picks = [idx.to(x.device)[x.index_select(-1, idx.to(x.device)).argmax(-1)]
                  for idx in self.choice_groups(disabled)]
@@ -385,6 +397,8 @@ class Router(nn.Module):
         renormalises over the options left (a disabled option has probability 0 under teacher
         and student and adds 0 log 0 = 0; a group with no option left adds 0), a disabled gate
         is shut in both and adds 0. Masked before the product, so the gradient is 0 there too."""
+        self.check_logits(teacher_logits, "teacher_logits")
+        self.check_logits(student_logits, "student_logits")
         if self.normalization == "logistic":
             xt, xs = teacher_logits / self.temperature, student_logits / self.temperature
             pt = torch.sigmoid(xt)
@@ -411,6 +425,7 @@ class Router(nn.Module):
         """α for the update (``weights``), the kernel K per edge (``probs``) and, for REINFORCE,
         log K(sample) summed over the routed groups. Hard and Gumbel weights are 0/1 forward with
         a straight-through gradient; a sampled stay option leaves every edge of its group at 0."""
+        self.check_logits(logits)
         n = len(self.edges)
         if self.normalization == "logistic":
             probs = kernel = self.probabilities(logits, disabled)

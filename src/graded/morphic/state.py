@@ -27,9 +27,10 @@ class Grade:
         if not isinstance(self.label, str) or not self.label or "." in self.label:
             raise ValueError(f"grade label must be a non-empty string without '.' (labels name "
                              f"the per-grade router and norm modules), got {self.label!r}")
-        if not isinstance(self.dim, int) or self.dim <= 0:
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim <= 0:
             raise ValueError(f"grade {self.label!r}: dim must be a positive int, got {self.dim!r}")
-        if self.index is not None and not isinstance(self.index, int):
+        if self.index is not None and (isinstance(self.index, bool)
+                                       or not isinstance(self.index, int)):
             raise TypeError(
                 f"grade {self.label!r}: index must be an int or None, got {self.index!r}")
 

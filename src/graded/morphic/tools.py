@@ -16,14 +16,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_float
+
 
 class OneHotEncoder:
     """Enc: {0..n−1} → ℝ^n, x ↦ scale·e_x."""
 
     def __init__(self, n: int, scale: float = 1.0) -> None:
-        if not isinstance(n, int) or n <= 0:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ValueError(f"n must be a positive int, got {n!r}")
-        self.n, self.scale = n, float(scale)
+        # scale ≤ 0 or NaN would break Dec ∘ Enc = Id (argmax of −e_x or of NaN), ±inf give NaN
+        self.n, self.scale = n, check_float("scale", scale, minimum=0, strict_min=True)
 
     def __call__(self, values: Tensor) -> Tensor:
         if values.dtype != torch.long:
@@ -58,13 +61,14 @@ class Calculator:
         return self._eval(ast.parse(expression, mode="eval").body)
 
     def _eval(self, node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        if isinstance(node, ast.Constant) and type(node.value) is int:  # not True / False
             return node.value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -self._eval(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             return _BINOPS[type(node.op)](self._eval(node.left), self._eval(node.right))
-        raise ValueError(f"unsupported expression element {ast.dump(node)}")
+        raise ValueError(f"unsupported expression element {ast.dump(node)}; expected int "
+                         "literals, unary - and the operators + - * // %")
 
 
 class ExternalTool(nn.Module):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_float, check_int
 from graded.train.stream import train_on_stream
 
 
@@ -29,15 +30,19 @@ class MorphicTrainResult:
 
 def train_morphic(
     model: nn.Module, batches: Callable[[torch.Generator], tuple[Tensor, Tensor]], *,
-    steps: int, lr: float = 3e-3, weight_decay: float = 0.01, clip: float = 1.0, seed: int = 0,
-    log_every: int = 50, keep_initial: bool = False,
+    steps: int, lr: float = 3e-3, weight_decay: float = 0.01, clip: float | None = 1.0,
+    seed: int = 0, log_every: int = 50, keep_initial: bool = False,
     stop: Callable[[nn.Module, int], bool] | None = None,
 ) -> MorphicTrainResult:
     """Train with AdamW and gradient clipping (:func:`graded.train.stream.train_on_stream`);
     ``batches(generator)`` returns (input_ids, targets).
 
     ``stop(model, step)`` (checked every ``log_every`` steps) ends training early when it is True.
+    ``clip`` is the gradient-norm bound (None: no clipping).
     """
+    log_every = check_int("log_every", log_every, minimum=1)
+    if clip is not None:  # NaN would make every parameter NaN, 0 every step a no-op
+        clip = check_float("clip", clip, minimum=0, strict_min=True)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     result = MorphicTrainResult(initial_model=copy.deepcopy(model) if keep_initial else None)

@@ -36,9 +36,17 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
         raise ValueError(f"attach must be one of {ATTACHES}, got {attach!r}")
     if len(candidates) != len(edges):
         raise ValueError(f"got {len(candidates)} candidates for {len(edges)} edges")
+    if not isinstance(targets, Tensor) or targets.dtype != torch.long:
+        raise TypeError(f"targets must be a LongTensor of class ids, got "
+                        f"{getattr(targets, 'dtype', type(targets).__name__)}")
     if targets.shape != z.shape[:-1]:
         raise ValueError(f"targets shape {tuple(targets.shape)} must equal state batch shape "
                          f"{tuple(z.shape[:-1])}")
+    for e, c in zip(edges, candidates):  # a narrower φ_e would broadcast against z^{(h)}
+        if c.shape != (*z.shape[:-1], space.dim(e.dest)):
+            raise ValueError(f"candidate of edge {e.name!r} ({e.dest} <- {e.source}) has shape "
+                             f"{tuple(c.shape)}; expected {(*z.shape[:-1], space.dim(e.dest))} "
+                             f"(the state's batch shape, d_{e.dest})")
     if weight.shape[1] != space.total_dim:
         raise ValueError(
             f"readout weight is {tuple(weight.shape)}, expected (V, {space.total_dim})")

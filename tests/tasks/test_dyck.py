@@ -122,3 +122,26 @@ def test_grades_list_every_token_grade_the_data_holds(cls, options):
                 top = max(top, d)
     assert top == max(held) == (task.max_depth - 1 if cls is DyckLM else task.max_depth + 1)
     assert max(task.grades) == top
+
+
+@pytest.mark.parametrize("length", [0, 2, 6, 40])
+def test_a_word_of_an_even_length_asked_for_is_balanced_and_that_long(length):
+    import random
+
+    task = DyckLM(k=3, max_depth=3)
+    for seed in range(20):
+        word = task.sample_word(random.Random(seed), length)
+        assert len(word) == length and balanced_by_cancellation(word, task.pairs)
+        assert max_depth(word, task.pairs) <= 3
+
+
+@pytest.mark.parametrize(("length", "error", "message"), [
+    (3, ValueError, r"even length, got length=3"),
+    (-2, ValueError, r"length must be >= 0, got -2"),
+    (4.0, TypeError, r"length must be an int, got 4\.0"),
+])
+def test_a_word_length_no_balanced_word_has_is_refused_naming_it(length, error, message):
+    import random
+
+    with pytest.raises(error, match=message):
+        DyckLM().sample_word(random.Random(0), length)

@@ -54,3 +54,18 @@ def test_generated_graphs_of_every_family_carry_the_networkx_label(target):
     graphs = [nx.from_numpy_array(a) for a in task.graphs(data)]
     assert data.targets.tolist() == [networkx_target(target, g) for g in graphs]
     assert set(data.tensors["family"].tolist()) == set(range(len(task.families())))
+
+
+def test_a_graph_above_max_vertices_that_the_vocabulary_writes_is_encoded_whole():
+    # vocab_vertices=8 gives tokens for 8 vertices, but max_len (21) is that of 5: K8 has 28
+    # edges, 57 tokens; the row grows to hold them rather than the encoding failing
+    task = get_task("graph_properties", target="edges", max_vertices=5, vocab_vertices=8)
+    graphs = [nx.complete_graph(8), nx.cycle_graph(4)]
+    data = task.encode_graphs([nx.to_numpy_array(g, dtype=np.int64) for g in graphs])
+    assert data.targets.tolist() == [g.number_of_edges() for g in graphs]
+    assert data.inputs.shape == (2, 1 + 2 * 28)
+    assert (~data.tensors["key_padding_mask"]).sum(1).tolist() == [57, 9]
+    decoded = [nx.from_numpy_array(a) for a in task.graphs(data)]
+    assert [sorted(g.edges()) for g in decoded] == [sorted(g.edges()) for g in graphs]
+    assert data.tensors["token_grades"][0, 1:57].tolist() == [7] * 56  # every degree is 7
+    assert task.generate(4, seed=0).inputs.shape == (4, task.max_len)  # generated rows unchanged

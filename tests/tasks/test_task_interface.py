@@ -279,3 +279,27 @@ def test_equal_float_inputs_share_one_key_so_no_signed_zero_escapes_the_leakage_
     fresh = rows([[6.0, 7.0]])
     test = unseen_test(train, candidates, 2, lambda m, seed: fresh, seed=0)
     assert test.inputs.tolist() == [[4.0, 5.0], [6.0, 7.0]]
+
+
+@pytest.mark.parametrize("name", ["modular", "dyck"])
+def test_a_seed_beyond_what_a_torch_generator_takes_is_refused_naming_it(name):
+    task = get_task(name)
+    largest = 2**64 - 1  # torch.Generator().manual_seed takes seeds up to this one
+    torch.Generator().manual_seed(largest)
+    assert len(task.generate(2, seed=largest)) == 2
+    with pytest.raises(ValueError, match=rf"seed must be <= {largest}, got {largest + 1}"):
+        task.generate(2, seed=largest + 1)
+
+
+def test_a_boolean_mask_selects_the_examples_where_it_is_true():
+    tensors = {"inputs": torch.arange(8).reshape(4, 2), "targets": torch.tensor([5, 6, 7, 8])}
+    data = TaskDataset(tensors, task="t", kind="classification")
+    mask = [True, False, False, True]
+    expected = [t for t, keep in zip([5, 6, 7, 8], mask, strict=True) if keep]
+    assert data.subset(mask).targets.tolist() == expected
+    assert data.subset(torch.tensor(mask)).targets.tolist() == expected
+    assert data.subset([]).targets.tolist() == []
+    with pytest.raises(ValueError, match=r"one entry per example, shape \(4,\), got \(2,\)"):
+        data.subset([True, False])
+    with pytest.raises(TypeError, match=r"ints\) or a boolean mask, got dtype torch.float32"):
+        data.subset(torch.tensor([0.7, 2.9]))

@@ -55,3 +55,14 @@ def test_same_point_relabelling_moves_each_token_within_its_point():
                                 rtol=1e-4, atol=1e-6)
         assert bool(same.all())
     assert torch.equal(task.relabel(data, seed=7).inputs, moved.inputs)  # a function of the seed
+
+
+def test_igusa_ratios_accept_float_weights_whose_ratios_are_integers():
+    # 0.6 / 0.2 is 2.9999999999999996 in floating point; the weights are still divisible
+    task = WeightedProjectiveInvariants(weights=(0.2, 0.6, 1.0), invariants="igusa")
+    data = task.generate(50, seed=0)
+    x = data.inputs[:, 0].to(torch.float64)
+    expected = torch.stack([x[:, 1] / x[:, 0] ** 3, x[:, 2] / x[:, 0] ** 5], dim=1)
+    torch.testing.assert_close(data.targets.to(torch.float64), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"divisible by the first, got \(0\.2, 0\.5\)"):
+        WeightedProjectiveInvariants(weights=(0.2, 0.5), invariants="igusa")

@@ -37,6 +37,7 @@ from graded.encodings.base import token_ids
 IGNORE_INDEX = -100
 SPLIT_KINDS = ("random", "size", "family", "relabelled")
 GRADED_OBJECTS = ("positions", "tokens", "features", "vocabulary", "none")
+MAX_SEED = 2**64 - 1  # the largest seed a torch.Generator takes
 
 
 class Vocab:
@@ -141,9 +142,20 @@ class TaskDataset(torch.utils.data.Dataset):
     def get(self, key: str, default: Tensor | None = None) -> Tensor | None:
         return self.tensors.get(key, default)
 
-    def subset(self, index: Tensor | Sequence[int]) -> TaskDataset:
-        """The examples at ``index`` (a long tensor or a list of ints), in that order."""
-        idx = torch.as_tensor(index, dtype=torch.long)
+    def subset(self, index: Tensor | Sequence[int] | Sequence[bool]) -> TaskDataset:
+        """The examples at ``index`` (a long tensor or a list of ints), in that order, or where
+        a boolean mask of one entry per example is True. Other entries (floats) raise
+        ``TypeError`` rather than being truncated to other examples."""
+        idx = torch.as_tensor(index)
+        if idx.dtype == torch.bool:
+            if idx.shape != (len(self),):
+                raise ValueError(f"a boolean mask needs one entry per example, shape "
+                                 f"({len(self)},), got {tuple(idx.shape)}")
+            idx = idx.nonzero().flatten()
+        elif idx.numel() and (idx.is_floating_point() or idx.is_complex()):
+            raise TypeError(f"index must hold example numbers (ints) or a boolean mask, got "
+                            f"dtype {idx.dtype}")
+        idx = idx.to(torch.long)
         return self.replace(**{k: v[idx] for k, v in self.tensors.items()})
 
     def replace(self, **tensors: Tensor) -> TaskDataset:
@@ -279,9 +291,10 @@ class Task(abc.ABC):
         return dataclasses.replace(self, **changes)
 
     def generate(self, n: int, seed: int = 0) -> TaskDataset:
-        """``n`` examples, a deterministic function of the configuration and ``seed``."""
+        """``n`` examples, a deterministic function of the configuration and ``seed``
+        (0 <= seed <= ``MAX_SEED``, the seeds a ``torch.Generator`` takes, for every task)."""
         check_int("n", n, minimum=1)
-        check_int("seed", seed, minimum=0)
+        check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         tensors = self._generate(n, seed)
         return TaskDataset(tensors, task=self.name, kind=self.kind, info=self.info())
 

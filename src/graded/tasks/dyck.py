@@ -124,9 +124,13 @@ class DyckLM(Task):
         return nesting_depths(self._tokens(tokens), self.pairs)
 
     def sample_word(self, rng: random.Random, length: int | None = None) -> list[str]:
-        """One balanced word (the random walk described in the class docstring)."""
+        """One balanced word (the random walk described in the class docstring) of ``length``
+        tokens, an even number >= 0; by default uniform among the even lengths in
+        [min_length, max_length]."""
         if length is None:
             length = 2 * rng.randint(self.min_length // 2, self.max_length // 2)
+        elif check_int("length", length, minimum=0) % 2:
+            raise ValueError(f"a balanced word has an even length, got length={length}")
         stack: list[tuple[str, str]] = []
         word = []
         for step in range(length):

@@ -335,7 +335,9 @@ class GraphProperties(Task):
         """A dataset of the given adjacency matrices (no ``family`` tensor), e.g. to ask a
         trained model about graphs of one's own. Each graph is an n x n symmetric 0/1 matrix
         (NumPy, torch or nested lists) with ``MIN_VERTICES`` <= n <= ``vocab_vertices``
-        (default ``max_vertices``), the vertex counts the vocabulary has tokens for."""
+        (default ``max_vertices``), the vertex counts the vocabulary has tokens for. Rows are
+        padded to ``max_len``, or to the longest edge list when a graph above ``max_vertices``
+        (a size split's train side asked about larger graphs) has more edges than that."""
         adjs = []
         for i, g in enumerate(graphs):
             try:
@@ -356,12 +358,13 @@ class GraphProperties(Task):
             degrees = adj.sum(1)
             seqs.append(self.vocab.encode(tokens))
             grades.append([0, *(int(degrees[int(t) - 1]) for t in tokens[1:])])
-        ids = pad_sequences(seqs, self.max_len, self.vocab.pad_id)
+        width = max([self.max_len, *map(len, seqs)])  # max_len unless encode_graphs exceeds it
+        ids = pad_sequences(seqs, width, self.vocab.pad_id)
         return {
             "inputs": ids,
             "targets": torch.tensor([self.invariant(adj) for adj in graphs], dtype=torch.long),
             "key_padding_mask": ids == self.vocab.pad_id,
-            "token_grades": pad_sequences(grades, self.max_len, 0),
+            "token_grades": pad_sequences(grades, width, 0),
         }
 
     def _generate(self, n: int, seed: int) -> dict[str, Tensor]:

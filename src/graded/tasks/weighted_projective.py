@@ -77,8 +77,8 @@ class WeightedProjectiveInvariants(Task):
         check_float("j2_min", self.j2_min, minimum=0.0, strict_min=True)
         if self.invariants == "igusa":
             w0 = self.weights[0]
-            ratios = [w / w0 for w in self.weights[1:]]
-            if any(r != round(r) for r in ratios):
+            ratios = [w / w0 for w in self.weights[1:]]  # 0.6 / 0.2 is 2.9999999999999996
+            if any(not math.isclose(r, round(r), rel_tol=1e-9) for r in ratios):
                 raise ValueError(f"invariants='igusa' needs weights divisible by the first, got "
                                  f"{self.weights}")
 

@@ -25,7 +25,7 @@ def test_run_model_refuses_other_inputs():
 
 
 def test_check_weights_names_type_and_shape():
-    with pytest.raises(TypeError, match=r"attn must be a floating tensor, got Tensor"):
+    with pytest.raises(TypeError, match=r"attn must be a floating tensor, got torch\.int64"):
         check_weights(torch.ones(2, 2, dtype=torch.long), "attn")
     with pytest.raises(TypeError, match=r"weights must be a floating tensor, got list"):
         check_weights([0.5, 0.5])

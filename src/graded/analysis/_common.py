@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from torch import Tensor, nn
 
 from graded import plotting
 from graded._precision import at_least_float32
+from graded.checks import value_range
 from graded.plotting import pyplot
 
 __all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "eval_mode",
@@ -24,8 +26,21 @@ __all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "eval_m
 Inputs = Tensor | tuple[Any, ...]
 
 
+def check_materialised(model: nn.Module) -> None:
+    """Raise ``ValueError`` naming the first parameter or buffer of ``model`` on the meta
+    device: it has a shape but no values, so no diagnostic of it means anything."""
+    name = next((n for n, t in [*model.named_parameters(), *model.named_buffers()]
+                 if t.is_meta), None)
+    if name is not None:
+        raise ValueError(f"{type(model).__name__}'s {name!r} is on the meta device (a shape, no "
+                         "values): materialise the model (to_empty() and load its weights) "
+                         "before running a diagnostic")
+
+
 def run_model(model: nn.Module, inputs: Inputs, **kwargs: Any) -> Any:
-    """``model(inputs)`` for a tensor, ``model(*inputs)`` for a tuple."""
+    """``model(inputs)`` for a tensor, ``model(*inputs)`` for a tuple (of a model with values:
+    :func:`check_materialised`)."""
+    check_materialised(model)
     if isinstance(inputs, Tensor):
         return model(inputs, **kwargs)
     if isinstance(inputs, tuple):
@@ -111,12 +126,21 @@ def check_weights(weights: Tensor, name: str = "weights", *, min_dim: int = 1) -
     """Attention weights (or distributions) must be a floating tensor with the keys (the
     distribution's support) in the last dimension and at least ``min_dim`` dimensions."""
     if not isinstance(weights, Tensor) or not weights.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got {type(weights).__name__}")
+        got = weights.dtype if isinstance(weights, Tensor) else type(weights).__name__
+        raise TypeError(f"{name} must be a floating tensor, got {got}")
     if weights.dim() < min_dim:
         expected = "(..., queries, keys)" if min_dim >= 2 else "(..., keys)"
         raise ValueError(
             f"{name} must have shape {expected}, got shape {tuple(weights.shape)}"
         )
+
+
+def check_finite(t: Tensor, name: str) -> None:
+    """Raise ``ValueError`` naming the range found unless every value of ``t`` is finite: a
+    NaN or inf would otherwise fail a comparison silently and drop out of a diagnostic."""
+    span = value_range(t.detach())
+    if span is not None and not (math.isfinite(span[0]) and math.isfinite(span[1])):
+        raise ValueError(f"{name} must be finite, got values in [{span[0]}, {span[1]}]")
 
 
 def to_float64(x: Tensor) -> Tensor:

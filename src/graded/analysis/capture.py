@@ -159,9 +159,12 @@ def capture_attention(
     call's own ``key_padding_mask``; for the cross-attention of a :class:`DecoderBlock`, whose
     mask is the memory's, the ``key_padding_mask`` the block is called with (the target's),
     read by a forward pre-hook that lives only as long as the capture.
+
+    A cached forward pass whose backend decodes through its own state (``attend_incremental``:
+    ``sliding_window``, ``linear``, ...) has no keys to record and raises ``ValueError``.
     """
     calls: list[AttentionCall] = []
-    patched: list[tuple[nn.Module, Any]] = []  # (module, its previous instance attribute)
+    patched: list[tuple[nn.Module, str, Any]] = []  # (module, attribute, previous value)
     self_attention = self_attention_modules(model)
     target_padding: dict[int, Tensor | None] = {}  # id(cross-attention) -> its block's mask
 
@@ -196,18 +199,36 @@ def capture_attention(
              for m in model.modules() if isinstance(m, DecoderBlock) and m.cross_attn is not None]
     try:
         for name, module in attention_modules(model).items():
-            patched.append((module, module.__dict__.get("attend")))
+            patched.append((module, "attend", module.__dict__.get("attend")))
             module.attend = wrap(name, module, module.attend)
+            patched.append((module, "attend_incremental",
+                            module.__dict__.get("attend_incremental")))
+            module.attend_incremental = _refuse_incremental(name, module)
         with activation_grading(model):  # attend's inputs ungraded, as documented
             yield calls
     finally:
         for hook in hooks:
             hook.remove()
-        for module, previous in patched:  # nested captures unwind in order
+        for module, attr, previous in reversed(patched):  # nested captures unwind in order
             if previous is None:
-                del module.attend
+                delattr(module, attr)
             else:
-                module.attend = previous
+                setattr(module, attr, previous)
+
+
+def _refuse_incremental(name: str, module: MultiheadAttention) -> Any:
+    """A stand-in for ``attend_incremental`` during a capture: a backend that decodes cached
+    positions through its own state (``sliding_window``, ``linear``, ...) keeps no keys, so
+    the call has no Q, K, V to record; without this it would go unrecorded, silently."""
+
+    def attend_incremental(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError(
+            f"capture_attention cannot record attention layer {name!r}: its backend "
+            f"{module.backend_name!r} decodes cached positions through its own state "
+            "(attend_incremental), which holds no keys to record; capture a forward pass "
+            "without a cache")
+
+    return attend_incremental
 
 
 def _query_padding(mask: Tensor | None, q: Tensor) -> Tensor | None:

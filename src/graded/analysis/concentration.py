@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
+from graded.analysis._common import Inputs, check_finite, eval_mode, real_tokens, run_model
 from graded.analysis.capture import embedding_perturbation
 from graded.checks import check_float
 from graded.transformer.graded import feature_grading
@@ -49,13 +49,16 @@ class FeatureConcentration:
 def feature_concentration(x: Tensor, scales: Tensor, grades: Tensor,
                           delta: float = 0.0) -> FeatureConcentration:
     """Concentration of vectors ``x`` (..., d) under the grading with diagonal ``scales`` (d,)
-    and grades ``grades`` (d,); vectors with x = 0 or M x = 0 are skipped."""
+    and grades ``grades`` (d,); vectors with x = 0 or M x = 0 are skipped. All three must be
+    finite."""
     if scales.dim() != 1 or grades.shape != scales.shape or x.shape[-1] != scales.shape[0]:
         raise ValueError(
             f"need x (..., d) with scales and grades of shape (d,); got x {tuple(x.shape)}, "
             f"scales {tuple(scales.shape)}, grades {tuple(grades.shape)}"
         )
     delta = check_float("delta", delta, minimum=0)
+    for name, t in (("x", x), ("scales", scales), ("grades", grades)):
+        check_finite(t, name)  # a NaN vector would fail the norm tests below and drop out
     x = x.detach().to(torch.float64).reshape(-1, x.shape[-1])
     s = scales.detach().to(torch.float64)
     q = grades.detach().to(torch.float64)

@@ -63,6 +63,10 @@ def _head_metrics(diversity: dict[str, dict[str, Any]], prefix: str) -> dict[str
     }
 
 
+def _alpha_key(alpha: float) -> str:
+    return f"positional/early_mass/alpha={alpha:.4g}"
+
+
 def _query_mean(values: Tensor, queries: Tensor | None) -> float:
     """Mean of per-query ``values`` (B, ..., T) over the real queries (all without a mask)."""
     if queries is None:
@@ -89,6 +93,12 @@ def diagnose(
     (a run folder, JSONL/CSV file or list of snapshots) adds the grade trajectory plot.
     ``model_kwargs`` (e.g. ``key_padding_mask``) are passed to every forward call.
     """
+    if alphas is not None:  # checked before any diagnostic runs
+        alphas = [float(a) for a in alphas]
+        keys = [_alpha_key(a) for a in alphas]
+        if len(set(keys)) < len(keys):
+            raise ValueError(f"alphas={alphas} give the metric keys {keys}, some twice: the "
+                             "values of α must differ in their first 4 significant digits")
     metrics: dict[str, float] = {}
     plots: dict[str, Path] = {}
     graded = getattr(getattr(model, "config", None), "grading", None) is not None
@@ -135,7 +145,7 @@ def diagnose(
                                       else default_alphas(model, length), k=k,
                                       **model_kwargs)
         for a, mass in zip(sweep["alphas"], sweep["mean"]):
-            metrics[f"positional/early_mass/alpha={a:.4g}"] = mass
+            metrics[_alpha_key(a)] = mass
         metrics["positional/uniform"] = sweep["uniform"]
     if graded and feature_grading(model) is not None:
         conc = model_feature_concentration(model, inputs, **model_kwargs)

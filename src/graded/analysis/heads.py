@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, check_weights, eval_mode, run_model
+from graded.analysis._common import Inputs, check_weights, eval_mode, run_model, widened
 from graded.analysis.capture import (
     call_keys,
     capture_attention,
@@ -34,6 +34,7 @@ def js_divergence(p: Tensor, r: Tensor) -> Tensor:
     """Jensen–Shannon divergence (nats) between distributions along the last dimension.
 
     Rows must be non-negative; a row of all zeros (a fully masked query) on both sides gives 0.
+    float16/bfloat16 rows are summed in float32 (the result is float32).
     """
     check_weights(p, "p")
     check_weights(r, "r")
@@ -42,6 +43,7 @@ def js_divergence(p: Tensor, r: Tensor) -> Tensor:
                          f"got {p.shape[-1]} and {r.shape[-1]} keys")
     check_finite_nonnegative(p, "p")
     check_finite_nonnegative(r, "r")
+    p, r = widened(p), widened(r)
     m = 0.5 * (p + r)
     kl_p = torch.special.xlogy(p, p) - torch.special.xlogy(p, m)
     kl_r = torch.special.xlogy(r, r) - torch.special.xlogy(r, m)

@@ -33,6 +33,8 @@ from graded.analysis._common import (
     LOW_PRECISION,
     OUTPUT_PADDING,
     Inputs,
+    check_finite,
+    check_materialised,
     eval_mode,
     padding_argument,
     real_rows,
@@ -66,6 +68,11 @@ class LipschitzEstimate:
     adversarial_trace: list[float] = field(default_factory=list, repr=False)
 
 
+def _kind(x: object) -> str:
+    """A tensor's dtype, or another object's type, for an error message."""
+    return str(x.dtype) if isinstance(x, Tensor) else type(x).__name__
+
+
 def _ratio(f: Callable[[Tensor], Tensor], x: Tensor, fx: Tensor, delta: Tensor) -> Tensor:
     return torch.linalg.vector_norm(f(x + delta) - fx) / torch.linalg.vector_norm(delta)
 
@@ -78,16 +85,18 @@ def empirical_lipschitz(
     """Estimate the local Lipschitz constant of ``f`` at ``x`` (see the module docstring).
 
     ``epsilon`` is the perturbation norm; by default ``relative_epsilon·‖x‖`` (or
-    ``relative_epsilon`` when x = 0). ``f`` must be differentiable for ``steps > 0``.
+    ``relative_epsilon`` when x = 0). ``f`` must be differentiable for ``steps > 0``; x and
+    f(x) must be finite.
     """
     if not isinstance(x, Tensor) or not x.is_floating_point():
-        raise TypeError(f"x must be a floating tensor, got {type(x).__name__}")
+        raise TypeError(f"x must be a floating tensor, got {_kind(x)}")
     n_random = check_int("n_random", n_random, minimum=0)
     steps = check_int("steps", steps, minimum=0)
     if n_random + steps == 0:
         raise ValueError(f"need n_random >= 0 and steps >= 0, not both 0; got n_random="
                          f"{n_random}, steps={steps}")
     x = x.detach()
+    check_finite(x, "x")
     if epsilon is None:
         relative_epsilon = check_float("relative_epsilon", relative_epsilon, minimum=0.0,
                                        strict_min=True)
@@ -101,6 +110,7 @@ def empirical_lipschitz(
 
     with torch.no_grad():
         fx = f(x)
+        check_finite(fx, "f(x)")  # every ratio would be NaN or inf
         randoms = [float(_ratio(f, x, fx, direction())) for _ in range(n_random)]
     trace: list[float] = []
     delta = direction()
@@ -135,6 +145,7 @@ def lipschitz_bound_factors(model: nn.Module) -> dict[str, float]:
     if config is None:
         raise ValueError(f"{type(model).__name__} has no config: expected a graded.transformer "
                          "model")
+    check_materialised(model)  # the scales are read from the grades
     scales = [g.max_scale() for g in gradings(model).values()]
     s = max(scales) if scales else 1.0
     # N counts every transformer block (encoder and decoder stacks of a seq2seq model), a
@@ -210,6 +221,7 @@ def model_lipschitz(
     cast to float32): at ‖Δ‖ = 1% of ‖X‖ the change of the output is below the resolution of
     a 16-bit float, so its finite differences would measure rounding, not the model.
     """
+    check_materialised(model)
     out: dict[str, float] = {}
     if _low_precision(model):
         model = copy.deepcopy(model)

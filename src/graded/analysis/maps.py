@@ -62,8 +62,9 @@ def plot_attention_maps(
         if w.dim() != 4:
             raise ValueError(f"attention map {name!r} must be (B, H, Tq, Tk), got "
                              f"{tuple(w.shape)}")
-        if not 0 <= sample < w.shape[0]:
-            raise ValueError(f"sample={sample} is out of range for a batch of {w.shape[0]}")
+        if isinstance(sample, bool) or not isinstance(sample, int) or not 0 <= sample < w.shape[0]:
+            raise ValueError(f"sample must be an int in [0, {w.shape[0]}) (an item of the "
+                             f"batch of {w.shape[0]}), got sample={sample!r}")
     heads = max(w.shape[1] for _, w in items)
     labels = short_names([name for name, _ in items])
     plt = pyplot()

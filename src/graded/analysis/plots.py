@@ -62,9 +62,10 @@ def plot_head_diversity(diversity: Mapping[str, Mapping[str, object]], out_dir: 
 def plot_rollout(rollout: Tensor, out_dir: str | Path, *, sample: int = 0,
                  filename: str = "attention_rollout.png") -> Path:
     """Heat map of the rollout matrix R (outputs × inputs) of batch item ``sample``."""
-    if rollout.dim() != 3 or not 0 <= sample < rollout.shape[0]:
+    if (rollout.dim() != 3 or isinstance(sample, bool) or not isinstance(sample, int)
+            or not 0 <= sample < rollout.shape[0]):
         raise ValueError(f"rollout must be (B, T, T) with 0 <= sample < B, got shape "
-                         f"{tuple(rollout.shape)} and sample={sample}")
+                         f"{tuple(rollout.shape)} and sample={sample!r}")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(3.6, 3.2))
     im = ax.imshow(rollout[sample].float().cpu().numpy(), cmap="viridis")

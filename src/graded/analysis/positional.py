@@ -146,6 +146,7 @@ def positional_bias_sweep(
     if not embeds or any(e.positions is None for e in embeds):
         raise ValueError(f"positional_bias_sweep needs additive positions (sinusoidal or "
                          f"learned), got positional={config.positional!r}")
+    alphas = [float(a) for a in alphas]  # a list, or a 1-D tensor or array, of numbers
     if not alphas:
         raise ValueError("alphas must hold at least one value of α")
     feature = feature_grading(model)

@@ -48,6 +48,15 @@ def _flatten(values: Any) -> list[float]:
     return [float(values)]
 
 
+def _grades_of(record: Mapping[str, Any], name: str) -> list[float]:
+    """Module ``name``'s grades in a snapshot, flattened; an error names the module and step."""
+    try:
+        return _flatten(record["grades"][name])
+    except (TypeError, ValueError):
+        raise ValueError(f"module {name!r} at step {record['step']}: grades must be a number or "
+                         f"a nested list of numbers, got {record['grades'][name]!r}") from None
+
+
 def _records_from_csv(path: Path) -> list[dict[str, Any]]:
     by_step: dict[int, dict[str, dict[int, float]]] = {}
     with path.open(newline="", encoding="utf-8") as fh:
@@ -64,8 +73,18 @@ def _records_from_csv(path: Path) -> list[dict[str, Any]]:
                     f"{path}:{reader.line_num}: expected an int step, an int index and a number "
                     f"grade, got step={row['step']!r}, index={row['index']!r}, "
                     f"grade={row['grade']!r}") from None
-            by_step.setdefault(step, {}).setdefault(row["module"], {})[index] = grade
-    return [{"step": step, "grades": {m: [v[i] for i in sorted(v)] for m, v in mods.items()}}
+            grades = by_step.setdefault(step, {}).setdefault(row["module"], {})
+            if index in grades:
+                raise ValueError(f"{path}:{reader.line_num}: a second grade for step={step}, "
+                                 f"module={row['module']!r}, index={index}")
+            grades[index] = grade
+    for step, mods in by_step.items():  # a module's indices count its grades: 0..n-1
+        for module, grades in mods.items():
+            if sorted(grades) != list(range(len(grades))):
+                raise ValueError(
+                    f"{path}: module {module!r} at step {step} has grade indices "
+                    f"{sorted(grades)}; expected 0..{len(grades) - 1} (one row per grade)")
+    return [{"step": step, "grades": {m: [v[i] for i in range(len(v))] for m, v in mods.items()}}
             for step, mods in sorted(by_step.items())]
 
 
@@ -105,7 +124,7 @@ def grade_trajectories(source: str | Path | Records) -> dict[str, GradeTrajector
     names = dict.fromkeys(name for r in records for name in r["grades"])
     out: dict[str, GradeTrajectory] = {}
     for name in names:
-        rows = [(r["step"], _flatten(r["grades"][name])) for r in records if name in r["grades"]]
+        rows = [(r["step"], _grades_of(r, name)) for r in records if name in r["grades"]]
         width = len(rows[0][1])
         if any(len(v) != width for _, v in rows):
             raise ValueError(f"module {name!r} changes its number of grades between snapshots")

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import copy
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from graded.grading import ExponentialGrading, LinearGrading
-from graded.transformer.graded import GradedFeatures, gradings
+from graded.transformer.graded import GradedFeatures, TokenGrading, gradings
 from graded.transformer.models import InputEmbedding
 
 __all__ = ["neutral_grade", "ungraded_twin"]
@@ -29,10 +30,24 @@ def neutral_grade(grading: nn.Module) -> float:
                     f"{type(grading).__name__}")
 
 
+class _IdentityTokenGrading(TokenGrading):
+    """The per-token grading of the ungraded twin: M_{q_i} = I whatever the token's grade
+    (checked as :class:`TokenGrading` checks it). A neutral profile p is not enough: q_i =
+    s_i·p with LGT's softplus has f(s_i·p) = 1 for no p at every s_i (f(0) = ln 2)."""
+
+    def forward(self, token_grades: Tensor, batch: int, length: int) -> Tensor:
+        return torch.ones_like(super().forward(token_grades, batch, length))
+
+
 def ungraded_twin(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` with every grading neutral (M = I), the graded positions
-    removed and graded-stage normalisation off. An ungraded model is copied unchanged."""
+    """A deep copy of ``model`` with every grading neutral (M = I), per-token grading the
+    identity (:class:`_IdentityTokenGrading`), the graded positions removed and graded-stage
+    normalisation off. An ungraded model is copied unchanged."""
     twin = copy.deepcopy(model)
+    for name, m in list(twin.named_modules()):
+        if isinstance(m, TokenGrading) and not isinstance(m, _IdentityTokenGrading):
+            parent, _, attr = name.rpartition(".")
+            setattr(twin.get_submodule(parent), attr, _IdentityTokenGrading(m.profile))
     for grading in gradings(twin).values():
         grading.set_grades(grading.grades.detach().clone().fill_(neutral_grade(grading)))
     for m in twin.modules():

@@ -1,6 +1,10 @@
 """Morphic blocks, banded blocks, tools and the state space: the input checks no other test
 reaches, and the identity / fixed-query options against hand computations."""
 
+import math
+import re
+
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -14,7 +18,7 @@ from graded.morphic.blocks import (
     init_small_,
 )
 from graded.morphic.state import Grade, GradedStateSpace
-from graded.morphic.tools import Calculator, ExternalTool, OneHotEncoder
+from graded.morphic.tools import ArgmaxDecoder, Calculator, ExternalTool, OneHotEncoder
 
 # -- blocks ------------------------------------------------------------------------------------
 
@@ -161,6 +165,27 @@ def test_calculator_and_tool_reject_wrong_types():
         Calculator()(7)
     with pytest.raises(TypeError, match=r"fn must be callable, got int"):
         ExternalTool(3, decode=lambda x: x, encode=lambda x: x)
+
+
+@pytest.mark.parametrize("result", [2.7, np.float32(0.5), math.nan, math.inf, "2", None])
+def test_a_tool_result_that_is_not_an_integer_is_refused_naming_tool_input_and_value(result):
+    # int(2.7) == 2: the tool ran on with a truncated result; int(nan) raised a bare ValueError
+    tool = ExternalTool(lambda x: result, decode=ArgmaxDecoder(), encode=OneHotEncoder(4),
+                        name="halve")
+    with pytest.raises(ValueError, match=re.escape(
+            f"tool 'halve' returned {result!r} for the input 1; expected an integer (or a float "
+            "with an integral value), which encode maps to a token")):
+        tool(OneHotEncoder(4)(torch.tensor([[1, 1]])))
+
+
+@pytest.mark.parametrize("result", [3, 3.0, np.int64(3), np.float64(3.0), True])
+def test_a_tool_result_of_integral_value_is_encoded_as_that_token(result):
+    tool = ExternalTool(lambda x: result, decode=ArgmaxDecoder(), encode=OneHotEncoder(4))
+    out = tool(OneHotEncoder(4)(torch.tensor([[0, 2]])))
+    token = 1 if result is True else 3  # int(True) == 1
+    expected = torch.zeros(1, 2, 4)
+    expected[..., token] = 1.0
+    torch.testing.assert_close(out, expected)
 
 
 # -- state space -------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ any other edge's, so the router learns when calling it helps.
 from __future__ import annotations
 
 import ast
+import math
+import numbers
 import operator
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -77,6 +79,11 @@ class ExternalTool(nn.Module):
     ``fn`` is called once per distinct decoded value in a call (a finite domain keeps this cheap).
     ``calls`` counts those calls and ``rows`` the token rows decoded, over the tool's lifetime; a
     routed layer with sparse execution hands the tool only the tokens routed to it.
+
+    ``fn`` returns an integer, the value that ``encode`` maps to V_h (a token id or class index
+    of a ``OneHotEncoder``): an int, a NumPy integer or bool, or a float with an integral value
+    (3.0 is 3). Any other result raises a ValueError naming the tool, its input and the value;
+    ``int(...)`` truncated 2.7 to 2, so a tool computing the wrong thing ran on silently.
     """
 
     differentiable = False
@@ -98,12 +105,25 @@ class ExternalTool(nn.Module):
         with torch.no_grad():
             values = self.decode(x_src)
             unique, inverse = torch.unique(values, return_inverse=True)
-            results = torch.tensor([int(self.fn(int(v))) for v in unique.tolist()],
+            results = torch.tensor([self._integer(int(v)) for v in unique.tolist()],
                                    dtype=torch.long, device=values.device)
             self.calls += unique.numel()
             self.rows += values.numel()
             out = self.encode(results[inverse])
         return out.to(x_src.dtype)
+
+    def _integer(self, x: int) -> int:
+        """fn(x) as the int it equals; a ValueError for a result that is not an integer."""
+        value = self.fn(x)
+        try:
+            return operator.index(value)  # int, bool, NumPy integers
+        except TypeError:
+            pass
+        if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+            return int(value)
+        raise ValueError(f"tool {self.name!r} returned {value!r} for the input {x}; expected an "
+                         "integer (or a float with an integral value), which encode maps to a "
+                         "token")
 
 
 def calculator_adder(k: int, p: int, *, scale: float = 1.0, calculator: Calculator | None = None

@@ -56,6 +56,10 @@ def apply_update(
 ) -> Tensor:
     """z^{new} under ``mode``; ``parts`` is ``space.split(z)`` when the caller has it already.
 
+    Shapes: z (…, D), ``alpha`` (…, |E|) and ``candidates[i]`` (…, d_h) for ``edges[i]`` = h ← g,
+    over the same rows …; a ValueError names a tensor of another shape (a (1, 1, d_h)
+    candidate broadcast silently over every token).
+
     ``mixes`` replaces the sum over ``candidates`` when the caller has formed it already (sparse
     execution in ``layer.py`` runs each block on its routed rows only): a dict dest h →
     Σ_{e→h} α_e φ_e, or one tensor (…, D) holding every destination's mix in its grade's
@@ -67,6 +71,7 @@ def apply_update(
         raise ValueError("routed_LN needs a GradewiseNorm (norm=...)")
     if alpha.shape[-1] != len(edges):
         raise ValueError(f"alpha has {alpha.shape[-1]} edge weights, expected {len(edges)}")
+    _check_shapes(z, candidates, alpha, edges, space, mixes)
     if mode in _MASS_RULES:
         return _mass_rule(mode, z, candidates, alpha, edges, space, eta, mixes)
     if isinstance(mixes, Tensor):
@@ -94,6 +99,41 @@ def apply_update(
             new = norm.grade(zh + (mix - zh), h)
         slots.append(new)
     return torch.cat(slots, dim=-1)
+
+
+def _check_shapes(z: Tensor, candidates: Sequence[Tensor], alpha: Tensor, edges: EdgeSet,
+                  space: GradedStateSpace, mixes: dict[str, Tensor] | Tensor | None) -> None:
+    """A ValueError naming the first tensor whose shape is not the one its rows need: z (…, D),
+    α (…, |E|), candidate φ_e (…, d_h) for e = h ← g, mixes (…, D) or mix_h (…, d_h), … the
+    rows of z. A (1, 1, d_h) candidate broadcast silently over every token."""
+    if not isinstance(z, Tensor) or z.dim() == 0 or z.shape[-1] != space.total_dim:
+        raise ValueError(f"z has shape {tuple(getattr(z, 'shape', ()))}; expected (…, D) with "
+                         f"D = Σ d_g = {space.total_dim}")
+    rows = tuple(z.shape[:-1])
+    if tuple(alpha.shape[:-1]) != rows:
+        raise ValueError(f"alpha has shape {tuple(alpha.shape)}; expected {(*rows, len(edges))}, "
+                         f"one weight per edge for each of the rows {rows} of z")
+
+    def check(name: str, y: object, dim: int, what: str) -> None:
+        if not isinstance(y, Tensor) or tuple(y.shape) != (*rows, dim):
+            raise ValueError(f"{name} has shape {tuple(getattr(y, 'shape', ()))}; expected "
+                             f"{(*rows, dim)}: the rows {rows} of z, {what}")
+
+    if isinstance(mixes, Tensor):
+        check("mixes", mixes, space.total_dim, f"D = {space.total_dim} columns")
+    elif mixes is not None:
+        for h in dict.fromkeys(e.dest for e in edges):
+            if h not in mixes:
+                raise ValueError(f"mixes has no mix for grade {h!r}, which edges enter; "
+                                 f"expected one for each of {sorted({e.dest for e in edges})}")
+            check(f"mixes[{h!r}]", mixes[h], space.dim(h), f"d_{h} = {space.dim(h)} columns")
+    else:
+        if len(candidates) != len(edges):
+            raise ValueError(f"{len(candidates)} candidates for {len(edges)} edges; expected one "
+                             "candidate φ_e per edge, in the order of the edges")
+        for i, (e, y) in enumerate(zip(edges, candidates)):
+            check(f"candidate {i} (edge {e.name!r}, {e.dest} <- {e.source})", y,
+                  space.dim(e.dest), f"d_{e.dest} = {space.dim(e.dest)} columns")
 
 
 def _mass_rule(mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor, edges: EdgeSet,

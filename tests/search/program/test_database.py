@@ -1,8 +1,13 @@
 """The programs database against direct computations of FunSearch's definitions."""
 
+import json
+import re
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
+from graded.search.program import database
 from graded.search.program.database import (
     DatabaseConfig,
     ProgramsDatabase,
@@ -184,3 +189,44 @@ def test_map_elites_descriptors_must_be_named_scores_of_the_problem(scores, mess
     config = DatabaseConfig(islands=1, selection="map-elites", descriptors=("a", "b"))
     with pytest.raises(ValueError, match=message):
         ProgramsDatabase(config, ev(0.0, scores=scores))
+
+
+def test_cluster_scores_of_huge_signatures_are_their_exact_means(monkeypatch):
+    # np.mean((1.7e308, 1.7e308)) overflowed to inf, and inf - inf made the probabilities NaN
+    seen = []
+
+    def recording(scores, *args):
+        seen.append(list(scores))
+        return cluster_probabilities(scores, *args)
+
+    monkeypatch.setattr(database, "cluster_probabilities", recording)
+    signatures = [(1.7e308, 1.7e308), (1.7e308, -1e308), (3.0, 4.0, 4.0)]
+    db = ProgramsDatabase(DatabaseConfig(islands=1, programs_per_prompt=2),
+                          ev(0.0, signature=signatures[0]), seed=0)
+    db.register(0, ev(0.0, "return 1.0", signature=signatures[1]))
+    db.register(0, ev(0.0, "return 2.0", signature=signatures[2]))
+    _, parents = db.sample(0)
+    exact = [float(sum(map(Fraction, s)) / len(s)) for s in signatures]
+    assert seen == [exact]
+    assert [p.signature for p in parents] == [signatures[0]]  # the others have probability 0.0
+
+
+def test_an_evaluation_with_other_named_scores_is_refused_naming_both():
+    # it joined the island, and Pareto selection raised KeyError 'c' at the next prompt
+    config = DatabaseConfig(islands=1, selection="pareto")
+    db = ProgramsDatabase(config, ev(0.0, scores={"a": 0.0, "b": 0.0}), seed=0)
+    with pytest.raises(ValueError, match=re.escape(
+            "the evaluation has the named scores ['a', 'c'], the initial program ['a', 'b']; "
+            "expected the same names")):
+        db.register(0, ev(1.0, "return 1.0", scores={"a": 1.0, "c": 1.0}))
+    assert db.evaluations == 0 and len(db.islands[0].members()) == 1
+    db.register(0, ev(1.0, "return 1.0", scores={"b": 1.0, "a": 1.0}))
+    assert len(db.sample(0)[1]) == 1  # (1, 1) dominates (0, 0)
+
+
+def test_the_score_names_survive_a_saved_state():
+    db = ProgramsDatabase(DatabaseConfig(islands=2), ev(0.0, scores={"b": 0.0, "a": 0.0}))
+    state = json.loads(json.dumps(db.state()))
+    assert ProgramsDatabase.from_state(state).names == ("a", "b")
+    del state["names"]  # a state saved before the names were
+    assert ProgramsDatabase.from_state(state).names == ("a", "b")

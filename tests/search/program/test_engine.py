@@ -206,3 +206,27 @@ def test_a_second_sigint_aborts_at_once_while_the_proposer_is_slow(tmp_path):
     # stopped in its first round: nothing was saved, and the log does not promise --resume
     assert not (tmp_path / "slow" / "database.json").exists()
     assert "nothing to resume" in (tmp_path / "slow" / "run.log").read_text()
+
+
+def test_programs_with_other_named_scores_fail_and_pareto_selection_goes_on(tmp_path):
+    # a program without the initial program's named score "near" joined the database, and the
+    # Pareto front raised KeyError 'near' out of the search
+    def named(x, artefact):
+        scores = {"close": closeness(x, artefact), "size": abs(artefact)}
+        return scores | ({"near": 1.0} if abs(artefact) < 1.0 else {})
+
+    problem = Problem("named", SKELETON, "solve", (1, 2), named, primary="close",
+                      time_limit_s=5.0, memory_mb=512)
+    cfg = SearchConfig(budget=40, workers=2, seed=3,
+                       database=DatabaseConfig(islands=1, selection="pareto"))
+    with cf.ThreadPoolExecutor(2) as pool:
+        result = run_search(problem, OfflineProposer(seed=3), cfg, out=tmp_path / "n",
+                            executor=pool)
+    with open(tmp_path / "n" / "evaluations.csv") as f:
+        logged = list(csv.DictReader(f))
+    refused = [r for r in logged if r["reason"].startswith("the verifier named the scores "
+                                                           "['close', 'size'] but")]
+    assert refused and all(r["failure"] == "wrong_type" for r in refused)
+    assert result.failures["wrong_type"] >= len(refused)
+    members = result.database.islands[0].members()
+    assert all(sorted(m.scores) == ["close", "near", "size"] for m in members)

@@ -3,6 +3,7 @@ verifier scores, and the evaluation failures no other test reaches."""
 
 import math
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -194,3 +195,41 @@ def test_the_exit_hook_closes_every_warm_sandbox(monkeypatch):
     monkeypatch.setattr(evaluate_module, "_SANDBOXES", {1: _Fake("a"), 2: _Fake("b")})
     evaluate_module._close_sandboxes()
     assert closed == ["a", "b"]
+
+
+def _exact_mean(values):
+    return float(sum(map(Fraction, values)) / len(values))
+
+
+def test_the_means_of_huge_finite_scores_are_their_exact_means_not_inf():
+    # sum(primary) / len(primary) overflowed to inf: 1.5e308 + 1.7e308 > the largest float
+    def score(x, artefact):  # f(x) = x + 1: artefacts 2, 3 on the inputs, 4, 3 held out
+        big = {2: 1.5e308, 3: 1.7e308, 4: 1.6e308}[artefact]
+        return {"size": big, "other": -big}
+
+    p = _problem(score=score, primary="size", held_out=(3, 2))
+    result = evaluate(p, parse_skeleton(SKELETON).initial, held_out=True)
+    assert result.ok and result.signature == (1.5e308, 1.7e308)
+    assert result.score == _exact_mean([1.5e308, 1.7e308]) == 1.6e308
+    assert result.scores == {"size": 1.6e308, "other": -1.6e308}
+    assert result.held_out["mean"] == _exact_mean([1.6e308, 1.7e308])
+
+
+def test_named_scores_other_than_the_initial_programs_fail_as_wrong_type_naming_both():
+    # the program joined the database, and Pareto selection raised KeyError 'extra' later
+    def score(x, artefact):
+        return {"size": float(artefact), "extra": 1.0}
+
+    result = evaluate(_problem(score=score, primary="size"), parse_skeleton(SKELETON).initial,
+                      names=("size",))
+    assert result.failure == "wrong_type" and result.score is None
+    assert result.reason == ("the verifier named the scores ['extra', 'size'] but ['size'] for "
+                             "the initial program; expected the same names for every program")
+    same = evaluate(_problem(score=score, primary="size"), parse_skeleton(SKELETON).initial,
+                    names=["size", "extra"])
+    assert same.ok and same.scores == {"size": 2.5, "extra": 1.0}
+
+
+def test_names_given_as_one_string_are_refused():
+    with pytest.raises(TypeError, match=r"names='size'; expected a collection of names"):
+        evaluate(_problem(), parse_skeleton(SKELETON).initial, names="size")

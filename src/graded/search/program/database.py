@@ -20,7 +20,10 @@ Definitions (as in FunSearch's programs database):
 For problems with named scores, ``selection="pareto"`` draws prompt programs uniformly from an
 island's Pareto front over the named scores (directions from ``Problem.minimise``), and
 ``selection="map-elites"`` keeps the best program per cell of a grid over two named scores
-(the descriptors) and draws cells uniformly.
+(the descriptors) and draws cells uniformly. Both compare programs name by name, so every
+program must have the initial program's named scores (``ProgramsDatabase.names``): the search
+evaluates with ``evaluate(..., names=db.names)``, which fails a program with other names as
+``wrong_type``, and ``register`` refuses an evaluation with other names.
 
 The database's state (programs, clusters, random generator) is a JSON document, so a run
 resumes exactly.
@@ -35,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from graded.search.program.evaluate import Evaluation
+from graded.search.program.evaluate import Evaluation, mean_score
 from graded.search.program.program import block_functions, rename_function
 
 __all__ = ["SELECTIONS", "DatabaseConfig", "Island", "ProgramsDatabase", "Prompt",
@@ -145,7 +148,8 @@ class Prompt:
 
 
 class ProgramsDatabase:
-    """Islands of clustered programs (see the module docstring)."""
+    """Islands of clustered programs (see the module docstring); ``names``: the sorted named
+    scores of the initial program, which every registered program has."""
 
     def __init__(self, config: DatabaseConfig, initial: Evaluation, *, seed: int = 0,
                  minimise: tuple[str, ...] = ()) -> None:
@@ -161,6 +165,7 @@ class ProgramsDatabase:
                              "one number; expected a problem with named scores")
         self.config = config
         self.minimise = tuple(minimise)
+        self.names = tuple(sorted(initial.scores))
         self.rng = np.random.default_rng(seed)
         self.islands = [Island() for _ in range(config.islands)]
         for island in self.islands:
@@ -195,7 +200,7 @@ class ProgramsDatabase:
 
     def _sample_clusters(self, island: Island, k: int) -> list[Evaluation]:
         signatures = list(island.clusters)
-        scores = [float(np.mean(s)) for s in signatures]
+        scores = [mean_score(s) for s in signatures]  # np.mean overflowed: 2 × 1e308 = inf
         p = cluster_probabilities(scores, self.config.temperature_init,
                                   self.config.temperature_period, island.registered)
         # clusters far below the best get probability 0.0 in floating point; draw only among
@@ -229,7 +234,15 @@ class ProgramsDatabase:
 
     # -- registration and resets -----------------------------------------------------------------
     def register(self, island_id: int, evaluation: Evaluation) -> None:
-        """Adds a successful evaluation to its island; resets islands every reset period."""
+        """Adds a successful evaluation to its island; resets islands every reset period.
+
+        A successful evaluation must have the named scores of the initial program
+        (:attr:`names`): Pareto and MAP-Elites selection compare programs name by name.
+        ``evaluate(..., names=db.names)`` turns a program with other names into a failure."""
+        if evaluation.ok and tuple(sorted(evaluation.scores)) != self.names:
+            raise ValueError(f"the evaluation has the named scores {sorted(evaluation.scores)}, "
+                             f"the initial program {list(self.names)}; expected the same names "
+                             "(evaluate with names=db.names fails such a program)")
         self.evaluations += 1
         if evaluation.ok:
             self.islands[island_id].add(evaluation)
@@ -275,6 +288,7 @@ class ProgramsDatabase:
         return {
             "config": self.config.__dict__ | {"descriptors": list(self.config.descriptors)},
             "minimise": list(self.minimise),
+            "names": list(self.names),
             "rng": self.rng.bit_generator.state,
             "evaluations": self.evaluations,
             "resets": self.resets,
@@ -291,6 +305,9 @@ class ProgramsDatabase:
         db = cls.__new__(cls)
         db.config = config
         db.minimise = tuple(state["minimise"])
+        # states saved before the names were: those of island 0's best program
+        db.names = tuple(state.get("names",
+                                   sorted(Evaluation.from_dict(state["islands"][0]["best"]).scores)))
         db.rng = np.random.default_rng()
         db.rng.bit_generator.state = state["rng"]
         db.evaluations = state["evaluations"]

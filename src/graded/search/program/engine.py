@@ -238,7 +238,8 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         while db.evaluations < config.budget and pending and not stop.flag:
             round_ = pending[:config.budget - db.evaluations]
             futures = [pool.submit(evaluate, problem, prog, skeleton=skeleton,
-                                   isolation=config.isolation) for _, prog, _ in round_]
+                                   isolation=config.isolation, names=db.names)
+                       for _, prog, _ in round_]
             # the next round is proposed from the database as it stands now, while this round
             # is evaluated; registration waits for it, so the run does not depend on timing.
             # When the budget cut the current round short, its rest is evaluated later with

@@ -17,7 +17,9 @@ import atexit
 import math
 import numbers
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from graded.search.program.echo import trim_echo
@@ -33,7 +35,7 @@ from graded.search.program.program import (
 from graded.search.program.proposers import ProposalError
 from graded.search.program.sandbox import Limits, Sandbox
 
-__all__ = ["Evaluation", "evaluate", "scalar_score"]
+__all__ = ["Evaluation", "evaluate", "mean_score", "scalar_score"]
 
 
 @dataclass
@@ -120,6 +122,27 @@ def _finite_score(value: Any, returned: str, is_: str, expected: str) -> float:
     return out
 
 
+def mean_score(values: Sequence[float]) -> float:
+    """The mean of finite scores, finite whenever they are.
+
+    fsum(values) / n: the correctly rounded sum divided once, two roundings (within
+    (1 + 2⁻⁵³)² − 1 of the exact mean, relatively; equal to ``sum(values) / n`` wherever that
+    sum was exact). Where the sum
+    overflows (n scores near 1e308), the exact mean (Fractions), rounded once: ``sum(values) /
+    n`` and ``np.mean`` gave inf there.
+    """
+    if not values:
+        raise ValueError("the mean of no scores; expected at least one score")
+    try:
+        total = math.fsum(values)
+    except OverflowError:  # fsum's partial sums left the float range
+        total = math.inf
+    if math.isfinite(total):
+        return total / len(values)
+    # a mean of finite numbers is at most their largest magnitude: float() cannot overflow
+    return float(sum(map(Fraction, values)) / len(values))
+
+
 def _score_inputs(problem: Problem, inputs, artefacts) -> tuple[list[float], list[dict]]:
     primary, named = [], []
     for value, artefact in zip(inputs, artefacts, strict=True):
@@ -135,8 +158,15 @@ def _score_inputs(problem: Problem, inputs, artefacts) -> tuple[list[float], lis
 
 def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = None,
              limits: Limits | None = None, isolation: str = "auto",
-             held_out: bool = False) -> Evaluation:
-    """Evaluates ``program`` on ``problem`` (see the module docstring)."""
+             held_out: bool = False, names: Iterable[str] | None = None) -> Evaluation:
+    """Evaluates ``program`` on ``problem`` (see the module docstring).
+
+    ``names``: the named scores every program must have (the search passes the initial
+    program's); a program whose verifier names others fails as ``wrong_type``, as one whose
+    names change between inputs does, since selection compares programs name by name.
+    """
+    if isinstance(names, str):  # "ab" would be read as the two names 'a' and 'b'
+        raise TypeError(f"names={names!r}; expected a collection of names of scores")
     skeleton = skeleton or parse_skeleton(problem.skeleton)
     start = time.perf_counter()
 
@@ -181,10 +211,14 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
         except ValueError as e:
             return failed("non_finite", str(e))
     primary, named = results["inputs"]
-    scores = {k: sum(n[k] for n in named) / len(named) for k in (named[0] if named else {})}
-    out = Evaluation(program, sum(primary) / len(primary), tuple(primary), scores,
+    if names is not None and sorted(named[0]) != sorted(names):
+        return failed("wrong_type", f"the verifier named the scores {sorted(named[0])} but "
+                      f"{sorted(names)} for the initial program; expected the same names for "
+                      "every program")
+    scores = {k: mean_score([n[k] for n in named]) for k in named[0]}
+    out = Evaluation(program, mean_score(primary), tuple(primary), scores,
                      elapsed_s=time.perf_counter() - start)
     if "held_out" in results:
         hp, _ = results["held_out"]
-        out.held_out = {"mean": sum(hp) / len(hp), **{f"input_{i}": v for i, v in enumerate(hp)}}
+        out.held_out = {"mean": mean_score(hp), **{f"input_{i}": v for i, v in enumerate(hp)}}
     return out

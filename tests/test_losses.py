@@ -563,3 +563,120 @@ def test_graded_cross_entropy_reads_class_indices_of_any_integer_dtype(dtype):
 def test_graded_cross_entropy_names_a_bool_target():
     with pytest.raises(TypeError, match=r"class indices .* or class probabilities .*torch\.bool"):
         graded_cross_entropy(torch.randn(3, 2), torch.tensor([True, False, True]), torch.ones(2))
+
+
+# -- a grading's scales beyond the input's dtype -------------------------------------------------
+_WEIGHTED_BY_SCALES = {
+    "linearly_graded_loss": (linearly_graded_loss, lambda w, e: (w * e**2).mean()),
+    "graded_mse": (graded_mse, lambda w, e: (w * e**2).mean()),
+    "max_graded_loss": (max_graded_loss, lambda w, e: (w * e**2).amax(-1).mean()),
+    "graded_norm_loss": (graded_norm_loss, lambda w, e: (w * e**2).sum(-1).mean()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WEIGHTED_BY_SCALES))
+def test_a_float32_linear_scale_beyond_float16_gives_zero_for_an_exact_prediction(name):
+    # the scale 10^5 of a float32 LinearGrading was cast to float16 (max 65504) as inf, and
+    # inf·0 made the loss of an exact prediction NaN; Σ w·0 is 0 whatever the weights
+    loss_fn, _ = _WEIGHTED_BY_SCALES[name]
+    grading = LinearGrading(2, [0.0, 1e5 - 1], f="shift")
+    x = torch.tensor([[1.0, 2.0], [3.0, -4.0]], dtype=torch.float16)
+    for reduction in ("mean", "sum"):
+        loss = loss_fn(x, x, grading, reduction=reduction)
+        assert loss.dtype == torch.float16 and float(loss) == 0.0
+
+
+def test_linearly_graded_loss_of_a_representable_product_of_a_scale_beyond_float16_is_finite():
+    # 10^5 · 10^-4 (l1) is 10 in float16, but the scale alone is not: it was inf
+    grading = LinearGrading(2, [0.0, 1e5 - 1], f="shift")
+    x = torch.tensor([[0.5, 1e-4], [0.25, 0.0]], dtype=torch.float16)
+    got = linearly_graded_loss(x, torch.zeros_like(x), grading, base_loss="l1",
+                               reduction="none")
+    expected = (torch.tensor([1.0, 1e5], dtype=F64) * x.double()).half()  # rounded once
+    assert torch.equal(got, expected)
+    assert math.isclose(float(got[0, 1]), 10.0, rel_tol=1e-3)
+    # a term beyond float16 stays inf, as the true product is: 10^5 · 1 > 65504
+    one = torch.tensor([[0.0, 1.0]], dtype=torch.float16)
+    got = linearly_graded_loss(one, torch.zeros_like(one), grading, base_loss="l1",
+                               reduction="none")
+    assert float(got[0, 0]) == 0.0 and float(got[0, 1]) == math.inf
+
+
+@pytest.mark.parametrize("name", sorted(_WEIGHTED_BY_SCALES))
+def test_a_learnable_float32_linear_grading_weights_a_float16_input_as_float64_does(name):
+    # scales 1, 2^16 + 1 and 10^5 (two beyond float16) with errors near 2^-7: the loss, the
+    # grades' and the input's gradients match the plain formula in float64
+    loss_fn, reference = _WEIGHTED_BY_SCALES[name]
+    gen = torch.Generator().manual_seed(3)
+    scale = torch.tensor([1.0, 2.0**-7, 2.0**-7])
+    x = ((1 + torch.rand(8, 3, generator=gen)) * scale).half().requires_grad_()
+    y = torch.zeros(8, 3, dtype=torch.float16)
+    grades = [0.0, 2.0**16, 1e5 - 1]
+    grading = LinearGrading(3, grades, f="shift", learnable=True)
+    loss = loss_fn(x, y, grading)
+    loss.backward()
+    x64 = x.detach().double().requires_grad_()
+    q64 = torch.tensor(grades, dtype=F64, requires_grad=True)
+    expected = reference(q64 + 1.0, x64 - y.double())
+    expected.backward()
+    assert loss.dtype == torch.float16 and math.isfinite(float(loss.detach()))
+    assert math.isclose(float(loss.detach()), float(expected.detach()), rel_tol=2e-3)
+    torch.testing.assert_close(grading.grades.grad.double(), q64.grad, rtol=1e-2, atol=0)
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-2, atol=0)
+
+
+@pytest.mark.parametrize("base_loss", ["mse", "l1", "smooth_l1", "huber", "bce",
+                                       "bce_with_logits"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_linear_scale_within_the_dtype_weights_as_its_value_rounded_to_that_dtype(
+        base_loss, dtype):
+    # scales that fit the input's dtype are rounded to it and multiply there, as before the
+    # wide product of scales beyond it: bit for bit the plain w.to(dtype) · ℓ of torch's loss
+    gen = torch.Generator().manual_seed(4)
+    grading = LinearGrading(4, [0.0, 0.37, 1.3, 9.1], f="softplus")
+    x = torch.rand(5, 4, generator=gen).clamp(0.05, 0.95).to(dtype)
+    y = torch.rand(5, 4, generator=gen).to(dtype)
+    base = {"mse": F.mse_loss, "l1": F.l1_loss, "smooth_l1": F.smooth_l1_loss,
+            "huber": F.huber_loss, "bce": F.binary_cross_entropy,
+            "bce_with_logits": F.binary_cross_entropy_with_logits}[base_loss]
+    terms = F.softplus(grading.grades.detach()).to(dtype) * base(x, y, reduction="none")
+    for reduction, expected in (("none", terms), ("sum", terms.sum()), ("mean", terms.mean())):
+        got = linearly_graded_loss(x, y, grading, base_loss=base_loss, reduction=reduction)
+        assert torch.equal(got, expected)
+
+
+def test_graded_cross_entropy_with_a_linear_scale_beyond_float16_matches_float64():
+    # the scale 10^5 was cast to float16 as inf: a zero probability on its class gave
+    # inf·0 = NaN, and 10^5·10^-3 (q·y) gave inf; with class indices, a confident correct
+    # prediction of its class gave inf·0 = NaN
+    grading = LinearGrading(2, [0.0, 1e5 - 1], f="shift")
+    scales = torch.tensor([1.0, 1e5], dtype=F64)
+    logits = torch.tensor([[1.0, 2.0], [0.5, -0.5]], dtype=torch.float16)
+    logp64 = F.log_softmax(logits.double(), -1)
+    for probs in ([[1.0, 0.0], [1.0, 0.0]], [[0.999, 0.001], [0.9, 0.1]]):
+        target = torch.tensor(probs, dtype=torch.float16)
+        got = graded_cross_entropy(logits, target, grading, reduction="none")
+        drop = target.double() == 0
+        expected = -(scales * target.double() * logp64.masked_fill(drop, 0.0)).sum(-1)
+        assert got.dtype == torch.float16 and bool(got.isfinite().all())
+        torch.testing.assert_close(got.double(), expected, rtol=3e-3, atol=0)
+    confident = torch.tensor([[-20.0, 20.0]], dtype=torch.float16)  # log p(class 1) = 0 in fp16
+    got = graded_cross_entropy(confident, torch.tensor([1]), grading, reduction="sum")
+    assert float(got) == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_graded_cross_entropy_with_scales_within_the_dtype_weights_as_their_rounded_values(dtype):
+    # bit for bit the plain formula with the scales rounded to the input's dtype, as before
+    # scales beyond the dtype were weighted in the wider one
+    gen = torch.Generator().manual_seed(5)
+    grading = LinearGrading(4, [0.0, 0.37, 1.3, 9.1], f="softplus")
+    w = F.softplus(grading.grades.detach()).to(dtype)
+    logits = torch.randn(6, 4, generator=gen).to(dtype)
+    probs = torch.softmax(torch.randn(6, 4, generator=gen), -1).to(dtype)
+    logp = F.log_softmax(logits, -1)
+    expected = -(w * probs * logp).sum(-1)
+    assert torch.equal(graded_cross_entropy(logits, probs, grading, reduction="none"), expected)
+    labels = torch.randint(0, 4, (6,), generator=gen)
+    expected = -(w[labels] * logp[torch.arange(6), labels])
+    assert torch.equal(graded_cross_entropy(logits, labels, grading, reduction="none"), expected)

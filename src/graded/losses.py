@@ -6,7 +6,10 @@ Every function takes ``(input, target, grades, *, reduction="mean")``; the last 
 ``grades`` is a tensor of length d, or a grading module (:class:`graded.LinearGrading`,
 :class:`graded.ExponentialGrading`) whose **scales** (f(q) or λ^q) are then the weights, so that
 gradients flow into learnable grades. Tensor grades are used as the weights q_i themselves and
-must be finite and ≥ 0 (a negative weight makes a loss unbounded below).
+must be finite and ≥ 0 (a negative weight makes a loss unbounded below). A grading's scales
+that are beyond the input's dtype (a float32 scale above 65504 for a float16 input) weight the
+terms in the wider dtype, so a term is finite wherever the weighted term is (``_weighted``;
+λ^q of :func:`exponentially_graded_loss` is split into factors instead).
 
 Reductions: the elementwise losses (graded MSE, linearly and exponentially graded losses) return
 elementwise terms for ``"none"``, so ``"mean"``/``"sum"`` match ``torch.nn.functional`` for unit
@@ -90,11 +93,13 @@ def _scales(grading: GradingMap, input: Tensor, *, what: str) -> Tensor:
     return grading.scales()
 
 
-def _weights(grades: GradesArg, input: Tensor, *, what: str) -> Tensor:
-    """The weight vector (d,) of ``grades``: a tensor as given, a grading module's scales()."""
+def _weights(grades: GradesArg, input: Tensor, *, what: str, own_dtype: bool = False) -> Tensor:
+    """The weight vector (d,) of ``grades``: a tensor as given, a grading module's scales(),
+    cast to the input's dtype unless ``own_dtype`` (then for :func:`_weighted`)."""
     d = input.shape[-1]
     if isinstance(grades, GradingMap):
-        return _scales(grades, input, what=what).to(input.dtype)
+        scales = _scales(grades, input, what=what)
+        return scales if own_dtype else scales.to(input.dtype)
     if not isinstance(grades, Tensor):
         grades = torch.as_tensor(grades, dtype=input.dtype, device=input.device)
     q = as_grade_tensor(grades, dim=d, dtype=input.dtype, device=input.device,
@@ -106,6 +111,33 @@ def _weights(grades: GradesArg, input: Tensor, *, what: str) -> Tensor:
             raise ValueError(f"{what} needs grades q >= 0 as weights, got {float(q[i])!r} "
                              f"at index {i}")
     return q
+
+
+def _weighted(weights: Tensor, ell: Tensor, *, narrow: Tensor | None = None) -> Tensor:
+    """The terms w_k·ℓ_k in ℓ's dtype, finite wherever the product is in that dtype.
+
+    ``weights`` (d,), or any shape that broadcasts against ℓ, are a grading's scales in their
+    own dtype (or tensor grades, already in ℓ's). A weight that fits ℓ's dtype is rounded to
+    it and multiplies ℓ there: the terms of w·ℓ bit for bit. A weight beyond it (a float32
+    scale above 65504 for a float16 ℓ, where the cast gave ∞, so ∞·0 = NaN for an exact
+    prediction and ∞ for 10⁵·10⁻⁴) multiplies ℓ in the wider of the two dtypes, and the
+    product is rounded to ℓ's. As for
+    :func:`exponentially_graded_loss`, the gradient with respect to ℓ is the weight (times
+    the reduction's factor), rounded to ℓ's dtype: ∞ where that is beyond it. ``narrow``:
+    the weights already rounded to ℓ's dtype (gathered from the rounded scales, as
+    :func:`graded_cross_entropy` gathers them, so that their gradients sum in that dtype)."""
+    dtype = ell.dtype
+    wide = torch.promote_types(weights.dtype, dtype)
+    if narrow is None:
+        narrow = weights.to(dtype)
+    if wide == dtype:  # every weight is exact in ℓ's dtype (or tensor grades, already in it)
+        return narrow * ell
+    over = narrow.isinf() & weights.isfinite()  # the cast overflowed
+    near = torch.where(over, torch.ones_like(narrow), narrow) * ell
+    # ℓ is zeroed where the weight fits, so no ∞·0 reaches the weights' gradient there
+    far_ell = torch.where(over, ell, torch.zeros_like(ell)).to(wide)
+    far = (weights.to(wide) * far_ell).to(dtype)
+    return torch.where(over, far, near)
 
 
 def _base_loss(base_loss: BaseLoss) -> Callable[[Tensor, Tensor], Tensor]:
@@ -134,16 +166,16 @@ def graded_mse(input: Tensor, target: Tensor, grades: GradesArg, *,
     """Graded MSE (000 Eq. 2): (1/n) Σ_i q_i (y_i − ŷ_i)² per vector; elementwise terms
     q_i (y_i − ŷ_i)² for ``"none"``, their mean (= mean of Eq. 2 over vectors) or sum."""
     _check(input, target, reduction)
-    q = _weights(grades, input, what="graded_mse")
-    return _reduce(q * (input - target) ** 2, reduction)
+    q = _weights(grades, input, what="graded_mse", own_dtype=True)
+    return _reduce(_weighted(q, (input - target) ** 2), reduction)
 
 
 def graded_norm_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
                      reduction: str = "mean") -> Tensor:
     """Graded norm loss ‖y − ŷ‖_q² = Σ_i q_i |y_i − ŷ_i|² (000 Eq. 3), one value per vector."""
     _check(input, target, reduction)
-    q = _weights(grades, input, what="graded_norm_loss")
-    return _reduce((q * (input - target) ** 2).sum(-1), reduction)
+    q = _weights(grades, input, what="graded_norm_loss", own_dtype=True)
+    return _reduce(_weighted(q, (input - target) ** 2).sum(-1), reduction)
 
 
 def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
@@ -194,7 +226,9 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
     samples; ``torch.nn.functional.cross_entropy(weight=...)`` instead divides by the sum of
     the weights of the targets, which would cancel a uniform grading. The mean of no sample (an
     empty batch, or every target ignored) is NaN with zero gradients, as
-    ``F.cross_entropy``'s.
+    ``F.cross_entropy``'s. A grading's scale beyond the input's dtype (10⁵ for float16) weights
+    as in :func:`linearly_graded_loss`: q·y is formed in the wider dtype, so a zero target
+    probability gives 0, not ∞·0 = NaN.
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -202,7 +236,9 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
     if not isinstance(target, Tensor):
         raise TypeError(f"target must be a tensor of class indices or probabilities, got "
                         f"{type(target).__name__}")
-    q = _weights(grades, input, what="graded_cross_entropy")
+    q = _weights(grades, input, what="graded_cross_entropy", own_dtype=True)
+    if torch.promote_types(q.dtype, input.dtype) == input.dtype:
+        q = q.to(input.dtype)  # no scale can overflow the cast: cast once, as _weighted would
     if from_logits:
         logp = F.log_softmax(input, -1)
     else:
@@ -227,15 +263,18 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
             raise ValueError(f"class-index target out of range [0, {c}): got "
                              f"{target[out_of_range][:5].tolist()}")
         q_y = q.expand_as(logp).gather(-1, idx).squeeze(-1)
+        q_y_narrow = (q_y if q.dtype == input.dtype
+                      else q.to(input.dtype).expand_as(logp).gather(-1, idx).squeeze(-1))
         logp_y = logp.gather(-1, idx).squeeze(-1)
         # a left-out target or a zero weight contributes 0, also where log p = −inf (and no NaN
         # gradient reaches learnable weights through 0·(−inf))
-        drop = ~keep | (q_y == 0)
-        per = -(q_y * torch.where(drop, torch.zeros_like(logp_y), logp_y))
+        drop = ~keep | (q_y_narrow == 0)
+        per = -_weighted(q_y, torch.where(drop, torch.zeros_like(logp_y), logp_y),
+                         narrow=q_y_narrow)
     else:
         _check(input, target, reduction)
-        drop = (target == 0) | (q == 0)  # 0·log 0 = 0, as for a zero weight
-        per = -(q * target * torch.where(drop, torch.zeros_like(logp), logp)).sum(-1)
+        drop = (target == 0) | (q.to(input.dtype) == 0)  # 0·log 0 = 0, as for a zero weight
+        per = -(_weighted(q, target) * torch.where(drop, torch.zeros_like(logp), logp)).sum(-1)
     if reduction == "mean" and keep is not None:
         kept = keep.sum()
         # 0/0 would be NaN too, but with NaN gradients (inf·0) for learnable weights
@@ -251,8 +290,8 @@ def max_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     With no coordinates (last dimension 0) the loss is 0, as for the sums of the other losses.
     """
     _check(input, target, reduction)
-    q = _weights(grades, input, what="max_graded_loss")
-    terms = q * (input - target) ** 2
+    q = _weights(grades, input, what="max_graded_loss", own_dtype=True)
+    terms = _weighted(q, (input - target) ** 2)
     if terms.shape[-1] == 0:  # amax has no identity; every term is >= 0, so the empty max is 0
         return _reduce(terms.new_zeros(terms.shape[:-1]), reduction)
     return _reduce(terms.amax(-1), reduction)
@@ -263,16 +302,17 @@ def linearly_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     """Linearly graded loss Σ_i Σ_k q_k ℓ(ŷ_{i,k}, y_{i,k}) (000 Def 5.37, Eq. 63).
 
     ``reduction="sum"`` is Eq. 63 exactly. Tensor grades are the weights q_k = f(q_k) of the
-    definition; a :class:`LinearGrading` contributes its scales f(q). ``base_loss`` is one of
-    mse, l1, smooth_l1, huber, bce (probabilities), bce_with_logits, or a callable returning
-    elementwise losses.
+    definition; a :class:`LinearGrading` contributes its scales f(q), in their own dtype where
+    they are beyond the input's (1e5 · 1e-4 is 10 for a float16 input, not ∞). ``base_loss`` is
+    one of mse, l1, smooth_l1, huber, bce (probabilities), bce_with_logits, or a callable
+    returning elementwise losses.
     """
     _check(input, target, reduction)
     if isinstance(grades, ExponentialGrading):
         raise TypeError("linearly_graded_loss got an ExponentialGrading; use "
                         "exponentially_graded_loss for weights λ^q")
-    q = _weights(grades, input, what="linearly_graded_loss")
-    return _reduce(q * _elementwise(base_loss, input, target), reduction)
+    q = _weights(grades, input, what="linearly_graded_loss", own_dtype=True)
+    return _reduce(_weighted(q, _elementwise(base_loss, input, target)), reduction)
 
 
 def _exponential_factors(log_weights: Tensor, dtype: torch.dtype,

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 from analysis_helpers import tiny_config
+from torch import nn
 
-from graded import TransformerLM
+from graded import Seq2SeqTransformer, TransformerLM
 from graded.analysis import (
     attention_maps,
     attention_modules,
@@ -185,3 +186,44 @@ def test_diagnose_refuses_alphas_that_share_a_metric_key(tokens):
     with pytest.raises(ValueError, match=r"alphas=\[0\.1, 0\.10001\] give the metric keys .*"
                                          r"some twice"):
         diagnose(model, tokens, alphas=[0.1, 0.10001], lipschitz_steps=1, n_random=1)
+
+
+def _forward_counter(model: nn.Module) -> list[int]:
+    calls = [0]
+
+    def count(module, args):
+        calls[0] += 1
+
+    model.register_forward_pre_hook(count)
+    return calls
+
+
+@pytest.mark.parametrize(("k", "message"), [
+    (7, r"k=7 leaves no query beyond the first k positions in a sequence of 7; use 1 <= k < 7"),
+    (9, r"k=9 leaves no query .* sequence of 7"),
+    (0, r"k must be a positive int .* got 0"),
+    (True, r"k must be a positive int .* got True"),
+])
+def test_diagnose_refuses_k_before_any_diagnostic_runs(tokens, k, message):
+    # k >= the length of 7 failed in the positional sweep, after the rank, head and
+    # Lipschitz diagnostics had run the model many times; now no forward pass runs
+    model = TransformerLM(tiny_config(grading="linear"))
+    forwards = _forward_counter(model)
+    with pytest.raises(ValueError, match=message):
+        diagnose(model, tokens, k=k, lipschitz_steps=1, n_random=1)
+    assert forwards[0] == 0
+
+
+def test_diagnose_checks_k_against_the_shortest_sequence_of_a_seq2seq_model():
+    # the decoder's self-attention has the target's 3 queries: k=3 leaves none beyond it
+    model = Seq2SeqTransformer(tiny_config(grading="linear", n_decoder_layers=1))
+    src, tgt = torch.randint(0, 11, (2, 6)), torch.randint(0, 11, (2, 3))
+    forwards = _forward_counter(model)
+    with pytest.raises(ValueError, match=r"k=3 leaves no query .* sequence of 3"):
+        diagnose(model, (src, tgt), k=3, lipschitz_steps=1, n_random=1)
+    assert forwards[0] == 0
+    with pytest.raises(ValueError, match=r"k=3 leaves no query .* sequence of 3"):
+        positional_bias_sweep(model, (src, tgt), [0.0], k=3)
+    assert forwards[0] == 0
+    report = diagnose(model, (src, tgt), k=2, lipschitz_steps=1, n_random=1)
+    assert "positional/uniform" in report.metrics

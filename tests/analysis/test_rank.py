@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from analysis_helpers import tiny_config
@@ -204,3 +205,32 @@ def test_random_study_reproduces_the_notes_numerical_check_of_001_prop_3_5():
     assert study[2.0].attention["graded"].effective_rank > base
     assert study[2.0].attention["graded_matched"].effective_rank < base
     assert study[4.0].attention["graded"].effective_rank < base
+
+
+def _rank_by_loop(a: torch.Tensor, rtol: float) -> float:
+    """#{σ_i > rtol·σ_1} from NumPy's float64 singular values, counted in a loop."""
+    s = np.linalg.svd(a.double().numpy(), compute_uv=False)
+    return float(sum(1 for x in s if x > rtol * s[0]))
+
+
+@pytest.mark.parametrize("rtol", [np.float32(0.3), np.float64(0.3), torch.tensor(0.3),
+                                  torch.tensor(0.3, dtype=torch.float64), 0.3],
+                         ids=["np.float32", "np.float64", "tensor32", "tensor64", "float"])
+def test_numerical_rank_takes_any_real_rtol(rtol):
+    # a NumPy float32 or a 0-d tensor was refused by an isinstance(rtol, (int, float)) check
+    a = torch.diag(torch.tensor([1.0, 0.5, 0.2, 1e-3]))
+    assert numerical_rank(a, rtol).item() == _rank_by_loop(a, float(rtol)) == 2.0
+
+
+@pytest.mark.parametrize(("rtol", "error", "message"), [
+    (math.nan, ValueError, r"rtol must be a finite number, got nan"),
+    (-0.1, ValueError, r"rtol must be a number in \(0, 1\), got -0\.1"),
+    (np.float32(-0.5), ValueError, r"rtol must be a number in \(0, 1\), got -0\.5"),
+    (torch.tensor(math.nan), ValueError, r"rtol must be a finite number, got nan"),
+    (1.0, ValueError, r"rtol must be a number in \(0, 1\), got 1\.0"),
+    (True, TypeError, r"rtol must be a number, got True \(bool\)"),
+    (torch.tensor([0.1]), TypeError, r"rtol must be a number, got tensor"),
+])
+def test_numerical_rank_names_an_rtol_that_is_not_a_number_in_0_1(rtol, error, message):
+    with pytest.raises(error, match=message):
+        numerical_rank(torch.eye(2), rtol)

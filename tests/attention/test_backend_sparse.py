@@ -251,3 +251,44 @@ def test_sparse_backends_refuse_general_masks_and_cross_attention(name, opts):
         backend(q, q, q, attn_mask=torch.ones(12, 12, dtype=torch.bool))
     with pytest.raises(ValueError, match=rf"{name} backend needs self-attention lengths"):
         backend(q, q[:, :, :8], q[:, :, :8])
+
+
+BIGBIRD_BAD_OPTIONS = [
+    ("block_size", 0, r"block_size must be a positive int, got 0"),
+    ("block_size", 2.5, r"block_size must be a positive int, got 2\.5"),
+    ("num_global_blocks", -1, r"num_global_blocks must be an int >= 0, got -1"),
+    ("num_random_blocks", -1, r"num_random_blocks must be an int >= 0, got -1"),
+    ("num_random_blocks", True, r"num_random_blocks must be an int >= 0, got True"),
+    ("window_blocks", 4, r"window_blocks must be odd, got 4"),
+    ("window_blocks", 0, r"window_blocks must be a positive int, got 0"),
+    ("seed", 1.5, r"seed must be an int, got 1\.5"),
+]
+
+
+@pytest.mark.parametrize("option,value,message", BIGBIRD_BAD_OPTIONS)
+def test_bigbird_refuses_an_option_set_after_construction_as_its_constructor_does(
+        option, value, message):
+    """``backend.block_size = 0`` (an even window, a negative random-block count) was taken
+    and failed later, or drew a different pattern; it is refused when set, with the
+    constructor's error, and the option in force is unchanged."""
+    with pytest.raises(ValueError, match=rf"bigbird backend: {message}"):
+        get_backend("bigbird", **{**BIGBIRD_OPTIONS, option: value})
+    backend = get_backend("bigbird", **BIGBIRD_OPTIONS, kernel="native")
+    with pytest.raises(ValueError, match=rf"bigbird backend: {message}"):
+        setattr(backend, option, value)
+    assert getattr(backend, option) == BIGBIRD_OPTIONS[option]
+    q, k, v, pad, _ = inputs(False)
+    q, k, v = (x.detach() for x in (q, k, v))
+    keep = pattern_mask(bigbird_rule(backend, False), T, False) & ~pad[:, None, None, :]
+    torch.testing.assert_close(backend(q, k, v, key_padding_mask=pad),
+                               masked_softmax_attention(q, k, v, keep, 8**-0.5))
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0])
+def test_block_sparse_refuses_a_block_size_set_after_construction(value):
+    layout = torch.ones(4, 4, dtype=torch.bool)
+    backend = get_backend("block_sparse", layout=layout, block_size=12)
+    with pytest.raises(ValueError, match=rf"block_sparse backend: block_size must be a "
+                                         rf"positive int, got {value!r}"):
+        backend.block_size = value
+    assert backend.block_size == 12

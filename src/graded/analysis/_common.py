@@ -148,13 +148,19 @@ def to_float64(x: Tensor) -> Tensor:
     return x.detach().to(torch.float64)
 
 
-def input_length(inputs: Inputs) -> int:
-    """The longest sequence among the inputs (source and target of a seq2seq model)."""
+def input_lengths(inputs: Inputs) -> list[int]:
+    """The length of each (batch, length, ...) tensor among the inputs (source and target of a
+    seq2seq model), in order."""
     xs = [inputs] if isinstance(inputs, Tensor) else [x for x in inputs if isinstance(x, Tensor)]
     lengths = [int(x.shape[1]) for x in xs if x.dim() >= 2]
     if not lengths:
         raise ValueError("inputs hold no (batch, length, ...) tensor")
-    return max(lengths)
+    return lengths
+
+
+def input_length(inputs: Inputs) -> int:
+    """The longest sequence among the inputs (source and target of a seq2seq model)."""
+    return max(input_lengths(inputs))
 
 
 

@@ -21,7 +21,11 @@ from graded.analysis.maps import (
     plot_attention_maps,
 )
 from graded.analysis.plots import plot_head_diversity, plot_rank_comparison, plot_rollout
-from graded.analysis.positional import plot_positional_bias, positional_bias_sweep
+from graded.analysis.positional import (
+    check_sweep_k,
+    plot_positional_bias,
+    positional_bias_sweep,
+)
 from graded.analysis.rank import DEFAULT_RTOL, attention_rank
 from graded.analysis.trajectories import plot_grade_trajectories
 from graded.analysis.twin import ungraded_twin
@@ -91,7 +95,9 @@ def diagnose(
     (``concentration/...``, graded models) and the same head metrics for the ungraded twin
     (``heads/ungraded/...``). With ``out_dir`` the plots are written there. ``grade_records``
     (a run folder, JSONL/CSV file or list of snapshots) adds the grade trajectory plot.
-    ``model_kwargs`` (e.g. ``key_padding_mask``) are passed to every forward call.
+    ``model_kwargs`` (e.g. ``key_padding_mask``) are passed to every forward call. ``k`` (the
+    sweep's number of early keys) must leave a later query in every input sequence; it is
+    checked, with ``alphas``, before any diagnostic runs.
     """
     if alphas is not None:  # checked before any diagnostic runs
         alphas = [float(a) for a in alphas]
@@ -102,6 +108,11 @@ def diagnose(
     metrics: dict[str, float] = {}
     plots: dict[str, Path] = {}
     graded = getattr(getattr(model, "config", None), "grading", None) is not None
+    # one position has no query beyond the first k >= 1 keys: no early mass to measure
+    sweeps = (graded and model.config.positional in TABLE_POSITIONAL
+              and input_length(inputs) >= 2)
+    if sweeps:  # k checked before any diagnostic runs, not after all but the sweep
+        check_sweep_k(k, inputs)
 
     with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
         run_model(model, inputs, **model_kwargs)
@@ -137,12 +148,10 @@ def diagnose(
     metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
 
     sweep = None
-    length = input_length(inputs)
-    # one position has no query beyond the first k >= 1 keys: no early mass to measure
-    if graded and model.config.positional in TABLE_POSITIONAL and length >= 2:
+    if sweeps:
         sweep = positional_bias_sweep(model, inputs,
                                       alphas if alphas is not None
-                                      else default_alphas(model, length), k=k,
+                                      else default_alphas(model, input_length(inputs)), k=k,
                                       **model_kwargs)
         for a, mass in zip(sweep["alphas"], sweep["mean"]):
             metrics[_alpha_key(a)] = mass

@@ -27,6 +27,7 @@ from graded.analysis._common import (
     check_weights,
     eval_mode,
     input_length,
+    input_lengths,
     pyplot,
     run_model,
     save_figure,
@@ -57,6 +58,13 @@ def _check_k(k: int, t_q: int) -> None:
     if k >= t_q:
         raise ValueError(f"k={k} leaves no query beyond the first k positions in a sequence "
                          f"of {t_q}; use 1 <= k < {t_q}")
+
+
+def check_sweep_k(k: int, inputs: Inputs) -> None:
+    """:func:`_check_k` for the sweep over ``inputs``, before any forward pass: the queries of
+    each self-attention layer are the positions of one input sequence (the source or the
+    target of a seq2seq model), so k must leave a later query in the shortest."""
+    _check_k(k, min(input_lengths(inputs)))
 
 
 def early_attention_mass(weights: Tensor, k: int, queries: Tensor | None = None) -> float:
@@ -149,6 +157,7 @@ def positional_bias_sweep(
     alphas = [float(a) for a in alphas]  # a list, or a 1-D tensor or array, of numbers
     if not alphas:
         raise ValueError("alphas must hold at least one value of α")
+    check_sweep_k(k, inputs)
     feature = feature_grading(model)
     base = feature if isinstance(feature, ExponentialGrading) else None
     if kind == "exponential" and base is None:

@@ -44,6 +44,7 @@ from graded.analysis.capture import (
 )
 from graded.attention.functional import safe_softmax
 from graded.attention.graded import VARIANTS, grade_heads
+from graded.checks import check_float
 
 __all__ = [
     "CONDITIONS",
@@ -70,9 +71,13 @@ def singular_values(matrices: Tensor) -> Tensor:
 
 
 def numerical_rank(matrices: Tensor, rtol: float = DEFAULT_RTOL) -> Tensor:
-    """#{σ_i > rtol·σ_1} for each matrix (0 for a zero matrix), as a float tensor."""
-    if not (isinstance(rtol, (int, float)) and 0.0 < rtol < 1.0):
-        raise ValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
+    """#{σ_i > rtol·σ_1} for each matrix (0 for a zero matrix), as a float tensor.
+
+    ``rtol`` is any real number in (0, 1): a Python or NumPy one, or a 0-d tensor (not a bool).
+    """
+    rtol = check_float("rtol", rtol)  # a number (NotANumberError), not NaN or ±inf
+    if not 0.0 < rtol < 1.0:  # rtol >= 1: σ_i > rtol·σ_1 holds for no i, every rank 0
+        raise ValueError(f"rtol must be a number in (0, 1), got {rtol}")
     s = singular_values(matrices)
     top = s[..., :1]
     return ((s > rtol * top) & (top > 0)).sum(dim=-1).to(torch.float64)

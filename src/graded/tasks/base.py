@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -38,6 +39,20 @@ IGNORE_INDEX = -100
 SPLIT_KINDS = ("random", "size", "family", "relabelled")
 GRADED_OBJECTS = ("positions", "tokens", "features", "vocabulary", "none")
 MAX_SEED = 2**64 - 1  # the largest seed a torch.Generator takes
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """``seed`` as an int in [0, ``MAX_SEED``], the seeds a ``torch.Generator`` takes; the one
+    check of a seed given to ``generate``, ``split`` and ``relabel``."""
+    return check_int(name, seed, minimum=0, maximum=MAX_SEED)
+
+
+def derived_seed(seed: int, offset: int) -> int:
+    """The seed ``seed + offset`` that a split derives from its ``seed`` (its test draw, its
+    relabelling, its top-up draws), reduced modulo 2**64 into [0, ``MAX_SEED``] so that every
+    seed a task takes derives seeds it takes. It is ``seed + offset`` itself for every seed up
+    to ``MAX_SEED − offset``: the splits of those seeds are unchanged by the reduction."""
+    return (operator.index(seed) + offset) % (MAX_SEED + 1)  # a NumPy seed as a Python int
 
 
 class Vocab:
@@ -274,7 +289,8 @@ class Task(abc.ABC):
         raise ValueError(f"only 'size' and 'family' splits have configurations, got {kind!r}")
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
-        """The same objects under a label-preserving bijection of the inputs (003 §3.2)."""
+        """The same objects under a label-preserving bijection of the inputs (003 §3.2), a
+        function of ``seed`` (checked by :func:`check_seed` in every task that has one)."""
         raise ValueError(f"a relabelled split is not meaningful for task {self.name!r}")
 
     def canonicalize(self, data: TaskDataset) -> TaskDataset:
@@ -294,7 +310,7 @@ class Task(abc.ABC):
         """``n`` examples, a deterministic function of the configuration and ``seed``
         (0 <= seed <= ``MAX_SEED``, the seeds a ``torch.Generator`` takes, for every task)."""
         check_int("n", n, minimum=1)
-        check_int("seed", seed, minimum=0, maximum=MAX_SEED)
+        check_seed(seed)
         tensors = self._generate(n, seed)
         return TaskDataset(tensors, task=self.name, kind=self.kind, info=self.info())
 
@@ -327,11 +343,15 @@ class Task(abc.ABC):
         ``unseen=False`` keeps the test candidates as drawn, repeats of training inputs
         included: an i.i.d. sample of the test distribution, whose loss estimates the
         population risk rather than the loss on unseen objects.
+
+        The test set, its relabelling and its top-up draws take seeds derived from ``seed``
+        (``seed + 1``, ``seed + 2``, ...: :func:`derived_seed`, modulo 2**64 near ``MAX_SEED``).
         """
         if kind not in SPLIT_KINDS:
             raise ValueError(f"split kind must be one of {SPLIT_KINDS}, got {kind!r}")
         check_int("n_train", n_train, minimum=1)
         check_int("n_test", n_test, minimum=1)
+        seed = check_seed(seed)
         finish = unseen_test if unseen else _as_drawn
         if kind == "random":
             pool = self.generate(n_train + n_test, seed)
@@ -342,12 +362,13 @@ class Task(abc.ABC):
         if kind in ("size", "family"):
             train_task, test_task = self.split_configs(kind)
             train = train_task.generate(n_train, seed)
-            return train, finish(train, test_task.generate(n_test, seed + 1), n_test,
-                                 lambda m, s: test_task.generate(m, s), seed)
+            test = test_task.generate(n_test, derived_seed(seed, 1))
+            return train, finish(train, test, n_test, lambda m, s: test_task.generate(m, s), seed)
         train = self.canonicalize(self.generate(n_train, seed))
-        test = self.relabel(self.generate(n_test, seed + 1), seed + 2)
+        test = self.relabel(self.generate(n_test, derived_seed(seed, 1)), derived_seed(seed, 2))
         return train, finish(train, test, n_test,
-                             lambda m, s: self.relabel(self.generate(m, s), s + 1), seed)
+                             lambda m, s: self.relabel(self.generate(m, s), derived_seed(s, 1)),
+                             seed)
 
 
 # ---- train/test disjointness ----------------------------------------------------------------
@@ -384,7 +405,8 @@ def unseen_test(train: TaskDataset, candidates: TaskDataset, n_test: int,
     numbering, a relabelled modular pair that is a training pair), and an input seen in training
     with its answer measures memory, not the rule a split tests. The test set is the
     ``candidates`` whose inputs are unseen, in order, topped up from fresh draws
-    ``draw(m, seed')``; when ``candidates`` are all unseen they are returned unchanged.
+    ``draw(m, seed')`` (seed' = :func:`derived_seed` of ``seed`` and 1_000_003 times the
+    draw's number); when ``candidates`` are all unseen they are returned unchanged.
     ``ValueError`` when the task has too few distinct objects for the sizes asked for.
     """
     seen = set(input_keys(train))
@@ -398,7 +420,7 @@ def unseen_test(train: TaskDataset, candidates: TaskDataset, n_test: int,
         if have == n_test:
             return parts[0] if len(parts) == 1 else concat_datasets(parts)
         if attempt < TOP_UP_DRAWS:
-            source = draw(m, seed + 1_000_003 * (attempt + 1))
+            source = draw(m, derived_seed(seed, 1_000_003 * (attempt + 1)))
             m *= 2
     raise ValueError(
         f"only {have} of n_test={n_test} test examples could be drawn whose inputs are not "

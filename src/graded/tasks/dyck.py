@@ -21,7 +21,15 @@ import torch
 from torch import Tensor
 
 from graded.checks import check_float, check_int
-from graded.tasks.base import IGNORE_INDEX, Task, TaskDataset, Vocab, lm_tensors, pad_sequences
+from graded.tasks.base import (
+    IGNORE_INDEX,
+    Task,
+    TaskDataset,
+    Vocab,
+    check_seed,
+    lm_tensors,
+    pad_sequences,
+)
 
 SMALL_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("<", ">"))
 
@@ -189,6 +197,7 @@ class DyckLM(Task):
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Rename the bracket types by a permutation: balance, depths and every correct next
         token are preserved, so the relabelled targets are the mapped targets."""
+        seed = check_seed(seed)
         table = self.type_permutation(seed)
         changes = {"inputs": table[data.inputs]}
         if self.kind == "lm":

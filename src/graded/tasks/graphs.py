@@ -56,7 +56,7 @@ from torch import Tensor
 from graded.checks import check_choice, check_float, check_int
 from graded.encodings.canonical import MAX_CANONICAL_VERTICES, canonical_graph
 from graded.encodings.graphs import EdgeListCodec, adjacency_from_edges, as_adjacency
-from graded.tasks.base import Task, TaskDataset, Vocab, pad_sequences
+from graded.tasks.base import Task, TaskDataset, Vocab, check_seed, pad_sequences
 
 FAMILIES = ("erdos_renyi", "tree", "cycle", "complete_bipartite", "regular", "grid")
 TARGETS = ("bipartite", "connected", "triangles", "max_degree", "edges")
@@ -407,5 +407,6 @@ class GraphProperties(Task):
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Every graph renumbered by a fresh uniform permutation; targets recomputed (they are
         isomorphism invariants, so they come out unchanged)."""
+        seed = check_seed(seed)
         rng = random.Random(seed)
         return data.replace(**self._encode([permuted(g, rng) for g in self.graphs(data)]))

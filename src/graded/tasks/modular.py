@@ -16,7 +16,15 @@ import torch
 from torch import Tensor
 
 from graded.checks import check_choice, check_float, check_int
-from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, Vocab, input_keys
+from graded.tasks.base import (
+    SPLIT_KINDS,
+    Task,
+    TaskDataset,
+    Vocab,
+    check_seed,
+    derived_seed,
+    input_keys,
+)
 
 OPERATIONS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "quad": "^"}
 
@@ -158,7 +166,7 @@ class ModularArithmetic(Task):
         if kind == "random":
             return train, held_out.subset(torch.arange(total - n_train if n_test is None
                                                        else n_test))
-        shown = self.relabel(held_out, seed + 1)
+        shown = self.relabel(held_out, derived_seed(seed, 1))
         seen = set(input_keys(train)) if unseen else set()
         fresh = [i for i, key in enumerate(input_keys(shown)) if key not in seen]
         if n_test is None:
@@ -194,6 +202,7 @@ class ModularArithmetic(Task):
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Every number relabelled by an automorphism σ: (σa, σb) ↦ σc."""
+        seed = check_seed(seed)
         sigma = self.automorphism(seed)
         a, b = self.operands(data)
         out = self.encode_pairs(sigma[a], sigma[b])

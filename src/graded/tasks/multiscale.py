@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from graded.checks import check_choice, check_float, check_int
-from graded.tasks.base import Task, TaskDataset, check_numbers
+from graded.tasks.base import Task, TaskDataset, check_numbers, check_seed
 
 REPRESENTATIONS = ("spectral", "time")
 TARGETS = ("component", "amplitude")
@@ -151,6 +151,7 @@ class MultiScaleSignals(Task):
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Shift every signal circularly by a random multiple m of the target stride: a
         bijection that shifts the slow component by the same m (the amplitude is unchanged)."""
+        seed = check_seed(seed)
         g = torch.Generator().manual_seed(seed)
         n = len(data)
         steps = torch.randint(0, self.num_points, (n,), generator=g)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from graded.checks import check_choice, check_float, check_int
-from graded.tasks.base import Task, TaskDataset
+from graded.tasks.base import Task, TaskDataset, check_seed
 
 TARGETS = ("graded_energy", "linear")
 
@@ -116,6 +116,7 @@ class PolynomialRegression(Task):
         """Substitute x ↦ -x in every polynomial (a_{t,k} ↦ (-1)^k a_{t,k}) and permute the
         order of the polynomials: both are bijections; the graded energy is invariant and the
         linear target is recomputed. Noise added at generation is kept."""
+        seed = check_seed(seed)
         g = torch.Generator().manual_seed(seed)
         x, pad = data.inputs.to(torch.float64), data.tensors["key_padding_mask"]
         sign = torch.tensor([(-1.0) ** k for k in range(self.degree + 1)], dtype=torch.float64)

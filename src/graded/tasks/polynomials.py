@@ -22,7 +22,15 @@ from typing import ClassVar
 from torch import Tensor
 
 from graded.checks import check_choice, check_int
-from graded.tasks.base import IGNORE_INDEX, Task, TaskDataset, Vocab, lm_tensors, pad_sequences
+from graded.tasks.base import (
+    IGNORE_INDEX,
+    Task,
+    TaskDataset,
+    Vocab,
+    check_seed,
+    lm_tensors,
+    pad_sequences,
+)
 
 OPERATIONS = {"product": "*", "composition": "o"}
 MAX_VOCAB = 20_000
@@ -216,6 +224,7 @@ class PolynomialArithmetic(Task):
         """Substitute x ↦ -x: (p(-x))(q(-x)) = r(-x) for products and p(q(-x)) = r(-x) for
         compositions, so odd-degree coefficients of q, r (and p for products) change sign.
         The map is an involution, hence a bijection. ``seed`` is unused (the map is fixed)."""
+        check_seed(seed)  # refused as every task's relabel refuses it
         pairs = []
         for toks in self.examples(data):
             p, q, _ = self.parse_example(toks)

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from graded.algebra import GradedSpace
 from graded.checks import check_choice, check_float
-from graded.tasks.base import Task, TaskDataset, check_numbers
+from graded.tasks.base import Task, TaskDataset, check_numbers, check_seed
 
 INVARIANTS = ("normal_form", "igusa")
 NEGATIVES = ("perturbed", "independent")
@@ -139,6 +139,7 @@ class WeightedProjectiveInvariants(Task):
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Every input moved to another representative λ⋆x of its point (labels unchanged)."""
+        seed = check_seed(seed)
         g = torch.Generator().manual_seed(seed)
         x = data.inputs[:, 0].to(torch.float64)
         rep = self.space.act(self.sample_lambdas(len(data), g), x)
@@ -205,6 +206,7 @@ class WeightedProjectiveSamePoint(WeightedProjectiveInvariants):
         return data.replace(inputs=y.reshape(n, t, d).float())
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
+        seed = check_seed(seed)
         g = torch.Generator().manual_seed(seed)
         x = data.inputs.to(torch.float64)
         n, t, d = x.shape

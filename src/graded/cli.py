@@ -562,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "when the first argument is a folder of runs)")
     p.set_defaults(handler=cmd_report)
 
-    p = sub.add_parser("demo", help="the main job: baseline vs LGT vs EGT on two graded tasks",
+    p = sub.add_parser("demo", help="baseline vs LGT vs EGT on two graded tasks",
                        formatter_class=fmt, description="Train a baseline transformer, an LGT "
                        "and an EGT (learnable grades, 000 Alg. 5.1/7.1) on two graded tasks "
                        "with several seeds, next to simple baselines; write OUT/report.md.")

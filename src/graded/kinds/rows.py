@@ -8,10 +8,16 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graded.checks import check_id_range
 from graded.evaluation import baselines as B
 from graded.kinds.base import Batch, LossSum, TaskKind, _weighted_sum
 from graded.tasks.base import TaskDataset
 from graded.train.losses import sequence_cross_entropy
+
+#: The ``ignore_index`` the classification loss passes to the cross-entropy: no int64 class id
+#: equals it, so every row is scored and a negative id (``IGNORE_INDEX`` included) fails
+#: instead of dropping its row from the sum while the count keeps it.
+_NO_IGNORED_CLASS = -(2**63)
 
 
 class Classification(TaskKind):
@@ -26,6 +32,19 @@ class Classification(TaskKind):
 
         return TransformerClassifier(model_config, task.num_outputs, pooling=pooling)
 
+    def check_data(self, model: nn.Module, data: Batch) -> bool:
+        """:meth:`TaskKind.check_data`, and the targets: class ids in [0, number of classes)
+        (every row is scored: a classification target has no ignore value), so that a bad
+        target fails here, naming its range, rather than in a step."""
+        checked = super().check_data(model, data)
+        targets = data.get("targets")
+        if targets is not None and targets.dim() == 1 and not targets.is_floating_point():
+            classes = _num_outputs(model)
+            if classes is None:  # the upper bound is the loss's to check
+                classes = int(targets.max()) + 1 if targets.numel() else 1
+            check_id_range(targets, classes, "'targets': class ids")
+        return checked
+
     def loss_count(self, batch: Batch) -> int:
         return int(batch["targets"].shape[0])
 
@@ -36,6 +55,9 @@ class Classification(TaskKind):
             return None
         targets = batch["targets"]
         top = int(targets.max()) if targets.numel() else -1
+        if targets.numel() and int(targets.min()) < 0:
+            raise ValueError(f"'targets': class ids in [{int(targets.min())}, {top}]; expected "
+                             "ids ≥ 0 (a classification target has no ignore value)")
         if output_grades.dim() != 1 or top >= output_grades.shape[0]:
             raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
                              f"one grade per class, at least {top + 1}")
@@ -47,7 +69,7 @@ class Classification(TaskKind):
         if targets.dim() != 1:
             raise ValueError(f"classification needs (B,) class targets, got shape "
                              f"{tuple(targets.shape)}")
-        per_row = sequence_cross_entropy(output.float(), targets,
+        per_row = sequence_cross_entropy(output.float(), targets, ignore_index=_NO_IGNORED_CLASS,
                                          label_smoothing=label_smoothing, reduction="none")
         return LossSum(_weighted_sum(per_row, weights, "row"), self._count(batch, count))
 
@@ -68,6 +90,15 @@ class Regression(Classification):
     metric_names = ("mse", "mae", "r2")
     grades_source = "the task's output_grades, one per target column"
 
+    def check_data(self, model: nn.Module, data: Batch) -> bool:
+        """:meth:`TaskKind.check_data` (the targets are real values, not class ids)."""
+        return TaskKind.check_data(self, model, data)
+
+    def check_options(self, *, label_smoothing: float) -> None:
+        if label_smoothing:
+            raise ValueError(f"train.label_smoothing={label_smoothing}: the regression loss is "
+                             "the squared error, which has no label smoothing; expected 0")
+
     def loss_count(self, batch: Batch) -> int:
         return int(batch["targets"].numel())
 
@@ -85,6 +116,7 @@ class Regression(Classification):
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
+        self.check_options(label_smoothing=label_smoothing)
         targets = batch["targets"]
         per_element = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
                                  reduction="none")
@@ -96,9 +128,11 @@ class Regression(Classification):
 
     def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
         targets = batch["targets"]
-        if output.numel() != targets.numel():
+        if output.numel() != targets.numel() or (
+                targets.dim() and output.dim() and output.shape[0] != targets.shape[0]):
             raise ValueError(f"regression output {tuple(output.shape)} does not match targets "
-                             f"{tuple(targets.shape)}")
+                             f"{tuple(targets.shape)}: expected one row of values per target "
+                             "row, as many values as targets")
         return output.reshape(targets.shape)
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
@@ -107,3 +141,11 @@ class Regression(Classification):
 
     def _answer(self, out: Tensor) -> dict[str, Any]:
         return {"prediction": out.tolist()}
+
+
+def _num_outputs(model: nn.Module) -> int | None:
+    """The number of outputs of an encoder model's head (``TransformerClassifier``); None for
+    a model of unknown shape."""
+    proj = getattr(getattr(model, "head", None), "proj", None)
+    n = getattr(proj, "out_features", None)
+    return n if isinstance(n, int) else None

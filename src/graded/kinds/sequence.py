@@ -83,8 +83,7 @@ class LM(TaskKind):
 
     def report(self, loss: float, predictions: Tensor, data: Batch | TaskDataset
                ) -> dict[str, float]:
-        return {**super().report(loss, predictions, data),
-                "perplexity": math.exp(min(loss, 50.0))}
+        return {**super().report(loss, predictions, data), "perplexity": _perplexity(loss)}
 
     def report_names(self, data: Batch | TaskDataset) -> tuple[str, ...]:
         return (*super().report_names(data), "perplexity")
@@ -202,6 +201,15 @@ class MorphicLM(LM):
         extra = {k: v.detach() if isinstance(v, Tensor) else float(v)  # read by the trainer
                  for k, v in (metrics or {}).items() if k != "loss"}
         return LossSum(mean * n, n, extra)
+
+
+def _perplexity(loss: float) -> float:
+    """exp(loss), the perplexity of a token-mean cross-entropy; inf where it overflows a float
+    (a loss above ~709), NaN for a NaN loss."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 class _TrainingLoss(nn.Module):

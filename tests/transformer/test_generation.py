@@ -376,3 +376,31 @@ def test_the_generation_functions_build_no_autograd_graph():
         out[0].requires_grad))
     generate_seq2seq(model, torch.randint(0, 17, (2, 3)), 3, bos_token_id=1)
     assert len(recorded) > 4 and not any(recorded)
+
+
+def test_top_k_and_top_p_equal_hugging_faces_warpers_on_edge_cases():
+    """k above the vocabulary, tiny and full top_p, rows with -inf scores, batch 1 and float16
+    scores, against transformers' ``TopKLogitsWarper`` and ``TopPLogitsWarper`` (ties have
+    probability 0 among these random scores, where the two differ by design)."""
+    transformers = pytest.importorskip("transformers")
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=150, deadline=None, derandomize=True)
+    @hypothesis.given(seed=st.integers(0, 2**31 - 1), batch=st.integers(1, 3),
+                      vocab=st.integers(1, 8), k=st.integers(1, 12),
+                      top_p=st.sampled_from([1e-9, 0.3, 0.5, 0.9, 0.999, 1.0]),
+                      banned=st.integers(0, 3),
+                      dtype=st.sampled_from([torch.float32, torch.float16]))
+    def check(seed, batch, vocab, k, top_p, banned, dtype):
+        g = torch.Generator().manual_seed(seed)
+        scores = torch.randn(batch, vocab, generator=g) * 3
+        scores[:, :min(banned, vocab - 1)] = float("-inf")
+        scores = scores.to(dtype)
+        ids = torch.zeros(batch, 1, dtype=torch.long)
+        top_k_hf = transformers.TopKLogitsWarper(k)(ids, scores.clone())
+        assert torch.equal(filter_logits(scores, top_k=k), top_k_hf)
+        top_p_hf = transformers.TopPLogitsWarper(top_p)(ids, scores.clone())
+        assert torch.equal(filter_logits(scores, top_p=top_p), top_p_hf)
+
+    check()

@@ -70,6 +70,19 @@ def test_a_token_graded_lm_generates_what_a_naive_regrading_loop_generates(use_c
     assert torch.equal(one, out[:, :10])
 
 
+def test_prompt_grades_given_as_lists_generate_what_a_naive_regrading_loop_generates():
+    torch.manual_seed(1)
+    model = TransformerLM(config(logit_bias=True, grading_base=4.0)).double().eval()
+    prompt = [1, OPEN, OPEN, 2]
+    out = model.generate(torch.tensor([prompt]), 6, token_grades=[depth(prompt)],
+                         token_grader=depth)
+    assert out[0].tolist() == naive_lm(model, prompt, 6)
+    with pytest.raises(ValueError, match=r"token_grades must be a tensor or nested lists .*"
+                                         r"\(1, 4\), got \[\[0\], \[0, 1\]\]"):
+        model.generate(torch.tensor([prompt]), 2, token_grades=[[0], [0, 1]],
+                       token_grader=depth)
+
+
 def test_a_token_graded_seq2seq_decodes_what_a_naive_regrading_loop_decodes():
     torch.manual_seed(3)
     cfg = config(n_layers=1, logit_bias=True, grading_base=4.0)

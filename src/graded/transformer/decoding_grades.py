@@ -51,7 +51,8 @@ def token_grading(
     model: torch.nn.Module, input_ids: Tensor, token_grades: Tensor | None,
     token_grader: TokenGrader | None, *, grades_new_tokens: bool,
 ) -> tuple[Tensor | None, GradeLast | None]:
-    """The checked ``token_grades`` of ``input_ids`` (as a float tensor) and the grader of new
+    """The checked ``token_grades`` of ``input_ids`` (a tensor, or nested lists such as
+    ``Task.grade_tokens`` gives per row, as a float tensor) and the grader of new
     tokens (:func:`grader_of`) for a model that grades tokens (``TransformerConfig.
     token_grading``): it needs both, the grader only when it generates (``grades_new_tokens``).
     (None, None) for a model that does not, which refuses them."""
@@ -67,11 +68,16 @@ def token_grading(
             "True) without token_grades: pass the grades of the input's tokens, shape (batch, "
             f"length) = {tuple(input_ids.shape)} (e.g. Task.grade_tokens), and a token_grader "
             "for the generated tokens")
-    if not isinstance(token_grades, Tensor) or tuple(token_grades.shape) != tuple(
-            input_ids.shape):
-        shape = tuple(token_grades.shape) if isinstance(token_grades, Tensor) else token_grades
-        raise ValueError(f"token_grades has shape {shape}; expected the input's "
-                         f"{tuple(input_ids.shape)}")
+    if not isinstance(token_grades, Tensor):  # e.g. a list of Task.grade_tokens' lists
+        try:
+            token_grades = torch.tensor(token_grades, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ValueError(
+                f"token_grades must be a tensor or nested lists of numbers of the input's shape "
+                f"(batch, length) = {tuple(input_ids.shape)}, got {token_grades!r}") from error
+    if tuple(token_grades.shape) != tuple(input_ids.shape):
+        raise ValueError(f"token_grades has shape {tuple(token_grades.shape)}; expected the "
+                         f"input's {tuple(input_ids.shape)}")
     if grades_new_tokens and token_grader is None:
         raise ValueError(
             "generate with a token-graded model (TransformerConfig.token_grading=True) needs "

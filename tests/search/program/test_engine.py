@@ -99,6 +99,28 @@ def test_folder_misuse_is_refused(tmp_path):
                    resume=True, executor=pool)
 
 
+def test_a_folder_holding_a_training_run_is_refused_and_left_as_it_was(tmp_path):
+    from graded.train.runs import RunFolder, open_run
+
+    folder = tmp_path / "trained"
+    with RunFolder(folder).lock() as trained:  # what the trainer writes before its checkpoints
+        open_run(trained, {"task": {"name": "toy"}}, None, existing=False, overwrite=False,
+                 entries=["checkpoints", "history.jsonl"])
+    (folder / "checkpoints" / "step_10").mkdir(parents=True)
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(FileExistsError, match=r"trained holds a training run \(.*checkpoints"):
+        run(tmp_path, "trained", 4)
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_folder_with_only_a_users_own_files_is_accepted(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.txt").write_text("my notes")
+    result = run(tmp_path, "notes", 4)
+    assert result.evaluations == 4
+    assert (tmp_path / "notes" / "README.txt").read_text() == "my notes"
+
+
 def test_failures_are_counted_by_reason(tmp_path):
     result = run(tmp_path, "f", 30)
     assert sum(result.failures.values()) == sum(

@@ -46,3 +46,11 @@ def test_loss_and_accuracy_equal_the_whole_set_at_every_batch_size(batch_size):
     assert report["accuracy"] == pytest.approx(accuracy)
     torch.testing.assert_close(predict(model, data, "classification", batch_size=batch_size),
                                logits)
+
+
+def test_data_without_examples_are_named():
+    # was torch.cat(): expected a non-empty list of Tensors
+    empty = {name: t[:0] for name, t in _data().items()}
+    for run in (evaluate, predict):
+        with pytest.raises(ValueError, match=r"hold no examples .*'inputs', 'targets'.* 0 rows"):
+            run(_Pooled(), empty, "classification")

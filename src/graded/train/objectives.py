@@ -75,11 +75,15 @@ def _outputs(model: nn.Module, data: Mapping[str, Tensor], kind: TaskKind, batch
     after), and inside :func:`checked_inputs` when ``kind`` could check the data once; a
     padding mask that masks nothing is dropped on the host, as in training."""
     check_int("batch_size", batch_size, minimum=1)
+    n = dataset_size(data)
+    if n == 0:  # nothing to average: torch.cat of no predictions failed with its own message
+        raise ValueError(f"the data hold no examples (tensors {sorted(data)} have 0 rows); "
+                         "expected at least one to evaluate or predict")
     was_training = model.training
     checked = kind.check_data(model, data)
     model.eval()
     try:
-        for start in range(0, dataset_size(data), batch_size):
+        for start in range(0, n, batch_size):
             host = kind.drop_empty_padding({name: t[start:start + batch_size]
                                             for name, t in data.items()})
             batch = to_device(host, device)

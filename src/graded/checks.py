@@ -151,11 +151,21 @@ def check_id_range(ids: torch.Tensor, vocab_size: int, name: str = "token ids") 
                          f"[{span[0]}, {span[1]}]")
 
 
+def check_finite(t: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` naming the range found unless every value of ``t`` is finite (a NaN
+    or ∞ would otherwise fail a comparison silently, or reach every output it touches); the
+    values are read once (:func:`value_range`)."""
+    _check_values(t, name, nonnegative=False)
+
+
 def check_finite_nonnegative(t: torch.Tensor, name: str) -> None:
-    """Raise ``ValueError`` naming the range found unless every value of ``t`` is finite and
-    ≥ 0; the values are read once (:func:`value_range`)."""
-    span = value_range(t)
+    """:func:`check_finite`, and every value ≥ 0."""
+    _check_values(t, name, nonnegative=True)
+
+
+def _check_values(t: torch.Tensor, name: str, *, nonnegative: bool) -> None:
+    span = value_range(t.detach())
     if span is not None and not (math.isfinite(span[0]) and math.isfinite(span[1])
-                                 and span[0] >= 0):
-        raise ValueError(f"{name} must be finite and >= 0, got values in "
-                         f"[{span[0]}, {span[1]}]")
+                                 and (span[0] >= 0 or not nonnegative)):
+        need = "finite and >= 0" if nonnegative else "finite"
+        raise ValueError(f"{name} must be {need}, got values in [{span[0]}, {span[1]}]")

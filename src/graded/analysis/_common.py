@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from torch import Tensor, nn
 
 from graded import plotting
 from graded._precision import at_least_float32
-from graded.checks import value_range
 from graded.plotting import pyplot
 
 __all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "eval_mode",
@@ -133,14 +131,6 @@ def check_weights(weights: Tensor, name: str = "weights", *, min_dim: int = 1) -
         raise ValueError(
             f"{name} must have shape {expected}, got shape {tuple(weights.shape)}"
         )
-
-
-def check_finite(t: Tensor, name: str) -> None:
-    """Raise ``ValueError`` naming the range found unless every value of ``t`` is finite: a
-    NaN or inf would otherwise fail a comparison silently and drop out of a diagnostic."""
-    span = value_range(t.detach())
-    if span is not None and not (math.isfinite(span[0]) and math.isfinite(span[1])):
-        raise ValueError(f"{name} must be finite, got values in [{span[0]}, {span[1]}]")
 
 
 def to_float64(x: Tensor) -> Tensor:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, check_finite, eval_mode, real_tokens, run_model
+from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
 from graded.analysis.capture import embedding_perturbation
-from graded.checks import check_float
+from graded.checks import check_finite, check_float
 from graded.transformer.graded import feature_grading
 
 __all__ = ["FeatureConcentration", "feature_concentration", "model_feature_concentration"]

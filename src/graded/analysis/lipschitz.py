@@ -33,7 +33,6 @@ from graded.analysis._common import (
     LOW_PRECISION,
     OUTPUT_PADDING,
     Inputs,
-    check_finite,
     check_materialised,
     eval_mode,
     padding_argument,
@@ -43,7 +42,7 @@ from graded.analysis._common import (
 )
 from graded.analysis.capture import embedding_perturbation
 from graded.analysis.twin import ungraded_twin
-from graded.checks import check_float, check_int
+from graded.checks import check_finite, check_float, check_int
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.graded import gradings
 

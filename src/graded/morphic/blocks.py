@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from graded.checks import check_float
+from graded.checks import check_finite, check_float
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh}
 
@@ -28,14 +28,6 @@ def _check_dims(**dims: int) -> None:
     for name, value in dims.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_finite(name: str, x: Tensor) -> None:
-    bad = (~torch.isfinite(x)).nonzero()
-    if bad.numel():
-        first = tuple(bad[0].tolist())
-        raise ValueError(f"{name} must be finite, got {bad.shape[0]} non-finite entries (the first "
-                         f"{x[first].item()} at {first})")
 
 
 class LinearBlock(nn.Module):
@@ -108,7 +100,7 @@ class FixedLinearBlock(nn.Module):
             raise ValueError(f"matrix must be a 2-D Tensor, got "
                              f"{getattr(matrix, 'shape', matrix)}; expected a (d_out, d_in) "
                              f"matrix with d_out, d_in >= 1")
-        _check_finite("matrix", matrix)
+        check_finite(matrix, "matrix")
         # a floating matrix keeps its precision (a float64 tool stays exact in a float64 model);
         # an integer one (a permutation) becomes the default float dtype
         matrix = matrix if matrix.is_floating_point() else matrix.to(torch.get_default_dtype())
@@ -150,7 +142,7 @@ class RetrievalBlock(nn.Module):
         temperature = check_float("temperature σ²", temperature, minimum=0, strict_min=True)
         if not keys.is_floating_point():
             raise TypeError(f"keys must be a floating tensor, got {keys.dtype}")
-        _check_finite("keys", keys)
+        check_finite(keys, "keys")
         self.register_buffer("keys", keys.detach().clone())
         self.d_in, self.d_out = d_in, keys.shape[0]
         self.temperature = float(temperature)

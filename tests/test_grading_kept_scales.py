@@ -106,6 +106,31 @@ def test_grades_passed_to_a_functional_call_are_used_not_the_kept_ones():
     torch.testing.assert_close(g.scales(), _linear([0.0, 1.0]))
 
 
+@pytest.mark.parametrize("kind", ["linear", "exponential"])
+def test_a_tangent_of_fixed_grades_is_not_lost_to_the_kept_scales(kind):
+    """Fixed grades given a tangent q̇ (forward-mode AD; the dual shares the grades' storage
+    and version) after their scales were kept: the scales' tangent is q̇ (LGT, q + 1) or
+    ln λ·λ^q·q̇ (EGT), not the zero of the kept value."""
+    import torch.autograd.forward_ad as fwAD
+
+    q = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    g = (LinearGrading(3, q) if kind == "linear" else ExponentialGrading(3, q)).double()
+    g.scales()  # kept
+    dq = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(g.grades, dq)
+        ones = torch.ones(3, dtype=torch.float64)
+        scales = torch.func.functional_call(g, {"grades": dual}, (ones,))
+        tangent = fwAD.unpack_dual(scales).tangent
+    if kind == "linear":
+        expected = dq
+    else:
+        base = float(g.base)
+        expected = math.log(base) * base ** q * dq
+    assert tangent is not None
+    torch.testing.assert_close(tangent, expected, rtol=1e-12, atol=0)
+
+
 def test_a_fixed_grade_model_follows_its_grades_between_forward_passes():
     cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=1, max_len=8,
                             grading="exponential", grade_init="warm_start",

@@ -245,7 +245,8 @@ class _FoldRows(torch.autograd.Function):
     ``dtype`` (:func:`fold_rows` under
     autocast) the folds are made in that dtype and their gradients arrive in it; the products
     with the float32 weights and scales promote to float32, as the gradient of autocast's cast
-    would. Differentiable twice (the backward is made of differentiable operators)."""
+    would. Differentiable twice (the backward is made of differentiable operators), and in
+    forward mode (:meth:`jvp`, ``torch.autograd.forward_ad``)."""
 
     @staticmethod
     def forward(ctx: Any, with_bias: tuple[int, ...], scale_of: tuple[int, ...],
@@ -255,6 +256,8 @@ class _FoldRows(torch.autograd.Function):
         ctx.with_bias, ctx.scale_of = with_bias, scale_of
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*tensors)
+        ctx.save_for_forward(*tensors)
+        ctx.dtype = dtype
         columns = [s[:, None] for s in scales]  # one view per distinct scale tensor
         cols = [columns[j] for j in scale_of]
         rows = [scales[scale_of[i]] for i in with_bias]
@@ -265,6 +268,30 @@ class _FoldRows(torch.autograd.Function):
             folded_w = _products_in(weights, cols, dtype)
             folded_b = _products_in(biases, rows, dtype)
         return (*folded_w, *folded_b)
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Tensor | None) -> tuple[Tensor, ...]:
+        """Forward-mode derivative: (s_i W_i)˙ = ṡ_i W_i + s_i Ẇ_i, likewise for the biases
+        (a missing tangent is zero), in the folds' dtype."""
+        with_bias, scale_of = ctx.with_bias, ctx.scale_of
+        n, nb = len(scale_of), len(with_bias)
+        tensors = ctx.saved_tensors
+        weights, biases, scales = tensors[:n], tensors[n:n + nb], tensors[n + nb:]
+        dots = tangents[3:]
+        dot_w, dot_b, dot_s = dots[:n], dots[n:n + nb], dots[n + nb:]
+
+        def tangent(x: Tensor, dot_x: Tensor | None, j: int, column: bool) -> Tensor:
+            s, dot = scales[j], dot_s[j]
+            if column:
+                s, dot = s[:, None], (None if dot is None else dot[:, None])
+            out = torch.zeros_like(x) if dot_x is None else s * dot_x
+            if dot is not None:
+                out = out + dot * x
+            return out if ctx.dtype is None else out.to(ctx.dtype)
+
+        return (*(tangent(weights[i], dot_w[i], scale_of[i], True) for i in range(n)),
+                *(tangent(biases[k], dot_b[k], scale_of[i], False)
+                  for k, i in enumerate(with_bias)))
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:

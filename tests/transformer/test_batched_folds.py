@@ -101,7 +101,7 @@ def test_the_fold_backward_is_autograds_gradient_twice_over(shared):
         return _FoldRows.apply(with_bias, scale_of, None, *tensors)
 
     inputs = (*weights, *biases, *scales)
-    assert torch.autograd.gradcheck(fold, inputs)
+    assert torch.autograd.gradcheck(fold, inputs, check_forward_ad=True)
     assert torch.autograd.gradgradcheck(fold, inputs)
 
 
@@ -511,3 +511,65 @@ def test_an_lm_pass_folds_with_the_stacked_head_scales(grading):
     assert together.get("select", 0) == apart.get("select", 0)
     # the rows of the packed projections (the heads' q, k, v are unbound in both passes)
     assert together.get("unbind", 0) == apart.get("unbind", 0) + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_forward_mode_under_autocast_gives_the_tangent_in_the_folds_dtype(dtype):
+    """The folds' tangent ṡ·W + s·Ẇ (and ṡ·b + s·ḃ) under autocast: float32 products rounded
+    once to the autocast dtype, as the folds themselves are."""
+    import torch.autograd.forward_ad as fwAD
+
+    from graded.folding import fold_rows
+
+    gen = torch.Generator().manual_seed(7)
+    w, dw = torch.randn(2, 6, 4, generator=gen).unbind(0)
+    b, s, db, ds = torch.randn(4, 6, generator=gen).unbind(0)
+    with fwAD.dual_level(), torch.autocast("cpu", dtype=dtype):
+        (fw, fb), = fold_rows([(fwAD.make_dual(w, dw), fwAD.make_dual(b, db))],
+                              [fwAD.make_dual(s, ds)])
+        tw, tb = fwAD.unpack_dual(fw).tangent, fwAD.unpack_dual(fb).tangent
+    assert (tw.dtype, tb.dtype) == (dtype, dtype)
+    assert torch.equal(tw, (ds[:, None] * w + s[:, None] * dw).to(dtype))
+    assert torch.equal(tb, (ds * b + s * db).to(dtype))
+
+
+@pytest.mark.parametrize("grading", ["linear", "exponential"])
+def test_forward_mode_through_a_folding_model_equals_the_activation_grading(grading):
+    """A directional derivative of a learnable-grade LM's logits (forward-mode AD, every
+    parameter given a tangent t) with its gradings folded into the weights equals the one with
+    the gradings on the activations, as the formulas are written, and reverse mode's
+    ⟨∇(v·logits), t⟩ for a random v. (``tie_weights=False`` and the tied head named too:
+    docs/models.md, "torch.func and the shared grading".)"""
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import functional_call
+
+    from graded.folding import activation_grading
+
+    model = lm(grading, learnable=True, attn_backend="explicit")  # (SDPA has no forward AD)
+    gen = torch.Generator().manual_seed(11)
+    params = dict(model.named_parameters())
+    tangents = {n: torch.randn(p.shape, dtype=p.dtype, generator=gen) for n, p in params.items()}
+
+    def derivative() -> torch.Tensor:
+        with fwAD.dual_level():
+            duals = {n: fwAD.make_dual(p.detach(), tangents[n]) for n, p in params.items()}
+            duals["head.proj.weight"] = duals["decoder.embed.tokens.weight"]  # tied
+            out = functional_call(model, duals, (IDS,), tie_weights=False)
+            return fwAD.unpack_dual(out).tangent
+
+    folded = derivative()
+    with activation_grading(model):
+        on_activations = derivative()
+    torch.testing.assert_close(folded, on_activations, rtol=0, atol=1e-12)
+
+    def logits(p: dict) -> torch.Tensor:
+        return functional_call(model, {**p, "head.proj.weight": p["decoder.embed.tokens.weight"]},
+                               (IDS,), tie_weights=False)
+
+    _, through_func = torch.func.jvp(logits, ({n: p.detach() for n, p in params.items()},),
+                                     (tangents,))
+    torch.testing.assert_close(folded, through_func, rtol=0, atol=1e-12)
+    v = torch.randn(folded.shape, dtype=folded.dtype, generator=gen)
+    grads = torch.autograd.grad((model(IDS) * v).sum(), list(params.values()), allow_unused=True)
+    reverse = sum((g * tangents[n]).sum() for n, g in zip(params, grads) if g is not None)
+    torch.testing.assert_close((folded * v).sum(), reverse, rtol=1e-12, atol=1e-12)

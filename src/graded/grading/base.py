@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 from torch import Tensor, nn
 
 from graded.checks import check_float, check_int
@@ -75,11 +76,13 @@ def _stamp(sources: Sequence[Tensor]) -> tuple | None:
     """What identifies the values of ``sources`` while their storage is held (address,
     version counter, view shape of each), or None where values derived from them must not be
     kept: under the compiler, when one is a parameter or takes a gradient, or is an inference
-    tensor (no version counter), or under ``torch.inference_mode`` (what it computes is an
-    inference tensor, which a later pass with autograd could not save for its backward). See
-    :meth:`GradingMap._kept_value`."""
+    tensor (no version counter), under ``torch.inference_mode`` (what it computes is an
+    inference tensor, which a later pass with autograd could not save for its backward), or
+    inside a forward-mode AD level (a dual tensor's tangent changes nothing the stamp sees).
+    See :meth:`GradingMap._kept_value`."""
     if (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
-            or torch._C._are_functorch_transforms_active()):  # wrappers: no data pointer
+            or torch._C._are_functorch_transforms_active()  # wrappers: no data pointer
+            or forward_ad._current_level >= 0):
         return None
     for t in sources:
         if t.requires_grad or t.is_inference() or _is_parameter(t):

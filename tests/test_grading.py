@@ -73,6 +73,25 @@ def test_learnable_identity_grades_are_floored_straight_through():
     torch.testing.assert_close(g.grades.grad, torch.ones(3, dtype=F64))
 
 
+@pytest.mark.parametrize("f", ["shift", "identity"])
+@pytest.mark.parametrize(("dtype", "grade"), [(torch.bfloat16, -3.0), (torch.bfloat16, -0.5),
+                                              (torch.float32, -3000.0), (F64, -7.0)])
+def test_learnable_linear_scales_below_the_floor_are_the_floor_exactly(f, dtype, grade):
+    """max(f(q), floor), computed as q + max(floor − q, f(q) − q), rounded floor − q: in
+    bfloat16 q = −3 gave the scale 0 (inverse ∞), in float32 q = −3000 too; now the scale is
+    the floor itself and the gradient still 1 (straight-through)."""
+    grade = grade - 1.0 if f == "shift" else grade  # f(q) = q + 1 below the floor
+    g = LinearGrading(2, [grade, 1.0], f=f, learnable=True, floor=1e-4, dtype=dtype)
+    floor = torch.tensor(1e-4, dtype=dtype).item()
+    s = g.scales()
+    assert s.tolist() == [floor, 2.0 if f == "shift" else 1.0]
+    assert torch.isfinite(g.inverse_scales()).all()
+    tokens = g.scales_at(torch.tensor([1.0, 2.0], dtype=dtype))
+    assert tokens[:, 0].tolist() == [floor, floor]
+    s.sum().backward()
+    assert g.grades.grad.tolist() == [1.0, 1.0]
+
+
 def test_exponential_scales_are_base_to_the_grades():
     grades = [0.0, 0.5, 1.0, 2.0, 3.25]
     g = ExponentialGrading(5, grades, base=3.0, dtype=F64)

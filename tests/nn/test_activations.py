@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from graded.algebra import GradedSpace
 from graded.nn import GradedExp, GradedReLU, graded_exp, graded_relu, signed_power
-from graded.nn.activations import DEFAULT_MAX_SLOPE
+from graded.nn.activations import DEFAULT_MAX_SLOPE, evaluated_grades
 
 F64 = torch.float64
 SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
@@ -179,6 +179,25 @@ def test_learnable_activation_grades_below_the_floor_stay_finite():
     assert torch.isfinite(out).all()
     out.sum().backward()
     assert torch.isfinite(act.grades.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, F64])
+def test_learnable_activation_grades_below_the_floor_are_evaluated_at_it_exactly(dtype):
+    """A grade below ``min_grade`` is evaluated at min_grade itself. It was computed as
+    q − min(q − floor, 0), which rounds q − floor: in bfloat16 −0.5 − 0.001 is −0.5, so the
+    grade came out 0 and exp(x/q) − 1 at x = 0 was NaN (0/0) instead of 0."""
+    act = GradedExp([1.0, 1.0, 1.0], learnable=True, dtype=dtype)
+    with torch.no_grad():
+        act.grades.copy_(torch.tensor([-0.5, -40.0, 2.0]))
+    floor = torch.tensor(act.min_grade, dtype=dtype).item()
+    assert evaluated_grades(act).tolist() == [floor, floor, 2.0]
+    out = act(torch.zeros(1, 3, dtype=dtype))
+    assert out.tolist() == [[0.0, 0.0, 0.0]]
+    x = torch.full((1, 3), 1e-3, dtype=dtype)
+    act(x).sum().backward()  # straight-through: d/dq of exp(x/q) − 1 at the floor
+    q = torch.tensor([floor, floor, 2.0], dtype=F64)
+    want = -x.double() / q**2 * torch.exp(x.double() / q)
+    torch.testing.assert_close(act.grades.grad.double(), want[0], rtol=2e-2, atol=0)
 
 
 @pytest.mark.parametrize("module", [GradedReLU, GradedExp])

@@ -81,8 +81,15 @@ def has_values(t: Tensor) -> bool:
 
 
 def straight_through_floor(x: Tensor, floor: float) -> Tensor:
-    """max(x, floor) in the forward pass, the identity in the backward pass:
-    x − min(x − floor, 0), the second term a constant (two operators at floor 0, three
-    otherwise)."""
-    below = x.detach() if floor == 0 else x.detach() - floor
-    return x - below.clamp(max=0.0)
+    """max(x, floor) in the forward pass, exactly, and the identity in the backward pass.
+
+    At floor 0 this is x − min(x, 0), the second term a constant (two operators; exact, as
+    x − x = 0). Otherwise it is (x − x) + max(x, floor) with the second x and the max
+    constants (three operators): the first term is exactly 0 in value and carries the
+    gradient 1, so the value is max(x, floor) itself. The form x − min(x − floor, 0) would
+    round x − floor: in bfloat16 −0.5 − 0.001 is −0.5, and the "floored" value would be 0,
+    the point the floor exists to avoid (1/q infinite, x/q NaN at x = 0)."""
+    if floor == 0:
+        return x - x.detach().clamp(max=0.0)
+    held = x.detach()
+    return (x - held) + held.clamp(min=floor)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.grading.base import GradingMap
-from graded.grading.grades import GradesLike, _describe_bad
+from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
 
 __all__ = ["LINEAR_FUNCTIONS", "LinearGrading"]
 
@@ -91,9 +91,10 @@ class LinearGrading(GradingMap):
 
     def _scales_from(self, q: Tensor) -> Tensor:
         if self.learnable and self.f in ("shift", "identity"):
-            # max(f(q), floor) forward and f'(q) = 1 backward, straight-through, in three
-            # operators: q + max(floor − q, f(q) − q), the second term a constant
-            return q + (self.floor - q.detach()).clamp_(min=1.0 if self.f == "shift" else 0.0)
+            # max(f(q), floor) forward, exactly, and f'(q) = 1 backward (straight-through);
+            # the form q + max(floor − q, f(q) − q) would round floor − q, giving the scale 0
+            # (inverse ∞) for q = −3 in bfloat16 and for q = −3000 in float32
+            return straight_through_floor(self._raw_scales(q), self.floor)
         return self._raw_scales(q)
 
     def _batch_signature(self) -> tuple:

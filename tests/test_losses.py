@@ -680,3 +680,35 @@ def test_graded_cross_entropy_with_scales_within_the_dtype_weights_as_their_roun
     labels = torch.randint(0, 4, (6,), generator=gen)
     expected = -(w[labels] * logp[torch.arange(6), labels])
     assert torch.equal(graded_cross_entropy(logits, labels, grading, reduction="none"), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_homogeneous_loss_groups_by_the_gradings_scales_not_their_rounding_to_the_input(dtype):
+    # scales 2, 2.0001 and 3 in float32 are three grades; cast to bfloat16 or float16 the first
+    # two became one (2.0), so r was 2 and the loss (‖(1, 2)‖⁴ + 3²)^{1/2} = √34 ≈ 5.83 where
+    # the three grades give (1⁶ + 2⁴ + 3²)^{1/3} = 26^{1/3} ≈ 2.96
+    grading = LinearGrading(3, [1.0, 1.0001, 2.0], f="shift")
+    scales = grading.scales().detach().double()
+    assert len(set(scales.tolist())) == 3 and len(set(scales.to(dtype).tolist())) == 2
+    pred = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], dtype=dtype)
+    target = torch.zeros_like(pred)
+    e = (pred - target).double()
+    naive = []  # a plain loop in float64 over the distinct scales, smallest first
+    for row in e:
+        distinct = sorted(set(scales.tolist()))
+        r = len(distinct)
+        norms = [sum(float(row[i]) ** 2 for i in range(3) if float(scales[i]) == d)
+                 for d in distinct]
+        naive.append(sum(n ** (r - j) for j, n in enumerate(norms)) ** (1 / r))
+    got = homogeneous_loss(pred, target, grading, reduction="none")
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), torch.tensor(naive, dtype=F64), rtol=1e-2, atol=0)
+    assert math.isclose(naive[0], 26 ** (1 / 3), rel_tol=1e-12)
+
+
+def test_homogeneous_loss_groups_a_list_of_grades_in_float64():
+    # grades 1 and 1 + 1e-9 given as Python floats are two grades; read as float32 they were
+    # one (r = 2): (‖(1, 2)‖⁴ + 3²)^{1/2} = √34 where the three give 26^{1/3}
+    pred = torch.tensor([[1.0, 2.0, 3.0]], dtype=F64)
+    got = homogeneous_loss(pred, torch.zeros_like(pred), [1.0, 1.0 + 1e-9, 2.0])
+    assert math.isclose(float(got), (1.0 + 2.0**4 + 3.0**2) ** (1 / 3), rel_tol=1e-12)

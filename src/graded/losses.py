@@ -184,7 +184,9 @@ def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
 
     e = y − ŷ, d_1 < ... < d_r are the distinct grades and e_{d_j} the coordinates of grade d_j
     with their Euclidean norm. For V_(2,3): (‖e_2‖⁴ + ‖e_3‖²)^{1/2}. The grades only group the
-    coordinates, so no gradient flows into them (for a grading module, its scales group).
+    coordinates, so no gradient flows into them (for a grading module, its scales group, in
+    their own dtype: two float32 scales that round to one bfloat16 value are two grades of a
+    bfloat16 input).
 
     Computed as :func:`graded.algebra.space.power_norm` (the r-norm) of
     a_j = ‖e_{d_j}‖^{2(r−j+1)/r} ≤ max(‖e_{d_j}‖², 1), as
@@ -194,10 +196,11 @@ def homogeneous_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
     """
     _check(input, target, reduction)
     if isinstance(grades, GradingMap):
-        q = _weights(grades, input, what="homogeneous_loss").detach()
-    else:
-        q = as_grade_tensor(torch.as_tensor(grades), dim=input.shape[-1],
-                            allow_heads=False).detach()
+        q = _weights(grades, input, what="homogeneous_loss", own_dtype=True).detach()
+    else:  # a list's grades are Python floats: grouped in float64, not rounded to float32
+        given = (grades if isinstance(grades, Tensor)
+                 else torch.as_tensor(grades, dtype=torch.float64))
+        q = as_grade_tensor(given, dim=input.shape[-1], allow_heads=False).detach()
     distinct = sorted(set(q.cpu().tolist()))
     r = len(distinct)
     sq = (input - target) ** 2

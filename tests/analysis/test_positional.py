@@ -70,7 +70,9 @@ def test_sweep_at_the_models_own_alpha_reproduces_its_maps_and_restores_it(gradi
 
 def test_sweep_uniform_reference_is_uniform_over_the_keys_each_query_sees(tokens):
     """The reference used to assume every earlier key visible: with a sliding window and
-    padding it must be uniform attention over the window's unpadded keys."""
+    padding it must be uniform attention over the window's unpadded keys. Positions count the
+    real tokens, as the model's do: sequence 0, left-padded by one, has its early keys at
+    indices 1 and 2 and its queries from index 3."""
     torch.manual_seed(0)
     window, k = 2, 2
     model = TransformerLM(tiny_config(grading="exponential", grade_init="constant",
@@ -82,15 +84,18 @@ def test_sweep_uniform_reference_is_uniform_over_the_keys_each_query_sees(tokens
     t = tokens.shape[1]
     shares = []
     for b in range(tokens.shape[0]):
-        for i in range(k, t):
+        real = [j for j in range(t) if not pad[b, j]]
+        position = {j: p for p, j in enumerate(real)}
+        for i in real[k:]:
             seen = [j for j in range(max(0, i - window), i + 1) if not pad[b, j]]
-            shares.append(sum(1 for j in seen if j < k) / len(seen))
+            shares.append(sum(1 for j in seen if position[j] < k) / len(seen))
     want = sum(shares) / len(shares)  # every head alike
     for name, reference in sweep["uniform_by_layer"].items():
         assert reference == pytest.approx(want), name
     # and the masses are those of the maps the model computes
     for name, w in attention_maps(model, tokens, key_padding_mask=pad).items():
-        assert sweep["layers"][name][0] == pytest.approx(early_attention_mass(w, k), abs=1e-6)
+        assert sweep["layers"][name][0] == pytest.approx(early_attention_mass(w, k, ~pad),
+                                                         abs=1e-6)
 
 
 def test_sweep_rejects_models_where_alpha_is_undefined(tokens):

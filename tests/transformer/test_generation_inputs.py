@@ -220,7 +220,8 @@ def test_sampling_with_every_token_banned_names_the_rows_left_without_a_token():
     """``torch.multinomial`` used to fail on NaN probabilities ('probability tensor contains
     either inf, nan or element < 0'); a row that can sample is unaffected."""
     lm = tiny_lm()
-    with pytest.raises(ValueError, match=r"no token is left to sample in row\(s\) \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"no token is left to generate at new token 1 in "
+                                         r"row\(s\) \[0, 1\]"):
         lm.generate(PROMPT, 2, do_sample=True, bad_words_ids=[[t] for t in range(VOCAB)])
     every_but_7 = [[t] for t in range(VOCAB) if t != 7]
     out = lm.generate(PROMPT, 2, do_sample=True, bad_words_ids=every_but_7)
@@ -247,3 +248,26 @@ def test_a_bfloat16_models_scores_are_processed_in_float32_as_hugging_face_does(
     reference = processor(prompt, scores.float()[None]).argmax(dim=-1)
     assert reference.tolist() == [1]
     assert out[:, -1].tolist() == reference.tolist()
+
+
+@pytest.mark.parametrize("pad", [-1, VOCAB])
+def test_a_fill_id_outside_the_vocabulary_is_refused_for_beam_search_before_decoding(pad):
+    """Twenty beams over 13 tokens: the first step fills 13, and the other seven continued with
+    the fill id, which the model read as an embedding index ('IndexError: index out of range
+    in self'). A valid fill id is never chosen (its beams score -inf): the tokens are those of
+    any other."""
+    lm = tiny_lm()
+    with pytest.raises(ValueError, match=rf"pad_token_id must be a token id in \[0, {VOCAB}\): "
+                                         rf"beam search continues the beams it cannot fill "
+                                         rf"with it; got {pad}"):
+        lm.generate(PROMPT, 2, num_beams=20, pad_token_id=pad)
+    assert torch.equal(lm.generate(PROMPT, 3, num_beams=20, pad_token_id=5),
+                       lm.generate(PROMPT, 3, num_beams=20, pad_token_id=0))
+
+
+@pytest.mark.parametrize("bad", ["x", 2.5, True])
+def test_a_fill_id_that_is_not_an_int_is_refused_naming_it(bad):
+    """'x' failed inside torch.full_like, 2.5 was truncated to token 2, True taken as token 1."""
+    with pytest.raises(ValueError, match=rf"pad_token_id must be an int token id or None, got "
+                                         rf"{re.escape(repr(bad))}"):
+        tiny_lm().generate(PROMPT, 2, num_beams=2, pad_token_id=bad)

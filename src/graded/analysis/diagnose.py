@@ -72,12 +72,13 @@ def _alpha_key(alpha: float) -> str:
 
 
 def _query_mean(values: Tensor, queries: Tensor | None) -> float:
-    """Mean of per-query ``values`` (B, ..., T) over the real queries (all without a mask)."""
+    """Mean of per-query ``values`` (B, ..., T) over the real queries (all without a mask;
+    NaN, the mean of nothing, when the mask holds none)."""
     if queries is None:
         return float(values.mean())
     m = queries.reshape(queries.shape[0], *([1] * (values.dim() - 2)), queries.shape[1])
     m = m.to(values.dtype).expand_as(values)
-    return float((values * m).sum() / m.sum().clamp(min=1.0))
+    return float((values * m).sum() / m.sum())  # no query: 0 / 0, NaN
 
 
 def diagnose(
@@ -173,5 +174,7 @@ def diagnose(
     bad = [key for key, v in metrics.items() if isinstance(v, float) and math.isnan(v)
            and key != "concentration/lemma_bound_fraction"]
     if bad:
-        raise RuntimeError(f"diagnostics produced NaN for {bad}")
+        raise RuntimeError(f"diagnostics produced NaN for {bad}: a mean over no query (a "
+                           f"batch of padding only; for positional/..., no real query beyond "
+                           f"the first k={k} positions) or NaN in the model's outputs")
     return DiagnosticsReport(metrics, plots)

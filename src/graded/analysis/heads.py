@@ -58,7 +58,8 @@ def _check_queries(queries: Tensor | None, b: int, t: int) -> None:
 
 def pairwise_head_js(weights: Tensor, queries: Tensor | None = None) -> Tensor:
     """(H, H) matrix of JS divergences between heads of (B, H, Tq, Tk) weights, averaged over
-    batch and query rows (those where ``queries`` (B, Tq) is True, when given)."""
+    batch and query rows (those where ``queries`` (B, Tq) is True, when given; a mask that
+    selects no row gives NaN, the mean of nothing, as ``torch.mean`` of an empty tensor)."""
     check_weights(weights)
     if weights.dim() != 4:
         raise ValueError(f"weights must be (B, H, Tq, Tk), got {tuple(weights.shape)}")
@@ -68,14 +69,15 @@ def pairwise_head_js(weights: Tensor, queries: Tensor | None = None) -> Tensor:
     if queries is None:
         return js.mean(dim=(0, 3))
     m = queries.to(js.dtype)[:, None, None, :]
-    return (js * m).sum(dim=(0, 3)) / m.sum().clamp(min=1.0)
+    return (js * m).sum(dim=(0, 3)) / m.sum()  # no row: 0 / 0, NaN
 
 
 def concatenated_head_rank(heads: Tensor, rtol: float = DEFAULT_RTOL,
                            queries: Tensor | None = None) -> dict[str, float]:
     """Mean numerical and effective rank over the batch of the (T, H·d_v) concatenation of
     per-head outputs ``heads`` (B, H, T, d_v); with ``queries`` (B, T) bool, of each item's
-    rows where it is True."""
+    rows where it is True (an item without such rows is left out; NaN, the mean of nothing,
+    when every item is, as :func:`pairwise_head_js`)."""
     if heads.dim() != 4:
         raise ValueError(f"heads must be (B, H, T, d_v), got {tuple(heads.shape)}")
     _check_queries(queries, heads.shape[0], heads.shape[2])
@@ -83,8 +85,10 @@ def concatenated_head_rank(heads: Tensor, rtol: float = DEFAULT_RTOL,
     if queries is None:
         return {"numerical_rank": float(numerical_rank(concat, rtol).mean()),
                 "effective_rank": float(effective_rank(concat).mean())}
-    items = [concat[b, queries[b]] for b in range(concat.shape[0])  # one size each;
-             if bool(queries[b].any())] or [concat[0, :0]]  # padding only: no rows
+    items = [concat[b, queries[b]] for b in range(concat.shape[0])  # one size each
+             if bool(queries[b].any())]
+    if not items:  # padding only: no matrix to take the rank of
+        return {"numerical_rank": float("nan"), "effective_rank": float("nan")}
     return {"numerical_rank": float(torch.stack([numerical_rank(x, rtol) for x in items]).mean()),
             "effective_rank": float(torch.stack([effective_rank(x) for x in items]).mean())}
 
@@ -96,7 +100,8 @@ def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RT
     (H, H), ``mean_js`` over pairs h ≠ h', and the ``numerical_rank`` / ``effective_rank`` of
     the concatenated head outputs. With padded queries (self-attention with a
     ``key_padding_mask``, cross-attention with the target's), a call uses the rows of its real
-    queries only (:func:`~graded.analysis.capture.real_queries`)."""
+    queries only (:func:`~graded.analysis.capture.real_queries`); a call whose queries are all
+    padding has no row to measure, and its numbers are NaN."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
     out: dict[str, dict[str, object]] = {}

@@ -9,7 +9,9 @@ here.
 :func:`early_attention_mass` is, for each query i that can see beyond the first k keys
 (i ≥ k), the mass Σ_{j<k} A_ij its attention puts on keys 0..k−1, averaged over batch, heads
 and those queries. Its reference is the uniform attention over the keys a query may see:
-k/T without a causal mask, the mean over i ≥ k of k/(i+1) with one.
+k/T without a causal mask, the mean over i ≥ k of k/(i+1) with one. In a padded batch the
+positions count each row's real tokens, as the model's do (a left-padded row's first real
+token is at position 0): the early keys are a row's first k real tokens.
 :func:`positional_bias_sweep` re-runs a graded model with the position grading set to each α
 (all other weights fixed) and reports the early mass per layer.
 """
@@ -69,24 +71,39 @@ def check_sweep_k(k: int, inputs: Inputs) -> None:
 
 def early_attention_mass(weights: Tensor, k: int, queries: Tensor | None = None) -> float:
     """Mean over (batch, heads, queries i ≥ k) of Σ_{j<k} A_ij for self-attention weights
-    (..., T, T); with ``queries`` (B, T) bool and weights (B, H, T, T), over the queries where
-    it is True only (the real tokens of a padded batch)."""
+    (..., T, T). With ``queries`` (B, T) bool, True at the real tokens of a padded batch, and
+    weights (B, H, T, T), the positions count real tokens only, as the model's positions skip
+    left padding (:func:`graded.transformer.models.default_positions`): the early keys j are
+    each row's first k real tokens and the queries i its real tokens after them, so a
+    sequence has the same mass alone, right-padded and left-padded. A mask with no query at
+    position ≥ k gives NaN, the mean of nothing (as ``torch.mean`` of an empty tensor)."""
     check_weights(weights, min_dim=2)
     t_q = weights.shape[-2]
     if weights.shape[-1] != t_q:
         raise ValueError(f"early_attention_mass needs square self-attention weights (..., T, T), "
                          f"got shape {tuple(weights.shape)}")
     _check_k(k, t_q)
-    mass = widened(weights)[..., k:, :k].sum(dim=-1)  # bf16 summed in float32
     if queries is None:
-        return float(mass.mean())
+        return float(widened(weights)[..., k:, :k].sum(dim=-1).mean())  # bf16 summed in f32
     if weights.dim() != 4 or queries.dtype != torch.bool or tuple(queries.shape) != (
             weights.shape[0], t_q):
         raise ValueError(f"queries must be a bool (B, T) = ({weights.shape[0]}, {t_q}) mask "
                          f"with weights (B, H, T, T), got {queries.dtype} "
                          f"{tuple(queries.shape)} and weights {tuple(weights.shape)}")
-    m = queries[:, None, k:].to(mass.dtype).expand_as(mass)
-    return float((mass * m).sum() / m.sum().clamp(min=1.0))
+    w = widened(weights)
+    early, late = _early_keys_and_late_queries(queries, k)
+    mass = (w * early[:, None, None, :].to(w.dtype)).sum(dim=-1)  # (B, H, T)
+    m = late[:, None, :].to(mass.dtype).expand_as(mass)
+    return float((mass * m).sum() / m.sum())  # no query: 0 / 0, NaN
+
+
+def _early_keys_and_late_queries(real: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """(B, T) bool masks of a padded batch whose real tokens are ``real``: the first k real
+    tokens of each row (the early keys) and its real tokens after them (the queries i ≥ k),
+    positions counted over real tokens as :func:`~graded.transformer.models.default_positions`
+    counts them."""
+    position = real.long().cumsum(dim=1) - 1
+    return real & (position < k), real & (position >= k)
 
 
 def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
@@ -100,20 +117,25 @@ def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
 def _uniform_reference(call: AttentionCall, k: int, queries: Tensor | None = None) -> float:
     """:func:`early_attention_mass` of uniform attention over the keys each query of ``call``
     may see: its causal mask, its padding and a sparse backend's pattern (a query with no
-    key counts 0, as its attention does); over the ``queries`` (B, Tq) only, when given."""
+    key counts 0, as its attention does); over the ``queries`` (B, Tq) only, when given (NaN
+    when they hold no query i ≥ k, as :func:`early_attention_mass`)."""
     t_q, t_k = call.q.shape[-2], call.k.shape[-2]
     _check_k(k, t_q)
     keep, _ = call.keep_and_bias()
     if keep is None:
         return uniform_early_mass(t_q, k, causal=False)
-    keep = keep.broadcast_to(call.q.shape[0], call.q.shape[1], t_q, t_k)[..., k:, :]
-    seen = keep.sum(dim=-1).to(torch.float64)
-    early = keep[..., :k].sum(dim=-1).to(torch.float64)
-    share = early / seen.clamp(min=1.0)
+    keep = keep.broadcast_to(call.q.shape[0], call.q.shape[1], t_q, t_k)
     if queries is None:
-        return float(share.mean())
-    m = queries[:, None, k:].to(share.dtype).expand_as(share)
-    return float((share * m).sum() / m.sum().clamp(min=1.0))
+        keep = keep[..., k:, :]
+        seen = keep.sum(dim=-1).to(torch.float64)
+        early = keep[..., :k].sum(dim=-1).to(torch.float64)
+        return float((early / seen.clamp(min=1.0)).mean())
+    early_keys, late = _early_keys_and_late_queries(queries, k)  # as early_attention_mass
+    seen = keep.sum(dim=-1).to(torch.float64)  # (B, H, Tq)
+    early = (keep & early_keys[:, None, None, :]).sum(dim=-1).to(torch.float64)
+    share = early / seen.clamp(min=1.0)
+    m = late[:, None, :].to(share.dtype).expand_as(share)
+    return float((share * m).sum() / m.sum())  # no query: 0 / 0, NaN
 
 
 def _embeddings(model: nn.Module) -> list[InputEmbedding]:

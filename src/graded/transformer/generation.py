@@ -140,7 +140,13 @@ def decode(
     sampling's temperature and filters, on the log-probabilities in beam search; each row's
     (each beam's) history is its ids so far, ``input_ids`` and its padding included, as Hugging
     Face's ``input_ids``; the repetition penalty starts at each row's first real token; the EOS
-    is forced at the last of the ``max_new_tokens`` steps (Hugging Face's ``max_length - 1``)."""
+    is forced at the last of the ``max_new_tokens`` steps (Hugging Face's ``max_length - 1``).
+    An open row whose scores are all -inf (the processors, or the model, ban every token) is refused
+    with a ValueError naming the step and the row, whether decoding is greedy (argmax would
+    emit a banned token), sampled or a beam search (whose row would end without a
+    hypothesis); greedy and sampled decoding raise it after the loop (one read instead of one
+    per step). A finished row's scores are not used (it is continued with the pad id), and a
+    beam-search row whose beams all run out keeps the hypotheses it finished before."""
     check_decoding(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                    num_beams=num_beams, length_penalty=length_penalty,
                    eos_token_id=eos_token_id, vocab_size=vocab_size)
@@ -156,13 +162,18 @@ def decode(
     # the repetition penalty skips each row's left padding, as Hugging Face's attention mask
     start = (None if processing is None or processing.repetition_penalty is None
              else (~key_padding_mask).int().argmax(dim=1))
-    if max_new_tokens == 0:
-        return input_ids
     eos = eos_ids(eos_token_id, vocab_size)
     pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
-    if eos and not _is_token(pad, vocab_size):  # the EOS ids are checked
-        raise ValueError(f"pad_token_id must be a token id in [0, {vocab_size}): finished rows "
-                         f"are continued with it; got {pad!r}")
+    if pad_token_id is not None and (isinstance(pad, bool)
+                                     or not isinstance(pad, numbers.Integral)):
+        raise ValueError(f"pad_token_id must be an int token id or None, got {pad!r}")
+    if (eos or num_beams > 1) and not _is_token(pad, vocab_size):  # the EOS ids are checked
+        used = ("finished rows are continued with it" if eos else
+                "beam search continues the beams it cannot fill with it")
+        raise ValueError(f"pad_token_id must be a token id in [0, {vocab_size}): {used}; got "
+                         f"{pad!r}")
+    if max_new_tokens == 0:
+        return input_ids
     if num_beams > 1:
         if do_sample:
             raise ValueError("beam search with do_sample=True is not supported; choose one")
@@ -176,6 +187,9 @@ def decode(
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     ends = torch.tensor(eos, device=ids.device) if eos else None
     grades = token_grades
+    # the first step at which each row had no token left (max_new_tokens: none), read once
+    # after the loop: argmax would pick a banned token there, multinomial fail on NaN
+    stuck = torch.full_like(finished, max_new_tokens, dtype=torch.long)
     logits = _run(step, ids, kpm, cache, grades)
     for i in range(max_new_tokens):
         # in at least float32, as Hugging Face's generate casts them: a bfloat16 score
@@ -184,6 +198,11 @@ def decode(
         if processing is not None:
             scores = processing(scores, ids, new_tokens=i, last=i == max_new_tokens - 1,
                                 start=start)
+        # a finished row's token is the fill id, whatever its scores; an open row with every
+        # score at -inf is an error, raised after the loop
+        empty = torch.isneginf(scores).all(dim=-1)
+        stuck = torch.where(empty & ~finished & (stuck == max_new_tokens), i, stuck)
+        scores = scores.masked_fill(empty[:, None], 0.0)
         tok = select_next(scores, do_sample=do_sample, temperature=temperature,
                           top_k=top_k, top_p=top_p, generator=generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)
@@ -206,7 +225,24 @@ def decode(
                 logits = _run(step, tok[:, None], new_pad, cache, new_grades)
             else:
                 logits = _run(step, ids, kpm, None, grades)
+    _check_stuck(stuck, max_new_tokens)
     return ids
+
+
+def _check_stuck(stuck: Tensor, max_new_tokens: int) -> None:
+    """Refuse the rows that had no token left: ``stuck`` (B,) holds each row's first such
+    step, ``max_new_tokens`` for none."""
+    first = int(stuck.min()) if stuck.numel() else max_new_tokens
+    if first < max_new_tokens:
+        raise _no_token_left(first, (stuck == first).nonzero().flatten().tolist())
+
+
+def _no_token_left(step: int, rows: list[int]) -> ValueError:
+    return ValueError(
+        f"no token is left to generate at new token {step + 1} in row(s) {rows[:8]}: every "
+        "score is -inf there (the logits processors, e.g. bad_words_ids, "
+        "no_repeat_ngram_size, sequence_bias or min_new_tokens, or the model's scores ban "
+        "every token)")
 
 
 def _run(step: Step, ids: Tensor, kpm: Tensor, cache: KVCache | None,
@@ -269,7 +305,10 @@ def _beam_search(
     beam_scores[:, 1:] = float("-inf")
     start = None if start is None else start.repeat_interleave(k)
     for t in range(max_new_tokens):
-        logp = torch.log_softmax(logits[:, -1].to(score_dtype), dim=-1)  # (B*K, V)
+        scores = logits[:, -1].to(score_dtype)
+        logp = torch.log_softmax(scores, dim=-1)  # (B*K, V)
+        # a beam whose scores are all -inf has no token (its log_softmax would be NaN)
+        logp = logp.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), float("-inf"))
         if processing is not None:
             logp = processing(logp, ids, new_tokens=t, last=t == max_new_tokens - 1,
                               start=start)
@@ -279,6 +318,7 @@ def _beam_search(
         next_beam = torch.zeros(batch, k, dtype=torch.long, device=device)
         next_tok = torch.full((batch, k), pad, dtype=torch.long, device=device)
         next_scores = torch.full((batch, k), float("-inf"), device=device, dtype=score_dtype)
+        stuck: list[int] = []
         for b in range(batch):
             if done[b]:
                 continue
@@ -298,9 +338,13 @@ def _beam_search(
                 slot += 1
                 if slot == k:
                     break
+            if slot == 0 and not finished[b]:  # no beam left and no hypothesis to return
+                stuck.append(b)
             if t < max_new_tokens - 1:  # at the last step the running beams end as well
                 done[b] = _row_done(finished[b], float(next_scores[b, 0]), k, t + 1,
                                     max_new_tokens, length_penalty, early_stopping)
+        if stuck:
+            raise _no_token_left(t, stuck)
         if all(done):
             break
         src = (torch.arange(batch, device=device)[:, None] * k + next_beam).view(-1)
@@ -450,8 +494,10 @@ def generate(
     n <= max_new_tokens; every option is checked before the first step (:func:`check_decoding`),
     used or not. ``eos_token_id`` is one id or, as Hugging Face's, a list of ids any of which
     ends a row; rows that emitted one are filled with ``pad_token_id`` (default: the first EOS
-    id, or 0). ``early_stopping`` (True, False or "never") decides when beam search
-    ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None caches
+    id, or 0), and beam search continues with it the beams a step cannot fill (more beams than
+    candidates): with EOS ids or beams it must be a token id of the model. ``early_stopping``
+    (True, False or "never") decides when beam search ends, as in Hugging Face's ``generate``
+    (:func:`_beam_search`). ``use_cache``: None caches
     where every backend can (:func:`resolve_use_cache`), True requires it, False recomputes the
     prefix each step; the tokens are the same. Hugging Face's options of these names
     (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.

@@ -8,6 +8,11 @@ the penalty (Prop 4.8). Ω ∈ {"entropy_penalty" (+H, sparsity: §3.3 and App. 
 routing kernel: α for softmax routing, the gate probabilities for logistic gates; 004 does not
 define the groups; the norm is divided by √N so it does not grow with the batch)}.
 
+Per-token terms are averaged over the valid tokens, as 004 §4.7's expectation writes them;
+§3.3 (boxed, R(α) = Σ_t Σ_e Ω) and §4.3 sum them over the tokens instead, so their λ and μ are
+this module's divided by the number of tokens N (for the group lasso, its μ is this μ divided by
+√N).
+
 Threshold sign (notes B8, G4): ∂L_GT/∂τ_e = λβ · mean_t σ(β(τ_e − ΔL_t(e))) ≥ 0. 004 Prop 4.8
 prints the opposite sign. Minimising L_GT over τ therefore drives every threshold to its lower
 bound, so thresholds are hyperparameters here (a buffer, never a Parameter).
@@ -67,7 +72,9 @@ def routing_regularizer(
     kind: str, *, entropy: Tensor, alpha: Tensor, valid: Tensor
 ) -> Tensor:
     """Ω: ``entropy`` is the per-token routing entropy (B, T), ``alpha`` (B, T, |E|) the routing
-    kernel K per edge (the layer trace's ``probs``: α itself for softmax routing)."""
+    kernel K per edge (the layer trace's ``probs``: α itself for softmax routing), over the
+    ``valid`` tokens (B, T): ±mean_t H_t for the entropies, Σ_e √(mean_t K_t(e)²) for the
+    group lasso (means, not the sums of 004 §3.3: the module's docstring)."""
     if kind == "entropy_penalty":
         return _masked_mean(entropy, valid)
     if kind == "entropy_bonus":

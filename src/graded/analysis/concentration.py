@@ -90,7 +90,9 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
                                 **model_kwargs: object) -> FeatureConcentration:
     """:func:`feature_concentration` of the model's input vectors (the first token
     embedding's output, which 000 Def 5.19 grades) under its feature grading; with a
-    ``key_padding_mask``, of the real tokens' vectors only."""
+    ``key_padding_mask``, of the real tokens' vectors only (a batch of padding only has none:
+    its shares and fraction are NaN, the mean of nothing, as the other diagnostics' means
+    over no real query)."""
     grading = feature_grading(model)
     if grading is None:
         raise ValueError(f"{type(model).__name__} has no feature grading: build it with "
@@ -101,5 +103,11 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
         run_model(model, inputs, **model_kwargs)
     x = slot["clean"]
     real = real_tokens(model, inputs, model_kwargs, x)  # padded: the real tokens only
+    if real is not None and not bool(real.any()):
+        delta = check_float("delta", delta, minimum=0)
+        grades = grading.grades.detach()
+        top = int((grades >= grades.max() - delta).sum())
+        nan = float("nan")
+        return FeatureConcentration(top, int(grades.shape[0]), nan, nan, nan)
     return feature_concentration(x if real is None else x[real], grading.scales(),
                                  grading.grades, delta)

@@ -38,10 +38,13 @@ __all__ = ["DiagnosticsReport", "default_alphas", "diagnose"]
 
 @dataclass
 class DiagnosticsReport:
-    """``metrics``: flat name → float; ``plots``: name → PNG path (empty without out_dir)."""
+    """``metrics``: flat name → float; ``plots``: name → PNG path (empty without out_dir);
+    ``notes``: metric name → why that metric is absent or what it leaves out (e.g.
+    ``heads/mean_js`` for a model whose layers have one head each: no pair of heads)."""
 
     metrics: dict[str, float]
     plots: dict[str, Path] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 def default_alphas(model: nn.Module, length: int) -> list[float]:
@@ -56,15 +59,29 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def _head_metrics(diversity: dict[str, dict[str, Any]], prefix: str) -> dict[str, float]:
-    """Layer means of :func:`head_diversity`'s mean JS and concatenated-head ranks."""
-    return {
-        f"{prefix}mean_js": _mean([float(d["mean_js"]) for d in diversity.values()]),
+def _head_metrics(diversity: dict[str, dict[str, Any]], prefix: str,
+                  notes: dict[str, str]) -> dict[str, float]:
+    """Layer means of :func:`head_diversity`'s mean JS and concatenated-head ranks. The mean
+    JS is a mean over pairs of heads: a layer of one head has none and is left out of it
+    (noted in ``notes``), and without any layer of two or more heads it is not reported."""
+    metrics = {
         f"{prefix}concat_numerical_rank":
             _mean([float(d["numerical_rank"]) for d in diversity.values()]),
         f"{prefix}concat_effective_rank":
             _mean([float(d["effective_rank"]) for d in diversity.values()]),
     }
+    name = f"{prefix}mean_js"
+    single = [key for key, d in diversity.items() if d["js_matrix"].shape[0] < 2]
+    if len(single) == len(diversity):
+        notes[name] = ("not applicable: every attention layer has one head, so there is no "
+                       "pair of heads to compare")
+        return metrics
+    if single:
+        notes[name] = (f"mean over the layers with two or more heads; left out (one head, no "
+                       f"pair): {single}")
+    metrics[name] = _mean([float(d["mean_js"]) for key, d in diversity.items()
+                           if key not in single])
+    return metrics
 
 
 def _alpha_key(alpha: float) -> str:
@@ -94,7 +111,9 @@ def diagnose(
     (``positional/...``, graded models with additive positions and inputs of at least two
     positions), feature concentration
     (``concentration/...``, graded models) and the same head metrics for the ungraded twin
-    (``heads/ungraded/...``). With ``out_dir`` the plots are written there. ``grade_records``
+    (``heads/ungraded/...``; ``heads/mean_js``, a mean over pairs of heads, leaves out the
+    layers of one head and is absent when every layer has one, as the report's ``notes``
+    say). With ``out_dir`` the plots are written there. ``grade_records``
     (a run folder, JSONL/CSV file or list of snapshots) adds the grade trajectory plot.
     ``model_kwargs`` (e.g. ``key_padding_mask``) are passed to every forward call. ``k`` (the
     sweep's number of early keys) must leave a later query in every input sequence; it is
@@ -108,6 +127,7 @@ def diagnose(
                              "values of α must differ in their first 4 significant digits")
     metrics: dict[str, float] = {}
     plots: dict[str, Path] = {}
+    notes: dict[str, str] = {}
     graded = getattr(getattr(model, "config", None), "grading", None) is not None
     # one position has no query beyond the first k >= 1 keys: no early mass to measure
     sweeps = (graded and model.config.positional in TABLE_POSITIONAL
@@ -139,10 +159,10 @@ def diagnose(
         metrics[f"rank/{key}"] = _mean([d[key] for d in per_layer])
 
     diversity = head_diversity(model, inputs, rtol=rtol, **model_kwargs)
-    metrics.update(_head_metrics(diversity, "heads/"))
+    metrics.update(_head_metrics(diversity, "heads/", notes))
     if graded:
         twin = head_diversity(ungraded_twin(model), inputs, rtol=rtol, **model_kwargs)
-        metrics.update(_head_metrics(twin, "heads/ungraded/"))
+        metrics.update(_head_metrics(twin, "heads/ungraded/", notes))
 
     lip = model_lipschitz(model, inputs, compare_ungraded=graded, n_random=n_random,
                           steps=lipschitz_steps, seed=seed, **model_kwargs)
@@ -177,4 +197,4 @@ def diagnose(
         raise RuntimeError(f"diagnostics produced NaN for {bad}: a mean over no query (a "
                            f"batch of padding only; for positional/..., no real query beyond "
                            f"the first k={k} positions) or NaN in the model's outputs")
-    return DiagnosticsReport(metrics, plots)
+    return DiagnosticsReport(metrics, plots, notes)

@@ -7,7 +7,7 @@ concatenated heads "span a richer subspace"). Two measurements:
 - pairwise Jensen–Shannon divergence between heads' attention rows,
   JS(p, r) = ½ KL(p ‖ m) + ½ KL(r ‖ m), m = ½(p + r), in nats (0 for identical rows, at most
   ln 2), averaged over batch and query rows; :func:`head_diversity` reports the (H, H) matrix
-  per layer and the mean over pairs h ≠ h';
+  per layer and the mean over pairs h ≠ h' (NaN for one head, which has no pair);
 - the numerical and effective rank (:mod:`graded.analysis.rank`) of the concatenated head
   outputs [head_1 | ... | head_H] ∈ R^{T × H·d_v} of each sequence, before the output
   projection.
@@ -97,9 +97,10 @@ def concatenated_head_rank(heads: Tensor, rtol: float = DEFAULT_RTOL,
 def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RTOL,
                    **model_kwargs: object) -> dict[str, dict[str, object]]:
     """Per attention call (keyed as :func:`~graded.analysis.call_keys`): ``js_matrix``
-    (H, H), ``mean_js`` over pairs h ≠ h', and the ``numerical_rank`` / ``effective_rank`` of
-    the concatenated head outputs. With padded queries (self-attention with a
-    ``key_padding_mask``, cross-attention with the target's), a call uses the rows of its real
+    (H, H), ``mean_js`` over pairs h ≠ h' (NaN for a layer of one head: the mean over no
+    pair), and the ``numerical_rank`` / ``effective_rank`` of the concatenated head outputs.
+    With padded queries (self-attention with a ``key_padding_mask``, cross-attention with the
+    target's), a call uses the rows of its real
     queries only (:func:`~graded.analysis.capture.real_queries`); a call whose queries are all
     padding has no row to measure, and its numbers are NaN."""
     with eval_mode(model), capture_attention(model) as calls:
@@ -109,7 +110,7 @@ def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RT
         rows = real_queries(call)
         js = pairwise_head_js(call.weights, rows)
         h = js.shape[0]
-        off = js.sum() / (h * (h - 1)) if h > 1 else js.new_zeros(())
+        off = js.sum() / (h * (h - 1)) if h > 1 else js.new_full((), float("nan"))
         out[key] = {"js_matrix": js, "mean_js": float(off),
                     **concatenated_head_rank(call.heads, rtol, rows)}
     return out

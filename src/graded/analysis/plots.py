@@ -38,7 +38,8 @@ def plot_rank_comparison(ranks: Mapping[str, RankComparison], out_dir: str | Pat
 
 def plot_head_diversity(diversity: Mapping[str, Mapping[str, object]], out_dir: str | Path, *,
                         filename: str = "head_diversity.png") -> Path:
-    """One heat map per layer of the pairwise JS divergence between heads."""
+    """One heat map per layer of the pairwise JS divergence between heads (a layer of one
+    head has no pair, and its title says so instead of a mean)."""
     if not diversity:
         raise ValueError("plot_head_diversity needs at least one layer")
     plt = pyplot()
@@ -48,7 +49,8 @@ def plot_head_diversity(diversity: Mapping[str, Mapping[str, object]], out_dir: 
     for ax, d, label in zip(axes[0], diversity.values(), labels, strict=True):
         js: Tensor = d["js_matrix"]
         im = ax.imshow(js.float().cpu().numpy(), cmap="magma", vmin=0.0, vmax=0.6931)
-        ax.set_title(f"{label}\nmean JS {d['mean_js']:.3f}", fontsize=7)
+        pairs = f"mean JS {d['mean_js']:.3f}" if js.shape[0] > 1 else "one head: no pair"
+        ax.set_title(f"{label}\n{pairs}", fontsize=7)
         ticks = list(range(js.shape[0]))
         ax.set_xticks(ticks)
         ax.set_yticks(ticks)

@@ -261,7 +261,9 @@ def attention_rank(
     With padded queries (a self-attention call's ``key_padding_mask``, a seq2seq model's
     target padding in its cross-attention), a matrix keeps the rows of its real queries only
     (:func:`~graded.analysis.capture.real_queries`), so a sequence has the same ranks alone
-    and padded in a batch.
+    and padded in a batch. A sequence of padding only has no matrix and is left out; a call
+    whose queries are all padding has none at all, and its ranks and norms are NaN, the mean
+    of nothing, as in :func:`~graded.analysis.head_diversity`.
     """
     with eval_mode(model), capture_attention(model, need_weights=False) as calls:
         run_model(model, inputs, **model_kwargs)
@@ -273,8 +275,6 @@ def attention_rank(
         k = call.module.expand_kv(call.k)  # grouped-query keys, one per query head
         scale = getattr(call.module.backend, "scale", None)  # the layer's temperature
         rows = real_queries(call)
-        if rows is not None and not bool(rows.any()):  # every sequence is padding: all rows
-            rows = None
         if rows is None:
             out[key] = compare_attention_rank(call.q, k, scales, variant, keep=keep,
                                               bias=bias, scale=scale, rtol=rtol)
@@ -289,7 +289,7 @@ def attention_rank(
                 call.q[b : b + 1, :, idx], k[b : b + 1], scales, variant,
                 keep=_item_rows(keep, shape, b, idx), bias=_item_rows(bias, shape, b, idx),
                 scale=scale, rtol=rtol))
-        out[key] = _merge(parts)
+        out[key] = _merge(parts, heads=call.q.shape[1], device=call.q.device)
     return out
 
 
@@ -303,18 +303,27 @@ def _item_rows(mask: Tensor | None, shape: tuple[int, ...], b: int, idx: Tensor
     return full[b : b + 1, :, idx]
 
 
-def _merge(parts: list[RankComparison]) -> RankComparison:
-    """One comparison of the matrices of ``parts`` (batch items with H matrices each)."""
+def _merge(parts: list[RankComparison], heads: int, device: torch.device
+           ) -> RankComparison:
+    """One comparison of the matrices of ``parts`` (batch items with ``heads`` matrices each).
+    No part (every sequence is padding): no matrix, per-matrix ranks of shape (0, heads) and
+    NaN means, the mean of nothing (``torch.mean`` of an empty tensor)."""
 
     def stats(kind: str, cond: str) -> RankStats:
-        nr = torch.cat([getattr(p, kind)[cond].numerical_rank_per_matrix for p in parts])
-        er = torch.cat([getattr(p, kind)[cond].effective_rank_per_matrix for p in parts])
+        empty = torch.empty(0, heads, dtype=torch.float64, device=device)
+        nr = torch.cat([empty, *(getattr(p, kind)[cond].numerical_rank_per_matrix
+                                 for p in parts)])
+        er = torch.cat([empty, *(getattr(p, kind)[cond].effective_rank_per_matrix
+                                 for p in parts)])
         return RankStats(float(nr.mean()), float(er.mean()), nr, er)
+
+    def frobenius(cond: str) -> float:
+        return sum(p.frobenius[cond] for p in parts) / len(parts) if parts else float("nan")
 
     return RankComparison(
         scores={c: stats("scores", c) for c in CONDITIONS},
         attention={c: stats("attention", c) for c in CONDITIONS},
-        frobenius={c: sum(p.frobenius[c] for p in parts) / len(parts) for c in CONDITIONS},
+        frobenius={c: frobenius(c) for c in CONDITIONS},
     )
 
 

@@ -32,10 +32,12 @@ from graded.transformer.logits import (
     LogitsProcessing,
     _is_number,
     _is_token,
+    _select_next,
     check_sampling,
     eos_ids,
     filter_logits,
     logits_processing,
+    no_token_left,
     select_next,
 )
 
@@ -128,7 +130,9 @@ def decode(
 ) -> Tensor:
     """The decoding loop shared by the models: ``step(ids, key_padding_mask, cache)`` returns
     logits (B, T, V) for the tokens it is given (all of them, or only the new one when a cache is
-    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens. For a model that
+    kept); greedy, sampled or beam decoding of ``max_new_tokens`` tokens, returned with the
+    prompt as a new int64 tensor (B, T + n), n <= ``max_new_tokens`` (an empty batch: no row
+    ends early, n = ``max_new_tokens``, and the step is not called). For a model that
     grades tokens, ``token_grades`` (B, T) grade ``input_ids``, ``grade_last(ids, mask)`` grades
     each new token (:func:`grader_of`), and the step is called with the grades of the tokens it
     is given as a fourth argument. The steps after the
@@ -172,11 +176,18 @@ def decode(
                 "beam search continues the beams it cannot fill with it")
         raise ValueError(f"pad_token_id must be a token id in [0, {vocab_size}): {used}; got "
                          f"{pad!r}")
-    if max_new_tokens == 0:
-        return input_ids
+    if num_beams > 1 and do_sample:
+        raise ValueError("beam search with do_sample=True is not supported; choose one")
+    if max_new_tokens == 0 or input_ids.shape[0] == 0:
+        # a new tensor, as every decoding returns (writing into it leaves the prompt as it
+        # is), of the shape and dtype a batch of rows would have: an empty batch has no row to
+        # finish early, and gets (0, T + max_new_tokens) whether it is greedy, sampled or beam
+        # decoding (the model is not called on it)
+        out = input_ids.new_full((input_ids.shape[0], input_ids.shape[1] + max_new_tokens),
+                                 pad, dtype=torch.long)
+        out[:, : input_ids.shape[1]] = input_ids
+        return out
     if num_beams > 1:
-        if do_sample:
-            raise ValueError("beam search with do_sample=True is not supported; choose one")
         return _beam_search(step, input_ids, key_padding_mask, max_new_tokens, n_layers=n_layers,
                             num_beams=num_beams, eos=eos, pad=pad,
                             use_cache=use_cache, length_penalty=length_penalty,
@@ -203,8 +214,8 @@ def decode(
         empty = torch.isneginf(scores).all(dim=-1)
         stuck = torch.where(empty & ~finished & (stuck == max_new_tokens), i, stuck)
         scores = scores.masked_fill(empty[:, None], 0.0)
-        tok = select_next(scores, do_sample=do_sample, temperature=temperature,
-                          top_k=top_k, top_p=top_p, generator=generator)
+        tok = _select_next(scores, do_sample=do_sample, temperature=temperature,
+                           top_k=top_k, top_p=top_p, generator=generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)
         ids = torch.cat([ids, tok[:, None]], dim=1)
         new_pad = finished[:, None].clone()
@@ -234,15 +245,7 @@ def _check_stuck(stuck: Tensor, max_new_tokens: int) -> None:
     step, ``max_new_tokens`` for none."""
     first = int(stuck.min()) if stuck.numel() else max_new_tokens
     if first < max_new_tokens:
-        raise _no_token_left(first, (stuck == first).nonzero().flatten().tolist())
-
-
-def _no_token_left(step: int, rows: list[int]) -> ValueError:
-    return ValueError(
-        f"no token is left to generate at new token {step + 1} in row(s) {rows[:8]}: every "
-        "score is -inf there (the logits processors, e.g. bad_words_ids, "
-        "no_repeat_ngram_size, sequence_bias or min_new_tokens, or the model's scores ban "
-        "every token)")
+        raise no_token_left((stuck == first).nonzero().flatten().tolist(), first)
 
 
 def _run(step: Step, ids: Tensor, kpm: Tensor, cache: KVCache | None,
@@ -344,7 +347,7 @@ def _beam_search(
                 done[b] = _row_done(finished[b], float(next_scores[b, 0]), k, t + 1,
                                     max_new_tokens, length_penalty, early_stopping)
         if stuck:
-            raise _no_token_left(t, stuck)
+            raise no_token_left(stuck, t)
         if all(done):
             break
         src = (torch.arange(batch, device=device)[:, None] * k + next_beam).view(-1)
@@ -490,14 +493,15 @@ def generate(
     token_grades: Tensor | None = None,
     token_grader: TokenGrader | None = None,
 ) -> Tensor:
-    """Continue ``input_ids`` (B, T), T >= 1, with a decoder-only LM; returns (B, T + n) ids where
-    n <= max_new_tokens; every option is checked before the first step (:func:`check_decoding`),
-    used or not. ``eos_token_id`` is one id or, as Hugging Face's, a list of ids any of which
-    ends a row; rows that emitted one are filled with ``pad_token_id`` (default: the first EOS
-    id, or 0), and beam search continues with it the beams a step cannot fill (more beams than
-    candidates): with EOS ids or beams it must be a token id of the model. ``early_stopping``
-    (True, False or "never") decides when beam search ends, as in Hugging Face's ``generate``
-    (:func:`_beam_search`). ``use_cache``: None caches
+    """Continue ``input_ids`` (B, T), T >= 1, with a decoder-only LM; returns (B, T + n) ids
+    where n <= max_new_tokens, a new int64 tensor (for ``max_new_tokens=0`` too, a copy of the
+    prompt; an empty batch gives (0, T + max_new_tokens)); every option is checked before the
+    first step (:func:`check_decoding`), used or not. ``eos_token_id`` is one id or, as Hugging
+    Face's, a list of ids any of which ends a row; rows that emitted one are filled with
+    ``pad_token_id`` (default: the first EOS id, or 0), and beam search continues with it the
+    beams a step cannot fill (more beams than candidates): with EOS ids or beams it must be a
+    token id of the model. ``early_stopping`` (True, False or "never") decides when beam search
+    ends, as in Hugging Face's ``generate`` (:func:`_beam_search`). ``use_cache``: None caches
     where every backend can (:func:`resolve_use_cache`), True requires it, False recomputes the
     prefix each step; the tokens are the same. Hugging Face's options of these names
     (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.

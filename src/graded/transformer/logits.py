@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["LogitsProcessing", "TokenSequences", "check_sampling", "filter_logits",
-           "logits_processing", "select_next"]
+           "logits_processing", "no_token_left", "select_next"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -61,7 +61,24 @@ def select_next(
     logits: Tensor, *, do_sample: bool, temperature: float, top_k: int | None,
     top_p: float | None, generator: torch.Generator | None,
 ) -> Tensor:
-    """Next token ids (B,) from last-position logits (B, V)."""
+    """Next token ids (B,) from last-position logits (B, V): the argmax without sampling, else
+    a draw after the temperature and the top-k / top-p filters (:func:`filter_logits`). A row
+    whose scores are all -inf has no token left (every one is banned) and is refused, naming
+    the row(s), as generation refuses it (:func:`no_token_left`): argmax would return a
+    banned token, sampling a draw from no distribution."""
+    empty = torch.isneginf(logits).all(dim=-1)
+    if bool(empty.any()):
+        raise no_token_left(empty.nonzero().flatten().tolist())
+    return _select_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                        top_p=top_p, generator=generator)
+
+
+def _select_next(
+    logits: Tensor, *, do_sample: bool, temperature: float, top_k: int | None,
+    top_p: float | None, generator: torch.Generator | None,
+) -> Tensor:
+    """:func:`select_next` for logits with a score above -inf in every row (the caller has
+    refused the others): no read of the logits to check them, none per decoding step."""
     if not do_sample:
         return logits.argmax(dim=-1)
     check_sampling(temperature)
@@ -73,10 +90,27 @@ def select_next(
         empty = torch.isneginf(logits).all(dim=-1)
         if not bool(empty.any()):
             raise
+        rows = empty.nonzero().flatten().tolist()
         raise ValueError(
-            f"no token is left to sample in row(s) {empty.nonzero().flatten().tolist()[:8]}: "
-            "every score is -inf (the logits processors, e.g. bad_words_ids, "
-            "no_repeat_ngram_size or min_new_tokens, ban every token there)") from error
+            f"no token is left to sample in row(s) {_first_rows(rows)}: every score is -inf "
+            f"after dividing the logits by temperature={temperature!r} (some were above -inf "
+            f"before: their quotients overflow {logits.dtype}; a larger temperature or wider "
+            "logits avoid it)") from error
+
+
+def no_token_left(rows: list[int], step: int | None = None) -> ValueError:
+    """The error for the rows (batch indices) whose scores are all -inf, at new token
+    ``step + 1`` of a generation when ``step`` is given: no token is left to choose."""
+    at = "" if step is None else f" at new token {step + 1}"
+    return ValueError(
+        f"no token is left to generate{at} in row(s) {_first_rows(rows)}: every score is -inf "
+        "there (the logits processors, e.g. bad_words_ids, no_repeat_ngram_size, "
+        "sequence_bias or min_new_tokens, or the model's scores ban every token)")
+
+
+def _first_rows(rows: list[int]) -> str:
+    """``rows`` as a list, the first 8 of a longer one with the count of the rest."""
+    return str(rows) if len(rows) <= 8 else f"{rows[:8]} and {len(rows) - 8} more"
 
 
 @dataclass(frozen=True, eq=False)

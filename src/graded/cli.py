@@ -41,6 +41,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     """
     from graded.config import build_run, load_config
     from graded.train.checkpoint import CheckpointManager
+    from graded.train.runs import refuse_search_run
 
     resume_dir = Path(args.resume) if args.resume else None
     if args.config is None and resume_dir is None:
@@ -55,6 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config_path = Path(args.config) if args.config else resume_dir / "config.yaml"
     cfg = load_config(config_path, args.set)
     run_dir = resume_dir or cfg.run_dir()
+    refuse_search_run(run_dir)  # before the dry build, and before the lock file is written
     if resume_dir is None and CheckpointManager(run_dir / "checkpoints").folders() \
             and not cfg.output.overwrite:
         return _fail(

@@ -84,8 +84,8 @@ def test_a_new_learning_rate_on_resume_is_used_and_recorded(run):
     import math
 
     lrs = dict(read_metrics(run)["train"]["lr"])
-    for step in (5, 6):  # lr logged after step s is the schedule's value for step s
-        expected = 0.01 * 0.5 * (1 + math.cos(math.pi * (step - 1) / 5))
+    for step in (5, 6):  # step s (1-based) ran at the cosine's value for s − 1 − warmup
+        expected = 0.01 * 0.5 * (1 + math.cos(math.pi * (step - 2) / 5))
         assert lrs[step] == pytest.approx(expected, rel=1e-6)
 
 

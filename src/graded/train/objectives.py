@@ -42,6 +42,7 @@ def evaluate(
     :func:`graded.evaluation.compute_metric`).
     """
     kind = as_kind(kind, model)
+    kind.check_batch(data)  # the targets too (predict needs only the inputs): ValueError
     total, count, preds = None, 0, []
     for host, batch, out in _outputs(model, data, kind, batch_size, device):
         n = kind.loss_count(host)  # on the host copy: no wait for the device

@@ -89,6 +89,30 @@ class RunLockedError(RunError):
     """Another process holds the run folder's lock."""
 
 
+#: The files by which a folder holds a run of :mod:`graded.search`, not a training run: the
+#: program search's state and evaluation log (``graded search program``), PatternBoost's state
+#: (``graded search patternboost``, which writes a ``metrics.csv`` of its own there too).
+SEARCH_RUN_FILES = ("database.json", "evaluations.csv", "state.json")
+
+
+def search_run_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The entries of ``folder`` that mark a search run (:data:`SEARCH_RUN_FILES`); [] for none.
+    The mirror of the search's own check, which refuses a folder holding a training run."""
+    return [name for name in SEARCH_RUN_FILES if (Path(folder) / name).exists()]
+
+
+def refuse_search_run(folder: str | os.PathLike[str]) -> None:
+    """Raise :class:`RunError` naming ``folder`` and the files of the search run it holds, if
+    it holds one: a training run there would write beside them (fresh, overwritten or
+    resumed alike: ``overwrite`` removes only what the trainer wrote)."""
+    found = search_run_files(folder)
+    if found:
+        raise RunError(
+            f"run folder {folder} holds a search run ({', '.join(found)}), not a training "
+            "run; training writes config.yaml, metrics.csv, checkpoints/ and its logs there, "
+            "so choose another folder (in the CLI another output.dir or name)")
+
+
 class RunFolder:
     """The lock, manifest and history of the run folder ``path``.
 
@@ -318,13 +342,23 @@ def open_run(run: RunFolder, config: Mapping[str, Any], plan: ResumePlan | None,
     """Ready a run folder (its lock held) for a fresh run (``plan`` None) or a resume: refuse
     an ``existing`` run unless ``overwrite`` (then remove what the library wrote), record the
     ``entries`` about to be written, write ``config.yaml`` and the history's events, and say on
-    stderr what was removed or skipped."""
-    if plan is None and existing:
-        if not overwrite:
+    stderr what was removed or skipped. A resume from a checkpoint of another folder is a new
+    run here: it is refused over an ``existing`` run as a fresh run is (its checkpoints would
+    replace those of the folder's own run, step by step)."""
+    elsewhere = plan is not None and not Path(plan.checkpoint).resolve().is_relative_to(
+        run.path.resolve())
+    if existing and (plan is None or elsewhere):
+        if not overwrite and plan is None:
             raise RunError(
                 f"run folder {run.path} already holds checkpoints; resume it with "
                 f"fit(resume_from={str(run.path)!r}) or build the Trainer with overwrite=True "
                 "to replace what the library wrote there")
+        if not overwrite:
+            raise RunError(
+                f"run folder {run.path} already holds checkpoints of its own run; resuming "
+                f"from {plan.checkpoint} there would write over them: resume into a new "
+                "folder, or build the Trainer with overwrite=True to replace what the "
+                "library wrote there")
         removed = run.remove_written()
         if removed:
             print(f"overwriting {run.path}: removed " + ", ".join(p.name for p in removed),

@@ -18,8 +18,10 @@ and 7.1 when a graded recipe is chosen):
 3. clip the gradient norm (unscaled first under fp16), step AdamW (skipped by the scaler when
    fp16 gradients are not finite) and the learning-rate schedule;
 4. call ``recipe.start_step`` (λ annealing now; the grade learning-rate bound, from q_max
-   copied to the host without waiting, applied before the next optimizer step or a save) and
-   log what it returns (``recipe.on_step`` is called once before the first step);
+   copied to the host without waiting, applied before the next optimizer step or a save);
+   what it returns is logged with the next step (``recipe.on_step`` prepares the first). A
+   step is logged with what it ran with: the learning rate of its optimizer step (not the
+   next one, which the scheduler has set by then), its λ, bound and grade learning rate;
 5. every ``log_every`` steps log scalars and grades; every ``eval_every`` steps evaluate, keep
    the best checkpoint and apply early stopping.
 
@@ -73,7 +75,7 @@ from graded.train.optim import param_groups
 from graded.train.options import TrainOptions, monitor_mode_of
 from graded.train.recipes import Recipe, get_recipe
 from graded.train.resume import ResumePlan, plan_resume
-from graded.train.runs import RunFolder, open_run, run_view
+from graded.train.runs import RunFolder, open_run, refuse_search_run, run_view
 from graded.train.schedules import make_scheduler
 from graded.train.signals import StopSignals
 from graded.train.state_tensors import (
@@ -192,6 +194,10 @@ class Trainer:
         self.train_data = dict(train_data)
         self.eval_data = dict(eval_data) if eval_data is not None else None
         dataset_size(self.train_data)
+        try:  # the inputs and targets a step reads
+            self.kind.check_batch(self.train_data)
+        except ValueError as exc:
+            raise ValueError(f"training data: {exc}") from None
         self._check_options()
         self.ctx = D.setup(self.opts.device)
         self.model = model.to(self.ctx.device)
@@ -234,6 +240,8 @@ class Trainer:
         self.overwrite = overwrite
         self.run = RunFolder(self.run_dir, writer=self.ctx.is_main)
         self._plan: ResumePlan | None = None
+        # the recipe's values of the next step: what its last on_step or start_step prepared
+        self._recipe_values: Callable[[], dict[str, float]] = _no_values
 
     def _check_options(self) -> None:
         """Options the kind and the evaluation data must agree with, checked before anything
@@ -263,7 +271,11 @@ class Trainer:
         if self.eval_data is None:
             return
         try:
-            dataset_size(self.eval_data)
+            if dataset_size(self.eval_data) == 0:  # would fail the first evaluation
+                raise ValueError(
+                    f"no examples (tensors {sorted(self.eval_data)} have 0 rows); expected at "
+                    "least one to evaluate, or eval_data=None for a run without evaluation")
+            self.kind.check_batch(self.eval_data)
             self.kind.check_data(self.model, self.eval_data)
         except ValueError as exc:
             raise ValueError(f"evaluation data: {exc}") from None
@@ -403,16 +415,18 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
         self._finish_recipe()  # the grade learning rate of this step, bounded after the last
+        # what this step runs with, logged as its values: the learning rate (the scheduler's
+        # step below sets the next step's) and the recipe's λ, bound and grade learning rate
+        lr = self.optimizer.param_groups[0]["lr"]
+        recipe = self._recipe_values
         if self.scaler is None:
             self.optimizer.step()
         else:  # skips the step when the unscaled gradients are not finite
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.scheduler.step()
-        lr = self.optimizer.param_groups[0]["lr"]
-        recipe: Callable[[], dict[str, float]] = _no_values
         if self.recipe is not None:  # bounds the next step's grade learning rate
-            recipe = self._recipe_pending = self.recipe.start_step(
+            self._recipe_values = self._recipe_pending = self.recipe.start_step(
                 self.model, self.optimizer, step + 1, self.opts.steps)
         values = _StepValues(step + 1, total, count, grad_norm.detach(), extra, lr, recipe,
                              reg_total)
@@ -507,9 +521,12 @@ class Trainer:
 
         The run folder is locked for the call (a second writer gets RunLockedError). A resume
         is checked in full (:meth:`prepare_resume`) before anything is written; without
-        ``resume_from`` a folder that holds checkpoints is refused (RunError) unless the trainer
-        was built with ``overwrite=True``. See :mod:`graded.train.runs`.
+        ``resume_from``, or with one of another folder, a folder that holds checkpoints is
+        refused (RunError) unless the trainer was built with ``overwrite=True``; a folder that
+        holds a search run of :mod:`graded.search` is refused (RunError) before the lock file
+        is written. See :mod:`graded.train.runs`.
         """
+        refuse_search_run(self.run_dir)
         with self.run.lock():
             plan = None
             if resume_from is not None:
@@ -567,7 +584,8 @@ class Trainer:
         if self.recipe is not None:
             # Prepares step start+1 (λ annealing, grade-lr bound); idempotent after a resume,
             # where it restores λ, which may not be part of the model state.
-            self.recipe.on_step(self.model, self.optimizer, start, total)
+            prepared = self.recipe.on_step(self.model, self.optimizer, start, total)
+            self._recipe_values = lambda: prepared
         if start == 0 and main:
             logger.grades(0, self.model)
         # a run that stopped early resumes stopped: the uninterrupted run ends here too (a

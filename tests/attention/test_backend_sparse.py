@@ -292,3 +292,45 @@ def test_block_sparse_refuses_a_block_size_set_after_construction(value):
                                          rf"positive int, got {value!r}"):
         backend.block_size = value
     assert backend.block_size == 12
+
+
+BIGBIRD_BAD_SCALE_KERNEL = [
+    ("scale", 0, r"scale \(None for 1/√head_dim\) must be > 0, got 0"),
+    ("scale", -0.5, r"scale \(None for 1/√head_dim\) must be > 0, got -0\.5"),
+    ("scale", float("nan"), r"scale \(None for 1/√head_dim\) must be a finite number, got nan"),
+    ("scale", "0.3", r"scale \(None for 1/√head_dim\) must be a number > 0, got '0\.3'"),
+    ("kernel", "natve", r"kernel must be one of 'auto', 'flex', 'native', got 'natve'"),
+    ("kernel", None, r"kernel must be one of 'auto', 'flex', 'native', got None"),
+]
+
+
+@pytest.mark.parametrize("option,value,message", BIGBIRD_BAD_SCALE_KERNEL)
+def test_bigbird_refuses_a_scale_or_kernel_set_after_construction_as_its_constructor_does(
+        option, value, message):
+    """``backend.scale = 0`` was taken (uniform weights over the pattern, where ``scale=0`` is
+    refused) and ``backend.kernel = 'natve'`` ran FlexAttention on the CPU (any kernel but
+    'native' and 'auto' did); both are refused when set, with the constructor's error, and the
+    option in force is unchanged: the output is still masked softmax attention at 1/√D."""
+    with pytest.raises(ValueError, match=rf"bigbird backend: {message}"):
+        get_backend("bigbird", **{**BIGBIRD_OPTIONS, option: value})
+    backend = get_backend("bigbird", **BIGBIRD_OPTIONS, kernel="native")
+    with pytest.raises(ValueError, match=rf"bigbird backend: {message}"):
+        setattr(backend, option, value)
+    assert (backend.scale, backend.kernel) == (None, "native")
+    q, k, v, pad, _ = inputs(False)
+    q, k, v = (x.detach() for x in (q, k, v))
+    keep = pattern_mask(bigbird_rule(backend, False), T, False) & ~pad[:, None, None, :]
+    torch.testing.assert_close(backend(q, k, v, key_padding_mask=pad),
+                               masked_softmax_attention(q, k, v, keep, 8**-0.5))
+
+
+def test_bigbird_scale_set_after_construction_is_the_temperature_in_force():
+    """A valid scale set later is taken (as a float) and used at the next call."""
+    backend = get_backend("bigbird", **BIGBIRD_OPTIONS, kernel="native")
+    backend.scale = 2
+    assert backend.scale == 2.0 and isinstance(backend.scale, float)
+    q, k, v, pad, _ = inputs(False)
+    q, k, v = (x.detach() for x in (q, k, v))
+    keep = pattern_mask(bigbird_rule(backend, True), T, True) & ~pad[:, None, None, :]
+    torch.testing.assert_close(backend(q, k, v, key_padding_mask=pad, is_causal=True),
+                               masked_softmax_attention(q, k, v, keep, 2.0))

@@ -212,3 +212,25 @@ def test_space_checks():
         space.join({"a": torch.ones(2)})
     with pytest.raises(ValueError, match=r"unknown grades \['c'\]; expected \['a', 'b'\]"):
         space.join({"a": torch.ones(2), "b": torch.ones(3), "c": torch.ones(1)})
+
+
+@pytest.mark.parametrize("result", [2**63, -(2**63) - 1, 2**70, 2.0**70, np.uint64(2**63)])
+def test_a_tool_result_beyond_int64_is_refused_naming_tool_input_value_and_range(result):
+    # torch.tensor raised "Overflow when unpacking long long", naming neither tool nor value
+    tool = ExternalTool(lambda x: result, decode=ArgmaxDecoder(), encode=OneHotEncoder(4),
+                        name="square")
+    with pytest.raises(ValueError, match=re.escape(
+            f"tool 'square' returned {result!r} for the input 1, outside the int64 range "
+            "[-9223372036854775808, 9223372036854775807] of the token ids encode takes")):
+        tool(OneHotEncoder(4)(torch.tensor([[1, 1]])))
+
+
+@pytest.mark.parametrize("result", [2**63 - 1, -(2**63)])
+def test_a_tool_result_at_the_ends_of_int64_reaches_encode(result):
+    """The ends of the range are taken: encode receives them as they are (and refuses them
+    itself as token ids, naming the value)."""
+    seen = []
+    tool = ExternalTool(lambda x: result, decode=ArgmaxDecoder(),
+                        encode=lambda ids: seen.append(ids.tolist()) or torch.zeros(2, 4))
+    tool(OneHotEncoder(4)(torch.tensor([1, 1])))
+    assert seen == [[result, result]]

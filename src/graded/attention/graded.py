@@ -68,6 +68,7 @@ __all__ = [
     "PER_HEAD_VARIANTS",
     "VARIANTS",
     "GradedMultiheadAttention",
+    "apply_grading",
     "grade_heads",
     "graded_parts",
     "make_grading",
@@ -91,6 +92,25 @@ def graded_parts(variant: str) -> tuple[str, ...]:
         raise ValueError(f"unknown graded attention variant {variant!r}; expected one of "
                          f"{VARIANTS}")
     return _GRADED_PARTS[variant]
+
+
+def apply_grading(grading: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """The activation form x ↦ x·m of ``grading``, in the dtype of the activations ``x``.
+
+    A diagonal grading (:func:`~graded.grading.is_diagonal`) multiplies ``x`` by its scales
+    cast to ``x``'s dtype, as the folded form casts them to the weight's dtype; per-head scales
+    (heads, dim) act on the heads at axis -3 of ``x`` (batch, heads, tokens, dim), as
+    :meth:`~graded.grading.GradingMap.forward`. Any other grading module runs on ``x`` and
+    its output is cast to ``x``'s dtype. A grading held in another dtype than the model (say
+    float64 grades beside float32 weights) would otherwise promote the activations, which the
+    attention backends (one dtype for q, k and v) and the next layer refuse."""
+    if not is_diagonal(grading) or grading.grades.dtype == x.dtype:
+        y = grading(x)  # (a diagonal grading: its scales once, with its forward's checks)
+        return y if not isinstance(y, Tensor) or y.dtype == x.dtype else y.to(x.dtype)
+    m = grading.scales()
+    if m.ndim == 2:  # per head: (heads, 1, dim) against (batch, heads, tokens, dim)
+        m = m.unsqueeze(-2)
+    return x * m.to(x.dtype)
 
 
 def grade_heads(
@@ -289,7 +309,8 @@ class GradedMultiheadAttention(MultiheadAttention):
         folded = self.folded_parts
         if len(folded) == len(graded_parts(self.variant)):
             return q, k, v  # every graded part is folded into the projection
-        return grade_heads(self.variant, self.grading, q, k, v, skip=folded)
+        return grade_heads(self.variant, lambda x: apply_grading(self.grading, x), q, k, v,
+                           skip=folded)
 
     def extra_repr(self) -> str:
         return (f"variant={self.variant!r}, fold_grading={self.fold_grading}, "

@@ -73,6 +73,9 @@ class Calculator:
                          "literals, unary - and the operators + - * // %")
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # the results are gathered in a long tensor
+
+
 class ExternalTool(nn.Module):
     """φ_{h←g}(x) = encode(fn(decode(x))) per token, run outside autograd (004 Ex. 3.17).
 
@@ -82,8 +85,9 @@ class ExternalTool(nn.Module):
 
     ``fn`` returns an integer, the value that ``encode`` maps to V_h (a token id or class index
     of a ``OneHotEncoder``): an int, a NumPy integer or bool, or a float with an integral value
-    (3.0 is 3). Any other result raises a ValueError naming the tool, its input and the value;
-    ``int(...)`` truncated 2.7 to 2, so a tool computing the wrong thing ran on silently.
+    (3.0 is 3), within the int64 range. Any other result raises a ValueError naming the tool,
+    its input and the value; ``int(...)`` truncated 2.7 to 2, so a tool computing the wrong
+    thing ran on silently.
     """
 
     differentiable = False
@@ -113,17 +117,25 @@ class ExternalTool(nn.Module):
         return out.to(x_src.dtype)
 
     def _integer(self, x: int) -> int:
-        """fn(x) as the int it equals; a ValueError for a result that is not an integer."""
+        """fn(x) as the int it equals; a ValueError for a result that is not an integer, or
+        one outside the int64 range of the tensor the results are gathered in."""
         value = self.fn(x)
         try:
-            return operator.index(value)  # int, bool, NumPy integers
+            integer = operator.index(value)  # int, bool, NumPy integers
         except TypeError:
-            pass
-        if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-            return int(value)
-        raise ValueError(f"tool {self.name!r} returned {value!r} for the input {x}; expected an "
-                         "integer (or a float with an integral value), which encode maps to a "
-                         "token")
+            if not (isinstance(value, numbers.Real) and math.isfinite(value)
+                    and float(value).is_integer()):
+                raise ValueError(
+                    f"tool {self.name!r} returned {value!r} for the input {x}; expected an "
+                    "integer (or a float with an integral value), which encode maps to a token"
+                ) from None
+            integer = int(value)
+        if not _INT64_MIN <= integer <= _INT64_MAX:
+            raise ValueError(
+                f"tool {self.name!r} returned {value!r} for the input {x}, outside the int64 "
+                f"range [{_INT64_MIN}, {_INT64_MAX}] of the token ids encode takes"
+            )
+        return integer
 
 
 def calculator_adder(k: int, p: int, *, scale: float = 1.0, calculator: Calculator | None = None

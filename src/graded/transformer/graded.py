@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from graded.attention.graded import (
     PER_HEAD_VARIANTS,
+    apply_grading,
     make_grading,
     packed_rows_together,
     rows_together,
@@ -139,11 +140,13 @@ class GradedFeatures(nn.Module):
                 folded: bool = False) -> Tensor:
         """The stage on ``x``; ``folded``: M is already applied (folded into the linear map
         that made ``x``), only the per-token grading and the normalisation remain."""
-        y = x if self.grading is None or folded else self.grading(x)
+        # in x's dtype: a grading (or token profile) held in another dtype than the model
+        # must not promote the activations (apply_grading)
+        y = x if self.grading is None or folded else apply_grading(self.grading, x)
         if self.per_token:
             if token_scales is None:
                 raise ValueError("this stage is graded per token: pass token_grades to the model")
-            y = y * token_scales
+            y = y * token_scales.to(y.dtype)
         return normalize_rows(y, self.eps) if self.normalize else y
 
 

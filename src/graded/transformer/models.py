@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.backends import decodes_with_state
+from graded.attention.graded import apply_grading
 from graded.checks import check_token_ids, checked_inputs, inputs_checked
 from graded.folding import graded_linear
 from graded.positional import (
@@ -205,8 +206,12 @@ class InputEmbedding(nn.Module):
             if self.input_map is not None:
                 x = torch.relu(self.input_map(x))
         else:  # 000 Def 5.19: the grading acts on the raw features, before the projection
-            graded = self.input_grading(inputs)
             weight = self.tokens.weight
+            if not isinstance(self.input_grading, nn.Identity):
+                # graded in the wider of the features' and the model's dtypes, as a grading in
+                # the model's dtype promotes them (whatever the grading's own dtype)
+                inputs = inputs.to(torch.promote_types(inputs.dtype, weight.dtype))
+            graded = self.input_grading(inputs)
             if graded.dtype != weight.dtype and not torch.is_autocast_enabled(
                     inputs.device.type):  # the projection's error would not name the features
                 raise TypeError(f"features are {inputs.dtype}, the model's weights "
@@ -437,7 +442,7 @@ class _OutputHead(nn.Module):
             x = self.grading(x, token_scales, folded=folded is not None)
         elif folded is None:  # a pooled vector has no token: its stage is M alone
             grading = self.grading.grading if self.per_token else self.grading
-            x = x if grading is None else grading(x)
+            x = x if grading is None else apply_grading(grading, x)  # in x's dtype
         return graded_linear(x, self.proj.weight, self.proj.bias,
                              in_scales=None if folded is None else folded.scales())
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -37,6 +38,9 @@ __all__ = [
     "check_scale",
     "check_seed",
     "check_self_attention",
+    "checked_int_option",
+    "checked_option",
+    "compute_dtype",
     "decodes_with_state",
     "default_scale",
     "empty_output",
@@ -80,6 +84,41 @@ FEATURES: dict[str, str] = {
 }
 
 
+def checked_option(option: str, check: Callable[[str, object], object]) -> property:
+    """A backend option checked whenever it is set, in the constructor and after it: setting
+    it keeps ``check(backend name, value)``, so ``backend.scale = 0`` is refused as
+    ``scale=0`` is, naming the option and the value, and the option in force is unchanged.
+    Read as a plain attribute: the check runs on assignment, not on the calls. The getter is a
+    Python function, which the compiler traces (inside ``torch.compile`` and FlexAttention's
+    ``mask_mod``), where it cannot trace ``operator.attrgetter``."""
+    slot = f"_{option}"
+
+    def get(self: AttentionBackend) -> object:
+        try:
+            return self.__dict__[slot]
+        except KeyError:  # never set (a backend without the option): no such attribute
+            raise AttributeError(option) from None
+
+    def set_(self: AttentionBackend, value: object) -> None:
+        self.__dict__[slot] = check(self.name, value)
+
+    return property(get, set_, doc=f"The ``{option}`` option (checked when set).")
+
+
+def checked_int_option(option: str, minimum: int | None = 1, *, odd: bool = False,
+                       optional: bool = False) -> property:
+    """An integer option (:func:`check_int_option`; ``odd``: odd values only) checked whenever
+    it is set, as :func:`checked_option`."""
+
+    def check(name: str, value: object) -> int | None:
+        value = check_int_option(name, option, value, minimum=minimum, optional=optional)
+        if odd and value is not None and value % 2 == 0:
+            raise ValueError(f"{name} backend: {option} must be odd, got {value}")
+        return value
+
+    return checked_option(option, check)
+
+
 class AttentionBackend(nn.Module):
     """Base class of attention backends: ``forward(q, k, v, *, key_padding_mask, attn_mask,
     is_causal, dropout_p) -> (B, H, Tq, Dv)``. Subclasses set ``name`` and ``capabilities``
@@ -88,10 +127,16 @@ class AttentionBackend(nn.Module):
     ``custom_score`` also takes ``score=``; one with ``attn_bias`` takes a float (additive)
     ``attn_mask``; one with ``attention_weights`` has ``forward_with_weights`` returning
     ``(output, weights)``. A backend module that does not subclass this and states no
-    capabilities is treated as :data:`UNDECLARED`: causal, cross-attention and padding only."""
+    capabilities is treated as :data:`UNDECLARED`: causal, cross-attention and padding only.
+
+    Options a backend reads at its calls (``scale``, ``kernel``, block sizes, windows, ...)
+    are properties made by :func:`checked_option`: set after construction, they are checked
+    as the constructor checks them and take effect at the next call."""
 
     name: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # the softmax temperature of the backends that take one (None: 1/√D), checked when set
+    scale = checked_option("scale", lambda name, value: check_scale(name, value))  # (below)
 
     def forward(  # pragma: no cover - interface
         self,
@@ -219,10 +264,12 @@ class PatternDecoding:
                        & (k_pos <= q_pos))  # ([H,] new, kept)
             allowed = allowed.reshape(1, -1, *allowed.shape[-2:]) & ~pads[:, None, None, :]
             scale = default_scale(getattr(self, "scale", None), q.shape[-1])
-            weights = softmax_rows(torch.matmul(q, keys.transpose(-2, -1)) * scale, allowed)
+            acc = compute_dtype(q.dtype)  # half precision computed in float32, rounded once
+            scores = torch.matmul(q.to(acc), keys.to(acc).transpose(-2, -1)) * scale
+            weights = softmax_rows(scores, allowed)
             if dropout_p > 0.0:
                 weights = torch.nn.functional.dropout(weights, p=dropout_p)
-            out = torch.matmul(weights, values)
+            out = torch.matmul(weights, values.to(acc)).to(v.dtype)
         if self.horizon is not None and keys.shape[2] > self.horizon:
             keys, values = keys[:, :, -self.horizon:], values[:, :, -self.horizon:]
             pads = pads[:, -self.horizon:]
@@ -239,6 +286,15 @@ def capabilities_of(backend: object) -> Capabilities:
         return backend
     caps = getattr(backend, "capabilities", None)
     return caps if isinstance(caps, Capabilities) else UNDECLARED
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the exact backends compute scores, softmax and weighted sum in: float32 for
+    half-precision inputs (float16, bfloat16), the inputs' own dtype otherwise. Torch's math
+    SDPA (``_scaled_dot_product_attention_math``) does the same, upcasting half-precision
+    q, k and v to float32 and rounding the output once; its fused kernels accumulate in float32
+    too. Scores, an exponential and a sum formed in bfloat16 have about twice their error."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def default_scale(scale: float | None, head_dim: int) -> float:

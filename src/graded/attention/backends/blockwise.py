@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graded.attention.backends.base import softmax_rows
+from graded.attention.backends.base import compute_dtype, softmax_rows
 
 __all__ = ["KeepRule", "gathered_block_attention", "pad_to_multiple"]
 
@@ -53,8 +53,11 @@ def gathered_block_attention(
     n-th computed query block, the indices of its key blocks (``-1`` = unused slot); the indices
     in a row must be distinct. ``query_blocks`` (nQ,) names the query blocks to compute (default
     all, in order). Returns (B, H, nQ·block, Dv); rows of padded positions past T are included
-    and must be dropped by the caller.
+    and must be dropped by the caller. Half-precision inputs are computed in float32 and the
+    output rounded once (:func:`~.base.compute_dtype`).
     """
+    dtype = v.dtype
+    q, k, v = (x.to(compute_dtype(dtype)) for x in (q, k, v))
     b, h, t, d = q.shape
     n_blocks = -(-t // block)
     q, k, v = (pad_to_multiple(x, block) for x in (q, k, v))
@@ -84,4 +87,4 @@ def gathered_block_attention(
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     out = torch.matmul(weights, vg)  # (B, H, nQ, block, Dv)
-    return out.reshape(b, h, n_q * block, -1)
+    return out.reshape(b, h, n_q * block, -1).to(dtype)

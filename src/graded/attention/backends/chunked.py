@@ -18,6 +18,7 @@ compute exactly without a Tq×Tk mask to :func:`torch.nn.functional.scaled_dot_p
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -31,7 +32,9 @@ from graded.attention.backends.base import (
     check_inputs,
     check_int_option,
     check_kernel,
-    check_scale,
+    checked_int_option,
+    checked_option,
+    compute_dtype,
     default_scale,
     empty_output,
 )
@@ -67,9 +70,12 @@ def _query_chunk(
     """
     b, h, c, _ = q.shape
     t_k = k.shape[2]
-    # the running statistics of half-precision inputs are float32 (as in FlashAttention):
-    # summed over many key blocks in bfloat16 they would drift far from the dense result
-    acc_dtype = torch.promote_types(q.dtype, torch.float32)
+    # half-precision inputs are computed in float32 (as in FlashAttention and torch's math
+    # SDPA): scores, running statistics and output; summed over many key blocks in bfloat16
+    # they would drift far from the dense result. The output is rounded once, at the end.
+    acc_dtype = compute_dtype(q.dtype)
+    if score is None:  # a score module runs on the inputs as given (its parameters' dtype)
+        q = q.to(acc_dtype)
     m = torch.full((b, h, c, 1), float("-inf"), dtype=acc_dtype, device=q.device)
     denom = torch.zeros((b, h, c, 1), dtype=acc_dtype, device=q.device)
     acc = torch.zeros((b, h, c, v.shape[-1]), dtype=acc_dtype, device=q.device)
@@ -80,8 +86,10 @@ def _query_chunk(
             break
         k1 = min(k0 + key_chunk, t_k)
         k_b = k[:, :, k0:k1]
-        s = score(q, k_b) if score is not None else torch.matmul(q, k_b.transpose(-2, -1)) * scale
-        s = s.to(acc_dtype)
+        if score is not None:
+            s = score(q, k_b).to(acc_dtype)
+        else:
+            s = torch.matmul(q, k_b.to(acc_dtype).transpose(-2, -1)) * scale
         if mask is not None and mask.dtype != torch.bool:
             s = s + mask[..., k0:k1].to(s.dtype)
         keep = None
@@ -101,7 +109,7 @@ def _query_chunk(
         denom = alpha * denom + p.sum(dim=-1, keepdim=True)
         if dropout_p > 0.0:
             p = F.dropout(p, p=dropout_p)
-        acc = alpha * acc + torch.matmul(p.to(v.dtype), v[:, :, k0:k1])
+        acc = alpha * acc + torch.matmul(p, v[:, :, k0:k1].to(acc_dtype))
         m = m_new
     return (acc / torch.where(denom > 0, denom, torch.ones_like(denom))).to(v.dtype)
 
@@ -224,8 +232,9 @@ class ChunkedBackend(AttentionBackend):
     memory O(B·H·query_chunk·key_chunk) in the forward and O(B·H·query_chunk·Tk) while one
     checkpointed chunk is differentiated, never O(Tq·Tk). Honours every mask (general boolean
     ``attn_mask`` included) and attention dropout (applied to the unnormalised weights, as in
-    FlashAttention; the normaliser uses the undropped sum). Half-precision inputs keep the
-    running maximum, normaliser and output in float32, as FlashAttention does.
+    FlashAttention; the normaliser uses the undropped sum). Half-precision inputs are computed
+    in float32 (scores, running maximum, normaliser and output) and rounded once, as
+    FlashAttention and torch's math SDPA do.
 
     Also takes an additive float ``attn_mask`` (ALiBi bias) and a ``score`` module, applied
     block by block (exact, see :func:`chunked_attention`). :meth:`forward_with_weights`
@@ -247,6 +256,10 @@ class ChunkedBackend(AttentionBackend):
         causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
         custom_score=True, attention_weights=True, incremental=True,
     )
+    # checked when set, in the constructor and after it (as ``scale``, see checked_option)
+    query_chunk = checked_int_option("query_chunk")
+    key_chunk = checked_int_option("key_chunk")
+    kernel = checked_option("kernel", partial(check_kernel, choices=CHUNKED_KERNELS))
 
     def __init__(
         self,
@@ -257,11 +270,11 @@ class ChunkedBackend(AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        self.scale = check_scale(self.name, scale)
-        self.query_chunk = check_int_option(self.name, "query_chunk", query_chunk)
-        self.key_chunk = check_int_option(self.name, "key_chunk", key_chunk)
+        self.scale = scale  # each checked by its property, here and when set later
+        self.query_chunk = query_chunk
+        self.key_chunk = key_chunk
         self.checkpointing = checkpointing
-        self.kernel = check_kernel(self.name, kernel, CHUNKED_KERNELS)
+        self.kernel = kernel
 
     def forward(
         self,

@@ -15,8 +15,8 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
-    check_int_option,
-    check_scale,
+    checked_int_option,
+    compute_dtype,
     default_scale,
     softmax_rows,
 )
@@ -62,9 +62,16 @@ def dense_attention_weights(
 ) -> tuple[Tensor, Tensor]:
     """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk), after dropout, of
     softmax(S + bias) V with S = Q Kᵀ · scale (002 Eqs. 2.25–2.27) or ``score(q, k)``; a bool
-    ``attn_mask`` is a keep-mask, a float one an additive bias. Materialises the weights."""
-    scores = (score(q, k) if score is not None
-              else torch.matmul(q, k.transpose(-2, -1)) * default_scale(scale, q.shape[-1]))
+    ``attn_mask`` is a keep-mask, a float one an additive bias. Materialises the weights.
+
+    Half-precision inputs are computed in float32 (:func:`~.base.compute_dtype`), as torch's
+    math SDPA computes them, and the output and weights rounded to the inputs' dtype once; a
+    ``score`` module runs on the inputs as given (its parameters share their dtype) and its
+    scores are upcast before the softmax."""
+    acc = compute_dtype(q.dtype)
+    scores = (score(q, k).to(acc) if score is not None
+              else torch.matmul(q.to(acc), k.to(acc).transpose(-2, -1))
+              * default_scale(scale, q.shape[-1]))
     bias = attn_mask is not None and attn_mask.dtype != torch.bool
     if bias:
         scores = scores + attn_mask.to(scores.dtype)
@@ -72,7 +79,7 @@ def dense_attention_weights(
     weights = softmax_rows(scores, keep)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, v), weights
+    return torch.matmul(weights, v.to(acc)).to(v.dtype), weights.to(v.dtype)
 
 
 class FullBackend(AttentionBackend):
@@ -99,7 +106,7 @@ class FullBackend(AttentionBackend):
 
     def __init__(self, scale: float | None = None) -> None:
         super().__init__()
-        self.scale = check_scale(self.name, scale)
+        self.scale = scale  # checked by its property (AttentionBackend.scale)
 
     def forward(
         self,
@@ -184,13 +191,14 @@ class ExplicitBackend(AttentionBackend):
         causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
         custom_score=True, attention_weights=True, incremental=True,
     )
+    max_elements = checked_int_option("max_elements")  # checked when set, as ``scale``
 
     def __init__(
         self, scale: float | None = None, max_elements: int = 2**27, store_weights: bool = True
     ) -> None:
         super().__init__()
-        self.scale = check_scale(self.name, scale)
-        self.max_elements = check_int_option(self.name, "max_elements", max_elements)
+        self.scale = scale  # checked by its property (AttentionBackend.scale)
+        self.max_elements = max_elements
         self.store_weights = store_weights
         self.last_weights: Tensor | None = None
 
@@ -198,6 +206,7 @@ class ExplicitBackend(AttentionBackend):
         """Raise ``MemoryError`` naming the bytes needed if ``shape`` exceeds ``max_elements``."""
         n = shape[0] * shape[1] * shape[2] * shape[3]
         if n > self.max_elements:
+            dtype = compute_dtype(dtype)  # half precision: scores and weights in float32
             size = torch.empty((), dtype=dtype).element_size()
             need = 2 * n * size
             raise MemoryError(

@@ -20,7 +20,8 @@ from graded.attention.backends.base import (
     PatternDecoding,
     check_int_option,
     check_option,
-    check_scale,
+    checked_option,
+    compute_dtype,
     default_scale,
     softmax_rows,
 )
@@ -81,8 +82,11 @@ def fixed_pattern_attention(
     With n = ⌈T/block⌉ blocks each query scores ``block`` local keys and the n·summary summary
     keys of the other blocks (its own block's are among the local ones, so none counts twice),
     one softmax over both: time O(T·(block + T·summary/block)·D), memory
-    O(T·(block + T·summary/block)) for the scores and weights.
+    O(T·(block + T·summary/block)) for the scores and weights. Half-precision inputs are
+    computed in float32 and the output rounded once (:func:`~.base.compute_dtype`).
     """
+    dtype = v.dtype
+    q, k, v = (x.to(compute_dtype(dtype)) for x in (q, k, v))
     b, h, t, d = q.shape
     if part == "heads":  # A¹ in heads 0, 2, …; A² in heads 1, 3, …
         masks = {"key_padding_mask": key_padding_mask, "is_causal": is_causal,
@@ -93,7 +97,7 @@ def fixed_pattern_attention(
                                        scale, split_heads=split_heads, part="summary", **masks)
         head = torch.arange(h, device=q.device)
         order = torch.where(head % 2 == 0, head // 2, local.shape[1] + head // 2)
-        return torch.cat([local, summ], dim=1).index_select(1, order)  # (B, H, T, Dv)
+        return torch.cat([local, summ], dim=1).index_select(1, order).to(dtype)  # (B, H, T, Dv)
     dv = v.shape[-1]
     n = -(-t // block)
     cols = summary_offsets(block, summary, h if split_heads else None, q.device)  # (H′, c)
@@ -140,7 +144,7 @@ def fixed_pattern_attention(
         weights = F.dropout(weights, p=dropout_p)
     w_local, w_summ = weights.split([block, n * summary], dim=-1)
     out = torch.matmul(w_local, vb) + torch.matmul(w_summ, vs)  # (B, H, n, block, Dv)
-    return out.reshape(b, h, n * block, dv)[:, :, :t]
+    return out.reshape(b, h, n * block, dv)[:, :, :t].to(dtype)
 
 
 class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
@@ -222,35 +226,97 @@ class SparseFixedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     name = "sparse_fixed"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
 
+    part = checked_option("part", lambda name, value: check_option(name, "part", value, PARTS))
+
     def __init__(
         self, block: int = 128, summary: int = 8, summary_heads: str = "shared",
         part: str = "both", scale: float | None = None, kernel: str = "auto",
     ) -> None:
         super().__init__()
-        check_int_option(self.name, "block", block)
-        if isinstance(summary, bool) or not isinstance(summary, int) or not 1 <= summary <= block:
+        self._summary: int | None = None
+        self._summary_heads: str | None = None
+        self.block = block  # each checked by its property, here and when set later
+        self.summary = summary
+        self.summary_heads = summary_heads
+        self.part = part
+        self.scale = scale
+        self.init_kernel(kernel)
+
+    @property
+    def block(self) -> int:
+        """The ``block`` option, l (checked when set: a positive int, at least ``summary``,
+        a multiple of it with ``summary_heads="split"``)."""
+        return self._block
+
+    @block.setter
+    def block(self, value: object) -> None:
+        block = check_int_option(self.name, "block", value)
+        self._check_summary(block, self._summary, self._summary_heads)
+        self._block = block
+
+    @property
+    def summary(self) -> int:
+        """The ``summary`` option, c (checked when set: an int in [1, block], a divisor of
+        ``block`` with ``summary_heads="split"``)."""
+        return self._summary
+
+    @summary.setter
+    def summary(self, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= self.block:
+            raise ValueError(
+                f"{self.name} backend: summary must be an int in [1, block={self.block}], got "
+                f"{value!r}"
+            )
+        self._check_summary(self.block, value, self._summary_heads)
+        self._summary = value
+
+    @property
+    def summary_heads(self) -> str:
+        """The ``summary_heads`` option (checked when set: one of :data:`SUMMARY_HEADS`)."""
+        return self._summary_heads
+
+    @summary_heads.setter
+    def summary_heads(self, value: object) -> None:
+        check_option(self.name, "summary_heads", value, SUMMARY_HEADS)
+        self._check_summary(self.block, self._summary, value)
+        self._summary_heads = value
+
+    def _check_summary(self, block: int, summary: int | None, summary_heads: str | None) -> None:
+        """The options together: c <= l, and c divides l when the heads split the block."""
+        if summary is None:
+            return
+        if summary > block:
             raise ValueError(
                 f"{self.name} backend: summary must be an int in [1, block={block}], got "
                 f"{summary!r}"
             )
-        check_option(self.name, "summary_heads", summary_heads, SUMMARY_HEADS)
-        check_option(self.name, "part", part, PARTS)
         if summary_heads == "split" and block % summary:
             raise ValueError(
                 f"{self.name} backend: summary_heads='split' needs summary to divide block (the "
                 f"heads take the block's block // summary sub-blocks), got block={block}, "
                 f"summary={summary}"
             )
-        self.block = block
-        self.summary = summary
-        self.summary_heads = summary_heads
-        self.part = part
-        self.split_heads = summary_heads == "split" and part != "local"
-        self.per_head_keep = self.split_heads or part == "heads"
-        # A¹ alone: a later query sees only keys of its own block, the last ``block`` positions
-        self.horizon = block if part == "local" else None
-        self.scale = check_scale(self.name, scale)
-        self.init_kernel(kernel)
+
+    @property
+    def split_heads(self) -> bool:
+        """Whether the heads take distinct summary sub-blocks (``"split"``, unless the part
+        is ``"local"``, which has no summary positions)."""
+        return self._summary_heads == "split" and self.part != "local"
+
+    @property
+    def per_head_keep(self) -> bool:
+        """Whether the keep-set differs between heads (split summaries, ``part="heads"``)."""
+        return self.split_heads or self.part == "heads"
+
+    @property
+    def horizon(self) -> int | None:
+        """The keys a later query can still see: with A¹ alone the last ``block`` positions
+        (a query sees only keys of its own block), all of them otherwise."""
+        return self._block if self.part == "local" else None
+
+    def pattern_key(self) -> tuple[int, int, str, str]:
+        """The options: set after construction, they give another pattern (BlockMasks)."""
+        return (self._block, self._summary, self._summary_heads, self.part)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor, head: Tensor | None = None) -> Tensor:
         """Bool keep-set of broadcastable query and key positions, before causality; ``head``

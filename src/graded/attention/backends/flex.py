@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,6 +42,7 @@ from graded.attention.backends.base import (
     check_inputs,
     check_kernel,
     check_self_attention,
+    checked_option,
     default_scale,
     empty_output,
     reject_attn_mask,
@@ -189,14 +191,15 @@ class FlexKernel:
     CPU call that needs gradients runs the native kernel (see :mod:`.flex`)."""
 
     name: str
-    kernel: str = "auto"
+    kernel = checked_option("kernel", partial(check_kernel, choices=PATTERN_KERNELS))
     scale: float | None
     keep: KeepRule
     per_head_keep: bool = False  # keep_rule's rule also takes the head: keep(q, k, head)
 
     def init_kernel(self, kernel: object) -> None:
-        """Check and set the ``kernel`` option; start an empty BlockMask cache."""
-        self.kernel = check_kernel(self.name, kernel, PATTERN_KERNELS)
+        """Set the ``kernel`` option (checked when set, here and after construction); start an
+        empty BlockMask cache."""
+        self.kernel = kernel
         self._block_masks: dict[tuple, BlockMask] = {}
 
     def pattern_key(self) -> tuple:

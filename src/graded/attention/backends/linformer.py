@@ -18,7 +18,6 @@ from graded.attention.backends.base import (
     Capabilities,
     check_inputs,
     check_int_option,
-    check_scale,
     default_scale,
 )
 
@@ -57,7 +56,7 @@ class LinformerBackend(AttentionBackend):
         self.max_len = check_int_option(self.name, "max_len", max_len)
         self.rank = rank = check_int_option(self.name, "rank", rank)
         self.share_kv = share_kv
-        self.scale = check_scale(self.name, scale)
+        self.scale = scale  # checked by its property (AttentionBackend.scale)
         self.E = nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
         self.F = None if share_kv else nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
 

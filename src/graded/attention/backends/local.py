@@ -16,7 +16,7 @@ from graded.attention.backends.base import (
     Capabilities,
     PatternDecoding,
     check_int_option,
-    check_scale,
+    checked_int_option,
     default_scale,
 )
 from graded.attention.backends.blockwise import gathered_block_attention, pad_to_multiple
@@ -86,16 +86,50 @@ class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        self.window = check_int_option(self.name, "window", window)
-        block = max(window, 32) if block_size is None else block_size
-        self.block_size = check_int_option(self.name, "block_size", block)
-        if self.block_size < self.window:
-            raise ValueError(
-                f"sliding_window backend: block_size ({block_size}) must be >= window ({window})"
-            )
-        self.scale = check_scale(self.name, scale)
-        self.horizon = self.window
+        self._block_option: int | None = None
+        self.window = window  # each checked by its property, here and when set later
+        self.block_size = block_size
+        self.scale = scale
         self.init_kernel(kernel)
+
+    @property
+    def window(self) -> int:
+        """The ``window`` option (checked when set; at most an explicit ``block_size``)."""
+        return self._window
+
+    @window.setter
+    def window(self, value: object) -> None:
+        window = check_int_option(self.name, "window", value)
+        self._check_block(window, self._block_option)
+        self._window = window
+
+    @property
+    def block_size(self) -> int:
+        """The block of the blocked kernel: the ``block_size`` option, or ``max(window, 32)``
+        when it is None (so that it follows a window set later). Checked when set."""
+        return max(self._window, 32) if self._block_option is None else self._block_option
+
+    @block_size.setter
+    def block_size(self, value: object) -> None:
+        block = check_int_option(self.name, "block_size", value, optional=True)
+        self._check_block(self._window, block)
+        self._block_option = block
+
+    def _check_block(self, window: int, block: int | None) -> None:
+        """The blocked kernel reaches the neighbouring blocks only: block_size >= window."""
+        if block is not None and block < window:
+            raise ValueError(
+                f"{self.name} backend: block_size ({block}) must be >= window ({window})"
+            )
+
+    @property
+    def horizon(self) -> int:
+        """The keys a later query can still see (decoding keeps them): the last ``window``."""
+        return self._window
+
+    def pattern_key(self) -> tuple[int]:
+        """The window: a window set after construction is another pattern (BlockMasks)."""
+        return (self._window,)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return (q_pos - k_pos).abs() <= self.window
@@ -137,17 +171,28 @@ class DilatedBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     name = "dilated"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
+    dilation = checked_int_option("dilation")
+    window = checked_int_option("window", optional=True)
 
     def __init__(
         self, dilation: int = 8, window: int | None = None, scale: float | None = None,
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        self.dilation = check_int_option(self.name, "dilation", dilation)
-        self.window = None if window is None else check_int_option(self.name, "window", window)
-        self.scale = check_scale(self.name, scale)
-        self.horizon = None if self.window is None else self.window * self.dilation
+        self.dilation = dilation  # each checked by its property, here and when set later
+        self.window = window
+        self.scale = scale
         self.init_kernel(kernel)
+
+    @property
+    def horizon(self) -> int | None:
+        """The keys a later query can still see (decoding keeps them): the last
+        ``window·dilation`` with a window, all of them without."""
+        return None if self.window is None else self.window * self.dilation
+
+    def pattern_key(self) -> tuple[int, int | None]:
+        """The options: set after construction, they give another pattern (BlockMasks)."""
+        return (self.dilation, self.window)
 
     def keep(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         gap = q_pos - k_pos

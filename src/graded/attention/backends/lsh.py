@@ -25,10 +25,9 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     check_inputs,
-    check_int_option,
-    check_scale,
-    check_seed,
     check_self_attention,
+    checked_int_option,
+    checked_option,
     default_scale,
     empty_output,
     reject_attn_mask,
@@ -52,6 +51,18 @@ def _gather_t(x: Tensor, index: Tensor) -> Tensor:
     b, h, r, n = index.shape
     src = x.unsqueeze(2).expand(b, h, r, x.shape[2], x.shape[3])
     return torch.gather(src, 3, index.unsqueeze(-1).expand(b, h, r, n, x.shape[3]))
+
+
+def _check_buckets(name: str, n_buckets: object) -> int | None:
+    """The ``n_buckets`` option: None (from the length), 1, or a positive even int."""
+    if n_buckets is not None and (
+        isinstance(n_buckets, bool) or not isinstance(n_buckets, int) or n_buckets <= 0
+        or (n_buckets > 1 and n_buckets % 2)
+    ):
+        raise ValueError(
+            f"{name} backend: n_buckets must be 1 or a positive even int, got {n_buckets!r}"
+        )
+    return n_buckets
 
 
 class LSHBackend(AttentionBackend):
@@ -78,6 +89,11 @@ class LSHBackend(AttentionBackend):
 
     name = "lsh"
     capabilities = Capabilities(causal=True, key_padding_mask=True)
+    # read at every call, so checked whenever set (checked_option), as the constructor does
+    n_buckets = checked_option("n_buckets", _check_buckets)
+    n_rounds = checked_int_option("n_rounds")
+    chunk_size = checked_int_option("chunk_size")
+    seed = checked_int_option("seed", None, optional=True)  # as check_seed's
 
     def __init__(
         self,
@@ -92,18 +108,11 @@ class LSHBackend(AttentionBackend):
         if not isinstance(shared_qk, bool):
             raise ValueError(f"lsh backend: shared_qk must be a bool, got {shared_qk!r}")
         self.shared_qk = shared_qk
-        if n_buckets is not None and (
-            isinstance(n_buckets, bool) or not isinstance(n_buckets, int) or n_buckets <= 0
-            or (n_buckets > 1 and n_buckets % 2)
-        ):
-            raise ValueError(
-                f"lsh backend: n_buckets must be 1 or a positive even int, got {n_buckets!r}"
-            )
-        self.n_buckets = n_buckets
-        self.n_rounds = check_int_option(self.name, "n_rounds", n_rounds)
-        self.chunk_size = check_int_option(self.name, "chunk_size", chunk_size)
-        self.seed = check_seed(self.name, seed, optional=True)
-        self.scale = check_scale(self.name, scale)
+        self.n_buckets = n_buckets  # each checked by its property, here and when set later
+        self.n_rounds = n_rounds
+        self.chunk_size = chunk_size
+        self.seed = seed
+        self.scale = scale
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, shared_qk={self.shared_qk}"

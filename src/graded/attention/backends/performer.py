@@ -26,9 +26,10 @@ from graded.attention.backends.base import (
     DecodeState,
     check_inputs,
     check_int_option,
-    check_scale,
     check_seed,
     check_self_attention,
+    checked_int_option,
+    checked_option,
     default_scale,
     empty_output,
     reject_attn_mask,
@@ -111,6 +112,15 @@ def _finite(x: Tensor) -> Tensor:
     return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
+def _check_feature_type(name: str, feature_type: object) -> str:
+    """The ``feature_type`` option: ``"orthogonal"`` or ``"iid"``."""
+    if feature_type not in ("orthogonal", "iid"):
+        raise ValueError(
+            f"{name} backend: feature_type must be 'orthogonal' or 'iid', got {feature_type!r}"
+        )
+    return feature_type
+
+
 class PerformerBackend(AttentionBackend):
     """FAVOR+ approximation of softmax attention (Choromanski et al. 2021, Lemma 1, §2.4–2.6).
 
@@ -142,6 +152,14 @@ class PerformerBackend(AttentionBackend):
     name = "performer"
     capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
                                 incremental=True)
+    # checked whenever set (checked_option), as the constructor does; the features' options
+    # act at the next draw (redraw_features)
+    num_features = checked_int_option("num_features", optional=True)
+    feature_type = checked_option("feature_type", _check_feature_type)
+    redraw_interval = checked_int_option("redraw_interval", optional=True)
+    chunk_size = checked_int_option("chunk_size")
+    eps = checked_option("eps", lambda name, value: check_float(
+        f"{name} backend: eps", value, minimum=0, strict_min=True))
 
     def __init__(
         self,
@@ -156,20 +174,13 @@ class PerformerBackend(AttentionBackend):
         ignore_dropout: bool = False,
     ) -> None:
         super().__init__()
-        if feature_type not in ("orthogonal", "iid"):
-            raise ValueError(
-                "performer backend: feature_type must be 'orthogonal' or 'iid', got "
-                f"{feature_type!r}"
-            )
-        self.num_features = check_int_option(self.name, "num_features", num_features,
-                                             optional=True)
-        self.redraw_interval = check_int_option(self.name, "redraw_interval", redraw_interval,
-                                                optional=True)
-        self.chunk_size = check_int_option(self.name, "chunk_size", chunk_size)
+        self.feature_type = feature_type  # each checked by its property
+        self.num_features = num_features
+        self.redraw_interval = redraw_interval  # checked by its property, as chunk_size, eps
+        self.chunk_size = chunk_size
         head_dim = check_int_option(self.name, "head_dim", head_dim, optional=True)
-        self.feature_type = feature_type
-        self.scale = check_scale(self.name, scale)
-        self.eps = check_float("performer backend: eps", eps, minimum=0, strict_min=True)
+        self.scale = scale  # checked by its property (AttentionBackend.scale)
+        self.eps = eps
         self.ignore_dropout = ignore_dropout
         seed = check_seed(self.name, seed, optional=True)
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)

@@ -6,8 +6,6 @@ computed with the block-gather kernel of :mod:`.blockwise`.
 
 from __future__ import annotations
 
-import operator
-
 import torch
 from torch import Tensor
 
@@ -15,8 +13,7 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
-    check_int_option,
-    check_scale,
+    checked_int_option,
     default_scale,
 )
 from graded.attention.backends.blockwise import KeepRule, gathered_block_attention
@@ -24,23 +21,6 @@ from graded.attention.backends.chunked import chunked_attention
 from graded.attention.backends.flex import FlexKernel, layout_keep_rule
 
 __all__ = ["BigBirdBackend", "BlockSparseBackend", "layout_to_key_blocks"]
-
-
-def _checked_option(option: str, minimum: int | None, *, odd: bool = False) -> property:
-    """An integer option checked whenever it is set, in the constructor and after it
-    (``backend.block_size = 0`` is refused as ``block_size=0`` is, naming the option and the
-    value), and read as a plain attribute: the check runs on assignment, not on the calls."""
-    slot = f"_{option}"
-
-    def set_(self: AttentionBackend, value: object) -> None:
-        value = check_int_option(self.name, option, value, minimum=minimum)
-        if odd and value % 2 == 0:
-            raise ValueError(f"{self.name} backend: {option} must be odd, got {value}")
-        self.__dict__[slot] = value
-
-    # read by a C getter: a pattern_key() reading five options costs no Python frames
-    return property(operator.attrgetter(slot), set_,
-                    doc=f"The ``{option}`` option (checked when set).")
 
 
 def layout_to_key_blocks(layout: Tensor) -> Tensor:
@@ -71,7 +51,7 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     name = "block_sparse"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
-    block_size = _checked_option("block_size", 1)
+    block_size = checked_int_option("block_size", 1)
 
     def __init__(
         self, layout: Tensor | list[list[bool]], block_size: int = 64, scale: float | None = None,
@@ -94,7 +74,7 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
             )
         self.register_buffer("layout", layout_t, persistent=False)
         self.block_size = block_size
-        self.scale = check_scale(self.name, scale)
+        self.scale = scale  # checked by its property (AttentionBackend.scale)
         self._key_block_cache: dict[tuple, Tensor] = {}  # as BigBird's, see _key_blocks
         self.init_kernel(kernel)
 
@@ -178,11 +158,11 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     name = "bigbird"
     capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
-    block_size = _checked_option("block_size", 1)
-    num_global_blocks = _checked_option("num_global_blocks", 0)
-    num_random_blocks = _checked_option("num_random_blocks", 0)
-    window_blocks = _checked_option("window_blocks", 1, odd=True)
-    seed = _checked_option("seed", None)  # any int, as check_seed's
+    block_size = checked_int_option("block_size", 1)
+    num_global_blocks = checked_int_option("num_global_blocks", 0)
+    num_random_blocks = checked_int_option("num_random_blocks", 0)
+    window_blocks = checked_int_option("window_blocks", 1, odd=True)
+    seed = checked_int_option("seed", None)  # any int, as check_seed's
 
     def __init__(
         self,
@@ -200,7 +180,7 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self.num_random_blocks = num_random_blocks
         self.window_blocks = window_blocks
         self.seed = seed
-        self.scale = check_scale(self.name, scale)
+        self.scale = scale  # checked by its property (AttentionBackend.scale)
         self._key_block_cache: dict[tuple, Tensor] = {}  # per (rows, causal, pattern_key)
         self.init_kernel(kernel)
 

@@ -1,7 +1,14 @@
 """Every backend checks an option set after construction as its constructor checks it: the
 softmax temperature ``scale`` of each backend that takes one, the ``kernel`` of the pattern
 backends and of ``chunked``, and ``chunked``'s block sizes. A bad value is refused with the
-constructor's message and the option in force is unchanged."""
+constructor's message and the option in force is unchanged. A bool option takes a bool only.
+An option that shapes what the constructor built (linformer's projections, the projections of
+the attention module around an lsh backend with shared QK) is fixed: set to another value, it
+is refused. The performer's feature options restart the features: the next call is that of a
+backend built with them."""
+
+import inspect
+import math
 
 import pytest
 import torch
@@ -104,6 +111,10 @@ BAD_LATER = [
      r"redraw_interval must be a positive int or None, got 0"),
     ("performer", {}, "chunk_size", True, r"chunk_size must be a positive int, got True"),
     ("performer", {}, "eps", 0.0, r"eps must be > 0"),
+    ("performer", {}, "seed", 1.5, r"seed must be an int or None, got 1\.5"),
+    ("performer", {}, "head_dim", 0, r"head_dim must be a positive int or None, got 0"),
+    ("linear", {}, "chunk_size", 0, r"chunk_size must be a positive int, got 0"),
+    ("linear", {}, "eps", -1.0, r"eps must be > 0"),
 ]
 
 
@@ -172,3 +183,239 @@ def test_pattern_options_set_later_are_the_pattern_of_the_next_call_and_of_decod
         causal = masked_attention(q, k, v, keep & torch.ones(t, t, dtype=torch.bool).tril())
         torch.testing.assert_close(backend(q, k, v, is_causal=True), causal)
         torch.testing.assert_close(decode_one_by_one(backend, q, k, v), causal)
+
+
+BOOL_OPTIONS = [  # (backend, options at construction, bool option)
+    ("lsh", {}, "shared_qk"), ("chunked", {}, "checkpointing"),
+    ("explicit", {}, "store_weights"), ("linear", {}, "ignore_dropout"),
+    ("performer", {}, "ignore_dropout"), ("linformer", {"max_len": 16, "rank": 4}, "share_kv"),
+]
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, None])
+@pytest.mark.parametrize("name,options,option", BOOL_OPTIONS)
+def test_a_bool_option_that_is_not_a_bool_is_refused_at_construction_and_later(
+        name, options, option, value):
+    """The string "false" is truthy: it was taken as True, when built or set later."""
+    message = rf"{name} backend: {option} must be a bool \(True or False\), got {value!r}"
+    with pytest.raises(ValueError, match=message):
+        get_backend(name, **options, **{option: value})
+    backend = get_backend(name, **options)
+    before = getattr(backend, option)
+    with pytest.raises(ValueError, match=message):
+        setattr(backend, option, value)
+    assert getattr(backend, option) is before
+
+
+def test_store_weights_set_to_false_later_keeps_no_weights_as_when_built_so():
+    """The weights of the call before were kept (a (B, H, T, T) tensor) after the option was
+    set to False; a backend built with False keeps none."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    backend = get_backend("explicit")
+    backend(q, k, v)
+    exact = torch.softmax(q @ k.transpose(-2, -1) * 0.5, -1)  # scale 1/√4
+    torch.testing.assert_close(backend.last_weights, exact)
+    backend.store_weights = False
+    assert backend.last_weights is None
+    backend(q, k, v)
+    assert backend.last_weights is None
+    backend.store_weights = True
+    backend(q, k, v)
+    torch.testing.assert_close(backend.last_weights, exact)
+
+
+def test_linear_options_set_later_act_at_the_next_call():
+    """chunk_size, eps and ignore_dropout: the causal output is the prefix-sum formula of
+    Katharopoulos et al. (Eqs. 8–11) written out position by position."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    backend = get_backend("linear", chunk_size=64)
+    backend.chunk_size, backend.eps, backend.ignore_dropout = 3, 0.5, True
+    phi_q, phi_k = torch.nn.functional.elu(q) + 1, torch.nn.functional.elu(k) + 1
+    rows = []
+    for i in range(7):
+        sims = phi_q[:, :, i:i + 1] @ phi_k[:, :, :i + 1].transpose(-2, -1)  # (B, H, 1, i+1)
+        rows.append((sims @ v[:, :, :i + 1]) / (sims.sum(-1, keepdim=True) + 0.5))
+    torch.testing.assert_close(backend(q, k, v, is_causal=True, dropout_p=0.1),
+                               torch.cat(rows, dim=2))
+
+
+FIXED = [  # (backend, options at construction, option, another value)
+    ("linformer", {"max_len": 16, "rank": 4}, "max_len", 32),
+    ("linformer", {"max_len": 16, "rank": 4}, "rank", 8),
+    ("linformer", {"max_len": 16, "rank": 4}, "share_kv", True),
+    ("lsh", {"seed": 0}, "shared_qk", True),
+]
+
+
+@pytest.mark.parametrize("name,options,option,value", FIXED)
+def test_an_option_fixed_at_construction_set_to_another_value_is_refused(name, options, option,
+                                                                       value):
+    """linformer's max_len and rank were taken and did nothing (E and F kept their
+    (4, 16) shape, and a key length of 20 with max_len set to 32 failed inside the matmul);
+    share_kv set later did nothing either. lsh's shared_qk set later changed the keys of a
+    backend whose attention module still projects keys (or passes queries as keys). The
+    value in force may be set again; a bad value gets the constructor's message."""
+    backend = get_backend(name, **options)
+    before = getattr(backend, option)
+    with pytest.raises(AttributeError, match=(
+            rf"{name} backend: {option} is fixed at construction .*cannot be set to "
+            rf"{value!r} \(it is {before!r}\); build a new backend with {option}={value!r}")):
+        setattr(backend, option, value)
+    assert getattr(backend, option) == before
+    setattr(backend, option, before)  # the value in force: nothing changes
+    assert getattr(backend, option) == before
+    with pytest.raises(ValueError, match=rf"{name} backend: {option} must be"):
+        setattr(backend, option, "8")
+
+
+def test_linformer_after_a_refused_resize_is_its_eq_7_with_the_constructors_projections():
+    """softmax(Q (E K)ᵀ · scale) (F V) of Wang et al. 2020, Eq. 7, with E and F of shape
+    (rank, max_len) = (4, 16) as built, written out."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 10, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    backend = get_backend("linformer", max_len=16, rank=4).double()
+    for option, value in (("max_len", 32), ("rank", 8)):
+        with pytest.raises(AttributeError):
+            setattr(backend, option, value)
+    assert backend.E.shape == backend.F.shape == (4, 16)
+    e, f = backend.E[:, :10].detach(), backend.F[:, :10].detach()
+    exact = torch.softmax(q @ (e @ k).transpose(-2, -1) / 8**0.5, -1) @ (f @ v)
+    torch.testing.assert_close(backend(q, k, v), exact)
+    with pytest.raises(ValueError, match=r"key length 20 exceeds max_len=16"):
+        backend(*(torch.randn(1, 2, 20, 8, dtype=torch.float64) for _ in range(3)))
+
+
+def favor_attention(q, k, v, omega, eps=1e-6):
+    """Non-causal FAVOR+ (Choromanski et al. 2021, Lemma 1) written out with features ``omega``
+    and scale 1/√D: φ(x) = exp(ωᵀx − ‖x‖²/2)/√m, x = q·D^{-1/4}."""
+    root = q.shape[-1] ** -0.25
+    m = omega.shape[0]
+
+    def phi(x):
+        x = x * root
+        return torch.exp(x @ omega.T.to(x.dtype) - (x * x).sum(-1, keepdim=True) / 2) / m**0.5
+
+    sims = phi(q) @ phi(k).transpose(-2, -1)
+    return (sims @ v) / (sims.sum(-1, keepdim=True) + eps)
+
+
+PERFORMER_LATER = [  # options set after construction (built with seed 0, 16 orthogonal features)
+    {"num_features": 8}, {"feature_type": "iid"}, {"seed": 1}, {"num_features": None},
+    {"seed": None}, {"num_features": 12, "feature_type": "iid", "seed": 3},
+]
+
+
+@pytest.mark.parametrize("drawn_at", ["construction", "first call"])
+@pytest.mark.parametrize("later", PERFORMER_LATER)
+def test_performer_feature_options_set_later_are_those_of_the_next_call(later, drawn_at):
+    """Set after the features were drawn (at construction with head_dim, or at a first call)
+    and after training calls that redrew them, the next calls are those of a backend built
+    with the new options: the same features (the generator restarted from the seed, torch's
+    global one without a seed), the same redraws (the count towards redraw_interval
+    restarted), and each output FAVOR+ written out with that backend's features. The next
+    call used the old features: num_features set to 8 kept 16 of them, a new seed none of its
+    own."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    base = {"num_features": 16, "seed": 0, "redraw_interval": 2}
+    at_construction = {"head_dim": 4} if drawn_at == "construction" else {}
+    backend = get_backend("performer", **base, **at_construction).train()
+    for _ in range(3):  # draws (at the first call) and redraws the features
+        backend(q, k, v)
+    torch.manual_seed(5)  # torch's generator, for the options without a seed
+    for option, value in later.items():
+        setattr(backend, option, value)
+    outs = [(backend(q, k, v), backend.omega.clone()) for _ in range(3)]  # the third redraws
+    torch.manual_seed(5)
+    built = get_backend("performer", **{**base, **later}, **at_construction).train()
+    for out, omega in outs:
+        expected = built(q, k, v)
+        torch.testing.assert_close(omega, built.omega)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(out, favor_attention(q, k, v, built.omega))
+    m = later.get("num_features", 16) or round(4 * math.log(4))
+    assert backend.omega.shape == (m, 4)
+
+
+def test_performer_feature_options_set_to_the_values_in_force_change_nothing():
+    """Features, generator and the count of calls go on as if nothing had been set."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    options = {"num_features": 16, "seed": 0, "redraw_interval": 2, "head_dim": 4}
+    backend, untouched = (get_backend("performer", **options).train() for _ in range(2))
+    backend(q, k, v), untouched(q, k, v)
+    backend.num_features, backend.feature_type, backend.seed, backend.head_dim = (
+        16, "orthogonal", 0, 4)
+    for _ in range(3):  # the second call redraws from the generator's continued stream
+        torch.testing.assert_close(backend(q, k, v), untouched(q, k, v))
+        torch.testing.assert_close(backend.omega, untouched.omega)
+
+
+def test_performer_head_dim_set_later_draws_the_features_for_it():
+    """Built without head_dim and called with D = 4, then head_dim set to 8: the features are
+    those of a backend built with head_dim=8 (the call with D = 4 refused before), and set to
+    None they are dropped and drawn at the next call, as in a backend built without it."""
+    g = torch.Generator().manual_seed(1)
+    q4, q8 = (torch.randn(1, 2, 6, d, generator=g, dtype=torch.float64) for d in (4, 8))
+    backend = get_backend("performer", num_features=16, seed=0)
+    backend(q4, q4, q4)
+    backend.head_dim = 8
+    built = get_backend("performer", num_features=16, seed=0, head_dim=8)
+    assert backend.head_dim == 8
+    torch.testing.assert_close(backend.omega, built.omega)
+    torch.testing.assert_close(backend(q8, q8, q8), favor_attention(q8, q8, q8, built.omega))
+    backend.head_dim = None
+    assert backend.head_dim is None and backend.omega.numel() == 0
+    fresh = get_backend("performer", num_features=16, seed=0)
+    torch.testing.assert_close(backend(q4, q4, q4), fresh(q4, q4, q4))
+
+
+@pytest.mark.parametrize("layout,message", [
+    (torch.full((2, 2), 0.5), r"layout must hold bools \(or 0 and 1\), got the value 0\.5"),
+    (torch.ones(2, 3, dtype=torch.bool), r"layout must be a square .* got shape \(2, 3\)"),
+    ("all", r"layout must be a square \(blocks, blocks\) bool matrix, got 'all'"),
+])
+def test_a_block_sparse_layout_set_later_is_refused_as_the_constructor_refuses_it(layout,
+                                                                                   message):
+    """A float layout set later was taken (0.5 indexed as a keep-mask), a non-square one too."""
+    with pytest.raises(ValueError, match=rf"block_sparse backend: {message}"):
+        get_backend("block_sparse", layout=layout, block_size=4)
+    backend = get_backend("block_sparse", layout=torch.eye(2, dtype=torch.bool), block_size=4)
+    before = backend.layout
+    with pytest.raises(ValueError, match=rf"block_sparse backend: {message}"):
+        backend.layout = layout
+    assert backend.layout is before and dict(backend.named_buffers())["layout"] is before
+
+
+def test_a_block_sparse_layout_set_later_as_a_list_is_the_pattern_of_the_next_call():
+    """A nested list of 0 and 1, as the constructor takes it (refused before, as a buffer
+    must be a tensor): masked softmax attention over its blocks, written out."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 4, generator=g) for _ in range(3))
+    backend = get_backend("block_sparse", layout=torch.eye(2, dtype=torch.bool), block_size=4)
+    backend(q, k, v)
+    backend.layout = [[1, 0], [1, 1]]
+    keep = torch.tensor([[i // 4 >= j // 4 for j in range(8)] for i in range(8)])
+    torch.testing.assert_close(backend(q, k, v), masked_attention(q, k, v, keep))
+
+
+def test_every_constructor_option_of_every_backend_is_checked_when_set():
+    """Each option a backend is built with is a property with a setter (checked, fixed, or
+    restarting what depends on it), or the layout buffer, which the class checks when set: no
+    option is a plain attribute that takes anything and may do nothing."""
+    import graded.attention.backends as backends
+
+    classes = [c for c in map(backends.__dict__.get, backends.__all__) if isinstance(c, type)
+               and issubclass(c, backends.AttentionBackend) and c.name]
+    assert sorted(c.name for c in classes) == backends.available_backends()
+    plain = []
+    for cls in classes:
+        for option in inspect.signature(cls.__init__).parameters:
+            if option == "self" or (cls is backends.BlockSparseBackend and option == "layout"):
+                continue
+            attr = inspect.getattr_static(cls, option, None)
+            if not (isinstance(attr, property) and attr.fset is not None):
+                plain.append(f"{cls.name}.{option}")
+    assert plain == []

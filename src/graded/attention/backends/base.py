@@ -31,6 +31,7 @@ __all__ = [
     "Capabilities",
     "DecodeState",
     "PatternDecoding",
+    "check_bool_option",
     "check_inputs",
     "check_int_option",
     "check_kernel",
@@ -38,12 +39,14 @@ __all__ = [
     "check_scale",
     "check_seed",
     "check_self_attention",
+    "checked_bool_option",
     "checked_int_option",
     "checked_option",
     "compute_dtype",
     "decodes_with_state",
     "default_scale",
     "empty_output",
+    "fixed_option",
     "reject_attn_mask",
     "softmax_rows",
 ]
@@ -119,6 +122,34 @@ def checked_int_option(option: str, minimum: int | None = 1, *, odd: bool = Fals
     return checked_option(option, check)
 
 
+def checked_bool_option(option: str) -> property:
+    """A bool option (:func:`check_bool_option`) checked whenever it is set, as
+    :func:`checked_option`."""
+    return checked_option(option, lambda name, value: check_bool_option(name, option, value))
+
+
+def fixed_option(option: str, check: Callable[[str, object], object], why: str) -> property:
+    """A backend option fixed at construction: the constructor sets it once, checked by
+    ``check(backend name, value)``; set again, a value is checked as the constructor checks it,
+    and one other than the option in force is refused with an ``AttributeError`` naming the
+    option, the value and ``why`` (what was built from it), never taken without effect. The
+    value in force may be set again (nothing changes)."""
+    slot = f"_{option}"
+    getter = checked_option(option, check).fget
+
+    def set_(self: AttentionBackend, value: object) -> None:
+        value = check(self.name, value)
+        if slot in self.__dict__ and value != self.__dict__[slot]:
+            raise AttributeError(
+                f"{self.name} backend: {option} is fixed at construction ({why}), so it cannot "
+                f"be set to {value!r} (it is {self.__dict__[slot]!r}); build a new backend "
+                f"with {option}={value!r}"
+            )
+        self.__dict__[slot] = value
+
+    return property(getter, set_, doc=f"The ``{option}`` option (fixed at construction).")
+
+
 class AttentionBackend(nn.Module):
     """Base class of attention backends: ``forward(q, k, v, *, key_padding_mask, attn_mask,
     is_causal, dropout_p) -> (B, H, Tq, Dv)``. Subclasses set ``name`` and ``capabilities``
@@ -131,7 +162,9 @@ class AttentionBackend(nn.Module):
 
     Options a backend reads at its calls (``scale``, ``kernel``, block sizes, windows, ...)
     are properties made by :func:`checked_option`: set after construction, they are checked
-    as the constructor checks them and take effect at the next call."""
+    as the constructor checks them and take effect at the next call. Options that shape what
+    the constructor built (parameters, or the projections of the attention module around the
+    backend) are made by :func:`fixed_option`: set to another value later, they are refused."""
 
     name: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
@@ -327,6 +360,16 @@ def check_int_option(name: str, option: str, value: object, *, minimum: int | No
         raise ValueError(f"{name} backend: {option} must be {expected}"
                          f"{' or None' if optional else ''}, got {value!r}")
     return int(value)
+
+
+def check_bool_option(name: str, option: str, value: object) -> bool:
+    """Backend ``name``'s bool option ``option``: ``True`` or ``False`` only. Anything else
+    is refused, the value named: the string ``"false"`` is truthy, and 0 or 1 may be a count
+    given to the wrong option."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} backend: {option} must be a bool (True or False), got "
+                         f"{value!r}")
+    return value
 
 
 def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:

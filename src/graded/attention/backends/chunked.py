@@ -29,9 +29,11 @@ from torch.utils.checkpoint import checkpoint
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    check_bool_option,
     check_inputs,
     check_int_option,
     check_kernel,
+    checked_bool_option,
     checked_int_option,
     checked_option,
     compute_dtype,
@@ -137,11 +139,12 @@ def chunked_attention(
     Every score acts on one (query, key) pair at a time, so blockwise evaluation is exact.
     Causal alignment is bottom-right. ``checkpointing`` recomputes each query chunk in backward
     (memory O(T·query_chunk) instead of O(Tq·Tk)); it is skipped when no input needs grad.
-    ``query_chunk`` and ``key_chunk`` are checked as the backend's options are: positive ints,
-    a bool or a float refused with the value named.
+    ``query_chunk``, ``key_chunk`` and ``checkpointing`` are checked as the backend's options
+    are: positive ints, a bool or a float refused with the value named; a bool.
     """
     query_chunk = check_int_option(ChunkedBackend.name, "query_chunk", query_chunk)
     key_chunk = check_int_option(ChunkedBackend.name, "key_chunk", key_chunk)
+    checkpointing = check_bool_option(ChunkedBackend.name, "checkpointing", checkpointing)
     t_q, t_k = q.shape[2], k.shape[2]
     scale = default_scale(scale, q.shape[-1])
     if attn_mask is not None:
@@ -260,6 +263,7 @@ class ChunkedBackend(AttentionBackend):
     query_chunk = checked_int_option("query_chunk")
     key_chunk = checked_int_option("key_chunk")
     kernel = checked_option("kernel", partial(check_kernel, choices=CHUNKED_KERNELS))
+    checkpointing = checked_bool_option("checkpointing")
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from torch import Tensor
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    check_bool_option,
     check_inputs,
     checked_int_option,
     compute_dtype,
@@ -201,6 +202,17 @@ class ExplicitBackend(AttentionBackend):
         self.max_elements = max_elements
         self.store_weights = store_weights
         self.last_weights: Tensor | None = None
+
+    @property
+    def store_weights(self) -> bool:
+        """The ``store_weights`` option (checked when set: a bool)."""
+        return self._store_weights
+
+    @store_weights.setter
+    def store_weights(self, value: object) -> None:
+        self._store_weights = check_bool_option(self.name, "store_weights", value)
+        if not self._store_weights:  # no stale weights of earlier calls, nor their memory
+            self.last_weights = None
 
     def check_size(self, shape: tuple[int, int, int, int], dtype: torch.dtype) -> None:
         """Raise ``MemoryError`` naming the bytes needed if ``shape`` exceeds ``max_elements``."""

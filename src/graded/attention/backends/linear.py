@@ -23,8 +23,10 @@ from graded.attention.backends.base import (
     Capabilities,
     DecodeState,
     check_inputs,
-    check_int_option,
     check_self_attention,
+    checked_bool_option,
+    checked_int_option,
+    checked_option,
     empty_output,
     reject_attn_mask,
 )
@@ -127,19 +129,24 @@ class LinearBackend(AttentionBackend):
     layer and head, whatever the length.
 
     Options: ``chunk_size`` (C, default 64), ``eps`` (denominator guard, default 1e-6, as in
-    the paper's code), ``ignore_dropout`` (default False: a positive ``dropout_p`` raises).
+    the paper's code), ``ignore_dropout`` (default False: a positive ``dropout_p`` raises);
+    each checked when set, here and after construction, and read at the next call.
     """
 
     name = "linear"
     capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
                                 incremental=True)
+    chunk_size = checked_int_option("chunk_size")
+    eps = checked_option("eps", lambda name, value: check_float(
+        f"{name} backend: eps", value, minimum=0, strict_min=True))
+    ignore_dropout = checked_bool_option("ignore_dropout")
 
     def __init__(
         self, chunk_size: int = 64, eps: float = 1e-6, ignore_dropout: bool = False
     ) -> None:
         super().__init__()
-        self.chunk_size = check_int_option(self.name, "chunk_size", chunk_size)
-        self.eps = check_float("linear backend: eps", eps, minimum=0, strict_min=True)
+        self.chunk_size = chunk_size  # each checked by its property
+        self.eps = eps
         self.ignore_dropout = ignore_dropout
 
     def forward(

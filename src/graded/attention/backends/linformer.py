@@ -16,9 +16,11 @@ from torch import Tensor, nn
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    check_bool_option,
     check_inputs,
     check_int_option,
     default_scale,
+    fixed_option,
 )
 
 __all__ = ["LinformerBackend"]
@@ -39,11 +41,21 @@ class LinformerBackend(AttentionBackend):
     projection this is the usual practice, not an exact masking.
 
     Options: ``max_len`` (required), ``rank`` (k, default 256), ``share_kv`` (False), ``scale``
-    (default 1/√D).
+    (default 1/√D). ``max_len``, ``rank`` and ``share_kv`` give E and F their shapes: they are
+    fixed at construction (set to another value later, they are refused: resizing would
+    discard the learned projections and the optimizer's references to them); ``scale`` may be
+    set later.
     """
 
     name = "linformer"
     capabilities = Capabilities(cross_attention=True, key_padding_mask=True)
+    # the shapes of the learned projections E and F, fixed when they are made
+    max_len = fixed_option("max_len", lambda name, value: check_int_option(
+        name, "max_len", value), "E and F are (rank, max_len) parameters")
+    rank = fixed_option("rank", lambda name, value: check_int_option(
+        name, "rank", value), "E and F are (rank, max_len) parameters")
+    share_kv = fixed_option("share_kv", lambda name, value: check_bool_option(
+        name, "share_kv", value), "F is E, or a parameter of its own")
 
     def __init__(
         self,
@@ -53,12 +65,13 @@ class LinformerBackend(AttentionBackend):
         scale: float | None = None,
     ) -> None:
         super().__init__()
-        self.max_len = check_int_option(self.name, "max_len", max_len)
-        self.rank = rank = check_int_option(self.name, "rank", rank)
+        self.max_len = max_len  # each checked by its property, and fixed from here on
+        self.rank = rank
         self.share_kv = share_kv
         self.scale = scale  # checked by its property (AttentionBackend.scale)
+        rank, max_len = self.rank, self.max_len
         self.E = nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
-        self.F = None if share_kv else nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
+        self.F = None if self.share_kv else nn.Parameter(torch.randn(rank, max_len) / rank**0.5)
 
     def forward(
         self,

@@ -24,12 +24,14 @@ from torch import Tensor
 from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
+    check_bool_option,
     check_inputs,
     check_self_attention,
     checked_int_option,
     checked_option,
     default_scale,
     empty_output,
+    fixed_option,
     reject_attn_mask,
 )
 
@@ -84,7 +86,10 @@ class LSHBackend(AttentionBackend):
     Options: ``n_buckets`` (even, or 1; default max(2, T/chunk_size rounded up to even)),
     ``n_rounds`` (default 2), ``chunk_size`` (m, default 64), ``seed`` (fixed rotations drawn
     from this seed at every call; None = fresh rotations from torch's generator each call, as in
-    the paper), ``scale``, ``shared_qk`` (default False).
+    the paper), ``scale``, ``shared_qk`` (default False). ``shared_qk`` is fixed at
+    construction: :class:`~graded.attention.MultiheadAttention` shapes its projections by it
+    when it is built (no key projection with shared QK), so a later change would leave its key
+    projection unused or keep passing queries as keys; set to another value, it is refused.
     """
 
     name = "lsh"
@@ -94,6 +99,8 @@ class LSHBackend(AttentionBackend):
     n_rounds = checked_int_option("n_rounds")
     chunk_size = checked_int_option("chunk_size")
     seed = checked_int_option("seed", None, optional=True)  # as check_seed's
+    shared_qk = fixed_option("shared_qk", lambda name, value: check_bool_option(
+        name, "shared_qk", value), "MultiheadAttention builds its key projection, or none, by it")
 
     def __init__(
         self,
@@ -105,9 +112,7 @@ class LSHBackend(AttentionBackend):
         shared_qk: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(shared_qk, bool):
-            raise ValueError(f"lsh backend: shared_qk must be a bool, got {shared_qk!r}")
-        self.shared_qk = shared_qk
+        self.shared_qk = shared_qk  # checked by its property, and fixed from here on
         self.n_buckets = n_buckets  # each checked by its property, here and when set later
         self.n_rounds = n_rounds
         self.chunk_size = chunk_size

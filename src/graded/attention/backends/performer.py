@@ -16,6 +16,7 @@ then the kernel attention of :mod:`.linear` with these features, non-causal or c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -28,6 +29,7 @@ from graded.attention.backends.base import (
     check_int_option,
     check_seed,
     check_self_attention,
+    checked_bool_option,
     checked_int_option,
     checked_option,
     default_scale,
@@ -121,6 +123,24 @@ def _check_feature_type(name: str, feature_type: object) -> str:
     return feature_type
 
 
+def _feature_option(option: str, check: Callable[[str, object], object]) -> property:
+    """An option of the features' draw, checked whenever it is set (as
+    :func:`~.base.checked_option`); a value other than the one in force restarts the
+    features (:meth:`PerformerBackend._restart_features`), so the next call uses them."""
+    slot = f"_{option}"
+    getter = checked_option(option, check).fget
+
+    def set_(self: PerformerBackend, value: object) -> None:
+        value = check(self.name, value)
+        changed = slot not in self.__dict__ or self.__dict__[slot] != value
+        self.__dict__[slot] = value
+        if changed:
+            self._restart_features()
+
+    return property(getter, set_, doc=f"The ``{option}`` option (checked when set; a change "
+                                      "restarts the features).")
+
+
 class PerformerBackend(AttentionBackend):
     """FAVOR+ approximation of softmax attention (Choromanski et al. 2021, Lemma 1, §2.4–2.6).
 
@@ -136,6 +156,15 @@ class PerformerBackend(AttentionBackend):
     the state dict from the start; otherwise drawn at the first call), ``scale`` (default 1/√D),
     ``chunk_size`` (causal), ``eps`` (denominator guard of the unshifted formula, default
     1e-6), ``ignore_dropout``. :meth:`redraw_features` redraws.
+
+    Every option is checked when set, at construction and after it. The features' options
+    (``num_features``, ``feature_type``, ``seed``, ``head_dim``) set later to another value
+    restart the features as a backend built with the options now in force would have them:
+    the private generator restarted from ``seed`` (torch's global generator without one), the
+    count of calls towards ``redraw_interval`` restarted, and the features redrawn at once
+    from it (for ``head_dim=None``: dropped, drawn at the next call; if none were drawn yet,
+    drawn at the next call as before). So the next call uses the new features, the ones a
+    freshly built backend with these options draws. The others act at the next call.
 
     Stabilisation: each query's exponents are shifted by their maximum and the keys' by the
     largest over the unpadded keys; ``eps`` is carried through both shifts, so the output is
@@ -153,13 +182,16 @@ class PerformerBackend(AttentionBackend):
     capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
                                 incremental=True)
     # checked whenever set (checked_option), as the constructor does; the features' options
-    # act at the next draw (redraw_features)
-    num_features = checked_int_option("num_features", optional=True)
-    feature_type = checked_option("feature_type", _check_feature_type)
+    # restart the features when they change (_restart_features)
+    num_features = _feature_option("num_features", lambda name, value: check_int_option(
+        name, "num_features", value, optional=True))
+    feature_type = _feature_option("feature_type", _check_feature_type)
+    seed = _feature_option("seed", lambda name, value: check_seed(name, value, optional=True))
     redraw_interval = checked_int_option("redraw_interval", optional=True)
     chunk_size = checked_int_option("chunk_size")
     eps = checked_option("eps", lambda name, value: check_float(
         f"{name} backend: eps", value, minimum=0, strict_min=True))
+    ignore_dropout = checked_bool_option("ignore_dropout")
 
     def __init__(
         self,
@@ -174,20 +206,40 @@ class PerformerBackend(AttentionBackend):
         ignore_dropout: bool = False,
     ) -> None:
         super().__init__()
+        self.register_buffer("omega", torch.empty(0, 0))  # none drawn yet
         self.feature_type = feature_type  # each checked by its property
         self.num_features = num_features
-        self.redraw_interval = redraw_interval  # checked by its property, as chunk_size, eps
+        self.seed = seed  # starts the private generator
+        self.redraw_interval = redraw_interval
         self.chunk_size = chunk_size
-        head_dim = check_int_option(self.name, "head_dim", head_dim, optional=True)
         self.scale = scale  # checked by its property (AttentionBackend.scale)
         self.eps = eps
         self.ignore_dropout = ignore_dropout
-        seed = check_seed(self.name, seed, optional=True)
+        self.head_dim = head_dim  # draws the features now when given
+
+    @property
+    def head_dim(self) -> int | None:
+        """The head dimension the features are drawn for; None until they are drawn. Set, it
+        is checked and, if it differs, the features restart for it (class docstring)."""
+        return self.omega.shape[1] if self.omega.numel() else None
+
+    @head_dim.setter
+    def head_dim(self, value: object) -> None:
+        head_dim = check_int_option(self.name, "head_dim", value, optional=True)
+        if head_dim != self.head_dim:
+            self.omega = torch.empty(0, 0, dtype=self.omega.dtype, device=self.omega.device)
+            self._restart_features(head_dim)
+
+    def _restart_features(self, head_dim: int | None = None) -> None:
+        """Start the features afresh, as a backend built with the options in force: the
+        private generator restarted from ``seed``, the count of calls restarted, and the
+        features drawn for ``head_dim`` (or for the head_dim of those drawn; none if neither)."""
+        seed = self.__dict__.get("_seed")
         self._generator = None if seed is None else torch.Generator().manual_seed(seed)
         self._calls = 0
-        self.register_buffer("omega", torch.empty(0, 0))
-        if head_dim is not None:
-            self.redraw_features(head_dim)
+        dim = head_dim if head_dim is not None else self.head_dim
+        if dim is not None:
+            self.redraw_features(dim)
 
     def redraw_features(self, head_dim: int | None = None) -> None:
         """Draw a fresh feature matrix ω (num_features, head_dim)."""

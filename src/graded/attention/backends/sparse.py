@@ -20,7 +20,7 @@ from graded.attention.backends.blockwise import KeepRule, gathered_block_attenti
 from graded.attention.backends.chunked import chunked_attention
 from graded.attention.backends.flex import FlexKernel, layout_keep_rule
 
-__all__ = ["BigBirdBackend", "BlockSparseBackend", "layout_to_key_blocks"]
+__all__ = ["BigBirdBackend", "BlockSparseBackend", "check_layout", "layout_to_key_blocks"]
 
 
 def layout_to_key_blocks(layout: Tensor) -> Tensor:
@@ -31,6 +31,30 @@ def layout_to_key_blocks(layout: Tensor) -> Tensor:
     width = max(int(layout.sum(dim=1).max().item()) if layout.numel() else 0, 1)
     ranked = ranked[:, :width]
     return torch.where(ranked < n_k, ranked, -1)
+
+
+def check_layout(name: str, layout: object) -> Tensor:
+    """A block layout: a square (blocks, blocks) matrix of bools (or of 0 and 1, a tensor or
+    a nested list), as a bool tensor; anything else refused with the value named."""
+    try:
+        layout_t = torch.as_tensor(layout)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{name} backend: layout must be a square (blocks, blocks) bool "
+                         f"matrix, got {layout!r}") from err
+    if layout_t.dtype != torch.bool:  # 0/1 only: a weight such as 0.5 would become True
+        stray = layout_t[(layout_t != 0) & (layout_t != 1)]
+        if stray.numel():
+            raise ValueError(
+                f"{name} backend: layout must hold bools (or 0 and 1), got the value "
+                f"{stray[0].item()!r}"
+            )
+        layout_t = layout_t.to(torch.bool)
+    if layout_t.dim() != 2 or layout_t.shape[0] != layout_t.shape[1]:
+        raise ValueError(
+            f"{name} backend: layout must be a square (blocks, blocks) bool matrix, got "
+            f"shape {tuple(layout_t.shape)}"
+        )
+    return layout_t
 
 
 class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
@@ -46,7 +70,9 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     Options: ``layout`` ((nQ, nK) bool tensor or nested list, square), ``block_size`` (default
     64), ``scale``, ``kernel`` (``"auto"``: FlexAttention on CUDA, the block gather elsewhere;
-    ``"flex"``; ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`).
+    ``"flex"``; ``"native"``; see :class:`~graded.attention.backends.flex.FlexKernel`). A
+    layout set later (``backend.layout = ...``) is checked as the constructor checks it and
+    moved to the device of the one it replaces.
     """
 
     name = "block_sparse"
@@ -58,25 +84,16 @@ class BlockSparseBackend(FlexKernel, PatternDecoding, AttentionBackend):
         kernel: str = "auto",
     ) -> None:
         super().__init__()
-        layout_t = torch.as_tensor(layout)
-        if layout_t.dtype != torch.bool:  # 0/1 only: a weight such as 0.5 would become True
-            stray = layout_t[(layout_t != 0) & (layout_t != 1)]
-            if stray.numel():
-                raise ValueError(
-                    "block_sparse backend: layout must hold bools (or 0 and 1), got the value "
-                    f"{stray[0].item()!r}"
-                )
-            layout_t = layout_t.to(torch.bool)
-        if layout_t.dim() != 2 or layout_t.shape[0] != layout_t.shape[1]:
-            raise ValueError(
-                "block_sparse backend: layout must be a square (blocks, blocks) bool matrix, got "
-                f"shape {tuple(layout_t.shape)}"
-            )
-        self.register_buffer("layout", layout_t, persistent=False)
+        self.register_buffer("layout", check_layout(self.name, layout), persistent=False)
         self.block_size = block_size
         self.scale = scale  # checked by its property (AttentionBackend.scale)
         self._key_block_cache: dict[tuple, Tensor] = {}  # as BigBird's, see _key_blocks
         self.init_kernel(kernel)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "layout" and "layout" in self.__dict__.get("_buffers", {}):
+            value = check_layout(self.name, value).to(self.layout.device)
+        super().__setattr__(name, value)
 
     def _check_length(self, t: int) -> int:
         n_blocks = -(-t // self.block_size)

@@ -199,11 +199,12 @@ def _checkpoint_folder(manager: Any, which: str) -> Path:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from graded.config import build_data
-    from graded.train.checkpoint import atomic_write_text
     from graded.train.objectives import evaluate
-    from graded.train.runs import RunFolder
 
     run_dir = Path(args.run)
+    if args.out is not None and Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder; expected the path of a JSON file to "
+                         f"write, e.g. {Path(args.out) / 'eval.json'}")
     cfg, task, model, ckpt, meta = _load_run(run_dir, args.checkpoint)
     train, test = build_data(cfg, task)
     metrics = evaluate(model, test.tensors, task.kind, batch_size=cfg.train.eval_batch_size)
@@ -212,10 +213,38 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from graded.kinds import baseline_report
 
         out["baselines"] = baseline_report(train, test)
-    RunFolder(run_dir).record("eval.json")
-    atomic_write_text(run_dir / "eval.json", json.dumps(out, indent=2, default=str))
-    print(json.dumps(out, indent=2, default=str))
+    text = json.dumps(out, indent=2, default=str)
+    _keep_evaluation(run_dir, None if args.out is None else Path(args.out), text)
+    print(text)
     return 0
+
+
+def _keep_evaluation(run_dir: Path, out: Path | None, text: str) -> None:
+    """Write an evaluation to ``out``, or to ``RUN/eval.json`` by default. A file inside the
+    run folder is written under the run's lock (and entered in its manifest when directly
+    inside it, as ``eval.json`` is). While another process holds the lock (the run is
+    training) the default is not written: the result is printed only, which one line on
+    stderr says; an ``out`` inside the folder is refused then, naming the holder."""
+    from graded.train.checkpoint import atomic_write_text
+    from graded.train.runs import RunError, RunFolder, RunLockedError
+
+    target = run_dir / "eval.json" if out is None else out
+    if not target.resolve().is_relative_to(run_dir.resolve()):
+        atomic_write_text(target, text)
+        return
+    folder = RunFolder(run_dir)
+    try:
+        with folder.lock():
+            if target.resolve().parent == run_dir.resolve():
+                folder.record(target.name)
+            atomic_write_text(target, text)
+    except RunLockedError as exc:
+        if out is not None:
+            raise RunError(f"--out {out} is inside run folder {run_dir}, which is in use by "
+                           f"process {exc.holder}; give a path outside it") from None
+        print(f"graded: run folder {run_dir} is in use by process {exc.holder}: the "
+              "evaluation is printed, not written to its eval.json (--out PATH writes it "
+              "elsewhere)", file=sys.stderr)
 
 
 DEFAULT_NEW_TOKENS = 32
@@ -518,6 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "RUN/checkpoints/)")
     p.add_argument("--baselines", action="store_true",
                    help="also run the simple baselines (graded.evaluation) on the same split")
+    p.add_argument("--out", metavar="PATH", default=None,
+                   help="write the result (JSON) to PATH instead of RUN/eval.json; without it, "
+                   "a run in use by another process (training) is evaluated and the result "
+                   "printed only")
     p.set_defaults(handler=cmd_eval)
 
     p = sub.add_parser("generate", help="continue a prompt with a trained LM (or classify it)",

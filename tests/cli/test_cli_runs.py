@@ -104,6 +104,73 @@ def test_a_second_writer_is_refused_with_the_holders_pid(run, capsys):
         proc.wait(timeout=30)
 
 
+@pytest.fixture
+def held(run):
+    """``run``'s lock held by another process (a run training there), for the test's length."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        yield proc.pid
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_eval_of_a_run_in_use_prints_the_result_and_writes_nothing_into_it(run, held,
+                                                                           capsys):
+    """It was refused ("in use by process N") for the eval.json it wanted to write. The
+    printed figures are the run's own final evaluation of that checkpoint (metrics.json)."""
+    before = _hashes(run)
+    capsys.readouterr()
+    assert main(["eval", str(run), "--checkpoint", "latest"]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    final = json.loads((run / "metrics.json").read_text())
+    assert printed["step"] == final["step"] == 4
+    assert printed["metrics"] == pytest.approx(final["eval"], rel=1e-5)
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and str(held) in err[0] and "not written" in err[0], err
+    assert _hashes(run) == before  # no eval.json, no manifest entry
+
+
+def test_eval_of_a_run_in_use_writes_to_an_out_path_outside_it(run, held, tmp_path, capsys):
+    before = _hashes(run)
+    out = tmp_path / "elsewhere" / "eval.json"
+    capsys.readouterr()
+    assert main(["eval", str(run), "--checkpoint", "latest", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(out.read_text()) == json.loads(captured.out)
+    assert captured.err == ""
+    assert _hashes(run) == before
+
+
+def test_eval_out_inside_a_run_in_use_is_refused_naming_the_holder(run, held, capsys):
+    before = _hashes(run)
+    capsys.readouterr()
+    assert main(["eval", str(run), "--out", str(run / "mine.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"inside run folder {run}, which is in use by process {held}" in err
+    assert _hashes(run) == before
+
+
+def test_eval_of_a_free_run_writes_eval_json_or_the_out_path(run, tmp_path, capsys):
+    """Without a holder: RUN/eval.json, entered in the manifest (an overwrite removes it), or
+    the --out file, the printed result in both; --out naming a folder is refused."""
+    from graded.train.runs import RunFolder
+
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 0
+    assert json.loads((run / "eval.json").read_text()) == json.loads(capsys.readouterr().out)
+    assert "eval.json" in RunFolder(run).written()
+    out = tmp_path / "e.json"
+    assert main(["eval", str(run), "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == json.loads(capsys.readouterr().out)
+    assert main(["eval", str(run), "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path} is a folder; expected the path of a JSON file" in (
+        capsys.readouterr().err)
+
+
 def _damage(newest: Path, how: str, tmp_path: Path) -> Path:
     """Damage the checkpoint folder ``newest``; return the file the error must name."""
     weights = newest / "model.safetensors"

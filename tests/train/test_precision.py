@@ -3,13 +3,15 @@ scaler whose state is checkpointed), grading scales that keep a low-precision fo
 finite, and ``compile`` (slow: it runs the inductor compiler)."""
 
 import json
+import math
 import warnings
 
 import pytest
 import torch
-from tiny_training import make_lm_trainer
+from tiny_training import make_lm_trainer, make_trainer
 
 from graded import TransformerConfig, TransformerLM
+from graded.train.logging import read_metrics
 from graded.train.options import TrainOptions
 
 
@@ -39,6 +41,39 @@ def test_fp16_gradient_scaler_state_is_checkpointed_and_resumed(tmp_path):
     whole = make_lm_trainer(tmp_path / "whole", "dyck", steps=4, eval_every=2,
                             precision="fp16").fit()
     assert first.losses + rest.losses == pytest.approx(whole.losses, rel=1e-6)
+
+
+def test_fp16_steps_the_scaler_skips_count_in_the_schedule_without_torchs_order_warning(
+        tmp_path):
+    """Non-finite gradients in the first two steps: the scaler skips their optimizer steps,
+    the schedule still advances by the trainer's steps (steps 3 to 6 run at the cosine's rates
+    for 3 to 6, worked by hand), and torch's "lr_scheduler.step() before optimizer.step()"
+    warning, which the skipped first step used to set off, is not shown."""
+    trainer = make_trainer(tmp_path / "run", steps=6, lr=0.01, schedule="cosine",
+                           warmup_steps=2, log_every=1, precision="fp16")
+    backward = []  # one backward pass per step (no accumulation)
+
+    def poison_first_two(grad):
+        backward.append(None)
+        return torch.full_like(grad, math.inf) if len(backward) <= 2 else grad
+
+    trainer.model.out.weight.register_hook(poison_first_two)
+    used = []  # the rate of each optimizer step the scaler let through
+    trainer.optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = trainer.fit()
+    assert [str(w.message) for w in caught if "lr_scheduler.step()" in str(w.message)] == []
+    # warmup 0.005, 0.01; then 0.01 · (1 + cos(π k / 4)) / 2 for k = 0..3
+    by_hand = [0.005, 0.01, 0.01, 0.005 * (1 + math.sqrt(0.5)), 0.005,
+               0.005 * (1 - math.sqrt(0.5))]
+    assert len(backward) == 6 and result.step == 6
+    assert used == pytest.approx(by_hand[2:], rel=1e-12)  # steps 1 and 2 skipped
+    logged = read_metrics(tmp_path / "run")["train"]["lr"]
+    assert logged == [(s, pytest.approx(v, rel=1e-12)) for s, v in enumerate(by_hand, 1)]
+    assert trainer.scheduler.last_epoch == 6
+    assert trainer.scaler.get_scale() == 2.0**16 / 4  # halved by each skipped step
 
 
 def test_large_exponential_grades_keep_an_fp16_forward_finite():

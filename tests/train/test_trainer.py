@@ -371,7 +371,8 @@ def test_evaluate_agrees_with_graded_evaluation_metrics(task_name):
 def test_metrics_json_of_a_run_ended_by_an_error_or_an_abort_says_so(tmp_path):
     """A run that an exception ends still writes metrics.json (its figures so far); it names
     the error (the run report marks the run failed), and a second Ctrl-C (KeyboardInterrupt)
-    reads as interrupted, not as a run that ended normally."""
+    reads as interrupted and aborted (status, as in the history), not as a run that ended
+    normally."""
     from graded.train.report import write_runs_report
 
     failing = make_trainer(tmp_path / "failed")
@@ -398,6 +399,7 @@ def test_metrics_json_of_a_run_ended_by_an_error_or_an_abort_says_so(tmp_path):
         aborted.fit()
     summary = json.loads((tmp_path / "aborted" / "metrics.json").read_text())
     assert summary["interrupted"] and summary["step"] == 2 and summary["error"] is None
+    assert summary["status"] == "aborted"
     end = json.loads((tmp_path / "aborted" / "history.jsonl").read_text().splitlines()[-1])
     assert end["event"] == "end" and end["status"] == "aborted"
 

@@ -203,7 +203,8 @@ class TaskKind:
         return output.argmax(-1)
 
     def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
-        """The output as :func:`graded.train.predict` returns it (logits, or shaped values)."""
+        """The output as :func:`graded.train.predict` returns it (logits, or a regression's
+        values, shaped as the batch's targets where it holds them); no kind needs targets."""
         return output
 
     def report(self, loss: float, predictions: Tensor, data: Batch | TaskDataset

@@ -127,7 +127,12 @@ class Regression(Classification):
         return self.raw_prediction(output, batch)
 
     def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
-        targets = batch["targets"]
+        """The model's values shaped as the batch's targets where it holds them (checked: one
+        row of values per target row); the model's output as it is otherwise, so that a
+        prediction needs the inputs only."""
+        targets = batch.get("targets")
+        if targets is None:
+            return output
         if output.numel() != targets.numel() or (
                 targets.dim() and output.dim() and output.shape[0] != targets.shape[0]):
             raise ValueError(f"regression output {tuple(output.shape)} does not match targets "

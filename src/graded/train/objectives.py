@@ -63,7 +63,9 @@ def predict(
     batch_size: int = 256,
     device: torch.device | str = "cpu",
 ) -> Tensor:
-    """Model outputs on all of ``data`` (logits, or values shaped like ``targets``), on CPU."""
+    """Model outputs on all of ``data``, on CPU: logits, or a regression's values (shaped
+    like ``targets`` where ``data`` holds them, as the model gives them otherwise). Only the
+    inputs are read: ``data`` needs no ``targets``."""
     kind = as_kind(kind, model)
     return torch.cat([kind.raw_prediction(out, batch).float().cpu()
                       for _, batch, out in _outputs(model, data, kind, batch_size, device)])

@@ -126,9 +126,15 @@ def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
 
 def _steps_cell(summary: Mapping[str, Any]) -> str:
     """The steps a run made, with how it ended where it did not make its planned steps."""
-    end = ("failed" if summary.get("error") else "interrupted" if summary.get("interrupted")
+    end = ("failed" if summary.get("error") else "aborted" if _aborted(summary)
+           else "interrupted" if summary.get("interrupted")
            else "stopped early" if summary.get("early_stopped") else None)
     return f"{summary.get('step')}" + ("" if end is None else f" ({end})")
+
+
+def _aborted(summary: Mapping[str, Any]) -> bool:
+    """Whether a second Ctrl-C ended the run (no checkpoint at its last step)."""
+    return summary.get("status") == "aborted"
 
 
 def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
@@ -158,8 +164,8 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     if failed:  # its last figures are those before the failure, not a finished run's
         lines += ["Runs that ended with an error (their figures are from before it):", "",
                   *failed, ""]
-    interrupted = [f"- {labels[r]} was interrupted at step {s.get('step')} of {s.get('steps')}"
-                   for r, s in summaries.items()
+    interrupted = [f"- {labels[r]} was {'aborted' if _aborted(s) else 'interrupted'} at step "
+                   f"{s.get('step')} of {s.get('steps')}" for r, s in summaries.items()
                    if s.get("interrupted") and not s.get("error")]
     if interrupted:  # metrics.json is written on Ctrl-C too: the run may be resumed, not finished
         lines += ["Runs that were interrupted (resume them with `graded train --resume RUN`; "

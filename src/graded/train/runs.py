@@ -86,7 +86,12 @@ class RunError(RuntimeError):
 
 
 class RunLockedError(RunError):
-    """Another process holds the run folder's lock."""
+    """Another process holds the run folder's lock; ``holder`` is its process id as the lock
+    file names it ("unknown" where it names none)."""
+
+    def __init__(self, message: str, holder: str = "unknown") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 #: The files by which a folder holds a run of :mod:`graded.search`, not a training run: the
@@ -160,7 +165,7 @@ class RunFolder:
             os.close(fd)
             raise RunLockedError(
                 f"run folder {self.path} is in use by process {holder} (it holds "
-                f"{self.path / LOCK_FILE}); wait for that run to end or stop it"
+                f"{self.path / LOCK_FILE}); wait for that run to end or stop it", holder
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -16,7 +16,8 @@ and 7.1 when a graded recipe is chosen):
    state, the loss sum and evaluation stay fp32); fp16 scales the loss with a gradient scaler
    (its state is checkpointed); ``compile`` wraps the training module in ``torch.compile``;
 3. clip the gradient norm (unscaled first under fp16), step AdamW (skipped by the scaler when
-   fp16 gradients are not finite) and the learning-rate schedule;
+   fp16 gradients are not finite) and the learning-rate schedule (which counts the trainer's
+   steps, a skipped one included);
 4. call ``recipe.start_step`` (λ annealing now; the grade learning-rate bound, from q_max
    copied to the host without waiting, applied before the next optimizer step or a save);
    what it returns is logged with the next step (``recipe.on_step`` prepares the first). A
@@ -137,6 +138,9 @@ class _StopSignal(StopSignals):
 
 #: The autocast dtype of each ``TrainOptions.precision`` (None: no autocast).
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: torch's warning when a scheduler steps before its optimizer first has (a skipped fp16 step).
+_SCHEDULE_BEFORE_OPTIMIZER = (r"Detected call of `lr_scheduler\.step\(\)` before "
+                              r"`optimizer\.step\(\)`")
 
 
 def _close_at_exit(trainer: weakref.ref, ctx: D.DistContext) -> None:
@@ -232,6 +236,8 @@ class Trainer:
                                         enabled=self.autocast_dtype is not None)
         self.scaler = (torch.amp.GradScaler(self.ctx.device.type)
                        if self.opts.precision == "fp16" else None)
+        # whether the schedule's next step may be its first after a skipped optimizer step
+        self._quiet_schedule_step = self.scaler is not None
         self.sampler = StepSampler(
             dataset_size(self.train_data), self.opts.batch_size, seed=seed,
             grad_accum=self.opts.grad_accum, world_size=self.ctx.world_size, rank=self.ctx.rank,
@@ -424,13 +430,30 @@ class Trainer:
         else:  # skips the step when the unscaled gradients are not finite
             self.scaler.step(self.optimizer)
             self.scaler.update()
-        self.scheduler.step()
+        self._step_schedule()
         if self.recipe is not None:  # bounds the next step's grade learning rate
             self._recipe_values = self._recipe_pending = self.recipe.start_step(
                 self.model, self.optimizer, step + 1, self.opts.steps)
         values = _StepValues(step + 1, total, count, grad_norm.detach(), extra, lr, recipe,
                              reg_total)
         return values, items * self.ctx.world_size
+
+    def _step_schedule(self) -> None:
+        """Advance the learning-rate schedule by one trainer step, taken or skipped: a step the
+        fp16 gradient scaler skips (gradients not finite) still counts, so the rate of step s
+        is the schedule's formula at s whatever was skipped before it. torch warns when a
+        scheduler's first step comes before any optimizer step, which a skipped first step
+        is; that warning says nothing wrong here and is silenced, for the schedule's first
+        step only (entering ``warnings.catch_warnings`` every step would show warnings issued
+        once per place again)."""
+        if not self._quiet_schedule_step:
+            self.scheduler.step()
+            return
+        self._quiet_schedule_step = False
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_SCHEDULE_BEFORE_OPTIMIZER,
+                                    category=UserWarning)
+            self.scheduler.step()
 
     def _finish_recipe(self) -> None:
         """Apply what the recipe's last ``start_step`` prepared (the grade learning-rate
@@ -545,14 +568,10 @@ class Trainer:
             try:
                 result = self._loop(plan, pause_after)
             except BaseException as exc:  # the history says how the run ended, as metrics.json
-                self.run.append_history(
-                    "end", status="aborted" if isinstance(exc, KeyboardInterrupt) else "failed",
-                    error=f"{type(exc).__name__}: {exc}")
+                self.run.append_history("end", status=self._end_status(None, exc),
+                                        error=f"{type(exc).__name__}: {exc}")
                 raise
-            status = ("interrupted" if result.interrupted else "early_stopped"
-                      if result.early_stopped else "finished" if result.step >= self.opts.steps
-                      else "paused")
-            self.run.append_history("end", step=result.step, status=status)
+            self.run.append_history("end", step=result.step, status=self._end_status(result, None))
         return result
 
     def _loop(self, plan: ResumePlan | None, pause_after: int | None) -> TrainResult:
@@ -579,7 +598,7 @@ class Trainer:
         window: list[_StepValues] = []  # steps whose values are still on the device
         step = start
         saved_at = start if plan is not None else -1
-        failure: str | None = None  # the exception that ended the run, if one did
+        ended: BaseException | None = None  # the exception that ended the run, if one did
         self.model.train()
         if self.recipe is not None:
             # Prepares step start+1 (λ annealing, grade-lr bound); idempotent after a resume,
@@ -651,11 +670,10 @@ class Trainer:
                 if stop.flag and not self.ctx.distributed and step < total \
                         and not result.early_stopped:
                     result.interrupted = True
-        except KeyboardInterrupt:  # a second Ctrl-C: interrupted, without a checkpoint
-            result.interrupted = True
-            raise
-        except BaseException as exc:  # metrics.json says the run failed, and why
-            failure = f"{type(exc).__name__}: {exc}"
+        except BaseException as exc:  # metrics.json says the run was aborted or failed, and why
+            if isinstance(exc, KeyboardInterrupt):  # a second Ctrl-C: stopped, no checkpoint
+                result.interrupted = True
+            ended = exc
             raise
         finally:
             bar.close()
@@ -665,7 +683,7 @@ class Trainer:
                 result.best_checkpoint = self.checkpoints.best()
                 # a no-op resume keeps the old one
                 if result.losses or not (self.run_dir / "metrics.json").exists():
-                    logger.summary({**self._summary(result), "error": failure})
+                    logger.summary({**self._summary(result), **self._end_fields(result, ended)})
             logger.close()
         if result.interrupted and main:
             print(self._resume_message(step), file=sys.stderr, flush=True)
@@ -707,6 +725,28 @@ class Trainer:
             "elapsed_s": result.elapsed_s,
             "world_size": self.ctx.world_size,
         }
+
+    def _end_status(self, result: TrainResult | None, ended: BaseException | None) -> str:
+        """How a run ended, the word of ``history.jsonl``'s ``end`` event and of
+        ``metrics.json``'s ``status``: ``aborted`` (a second Ctrl-C) or ``failed`` when an
+        exception ``ended`` it, else ``interrupted``, ``early_stopped``, ``finished`` or
+        ``paused`` as ``result`` says."""
+        if ended is not None:
+            return "aborted" if isinstance(ended, KeyboardInterrupt) else "failed"
+        if result is None:
+            raise ValueError("a run that no exception ended needs its result to say how")
+        return ("interrupted" if result.interrupted else "early_stopped"
+                if result.early_stopped else "finished" if result.step >= self.opts.steps
+                else "paused")
+
+    def _end_fields(self, result: TrainResult, ended: BaseException | None
+                    ) -> dict[str, str | None]:
+        """``metrics.json``'s ``status`` (:meth:`_end_status`) and ``error``: the exception
+        that ended a failed run, else null (an aborted run did not fail: its status says
+        it was aborted)."""
+        failed = ended is not None and not isinstance(ended, KeyboardInterrupt)
+        return {"status": self._end_status(result, ended),
+                "error": f"{type(ended).__name__}: {ended}" if failed else None}
 
     def _resume_message(self, step: int) -> str:
         command = self.resume_command or (

@@ -212,3 +212,26 @@ def test_a_state_dict_with_features_drawn_at_the_first_call_loads_into_a_fresh_m
     fresh = TransformerLM(cfg).eval()
     fresh.load_state_dict(model.state_dict())
     torch.testing.assert_close(fresh(x), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("redraw", ["interval", "option", "call"])
+def test_a_performer_moved_to_float64_keeps_float64_features_when_it_redraws(redraw):
+    """Features redrawn in a backend moved to float64 stay float64 (they came back float32),
+    with the values a float32 backend of the same seed draws."""
+    options = dict(num_features=8, seed=3, redraw_interval=1)
+    ref = get_backend("performer", head_dim=None if redraw == "call" else 4, **options)
+    backend = get_backend("performer", head_dim=None if redraw == "call" else 4,
+                          **options).double()
+    q = torch.randn(1, 2, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    if redraw == "interval":  # the second training call redraws (redraw_interval=1)
+        for b, x in ((ref, q.float()), (backend, q)):
+            b.train()
+            for _ in range(2):
+                b(x, x, x)
+    elif redraw == "option":
+        ref.num_features = backend.num_features = 6
+    else:
+        ref(q.float(), q.float(), q.float())
+        backend(q, q, q)
+    assert backend.omega.dtype == torch.float64
+    assert torch.equal(backend.omega, ref.omega.double())

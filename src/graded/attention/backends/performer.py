@@ -253,7 +253,8 @@ class PerformerBackend(AttentionBackend):
             omega = draw_random_features(
                 m, dim, orthogonal=self.feature_type == "orthogonal", generator=self._generator
             )
-            self.omega = omega.to(self.omega.device)
+            # in the buffer's place and dtype: a backend moved to float64 keeps float64 features
+            self.omega = omega.to(device=self.omega.device, dtype=self.omega.dtype)
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
         """Features drawn at a first call are (0, 0) until then: a state dict that holds drawn

@@ -238,3 +238,24 @@ def test_database_keeps_and_reports_only_valid_objects_as_best():
     # a state written before validity was recorded holds local-search results: all valid
     old = Database.from_json({"capacity": 3, "entries": [["x", 1.0, [0]]]})
     assert old.best_entry().valid and old.best() == 1.0
+
+
+def test_a_folder_holding_a_training_run_is_refused_and_left_as_it_was(tmp_path):
+    """A training run's folder (manifest, checkpoints, history) is refused before anything is
+    written: PatternBoost replaced the run's metrics.csv. A user's own files are accepted."""
+    from graded.train.runs import RunFolder, open_run
+
+    folder = tmp_path / "trained"
+    with RunFolder(folder).lock() as trained:  # what the trainer writes before its checkpoints
+        open_run(trained, {"task": {"name": "toy"}}, None, existing=False, overwrite=False,
+                 entries=["checkpoints", "history.jsonl"])
+    (folder / "checkpoints" / "step_10").mkdir(parents=True)
+    (folder / "metrics.csv").write_text("step,loss\n10,0.5\n")
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"trained holds a training run \(.*checkpoints"):
+        run_patternboost(tiny(rounds=0), folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    own = tmp_path / "notes"
+    own.mkdir()
+    (own / "README.txt").write_text("my notes")
+    assert run_patternboost(tiny(rounds=0), own).rounds_done == 0

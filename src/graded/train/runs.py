@@ -106,6 +106,15 @@ def search_run_files(folder: str | os.PathLike[str]) -> list[str]:
     return [name for name in SEARCH_RUN_FILES if (Path(folder) / name).exists()]
 
 
+def training_run_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The entries of ``folder`` that mark a run of the trainer: its manifest, its
+    ``checkpoints`` folder and its ``history.jsonl``; [] for none. A user's own files do not
+    count, as the trainer refuses only a folder holding a run. The searches (program search,
+    PatternBoost) refuse a folder holding one."""
+    return [name for name in (MANIFEST_FILE, "checkpoints", "history.jsonl")
+            if (Path(folder) / name).exists()]
+
+
 def refuse_search_run(folder: str | os.PathLike[str]) -> None:
     """Raise :class:`RunError` naming ``folder`` and the files of the search run it holds, if
     it holds one: a training run there would write beside them (fresh, overwritten or

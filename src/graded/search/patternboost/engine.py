@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graded.train.runs import training_run_files
+
 from .config import PatternBoostConfig
 from .database import Database
 from .parallel import make_executor, run_local_searches
@@ -261,6 +263,11 @@ def run_patternboost(
 
     config.check_runnable()  # before the folder is written
     out = Path(out_dir)
+    if not (out / "state.json").exists() and (training := training_run_files(out)):
+        raise FileExistsError(
+            f"{out} holds a training run ({', '.join(training)}), not a PatternBoost run's; "
+            "PatternBoost writes config.json, state.json and metrics.csv there, so choose "
+            "another folder")
     out.mkdir(parents=True, exist_ok=True)
     config = _resolve_config(config, out)
     run = _Run(config, out)

@@ -33,7 +33,7 @@ from graded.search.program.evaluate import Evaluation, evaluate
 from graded.search.program.problem import Problem
 from graded.search.program.program import Program, check_seed, parse_skeleton
 from graded.search.program.sandbox import detect_isolation
-from graded.train.runs import MANIFEST_FILE
+from graded.train.runs import training_run_files
 from graded.train.signals import StopSignals
 
 __all__ = ["Proposer", "SearchConfig", "SearchResult", "run_search"]
@@ -171,7 +171,7 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         elif state_path.exists():
             raise FileExistsError(f"{folder} already holds a run; pass resume=True (--resume) "
                                   "to continue it or choose another folder")
-        elif training := _training_run(folder):
+        elif training := training_run_files(folder):
             raise FileExistsError(
                 f"{folder} holds a training run ({', '.join(training)}), not a search's; "
                 "a search writes config.json, run.log and its state there, so choose another "
@@ -304,14 +304,6 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         log(f"finished: {db.evaluations} evaluations, best score {db.best().score}, "
             f"failures {failures}")
     return SearchResult(db.best(), db.evaluations, failures, folder, db, stopped=stop.flag)
-
-
-def _training_run(folder: Path) -> list[str]:
-    """The entries of ``folder`` that mark a run of the trainer (:mod:`graded.train.runs`): its
-    manifest, its ``checkpoints`` folder and its ``history.jsonl``; [] for none. A user's own
-    files do not count, as the trainer refuses only a folder holding a run."""
-    return [name for name in (MANIFEST_FILE, "checkpoints", "history.jsonl")
-            if (folder / name).exists()]
 
 
 def _resume_log(path: Path, evaluations: int) -> dict[str, int]:

@@ -114,33 +114,97 @@ def _load_run(run_dir: Path, which: str):
 
     Only the weights are read (``optimizer.safetensors`` may be absent). ``latest`` falls back to
     the newest intact checkpoint, saying which it skipped and why; ``best`` or a named folder
-    that does not load is an error naming the file.
+    that does not load is an error naming the file. The run may be training meanwhile (an
+    evaluation takes no lock): a checkpoint its trainer rotates away between the lookup and the
+    load is looked up again (:func:`_load_checkpoint_of_run`).
     """
     import torch
 
     from graded.config import build_model, build_task, load_run_config
-    from graded.train.checkpoint import CheckpointManager, load_checkpoint
+    from graded.train.checkpoint import CheckpointManager
 
     cfg = load_run_config(run_dir)
     task = build_task(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, task)
     manager = CheckpointManager(run_dir / "checkpoints")
-    if which == "latest":
-        found = manager.find_intact(model)
-        for path, reason in found.skipped:
-            print(f"graded: warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
-        ckpt, meta = found.path, found.meta
-    else:
-        ckpt = _best_checkpoint(manager) if which == "best" else _checkpoint_folder(manager,
-                                                                                    which)
-        if ckpt is None:
-            raise FileNotFoundError(f"{run_dir} has no checkpoint")
-        meta = load_checkpoint(ckpt, model, restore_rng=False)
+    ckpt, meta = _load_checkpoint_of_run(run_dir, manager, model, which)
     _check_checkpoint_config(run_dir, ckpt, meta, own=which in ("best", "latest") or (
         Path(ckpt).resolve().parent == manager.root.resolve()))
     model.eval()
     return cfg, task, model, ckpt, meta
+
+
+def _load_checkpoint_of_run(run_dir: Path, manager: Any, model: Any,
+                            which: str) -> tuple[Path, dict[str, Any]]:
+    """Load the ``which`` checkpoint of ``run_dir`` into ``model``: its folder and JSON state.
+
+    A run training meanwhile saves newer checkpoints and removes older ones (``keep_last``,
+    and a best that is no longer the best). A checkpoint that fails to load while the lookup
+    has moved on (its folder is gone, or ``best.json`` names another now) is looked up again,
+    :data:`~graded.train.checkpoint.CHECKPOINT_LOOKUPS` times at most; a named folder removed
+    so, and a run whose checkpoints kept vanishing, are a RunError saying the run is being
+    written. A checkpoint that fails to load while the lookup stands still is damaged (or
+    gone): that error is raised as it is.
+    """
+    from graded.train.checkpoint import (
+        CHECKPOINT_LOOKUPS,
+        CheckpointRemovedError,
+        load_checkpoint,
+    )
+    from graded.train.runs import RunError
+
+    being_written = f"run {run_dir} is being written"
+    if which == "latest":
+        try:
+            found = manager.find_intact(model)
+        except CheckpointRemovedError as exc:  # its message says why
+            raise RunError(f"{being_written}: {exc}") from None
+        for path, reason in found.skipped:
+            print(f"graded: warning: skipped damaged checkpoint {path}: {reason}", file=sys.stderr)
+        return found.path, found.meta
+    being_written += " (a process training it rotates its checkpoints away)"
+    tried: list[Path] = []
+    failure: Exception | None = None
+    while True:
+        ckpt = _best_lookup(manager) if which == "best" else _checkpoint_folder(manager, which)
+        if ckpt is None:
+            raise FileNotFoundError(f"{run_dir} has no checkpoint")
+        if failure is not None and ckpt == tried[-1]:  # the lookup stands still
+            raise failure
+        if len(tried) == CHECKPOINT_LOOKUPS:
+            raise RunError(f"{being_written}: each of the {len(tried)} checkpoints picked "
+                           f"({', '.join(p.name for p in tried)}) was removed before it "
+                           "loaded; evaluate it again, or once it stops")
+        tried.append(ckpt)
+        try:
+            if which == "best":
+                _check_best_present(manager, ckpt)
+            return ckpt, load_checkpoint(ckpt, model, restore_rng=False)
+        except ValueError as exc:  # a CheckpointError, or the folder best.json names is gone
+            failure = exc
+        if which != "best":  # a named folder has no successor to look up
+            if not Path(ckpt).is_dir():
+                raise RunError(f"{being_written}: checkpoint {ckpt} was removed while it was "
+                               "read; evaluate a newer one (--checkpoint latest or best)")
+            raise failure
+
+
+def _best_lookup(manager: Any) -> Path | None:
+    """``--checkpoint best``: the folder ``best.json`` names (present or not), or the latest
+    checkpoint of a run that never evaluated (no ``best.json``)."""
+    named = manager.best_named()
+    return manager.latest() if named is None else named
+
+
+def _check_best_present(manager: Any, named: Path) -> None:
+    """ValueError when the folder ``best.json`` names is gone, rather than another
+    checkpoint's figures under the name of the best."""
+    if not named.is_dir():
+        found = ", ".join(p.name for p in manager.folders()) or "none"
+        raise ValueError(f"{manager.root / 'best.json'} names {named.name}, which is gone from "
+                         f"{manager.root} (there: {found}); evaluate another with --checkpoint "
+                         "latest or --checkpoint <folder>")
 
 
 def _check_checkpoint_config(run_dir: Path, ckpt: Path, meta: dict[str, Any], *,
@@ -169,21 +233,6 @@ def _check_checkpoint_config(run_dir: Path, ckpt: Path, meta: dict[str, Any], *,
     print(f"graded: warning: checkpoint {ckpt} was trained with another config than "
           f"{run_dir / 'config.yaml'}: {changes}; evaluating it with {run_dir}'s",
           file=sys.stderr)
-
-
-def _best_checkpoint(manager: Any) -> Path | None:
-    """``--checkpoint best``: the folder ``best.json`` names, or the latest checkpoint of a run
-    that never evaluated (no ``best.json``); ValueError when the folder it names is gone, rather
-    than another checkpoint's figures under the name of the best."""
-    named = manager.best_named()
-    if named is None:
-        return manager.latest()
-    if not named.is_dir():
-        found = ", ".join(p.name for p in manager.folders()) or "none"
-        raise ValueError(f"{manager.root / 'best.json'} names {named.name}, which is gone from "
-                         f"{manager.root} (there: {found}); evaluate another with --checkpoint "
-                         "latest or --checkpoint <folder>")
-    return named
 
 
 def _checkpoint_folder(manager: Any, which: str) -> Path:

@@ -70,3 +70,73 @@ def test_matched_control_equals_a_model_with_rescaled_position_table():
     rescaled = positional_bias_sweep(scaled, ids, [0.0], k=3)["layers"]
     for name in graded:
         assert control[name][1] == pytest.approx(rescaled[name][0], abs=1e-6)
+
+
+class _OneAndFourHeads(torch.nn.Module):
+    """Embedding, then a self-attention layer of one head and one of four: the JS mean over
+    layers has one layer without a pair of heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from graded.attention.multihead import MultiheadAttention
+
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(16, 8)
+        self.one = MultiheadAttention(8, 1, batch_first=True)
+        self.four = MultiheadAttention(8, 4, batch_first=True)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x + self.one(x, x, x, need_weights=False)[0]
+        return x + self.four(x, x, x, need_weights=False)[0]
+
+
+def _kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    """KL(p ‖ q) in nats, 0·log 0 = 0."""
+    keep = p > 0
+    return float((p[keep] * (p[keep] / q[keep]).log()).sum())
+
+
+def _naive_mean_js(weights: torch.Tensor) -> float:
+    """Mean JS divergence (nats) over ordered pairs of distinct heads, batch items and query
+    rows of (B, H, Tq, Tk) attention weights, by loops."""
+    w = weights.to(torch.float64)
+    b, h, tq, _ = w.shape
+    total, count = 0.0, 0
+    for i in range(h):
+        for j in range(h):
+            if i == j:
+                continue
+            for n in range(b):
+                for t in range(tq):
+                    p, q = w[n, i, t], w[n, j, t]
+                    m = (p + q) / 2
+                    total += 0.5 * _kl(p, m) + 0.5 * _kl(q, m)
+                    count += 1
+    return total / count
+
+
+def test_head_js_averages_over_the_layers_with_a_pair_of_heads():
+    """A one-head layer's mean_js is NaN (no pair): the layer mean was NaN; it is now the
+    four-head layer's mean JS, recomputed here by loops."""
+    from graded.analysis.capture import capture_attention
+    from graded.study.experiments.e45_heads_positions import _diversity
+
+    model = _OneAndFourHeads().eval()
+    ids = torch.randint(0, 16, (2, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), capture_attention(model) as calls:
+        model(ids)
+    assert [c.weights.shape[1] for c in calls] == [1, 4]
+    _, js = _diversity(model, ids)
+    assert js == pytest.approx(_naive_mean_js(calls[1].weights), rel=1e-9)
+
+
+def test_head_js_of_a_model_without_a_pair_of_heads_is_nan_and_said_so():
+    from graded.study.experiments.e45_heads_positions import _diversity, _mean_js_text
+
+    model = tiny_lm(0, n_heads=1)
+    ids, _ = lag_copy_batch(2, 8, 16, 2, torch.Generator().manual_seed(0))
+    rank, js = _diversity(model, ids)
+    assert np.isfinite(rank) and np.isnan(js)
+    assert _mean_js_text([js, js]) == "none (no layer with two heads)"
+    assert _mean_js_text([0.25, js, 0.5]) == "+0.3750 (over 2 of 3 seeds)"

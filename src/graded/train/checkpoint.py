@@ -30,7 +30,8 @@ not fit the model (keys, shapes, parameter groups), raise :class:`CheckpointErro
 message names the file and the problem. A weights-only load (``optimizer=None,
 restore_rng=False``, for evaluation and generation) reads ``model.safetensors`` and
 ``state.json`` only. :meth:`CheckpointManager.find_intact` returns the newest checkpoint that
-loads, with the newer damaged ones and why they were skipped.
+loads, with the newer damaged ones and why they were skipped; a checkpoint removed while it is
+read (the rotation of a run training meanwhile) is not damaged: the folder is listed again.
 """
 
 from __future__ import annotations
@@ -212,6 +213,16 @@ def load_checkpoint(
 # --------------------------------------------------------------------------- rotation
 
 
+# how many times a reader lists a run's checkpoints again when the ones it picked were removed
+# while it read them (a run training meanwhile rotates its checkpoints away)
+CHECKPOINT_LOOKUPS = 5
+
+
+class CheckpointRemovedError(CheckpointError):
+    """The checkpoints a reader picked were removed while it read them, at every look: the run
+    is being written by another process (its trainer rotating its checkpoints)."""
+
+
 class IntactCheckpoint(NamedTuple):
     """What :meth:`CheckpointManager.find_intact` found."""
 
@@ -246,6 +257,7 @@ class CheckpointManager:
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
         accept: Callable[[dict[str, Any]], object] | None = None,
         reject: type[Exception] = CheckpointError,
+        lookups: int = CHECKPOINT_LOOKUPS,
     ) -> IntactCheckpoint:
         """Load the newest checkpoint that loads (into ``model`` and ``optimizer``, RNG states
         untouched), trying older ones when newer ones are damaged; CheckpointError if none.
@@ -253,22 +265,43 @@ class CheckpointManager:
         ``accept(state)`` sees each checkpoint's JSON state before any of its tensors is read;
         raising ``reject`` skips the checkpoint. If no checkpoint is taken and ``accept``
         rejected any, its newest rejection is raised: the caller's reason comes first.
+
+        A checkpoint whose folder is gone after it failed to load was removed while it was read
+        (another process trains the run and rotated it away): it is not damaged, so it is not
+        among ``skipped``, and when none of the listed checkpoints loads, the folder is listed
+        again for those saved meanwhile, ``lookups`` times in all;
+        :class:`CheckpointRemovedError` when checkpoints were removed at every look.
         """
-        skipped: list[tuple[Path, str]] = []
-        rejection: Exception | None = None
-        for path in reversed(self.folders()):
-            try:
-                if accept is not None:
-                    accept(read_checkpoint_state(path))
-                meta = load_checkpoint(path, model, optimizer, restore_rng=False)
-            except CheckpointError as exc:
-                skipped.append((path, str(exc)))
-                continue
-            except reject as exc:
-                rejection = rejection or exc
-                skipped.append((path, f"not accepted: {exc}"))
-                continue
-            return IntactCheckpoint(path, meta, skipped)
+        if lookups < 1:
+            raise ValueError(f"lookups must be >= 1, got {lookups}")
+        removed: list[Path] = []
+        for _ in range(lookups):
+            skipped: list[tuple[Path, str]] = []
+            rejection: Exception | None = None
+            for path in reversed(self.folders()):
+                try:
+                    if accept is not None:
+                        accept(read_checkpoint_state(path))
+                    meta = load_checkpoint(path, model, optimizer, restore_rng=False)
+                except CheckpointError as exc:
+                    skipped.append((path, str(exc)))
+                    continue
+                except reject as exc:
+                    rejection = rejection or exc
+                    skipped.append((path, f"not accepted: {exc}"))
+                    continue
+                return IntactCheckpoint(path, meta, [s for s in skipped if s[0].is_dir()])
+            gone = [path for path, _ in skipped if not path.is_dir()]
+            removed.extend(gone)
+            skipped = [s for s in skipped if s[0].is_dir()]
+            if not gone:
+                break
+        if removed and (gone or not skipped):  # vanishing at the last look, or nothing left
+            names = ", ".join(dict.fromkeys(p.name for p in removed))
+            raise CheckpointRemovedError(
+                f"{self.root}: the checkpoints picked were removed while being read ({names}; "
+                f"{lookups} looks at most); another process is writing this run and rotating "
+                "its checkpoints away: read it again, or once that process stops")
         if rejection is not None:
             raise rejection
         if not skipped:

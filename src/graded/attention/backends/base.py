@@ -14,11 +14,12 @@ fused kernel alone would return NaN there).
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -170,6 +171,22 @@ class AttentionBackend(nn.Module):
     capabilities: ClassVar[Capabilities] = Capabilities()
     # the softmax temperature of the backends that take one (None: 1/√D), checked when set
     scale = checked_option("scale", lambda name, value: check_scale(name, value))  # (below)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle (``torch.load`` of a whole module, ``copy.deepcopy``, a worker process),
+        also a backend pickled before its options were properties: that one holds each option
+        as a plain attribute (``scale``, ``window``, ...), hidden by the property, which reads
+        its slot (``_scale``, ...). Such an attribute moves to the slot (a value the class now
+        derives, a read-only property such as ``horizon``, is dropped), so the old pickle loads
+        and computes as it did. A subclass whose slots are not ``_<option>`` renames them
+        first."""
+        super().__setstate__(state)
+        for name in [n for n in self.__dict__ if not n.startswith("_")]:
+            attr = inspect.getattr_static(type(self), name, None)
+            if isinstance(attr, property):
+                value = self.__dict__.pop(name)
+                if attr.fset is not None:
+                    self.__dict__.setdefault(f"_{name}", value)
 
     def forward(  # pragma: no cover - interface
         self,

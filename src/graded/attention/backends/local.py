@@ -92,6 +92,17 @@ class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
         self.scale = scale
         self.init_kernel(kernel)
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A backend pickled when ``block_size`` was a plain attribute holds the block in
+        force (``max(window, 32)`` when none was given): it becomes the explicit block option
+        (None when it is that default), then the base class moves the other options."""
+        if "block_size" in state and "_block_option" not in state:
+            state = dict(state)
+            block = state.pop("block_size")
+            window = state.get("_window", state.get("window"))
+            state["_block_option"] = None if block == max(window, 32) else block
+        super().__setstate__(state)
+
     @property
     def window(self) -> int:
         """The ``window`` option (checked when set; at most an explicit ``block_size``)."""

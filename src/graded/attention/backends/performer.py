@@ -217,6 +217,16 @@ class PerformerBackend(AttentionBackend):
         self.ignore_dropout = ignore_dropout
         self.head_dim = head_dim  # draws the features now when given
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A backend pickled before ``seed`` was an option it keeps holds only the private
+        generator drawn from it: the seed is that generator's initial seed (None without
+        one), so setting an option later restarts the features from it, as a backend built
+        with that seed does. The base class moves the other options to their slots."""
+        super().__setstate__(state)
+        if "_seed" not in self.__dict__:
+            generator = self.__dict__.get("_generator")
+            self.__dict__["_seed"] = None if generator is None else generator.initial_seed()
+
     @property
     def head_dim(self) -> int | None:
         """The head dimension the features are drawn for; None until they are drawn. Set, it

@@ -115,9 +115,24 @@ def _head_pair(seed: int, c_bar: float) -> tuple[torch.nn.Module, torch.nn.Modul
 
 
 def _diversity(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:
+    """The effective rank of the concatenated heads averaged over the attention layers, and
+    the mean pairwise JS divergence averaged over the layers that have a pair of heads: a
+    layer of one head has none (its ``mean_js`` is NaN, :func:`head_diversity`) and is left
+    out of that mean, which is NaN only when no layer has two heads."""
     out = head_diversity(model, ids)
+    js = [v["mean_js"] for v in out.values() if not np.isnan(v["mean_js"])]
     return (float(np.mean([v["effective_rank"] for v in out.values()])),
-            float(np.mean([v["mean_js"] for v in out.values()])))
+            float(np.mean(js)) if js else float("nan"))
+
+
+def _mean_js_text(values: list[float]) -> str:
+    """The mean of the seeds' JS differences that have one (a model of one-head layers has
+    none), with their count when some lack one."""
+    kept = [v for v in values if not np.isnan(v)]
+    if not kept:
+        return "none (no layer with two heads)"
+    count = "" if len(kept) == len(values) else f" (over {len(kept)} of {len(values)} seeds)"
+    return f"{np.mean(kept):+.4f}{count}"
 
 
 class PositionsHeadsExperiment:
@@ -225,9 +240,9 @@ class PositionsHeadsExperiment:
             f"against per-head q_(h,k) = c_h·k, c_h in linspace(0, {2 * c_bar:.3f}, 4); same "
             f"initial weights and batches, {steps} lag-copy steps. Paired differences per-head "
             f"− shared after training: effective rank of concatenated heads "
-            f"{np.mean(rank_diff):+.3f}, mean pairwise JS {np.mean(js_diff):+.4f} nats; at "
+            f"{np.mean(rank_diff):+.3f}, mean pairwise JS {_mean_js_text(js_diff)} nats; at "
             f"initialisation (grades only differ): effective rank {np.mean(rank0_diff):+.3f}, "
-            f"JS {np.mean(js0_diff):+.4f}. Rule: holds if the 95% interval of the mean "
+            f"JS {_mean_js_text(js0_diff)}. Rule: holds if the 95% interval of the mean "
             "effective-rank difference lies above 0.")
         return finding_from_values(
             claim="5", experiment=self.name,

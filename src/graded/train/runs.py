@@ -94,16 +94,22 @@ class RunLockedError(RunError):
         self.holder = holder
 
 
-#: The files by which a folder holds a run of :mod:`graded.search`, not a training run: the
-#: program search's state and evaluation log (``graded search program``), PatternBoost's state
-#: (``graded search patternboost``, which writes a ``metrics.csv`` of its own there too).
-SEARCH_RUN_FILES = ("database.json", "evaluations.csv", "state.json")
+#: The files by which a folder holds a run of the program search (``graded search program``):
+#: its state and its evaluation log.
+PROGRAM_SEARCH_FILES = ("database.json", "evaluations.csv")
+#: The file by which a folder holds a PatternBoost run (``graded search patternboost``, which
+#: writes a ``config.json`` and a ``metrics.csv`` of its own there too).
+PATTERNBOOST_FILES = ("state.json",)
+#: The files by which a folder holds a run of :mod:`graded.search`, not a training run.
+SEARCH_RUN_FILES = PROGRAM_SEARCH_FILES + PATTERNBOOST_FILES
 
 
-def search_run_files(folder: str | os.PathLike[str]) -> list[str]:
-    """The entries of ``folder`` that mark a search run (:data:`SEARCH_RUN_FILES`); [] for none.
-    The mirror of the search's own check, which refuses a folder holding a training run."""
-    return [name for name in SEARCH_RUN_FILES if (Path(folder) / name).exists()]
+def search_run_files(folder: str | os.PathLike[str],
+                     names: tuple[str, ...] = SEARCH_RUN_FILES) -> list[str]:
+    """The entries of ``folder`` among ``names`` (default: those that mark any search run,
+    :data:`SEARCH_RUN_FILES`); [] for none. The trainer refuses a folder holding a search run,
+    each search a folder holding a training run or the other search's run."""
+    return [name for name in names if (Path(folder) / name).exists()]
 
 
 def training_run_files(folder: str | os.PathLike[str]) -> list[str]:

@@ -252,3 +252,27 @@ def test_programs_with_other_named_scores_fail_and_pareto_selection_goes_on(tmp_
     assert result.failures["wrong_type"] >= len(refused)
     members = result.database.islands[0].members()
     assert all(sorted(m.scores) == ["close", "near", "size"] for m in members)
+
+
+def test_a_folder_holding_a_patternboost_run_is_refused_and_left_as_it_was(tmp_path):
+    """A PatternBoost run's folder (its state.json, config.json, metrics.csv) is refused: the
+    search replaced its config.json, and the PatternBoost run could not be resumed. And
+    PatternBoost refuses this search's folder the same way."""
+    from graded.search.patternboost import PatternBoostConfig, run_patternboost
+
+    pb = tmp_path / "pb"
+    run_patternboost(PatternBoostConfig(
+        problem="triangle-free", n=5, problem_options={"bits_per_token": 2}, rounds=0,
+        initial=10, keep=8, database_size=10, progress=False), pb)
+    before = {p.name: p.read_bytes() for p in pb.iterdir() if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"pb holds a PatternBoost run \(state.json\)"):
+        run(tmp_path, "pb", 4)
+    assert {p.name: p.read_bytes() for p in pb.iterdir() if p.is_file()} == before
+
+    run(tmp_path, "searched", 4)
+    searched = tmp_path / "searched"
+    before = {p.name: p.read_bytes() for p in searched.iterdir() if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"searched holds a program search \(database"):
+        run_patternboost(PatternBoostConfig(problem="triangle-free", n=5, rounds=0, initial=10,
+                                            keep=8, database_size=10, progress=False), searched)
+    assert {p.name: p.read_bytes() for p in searched.iterdir() if p.is_file()} == before

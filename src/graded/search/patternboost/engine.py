@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graded.train.runs import training_run_files
+from graded.train.runs import PROGRAM_SEARCH_FILES, search_run_files, training_run_files
 
 from .config import PatternBoostConfig
 from .database import Database
@@ -263,9 +263,11 @@ def run_patternboost(
 
     config.check_runnable()  # before the folder is written
     out = Path(out_dir)
-    if not (out / "state.json").exists() and (training := training_run_files(out)):
+    if not (out / "state.json").exists() and (
+            other := training_run_files(out) or search_run_files(out, PROGRAM_SEARCH_FILES)):
+        kind = "a program search" if other[0] in PROGRAM_SEARCH_FILES else "a training run"
         raise FileExistsError(
-            f"{out} holds a training run ({', '.join(training)}), not a PatternBoost run's; "
+            f"{out} holds {kind} ({', '.join(other)}), not a PatternBoost run's; "
             "PatternBoost writes config.json, state.json and metrics.csv there, so choose "
             "another folder")
     out.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ from graded.search.program.evaluate import Evaluation, evaluate
 from graded.search.program.problem import Problem
 from graded.search.program.program import Program, check_seed, parse_skeleton
 from graded.search.program.sandbox import detect_isolation
-from graded.train.runs import training_run_files
+from graded.train.runs import PATTERNBOOST_FILES, search_run_files, training_run_files
 from graded.train.signals import StopSignals
 
 __all__ = ["Proposer", "SearchConfig", "SearchResult", "run_search"]
@@ -171,9 +171,11 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         elif state_path.exists():
             raise FileExistsError(f"{folder} already holds a run; pass resume=True (--resume) "
                                   "to continue it or choose another folder")
-        elif training := training_run_files(folder):
+        elif other := (training_run_files(folder)
+                       or search_run_files(folder, PATTERNBOOST_FILES)):
+            kind = "a training run" if other[0] not in PATTERNBOOST_FILES else "a PatternBoost run"
             raise FileExistsError(
-                f"{folder} holds a training run ({', '.join(training)}), not a search's; "
+                f"{folder} holds {kind} ({', '.join(other)}), not a program search's; "
                 "a search writes config.json, run.log and its state there, so choose another "
                 "folder")
         else:

@@ -49,9 +49,11 @@ def test_an_endpoint_that_fails_ends_the_cli_with_one_line_not_a_traceback(tmp_p
         httpd.shutdown()
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]  # after the progress bar
-    assert code == 1 and "Traceback" not in err
+    assert code == 2 and "Traceback" not in err  # one line and status 2, as every user error
     assert last.startswith("graded: error: the openai proposer stopped the search")
     assert "HTTP 401" in last
+    assert last.endswith("no round finished, so there is nothing to resume: run the same "
+                         "command again (without --resume)")
     assert main(["search", "program", "--proposer", "openai", "--model", "m", "--base-url",
                  "http://127.0.0.1:1/v1", "--max-requests", "0", "--out", str(tmp_path / "z")]) == 2
     assert "max_requests=0; expected an integer >= 1" in capsys.readouterr().err

@@ -124,10 +124,12 @@ def run_cli(args: argparse.Namespace) -> int:
     except (ProposerError, ProposalError) as e:
         # the endpoint failed (or is not a chat-completions endpoint): one line, and how to go on
         resume = ("; the folder keeps the last finished round: continue with --resume and the "
-                  "same options" if (out / "database.json").exists() else "")
+                  "same options" if (out / "database.json").exists() else
+                  "; no round finished, so there is nothing to resume: run the same command "
+                  "again (without --resume)")
         print(f"graded: error: the {args.proposer} proposer stopped the search: {e}{resume}",
               file=sys.stderr)
-        return 1
+        return 2  # the endpoint or its settings, as every error a user can cause
     finally:
         if client is not None:
             client.close()

@@ -90,3 +90,24 @@ def test_descriptors_given_as_a_list_are_kept_as_a_tuple():
     assert config.descriptors == ("a", "b")
     db = ProgramsDatabase(config, ev(1.0, {"a": 0.0, "b": 1.0}))
     assert ProgramsDatabase.from_state(db.state()).config == config
+
+
+@pytest.mark.parametrize("selection", ["clusters", "pareto"])
+def test_descriptors_without_map_elites_selection_are_refused(selection):
+    """Descriptors span the MAP-Elites grid only; with another selection they were accepted
+    and silently ignored."""
+    with pytest.raises(ValueError, match=rf"descriptors=\('a', 'b'\) span the grid of "
+                                         rf"map-elites selection only; selection='{selection}'"):
+        DatabaseConfig(selection=selection, descriptors=("a", "b"))
+
+
+def test_the_cli_refuses_descriptors_or_bins_without_map_elites(tmp_path, capsys):
+    from graded.cli import main
+
+    base = ["search", "program", "--problem", "matmul", "--budget", "2", "--workers", "1"]
+    assert main([*base, "--descriptors", "rank,time", "--out", str(tmp_path / "a")]) == 2
+    assert "span the grid of map-elites selection only" in capsys.readouterr().err
+    assert main([*base, "--bins", "3", "--out", str(tmp_path / "b")]) == 2
+    assert ("--bins 3 sizes the grid of --selection map-elites only; --selection clusters "
+            "would ignore it") in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

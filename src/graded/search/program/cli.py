@@ -62,8 +62,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     a("--descriptors", type=_descriptors, default=(), metavar="A,B",
       help="the two named scores spanning the MAP-Elites grid (with --selection map-elites), "
       "e.g. rank,time for matmul")
-    a("--bins", type=int, default=8, help="cells per descriptor of the MAP-Elites grid "
-      "(default 8)")
+    a("--bins", type=int, default=None, help="cells per descriptor of the MAP-Elites grid "
+      "(with --selection map-elites; default 8)")
     a("--budget", type=int, default=200, help="evaluations in all")
     a("--workers", type=int, default=2, help="evaluations in parallel")
     a("--seed", type=int, default=0,
@@ -103,12 +103,16 @@ def run_cli(args: argparse.Namespace) -> int:
     options = dict(args.option)
     if args.n is not None:
         options["n"] = args.n
+    if args.bins is not None and args.selection != "map-elites":
+        raise ValueError(f"--bins {args.bins} sizes the grid of --selection map-elites only; "
+                         f"--selection {args.selection} would ignore it")
     problem = get_problem(args.problem, **options)
     config = SearchConfig(
         budget=args.budget, workers=args.workers, seed=args.seed, isolation=args.isolation,
         database=DatabaseConfig(islands=args.islands, programs_per_prompt=args.programs_per_prompt,
                                 reset_period=args.reset_period, selection=args.selection,
-                                descriptors=args.descriptors, bins=args.bins),
+                                descriptors=args.descriptors,
+                                bins=8 if args.bins is None else args.bins),
         problem_options=options)
     out = args.out or Path("runs/program") / f"{args.problem}-seed{args.seed}"
     proposer = build_proposer(args)

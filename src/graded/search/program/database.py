@@ -118,6 +118,10 @@ class DatabaseConfig:
         if self.selection == "map-elites" and len(self.descriptors) != 2:
             raise ValueError("map-elites selection needs two descriptors (named scores), got "
                              f"{self.descriptors!r}")
+        if self.selection != "map-elites" and self.descriptors:
+            raise ValueError(f"descriptors={self.descriptors!r} span the grid of map-elites "
+                             f"selection only; selection={self.selection!r} would ignore them "
+                             "(choose selection='map-elites' or leave descriptors out)")
 
 
 @dataclass

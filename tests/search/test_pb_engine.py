@@ -95,7 +95,8 @@ def test_ctrl_c_keeps_the_last_finished_round_and_resume_completes(tmp_path, mon
 
 def test_resume_with_a_different_config_raises(tmp_path):
     run_patternboost(tiny(mode="local-only", rounds=1), tmp_path)
-    with pytest.raises(ValueError, match="samples"):
+    with pytest.raises(ValueError, match=r"fields \['samples'\]; saved -> given: "
+                                         r"samples: 48 -> 10"):
         run_patternboost(tiny(mode="local-only", rounds=1, samples=10), tmp_path)
 
 

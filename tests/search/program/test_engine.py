@@ -92,9 +92,11 @@ def test_folder_misuse_is_refused(tmp_path):
         run(tmp_path, "r", 4)
     with pytest.raises(FileNotFoundError):
         run(tmp_path, "missing", 4, resume=True)
-    with cf.ThreadPoolExecutor(2) as pool, pytest.raises(ValueError, match="different"):
-        other = SearchConfig(budget=8, workers=2, seed=4,
-                             database=DatabaseConfig(islands=2, reset_period=6))
+    # the refusal names each differing setting with its saved and given values
+    with cf.ThreadPoolExecutor(2) as pool, pytest.raises(
+            ValueError, match=r"different configuration \(differs in \['seed'\]; saved -> "
+                              r"given: seed: \d+ -> 4\)"):
+        other = SearchConfig(budget=8, workers=2, seed=4, database=config(4).database)
         run_search(toy_problem(), OfflineProposer(seed=3), other, out=tmp_path / "r",
                    resume=True, executor=pool)
 

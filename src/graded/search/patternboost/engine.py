@@ -231,8 +231,11 @@ def _resolve_config(config: PatternBoostConfig, out: Path) -> PatternBoostConfig
         saved = PatternBoostConfig.from_dict(read_json(saved_path))
         changed = config.differs_from(saved)
         if changed:
-            raise ValueError(f"{out} holds a run with a different config (fields {changed}); "
-                             "use a new folder, or change only the stopping fields")
+            values = ", ".join(f"{name}: {getattr(saved, name)!r} -> {getattr(config, name)!r}"
+                               for name in changed)
+            raise ValueError(f"{out} holds a run with a different config (fields {changed}; "
+                             f"saved -> given: {values}); use a new folder, or change only "
+                             "the stopping fields")
     write_json(saved_path, config.to_dict())
     return config
 

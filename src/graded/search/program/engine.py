@@ -166,8 +166,10 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
             current.pop("budget", None)
             if saved != current:
                 diff = sorted(k for k in current if saved.get(k) != current[k])
+                values = "; ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
                 raise ValueError(f"{folder} was started with a different configuration "
-                                 f"(differs in {diff}); resume with the same settings")
+                                 f"(differs in {diff}; saved -> given: {values}); resume with "
+                                 "the same settings")
         elif state_path.exists():
             raise FileExistsError(f"{folder} already holds a run; pass resume=True (--resume) "
                                   "to continue it or choose another folder")

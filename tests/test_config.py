@@ -144,7 +144,11 @@ def test_typo_in_a_model_key_is_rejected(tmp_path):
         ("recipe=egt-alg7.1", r"recipe: 'egt-alg7.1' needs model.grading=exponential, "
                               r"got 'linear'"),
         ("recipe.options.gama=1", r"recipe\.options: unknown option\(s\) \['gama'\]"),
-        ("train.warmup_steps=50", r"warmup_steps \(50\) must be smaller than steps \(10\)"),
+        ("train.warmup_steps=50", r"warmup_steps \(50\) must be smaller than steps \(10\); "
+                                  r"lower train\.warmup_steps or raise train\.steps"),
+        ("train.device=cpu:5", r"train\.device: device 'cpu:5' is not supported: expected "
+                               r"'auto', 'cpu', 'cuda' or 'cuda:N'"),
+        ("train.device=mps", r"train\.device: device 'mps' is not supported"),
         ("model.vocab_size=3", r"model\.vocab_size is set by the task"),
         ("train.lr=inf", r"train\.lr: got 'inf'; Input should be a finite number"),
         ("train.weight_decay=.inf", r"train\.weight_decay: got inf; Input should be a finite"),
@@ -553,3 +557,10 @@ def test_the_recipes_clip_norm_is_refused_in_a_run_naming_train_clip_norm():
                            r"gradients at train.clip_norm"):
             validate_config({**base, "recipe": {"name": "auto", "options": {"clip_norm": value}}})
     assert validate_config({**base, "train": {"clip_norm": 2.0}}).train.clip_norm == 2.0
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:12"])
+def test_every_device_name_the_error_lists_is_accepted(device):
+    from graded.train.options import TrainOptions
+
+    assert TrainOptions(steps=10, device=device).device == device

@@ -46,6 +46,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     resume_dir = Path(args.resume) if args.resume else None
     if args.config is None and resume_dir is None:
         return _fail("train needs a CONFIG file, or --resume RUN")
+    if resume_dir is not None and not resume_dir.exists():
+        return _fail(f"--resume {resume_dir}: no such folder; expected a run folder of "
+                     "graded train")
     if resume_dir is not None and not (resume_dir / "config.yaml").is_file():
         return _fail(f"--resume {resume_dir}: not a run folder (no config.yaml)")
     if resume_dir is not None and args.config is None and not _is_run_config(resume_dir):
@@ -83,11 +86,11 @@ def cmd_train(args: argparse.Namespace) -> int:
             patience = cfg.train.early_stopping.patience
             print(f"nothing to do: {run_dir} stopped early at step {result.step} (no "
                   f"improvement of {cfg.train.monitor} in {patience} evaluations); continue it "
-                  f"with --resume {run_dir} --set train.early_stopping.patience=<more> (or "
-                  "=null)")
+                  f"with `graded train --resume {run_dir} --set "
+                  "train.early_stopping.patience=<more>` (or =null)")
         else:
             print(f"nothing to do: {run_dir} is at step {result.step} of {cfg.train.steps}; "
-                  f"continue it with --resume {run_dir} --set train.steps=<more>")
+                  f"continue it with `graded train --resume {run_dir} --set train.steps=<more>`")
     elif trainer.ctx.is_main and not result.interrupted:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in result.final_eval.items())
         print(f"done: step {result.step}; eval {metrics}\nrun folder: {run_dir}")
@@ -435,6 +438,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from graded.train.runs import RunFolder
 
     given = [Path(r) for r in args.runs]
+    absent = [str(path) for path in given if not path.exists()]
+    if absent:
+        return _fail(f"no such folder: {', '.join(absent)}; expected run folders, or folders "
+                     "holding run folders")
     runs, missing = [], []
     for path in given:
         inside = [path] if (path / "metrics.json").exists() else _finished_runs_in(path)
@@ -679,11 +686,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.error(_unrecognized(args, extras))
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
     return run_command(args.handler, args)
+
+
+def _unrecognized(args: argparse.Namespace, extras: list[str]) -> str:
+    """argparse's error for arguments no option takes; a ``KEY=VALUE`` left after a ``--set``
+    (``--set a=1 b=2``) is told that each ``--set`` takes one."""
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    stray = [a for a in extras if "=" in a and not a.startswith("-")]
+    if getattr(args, "command", None) == "train" and stray:
+        message += (" (each --set takes one KEY=VALUE; repeat --set for more: "
+                    f"--set {stray[0]})")
+    return message
 
 
 def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") -> int:

@@ -134,12 +134,17 @@ def test_generate_never_emits_the_padding_token(run, capsys):
         assert len(capsys.readouterr().out.split()) == 1 + new
 
 
-def test_unknown_device_is_a_one_line_error_before_anything_is_written(tmp_path, capsys):
+@pytest.mark.parametrize("device", ["tpu7", "cpu:5"])
+def test_unknown_device_is_a_config_error_before_anything_is_written(tmp_path, capsys, device):
+    """``cpu:5`` was recorded and trained on the CPU, though the message lists no ``cpu:N``."""
     path = tiny_config(tmp_path)
-    assert main(["train", str(path), "--set", "train.device=tpu7"]) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert "'tpu7'" in line and "'cpu'" in line
-    assert not (tmp_path / "runs" / "tiny" / "checkpoints").exists()
+    assert main(["train", str(path), "--set", f"train.device={device}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graded: error: invalid config {path}:") and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"  train.device: device {device!r} is not "
+                                            "supported: expected 'auto', 'cpu', 'cuda' or "
+                                            "'cuda:N'")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_output_folder_that_cannot_be_created_is_a_one_line_error(tmp_path, capsys):

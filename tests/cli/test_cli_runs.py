@@ -315,7 +315,9 @@ def test_resuming_an_early_stopped_run_trains_nothing_and_says_how_to_continue(t
     assert main(["train", "--resume", str(run)]) == 0
     out = capsys.readouterr().out
     assert (f"nothing to do: {run} stopped early at step 6 (no improvement of loss in 2 "
-            "evaluations)") in out and "train.early_stopping.patience=<more>" in out
+            "evaluations)") in out
+    assert (f"continue it with `graded train --resume {run} --set "
+            "train.early_stopping.patience=<more>` (or =null)") in out
     assert _hashes(run / "checkpoints") == before  # no step was made, nothing saved
     end = _history(run)[-1]
     assert (end["event"], end["step"], end["status"]) == ("end", 6, "early_stopped")

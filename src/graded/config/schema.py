@@ -483,6 +483,8 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
     """The validated config of a run folder (its ``config.yaml``, as ``graded train`` wrote
     it), for commands that work on finished runs (``graded report``, ``eval``)."""
     path = Path(run_dir) / "config.yaml"
+    if not Path(run_dir).exists():
+        raise ConfigError(f"{run_dir}: no such folder; expected a run folder of graded train")
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml: not a run folder of graded train")
     data = read_config_file(path)

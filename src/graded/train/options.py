@@ -8,6 +8,7 @@ key or an impossible value is rejected when the options are built, before any wo
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -115,6 +116,16 @@ class TrainOptions(Strict):
     def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
         return number_not_bool(cls, value, info)
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        """Only the names :func:`graded.train.distributed.resolve_device` documents: ``cpu:N``
+        (a CPU index torch ignores) or ``mps`` are refused when the config is read."""
+        if value in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", value):
+            return value
+        raise ValueError(f"device {value!r} is not supported: expected 'auto', 'cpu', 'cuda' "
+                         "or 'cuda:N'")
+
     @model_validator(mode="before")
     @classmethod
     def _monitor_mode(cls, data: Any) -> Any:
@@ -129,7 +140,8 @@ class TrainOptions(Strict):
     def _check(self) -> TrainOptions:
         if self.warmup_steps >= self.steps and self.schedule != "constant":
             raise ValueError(
-                f"warmup_steps ({self.warmup_steps}) must be smaller than steps ({self.steps})"
+                f"warmup_steps ({self.warmup_steps}) must be smaller than steps ({self.steps}); "
+                "lower train.warmup_steps or raise train.steps"
             )
         if self.min_lr_ratio and self.schedule != "cosine":
             raise ValueError(

@@ -15,13 +15,10 @@ from graded.train.optim import param_groups
 from graded.train.runs import RunFolder
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    """A run with checkpoints at steps 4 and 8 (never modified: tests damage copies)."""
-    folder = tmp_path_factory.mktemp("run")
-    make_trainer(folder, steps=8).fit()
-    assert ck.CheckpointManager(folder / "checkpoints").steps() == [4, 8]
-    return folder
+@pytest.fixture
+def run(checkpointed_run) -> Path:
+    """The run (conftest) with checkpoints at steps 4 and 8 (tests damage copies)."""
+    return checkpointed_run
 
 
 @pytest.fixture

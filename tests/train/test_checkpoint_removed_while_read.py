@@ -9,18 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_training import TinyClassifier, make_trainer
+from tiny_training import TinyClassifier
 
 from graded.train import checkpoint as ck
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    """A run with checkpoints at steps 4 and 8 (never modified: tests use copies)."""
-    folder = tmp_path_factory.mktemp("run")
-    make_trainer(folder, steps=8).fit()
-    assert ck.CheckpointManager(folder / "checkpoints").steps() == [4, 8]
-    return folder
+@pytest.fixture
+def run(checkpointed_run) -> Path:
+    """The run (conftest) with checkpoints at steps 4 and 8 (never modified: tests use copies)."""
+    return checkpointed_run
 
 
 @pytest.fixture

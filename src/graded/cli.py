@@ -340,6 +340,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from graded.kinds import as_kind
 
     run_dir = Path(args.run)
+    if args.sample and args.num_beams > 1:  # the flags of generate()'s own refusal
+        return _fail(f"--sample and --num-beams {args.num_beams} cannot go together: beam "
+                     "search does not sample; choose one (--num-beams 1 samples)")
     _, task, model, _, _ = _load_run(run_dir, args.checkpoint)
     if task.vocab is None:
         return _fail(f"task {task.name} has real-valued inputs; generate needs a token task")
@@ -360,8 +363,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                        ("--seed", args.seed is not None)) if given]
     # greedy decoding and beam search would drop them: they draw nothing, so the seed too
     if kind.generates_tokens and unused and not args.sample:
-        return _fail(f"{', '.join(unused)} shape sampling, which is off: add --sample, or "
-                     "leave them out for greedy decoding or beam search")
+        flags = " and ".join(unused) if len(unused) < 3 else (
+            f"{', '.join(unused[:-1])} and {unused[-1]}")
+        return _fail(f"{flags} {'is' if len(unused) == 1 else 'are'} used only when "
+                     f"sampling, which is off: add --sample, or leave "
+                     f"{'it' if len(unused) == 1 else 'them'} out for greedy decoding or beam "
+                     "search")
     new_tokens = _new_token_budget(model, kind, ids.shape[1], args.max_new_tokens)
     seed = 0 if args.seed is None else args.seed
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
@@ -435,7 +442,7 @@ def _morphic_diagnostics(run_dir: Path) -> Callable[[Path], Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     from graded.config import load_run_config
     from graded.train.report import file_label, run_labels, write_runs_report
-    from graded.train.runs import RunFolder
+    from graded.train.runs import RunFolder, RunLockedError
 
     given = [Path(r) for r in args.runs]
     absent = [str(path) for path in given if not path.exists()]
@@ -453,12 +460,19 @@ def cmd_report(args: argparse.Namespace) -> int:
                      f"finished runs: {missing}")
     runs = list(run_labels(runs))  # a run given twice, by two spellings, is one run
     # every check before the first write: a report is written whole or not at all
-    morphic = {r: _morphic_diagnostics(r) for r in runs if (r / "config.yaml").is_file()
-               and _is_run_config(r) and load_run_config(r).model.architecture == "morphic"}
     first_is_run = runs[0] == given[0]
     out = Path(args.out) if args.out else (runs[0] if first_is_run else given[0]) / "report"
+    for run in runs:  # a run in training is read, but nothing is written into it
+        holder = RunFolder(run).holder()
+        if holder is not None and out.resolve().is_relative_to(run.resolve()):
+            return _fail(_report_in_use(run, holder, args.out))
+    morphic = {r: _morphic_diagnostics(r) for r in runs if (r / "config.yaml").is_file()
+               and _is_run_config(r) and load_run_config(r).model.architecture == "morphic"}
     if args.out is None and first_is_run:
-        RunFolder(runs[0]).record("report")
+        try:
+            RunFolder(runs[0]).record("report")
+        except RunLockedError as exc:  # it started training since the check
+            return _fail(_report_in_use(runs[0], exc.holder, None))
     report = write_runs_report(runs, out)
     labels = run_labels(runs)
     extra = []
@@ -473,6 +487,19 @@ def cmd_report(args: argparse.Namespace) -> int:
             fh.write("\n## Morphic diagnostics (004 §5.4)\n\n" + "\n".join(extra) + "\n")
     print(f"report: {report}")
     return 0
+
+
+def _report_in_use(run: Path, holder: str, out: str | None) -> str:
+    """The refusal of a report written into ``run`` while process ``holder`` trains it: how
+    to write it elsewhere (``--out``), as ``graded eval`` of a run in use does."""
+    base = run if run.name not in ("", "..") else run.resolve()  # "." names no folder
+    example = f"graded report {run} --out {base.parent / (base.name + '-report')}"
+    if out is not None:
+        return (f"--out {out} is inside run folder {run}, which is in use by process {holder} "
+                f"(training); give --out DIR outside it, e.g. {example}")
+    return (f"run folder {run} is in use by process {holder} (training): its report is read "
+            f"from it but not written into it meanwhile; give --out DIR outside it, e.g. "
+            f"{example}")
 
 
 def _finished_runs_in(folder: Path) -> list[Path]:

@@ -356,3 +356,29 @@ def test_generate_passes_hugging_faces_processors_to_the_model(run, capsys):
     plain = capsys.readouterr().out
     assert main(["generate", str(run), "--prompt", "( [", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out == plain
+
+
+def test_generate_refuses_sample_with_beams_naming_the_flags_typed(run, capsys):
+    # it said "beam search with do_sample=True is not supported", the Python parameter's name
+    assert main(["generate", str(run), "--prompt", "(", "--sample", "--num-beams", "2"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line == ("graded: error: --sample and --num-beams 2 cannot go together: beam search "
+                    "does not sample; choose one (--num-beams 1 samples)")
+    assert "do_sample" not in line and "num_beams" not in line
+    for one in (["--sample"], ["--num-beams", "2"]):  # either alone generates
+        assert main(["generate", str(run), "--prompt", "(", *one]) == 0
+
+
+@pytest.mark.parametrize("options, subject", [
+    (["--temperature", "5"], "--temperature is used only when sampling"),
+    (["--temperature", "5", "--seed", "1"], "--temperature and --seed are used only when"),
+    (["--temperature", "5", "--top-k", "2", "--seed", "1"],
+     "--temperature, --top-k and --seed are used only when"),
+])
+def test_generate_sampling_options_without_sample_are_told_in_grammatical_english(
+        run, capsys, options, subject):
+    # "--temperature shape sampling, which is off": a plural verb after one flag
+    assert main(["generate", str(run), "--prompt", "(", *options]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"graded: error: {subject}"), line
+    assert ("leave it out" in line) == (len(options) == 2), line

@@ -15,6 +15,7 @@ from typing import Any
 from graded._io import atomic_write_text
 from graded.plotting import pyplot, save_figure
 from graded.train.logging import read_grades, read_metrics
+from graded.train.runs import RunFolder
 
 Series = list[tuple[int, float]]
 
@@ -124,9 +125,11 @@ def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
             depth[r] += 1
 
 
-def _steps_cell(summary: Mapping[str, Any]) -> str:
-    """The steps a run made, with how it ended where it did not make its planned steps."""
-    end = ("failed" if summary.get("error") else "aborted" if _aborted(summary)
+def _steps_cell(summary: Mapping[str, Any], holder: str | None = None) -> str:
+    """The steps a run made, with how it ended where it did not make its planned steps, or
+    that it is training (``holder``: the process that holds its lock)."""
+    end = (f"training, process {holder}" if holder is not None
+           else "failed" if summary.get("error") else "aborted" if _aborted(summary)
            else "interrupted" if summary.get("interrupted")
            else "stopped early" if summary.get("early_stopped") else None)
     return f"{summary.get('step')}" + ("" if end is None else f" ({end})")
@@ -139,12 +142,18 @@ def _aborted(summary: Mapping[str, Any]) -> bool:
 
 def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Path:
     """``report.md`` in ``out_dir``: final metrics per run, learning curves, grade plots; each
-    run under its :func:`run_labels` label (a run given twice is reported once)."""
+    run under its :func:`run_labels` label (a run given twice is reported once).
+
+    A run whose lock another process holds (:meth:`RunFolder.holder`) is training: resumed,
+    as a first run has no ``metrics.json`` yet. Its row says so, with its figures from the
+    ``metrics.json`` of its previous end, whatever that end was (interrupted, failed,
+    finished); its curves go on to the last step it logged."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = run_labels(run_dirs)
     runs = list(labels)
     summaries = {r: read_summary(r) for r in runs}
+    holders = {r: RunFolder(r).holder() for r in runs}
     names = sorted({k for s in summaries.values() for k in s.get("eval", {})})
     lines = ["# Run report", "", "| run | steps | train loss | "
              + " | ".join(f"eval {n}" for n in names) + " |",
@@ -155,17 +164,23 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
         cells = [f"{ev[n]:.4g}" if n in ev else "–" for n in names]
         loss = s.get("train_loss")
         mark = " (graded)" if r in graded else ""
-        lines.append(f"| {labels[r]} | {_steps_cell(s)} | "
+        lines.append(f"| {labels[r]} | {_steps_cell(s, holders[r])} | "
                      f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
                      + " |")
     lines.append("")
+    training = [f"- {labels[r]} is training (process {holders[r]} holds it); its figures are "
+                f"from step {s.get('step')}, where it last stopped" for r, s in summaries.items()
+                if holders[r] is not None]
+    if training:
+        lines += ["Runs in training (report them again once they end):", "", *training, ""]
+    ended = {r: s for r, s in summaries.items() if holders[r] is None}
     failed = [f"- {labels[r]} failed at step {s.get('step')}: {str(s['error']).splitlines()[0]}"
-              for r, s in summaries.items() if s.get("error")]
+              for r, s in ended.items() if s.get("error")]
     if failed:  # its last figures are those before the failure, not a finished run's
         lines += ["Runs that ended with an error (their figures are from before it):", "",
                   *failed, ""]
     interrupted = [f"- {labels[r]} was {'aborted' if _aborted(s) else 'interrupted'} at step "
-                   f"{s.get('step')} of {s.get('steps')}" for r, s in summaries.items()
+                   f"{s.get('step')} of {s.get('steps')}" for r, s in ended.items()
                    if s.get("interrupted") and not s.get("error")]
     if interrupted:  # metrics.json is written on Ctrl-C too: the run may be resumed, not finished
         lines += ["Runs that were interrupted (resume them with `graded train --resume RUN`; "

@@ -186,6 +186,32 @@ class RunFolder:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd, self._depth = fd, 1
 
+    def holder(self) -> str | None:
+        """The process id (as the lock file names it) of another process that holds the lock
+        now: a run training there. None while the lock is free, held by this process, or
+        never taken (no lock file); nothing is written. Only a lock file naming a process is
+        probed (a free lock leaves it empty), so the probe, a shared lock taken and dropped at
+        once, cannot turn away a writer starting beside it unless a killed writer left the
+        file behind."""
+        if fcntl is None or self._depth:
+            return None
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDONLY)
+        except OSError:  # no lock file (or unreadable): no run has held it
+            return None
+        try:
+            named = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            if not named:
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None if named == str(os.getpid()) else named
+            fcntl.flock(fd, fcntl.LOCK_UN)  # the pid of a writer that was killed: free
+            return None
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         if not self._depth:
             return

@@ -84,3 +84,20 @@ def test_cli_names_descriptors_that_are_not_two_named_scores(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*base, "--descriptors", "rank", "--out", str(tmp_path / "b")])
     assert "expected two named scores A,B, got 'rank'" in capsys.readouterr().err
+
+
+def test_cli_on_an_existing_run_names_the_resume_flag_not_the_python_parameter(tmp_path,
+                                                                              capsys):
+    # it said "pass resume=True (--resume)", the Python API's words
+    out = tmp_path / "run"
+    args = ["search", "program", "--problem", "cap-set", "--n", "3", "--budget", "4",
+            "--workers", "2", "--islands", "2", "--out", str(out)]
+    assert main(args) == 0
+    before = (out / "evaluations.csv").read_text()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"graded: error: --out {out} already holds a program search run; add "
+                   "--resume (with the same options) to continue it, or give another --out")
+    assert (out / "evaluations.csv").read_text() == before  # nothing ran
+    assert main([*args, "--resume"]) == 0  # the flag it names continues the run

@@ -115,6 +115,9 @@ def run_cli(args: argparse.Namespace) -> int:
                                 bins=8 if args.bins is None else args.bins),
         problem_options=options)
     out = args.out or Path("runs/program") / f"{args.problem}-seed{args.seed}"
+    if not args.resume and (out / "database.json").exists():  # run_search's, in flags
+        raise FileExistsError(f"--out {out} already holds a program search run; add --resume "
+                              "(with the same options) to continue it, or give another --out")
     proposer = build_proposer(args)
     executor = None
     client = None

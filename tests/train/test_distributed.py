@@ -35,7 +35,11 @@ def _torchrun(tmp_path: Path, *args: str, run: str = "ddp") -> list[float]:
     """Per-step losses of tiny_training.py run on two gloo processes in ``tmp_path / run``
     (with ``--resume``, continuing the run there). A launch that hangs is stopped with its
     workers after ``TORCHRUN_TIMEOUT_S`` and retried once in a fresh folder (a copy of the run
-    as it was before the launch), with a warning that carries its output; a second hang fails."""
+    as it was before the launch), with a warning that carries its output; a second hang fails.
+    So is a launch whose worker aborts at interpreter exit with ``EXIT_ABORT`` (a rare
+    std::thread left joinable at exit, seen in rare full-suite runs and not reproduced
+    in 12 launches on its own; not yet understood): retried once with a warning carrying its
+    output, a second one fails."""
     before = tmp_path / f"{run}.before"
     if (tmp_path / run).exists():
         shutil.copytree(tmp_path / run, before)
@@ -59,6 +63,11 @@ def _torchrun(tmp_path: Path, *args: str, run: str = "ddp") -> list[float]:
                 pytest.fail(message)
             warnings.warn(message + "\nretrying once", RuntimeWarning, stacklevel=2)
             continue
+        if proc.returncode != 0 and EXIT_ABORT in err and attempt == 1:
+            warnings.warn(f"torchrun ({' '.join(args)}) aborted at exit (attempt 1); its "
+                          f"output:\n{out[-1500:]}\n{err[-3000:]}\nretrying once",
+                          RuntimeWarning, stacklevel=2)
+            continue
         assert proc.returncode == 0, err[-3000:]
         if run_dir.name != run:  # the tests read the run folder as tmp_path / run
             shutil.rmtree(tmp_path / run, ignore_errors=True)
@@ -69,6 +78,8 @@ def _torchrun(tmp_path: Path, *args: str, run: str = "ddp") -> list[float]:
 
 
 TORCHRUN_TIMEOUT_S = 120
+#: What a worker prints when it aborts at exit with a std::thread still joinable (SIGABRT).
+EXIT_ABORT = "terminate called without an active exception"
 
 
 def _stop(proc: subprocess.Popen, run_dir: Path) -> None:

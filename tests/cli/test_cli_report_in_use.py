@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from test_cli_runs import HOLD_LOCK
+from test_cli_runs import held_lock
 
 from graded.cli import main
 
@@ -28,19 +24,6 @@ def _interrupted_run(folder: Path) -> Path:
          "train_objective": "plain", "eval": {"accuracy": 0.75}, "interrupted": True,
          "early_stopped": False, "error": None}))
     return folder
-
-
-@contextmanager
-def _held(run: Path) -> Iterator[int]:
-    """``run``'s lock held by another process (the run training again), as long as the block."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        yield proc.pid
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -59,7 +42,7 @@ def test_a_folder_of_runs_reports_a_run_in_training_as_training_not_interrupted(
     # it was "| cut | 2 (interrupted) |" and "cut was interrupted at step 2 of 1000"
     runs = tmp_path / "runs"
     cut, idle = _interrupted_run(runs / "cut"), _interrupted_run(runs / "idle")
-    with _held(cut) as pid:
+    with held_lock(cut) as pid:
         assert main(["report", str(runs)]) == 0
     text = (runs / "report" / "report.md").read_text()
     assert f"| cut | 2 (training, process {pid}) | 0.5 | 0.75 |" in text
@@ -83,7 +66,7 @@ def test_a_lock_file_left_by_a_killed_process_is_no_run_in_training(tmp_path):
 def test_the_report_of_one_run_in_training_is_written_to_out_only(tmp_path, capsys):
     # it was refused ("in use by process N") without a word of --out, which works
     run = _interrupted_run(tmp_path / "runs" / "cut")
-    with _held(run) as pid:
+    with held_lock(run) as pid:
         before = _hashes(run)  # with the lock file the training process wrote
         assert main(["report", str(run)]) == 2
         line = _one_error_line(capsys.readouterr().err)

@@ -8,6 +8,8 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -104,9 +106,10 @@ def test_a_second_writer_is_refused_with_the_holders_pid(run, capsys):
         proc.wait(timeout=30)
 
 
-@pytest.fixture
-def held(run):
-    """``run``'s lock held by another process (a run training there), for the test's length."""
+@contextmanager
+def held_lock(run: Path) -> Iterator[int]:
+    """``run``'s lock held by another process (a run training there) for the block; yields
+    that process's id."""
     proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -115,6 +118,13 @@ def held(run):
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def held(run):
+    """``run``'s lock held by another process for the test's length (:func:`held_lock`)."""
+    with held_lock(run) as pid:
+        yield pid
 
 
 def test_eval_of_a_run_in_use_prints_the_result_and_writes_nothing_into_it(run, held,

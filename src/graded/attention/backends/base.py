@@ -88,13 +88,16 @@ FEATURES: dict[str, str] = {
 }
 
 
-def checked_option(option: str, check: Callable[[str, object], object]) -> property:
+def checked_option(option: str, check: Callable[[str, object], object], *,
+                   on_change: Callable[[AttentionBackend], None] | None = None) -> property:
     """A backend option checked whenever it is set, in the constructor and after it: setting
     it keeps ``check(backend name, value)``, so ``backend.scale = 0`` is refused as
     ``scale=0`` is, naming the option and the value, and the option in force is unchanged.
-    Read as a plain attribute: the check runs on assignment, not on the calls. The getter is a
-    Python function, which the compiler traces (inside ``torch.compile`` and FlexAttention's
-    ``mask_mod``), where it cannot trace ``operator.attrgetter``."""
+    ``on_change(backend)`` runs after a value other than the one in force (or the first) is
+    kept: for what is derived from the option. Read as a plain attribute: the check runs on
+    assignment, not on the calls. The getter is a Python function, which the compiler traces
+    (inside ``torch.compile`` and FlexAttention's ``mask_mod``), where it cannot trace
+    ``operator.attrgetter``."""
     slot = f"_{option}"
 
     def get(self: AttentionBackend) -> object:
@@ -104,9 +107,15 @@ def checked_option(option: str, check: Callable[[str, object], object]) -> prope
             raise AttributeError(option) from None
 
     def set_(self: AttentionBackend, value: object) -> None:
-        self.__dict__[slot] = check(self.name, value)
+        value = check(self.name, value)
+        changed = on_change is not None and (slot not in self.__dict__
+                                             or self.__dict__[slot] != value)
+        self.__dict__[slot] = value
+        if changed:
+            on_change(self)
 
-    return property(get, set_, doc=f"The ``{option}`` option (checked when set).")
+    return property(get, set_, doc=f"The ``{option}`` option (checked when set"
+                                   f"{'; a change acts at once' if on_change else ''}).")
 
 
 def checked_int_option(option: str, minimum: int | None = 1, *, odd: bool = False,

@@ -127,18 +127,7 @@ def _feature_option(option: str, check: Callable[[str, object], object]) -> prop
     """An option of the features' draw, checked whenever it is set (as
     :func:`~.base.checked_option`); a value other than the one in force restarts the
     features (:meth:`PerformerBackend._restart_features`), so the next call uses them."""
-    slot = f"_{option}"
-    getter = checked_option(option, check).fget
-
-    def set_(self: PerformerBackend, value: object) -> None:
-        value = check(self.name, value)
-        changed = slot not in self.__dict__ or self.__dict__[slot] != value
-        self.__dict__[slot] = value
-        if changed:
-            self._restart_features()
-
-    return property(getter, set_, doc=f"The ``{option}`` option (checked when set; a change "
-                                      "restarts the features).")
+    return checked_option(option, check, on_change=lambda backend: backend._restart_features())
 
 
 class PerformerBackend(AttentionBackend):

@@ -96,7 +96,7 @@ def build_proposer(args: argparse.Namespace):
 
 def run_cli(args: argparse.Namespace) -> int:
     from graded.search.program.database import DatabaseConfig
-    from graded.search.program.engine import SearchConfig, run_search
+    from graded.search.program.engine import SearchConfig, SearchRunExists, run_search
     from graded.search.program.problem import get_problem
     from graded.search.program.proposers import ProposalError, ProposerError
 
@@ -115,9 +115,6 @@ def run_cli(args: argparse.Namespace) -> int:
                                 bins=8 if args.bins is None else args.bins),
         problem_options=options)
     out = args.out or Path("runs/program") / f"{args.problem}-seed{args.seed}"
-    if not args.resume and (out / "database.json").exists():  # run_search's, in flags
-        raise FileExistsError(f"--out {out} already holds a program search run; add --resume "
-                              "(with the same options) to continue it, or give another --out")
     proposer = build_proposer(args)
     executor = None
     client = None
@@ -128,6 +125,10 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         result = run_search(problem, proposer, config, out=out, resume=args.resume,
                             executor=executor, progress=True)
+    except SearchRunExists:  # run_search's refusal, in the flags of the command line
+        raise FileExistsError(f"--out {out} already holds a program search run; add --resume "
+                              "(with the same options) to continue it, or give another --out"
+                              ) from None
     except (ProposerError, ProposalError) as e:
         # the endpoint failed (or is not a chat-completions endpoint): one line, and how to go on
         resume = ("; the folder keeps the last finished round: continue with --resume and the "

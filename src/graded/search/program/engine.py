@@ -36,10 +36,20 @@ from graded.search.program.sandbox import detect_isolation
 from graded.train.runs import PATTERNBOOST_FILES, search_run_files, training_run_files
 from graded.train.signals import StopSignals
 
-__all__ = ["Proposer", "SearchConfig", "SearchResult", "run_search"]
+__all__ = ["Proposer", "SearchConfig", "SearchResult", "SearchRunExists", "run_search"]
 
 _CSV_FIELDS = ("index", "island", "score", "failure", "reason", "seconds", "operator",
                "best_score", "island_best")
+
+
+class SearchRunExists(FileExistsError):
+    """The run folder already holds a program search (``folder``), and resume was not asked
+    for: the command line words it in its flags."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(f"{folder} already holds a program search run; pass resume=True to "
+                         "continue it or choose another folder")
+        self.folder = folder
 
 
 class Proposer(Protocol):
@@ -171,8 +181,7 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
                                  f"(differs in {diff}; saved -> given: {values}); resume with "
                                  "the same settings")
         elif state_path.exists():
-            raise FileExistsError(f"{folder} already holds a run; pass resume=True (--resume) "
-                                  "to continue it or choose another folder")
+            raise SearchRunExists(folder)
         elif other := (training_run_files(folder)
                        or search_run_files(folder, PATTERNBOOST_FILES)):
             kind = "a training run" if other[0] not in PATTERNBOOST_FILES else "a PatternBoost run"

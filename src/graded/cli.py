@@ -105,7 +105,7 @@ def _run_plots(run_dir: Path) -> Path:
     from graded.train.report import write_runs_report
     from graded.train.runs import RunFolder
 
-    RunFolder(run_dir).record("report")
+    RunFolder(run_dir, purpose="report").record("report")
     return write_runs_report([run_dir], run_dir / "report")
 
 
@@ -284,7 +284,7 @@ def _keep_evaluation(run_dir: Path, out: Path | None, text: str) -> None:
     if not target.resolve().is_relative_to(run_dir.resolve()):
         atomic_write_text(target, text)
         return
-    folder = RunFolder(run_dir)
+    folder = RunFolder(run_dir, purpose="evaluation")
     try:
         with folder.lock():
             if target.resolve().parent == run_dir.resolve():
@@ -293,10 +293,11 @@ def _keep_evaluation(run_dir: Path, out: Path | None, text: str) -> None:
     except RunLockedError as exc:
         if out is not None:
             raise RunError(f"--out {out} is inside run folder {run_dir}, which is in use by "
-                           f"process {exc.holder}; give a path outside it") from None
-        print(f"graded: run folder {run_dir} is in use by process {exc.holder}: the "
-              "evaluation is printed, not written to its eval.json (--out PATH writes it "
-              "elsewhere)", file=sys.stderr)
+                           f"process {exc.holder} for {exc.purpose}; give a path outside it"
+                           ) from None
+        print(f"graded: run folder {run_dir} is in use by process {exc.holder} for "
+              f"{exc.purpose}: the evaluation is printed, not written to its eval.json (--out "
+              "PATH writes it elsewhere)", file=sys.stderr)
 
 
 DEFAULT_NEW_TOKENS = 32
@@ -442,7 +443,7 @@ def _morphic_diagnostics(run_dir: Path) -> Callable[[Path], Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     from graded.config import load_run_config
     from graded.train.report import file_label, run_labels, write_runs_report
-    from graded.train.runs import RunFolder, RunLockedError
+    from graded.train.runs import LockHolder, RunFolder, RunLockedError
 
     given = [Path(r) for r in args.runs]
     absent = [str(path) for path in given if not path.exists()]
@@ -470,9 +471,9 @@ def cmd_report(args: argparse.Namespace) -> int:
                and _is_run_config(r) and load_run_config(r).model.architecture == "morphic"}
     if args.out is None and first_is_run:
         try:
-            RunFolder(runs[0]).record("report")
-        except RunLockedError as exc:  # it started training since the check
-            return _fail(_report_in_use(runs[0], exc.holder, None))
+            RunFolder(runs[0], purpose="report").record("report")
+        except RunLockedError as exc:  # another process took it since the check
+            return _fail(_report_in_use(runs[0], LockHolder(exc.holder, exc.purpose), None))
     report = write_runs_report(runs, out)
     labels = run_labels(runs)
     extra = []
@@ -489,17 +490,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_in_use(run: Path, holder: str, out: str | None) -> str:
-    """The refusal of a report written into ``run`` while process ``holder`` trains it: how
-    to write it elsewhere (``--out``), as ``graded eval`` of a run in use does."""
+def _report_in_use(run: Path, holder: Any, out: str | None) -> str:
+    """The refusal of a report written into ``run`` while another process (``holder``, a
+    :class:`~graded.train.runs.LockHolder`) holds it: how to write it elsewhere (``--out``),
+    as ``graded eval`` of a run in use does."""
     base = run if run.name not in ("", "..") else run.resolve()  # "." names no folder
     example = f"graded report {run} --out {base.parent / (base.name + '-report')}"
     if out is not None:
-        return (f"--out {out} is inside run folder {run}, which is in use by process {holder} "
-                f"(training); give --out DIR outside it, e.g. {example}")
-    return (f"run folder {run} is in use by process {holder} (training): its report is read "
-            f"from it but not written into it meanwhile; give --out DIR outside it, e.g. "
-            f"{example}")
+        return (f"--out {out} is inside run folder {run}, which is in use by {holder}; give "
+                f"--out DIR outside it, e.g. {example}")
+    return (f"run folder {run} is in use by {holder}: its report is read from it but not "
+            f"written into it meanwhile; give --out DIR outside it, e.g. {example}")
 
 
 def _finished_runs_in(folder: Path) -> list[Path]:
@@ -598,6 +599,23 @@ def _train_epilog() -> str:
             + "\nexamples: configs/*.yaml, configs/*.toml; details: docs/cli.md")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: graded's version and the torch build it runs on, read only when asked (torch
+    is not imported to build the parser)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        import torch
+
+        from graded import __version__
+
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
+        print(f"graded {__version__} (torch {torch.__version__}, {build})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = _Formatter
     parser = argparse.ArgumentParser(
@@ -605,6 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Graded transformers (LGT, EGT) and their baselines: train from config "
         "files, evaluate, generate, benchmark, report, and run the demo.",
     )
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the versions of graded and torch, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("train", help="train a model from a YAML/TOML run config",

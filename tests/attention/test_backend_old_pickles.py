@@ -131,3 +131,40 @@ def test_an_old_performer_pickle_restarts_its_features_from_its_seed(old_pickles
     fresh = backends.PerformerBackend(**{**BUILT["performer"], "num_features": 6})
     torch.testing.assert_close(loaded.omega, fresh.omega, rtol=0, atol=0)
     assert loaded.omega.shape == (6, 4)
+
+
+def _as_old_pickle(backend: torch.nn.Module, **options: object) -> dict:
+    """``backend``'s pickled state as the old code held it: ``options`` as plain attributes
+    (values set after construction, which the old code did not check), not in the slots."""
+    state = dict(backend.__getstate__())
+    for option, value in options.items():
+        state.pop(f"_{option}", None)
+        state[option] = value
+    return state
+
+
+@pytest.mark.parametrize(("name", "options", "bad", "message"), [
+    ("sliding_window", {"window": 4}, {"window": 0}, r"window must be a positive int"),
+    ("dilated", {"window": 3, "dilation": 2}, {"dilation": 0}, r"dilation"),
+    ("performer", {"seed": 0}, {"ignore_dropout": "false"}, r"ignore_dropout"),
+    ("full", {}, {"scale": -1.0}, r"scale"),
+])
+def test_an_old_pickle_holding_a_value_its_option_refuses_is_refused_naming_it(
+        name, options, bad, message):
+    """The old code took options set after construction unchecked; unpickled, such a value
+    went to its slot as it was (a window of 0 then failed at the call, "false" was a truthy
+    bool). It is checked as the constructor checks it."""
+    state = _as_old_pickle(backends._REGISTRY[name](**options), **bad)
+    (option, value), = bad.items()
+    loaded = backends._REGISTRY[name].__new__(backends._REGISTRY[name])
+    with pytest.raises(ValueError, match=rf"a {name} backend unpickled with {option}="
+                                         rf"{value!r}, a value its options refuse: .*{message}"):
+        loaded.__setstate__(state)
+
+
+def test_an_old_pickles_valid_options_are_kept_as_checked():
+    backend = backends._REGISTRY["sliding_window"](window=4)
+    state = _as_old_pickle(backend, window=6, scale=0.5)
+    loaded = type(backend).__new__(type(backend))
+    loaded.__setstate__(state)
+    assert (loaded.window, loaded.scale) == (6, 0.5)

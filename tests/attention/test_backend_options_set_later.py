@@ -353,6 +353,34 @@ def test_performer_feature_options_set_to_the_values_in_force_change_nothing():
         torch.testing.assert_close(backend.omega, untouched.omega)
 
 
+@pytest.mark.parametrize("change", ["redraw", "seed", "num_features", "load_state_dict"])
+def test_a_performer_decoding_state_of_features_redrawn_since_is_refused(change):
+    """Sums of φ(k)vᵀ under one feature draw went on under the next: the step's output mixed
+    two draws (neither the old nor the new features' causal pass). Refused, naming the fix;
+    decoding again from the start equals the new features' causal pass."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    backend = get_backend("performer", num_features=16, seed=0, head_dim=4).double()
+    _, state = backend.decode(q[:, :, :3], k[:, :, :3], v[:, :, :3], None)
+    _, unchanged = backend.decode(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], state)  # as before
+    if change == "redraw":
+        backend.redraw_features()
+    elif change == "seed":
+        backend.seed = 7
+    elif change == "num_features":
+        backend.num_features = 8
+    else:
+        other = get_backend("performer", num_features=16, seed=3, head_dim=4).double()
+        backend.load_state_dict(other.state_dict())
+    with pytest.raises(ValueError, match=r"performer backend: this decoding state \(4 "
+                                         r"positions\) was made with features that have been "
+                                         r"redrawn since .* decode the sequence again"):
+        backend.decode(q[:, :, 4:], k[:, :, 4:], v[:, :, 4:], unchanged)
+    _, state = backend.decode(q[:, :, :4], k[:, :, :4], v[:, :, :4], None)
+    last, _ = backend.decode(q[:, :, 4:], k[:, :, 4:], v[:, :, 4:], state)
+    torch.testing.assert_close(last, backend(q, k, v, is_causal=True)[:, :, 4:])
+
+
 def test_performer_head_dim_set_later_draws_the_features_for_it():
     """Built without head_dim and called with D = 4, then head_dim set to 8: the features are
     those of a backend built with head_dim=8 (the call with D = 4 refused before), and set to

@@ -45,6 +45,20 @@ def test_each_subcommand_has_help(capsys, command):
     assert "usage: graded " + command in capsys.readouterr().out
 
 
+def test_version_names_the_package_and_the_torch_build(capsys):
+    import importlib.metadata
+
+    import torch
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out.strip()
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
+    assert out == (f"graded {importlib.metadata.version('graded')} "
+                   f"(torch {torch.__version__}, {build})")
+
+
 def test_every_option_has_a_help_text():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

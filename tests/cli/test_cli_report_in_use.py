@@ -8,6 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from test_cli_runs import held_lock
 
 from graded.cli import main
@@ -61,6 +62,34 @@ def test_a_lock_file_left_by_a_killed_process_is_no_run_in_training(tmp_path):
     assert main(["report", str(run), "--out", str(tmp_path / "rep")]) == 0
     text = (tmp_path / "rep" / "report.md").read_text()
     assert "| cut | 2 (interrupted) | 0.5 | 0.75 |" in text and "is training" not in text
+
+
+@pytest.mark.parametrize("purpose", ["evaluation", "report"])
+def test_a_run_another_command_holds_for_a_moment_is_reported_by_its_end(tmp_path, capsys,
+                                                                        purpose):
+    """A run whose lock `graded eval` held (to write its eval.json) was reported as training,
+    with "its figures are from step 2, where it last stopped": the lock file now says what it
+    is held for, and only the trainer's lock marks a run in training."""
+    runs = tmp_path / "runs"
+    cut = _interrupted_run(runs / "cut")
+    with held_lock(cut, purpose) as pid:
+        assert main(["report", str(runs)]) == 0
+        assert main(["report", str(cut)]) == 2  # still nothing written into a run in use
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"in use by process {pid} ({purpose})" in line, line
+    text = (runs / "report" / "report.md").read_text()
+    assert "| cut | 2 (interrupted) | 0.5 | 0.75 |" in text
+    assert "- cut was interrupted at step 2 of 1000" in text
+    assert f"- cut is in use by process {pid} ({purpose})" in text
+    assert "is training" not in text
+
+
+def test_a_lock_file_of_an_earlier_version_names_a_pid_alone_and_reads_as_training():
+    from graded.train.runs import LockHolder
+
+    assert LockHolder.parse("4242\n") == LockHolder("4242", "training")
+    assert LockHolder.parse("4242 evaluation\n") == LockHolder("4242", "evaluation")
+    assert LockHolder.parse("") is None and LockHolder.parse("\n") is None
 
 
 def test_the_report_of_one_run_in_training_is_written_to_out_only(tmp_path, capsys):

@@ -22,7 +22,8 @@ from graded.train.logging import read_metrics
 
 HOLD_LOCK = (
     "import sys\nfrom graded.train.runs import RunFolder\n"
-    "RunFolder(sys.argv[1]).acquire()\nprint('locked', flush=True)\nsys.stdin.read()\n"
+    "RunFolder(sys.argv[1], purpose=sys.argv[2]).acquire()\nprint('locked', flush=True)\n"
+    "sys.stdin.read()\n"
 )
 
 
@@ -91,27 +92,22 @@ def test_a_new_learning_rate_on_resume_is_used_and_recorded(run):
         assert lrs[step] == pytest.approx(expected, rel=1e-6)
 
 
-def test_a_second_writer_is_refused_with_the_holders_pid(run, capsys):
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
+@pytest.mark.parametrize("purpose", ["training", "evaluation"])
+def test_a_second_writer_is_refused_with_the_holders_pid(run, capsys, purpose):
+    with held_lock(run, purpose) as pid:
         before = _hashes(run)
         assert main(["train", "--resume", str(run), "--set", "train.steps=6"]) == 2
         err = capsys.readouterr().err
-        assert str(proc.pid) in err and str(run) in err
+        assert f"run folder {run} is in use by process {pid} for {purpose}" in err
         assert _hashes(run) == before
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
 
 
 @contextmanager
-def held_lock(run: Path) -> Iterator[int]:
-    """``run``'s lock held by another process (a run training there) for the block; yields
-    that process's id."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+def held_lock(run: Path, purpose: str = "training") -> Iterator[int]:
+    """``run``'s lock held by another process for the block (by default a run training
+    there); yields that process's id."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run), purpose],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "locked"
         yield proc.pid
@@ -160,8 +156,16 @@ def test_eval_out_inside_a_run_in_use_is_refused_naming_the_holder(run, held, ca
     capsys.readouterr()
     assert main(["eval", str(run), "--out", str(run / "mine.json")]) == 2
     err = capsys.readouterr().err
-    assert f"inside run folder {run}, which is in use by process {held}" in err
+    assert f"inside run folder {run}, which is in use by process {held} for training" in err
     assert _hashes(run) == before
+
+
+def test_eval_of_a_run_another_eval_holds_names_that_purpose(run, capsys):
+    with held_lock(run, "evaluation") as pid:
+        capsys.readouterr()
+        assert main(["eval", str(run), "--checkpoint", "latest"]) == 0
+        err = capsys.readouterr().err
+    assert f"is in use by process {pid} for evaluation: the evaluation is printed" in err
 
 
 def test_eval_of_a_free_run_writes_eval_json_or_the_out_path(run, tmp_path, capsys):

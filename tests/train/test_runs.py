@@ -69,7 +69,16 @@ def test_a_second_writer_in_another_process_is_refused_with_the_holders_pid(tmp_
         proc.stdin.close()
         proc.wait(timeout=30)
     with RunFolder(run).lock():  # released when its holder ends
-        assert (run / LOCK_FILE).read_text().strip() == str(os.getpid())
+        assert (run / LOCK_FILE).read_text() == f"{os.getpid()} training\n"
+
+
+def test_a_refused_writer_is_told_what_the_holder_holds_the_lock_for(tmp_path):
+    refused = pytest.raises(RunLockedError, match=f"in use by process {os.getpid()} for report")
+    with RunFolder(tmp_path, purpose="report").lock(), refused as exc:
+        RunFolder(tmp_path).acquire()
+    assert (exc.value.holder, exc.value.purpose) == (str(os.getpid()), "report")
+    with pytest.raises(ValueError, match="purpose 'writing' is not one of"):
+        RunFolder(tmp_path, purpose="writing")
 
 
 def test_a_second_lock_in_this_process_is_refused_and_one_object_is_reentrant(tmp_path):
@@ -87,9 +96,10 @@ def test_a_lock_file_left_by_a_killed_process_does_not_block(tmp_path):
     proc = _holder(tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert (tmp_path / LOCK_FILE).read_text().strip() == str(proc.pid)  # stale pid left behind
-    with RunFolder(tmp_path).lock():
-        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    # stale pid left behind
+    assert (tmp_path / LOCK_FILE).read_text() == f"{proc.pid} training\n"
+    with RunFolder(tmp_path, purpose="evaluation").lock():
+        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()} evaluation\n"
 
 
 def test_trainer_holds_the_lock_only_while_fitting_and_a_caller_may_hold_it_around(tmp_path):

@@ -79,3 +79,50 @@ def test_the_run_report_marks_an_aborted_run_aborted(tmp_path):
     text = write_runs_report([run], tmp_path / "rep").read_text()
     assert "| cut | 2 (aborted) |" in text
     assert "- cut was aborted at step 2 of 12" in text
+
+
+def _paused_run(run, steps=12, at=4):
+    trainer = make_trainer(run, steps=steps)
+    trainer.fit(pause_after=at)
+    return json.loads((run / "metrics.json").read_text())
+
+
+def test_a_resume_aborted_before_its_first_step_says_aborted_and_keeps_the_figures(tmp_path):
+    """A resume that a second Ctrl-C stops before its first step wrote no new figures, and its
+    metrics.json kept the paused session's ``status: paused`` while the history said
+    ``aborted``."""
+    run = tmp_path / "run"
+    paused = _paused_run(run)
+    resumed = make_trainer(run, steps=12)
+    resumed._train_step = _signalled_twice_in_step(resumed, at=5)  # the resume's first step
+    with pytest.raises(KeyboardInterrupt):
+        resumed.fit(resume_from=run)
+    summary = json.loads((run / "metrics.json").read_text())
+    assert resumed.run.history()[-1]["status"] == summary["status"] == "aborted"
+    assert summary["interrupted"] is True and summary["error"] is None
+    kept = {k: v for k, v in summary.items() if k not in ("status", "error", "interrupted")}
+    assert kept == {k: v for k, v in paused.items()
+                    if k not in ("status", "error", "interrupted")}
+
+
+def test_a_resume_that_fails_before_its_first_step_says_failed_with_its_error(tmp_path):
+    run = tmp_path / "run"
+    paused = _paused_run(run)
+    resumed = make_trainer(run, steps=12)
+    resumed._train_step = lambda s: (_ for _ in ()).throw(RuntimeError("device lost"))
+    with pytest.raises(RuntimeError, match="device lost"):
+        resumed.fit(resume_from=run)
+    summary = json.loads((run / "metrics.json").read_text())
+    assert summary["status"] == resumed.run.history()[-1]["status"] == "failed"
+    assert summary["error"] == "RuntimeError: device lost"
+    assert summary["step"] == paused["step"] == 4
+
+
+def test_a_resume_of_a_finished_run_keeps_its_summary(tmp_path):
+    run = tmp_path / "run"
+    trainer = make_trainer(run, steps=4)
+    trainer.fit()
+    before = json.loads((run / "metrics.json").read_text())
+    again = make_trainer(run, steps=4)
+    again.fit(resume_from=run)
+    assert json.loads((run / "metrics.json").read_text()) == before

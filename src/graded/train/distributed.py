@@ -23,6 +23,7 @@ no GPU work.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,18 +51,23 @@ class DistContext:
         return self.world_size > 1
 
 
+def check_device_name(name: Any) -> str:
+    """``name`` if it is one of the device names training takes (``auto``, ``cpu``, ``cuda``,
+    ``cuda:N``); a ValueError naming it otherwise. ``cpu:N`` (an index torch ignores on the CPU)
+    and other device types are refused."""
+    if isinstance(name, str) and (name in ("auto", "cpu", "cuda")
+                                  or re.fullmatch(r"cuda:[0-9]+", name)):
+        return name
+    raise ValueError(f"device {name!r} is not supported: expected 'auto', 'cpu', 'cuda' or "
+                     "'cuda:N'")
+
+
 def resolve_device(name: str) -> torch.device:
-    """``"auto"`` picks CUDA when available, else CPU; other names are checked."""
-    if name == "auto":
+    """``"auto"`` picks CUDA when available, else CPU; other names are checked
+    (:func:`check_device_name`, then that a CUDA device exists)."""
+    if check_device_name(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device {name!r} is not a device: expected 'auto', 'cpu', 'cuda' or "
-                         "'cuda:N'") from None
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {name!r} is not supported: expected 'auto', 'cpu', 'cuda' or "
-                         "'cuda:N'")
+    device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available; use 'cpu'")
     if device.type == "cuda" and device.index is not None \

@@ -8,13 +8,13 @@ key or an impossible value is rejected when the options are built, before any wo
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from graded._schema import Strict  # the shared strict base; importable here as before
 from graded.evaluation.metrics import HIGHER_IS_BETTER
+from graded.train.distributed import check_device_name
 
 __all__ = ["EarlyStopping", "Strict", "TrainOptions", "monitor_mode_of", "number_not_bool",
            "takes_false_for_null"]
@@ -119,12 +119,9 @@ class TrainOptions(Strict):
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
-        """Only the names :func:`graded.train.distributed.resolve_device` documents: ``cpu:N``
-        (a CPU index torch ignores) or ``mps`` are refused when the config is read."""
-        if value in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", value):
-            return value
-        raise ValueError(f"device {value!r} is not supported: expected 'auto', 'cpu', 'cuda' "
-                         "or 'cuda:N'")
+        """Only the names :func:`graded.train.distributed.resolve_device` takes: ``cpu:N`` (a
+        CPU index torch ignores) or ``mps`` are refused when the config is read."""
+        return check_device_name(value)
 
     @model_validator(mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any
 from graded._io import atomic_write_text
 from graded.plotting import pyplot, save_figure
 from graded.train.logging import read_grades, read_metrics
-from graded.train.runs import RunFolder
+from graded.train.runs import LockHolder, RunFolder
 
 Series = list[tuple[int, float]]
 
@@ -125,10 +125,10 @@ def run_labels(run_dirs: Sequence[str | Path]) -> dict[Path, str]:
             depth[r] += 1
 
 
-def _steps_cell(summary: Mapping[str, Any], holder: str | None = None) -> str:
+def _steps_cell(summary: Mapping[str, Any], holder: LockHolder | None = None) -> str:
     """The steps a run made, with how it ended where it did not make its planned steps, or
-    that it is training (``holder``: the process that holds its lock)."""
-    end = (f"training, process {holder}" if holder is not None
+    that it is training (``holder``: the process that holds its lock to train it)."""
+    end = (f"training, process {holder.pid}" if holder is not None
            else "failed" if summary.get("error") else "aborted" if _aborted(summary)
            else "interrupted" if summary.get("interrupted")
            else "stopped early" if summary.get("early_stopped") else None)
@@ -144,16 +144,19 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     """``report.md`` in ``out_dir``: final metrics per run, learning curves, grade plots; each
     run under its :func:`run_labels` label (a run given twice is reported once).
 
-    A run whose lock another process holds (:meth:`RunFolder.holder`) is training: resumed,
-    as a first run has no ``metrics.json`` yet. Its row says so, with its figures from the
-    ``metrics.json`` of its previous end, whatever that end was (interrupted, failed,
-    finished); its curves go on to the last step it logged."""
+    A run whose lock another process holds to train it (:meth:`RunFolder.holder`) is
+    training: resumed, as a first run has no ``metrics.json`` yet. Its row says so, with its
+    figures from the ``metrics.json`` of its previous end, whatever that end was (interrupted,
+    failed, finished); its curves go on to the last step it logged. A lock held for another
+    purpose (an evaluation writing ``eval.json``, a report) does not change the run: it is
+    reported by its end, and a line names the holder."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = run_labels(run_dirs)
     runs = list(labels)
     summaries = {r: read_summary(r) for r in runs}
-    holders = {r: RunFolder(r).holder() for r in runs}
+    held = {r: RunFolder(r).holder() for r in runs}
+    holders = {r: h if h is not None and h.training else None for r, h in held.items()}
     names = sorted({k for s in summaries.values() for k in s.get("eval", {})})
     lines = ["# Run report", "", "| run | steps | train loss | "
              + " | ".join(f"eval {n}" for n in names) + " |",
@@ -168,11 +171,16 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
                      f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
                      + " |")
     lines.append("")
-    training = [f"- {labels[r]} is training (process {holders[r]} holds it); its figures are "
+    training = [f"- {labels[r]} is training (process {holders[r].pid} holds it); its figures are "
                 f"from step {s.get('step')}, where it last stopped" for r, s in summaries.items()
                 if holders[r] is not None]
     if training:
         lines += ["Runs in training (report them again once they end):", "", *training, ""]
+    in_use = [f"- {labels[r]} is in use by {h}" for r, h in held.items()
+              if h is not None and not h.training]
+    if in_use:
+        lines += ["Runs that another command is using (their figures are their last "
+                  "training's):", "", *in_use, ""]
     ended = {r: s for r, s in summaries.items() if holders[r] is None}
     failed = [f"- {labels[r]} failed at step {s.get('step')}: {str(s['error']).splitlines()[0]}"
               for r, s in ended.items() if s.get("error")]

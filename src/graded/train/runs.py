@@ -4,8 +4,9 @@ A run folder (``output.dir/name/``, or a :class:`~graded.train.trainer.Trainer`'
 holds, besides the files of :mod:`graded.train.logging` and the checkpoints:
 
 - ``run.lock``          held with :func:`fcntl.flock` (exclusive, non-blocking) while a process
-                        writes the run; it holds the writer's pid. A second writer is refused
-                        with :class:`RunLockedError` naming that pid. The kernel drops the lock
+                        writes the run; it holds the writer's pid and purpose (``training``,
+                        ``evaluation``, ``report``: :data:`LOCK_PURPOSES`). A second writer is
+                        refused with :class:`RunLockedError` naming both. The kernel drops the lock
                         when its process ends, so a lock file left by a killed process does not
                         block; the file is emptied on release.
 - ``.graded-run.json``  the manifest: every entry (file or folder) the library wrote. Overwriting
@@ -46,6 +47,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +64,9 @@ except ImportError:  # not POSIX: runs are not locked
     fcntl = None  # type: ignore[assignment]
 
 LOCK_FILE = "run.lock"
+#: What a process holds a run folder's lock for, as its lock file says: the trainer trains,
+#: ``graded eval`` writes ``eval.json`` into it, ``graded report`` enters its ``report`` folder.
+LOCK_PURPOSES = ("training", "evaluation", "report")
 MANIFEST_FILE = ".graded-run.json"
 HISTORY_FILE = "history.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -86,12 +91,37 @@ class RunError(RuntimeError):
 
 
 class RunLockedError(RunError):
-    """Another process holds the run folder's lock; ``holder`` is its process id as the lock
-    file names it ("unknown" where it names none)."""
+    """Another process holds the run folder's lock; ``holder`` is its process id and
+    ``purpose`` what it holds the lock for, as the lock file names them ("unknown" where it
+    names none)."""
 
-    def __init__(self, message: str, holder: str = "unknown") -> None:
+    def __init__(self, message: str, holder: str = "unknown", purpose: str = "unknown") -> None:
         super().__init__(message)
         self.holder = holder
+        self.purpose = purpose
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """The process that holds a run folder's lock, as its lock file names it: ``pid`` and
+    ``purpose`` (one of :data:`LOCK_PURPOSES`; ``training`` for a lock file that names a pid
+    alone, as those of earlier versions, whose only long holder was the trainer)."""
+
+    pid: str
+    purpose: str
+
+    @classmethod
+    def parse(cls, text: str) -> LockHolder | None:
+        """The holder a lock file's ``text`` names; None for an empty one (a free lock)."""
+        pid, _, purpose = text.strip().partition(" ")
+        return cls(pid, purpose.strip() or "training") if pid else None
+
+    @property
+    def training(self) -> bool:
+        return self.purpose == "training"
+
+    def __str__(self) -> str:
+        return f"process {self.pid} ({self.purpose})"
 
 
 #: The files by which a folder holds a run of the program search (``graded search program``):
@@ -140,12 +170,18 @@ class RunFolder:
     takes it again); a second object, in this process or another, is refused while it is held.
     With ``writer=False`` (the ranks of a distributed run that do not write) the lock and every
     write are no-ops. A write that the file system refuses raises :class:`RunError` naming the
-    folder.
+    folder. ``purpose`` (one of :data:`LOCK_PURPOSES`) is what the lock is held for, written
+    beside the pid in the lock file: a report of the run tells a run in training from one that
+    an evaluation holds for a moment.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, writer: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, writer: bool = True,
+                 purpose: str = "training") -> None:
+        if purpose not in LOCK_PURPOSES:
+            raise ValueError(f"purpose {purpose!r} is not one of {LOCK_PURPOSES}")
         self.path = Path(path)
         self.writer = writer
+        self.purpose = purpose
         self._fd: int | None = None
         self._depth = 0
 
@@ -176,23 +212,25 @@ class RunFolder:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = LockHolder.parse(os.pread(fd, 64, 0).decode(errors="replace")) \
+                or LockHolder("unknown", "unknown")
             os.close(fd)
             raise RunLockedError(
-                f"run folder {self.path} is in use by process {holder} (it holds "
-                f"{self.path / LOCK_FILE}); wait for that run to end or stop it", holder
+                f"run folder {self.path} is in use by process {holder.pid} for "
+                f"{holder.purpose} (it holds {self.path / LOCK_FILE}); wait for it to end or "
+                "stop it", holder.pid, holder.purpose
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {self.purpose}\n".encode(), 0)
         self._fd, self._depth = fd, 1
 
-    def holder(self) -> str | None:
-        """The process id (as the lock file names it) of another process that holds the lock
-        now: a run training there. None while the lock is free, held by this process, or
-        never taken (no lock file); nothing is written. Only a lock file naming a process is
-        probed (a free lock leaves it empty), so the probe, a shared lock taken and dropped at
-        once, cannot turn away a writer starting beside it unless a killed writer left the
-        file behind."""
+    def holder(self) -> LockHolder | None:
+        """The process that holds the lock now, another than this one, with its purpose as
+        the lock file names them (``holder().training``: a run training there). None while
+        the lock is free, held by this process, or never taken (no lock file); nothing is
+        written. Only a lock file naming a process is probed (a free lock leaves it empty),
+        so the probe, a shared lock taken and dropped at once, cannot turn away a writer
+        starting beside it unless a killed writer left the file behind."""
         if fcntl is None or self._depth:
             return None
         try:
@@ -200,13 +238,13 @@ class RunFolder:
         except OSError:  # no lock file (or unreadable): no run has held it
             return None
         try:
-            named = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            if not named:
+            named = LockHolder.parse(os.pread(fd, 64, 0).decode(errors="replace"))
+            if named is None:
                 return None
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
-                return None if named == str(os.getpid()) else named
+                return None if named.pid == str(os.getpid()) else named
             fcntl.flock(fd, fcntl.LOCK_UN)  # the pid of a writer that was killed: free
             return None
         finally:

@@ -51,6 +51,7 @@ import atexit
 import contextlib
 import functools
 import gc
+import json
 import math
 import random
 import sys
@@ -681,9 +682,12 @@ class Trainer:
             result.elapsed_s = time.perf_counter() - began
             if main:
                 result.best_checkpoint = self.checkpoints.best()
-                # a no-op resume keeps the old one
-                if result.losses or not (self.run_dir / "metrics.json").exists():
-                    logger.summary({**self._summary(result), **self._end_fields(result, ended)})
+                ending = self._end_fields(result, ended)
+                previous = _read_summary(self.run_dir / "metrics.json")
+                if result.losses or previous is None:
+                    logger.summary({**self._summary(result), **ending})
+                else:  # a resume that ran no step keeps the figures, with its own ending
+                    logger.summary({**previous, **ending, "interrupted": result.interrupted})
             logger.close()
         if result.interrupted and main:
             print(self._resume_message(step), file=sys.stderr, flush=True)
@@ -756,6 +760,16 @@ class Trainer:
             f"interrupted at step {step}/{self.opts.steps}; checkpoint saved in "
             f"{self.checkpoints.path_for(step)}\nresume with: {command}"
         )
+
+
+def _read_summary(path: Path) -> dict[str, Any] | None:
+    """The ``metrics.json`` at ``path``; None when there is none or it cannot be read (a new
+    summary is then written whole)."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def _progress(total: int, initial: int, *, enabled: bool):

@@ -186,16 +186,27 @@ class AttentionBackend(nn.Module):
         also a backend pickled before its options were properties: that one holds each option
         as a plain attribute (``scale``, ``window``, ...), hidden by the property, which reads
         its slot (``_scale``, ...). Such an attribute moves to the slot (a value the class now
-        derives, a read-only property such as ``horizon``, is dropped), so the old pickle loads
-        and computes as it did. A subclass whose slots are not ``_<option>`` renames them
-        first."""
+        derives, a read-only property such as ``horizon``, is dropped), checked as the
+        constructor checks it (a value set after construction was not checked then: a
+        ``window`` of 0, ``"false"`` for a bool), so the old pickle loads and computes as it
+        did or is refused naming the option. A subclass whose slots are not ``_<option>``
+        renames them first."""
         super().__setstate__(state)
+        moved = []
         for name in [n for n in self.__dict__ if not n.startswith("_")]:
             attr = inspect.getattr_static(type(self), name, None)
             if isinstance(attr, property):
                 value = self.__dict__.pop(name)
                 if attr.fset is not None:
                     self.__dict__.setdefault(f"_{name}", value)
+                    moved.append((name, attr.fset))
+        for name, set_ in moved:  # once all are in place: checks may read other options
+            value = self.__dict__[f"_{name}"]
+            try:
+                set_(self, value)
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise ValueError(f"a {self.name} backend unpickled with {name}={value!r}, a "
+                                 f"value its options refuse: {exc}") from None
 
     def forward(  # pragma: no cover - interface
         self,
@@ -234,10 +245,14 @@ class AttentionBackend(nn.Module):
 class DecodeState:
     """What a backend keeps between decoding steps (:meth:`AttentionBackend.decode`):
     ``length``, the number of positions decoded so far, and batch-first tensors (keys, values
-    and padding of a window, or running sums). Beam search reorders it with :meth:`reorder`."""
+    and padding of a window, or running sums). Beam search reorders it with :meth:`reorder`.
+    ``source`` is what the backend computed the tensors from, for it to check at the next step
+    (a performer's feature draw: sums of other features cannot be continued); None where
+    nothing is recorded."""
 
     length: int = 0
     tensors: dict[str, Tensor] = field(default_factory=dict)
+    source: object = None
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` of every tensor (beam search)."""

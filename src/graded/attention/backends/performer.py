@@ -164,7 +164,9 @@ class PerformerBackend(AttentionBackend):
     features' stabilising shift (the largest unpadded exponent so far; the sums are rescaled
     when it grows), so memory is O(m·Dv) per layer and head whatever the length, and each
     step equals the causal pass over the whole sequence for the newest position. Features are
-    never redrawn while decoding.
+    never redrawn while decoding; a state made with features that were redrawn since (by
+    :meth:`redraw_features`, a changed feature option, a loaded state dict) is refused: its sums
+    belong to the old features.
     """
 
     name = "performer"
@@ -254,6 +256,12 @@ class PerformerBackend(AttentionBackend):
             )
             # in the buffer's place and dtype: a backend moved to float64 keeps float64 features
             self.omega = omega.to(device=self.omega.device, dtype=self.omega.dtype)
+        self._new_draw()
+
+    def _new_draw(self) -> None:
+        """Count a new feature draw (or loaded features): decoding states of earlier draws
+        are refused (:meth:`decode`)."""
+        self._draw = self.__dict__.get("_draw", 0) + 1
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
         """Features drawn at a first call are (0, 0) until then: a state dict that holds drawn
@@ -265,6 +273,7 @@ class PerformerBackend(AttentionBackend):
             self.omega = torch.empty(saved.shape, dtype=self.omega.dtype,
                                      device=self.omega.device)
         super()._load_from_state_dict(state_dict, prefix, *args)
+        self._new_draw()
 
     def _features_ready(self, head_dim: int) -> bool:
         """Draw the features at the first call; refuse another head_dim. True if they were
@@ -340,6 +349,13 @@ class PerformerBackend(AttentionBackend):
         check_dropout(self.name, dropout_p, self.ignore_dropout)
         d = q.shape[-1]
         self._features_ready(d)
+        draw = self.__dict__.get("_draw", 0)
+        if state is not None and state.length > 0 and state.source != draw:
+            raise ValueError(
+                f"performer backend: this decoding state ({state.length} positions) was made "
+                "with features that have been redrawn since (redraw_features, a changed "
+                "feature option or a loaded state dict); its sums cannot be continued with the "
+                "new ones: decode the sequence again from its start")
         root = math.sqrt(default_scale(self.scale, d))
         omega = self.omega.to(q.device)
         phi_q, shift_q = _shifted_query_features(q * root, omega)
@@ -356,5 +372,7 @@ class PerformerBackend(AttentionBackend):
         phi_k = torch.exp(log_k - shift) / math.sqrt(omega.shape[0])
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-        return kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size,
-                             eps=self._guard(shift_q, shift), extra={"shift": latest})
+        out, state = kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size,
+                                   eps=self._guard(shift_q, shift), extra={"shift": latest})
+        state.source = draw
+        return out, state

@@ -25,11 +25,12 @@ isomorphic. It is *not* the minimum over all n! orders (refinement restricts the
 
 **Cost.** Each tree node costs one refinement, O(n³) here. Refinement and automorphism pruning
 keep the tree small on the graphs tried: random graphs take about a millisecond at n = 64; the
-most symmetric ones (empty, complete, complete bipartite) visit O(n²) nodes, about 0.1 s at
-n = 20 and 1-2 s at n = 64; Paley, hypercube and grid graphs up to 64 vertices take under 0.3 s
-(timings on a shared 2-core CPU). The worst case is exponential, as for every known practical
-canonical labelling (there are hard families built to defeat refinement). Graphs with more than
-``MAX_CANONICAL_VERTICES`` = 64 vertices are refused.
+most symmetric ones (empty, complete, complete bipartite) visit O(n²) nodes, about 0.02 s at
+n = 20 and 0.3-0.5 s at n = 64; Paley, hypercube and grid graphs up to 64 vertices take under
+0.05 s (timings on a shared 2-core CPU, as in docs/encodings.md). The worst case is
+exponential, as for every known practical canonical labelling (there are hard families built
+to defeat refinement). Graphs with more than ``MAX_CANONICAL_VERTICES`` = 64 vertices are
+refused.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
+    check_flag,
     parse_token_int,
     tokens_to_bits,
 )
@@ -122,7 +123,7 @@ class UpperTriangleCodec(_GraphCodec):
 
     def __init__(self, n: int, canonical: bool = False) -> None:
         super().__init__(n)
-        self.canonical = bool(canonical)
+        self.canonical = check_flag("canonical", canonical)
         self._rows, self._cols = np.triu_indices(self.n, 1)
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from graded.checks import check_int
-from graded.encodings.base import Codec, DecodeError
+from graded.encodings.base import Codec, DecodeError, check_flag
 
 SIGNS = ("+", "-")
 
@@ -29,7 +29,7 @@ class IntegerCodec(Codec[int]):
 
     def __init__(self, base: int = 10, reverse: bool = False) -> None:
         self.base = check_int("base", base, minimum=2)
-        self.reverse = bool(reverse)
+        self.reverse = check_flag("reverse", reverse)
 
     @property
     def tokens(self) -> tuple[str, ...]:

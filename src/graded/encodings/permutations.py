@@ -23,6 +23,7 @@ from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
+    check_flag,
     parse_token_int,
     tokens_to_bits,
 )
@@ -125,8 +126,8 @@ class PermutationCycleCodec(_PermutationCodec):
 
     def __init__(self, n: int, include_fixed_points: bool = False, strict: bool = True) -> None:
         super().__init__(n)
-        self.include_fixed_points = bool(include_fixed_points)
-        self.strict = bool(strict)
+        self.include_fixed_points = check_flag("include_fixed_points", include_fixed_points)
+        self.strict = check_flag("strict", strict)
 
     @property
     def tokens(self) -> tuple[str, ...]:

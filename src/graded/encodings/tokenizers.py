@@ -165,8 +165,10 @@ class CharTokenizer(_PieceTokenizer):
 class StochasticMergeTokenizer(_PieceTokenizer):
     """The stochastic left-to-right merge tokenizer of 003 Remark 2.3 (module docstring).
 
-    ``pieces`` must contain every character of the alphabet and be prefix-closed (each prefix
-    of a piece, of length >= 1, is a piece), so every piece can be reached by merges.
+    The single-character pieces are the alphabet. Every character of a longer piece must be in
+    it, and the pieces must be prefix-closed (each prefix of a piece, of length >= 1, is a
+    piece), so every piece can be reached by merges; a piece that cannot is refused.
+    ``seed`` is an int >= 0 (``random.Random`` takes ``abs(seed)``: -3 would repeat 3).
     """
 
     kind = "stochastic_merge"
@@ -182,6 +184,7 @@ class StochasticMergeTokenizer(_PieceTokenizer):
         single = [x for x in pieces if isinstance(x, str) and len(x) == 1]
         multi = [x for x in pieces if not (isinstance(x, str) and len(x) == 1)]
         super().__init__([*single, *multi], specials)
+        alphabet = set(single)
         for piece in multi:
             for k in range(1, len(piece)):
                 if piece[:k] not in self.stoi:
@@ -189,8 +192,15 @@ class StochasticMergeTokenizer(_PieceTokenizer):
                         f"piece {piece!r} needs its prefix {piece[:k]!r} in the "
                         "vocabulary (pieces must be prefix-closed)"
                     )
+            missing = next((ch for ch in piece if ch not in alphabet), None)
+            if missing is not None:  # encode refuses the character, so no merge reaches it
+                raise ValueError(
+                    f"piece {piece!r} holds the character {missing!r}, which is not a "
+                    "single-character piece: the alphabet is the single-character pieces, "
+                    "so no text could be segmented into this piece"
+                )
         self.p = _merge_probability(p)
-        self.seed = check_int("seed", seed)
+        self.seed = _merge_seed(seed)
         self.rng = random.Random(self.seed)
 
     @classmethod
@@ -255,7 +265,7 @@ class StochasticMergeTokenizer(_PieceTokenizer):
     def reseed(self, seed: int) -> None:
         """Restart the sequence of segmentations from ``seed`` (checked as in the constructor:
         ``int`` took 1.9 for 1 and "3" for 3)."""
-        self.seed = check_int("seed", seed)
+        self.seed = _merge_seed(seed)
         self.rng = random.Random(self.seed)
 
     def to_dict(self) -> dict[str, Any]:
@@ -378,6 +388,12 @@ _KINDS: dict[str, type[StringTokenizer]] = {
 def _merge_probability(p: Any) -> float:
     """The merge probability ``p`` checked: a finite number in [0, 1], named in the error."""
     return check_float("merge probability p", p, minimum=0.0, maximum=1.0)
+
+
+def _merge_seed(seed: Any) -> int:
+    """The seed of the merge draws checked: an ``int`` >= 0 (``random.Random`` seeds with
+    ``abs(seed)``, so -3 would repeat the segmentations of 3)."""
+    return check_int("seed", seed, minimum=0)
 
 
 def _texts(texts: Any) -> list[str]:

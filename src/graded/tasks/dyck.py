@@ -177,8 +177,8 @@ class DyckLM(Task):
         """Train on lengths [min_length, mid], test on (mid, max_length] (even lengths)."""
         mid = 2 * ((self.min_length + self.max_length) // 4)
         if mid >= self.max_length:
-            raise ValueError(f"a size split needs max_length >= min_length + 4, got "
-                             f"{self.min_length}..{self.max_length}")
+            raise ValueError(f"a size split needs two lengths, max_length >= min_length + 2, "
+                             f"got {self.min_length}..{self.max_length}")
         return (dataclasses.replace(self, max_length=mid),
                 dataclasses.replace(self, min_length=mid + 2))
 
@@ -196,8 +196,14 @@ class DyckLM(Task):
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Rename the bracket types by a permutation: balance, depths and every correct next
-        token are preserved, so the relabelled targets are the mapped targets."""
+        token are preserved, so the relabelled targets are the mapped targets. With k = 1 the
+        only permutation is the identity, which would make a relabelled split a random split
+        under another name: ValueError."""
         seed = check_seed(seed)
+        if self.k == 1:
+            raise ValueError(f"a relabelled split is not meaningful for task {self.name!r} with "
+                             "k=1: one bracket type has no other type to be renamed to, so the "
+                             "relabelling is the identity; use k >= 2")
         table = self.type_permutation(seed)
         changes = {"inputs": table[data.inputs]}
         if self.kind == "lm":

@@ -225,7 +225,7 @@ class ListOps(Task):
         """Train on lengths [min_length, mid], test on (mid, max_length]."""
         mid = (self.min_length + self.max_length) // 2
         if mid >= self.max_length:
-            raise ValueError(f"a size split needs max_length > min_length + 1, got "
-                             f"{self.min_length}..{self.max_length}")
+            raise ValueError(f"a size split needs two lengths, max_length >= min_length + 1, "
+                             f"got {self.min_length}..{self.max_length}")
         return (dataclasses.replace(self, max_length=mid),
                 dataclasses.replace(self, min_length=mid + 1))

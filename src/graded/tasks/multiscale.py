@@ -150,8 +150,15 @@ class MultiScaleSignals(Task):
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         """Shift every signal circularly by a random multiple m of the target stride: a
-        bijection that shifts the slow component by the same m (the amplitude is unchanged)."""
+        bijection that shifts the slow component by the same m (the amplitude is unchanged).
+        With ``num_points == 1`` the stride is the whole signal and every shift is the identity:
+        ValueError, as a relabelled split would be a random split under another name."""
         seed = check_seed(seed)
+        if self.num_points == 1:
+            raise ValueError(f"a relabelled split is not meaningful for task {self.name!r} with "
+                             f"num_points=1: shifts are multiples of the target stride, here "
+                             f"the whole length {self.length}, so every shift is the identity; "
+                             "use num_points >= 2")
         g = torch.Generator().manual_seed(seed)
         n = len(data)
         steps = torch.randint(0, self.num_points, (n,), generator=g)

@@ -24,6 +24,7 @@ from graded.study.statistics import (
     paired_bootstrap,
     paired_t_p_value,
     replicate_values,
+    stratified_interval,
     t_interval,
     t_quantile,
     two_stage_bootstrap,
@@ -32,4 +33,4 @@ from graded.study.statistics import (
 __all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "Interval",
            "JobExperiment", "atomic_write_text", "bootstrap_interval", "cluster_bootstrap",
            "holm", "mean_interval", "paired_bootstrap", "paired_t_p_value", "replicate_values",
-           "t_interval", "t_quantile", "two_stage_bootstrap", "verdict"]
+           "stratified_interval", "t_interval", "t_quantile", "two_stage_bootstrap", "verdict"]

@@ -37,7 +37,7 @@ from graded.morphic.router import Router
 from graded.morphic.state import Grade, GradedStateSpace
 from graded.morphic.tools import ArgmaxDecoder, OneHotEncoder
 from graded.morphic.utilities import exact_utilities
-from graded.study.experiments._e_common import least_squares_slope
+from graded.study.experiments._e_common import least_squares_slope, nan_max
 
 __all__ = [
     "check_conjugation",
@@ -68,16 +68,16 @@ def check_round_trip(generator: torch.Generator, n: int) -> dict[str, object]:
             return enc(dec(x)).to(x.dtype)
 
         x = torch.randn(32, 6, generator=generator, dtype=DT)
-        idem = max(idem, float((p(p(x)) - p(x)).abs().max()))
+        idem = nan_max(idem, float((p(p(x)) - p(x)).abs().max()))
         u, _ = torch.linalg.qr(torch.randn(6, 2, generator=generator, dtype=DT))
         pr = u @ u.T
-        proj_err = max(proj_err, float(torch.linalg.matrix_norm(pr @ pr - pr)))
+        proj_err = nan_max(proj_err, float(torch.linalg.matrix_norm(pr @ pr - pr)))
         z = torch.randn(1, 32, 9, generator=generator, dtype=DT)
         z[..., :6] = p(z[..., :6])  # the round trip applied once
         w = torch.randn(5, 9, generator=generator, dtype=DT)
         y = torch.randint(0, 5, (1, 32), generator=generator)
         util = exact_utilities(z, [p(z[..., :6])], edges, space, w, None, y)
-        second_gain = max(second_gain, float(util.abs().max()))
+        second_gain = nan_max(second_gain, float(util.abs().max()))
     return {"idempotence": idem, "projection": proj_err, "second_gain": second_gain}
 
 
@@ -122,13 +122,14 @@ def check_conjugation(generator: torch.Generator, n: int) -> dict[str, object]:
         penalty = utility_penalty(u, tau, 5.0, valid)
         penalty_hat = utility_penalty(u_hat, tau, 5.0, valid)
         scale = 1 + float(u.abs().max())
-        worst = max(worst, float((u - u_hat).abs().max()) / scale,
+        worst = nan_max(worst, float((u - u_hat).abs().max()) / scale,
                     float((logits - logits_hat).abs().max()) / (1 + float(logits.abs().max())),
                     float((penalty - penalty_hat).abs()) / (1 + float(penalty.abs())))
         norm = GradewiseNorm(space).double()
         with torch.no_grad():
-            worst_ln = max(worst_ln, float((norm(z) @ w.T - norm(z_hat) @ w_hat.T).abs().max())
-                           / (1 + float((norm(z) @ w.T).abs().max())))
+            worst_ln = nan_max(worst_ln, float((norm(z) @ w.T - norm(z_hat) @ w_hat.T).abs()
+                                               .max())
+                               / (1 + float((norm(z) @ w.T).abs().max())))
     return {"max_rel_diff": worst, "max_rel_diff_layernorm": worst_ln}
 
 
@@ -211,21 +212,21 @@ def check_hard_limits(generator: torch.Generator, n: int) -> dict[str, float]:
         ell = torch.rand(5, generator=generator, dtype=DT)
         top = int(ell.argmax())
         ell[top] = torch.cat([ell[:top], ell[top + 1:]]).max() + 0.1
-        one_hot = max(one_hot, float((cold.probabilities(ell)
-                                      - torch.nn.functional.one_hot(torch.tensor(top), 5)).abs()
-                                     .max()))
+        one_hot = nan_max(one_hot, float((cold.probabilities(ell)
+                                          - torch.nn.functional.one_hot(torch.tensor(top), 5))
+                                         .abs().max()))
         util = torch.rand(5, generator=generator, dtype=DT) * 0.5
         pair = torch.randperm(5, generator=generator)[:2]
         util[pair] = util.max() + 0.1
         expected = torch.zeros(5, dtype=DT)
         expected[pair] = 0.5
         p = warm.probabilities(utility_augmented_logits(zero, util, 1e4, zero))
-        ties = max(ties, float((p - expected).abs().max()))
+        ties = nan_max(ties, float((p - expected).abs().max()))
         tau = torch.rand(5, generator=generator, dtype=DT)
         u = tau + torch.tensor([0.1, -0.1, 0.0, 0.2, -0.3], dtype=DT)
         g = gates.probabilities(utility_augmented_logits(zero, u, 1e4, tau))
         target = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0], dtype=DT)
-        gate = max(gate, float((g - target).abs().max()))
+        gate = nan_max(gate, float((g - target).abs().max()))
     return {"one_hot": one_hot, "ties_uniform": ties, "logistic_indicator": gate}
 
 

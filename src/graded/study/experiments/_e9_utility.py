@@ -26,6 +26,7 @@ from graded.morphic.router import Router
 from graded.morphic.state import GradedStateSpace
 from graded.morphic.update import apply_update
 from graded.morphic.utilities import exact_utilities, first_order_utilities
+from graded.study.experiments._e_common import nan_max
 
 __all__ = [
     "Instance",
@@ -264,7 +265,7 @@ def check_kl_identity(generator: torch.Generator, n: int) -> dict[str, object]:
         target = torch.softmax(2 * torch.randn(len(inst.z), V, generator=generator, dtype=DT), -1)
         lhs, rhs = kl_identity_sides(inst, cand, target)
         diffs += (lhs - rhs).abs().tolist()
-    return {"abs_diff": diffs, "max_abs_diff": max(diffs)}
+    return {"abs_diff": diffs, "max_abs_diff": nan_max(*diffs)}
 
 
 # ------------------------------------------------------------------------ claim 21

@@ -30,6 +30,7 @@ __all__ = [
     "finding_from_values",
     "lag_copy_batch",
     "least_squares_slope",
+    "nan_max",
     "p_value_against_zero",
     "save_plot",
     "seed_count",
@@ -132,6 +133,15 @@ def least_squares_slope(x: Sequence[float], y: Sequence[float]) -> float:
         raise ValueError(f"least_squares_slope needs >= 2 distinct x values, got {a.tolist()}")
     a0 = a - a.mean()
     return float((a0 * (b - b.mean())).sum() / (a0 * a0).sum())
+
+
+def nan_max(*values: float) -> float:
+    """The largest of ``values``, NaN when any is NaN. Python's ``max`` keeps or drops a NaN
+    by its position (``max(0.0, nan)`` is 0.0), so a deviation that could not be measured
+    would pass an exact check."""
+    if not values:
+        raise ValueError("nan_max needs at least one value")
+    return float(np.max(np.asarray(values, dtype=np.float64)))
 
 
 def exact_verdict(holds: bool) -> str:

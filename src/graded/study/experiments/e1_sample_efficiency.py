@@ -64,7 +64,7 @@ from graded.study.statistics import (
 )
 
 __all__ = ["SampleEfficiencyExperiment", "aulc", "budget", "comparisons",
-           "difference_in_differences", "per_size_family"]
+           "difference_in_differences", "per_size_family", "untested"]
 
 SELECT_N = 400
 SMALL_N = 400  # the sizes with the most seeds (10 in the full study)
@@ -136,12 +136,21 @@ def difference_in_differences(family: list[dict], arm: str, control: str,
                   - np.mean([by_task[t][s] for t in controls])) for s in sorted(seeds)]
 
 
+def untested(task: str, arm: str, control: str, **extra: Any) -> dict:
+    """A family member whose runs exist but give no pair of finite values (every seed's run of
+    one arm diverged): no estimate, p = NaN, which :func:`graded.study.statistics.holm` counts
+    as 1, so the comparison still counts in the family's size (``docs/study.md``)."""
+    return dict(task=task, arm=arm, control=control, diffs=[], seeds=[], est=math.nan,
+                low=math.nan, high=math.nan, p=math.nan, **extra)
+
+
 def per_size_family(b: dict[str, Any],
                     curves: dict[tuple[str, str], dict[int, dict[int, float]]]) -> list[dict]:
     """Paired test-loss differences (arm − control) at every n ≤ ``SMALL_N`` for every
     comparison of :func:`comparisons`, with the study's intervals
     (:func:`graded.study.statistics.mean_interval`), paired t-test p-values and Holm's correction
-    over the whole family."""
+    over the whole family; a comparison whose runs all diverged stays in the family,
+    untested (:func:`untested`)."""
     family = []
     for task in b["tasks"]:
         for arm, control in comparisons(task, arms_for(TASKS[task])):
@@ -153,6 +162,8 @@ def per_size_family(b: dict[str, Any],
                 common = sorted(s for s in set(a) & set(c)
                                 if math.isfinite(a[s]) and math.isfinite(c[s]))
                 if not common:
+                    if set(a) & set(c):  # both arms ran, but no seed gives a finite pair
+                        family.append(untested(task, arm, control, n=n))
                     continue
                 diffs = [a[s] - c[s] for s in common]
                 iv = mean_interval(diffs)
@@ -248,7 +259,11 @@ class SampleEfficiencyExperiment:
             for arm, control in comparisons(task, arms):
                 a, c = aulc_of(task, arm), aulc_of(task, control)
                 common = sorted(set(a) & set(c))
-                if len(common) < 1:
+                if not common:
+                    # both arms ran but every seed's curve of one has a diverged run: the
+                    # comparison stays in the Holm family, untested (p counted as 1)
+                    if curves.get((task, arm)) and curves.get((task, control)):
+                        family.append(untested(task, arm, control))
                     continue
                 diffs = [a[s] - c[s] for s in common]
                 iv = mean_interval(diffs)
@@ -283,7 +298,8 @@ class SampleEfficiencyExperiment:
             """Each task's own ΔAULC and Holm decision: a pooled mean can hide tasks that go
             the other way."""
             parts = [f"{f['task']} {f['est']:+.4f} [{f['low']:+.4f}, {f['high']:+.4f}]"
-                     f"{' (Holm)' if f.get('holm') else ''}" for f in family
+                     f"{' (Holm)' if f.get('holm') else ''}" if f["diffs"] else
+                     f"{f['task']} not tested (every run of an arm diverged)" for f in family
                      if f["arm"] == arm and f["control"] == control and f["task"] in tasks]
             return (" Per task: " + "; ".join(parts) + ".") if parts else ""
 

@@ -118,7 +118,8 @@ def adder_run(tool: str, seed: int, steps: int, *, report_dir=None) -> dict[str,
     return {
         "frac_positive_after": float(positive.float().mean()),
         "frac_positive_before": float((before["utilities"] > 0).float().mean()),
-        "ablation_min_adder": min(adders), "ablation_distractor": ablation["distractor"],
+        # np.min propagates a NaN increase (Python's min keeps or drops it by position)
+        "ablation_min_adder": float(np.min(adders)), "ablation_distractor": ablation["distractor"],
         "calibration_spearman": spearman([b["mean_prob"] for b in bins],
                                          [b["frac_positive"] for b in bins]),
         "calibration_bins": len(bins), "calibration_monotone": float(cal["monotone"]),

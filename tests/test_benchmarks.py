@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from concurrent_runs import AheadRuns, selected_params
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswith("_"))
 #: the arguments of each quick run beyond --quick: its outputs in the temporary folder, and one
@@ -35,18 +37,51 @@ def test_every_benchmark_is_covered():
         assert "--quick" in (BENCHMARKS / f"{name}.py").read_text(), name
 
 
-def run_benchmark(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
-    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+
+
+def benchmark_command(name: str, args: list[str]) -> list[str]:
+    return [sys.executable, str(BENCHMARKS / f"{name}.py"), *args]
+
+
+def succeeded(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
+def run_benchmark(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return succeeded(subprocess.run(benchmark_command(name, args), capture_output=True,
+                                    text=True, env=ENV, cwd=cwd, timeout=300))
+
+
+def _quick_args(name: str, tmp: Path) -> list[str]:
+    return ["--quick", *(a.format(tmp=tmp) for a in WRITES_TO.get(name, []))]
+
+
+def _bf16_args(name: str, tmp: Path) -> list[str]:
+    return [*(a.format(tmp=tmp) for a in DEVICE_DTYPE[name]), "--device", "cpu", "--dtype",
+            "bfloat16"]
+
+
+@pytest.fixture(scope="module")
+def ahead(request, tmp_path_factory):
+    """The quick and bfloat16 runs of the selected tests below, started together, two at a
+    time (:mod:`concurrent_runs`): key (kind, name) -> (the run, its folder)."""
+    folders = {}
+    runs = AheadRuns()
+    for kind, test, make in (("quick", test_benchmark_quick_run_succeeds, _quick_args),
+                             ("bf16", test_benchmark_runs_in_bfloat16_and_refuses_a_missing_gpu,
+                              _bf16_args)):
+        for name in selected_params(request, test, "name"):
+            tmp = folders[kind, name] = tmp_path_factory.mktemp(f"{kind}_{name}")
+            runs.start((kind, name), benchmark_command(name, make(name, tmp)), tmp, ENV, 300)
+    yield lambda kind, name: (succeeded(runs.result((kind, name))), folders[kind, name])
+    runs.close()
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_benchmark_quick_run_succeeds(name, tmp_path):
-    extra = [a.format(tmp=tmp_path) for a in WRITES_TO.get(name, [])]
-    done = run_benchmark(name, ["--quick", *extra], tmp_path)
+def test_benchmark_quick_run_succeeds(name, ahead):
+    done, _ = ahead("quick", name)
     assert done.stdout.strip(), f"{name} printed nothing"
     if name == "c4_free_table":  # --n-max holds with --quick too (n = 4..7 by default)
         rows = [line.split("|")[1].strip() for line in done.stdout.splitlines()
@@ -62,12 +97,12 @@ DEVICE_DTYPE = {"attention": ["--quick"], "graded_attention": ["--quick", "--rou
 
 
 @pytest.mark.parametrize("name", sorted(DEVICE_DTYPE))
-def test_benchmark_runs_in_bfloat16_and_refuses_a_missing_gpu(name, tmp_path, monkeypatch):
+def test_benchmark_runs_in_bfloat16_and_refuses_a_missing_gpu(name, ahead, monkeypatch):
     """The bfloat16 run is a process of its own, as a user starts it; the refusal calls the
     script's ``main`` here (each refuses in ``device_and_dtype``, before any work), which spares
     a second interpreter start: exiting with a message is what a nonzero status prints."""
-    args = [a.format(tmp=tmp_path) for a in DEVICE_DTYPE[name]]
-    done = run_benchmark(name, [*args, "--device", "cpu", "--dtype", "bfloat16"], tmp_path)
+    done, tmp = ahead("bf16", name)
+    args = [a.format(tmp=tmp) for a in DEVICE_DTYPE[name]]
     assert "bfloat16" in done.stdout
     if not torch.cuda.is_available():
         monkeypatch.setattr(sys, "argv", [f"{name}.py", *args, "--device", "cuda"])

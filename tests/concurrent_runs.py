@@ -43,9 +43,13 @@ class AheadRuns:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def selected_items(request: pytest.FixtureRequest, test: Callable[..., Any]) -> list[Any]:
+    """The session's selected items of the test function ``test``, in the order they run."""
+    return [item for item in request.session.items if getattr(item, "function", None) is test]
+
+
 def selected_params(request: pytest.FixtureRequest, test: Callable[..., Any],
                     param: str) -> list[Any]:
-    """The values of ``param`` of the session's selected items of the test function ``test``,
-    in the order they run."""
-    return [item.callspec.params[param] for item in request.session.items
-            if getattr(item, "function", None) is test and hasattr(item, "callspec")]
+    """The values of ``param`` of the session's selected items of the parametrized test
+    function ``test``, in the order they run."""
+    return [item.callspec.params[param] for item in selected_items(request, test)]

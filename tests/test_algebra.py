@@ -474,3 +474,89 @@ def test_lemma_2_4_example_with_grades_0_and_30():
     moved = space.act(2.0, line)  # (1, 2^30): not a multiple of (1, 1)
     assert not torch.allclose(moved / moved[0, 0], line)
     assert not space.is_invariant(line)
+
+
+@pytest.mark.parametrize(("x", "expected"), [
+    # over ℚ̄ every [0:0:0:c] is one point (λ = c^(-1/10)), and every [0:b:0:0] (λ = b^(-1/4))
+    ([0, 0, 0, 1024], (0, 0, 0, 1)),
+    ([0, 0, 0, -7], (0, 0, 0, 1)),
+    ([0, 3, 0, 0], (0, 1, 0, 0)),
+    ([0, 0, Fraction(5, 2), 0], (0, 0, 1, 0)),
+    # support grades (4, 10), g = 2: μ⋆ with the grades (2, 5); i⋆ flips the sign of c
+    ([0, 12, 0, -7], (0, 12, 0, 7)),
+    ([0, 48, 0, 7 * 32], (0, 12, 0, 7)),  # μ = 1/2: (48/2^2, 224/2^5)
+])
+def test_closure_exact_normal_form_of_points_with_zero_coordinates(x, expected):
+    # a zero coordinate whose grade is not a multiple of the support's gcd raised
+    # "weighted_gcd needs positive integer grades, got 0" (its grade q_i // g was 0)
+    space = GradedSpace([2, 4, 6, 10])
+    got = space.normal_form_exact(x, closure=True)
+    assert got == expected
+    # the same point as x over ℂ, as the floating-point normal form says
+    assert bool(space.same_point(torch.tensor([float(v) for v in x], dtype=F64),
+                                 torch.tensor(got, dtype=F64), closure=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_results_are_the_float64_results_rounded_once(dtype):
+    # computed in the input's dtype, λ = 1.01 became 1.0078 in bfloat16 (the action off by
+    # 3.5 eps) and the normal form's logarithms lost digits (off by 9 eps, up to 0.07 in
+    # bfloat16); now within one unit of the dtype's eps of the float64 value on the same input
+    torch.manual_seed(0)
+    space = GradedSpace([2, 4, 6, 10])
+    x = (torch.randn(2000, 4, dtype=F64) * torch.tensor([1.0, 3.0, 10.0, 30.0], dtype=F64))
+    x = x.to(dtype)  # the same input in both dtypes
+    x64 = x.double()
+    eps = torch.finfo(dtype).eps
+
+    def close(got, ref):
+        assert got.dtype == dtype
+        err = (got.double() - ref).abs()
+        assert bool((err <= eps * ref.abs()).all()), float((err / ref.abs()).max() / eps)
+
+    close(space.act(1.01, x), space.act(1.01, x64))
+    close(space.act(-1.3, x), space.act(-1.3, x64))
+    close(space.homogeneous_norm(x), space.homogeneous_norm(x64))
+    close(space.normalize(x), space.normalize(x64))
+    close(space.normal_form(x), space.normal_form(x64))
+
+
+def test_graded_norm_does_not_overflow_where_the_norm_is_finite():
+    # Σ q_i x_i² overflowed: float16 (max 65504) at √q_i |x_i| > 256, float32 at 1.8e19
+    space = GradedSpace([1.0, 2.0, 0.0])
+    x16 = torch.tensor([300.0, 400.0, 1000.0], dtype=torch.float16)
+    expected = math.sqrt(300.0**2 + 2 * 400.0**2)  # 640.3
+    assert float(space.graded_norm(x16)) == pytest.approx(expected, rel=1e-3)
+    assert space.graded_norm(x16).dtype == torch.float16
+    x32 = torch.tensor([3e19, 4e19, 1e30], dtype=torch.float32)
+    assert float(space.graded_norm(x32)) == pytest.approx(math.sqrt(9e38 + 32e38), rel=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("grades", [[2, 4, 6, 10], [0.5, 1.0, 4.0]])
+def test_same_point_default_tolerance_accepts_rounded_representatives(dtype, grades):
+    # the fixed rtol=1e-6 (below float32's rounding of the normal form) called 0.3% of the
+    # float32 pairs (x, λ⋆x) different points, and 95% of the bfloat16 ones
+    torch.manual_seed(0)
+    space = GradedSpace(grades)
+    n = 5000
+    x = torch.randn(n, len(grades), dtype=F64)
+    lam = torch.exp(torch.empty(n, dtype=F64).uniform_(-2.0, 2.0))
+    if space.integer_grades:
+        lam = lam * (torch.randint(0, 2, (n,)) * 2 - 1)
+    y = space.act(lam, x)  # exact representatives, each rounded once to the dtype
+    normal = lambda v: ((v.abs() >= torch.finfo(dtype).tiny)  # noqa: E731
+                        & (v.abs() <= torch.finfo(dtype).max)).all(-1)
+    keep = normal(x) & normal(y)  # float16 cannot hold λ^10 for λ = e^2, nor tiny coordinates
+    assert int(keep.sum()) > n // 2
+    x, y = x[keep], y[keep]
+    assert bool(space.same_point(x.to(dtype), y.to(dtype)).all())
+    assert bool(space.same_point(x, y.to(dtype)).all())  # mixed dtypes: the narrower's eps
+    # still a test: the first coordinate of (1, ..., 1) moved by 4 tolerances is another point
+    # (over ℝ only λ = ±1 fixes the other coordinates)
+    eps = torch.finfo(dtype).eps
+    t = max(1e-6, (1 + max(grades) / min(grades)) * eps)
+    ones = torch.ones(len(grades), dtype=F64)
+    moved = ones.clone()
+    moved[0] = 1 + 4 * t
+    assert not bool(space.same_point(ones.to(dtype), moved.to(dtype)))

@@ -118,3 +118,28 @@ def test_subspace_rows_must_be_k_by_n(vectors, shown):
     with pytest.raises(ValueError,
                        match=rf"vectors must be a \(k, 3\) tensor of rows, got {shown}"):
         is_invariant_subspace(GradedSpace([0, 1, 1]), vectors)
+
+
+def test_maps_refuse_a_bool_matrix_and_a_non_finite_degree():
+    # a bool matrix raised NotImplementedError '"abs_cpu" not implemented for Bool'; a NaN
+    # degree answered False for every non-zero map
+    from graded.algebra.maps import degree_mask, is_homogeneous_map
+
+    q, r = GradedSpace([0, 1]), GradedSpace([1, 2])
+    with pytest.raises(TypeError, match=r"matrix must be a real tensor \(floating or integer\), "
+                                        r"got torch.bool"):
+        is_homogeneous_map(torch.eye(2, dtype=torch.bool), q, r, 1)
+    for bad in (float("nan"), float("inf"), "1", None):
+        with pytest.raises(ValueError, match=r"degree must be a finite real number, got "):
+            is_homogeneous_map(torch.eye(2), q, r, bad)
+    assert bool(is_homogeneous_map(torch.eye(2), q, r, Fraction(1)))
+    assert degree_mask(q, r, torch.tensor(1.0)).tolist() == [[True, False], [False, True]]
+
+
+def test_subspace_checks_refuse_non_finite_vectors_naming_the_entry():
+    # the SVD raised torch's LinAlgError "The algorithm failed to converge"
+    space = GradedSpace([1, 1, 2])
+    bad = torch.tensor([[1.0, 0.0, 2.0], [0.0, float("nan"), 1.0]])
+    for check in (is_invariant_subspace, spanned_by_homogeneous):
+        with pytest.raises(ValueError, match=r"vectors must be finite, got nan at index \(1, 1\)"):
+            check(space, bad)

@@ -152,3 +152,17 @@ def test_loaded_grades_are_checked_as_set_grades_checks_them_before_they_replace
         e.load_state_dict({"grades": torch.tensor([-1.0, 1.0, 2.0]), "base": e.base})
     g.load_state_dict({"grades": torch.tensor([1.0, 2.0, 3.0, 4.0])})  # good grades load
     assert g.grades.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_integer_grade_tensors_of_any_width_become_floating():
+    # int16/uint8 grades were refused as "not a real tensor" (only int32/int64 passed)
+    for dtype in (torch.int16, torch.uint8, torch.int8):
+        t = as_grade_tensor(torch.tensor([1, 2], dtype=dtype), dim=2)
+        assert t.is_floating_point() and t.tolist() == [1.0, 2.0]
+
+
+def test_a_grading_refuses_a_zero_dimensional_input_naming_its_shape():
+    # x.shape[-1] of a 0-d tensor raised IndexError "tuple index out of range"
+    with pytest.raises(ValueError, match=r"input has shape \(\): its last dimension must hold "
+                                         r"the dim=1 features"):
+        ExponentialGrading(1, [1.0])(torch.tensor(2.0))

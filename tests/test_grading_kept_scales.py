@@ -454,3 +454,22 @@ def test_grades_batched_by_vmap_through_functional_call_grade_as_a_loop():
     batched = vmap(lambda q: functional_call(g, {"grades": q}, (x,)))(qs)
     expected = torch.stack([x * (q + 1.0) for q in qs])  # f = shift: f(q) = q + 1
     torch.testing.assert_close(batched, expected)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LinearGrading(3, [0.0, 1.0, 2.0]),
+    lambda: ExponentialGrading(3, [0.0, 1.0, 2.5], base=2.0),
+])
+def test_scales_changed_in_place_by_the_caller_do_not_change_the_grading(make):
+    # the kept tensor was returned to every later call: normalising it for a plot
+    # (s /= s.max()) turned the grading's M into M / max M, for the outputs and the inverse
+    g = make()
+    expected = g.scales().clone()
+    x = torch.ones(2, 3)
+    s = g.scales()
+    s /= s.max()
+    torch.testing.assert_close(g.scales(), expected)
+    torch.testing.assert_close(g(x), x * expected)
+    torch.testing.assert_close(g.inverse_scales(), 1.0 / expected)
+    again = g.scales()
+    assert g.scales() is again  # kept again once computed afresh

@@ -428,3 +428,10 @@ def test_loaded_grades_are_checked_as_the_constructor_checks_them():
     with pytest.raises(ValueError, match=r"loaded grades must be finite, got nan at index 1"):
         layer.load_state_dict(state)
     assert layer.grades.tolist() == [1.0, 2.0, 0.5]  # nothing replaced
+
+
+@pytest.mark.parametrize("cls", [GradedLinear, MultiplicativeGradedLinear])
+def test_layer_sizes_refuse_bools(cls):
+    # GradedLinear(True, 2) passed the check (a bool is an int) and failed inside nn.Linear
+    with pytest.raises(ValueError, match=r"in_features must be a positive int, got True"):
+        cls(True, 2)

@@ -486,3 +486,11 @@ def test_graded_attention_in_float64_passes_gradcheck_in_its_grade_scale_with_a_
     assert centrality(adj, kind, dtype=torch.float64).dtype == torch.float64
     with pytest.raises(TypeError, match=r"floating-point dtype, got dtype=torch\.int64"):
         centrality(adj, kind, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), "1.0", None])
+def test_graded_graph_attention_refuses_a_grade_scale_that_is_not_a_finite_number(bad):
+    # a NaN scale was accepted and gave NaN features for every node
+    with pytest.raises(ValueError, match=r"grade_scale must be a finite number, got "):
+        GradedGraphAttention(4, 3, grade_scale=bad)
+    assert float(GradedGraphAttention(4, 3, grade_scale=torch.tensor(0.5)).grade_scale) == 0.5

@@ -7,6 +7,8 @@ coordinate j (grade q_j) to the target coordinate i (grade r_i).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -25,6 +27,8 @@ __all__ = [
 def _check_matrix(matrix: Tensor, source: GradedSpace, target: GradedSpace) -> None:
     if not isinstance(matrix, Tensor):
         raise TypeError(f"matrix must be a tensor, got {type(matrix).__name__}")
+    if matrix.dtype == torch.bool or matrix.is_complex():
+        raise TypeError(f"matrix must be a real tensor (floating or integer), got {matrix.dtype}")
     if matrix.ndim < 2 or matrix.shape[-2:] != (target.dim, source.dim):
         raise ValueError(
             f"a map V_q → V_r needs a matrix of shape (..., {target.dim}, {source.dim}) "
@@ -40,6 +44,12 @@ def _check_matrix(matrix: Tensor, source: GradedSpace, target: GradedSpace) -> N
 def degree_mask(source: GradedSpace, target: GradedSpace, degree: float, *,
                 grade_tol: float = 1e-9, device: torch.device | None = None) -> Tensor:
     """Bool (m, n): entries a_ij allowed in a map of degree d, i.e. r_i = q_j + d."""
+    try:
+        finite = not isinstance(degree, (bool, str)) and math.isfinite(float(degree))
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:  # a NaN degree allowed no entry: every non-zero map "was not of degree d"
+        raise ValueError(f"degree must be a finite real number, got {degree!r}")
     r = torch.tensor(target.grades, dtype=torch.float64, device=device)
     q = torch.tensor(source.grades, dtype=torch.float64, device=device)
     return (r[:, None] - q[None, :] - float(degree)).abs() <= grade_tol
@@ -96,6 +106,11 @@ def _check_vectors(space: GradedSpace, vectors: Tensor) -> None:
     if not isinstance(vectors, Tensor) or vectors.ndim != 2 or vectors.shape[-1] != space.dim:
         shape = tuple(vectors.shape) if isinstance(vectors, Tensor) else type(vectors).__name__
         raise ValueError(f"vectors must be a (k, {space.dim}) tensor of rows, got {shape}")
+    bad = ~torch.isfinite(vectors.detach())
+    if bool(bad.any()):  # the SVD raised torch's LinAlgError "failed to converge" instead
+        index = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(f"vectors must be finite, got {vectors[index].item()!r} at index "
+                         f"{index}")
 
 
 def is_invariant_subspace(space: GradedSpace, vectors: Tensor, *, rtol: float = 1e-9) -> bool:

@@ -29,8 +29,9 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
 - *Fixed grades are computed once.* ``scales()`` of a grading with fixed grades is kept and
   returned again until the grades, the base or the autocast dtype change (seen through the
   tensors' version counters: ``set_grades``, ``set_base``, ``load_state_dict``, any in-place
-  operation; writing through ``.data`` is not seen). Learnable grades are computed afresh each
-  call, once per forward pass of a model.
+  operation; writing through ``.data`` is not seen). A returned tensor that its receiver
+  changes in place is not returned again: the scales are computed afresh. Learnable grades are
+  computed afresh each call, once per forward pass of a model.
 - *λ = 1.* The constructor requires λ > 1 (000 Def 6.1). ``set_base`` also accepts λ = 1 because
   the annealing schedule λ_t = 1 + (λ_max − 1)t/T of 000 §7.2 (iii) starts there (M = I).
 

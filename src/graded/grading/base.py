@@ -90,6 +90,11 @@ def _stamp(sources: Sequence[Tensor]) -> tuple | None:
     return tuple((t.data_ptr(), t._version, t.shape) for t in sources)
 
 
+def _version(value: object) -> int | None:
+    """The version counter of a kept tensor (None for a value that is not one)."""
+    return value._version if isinstance(value, Tensor) else None
+
+
 def _is_parameter(t: Tensor) -> bool:
     """``isinstance(t, nn.Parameter)``, without the metaclass's Python check for a plain
     tensor (a buffer) that is not flagged as one."""
@@ -243,18 +248,21 @@ class GradingMap(nn.Module):
         ``load_state_dict``) and their storage (``.to``, a new tensor); the kept entry holds
         the storage, so its address is not reused meanwhile. Writing a buffer through
         ``.data`` is not seen: change grades with ``set_grades``, the base with
-        ``set_base``."""
+        ``set_base``. A kept value changed in place by its receiver is not returned again
+        (its version counter is checked too): it is computed afresh."""
         stamp = _stamp(sources)
         if stamp is None:
             return compute()
         kept = self._kept
         entry = None if kept is None else kept.get(key)
-        if entry is not None and entry[0] == stamp:
+        # the value's own version too: a caller that changes the returned tensor in place
+        # (``s = g.scales(); s /= s.max()``) must not change what the grading computes next
+        if entry is not None and entry[0] == stamp and _version(entry[2]) == entry[3]:
             return entry[2]
         value = compute()
         if kept is None:
             kept = self._kept = {}
-        kept[key] = (stamp, tuple(t.detach() for t in sources), value)
+        kept[key] = (stamp, tuple(t.detach() for t in sources), value, _version(value))
         return value
 
     # -- to be provided by subclasses -------------------------------------------------------
@@ -327,9 +335,10 @@ class GradingMap(nn.Module):
         ``(batch, heads, tokens, head_dim)`` layout of ``graded.attention``; pass -2 for
         ``(..., heads, head_dim)``.
         """
-        if x.shape[-1] != self.dim:
+        if x.ndim == 0 or x.shape[-1] != self.dim:
             raise ValueError(
-                f"input has {x.shape[-1]} features in its last dimension, expected dim={self.dim}"
+                f"input has shape {tuple(x.shape)}: its last dimension must hold the dim="
+                f"{self.dim} features"
             )
         s = self.scales()
         if s.ndim == 1:

@@ -40,8 +40,9 @@ def as_grade_tensor(
     """
     if isinstance(grades, Tensor):
         t = grades
-        if not (t.is_floating_point() or t.dtype in (torch.int32, torch.int64)):
-            raise TypeError(f"{name} must be a real tensor, got dtype {t.dtype}")
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"{name} must be a real tensor, got dtype {t.dtype} (a floating "
+                            f"or integer dtype is expected)")
         if not t.is_floating_point():
             t = t.to(dtype or torch.get_default_dtype())
         if dtype is not None or device is not None:

@@ -11,6 +11,8 @@ here are exact in the forward pass, and for p < 1 their derivative p|x|^{p−1} 
 magnitude at ``max_slope`` (default 1e4), so gradients are finite at and near 0; for p ≥ 1 the
 slope is bounded near 0 and is left exact (a large slope at a large |x| is the true derivative).
 The derivative with respect to the exponent, y·ln|x|, is taken as its limit 0 at x = 0.
+float16 and bfloat16 inputs are computed in float32 (the grades and exponents too) and rounded
+once to the input's dtype.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from graded._precision import at_least_float32
 from graded.grading import GradesLike, as_grade_tensor, straight_through_floor
 
 __all__ = [
@@ -45,8 +48,9 @@ class _Power(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, p: Tensor, odd: bool, max_slope: float) -> Tensor:
-        y = torch.pow(x.abs(), p)
-        return torch.sign(x) * y if odd else y
+        # in p's dtype (float32 at least, see signed_power), rounded once to x's
+        y = torch.pow(x.abs().to(p.dtype), p)
+        return (torch.sign(x) * y if odd else y).to(x.dtype)
 
     @staticmethod
     def setup_context(ctx, inputs: tuple, output: Tensor) -> None:
@@ -58,7 +62,7 @@ class _Power(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         x, p, y = ctx.saved_tensors
         grad_x = grad_p = None
-        a = x.abs()
+        a = x.abs().to(p.dtype)
         if ctx.needs_input_grad[0]:
             slope = p * torch.pow(a, p - 1)
             slope = torch.where(p == 0, torch.zeros_like(slope), slope)
@@ -68,11 +72,12 @@ class _Power(torch.autograd.Function):
             slope = torch.where(p < 1, capped, slope)
             if not ctx.odd:
                 slope = slope * torch.sign(x)
-            grad_x = (grad * slope).sum_to_size(x.shape)
+            grad_x = (grad * slope).sum_to_size(x.shape).to(x.dtype)
         if ctx.needs_input_grad[1]:
             pos = a > 0
             log_a = torch.log(torch.where(pos, a, torch.ones_like(a)))
-            grad_p = torch.where(pos, grad * y * log_a, torch.zeros_like(y)).sum_to_size(p.shape)
+            gy = grad.to(p.dtype) * y.to(p.dtype)
+            grad_p = torch.where(pos, gy * log_a, torch.zeros_like(gy)).sum_to_size(p.shape)
         return grad_x, grad_p, None, None
 
 
@@ -90,15 +95,20 @@ def signed_power(x: Tensor, p: Tensor | float, *, odd: bool = True,
         raise ValueError(f"max_slope must be a positive number, got {max_slope!r}")
     if not x.is_floating_point():  # p would be cast to x's integer dtype: 0.5 -> 0
         raise TypeError(f"signed_power needs a floating-point x, got {x.dtype}")
-    p_t = torch.as_tensor(p, dtype=x.dtype, device=x.device)
+    # p, and the power, in float32 at least: in bfloat16 p = 1/3 is 0.334, which put errors of
+    # several eps (5%) in the graded ReLU of ordinary inputs
+    p_t = torch.as_tensor(p, dtype=at_least_float32(x.dtype), device=x.device)
     return _Power.apply(x, p_t, odd, float(max_slope))
 
 
 def _positive_grades(grades: GradesLike, n: int, what: str, like: Tensor,
                      validate: bool) -> Tensor:
+    """The grades in the dtype the activations compute in: float32 at least (a bfloat16 or
+    float16 x is computed in float32 and rounded once)."""
+    work = at_least_float32(like.dtype)
     if not validate and isinstance(grades, Tensor):
-        return grades.to(like.dtype)
-    q = as_grade_tensor(grades, dim=n, dtype=like.dtype, device=like.device, allow_heads=False)
+        return grades.to(work)
+    q = as_grade_tensor(grades, dim=n, dtype=work, device=like.device, allow_heads=False)
     if not torch.compiler.is_compiling():
         _refuse_non_positive(q.detach(), what)
     return q
@@ -149,7 +159,7 @@ def graded_exp(x: Tensor, grades: GradesLike, *, validate: bool = True) -> Tenso
     """
     _check_input(x)
     q = _positive_grades(grades, x.shape[-1], "the exponential graded activation", x, validate)
-    return torch.expm1(x / q)
+    return torch.expm1(x.to(q.dtype) / q).to(x.dtype)
 
 
 def register_grades(module: nn.Module, grades: GradesLike, n: int | None, learnable: bool,

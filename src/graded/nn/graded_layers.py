@@ -62,7 +62,7 @@ class _LinearBase(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool, device, dtype) -> None:
         super().__init__()
         for name, v in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         self.in_features, self.out_features = in_features, out_features
         ref = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)

@@ -389,6 +389,13 @@ class GradedGraphAttention(nn.Module):
             raise ValueError(f"apply_to must be 'logits' or 'features', got {apply_to!r}")
         if version not in (1, 2):
             raise ValueError(f"version must be 1 (GAT) or 2 (GATv2), got {version!r}")
+        try:
+            finite = (not isinstance(grade_scale, (bool, str))
+                      and math.isfinite(float(grade_scale)))
+        except (TypeError, ValueError):
+            finite = False
+        if not finite:  # NaN gave NaN attention for every node, ±inf NaN or one-hot rows
+            raise ValueError(f"grade_scale must be a finite number, got {grade_scale!r}")
         self.centrality, self.grading, self.base, self.apply_to = (
             centrality,
             grading,

@@ -473,3 +473,70 @@ def test_scales_changed_in_place_by_the_caller_do_not_change_the_grading(make):
     torch.testing.assert_close(g.inverse_scales(), 1.0 / expected)
     again = g.scales()
     assert g.scales() is again  # kept again once computed afresh
+
+
+def test_options_set_later_give_new_scales_as_a_grading_built_with_them():
+    """``f``, ``floor`` and ``max_log_scale`` set after the first call were plain attributes:
+    the kept scales (and packed rows) of the old option were returned again (``f`` set to
+    "softplus" left the scales q + 1), and any value was taken. Each is now checked as the
+    constructor checks it and the next call computes with it."""
+    g = LinearGrading(3, [0.0, 1.0, 2.0])
+    assert torch.equal(g.scales(), _linear([0.0, 1.0, 2.0]))
+    g.f = "softplus"
+    torch.testing.assert_close(g.scales(), torch.log1p(torch.exp(torch.tensor([0.0, 1.0, 2.0]))))
+    torch.testing.assert_close(g.scales(), LinearGrading(3, [0.0, 1.0, 2.0], f="softplus").scales())
+    with pytest.raises(ValueError, match=r"f='identity' needs q > 0 .* 0\.0 at index 0"):
+        g.f = "identity"  # a grade of 0 would get the scale 0
+    assert g.f == "softplus"  # the refused value is not kept
+    with pytest.raises(ValueError, match=r"f must be one of .* got 'cube'"):
+        g.f = "cube"
+    for bad in (0, -1.0, math.inf, True, "1e-3"):
+        with pytest.raises(ValueError, match=r"floor must be a positive finite number"):
+            g.floor = bad
+    learn = LinearGrading(2, [-0.5, 1.0], learnable=True)
+    learn.floor = 0.75
+    torch.testing.assert_close(learn.scales(), torch.tensor([0.75, 2.0]))
+
+    e = ExponentialGrading(3, [0.0, 10.0, 20.0], base=2.0)
+    torch.testing.assert_close(e.scales(), _exponential([0.0, 10.0, 20.0], 2.0))
+    with pytest.warns(RuntimeWarning, match="clamped to exp"):
+        e.max_log_scale = 5.0
+        capped = e.scales()
+    torch.testing.assert_close(capped, torch.tensor([1.0, math.exp(5.0), math.exp(5.0)]))
+    for bad in (0.0, -2.0, math.nan, "5"):
+        with pytest.raises(ValueError, match=r"max_log_scale must be a positive finite number"):
+            e.max_log_scale = bad
+    e.max_log_scale = None
+    torch.testing.assert_close(e.scales(), _exponential([0.0, 10.0, 20.0], 2.0))
+
+
+def test_an_option_set_later_reaches_the_kept_packed_rows_of_graded_attention():
+    attn = _attention("linear", (0.0, 1.0, 2.0, 3.0))
+    first = attn.packed_projection_rows()
+    attn.grading.f = "softplus"  # the grades unchanged: only the option says the rows are old
+    rows = attn.packed_projection_rows()
+    assert rows is not first
+    softplus = torch.log1p(torch.exp(torch.tensor([0.0, 1.0, 2.0, 3.0])))
+    torch.testing.assert_close(rows, attn._packed_row_scales(attn._projection_scales_of(
+        softplus)))
+
+
+def test_a_grading_pickled_with_plain_option_attributes_loads_with_them():
+    """A grading pickled when ``f``, ``floor`` and ``max_log_scale`` were plain attributes
+    holds them under those names; they move to the slots the properties read."""
+    import pickle
+
+    for grading, options in ((LinearGrading(2, [0.0, 1.0], f="abs_shift", floor=0.5),
+                              {"f": "abs_shift", "floor": 0.5}),
+                             (ExponentialGrading(2, [0.0, 1.0], max_log_scale=7.0),
+                              {"max_log_scale": 7.0})):
+        state = grading.__getstate__()
+        for name, value in options.items():
+            del state[f"_{name}"]
+            state[name] = value  # as the earlier code held it
+        loaded = type(grading).__new__(type(grading))
+        loaded.__setstate__(state)
+        for name, value in options.items():
+            assert getattr(loaded, name) == value and name not in loaded.__dict__
+        torch.testing.assert_close(loaded.scales(), grading.scales())
+        assert pickle.loads(pickle.dumps(grading)).scales().tolist() == grading.scales().tolist()

@@ -27,7 +27,8 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   ``scales_at`` (the per-token grades s·q, :class:`graded.transformer.graded.TokenGrading`)
   clamps the same way without the check: a clamp there does not warn.
 - *Fixed grades are computed once.* ``scales()`` of a grading with fixed grades is kept and
-  returned again until the grades, the base or the autocast dtype change (seen through the
+  returned again until the grades, the base, an option (``f``, ``floor``, ``max_log_scale``,
+  each checked when set) or the autocast dtype change (seen through the
   tensors' version counters: ``set_grades``, ``set_base``, ``load_state_dict``, any in-place
   operation; writing through ``.data`` is not seen). A returned tensor that its receiver
   changes in place is not returned again: the scales are computed afresh. Learnable grades are

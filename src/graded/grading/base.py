@@ -229,6 +229,42 @@ class GradingMap(nn.Module):
         state.pop("_kept", None)
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a grading pickled when its options (:attr:`_options`) were plain
+        attributes: each moves to its slot (``f`` to ``_f``), where its property reads it."""
+        for name in self._options:
+            if name in state and f"_{name}" not in state:
+                state = {**state, f"_{name}": state[name]}
+                del state[name]
+        super().__setstate__(state)
+
+    #: the options the scales are computed from besides the grades (``f``, ``floor``,
+    #: ``max_log_scale``): properties that :meth:`_set_option` sets
+    _options: tuple[str, ...] = ()
+
+    def _set_option(self, name: str, value: object) -> None:
+        """Set option ``name`` (checked by the caller) as the constructor does and, on a built
+        grading, check its fixed grades under it (refused: the option in force stays) and
+        drop the kept scales, which were computed with the option in force."""
+        slot, missing = f"_{name}", object()
+        old = self.__dict__.get(slot, missing)
+        self.__dict__[slot] = value
+        grades = self.__dict__.get("_buffers", {}).get("grades")
+        if grades is None:
+            grades = self.__dict__.get("_parameters", {}).get("grades")
+        if grades is None:  # in the constructor, before the grades: they are checked then
+            return
+        try:
+            if has_values(grades):
+                self._validate(grades.detach())
+        except ValueError:
+            if old is missing:
+                del self.__dict__[slot]
+            else:
+                self.__dict__[slot] = old
+            raise
+        self.__dict__["_kept"] = None
+
     def _sources(self) -> tuple[Tensor, ...]:
         """The tensors the scales are computed from."""
         return (self.grades,)

@@ -54,11 +54,7 @@ class ExponentialGrading(GradingMap):
         dtype: torch.dtype | None = None,
     ) -> None:
         b = self._check_base(base, allow_one=False)
-        if max_log_scale is not None and not (max_log_scale > 0 and math.isfinite(max_log_scale)):
-            raise ValueError(
-                f"max_log_scale must be a positive finite number, got {max_log_scale!r}"
-            )
-        self.max_log_scale = max_log_scale
+        self.max_log_scale = max_log_scale  # checked by its property, here and when set later
         super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=0.0,
                          device=device, dtype=dtype)
         self.register_buffer("base", torch.tensor(b, dtype=at_least_float32(self.grades.dtype),
@@ -104,6 +100,22 @@ class ExponentialGrading(GradingMap):
                 f"the exponential grading needs grades q >= 0 (000 Def 6.1), got "
                 f"{_describe_bad(grades, bad)}"
             )
+
+    _options = ("max_log_scale",)
+
+    @property
+    def max_log_scale(self) -> float | None:
+        """The cap on the exponent q·ln λ (None: half the log of the compute dtype's largest
+        finite value, minus 1). Set later, it is checked as the constructor checks it and the
+        scales are computed afresh with it."""
+        return self._max_log_scale
+
+    @max_log_scale.setter
+    def max_log_scale(self, value: float | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not (value > 0 and math.isfinite(value))):
+            raise ValueError(f"max_log_scale must be a positive finite number, got {value!r}")
+        self._set_option("max_log_scale", None if value is None else float(value))
 
     def _cap(self) -> float:
         """The largest exponent q·ln λ used: ``max_log_scale``, else half the log of the largest

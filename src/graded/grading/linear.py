@@ -43,17 +43,40 @@ class LinearGrading(GradingMap):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if f not in LINEAR_FUNCTIONS:
-            raise ValueError(f"f must be one of {LINEAR_FUNCTIONS}, got {f!r}")
-        if (isinstance(floor, bool) or not isinstance(floor, (int, float))
-                or not (math.isfinite(floor) and floor > 0)):
-            raise ValueError(f"floor must be a positive finite number, got {floor!r}")
-        self.f = f
-        self.floor = float(floor)
+        self.f = f  # each checked by its property, here and when set later
+        self.floor = floor
         neutral = {"shift": 0.0, "abs_shift": 0.0, "identity": 1.0,
                    "softplus": _SOFTPLUS_NEUTRAL}[f]
         super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=neutral,
                          device=device, dtype=dtype)
+
+    _options = ("f", "floor")
+
+    @property
+    def f(self) -> str:
+        """The map f, one of :data:`LINEAR_FUNCTIONS`. Set later, it is checked as the
+        constructor checks it, fixed grades must give positive scales under it (refused
+        otherwise), and the scales are computed afresh."""
+        return self._f
+
+    @f.setter
+    def f(self, value: str) -> None:
+        if value not in LINEAR_FUNCTIONS:
+            raise ValueError(f"f must be one of {LINEAR_FUNCTIONS}, got {value!r}")
+        self._set_option("f", value)
+
+    @property
+    def floor(self) -> float:
+        """The floor of learnable grades' scales under "shift" and "identity" (a positive
+        finite number); set later, it acts at the next call."""
+        return self._floor
+
+    @floor.setter
+    def floor(self, value: float) -> None:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not (math.isfinite(value) and value > 0)):
+            raise ValueError(f"floor must be a positive finite number, got {value!r}")
+        self._set_option("floor", float(value))
 
     def _raw_scales(self, q: Tensor) -> Tensor:
         if self.f == "shift":

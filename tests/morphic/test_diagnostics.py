@@ -13,6 +13,8 @@ from graded.morphic.diagnostics import (
     edge_ablation,
     evaluation_loss,
     group_routing,
+    routing_sparsity,
+    write_report,
 )
 from graded.morphic.edges import EdgeSet
 from graded.morphic.layer import MorphicLayer
@@ -296,3 +298,27 @@ def test_evaluation_loss_runs_in_eval_mode_and_the_report_agrees_with_the_ablati
     assert report["evaluation_loss"] == pytest.approx(want, rel=1e-6)
     for row in report["ablation"]:
         assert row["loss"] - row["delta"] == pytest.approx(want, rel=1e-6)
+
+
+def test_routing_sparsity_equals_hand_counted_supports():
+    # rows: 90% of the edge mass needs 2 edges (0.6 + 0.3), 3 edges (0.5 + 0.3 = 0.8 < 0.9),
+    # 1 edge (0.95), 0 edges for a token with no mass on any edge (every edge disabled), which
+    # was counted as |E| + 1 = 4 edges
+    probs = torch.tensor([[0.6, 0.3, 0.1], [0.5, 0.3, 0.2], [0.95, 0.05, 0.0], [0.0, 0.0, 0.0]])
+    entropy = torch.tensor([1.0, 2.0, 3.0, 0.0])
+    out = routing_sparsity(probs, entropy, eps=0.15)
+    assert out["support_90"] == pytest.approx((2 + 3 + 1 + 0) / 4)
+    assert out["support_eps"] == pytest.approx((2 + 3 + 1 + 0) / 4)  # #{p > 0.15} per row
+    assert out["entropy"] == pytest.approx(1.5)
+    assert out["eps"] == 0.15
+
+
+def test_write_report_refuses_batches_without_a_scored_token(tmp_path):
+    # every target ignored: the report said ECE 0.0 and evaluation loss 0.0 (means over no token)
+    task = VariableAdditionTask(5, (1, 2))
+    model = build_adder_model(task)
+    ids, targets, _ = task.all_examples()
+    with pytest.raises(ValueError, match=r"at least one scored token; every target of the 1 "
+                                         r"batch\(es\) is ignore_index = -100"):
+        write_report(model, [(ids, torch.full_like(targets, -100))], tmp_path / "report")
+    assert not (tmp_path / "report").exists()

@@ -118,8 +118,9 @@ def test_shape_distance_ignores_gain_and_column_shifts_and_matches_least_squares
     ({"p": True}, "p must be an int >= 2, got True"),
     ({"k": 2.5}, "k must be an int, got 2.5"),
     ({"p": 5, "k": 10}, "k must not be 0 mod p=5 .*got 10"),
-    ({"noise": -0.1}, "noise must be a float >= 0, got -0.1"),
-    ({"noise": float("nan")}, "noise must be a float >= 0, got nan"),
+    ({"noise": -0.1}, "noise must be a finite float >= 0, got -0.1"),
+    ({"noise": float("nan")}, "noise must be a finite float >= 0, got nan"),
+    ({"noise": float("inf")}, "noise must be a finite float >= 0, got inf"),
 ])
 def test_task_rejects_bad_arguments_naming_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -294,6 +294,13 @@ def test_train_morphic_refuses_a_bad_logging_interval_or_clipping_bound(options,
         train_morphic(tiny_model(), batches, steps=2, **options)
 
 
+@pytest.mark.parametrize("steps", [2.5, "3", True])
+def test_train_morphic_refuses_a_step_count_that_is_not_an_int(steps):
+    """Before, steps=2.5 failed inside range() with a TypeError that named no option."""
+    with pytest.raises(TypeError, match=f"steps must be an int, got {steps!r}"):
+        train_morphic(tiny_model(), batches, steps=steps)
+
+
 def test_train_morphic_without_clipping_takes_adamw_steps():
     """clip=None is no clipping: one AdamW step moves each weight by lr at most (plus decay)."""
     model = tiny_model()

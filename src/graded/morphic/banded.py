@@ -7,21 +7,36 @@ of 000, so they are ``BandedBlocks`` and ``ConjugatedBlocks`` here.
   sharing along the grade axis, a convolution over grades). Needs equal d_g.
 - ``ConjugatedBlocks``: Φ_{(g+δ)←g} = D_{g+δ} K̂_δ D_g^{-1} with positive diagonal D_g. With
   scalar D_g = λ^{index(g)} this is K̂_δ scaled by λ^δ, i.e. again banded (004's "EGT" coincides
-  with its "LGT" as a model class, notes B12); it differs only for non-scalar D_g.
+  with its "LGT" as a model class, notes B12); it differs only for non-scalar D_g. The D_g are
+  buffers held in float64 whatever the blocks are cast to (``graded._precision``), and each use
+  casts them to the dtype of the state: a float64 model computes λ^δ K̂ x to float64 precision
+  (float32 diagonals put D = 1.1³ off by 5·10⁻⁸), and a cast to bfloat16 and back leaves them
+  exact (a bfloat16 buffer would keep 1.1³ = 1.331 at 1.328125 for good).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from graded._precision import held_precision, widen_loaded
 from graded.checks import check_float
 from graded.morphic.blocks import FFNBlock, LinearBlock
 from graded.morphic.edges import EdgeSet
 from graded.morphic.state import GradedStateSpace
+
+SCALE_DTYPE = torch.float64  # what the conjugating diagonals D_g are held in (module doc)
+
+
+def _held(module: nn.Module) -> dict[str, Callable[[torch.dtype], torch.dtype]]:
+    """``graded._precision`` rules keeping the diagonals D_g of ``module`` (its buffers named
+    ``scale_…``) in ``SCALE_DTYPE``."""
+    return {name: (lambda dtype: SCALE_DTYPE) for name in module._buffers
+            if name.startswith("scale_")}
 
 
 def _equal_dim(space: GradedStateSpace) -> int:
@@ -60,13 +75,25 @@ class _SharedKernel(nn.Module):
         self.d_in, self.d_out = kernel.d_in, kernel.d_out
         self.conjugated = scale_src is not None
         if self.conjugated:
-            self.register_buffer("scale_src", scale_src.clone())
-            self.register_buffer("scale_dst", scale_dst.clone())
+            self.register_buffer("scale_src", scale_src.to(SCALE_DTYPE).clone())
+            self.register_buffer("scale_dst", scale_dst.to(SCALE_DTYPE).clone())
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _SharedKernel:
+        """``nn.Module._apply`` with D_g kept in float64 (module doc)."""
+        with held_precision(self, _held(self)):
+            super()._apply(fn, recurse)
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        widen_loaded(state_dict, prefix, _held(self))  # float32 D_g of an older state dict
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x_src: Tensor, x_dst: Tensor | None = None) -> Tensor:
         if not self.conjugated:
             return self.kernel(x_src)
-        return self.scale_dst * self.kernel(x_src / self.scale_src)
+        return (self.scale_dst.to(x_src.dtype)
+                * self.kernel(x_src / self.scale_src.to(x_src.dtype)))
 
 
 class BandedBlocks(nn.Module):
@@ -123,11 +150,11 @@ class ConjugatedBlocks(BandedBlocks):
                         f"base λ = {lam} gives D_{g.label} = λ^{space.index(g.label)} = {value}; "
                         f"expected a scale in float32's normal range [{tiny}, {huge}] (a λ "
                         f"closer to 1 or smaller grade indices)")
-                diag[g.label] = torch.full((self.d,), value)
+                diag[g.label] = torch.full((self.d,), value, dtype=SCALE_DTYPE)
             else:
                 if g.label not in scales:
                     raise ValueError(f"scales is missing grade {g.label!r}")
-                s = torch.as_tensor(scales[g.label], dtype=torch.float32).detach().clone()
+                s = torch.as_tensor(scales[g.label], dtype=SCALE_DTYPE).detach().clone()
                 if s.shape != (self.d,) or not bool(((s >= tiny) & (s <= huge)).all()):
                     raise ValueError(f"scales[{g.label!r}] must be positive of shape ({self.d},), "
                                      f"got {s.tolist()}; expected finite values in float32's "
@@ -135,6 +162,17 @@ class ConjugatedBlocks(BandedBlocks):
                 diag[g.label] = s
         for label, s in diag.items():
             self.register_buffer(f"scale_{label}", s)
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ConjugatedBlocks:
+        """``nn.Module._apply`` with D_g kept in float64 (module doc)."""
+        with held_precision(self, _held(self)):
+            super()._apply(fn, recurse)
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        widen_loaded(state_dict, prefix, _held(self))  # float32 D_g of an older state dict
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def scale(self, label: str) -> Tensor:
         return getattr(self, f"scale_{label}")

@@ -84,10 +84,12 @@ def collect(model: MorphicTransformer, batches: Iterable[Batch]) -> list[dict[st
 
 
 def routing_sparsity(probs: Tensor, entropy: Tensor, eps: float = 0.05) -> dict[str, float]:
-    """Mean entropy, mean #{α > ε}, mean size of the smallest edge set holding 90% of the mass."""
+    """Mean entropy, mean #{α > ε}, mean size of the smallest edge set holding 90% of the mass
+    on the edges (0 for a token with no mass on any edge, e.g. every edge disabled)."""
     sorted_p = probs.sort(dim=-1, descending=True).values
-    total = probs.sum(-1, keepdim=True).clamp_min(1e-12)
-    cover = (sorted_p.cumsum(-1) / total < 0.9).sum(-1) + 1
+    mass = probs.sum(-1, keepdim=True)
+    cover = (sorted_p.cumsum(-1) / mass.clamp_min(1e-12) < 0.9).sum(-1) + 1
+    cover = torch.where(mass.squeeze(-1) > 0, cover, 0)  # was |E| + 1 there
     return {"entropy": float(entropy.mean()), "support_eps": float((probs > eps).float().sum(-1)
             .mean()), "support_90": float(cover.float().mean()), "eps": eps}
 
@@ -309,6 +311,10 @@ def write_report(
     batches = list(batches)
     if not batches:
         raise ValueError("write_report needs at least one (input_ids, targets) batch")
+    if not any(bool((targets != model.ignore_index).any()) for _, targets in batches):
+        # every figure would be a mean over no token: ECE 0 and evaluation loss 0 were reported
+        raise ValueError(f"write_report needs at least one scored token; every target of the "
+                         f"{len(batches)} batch(es) is ignore_index = {model.ignore_index}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     after = collect(model, batches)

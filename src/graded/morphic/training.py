@@ -40,6 +40,7 @@ def train_morphic(
     ``stop(model, step)`` (checked every ``log_every`` steps) ends training early when it is True.
     ``clip`` is the gradient-norm bound (None: no clipping).
     """
+    steps = check_int("steps", steps, minimum=1)  # 2.5 failed inside range() unnamed
     log_every = check_int("log_every", log_every, minimum=1)
     if clip is not None:  # NaN would make every parameter NaN, 0 every step a no-op
         clip = check_float("clip", clip, minimum=0, strict_min=True)

@@ -48,7 +48,10 @@ class VariableAdditionTask:
     def __init__(self, p: int = 11, shifts: Sequence[int] = (1, 2, 3, 4)) -> None:
         if not isinstance(p, int) or p < 2:
             raise ValueError(f"p must be an int >= 2, got {p!r}")
-        shifts = [int(k) for k in shifts]
+        bad = [k for k in shifts if isinstance(k, bool) or not isinstance(k, int)]
+        if bad:  # int() would truncate 1.7 to 1 and read "3" and True as shifts
+            raise ValueError(f"shifts must be ints, got {list(shifts)!r} (not ints: {bad!r})")
+        shifts = list(shifts)
         if not shifts or len(set(k % p for k in shifts)) != len(shifts):
             raise ValueError(f"shifts must be non-empty and distinct mod p={p}, got {shifts}")
         self.p, self.shifts = p, tuple(shifts)
@@ -57,7 +60,12 @@ class VariableAdditionTask:
         self.vocab_size = p + len(shifts) + 1
 
     def make(self, x: Tensor, adder: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """input_ids (B, 3), targets (B, 3) (−100 except at "="), adder index (B,)."""
+        """input_ids (B, 3), targets (B, 3) (−100 except at "="), adder index (B,).
+
+        ``x`` must hold digits 0..p−1 and ``adder`` indices 0..|shifts|−1: a digit ≥ p is an
+        operator token, and a negative index would wrap to the last adder."""
+        _check_range("x", x, self.p, "digits")
+        _check_range("adder", adder, len(self.shifts), "adder indices")
         shifts = torch.tensor(self.shifts, dtype=torch.long)
         ids = torch.stack([x, self.p + adder, torch.full_like(x, self.eq_token)], dim=1)
         targets = torch.full_like(ids, -100)
@@ -95,7 +103,8 @@ class VariableAdditionTask:
         in the training pairs, so that a held-out example combines parts all seen in training.
         ValueError if that many cannot be held out."""
         pairs = self.all_pairs()
-        if not isinstance(n_held_out, int) or not 0 < n_held_out < len(pairs):
+        if isinstance(n_held_out, bool) or not isinstance(n_held_out, int) or not (
+                0 < n_held_out < len(pairs)):  # True held out one pair
             raise ValueError(f"n_held_out must be an int in [1, {len(pairs) - 1}], got "
                              f"{n_held_out!r}")
         shifts = torch.tensor(self.shifts)
@@ -122,6 +131,16 @@ class VariableAdditionTask:
         table = torch.zeros(self.vocab_size, self.p)
         table[: self.p] = torch.eye(self.p)
         return table
+
+
+def _check_range(name: str, values: Tensor, n: int, what: str) -> None:
+    """``values`` must be an integer tensor in [0, n); a ValueError naming it otherwise."""
+    if not isinstance(values, Tensor) or values.is_floating_point() or values.is_complex():
+        raise ValueError(f"{name} must be an integer tensor of {what} in [0, {n}), got "
+                         f"{getattr(values, 'dtype', type(values).__name__)}")
+    if values.numel() and (int(values.min()) < 0 or int(values.max()) >= n):
+        raise ValueError(f"{name} must hold {what} in [0, {n}), got values from "
+                         f"{int(values.min())} to {int(values.max())}")
 
 
 def build_adder_model(

@@ -32,8 +32,18 @@ class DyckDepthTask:
     vocab_size = 5
 
     def __init__(self, length: int = 16, p_open: float = 0.45, p_fill: float = 0.2) -> None:
-        if length < 2:
-            raise ValueError(f"length must be >= 2, got {length}")
+        """Each token is "x" with probability ``p_fill``, "(" with ``p_open`` and ")" with the
+        rest, 1 − p_open − p_fill (a ")" at depth 0 becomes "("): both must be probabilities
+        with p_open + p_fill ≤ 1 (above 1 no ")" is ever drawn, NaN draws no "(")."""
+        if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+            raise ValueError(f"length must be an int >= 2, got {length!r}")
+        for name, value in (("p_open", p_open), ("p_fill", p_fill)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 <= value <= 1):
+                raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+        if p_open + p_fill > 1:
+            raise ValueError(f"p_open + p_fill must be at most 1 (the rest is the probability "
+                             f"of ')'), got {p_open} + {p_fill} = {p_open + p_fill}")
         self.length, self.p_open, self.p_fill = length, p_open, p_fill
 
     def sample(self, batch: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:

@@ -44,6 +44,8 @@ distance up to gain and column shifts.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -73,8 +75,9 @@ class FixedAdditionTask:
             raise ValueError(f"k must be an int, got {k!r}")
         if k % p == 0:
             raise ValueError(f"k must not be 0 mod p={p} (the answer would be x itself), got {k}")
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not noise >= 0:
-            raise ValueError(f"noise must be a float >= 0, got {noise!r}")
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not (
+                0 <= noise < math.inf):  # inf noise made every training state inf or NaN
+            raise ValueError(f"noise must be a finite float >= 0, got {noise!r}")
         self.p, self.k, self.noise = p, k, float(noise)
         self.vocab_size = p
 
@@ -107,8 +110,9 @@ class NoisyCodeTransformer(MorphicTransformer):
     def __init__(self, *args, input_noise: float = 0.0, noisy_grades: tuple[str, ...] = (),
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if not input_noise >= 0:
-            raise ValueError(f"input_noise must be >= 0, got {input_noise!r}")
+        if isinstance(input_noise, bool) or not isinstance(input_noise, (int, float)) or not (
+                0 <= input_noise < math.inf):
+            raise ValueError(f"input_noise must be a finite float >= 0, got {input_noise!r}")
         self.input_noise = float(input_noise)
         self.register_buffer("noise_mask", self.space.grade_mask(noisy_grades).float())
 

@@ -93,6 +93,12 @@ class ModularAdditionTask:
                              f"{tuple(triples.shape)}")
         x, adder, modulus = triples.unbind(1)
         shifts, moduli = torch.tensor(self.shifts), torch.tensor(self.moduli)
+        for name, index, n in (("adder", adder, len(self.shifts)),
+                               ("modulus", modulus, len(self.moduli))):
+            # a negative index would wrap to the last shift or modulus, silently
+            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
+                raise ValueError(f"every {name} index must lie in [0, {n}), got values from "
+                                 f"{int(index.min())} to {int(index.max())}")
         if bool((x < 0).any() | (x >= moduli[modulus]).any()):
             raise ValueError("every digit x must satisfy 0 <= x < its modulus")
         ids = torch.stack([x, self.max_digit + adder,

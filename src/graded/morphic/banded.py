@@ -39,6 +39,21 @@ def _held(module: nn.Module) -> dict[str, Callable[[torch.dtype], torch.dtype]]:
             if name.startswith("scale_")}
 
 
+class _HeldScales:
+    """A module whose diagonals D_g (buffers ``scale_…``) stay in ``SCALE_DTYPE`` through
+    casts (``.to``, ``.bfloat16()``) and state-dict loads (module doc)."""
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
+        with held_precision(self, _held(self)):
+            super()._apply(fn, recurse)
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        widen_loaded(state_dict, prefix, _held(self))  # float32 D_g of an older state dict
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
 def _equal_dim(space: GradedStateSpace) -> int:
     dims = {g.dim for g in space.grades}
     if len(dims) != 1:
@@ -57,7 +72,7 @@ def _kernel(d: int, kind: str, hidden: int | None) -> nn.Module:
     raise ValueError(f"kind must be 'linear' or 'ffn', got {kind!r}")
 
 
-class _SharedKernel(nn.Module):
+class _SharedKernel(_HeldScales, nn.Module):
     """The block of one edge: D_h K_δ(D_g^{-1} x), with K_δ a module shared by all edges of shift δ.
 
     Registering the same kernel under several edges is fine: ``parameters()`` deduplicates.
@@ -77,17 +92,6 @@ class _SharedKernel(nn.Module):
         if self.conjugated:
             self.register_buffer("scale_src", scale_src.to(SCALE_DTYPE).clone())
             self.register_buffer("scale_dst", scale_dst.to(SCALE_DTYPE).clone())
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> _SharedKernel:
-        """``nn.Module._apply`` with D_g kept in float64 (module doc)."""
-        with held_precision(self, _held(self)):
-            super()._apply(fn, recurse)
-        return self
-
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
-                              **kwargs: Any) -> None:
-        widen_loaded(state_dict, prefix, _held(self))  # float32 D_g of an older state dict
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x_src: Tensor, x_dst: Tensor | None = None) -> Tensor:
         if not self.conjugated:
@@ -121,7 +125,7 @@ class BandedBlocks(nn.Module):
         ]
 
 
-class ConjugatedBlocks(BandedBlocks):
+class ConjugatedBlocks(_HeldScales, BandedBlocks):
     """Φ_{(g+δ)←g} x = D_{g+δ} K̂_δ(D_g^{-1} x) (004 Def 2.8, Prop 2.9).
 
     ``base`` λ > 0 gives scalar D_g = λ^{index(g)}; ``scales`` (label → positive (d,) tensor)
@@ -162,17 +166,6 @@ class ConjugatedBlocks(BandedBlocks):
                 diag[g.label] = s
         for label, s in diag.items():
             self.register_buffer(f"scale_{label}", s)
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ConjugatedBlocks:
-        """``nn.Module._apply`` with D_g kept in float64 (module doc)."""
-        with held_precision(self, _held(self)):
-            super()._apply(fn, recurse)
-        return self
-
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
-                              **kwargs: Any) -> None:
-        widen_loaded(state_dict, prefix, _held(self))  # float32 D_g of an older state dict
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def scale(self, label: str) -> Tensor:
         return getattr(self, f"scale_{label}")

@@ -683,8 +683,8 @@ class Trainer:
             if main:
                 result.best_checkpoint = self.checkpoints.best()
                 ending = self._end_fields(result, ended)
-                previous = _read_summary(self.run_dir / "metrics.json")
-                if result.losses or previous is None:
+                previous = None if result.losses else _read_summary(self.run_dir / "metrics.json")
+                if previous is None:
                     logger.summary({**self._summary(result), **ending})
                 else:  # a resume that ran no step keeps the figures, with its own ending
                     logger.summary({**previous, **ending, "interrupted": result.interrupted})

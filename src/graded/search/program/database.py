@@ -18,7 +18,8 @@ Definitions (as in FunSearch's programs database):
   ``<name>_v1``, … and ask for the next version.
 
 For problems with named scores, ``selection="pareto"`` draws prompt programs uniformly from an
-island's Pareto front over the named scores (directions from ``Problem.minimise``), and
+island's Pareto front over the named scores (directions from ``Problem.minimise``; a problem
+whose verifier returns one number is refused), and
 ``selection="map-elites"`` keeps the best program per cell of a grid over two named scores
 (the descriptors) and draws cells uniformly. Both compare programs name by name, so every
 program must have the initial program's named scores (``ProgramsDatabase.names``): the search
@@ -167,6 +168,12 @@ class ProgramsDatabase:
                              f"problem; expected two of {names}" if names else
                              f"map-elites descriptors {missing}: the problem's verifier returns "
                              "one number; expected a problem with named scores")
+        if config.selection == "pareto" and not initial.scores:
+            # with no named score every program was on the "front": parents were drawn
+            # uniformly from the whole island, the worst programs as often as the best
+            raise ValueError("pareto selection compares named scores, but the problem's "
+                             "verifier returns one number; expected a problem with named "
+                             "scores (or selection='clusters')")
         self.config = config
         self.minimise = tuple(minimise)
         self.names = tuple(sorted(initial.scores))

@@ -52,7 +52,8 @@ class Problem:
     - ``minimise``: for dict scores, the named scores where smaller is better (the others are
       maximised); Pareto and MAP-Elites selection use these directions.
     - ``time_limit_s`` and ``memory_mb``: the sandbox's wall-clock and address-space limits for
-      one evaluation (all of its inputs).
+      one sandboxed run, which calls ``entry`` on all the inputs of a stage: the prechecks, the
+      inputs and (when asked) the held-out inputs each run once, under limits of their own.
     """
 
     name: str

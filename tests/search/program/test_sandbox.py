@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from graded.search.program.sandbox import FAILURES, Limits, Sandbox, detect_isolation
+from graded.search.program.sandbox import CHILD_ENV, FAILURES, Limits, Sandbox, detect_isolation
 
 ISOLATED = detect_isolation().network
 
@@ -98,7 +98,20 @@ def test_child_sees_none_of_the_parents_environment(sandbox, monkeypatch):
     assert out.ok
     env = out.artefacts[0]
     assert "GRADED_SECRET_TOKEN" not in env and "HOME" not in env and "PATH" not in env
-    assert set(env) <= {"LC_CTYPE"}  # set by the interpreter itself (C locale coercion)
+    # LC_CTYPE is set by the interpreter itself (C locale coercion)
+    assert set(env) - {"LC_CTYPE"} == set(CHILD_ENV)
+    assert all(env[name] == "1" for name in CHILD_ENV)
+
+
+def test_numpy_in_the_child_runs_one_thread(sandbox):
+    """Numpy's OpenBLAS started a thread per core in the child (each with some 40 MB of
+    address space, counted against memory_mb, and CPU time counted against cpu_s): the child
+    now has one thread after importing numpy and multiplying matrices."""
+    out = sandbox.run("import os\nimport numpy as np\ndef f(x):\n    a = np.ones((256, 256))\n"
+                      "    float((a @ a).sum())\n    return len(os.listdir('/proc/self/task'))\n",
+                      "f", [0])
+    assert out.ok, out
+    assert out.artefacts[0] == 1
 
 
 def test_private_directory_is_removed(sandbox):

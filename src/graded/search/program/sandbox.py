@@ -7,8 +7,9 @@ private temporary directory and starts a fresh Python interpreter on it with:
   every process it started) is killed;
 - resource limits (``setrlimit``) on CPU time, address space, file size, open files, processes
   and core dumps;
-- an empty environment (no inherited tokens, keys or proxies) and Python's isolated mode (``-I``:
-  no ``PYTHON*`` variables, no user site-packages, no script directory on ``sys.path``);
+- an environment of its own (no inherited tokens, keys or proxies: only :data:`CHILD_ENV`, one
+  thread for the numerical libraries) and Python's isolated mode (``-I``: no ``PYTHON*``
+  variables, no user site-packages, no script directory on ``sys.path``);
 - stdout and stderr written to files in the private directory, of which at most
   ``Limits.output_bytes`` are read back;
 - when the kernel allows it, new network and PID namespaces through util-linux ``unshare``
@@ -56,6 +57,12 @@ __all__ = [
     "Sandbox",
     "detect_isolation",
 ]
+
+#: The whole environment of a child: one thread for OpenBLAS, OpenMP and MKL. Without it
+#: numpy's OpenBLAS starts a thread per core, each reserving some 40 MB of address space, so on
+#: a machine of some 24 cores importing numpy alone could reach a 1 GB ``memory_mb`` limit, and
+#: the threads' CPU time would count against ``cpu_s`` several times over.
+CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 #: Named failure reasons of one evaluation.
 FAILURES: dict[str, str] = {
@@ -391,7 +398,8 @@ class Sandbox:
         self._nproc = _user_processes() + self.limits.processes
         command = [*self.isolation.prefix, self.python, "-I", "runner.py", *self.preimport]
         with open(workdir / "stdout", "wb") as out, open(workdir / "stderr", "wb") as err:
-            child = subprocess.Popen(command, cwd=workdir, env={}, stdin=subprocess.PIPE,
+            child = subprocess.Popen(command, cwd=workdir, env=dict(CHILD_ENV),
+                                     stdin=subprocess.PIPE,
                                      stdout=out, stderr=err, start_new_session=True,
                                      preexec_fn=self._limit)
         return child, workdir

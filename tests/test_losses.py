@@ -712,3 +712,19 @@ def test_homogeneous_loss_groups_a_list_of_grades_in_float64():
     pred = torch.tensor([[1.0, 2.0, 3.0]], dtype=F64)
     got = homogeneous_loss(pred, torch.zeros_like(pred), [1.0, 1.0 + 1e-9, 2.0])
     assert math.isclose(float(got), (1.0 + 2.0**4 + 3.0**2) ** (1 / 3), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("as_list", [False, True])
+def test_tensor_grades_weight_a_half_input_by_lambda_to_the_q_rounded_once(
+        dtype, as_list):
+    # λ^q was exp(q·ln λ) computed in the input's dtype, ln 2 rounded first: bfloat16 weighted
+    # grade 10 by 1000 and grade 5 by 31.625 (float16: 1026 and 32.03), not 1024 and 32
+    q = [0.0, 1.0, 2.5, 5.0, 10.0]
+    x = torch.ones(2, 5, dtype=dtype)
+    y = torch.zeros(2, 5, dtype=dtype)
+    terms = exponentially_graded_loss(x, y, q if as_list else torch.tensor(q), base=2.0,
+                                      reduction="none")
+    expected = (2.0 ** torch.tensor(q, dtype=F64)).to(dtype).expand(2, 5)
+    assert terms.dtype == dtype
+    assert torch.equal(terms, expected)

@@ -139,7 +139,7 @@ def test_an_option_the_recipe_does_not_use_is_refused_naming_it_its_value_and_it
     with pytest.raises(ValueError, match="recipe 'plain' does not use graded_loss=False"):
         get_recipe("plain").with_options(graded_loss=False)  # the same rule as get_recipe
     assert get_recipe("plain", clip_norm=2.0).clip_norm == 2.0
-    every = {"gamma": 0.5, "gamma_heads": 0.5, "gamma_coord": 0.5, "anneal": False,
+    every = {"gamma": 0.5, "gamma_heads": 0.5, "gamma_coord": 0.5, "anneal": True,
              "lambda_max": 3.0, "lr_margin": 0.5, "clip_norm": 2.0, "lr_bound": "off",
              "graded_loss": False}
     assert get_recipe("egt-alg7.1", **every).options == tuple(every)  # EGT reads them all
@@ -480,3 +480,43 @@ def test_nan_grades_have_a_grade_lr_bound_of_zero_not_none(kind, lam):
     assert grade_lr_bound(kind, 2.0, lam) == (0.5 if kind == "linear" else
                                                 (math.inf if lam == 1.0 else
                                                  1 / (4 * math.log(2))))
+
+
+@pytest.mark.parametrize("where", ["float16 autocast", "float16 model", "bfloat16 model"])
+@pytest.mark.parametrize(("grading", "recipe_name"), [("exponential", "egt-alg7.1"),
+                                                      ("linear", "lgt-alg5.1")])
+def test_loss_weights_of_a_half_precision_model_or_under_autocast_are_those_of_float32(
+        where, grading, recipe_name):
+    """Under float16 autocast, or for a float16 model, EGT's weights 3^5 and 3^10 were both
+    94.15 (λ^q clamped where a float16 activation is, exp(4.5)); a bfloat16 model weighted
+    grade 1 by 3.0156 and 10 by 59904 (λ^q in bfloat16), LGT grade 257 by 256, not 258."""
+    model = lm(grading, grading_base=3.0)
+    recipe = get_recipe(recipe_name)
+    q = torch.tensor([0.0, 1.0, 5.0, 10.0, 0.1, 257.0])
+    qd = q.double()
+    expected = (3.0 ** qd).clamp(max=math.exp(0.5 * math.log(torch.finfo(torch.float32).max)
+                                              - 1.0)) if grading == "exponential" else qd + 1
+    if where == "float16 autocast":
+        with torch.autocast("cpu", dtype=torch.float16):
+            weights = recipe.loss_weights(model, q)
+    else:
+        model = model.to(torch.float16 if where == "float16 model" else torch.bfloat16)
+        weights = recipe.loss_weights(model, q)
+    assert weights.dtype == torch.float32
+    torch.testing.assert_close(weights.double(), expected, rtol=2e-6, atol=0)
+
+
+def test_lambda_max_without_annealing_is_refused_as_an_option_with_no_effect():
+    """get_recipe("egt-alg7.1", anneal=False, lambda_max=3.0) was taken and trained at the
+    model's base: nothing reads lambda_max without annealing."""
+    with pytest.raises(ValueError, match=r"lambda_max=3\.0 with anneal=False would have no "
+                                         r"effect: recipe 'egt-alg7\.1' anneals"):
+        get_recipe("egt-alg7.1", anneal=False, lambda_max=3.0)
+    with pytest.raises(ValueError, match=r"lambda_max=3\.0 with anneal=False"):
+        get_recipe("egt-alg7.1", anneal=False).with_options(lambda_max=3.0)
+    model = lm("exponential", grading_base=2.0)
+    fixed = get_recipe("egt-alg7.1", anneal=False)
+    opt = torch.optim.SGD(fixed.param_groups(model, lr=0.1, weight_decay=0.0), lr=0.1)
+    assert fixed.on_step(model, opt, 0, 10)["lambda"] == 2.0  # the model's base
+    annealed = get_recipe("egt-alg7.1", lambda_max=3.0)  # anneal=True: read
+    assert annealed.on_step(model, opt, 4, 10)["lambda"] == pytest.approx(1 + 2.0 * 5 / 10)

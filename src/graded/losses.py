@@ -93,17 +93,19 @@ def _scales(grading: GradingMap, input: Tensor, *, what: str) -> Tensor:
     return grading.scales()
 
 
-def _weights(grades: GradesArg, input: Tensor, *, what: str, own_dtype: bool = False) -> Tensor:
-    """The weight vector (d,) of ``grades``: a tensor as given, a grading module's scales(),
-    cast to the input's dtype unless ``own_dtype`` (then for :func:`_weighted`)."""
+def _weights(grades: GradesArg, input: Tensor, *, what: str, own_dtype: bool = False,
+             dtype: torch.dtype | None = None) -> Tensor:
+    """The weight vector (d,) of ``grades``: a tensor as given (in ``dtype``, default the
+    input's), a grading module's scales(), cast to the input's dtype unless ``own_dtype``
+    (then for :func:`_weighted`)."""
     d = input.shape[-1]
     if isinstance(grades, GradingMap):
         scales = _scales(grades, input, what=what)
         return scales if own_dtype else scales.to(input.dtype)
+    dtype = input.dtype if dtype is None else dtype
     if not isinstance(grades, Tensor):
-        grades = torch.as_tensor(grades, dtype=input.dtype, device=input.device)
-    q = as_grade_tensor(grades, dim=d, dtype=input.dtype, device=input.device,
-                        allow_heads=False)
+        grades = torch.as_tensor(grades, dtype=dtype, device=input.device)
+    q = as_grade_tensor(grades, dim=d, dtype=dtype, device=input.device, allow_heads=False)
     if not torch.compiler.is_compiling():
         bad = q.detach() < 0
         if bool(bad.any()):
@@ -348,7 +350,8 @@ def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, 
     Tensor grades are q (≥ 0) and ``base`` is λ (default 2.0; λ ≥ 1, λ = 1 being the start of
     the annealing schedule of 000 §7.2). An :class:`ExponentialGrading` contributes its scales
     λ^q and its own λ (then ``base`` must be left unset). ``base_loss`` as in
-    :func:`linearly_graded_loss`.
+    :func:`linearly_graded_loss`. For tensor grades q·ln λ is formed in float32 at least, so
+    a float16 or bfloat16 input is weighted by λ^q rounded once to its dtype.
 
     A term λ^q·ℓ is finite wherever it is in the input's dtype, also where the weight λ^q alone
     is not (:func:`_exponential_factors`: λ^q = 2^130 and ℓ = 2^-100 give 2^30 in float32), and
@@ -374,7 +377,11 @@ def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, 
         if not 1.0 <= lam < math.inf:
             raise ValueError(f"exponentially_graded_loss needs a finite base λ >= 1, got "
                              f"base={base!r}")
-        q, scales = _weights(grades, input, what="exponentially_graded_loss"), None
+        # q·ln λ at float32 at least: in float16 or bfloat16 ln 2 is rounded (bfloat16: 2^10
+        # came out as 1000), so the weights are λ^q rounded once to the input's dtype
+        wide = torch.promote_types(input.dtype, torch.float32)
+        q = _weights(grades, input, what="exponentially_graded_loss", dtype=wide)
+        scales = None
         log_w = q * torch.log(torch.tensor(lam, dtype=q.dtype, device=q.device))
     w1, w2, w3 = _exponential_factors(log_w, input.dtype, scales)
     ell = _elementwise(base_loss, input, target)

@@ -259,6 +259,23 @@ def test_negative_loss_weights_are_refused_when_the_trainer_is_built(tmp_path):
                 run_dir=tmp_path / "run", recipe="lgt-alg5.1", output_grades=[-3.0, 1, 2, 3])
 
 
+@pytest.mark.parametrize(("grading", "bad"), [("linear", math.nan), ("exponential", math.nan),
+                                              ("linear", math.inf)])
+def test_output_grades_that_are_not_finite_are_refused_when_the_trainer_is_built(tmp_path,
+                                                                                 grading, bad):
+    """A NaN output grade made every step's loss NaN: the run stopped at a step with "lower lr
+    or a smaller clip_norm"."""
+    task = get_task("weighted_projective")
+    train, _ = task.split("random", 8, 4, seed=1)
+    model = model_for(task, grading, "shift", dtype=torch.float32)
+    with pytest.raises(ValueError, match=rf"output_grades, or token grades\) must be finite "
+                                         rf"numbers; got {bad}"):
+        Trainer(model, train.tensors, None, kind=task.kind, options=TrainOptions(**OPTIONS),
+                run_dir=tmp_path / "run", recipe=RECIPE[grading],
+                output_grades=[1.0, bad, 2.0, 3.0])
+    assert not (tmp_path / "run").exists()
+
+
 def test_config_and_set_override_reach_the_trainer(tmp_path):
     """A run config trains on the graded loss with the task's output grades;
     ``--set recipe.options.graded_loss=false`` (on the shorthand ``recipe: auto``) turns it

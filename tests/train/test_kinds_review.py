@@ -142,3 +142,47 @@ def test_lm_loss_with_all_padding_rows_is_the_loop_over_scored_tokens():
     assert float(part.total) == pytest.approx(expected, rel=1e-5)
     empty = get_kind("lm").output_loss(logits[1:2], {"targets": targets[1:2]})
     assert (float(empty.total), empty.count, float(empty.mean)) == (0.0, 0, 0.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_regression_targets_that_are_not_finite_are_refused_naming_them(tmp_path, bad):
+    """A NaN target gave an evaluation loss of NaN without a word, and a training run stopped
+    at a later step with "training loss became nan ...; lower lr"."""
+    from graded.train.objectives import evaluate
+    from graded.train.options import TrainOptions
+    from graded.train.trainer import Trainer
+
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6, 1))
+    x = torch.randn(8, 2, 3, generator=torch.Generator().manual_seed(0))
+    targets = torch.arange(8.0)
+    targets[5] = bad
+    data = {"inputs": x, "targets": targets}
+    message = r"'targets': regression values must be finite, got values in \["
+    with pytest.raises(ValueError, match=message):
+        evaluate(model, data, "regression")
+    with pytest.raises(ValueError, match=message):
+        Trainer(model, data, None, kind="regression", run_dir=tmp_path / "run",
+                options=TrainOptions(steps=2, batch_size=4, progress=False, tensorboard=False,
+                                     device="cpu"))
+    targets[5] = 5.0  # finite values pass
+    assert set(evaluate(model, data, "regression")) == {"loss", "mse", "mae", "r2"}
+
+
+def test_classification_loss_grades_of_checked_data_read_no_value():
+    """A graded classification step read the targets twice (their max and min) for every
+    micro-batch: on a GPU two waits for the device a step, inside checked_inputs too."""
+    from graded.checks import checked_inputs
+    from host_reads import HostReads
+
+    kind = get_kind("classification")
+    grades = torch.tensor([0.0, 0.5, 2.0])
+    batch = {"targets": torch.tensor([2, 0, 1, 2])}
+    with checked_inputs(True), HostReads() as reads:
+        got = kind.loss_grades(batch, grades)
+    assert reads.sites == []
+    assert got.tolist() == [2.0, 0.0, 0.5, 2.0]
+    with HostReads() as reads:  # unchecked data are checked here, as before
+        unchecked = kind.loss_grades(batch, grades)
+    assert len(reads.sites) == 2 and torch.equal(unchecked, got)
+    with pytest.raises(ValueError, match=r"at least 4"):
+        kind.loss_grades({"targets": torch.tensor([3])}, grades)

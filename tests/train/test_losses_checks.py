@@ -57,3 +57,22 @@ def test_reductions_equal_a_per_position_sum(eps):
     assert math.isclose(float(total), float(ref.sum()), rel_tol=1e-5)
     mean = sequence_cross_entropy(logits, targets, label_smoothing=eps)
     assert math.isclose(float(mean), float(ref.sum()) / 4, rel_tol=1e-5)  # 4 counted positions
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_targets_of_any_integer_dtype_are_class_indices(dtype):
+    """int32 targets failed with torch's "expected target dtype to be Long or Byte"."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 3, 5, generator=gen)
+    targets = torch.randint(0, 5, (2, 3), generator=gen)
+    got = sequence_cross_entropy(logits, targets.to(dtype), label_smoothing=0.1,
+                                 reduction="none")
+    expected = _naive(logits, targets, 0.1)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_targets_that_are_not_class_indices_are_refused_naming_their_dtype(dtype):
+    with pytest.raises(TypeError, match=rf"targets must hold class indices \(an integer tensor\), "
+                                        rf"got {dtype}"):
+        sequence_cross_entropy(torch.randn(2, 3, 5), torch.zeros(2, 3, dtype=dtype))

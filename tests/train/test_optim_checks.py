@@ -45,3 +45,17 @@ def test_clipping_scales_the_gradients_to_max_norm():
     assert clip_gradients(model, 1.0) == pytest.approx(5.0)
     torch.testing.assert_close(model.weight.grad, torch.tensor([[0.6, 0.8]]), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("attention", ["torch", "graded"])
+def test_the_key_and_value_biases_of_add_bias_kv_take_no_weight_decay(attention):
+    """bias_k and bias_v, (1, 1, E), were decayed as matrices though they are biases."""
+    from graded.attention.multihead import MultiheadAttention
+
+    cls = nn.MultiheadAttention if attention == "torch" else MultiheadAttention
+    model = cls(8, 2, add_bias_kv=True)
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = {g["name"]: sorted(names[id(p)] for p in g["params"])
+              for g in param_groups(model, 0.1)}
+    assert groups["decay"] == ["in_proj_weight", "out_proj.weight"]
+    assert groups["no_decay"] == ["bias_k", "bias_v", "in_proj_bias", "out_proj.bias"]

@@ -64,3 +64,41 @@ def test_cosine_values_against_the_formula():
         expected = ((s + 1) / w if s < w else
                     r + (1 - r) * (1 + math.cos(math.pi * min(s - w, total - w) / (total - w))) / 2)
         assert math.isclose(fn(s), expected, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(("name", "option", "message"), [
+    ("constant", {"min_ratio": 0.1}, r"min_ratio=0\.1 is the floor of the cosine schedule; "
+                                     r"schedule 'constant' has none"),
+    ("inverse_sqrt", {"min_ratio": 0.5}, r"min_ratio=0\.5 .* schedule 'inverse_sqrt' has none"),
+    ("constant", {"d_model": 64}, r"d_model=64 scales the inverse_sqrt schedule .* "
+                                  r"schedule 'constant' does not read it"),
+    ("cosine", {"d_model": 64}, r"schedule 'cosine' does not read it")])
+def test_an_option_the_schedule_does_not_read_is_refused(name, option, message):
+    """make_scheduler(opt, "constant", min_ratio=0.1) gave the rate 1.0 × lr at every step."""
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=message):
+        make_scheduler(opt, name, warmup_steps=2, total_steps=10, **option)
+
+
+@pytest.mark.parametrize("name", ["constant", "cosine", "inverse_sqrt"])
+def test_the_rate_of_every_optimizer_step_is_the_hand_formula(name):
+    """Step s (0-based, as the optimizer takes them) runs at lr × the formula at s, warmup
+    (s + 1)/w, through and past the end of the schedule."""
+    w, total, r, lr = 3, 8, 0.2, 0.5
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    sched = make_scheduler(opt, name, warmup_steps=w, total_steps=total,
+                           min_ratio=r if name == "cosine" else 0.0)
+
+    def hand(s: int) -> float:
+        if name == "inverse_sqrt":
+            return min((s + 1) ** -0.5, (s + 1) * w ** -1.5) * w ** 0.5
+        if s < w:
+            return (s + 1) / w
+        if name == "constant":
+            return 1.0
+        return r + (1 - r) * 0.5 * (1 + math.cos(math.pi * min(s - w, total - w) / (total - w)))
+
+    for s in range(total + 2):
+        assert math.isclose(opt.param_groups[0]["lr"], lr * hand(s), rel_tol=1e-12), s
+        opt.step()
+        sched.step()

@@ -8,7 +8,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graded.checks import check_id_range
+from graded.checks import check_finite, check_id_range, inputs_checked
 from graded.evaluation import baselines as B
 from graded.kinds.base import Batch, LossSum, TaskKind, _weighted_sum
 from graded.tasks.base import TaskDataset
@@ -50,10 +50,20 @@ class Classification(TaskKind):
 
     def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
         """The grade of each row's true class: with one-hot targets Σ_k w(q_k) ℓ_k of 000
-        Def 5.37 / 7.1 (ℓ_k = −y_k log p_k) is w(q_y)·(−log p_y). None without grades."""
+        Def 5.37 / 7.1 (ℓ_k = −y_k log p_k) is w(q_y)·(−log p_y). None without grades.
+
+        The class ids are checked against the grades (two reads of the targets); inside
+        :func:`graded.checks.checked_inputs`, where the data were checked once (the trainer
+        asks for the grades of all its training data when it is built), they are not: on a
+        GPU a step then does not wait for the device here."""
         if output_grades is None:
             return None
         targets = batch["targets"]
+        if output_grades.dim() != 1:
+            raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
+                             "one grade per class")
+        if inputs_checked():
+            return output_grades.to(targets.device)[targets]
         top = int(targets.max()) if targets.numel() else -1
         if targets.numel() and int(targets.min()) < 0:
             raise ValueError(f"'targets': class ids in [{int(targets.min())}, {top}]; expected "
@@ -91,8 +101,14 @@ class Regression(Classification):
     grades_source = "the task's output_grades, one per target column"
 
     def check_data(self, model: nn.Module, data: Batch) -> bool:
-        """:meth:`TaskKind.check_data` (the targets are real values, not class ids)."""
-        return TaskKind.check_data(self, model, data)
+        """:meth:`TaskKind.check_data`, and the targets: real values, finite (a NaN target made
+        the training loss NaN, reported as a learning rate too high, and the evaluation's
+        loss NaN), so that a bad target fails here, naming its range."""
+        checked = TaskKind.check_data(self, model, data)
+        targets = data.get("targets")
+        if targets is not None and targets.is_floating_point():
+            check_finite(targets, "'targets': regression values")
+        return checked
 
     def check_options(self, *, label_smoothing: float) -> None:
         if label_smoothing:

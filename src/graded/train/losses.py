@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -20,8 +21,14 @@ def sequence_cross_entropy(
 
     With label smoothing ε the target distribution is (1 − ε)·one_hot + ε/V (002 §6.4).
     Positions whose target is ``ignore_index`` do not count; ``"mean"`` averages over the
-    counted positions.
+    counted positions. Targets are class indices of any integer dtype (int32 ones, say from
+    NumPy, are read as int64, which ``F.cross_entropy`` needs); other dtypes are refused.
     """
+    if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
+        raise TypeError(f"targets must hold class indices (an integer tensor), got "
+                        f"{targets.dtype}")
+    if targets.dtype != torch.int64:
+        targets = targets.long()
     if logits.shape[:-1] != targets.shape:
         raise ValueError(
             f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree: logits "

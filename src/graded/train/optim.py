@@ -20,7 +20,9 @@ def param_groups(
 ) -> list[dict]:
     """AdamW groups: weight decay on matrices of linear/attention layers only; none on biases,
     norms, embeddings, position tables or grades. Grades are left out when ``include_grades``
-    is False (the graded training recipes put them in a group of their own)."""
+    is False (the graded training recipes put them in a group of their own). A bias is a
+    parameter of less than two dimensions or one whose name starts with ``bias``: the
+    (1, 1, E) ``bias_k`` and ``bias_v`` of attention with ``add_bias_kv`` are biases too."""
     no_decay_types = (nn.LayerNorm, nn.RMSNorm, nn.Embedding)
     no_decay_ids = {
         id(p) for m in model.modules() if isinstance(m, no_decay_types)
@@ -34,7 +36,7 @@ def param_groups(
             if include_grades:
                 no_decay.append(p)
             continue
-        if p.dim() < 2 or id(p) in no_decay_ids:
+        if p.dim() < 2 or id(p) in no_decay_ids or name.rsplit(".", 1)[-1].startswith("bias"):
             no_decay.append(p)
         else:
             decay.append(p)

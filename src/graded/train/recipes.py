@@ -59,6 +59,7 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
 from collections.abc import Callable
@@ -180,6 +181,11 @@ class Recipe:
             raise ValueError(f"{given}: λ is the base of an exponential grading, but recipe "
                              f"{self.name!r} has kind {self.kind!r}; annealing is for "
                              "egt-alg7.1")
+        if self.kind == "exponential" and self.lambda_max is not None and not self.anneal:
+            # without annealing λ stays the model's base: lambda_max would be read by nothing
+            raise ValueError(f"lambda_max={self.lambda_max!r} with anneal=False would have no "
+                             f"effect: recipe {self.name!r} anneals λ up to lambda_max only "
+                             "with anneal=True, and keeps the model's grading_base otherwise")
         if self.clip_norm is not None:
             check_float("clip_norm (None or false for no clipping)", self.clip_norm, minimum=0,
                         strict_min=True)
@@ -255,19 +261,47 @@ class Recipe:
         (:meth:`graded.kinds.TaskKind.loss_grades`): f(q) (LGT) or λ_t^q (EGT) from the
         model's grading now (module docstring), float32 on the grading's device, without
         gradient. None (the plain loss) for a plain recipe, ``graded_loss=False`` or
-        ``grades`` None."""
+        ``grades`` None.
+
+        The weights are computed in float32 (or the grading's dtype, if wider), also for a
+        float16 or bfloat16 model and under autocast: they weight float32 losses, so neither
+        the grades nor λ^q are rounded to the model's dtype, and λ^q is clamped where float32
+        needs it (at exp(½ ln max − 1) ≈ 6.8e18, or the grading's ``max_log_scale``), not
+        where a float16 activation would (exp(4.5) ≈ 94)."""
         if not self.uses_graded_loss or grades is None:
             return None
         grading = self._loss_grading(model)
-        q = grades.to(device=grading.grades.device, dtype=grading.grades.dtype)
-        with torch.no_grad():
+        dtype = torch.promote_types(grading.grades.dtype, torch.float32)
+        q = grades.to(device=grading.grades.device, dtype=dtype)
+        device = q.device.type
+        plain = (torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device)
+                 else contextlib.nullcontext())
+        with torch.no_grad(), plain:
+            if isinstance(grading, ExponentialGrading):
+                # the grading's scale_of at float32: its cap follows its own (or the
+                # autocast) dtype, which is the activations' range, not the weights'
+                cap = grading.max_log_scale
+                if cap is None:
+                    cap = 0.5 * math.log(torch.finfo(dtype).max) - 1.0
+                log_base = torch.log(grading.base).to(dtype)
+                return torch.exp((q * log_base).clamp(max=cap)).float()
             return grading.scale_of(q).float()
 
     def check_loss_grades(self, model: nn.Module, grades: Tensor) -> None:
-        """Refuses grades that get a negative loss weight (f = identity on a negative grade):
-        a negative weight makes the graded loss unbounded below (a host synchronisation)."""
+        """Refuses grades that are not finite (a NaN output grade made every step's loss NaN,
+        reported as a learning rate too high) and grades that get a negative loss weight
+        (f = identity on a negative grade): a negative weight makes the graded loss unbounded
+        below (a host synchronisation)."""
         weights = self.loss_weights(model, grades)
-        if weights is not None and bool((weights < 0).any()):
+        if weights is None:
+            return
+        finite = torch.isfinite(grades) if grades.is_floating_point() else None
+        if finite is not None and not bool(finite.all()):
+            bad = sorted({str(v) for v in grades[~finite].flatten().cpu().tolist()})
+            raise ValueError(f"recipe {self.name!r}: the grades of the loss items (the task's "
+                             f"output_grades, or token grades) must be finite numbers; got "
+                             f"{', '.join(bad)}")
+        if bool((weights < 0).any()):
             bad = sorted(set(grades.flatten().cpu()[(weights < 0).flatten().cpu()].tolist()))[:5]
             raise ValueError(f"recipe {self.name!r}: the model's grading gives grades {bad} "
                              "negative loss weights; the graded loss needs w >= 0 (use another "

@@ -79,7 +79,16 @@ def make_scheduler(
     optimizer: torch.optim.Optimizer, name: str, *, warmup_steps: int = 0,
     total_steps: int | None = None, d_model: int | None = None, min_ratio: float = 0.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR for ``name`` in ``constant``, ``inverse_sqrt``, ``cosine``."""
+    """A LambdaLR for ``name`` in ``constant``, ``inverse_sqrt``, ``cosine``. ``min_ratio``
+    (the cosine's floor) and ``d_model`` (inverse_sqrt's scale) are refused for a schedule
+    that has no use for them, as ``TrainOptions`` refuses ``min_lr_ratio``: they would
+    change nothing."""
+    if name in SCHEDULES and name != "cosine" and min_ratio != 0.0:
+        raise ValueError(f"min_ratio={min_ratio!r} is the floor of the cosine schedule; "
+                         f"schedule {name!r} has none (expected 0, or schedule 'cosine')")
+    if name in SCHEDULES and name != "inverse_sqrt" and d_model is not None:
+        raise ValueError(f"d_model={d_model!r} scales the inverse_sqrt schedule (002 Eq. 6.6); "
+                         f"schedule {name!r} does not read it (expected None)")
     if name == "constant":
         fn = constant(warmup_steps)
     elif name == "inverse_sqrt":

@@ -254,3 +254,13 @@ def test_alibi_names_positions_of_the_wrong_rank_or_batch():
     assert bias.shape == (2, 2, 1, 5)
     slopes = alibi_slopes(2)
     torch.testing.assert_close(bias[1, 0, 0], -slopes[0] * torch.tensor([6.0, 5, 4, 3, 2]))
+
+
+def test_positions_of_a_narrow_integer_dtype_are_named_with_the_dtypes_taken():
+    # int16 positions are integers: "must be an integer tensor, got torch.int16" contradicted
+    # itself; the message names the two dtypes the encodings index with
+    for module, call in ((LearnedPositions(4, 8), lambda m, p: m(p)),
+                         (RotaryEmbedding(4), lambda m, p: m(torch.zeros(1, 1, 3, 4), p))):
+        with pytest.raises(TypeError, match=r"positions must be an integer tensor of dtype "
+                                            r"torch.int64 or torch.int32, got torch.int16"):
+            call(module, torch.arange(3, dtype=torch.int16))

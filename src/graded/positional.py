@@ -79,7 +79,8 @@ def check_positions(positions: Tensor, max_len: int | None, who: str) -> None:
     The values are read in one transfer (:func:`graded.checks.value_range`), not at all under
     ``torch.compile``, nor inside :func:`graded.checks.checked_inputs`."""
     if positions.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{who}: positions must be an integer tensor, got {positions.dtype}")
+        raise TypeError(f"{who}: positions must be an integer tensor of dtype torch.int64 or "
+                        f"torch.int32, got {positions.dtype}")
     if torch.compiler.is_compiling() or inputs_checked():
         return
     span = value_range(positions)

@@ -13,7 +13,12 @@ from graded.evaluation import (
     ridge_regression,
     sequence_baselines,
 )
-from graded.evaluation.baselines import bigram, features, positional_majority
+from graded.evaluation.baselines import (
+    bigram,
+    features,
+    positional_majority,
+    prompt_nearest_neighbour,
+)
 from graded.kinds import run_baselines
 from graded.tasks import IGNORE_INDEX, TaskDataset, available_tasks, get_task
 
@@ -77,6 +82,18 @@ def test_sequence_baselines_by_hand():
     assert positional_majority(train, test, 4).tolist() == [[1, 3, 3]]
     # after 0: 1,1,2 -> 1; after 1: 2,3 -> 2 (tie, smaller id); after 2: 3,3 -> 3
     assert bigram(train, test, 4).tolist() == [[1, 3, 2]]
+
+
+def test_prompt_neighbour_matches_the_whole_prompt_including_its_last_token():
+    # prompt "1 2" answers "3 5", prompt "1 4" answers "2 5": input t + 1 is target t, so the
+    # prompt is inputs 0..1 and the answer starts at input 2; the prompts differ only in
+    # their last token, which was blanked with the answer (both then read "1", a tie)
+    train = _lm_dataset([[1, 2, 3], [1, 4, 2]], [[IGNORE_INDEX, 3, 5], [IGNORE_INDEX, 2, 5]])
+    test = _lm_dataset([[1, 4, 3]], [[IGNORE_INDEX, 3, 5]])
+    # by hand: the test prompt "1 4" is train row 1's exactly, at Hamming distance 1 from row 0
+    assert prompt_nearest_neighbour(train, test, 6).tolist() == [[0, 2, 5]]
+    flipped = _lm_dataset([[1, 4, 2], [1, 2, 3]], [[IGNORE_INDEX, 2, 5], [IGNORE_INDEX, 3, 5]])
+    assert prompt_nearest_neighbour(flipped, test, 6).tolist() == [[0, 2, 5]]
 
 
 def test_token_features_are_one_hot_per_position_or_bag_of_tokens():

@@ -1,5 +1,7 @@
 """Metrics: the shape checks no other test reaches, each naming the shapes."""
 
+import math
+
 import pytest
 import torch
 
@@ -68,3 +70,24 @@ def test_bf16_logits_give_the_accuracy_of_their_argmax():
     expected = sum(p == t for p, t in kept) / len(kept)
     assert accuracy(logits.reshape(2, 2, 3), targets) == pytest.approx(expected) == 1.0
     assert exact_match(logits.reshape(2, 2, 3), targets) == 1.0
+
+
+def test_r2_of_a_single_0d_example_is_refused_by_name_rather_than_an_index_error():
+    with pytest.raises(ValueError, match=r"R² needs at least 2 examples, got 1"):
+        r2(torch.tensor(1.0), torch.tensor(2.0))
+
+
+def test_nan_logits_of_a_scored_entry_give_a_nan_score_not_a_counted_guess():
+    nan = float("nan")
+    targets = torch.tensor([0, 0, 1])
+    # argmax takes a NaN for the largest logit: all-NaN rows "predicted" class 0 and the
+    # all-NaN logits of a diverged model scored 2/3
+    assert math.isnan(accuracy(torch.full((3, 2), nan), targets))
+    assert math.isnan(accuracy(torch.tensor([[0.0, 1.0], [nan, 0.0], [0.0, 1.0]]), targets))
+    rows = torch.tensor([[0, 1], [1, -100]])
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 2.0]], [[0.0, 2.0], [nan, nan]]])
+    assert math.isnan(exact_match(torch.full((2, 2, 2), nan), rows))
+    # NaN only where the target is ignored (or masked out): the kept entries decide, by hand
+    assert accuracy(logits, rows) == 1.0 == exact_match(logits, rows)
+    assert accuracy(logits.bfloat16(), rows) == 1.0
+    assert math.isnan(mse(torch.tensor([nan, 1.0]), torch.tensor([0.0, 1.0])))  # the same rule

@@ -60,9 +60,58 @@ def test_random_split_names_a_test_size_that_whole_groups_cannot_reach():
     data = TaskDataset({"inputs": torch.tensor([[0], [0], [1], [1]]),
                         "targets": torch.arange(4)}, task="t", kind="classification")
     with pytest.raises(ValueError, match=r"n_test=1 cannot be met without putting copies of one "
-                                         r"input on both sides: .* test set of 0; 4 examples "
-                                         r"hold 2 distinct inputs"):
+                                         r"input on both sides: .* test set of 0 or 2, no size "
+                                         r"between; 4 examples hold 2 distinct inputs"):
         random_split(data, n_test=1)
+
+
+def test_random_split_reaches_a_test_size_that_a_later_group_fills():
+    # input 0 once, input 1 twice: n_test=2 is met by the two copies of input 1 alone, also
+    # when the random order meets input 0 first (seed 2), which took it and then had no room
+    data = TaskDataset({"inputs": torch.tensor([[0], [1], [1]]), "targets": torch.arange(3)},
+                       task="t", kind="classification")
+    for seed in range(8):
+        train, test = random_split(data, n_test=2, seed=seed)
+        assert sorted(test.targets.tolist()) == [1, 2] and train.targets.tolist() == [0]
+
+
+def _greedy_split(keys, perm, n_test):
+    """The first-fit reference: each input's copies, in the order of the first copy, go to the
+    test side when they fit; None when that misses n_test."""
+    test, train, seen = [], [], set()
+    for i in perm:
+        if keys[i] in seen:
+            continue
+        seen.add(keys[i])
+        group = [j for j in perm if keys[j] == keys[i]]
+        (test if len(test) + len(group) <= n_test else train).extend(group)
+    return (train, test) if len(test) == n_test else None
+
+
+def test_random_split_is_first_fit_where_first_fit_succeeds_and_raises_only_when_no_grouping_fits():
+    from itertools import combinations
+
+    g = torch.Generator().manual_seed(3)
+    for trial in range(60):
+        n = int(torch.randint(3, 9, (1,), generator=g))
+        rows = torch.randint(0, 4, (n,), generator=g)
+        data = TaskDataset({"inputs": rows[:, None], "targets": torch.arange(n)}, task="t",
+                           kind="classification")
+        n_test = int(torch.randint(1, n, (1,), generator=g))
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(trial)).tolist()
+        sizes = [int((rows == r).sum()) for r in set(rows.tolist())]
+        possible = any(sum(c) == n_test for k in range(len(sizes) + 1)
+                       for c in combinations(sizes, k))
+        if not possible:
+            with pytest.raises(ValueError, match=f"n_test={n_test} cannot be met"):
+                random_split(data, n_test=n_test, seed=trial)
+            continue
+        train, test = random_split(data, n_test=n_test, seed=trial)
+        assert len(test) == n_test
+        assert not set(train.inputs.flatten().tolist()) & set(test.inputs.flatten().tolist())
+        greedy = _greedy_split(rows.tolist(), perm, n_test)
+        if greedy is not None:  # the split of every seed that worked before stays the same
+            assert (train.targets.tolist(), test.targets.tolist()) == greedy
 
 
 def test_size_split_thresholds_the_lengths():
@@ -71,8 +120,18 @@ def test_size_split_thresholds_the_lengths():
     small, large = size_split(data, threshold=4)
     assert sequence_lengths(small).tolist() == [1, 2, 3, 4]
     assert sequence_lengths(large).tolist() == list(range(5, 11))
-    with pytest.raises(ValueError, match="empty side"):
+    with pytest.raises(ValueError, match=r"empty side: sizes range over \[1, 10\]"):
         size_split(data, threshold=10)
+
+
+def test_size_split_names_fractional_sizes_as_they_are():
+    # the range was printed through int(): sizes 0.25 .. 0.75 read "[0, 0]"
+    data = _toy(4)
+    with pytest.raises(ValueError, match=r"threshold 1 leaves an empty side: sizes range over "
+                                         r"\[0.25, 0.75\]"):
+        size_split(data, threshold=1, sizes=[0.25, 0.5, 0.5, 0.75])
+    small, large = size_split(data, threshold=0.5, sizes=[0.25, 0.5, 0.5, 0.75])
+    assert small.targets.tolist() == [0, 1, 2] and large.targets.tolist() == [3]
 
 
 def test_make_split_relabelled_dyck_keeps_the_words_balanced_and_renames_types():
@@ -104,6 +163,19 @@ def test_family_split_holds_out_exactly_the_test_families():
     names = ["tree", "cycle"] * 5
     train, test = family_split(data, names, ["cycle"])
     assert train.targets.tolist() == [0, 2, 4, 6, 8] and test.targets.tolist() == [1, 3, 5, 7, 9]
+
+
+def test_family_split_takes_the_test_families_as_a_tensor_like_the_family_ids():
+    # a tensor's elements are 0-d tensors, which equal no int in a set: tensor([1, 3]) was
+    # refused as "test families ['tensor(1)', 'tensor(3)'] do not occur in the data"
+    data = _toy()
+    ids = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, 3])
+    train, test = family_split(data, ids, torch.tensor([1, 3]))
+    held_out = [i for i, f in enumerate(ids.tolist()) if f in (1, 3)]  # by hand
+    assert test.targets.tolist() == held_out == [1, 4, 7, 9]
+    assert train.targets.tolist() == [i for i in range(10) if i not in held_out]
+    with pytest.raises(ValueError, match=r"test families \['5'\] do not occur"):
+        family_split(data, ids, torch.tensor([5]))
 
 
 def test_family_split_leaves_out_held_out_examples_whose_inputs_occur_in_training():

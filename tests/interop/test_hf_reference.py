@@ -273,6 +273,29 @@ def test_exports_refuse_attention_that_is_not_exact():
         to_gpt2(lm)
 
 
+@pytest.mark.parametrize("backend", ["full", "explicit", "chunked"])
+@pytest.mark.parametrize("base", ["gpt2", "llama"])
+def test_exports_refuse_a_backend_scale_other_than_one_over_root_head_dim(base, backend):
+    """GPT-2 and LLaMA scale scores by 1/sqrt(head_dim) (here 1/2); a backend's ``scale``
+    option changes the function and was exported as if unset."""
+    export = to_gpt2 if base == "gpt2" else to_llama
+    lm = _lm(base, attn_backend=backend, attn_backend_options={"scale": 1.0})
+    plain = _lm(base, attn_backend=backend)
+    plain.load_state_dict(lm.state_dict())
+    ids = _ids(lm.config.vocab_size)
+    assert not torch.allclose(lm(ids), plain(ids), atol=1e-6)
+    with pytest.raises(ValueError, match=r"attn_backend_options scale=1.0 scales the scores "
+                                         r"otherwise than .*; expected it unset or "
+                                         r"1/sqrt\(head_dim\) = 0.5"):
+        export(lm)
+    # the scale they use, given explicitly, is the same function and exports
+    same = _lm(base, attn_backend=backend, attn_backend_options={"scale": 0.5})
+    same.load_state_dict(plain.state_dict())
+    assert torch.allclose(same(ids), plain(ids), atol=1e-12, rtol=0)
+    # (LLaMA as shipped: its RMSNorm and rotary angles in float32)
+    assert torch.allclose(export(same)(ids).logits, plain(ids), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize(("make", "option", "message"), [
     (lambda: _gpt2(scale_attn_by_inverse_layer_idx=True), from_gpt2,
      "scale_attn_by_inverse_layer_idx=True"),

@@ -9,6 +9,7 @@ sharper attention, norms and biases away from 1 and 0, a non-zero ``final_logits
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -236,6 +237,27 @@ def test_marian_export_refuses_what_marian_cannot_express(field, value):
         to_marian(model)
 
 
+@pytest.mark.parametrize(("options", "message"), [
+    ({"cross_attn_backend": "performer"}, r"cross_attn_backend='performer' is not exact"),
+    ({"cross_attn_backend": "linear"}, r"cross_attn_backend='linear' is not exact"),
+    ({"cross_attn_backend_options": {"scale": 1.0}},
+     r"cross_attn_backend_options scale=1.0 scales the scores otherwise than Marian"),
+], ids=["performer", "linear", "scale"])
+def test_marian_export_refuses_cross_attention_that_marian_does_not_compute(options, message):
+    """Marian's cross-attention is exact softmax(Q Kᵀ/√head_dim) V; another backend or scale
+    gives other logits from the same weights, and was exported as Marian's."""
+    from graded import Seq2SeqTransformer
+
+    converted = from_marian(_marian())
+    model = Seq2SeqTransformer(converted.config.replace(**options)).double().eval()
+    model.load_state_dict(converted.state_dict(), strict=False)  # a performer's features too
+    src, mask, tgt = _batch()
+    assert not torch.allclose(model(src, tgt, mask == 0), converted(src, tgt, mask == 0),
+                              atol=1e-3)
+    with pytest.raises(ValueError, match=message):
+        to_marian(model)
+
+
 def test_marian_export_refuses_changed_positions_and_a_missing_pad_token():
     model = from_marian(_marian())
     with torch.no_grad():
@@ -337,6 +359,62 @@ def test_marian_generation_options_refuse_what_generate_cannot_do():
     with pytest.raises(ValueError, match=r"forced_eos_token_id must be a token id in \[0, 23\) "
                        "or a non-empty list of them, got -1"):
         model.generate(src, 4, bos_token_id=PAD, forced_eos_token_id=-1)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("setting", [
+    {"repetition_penalty": 3.0}, {"no_repeat_ngram_size": 1}, {"sequence_bias": {(3,): 4.0}},
+    {"min_length": 3}, {"min_length": 4}, {"min_new_tokens": 3},
+], ids=["repetition_penalty", "no_repeat_ngram", "sequence_bias", "min_length_3",
+        "min_length_4", "min_new_tokens"])
+def test_logits_processors_of_the_generation_config_give_hugging_faces_tokens(setting,
+                                                                              num_beams):
+    """Hugging Face's ``generate`` applies the processors its generation config sets; the
+    options recorded for ours carry them (``min_length`` counts the decoder start token), so
+    the tokens agree, and differ from those decoded without the processor (which the options
+    gave before)."""
+    from graded.interop.marian import marian_generation_options
+
+    hf = _marian_that_likes_padding()
+    src, mask, _ = _batch()
+    free = hf.generate(src, attention_mask=mask, max_new_tokens=8, num_beams=1,
+                       forced_eos_token_id=None)
+    eos = int(free[0, 2])  # greedy decoding ends row 0 at its second new token
+    hf.generation_config.eos_token_id = hf.generation_config.forced_eos_token_id = eos
+    hf.generation_config.num_beams = num_beams
+    plain = from_marian(hf).generation_options
+    for name, value in setting.items():
+        setattr(hf.generation_config, name, value)
+    model = from_marian(hf)
+    assert model.generation_options == marian_generation_options(hf)
+    theirs = hf.generate(src, attention_mask=mask, max_new_tokens=8)
+    ours = model.generate(src, 8, src_key_padding_mask=mask == 0, **model.generation_options)
+    assert torch.equal(ours, theirs)
+    without = model.generate(src, 8, src_key_padding_mask=mask == 0, **plain)
+    if num_beams == 1 or ("min_length" not in setting and "min_new_tokens" not in setting):
+        assert not torch.equal(without, theirs)  # (these beams end no row before the minimum)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("suppress_tokens", [3, 4]), ("begin_suppress_tokens", [3]), ("forced_bos_token_id", 3),
+    ("exponential_decay_length_penalty", (2, 1.5)), ("encoder_no_repeat_ngram_size", 2),
+    ("num_return_sequences", 2),
+])
+def test_generation_config_options_generate_cannot_apply_are_refused_by_name(name, value):
+    """Each makes Hugging Face's ``generate`` give other tokens (or rows) than ours, and was
+    dropped from the options without a word."""
+    from graded.interop.marian import marian_generation_options
+
+    config = transformers.GenerationConfig(decoder_start_token_id=PAD, eos_token_id=EOS,
+                                           num_beams=3, **{name: value})
+    with pytest.raises(ValueError, match=rf"generation config has {name}={re.escape(repr(value))}"
+                                         r", which Seq2SeqTransformer.generate cannot apply"):
+        marian_generation_options(config)
+    neutral = transformers.GenerationConfig(decoder_start_token_id=PAD, num_beams=3,
+                                            repetition_penalty=1.0, no_repeat_ngram_size=0,
+                                            num_return_sequences=1, min_length=0)
+    assert marian_generation_options(neutral) == {
+        "bos_token_id": PAD, "num_beams": 3, "length_penalty": 1.0, "early_stopping": False}
 
 
 def test_a_grafted_marian_keeps_its_generation_options_and_hugging_faces_tokens():

@@ -201,7 +201,8 @@ def bigram(train: TaskDataset, test: TaskDataset, vocab_size: int, *,
 
 def prompt_nearest_neighbour(train: TaskDataset, test: TaskDataset, vocab_size: int, *,
                              encoder_decoder: bool = False) -> Tensor:
-    """Copy the targets of the train example whose prompt (lm: inputs at unscored positions;
+    """Copy the targets of the train example whose prompt (lm: the inputs before the first
+    scored one, i.e. those not equal to a scored target, which input t + 1 is of target t;
     seq2seq: the source) is nearest in one-hot Hamming distance."""
     t = test.targets.shape[1]
     pad_id = int(test.info.get("pad_id") or 0)
@@ -212,7 +213,9 @@ def prompt_nearest_neighbour(train: TaskDataset, test: TaskDataset, vocab_size: 
         else:
             x = _align(d.inputs, t, pad_id)
             scored = _align(d.targets, t, IGNORE_INDEX) != IGNORE_INDEX
-            x = torch.where(scored, torch.full_like(x, pad_id), x)
+            answer = torch.zeros_like(scored)  # input t + 1 is target t: part of the answer
+            answer[:, 1:] = scored[:, :-1]
+            x = torch.where(answer, torch.full_like(x, pad_id), x)
         return F.one_hot(x, vocab_size).double().reshape(x.shape[0], -1)
 
     idx = _neighbours(prompt(train), prompt(test), 1)[:, 0]

@@ -1,11 +1,14 @@
 """Metrics: accuracy, token accuracy, exact match, MSE, MAE and R² (003 §3.2 "how to tell").
 
 Predictions are class ids (long) or logits/scores with one more trailing dimension than the
-targets (then the argmax is taken); regression predictions have the targets' shape.
+targets (then the argmax is taken); regression predictions have the targets' shape. A NaN among
+the logits of a scored entry makes the score NaN, as a NaN prediction makes the regression
+errors NaN (``argmax`` would take the NaN for the largest logit and count a guess).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import torch
@@ -39,6 +42,13 @@ def as_labels(predictions: Tensor, targets: Tensor) -> Tensor:
                      "trailing class dimension)")
 
 
+def _nan_logits(predictions: Tensor, targets: Tensor, keep: Tensor) -> bool:
+    """Whether a kept entry's logits (one more trailing dimension than the targets) hold NaN."""
+    if predictions.ndim != targets.ndim + 1 or not predictions.is_floating_point():
+        return False
+    return bool((predictions.isnan().any(-1) & keep).any())
+
+
 def _mask(targets: Tensor, mask: Tensor | None) -> Tensor:
     keep = targets != IGNORE_INDEX
     if mask is not None:
@@ -56,6 +66,8 @@ def accuracy(predictions: Tensor, targets: Tensor, mask: Tensor | None = None) -
     n = int(keep.sum())
     if n == 0:
         raise ValueError("accuracy over an empty set: no target is kept by the mask")
+    if _nan_logits(predictions, targets, keep):
+        return math.nan
     return float(((pred == targets) & keep).sum()) / n
 
 
@@ -76,6 +88,8 @@ def exact_match(predictions: Tensor, targets: Tensor, mask: Tensor | None = None
     scored = keep.any(-1)
     if not bool(scored.any()):
         raise ValueError("exact_match over an empty set: no row has a kept target")
+    if _nan_logits(predictions, targets, keep):
+        return math.nan
     correct = ((pred == targets) | ~keep).all(-1)
     return float((correct & scored).sum()) / float(scored.sum())
 
@@ -99,10 +113,11 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
     predicted exactly and 0 otherwise. Predicting the test mean scores 0.
     """
     _same_shape(predictions, targets, "R²")
-    y = targets.double().reshape(targets.shape[0], -1)
-    p = predictions.double().reshape(targets.shape[0], -1)
-    if y.shape[0] < 2:
-        raise ValueError(f"R² needs at least 2 examples, got {y.shape[0]}")
+    n = targets.shape[0] if targets.ndim else 1  # a 0-d target is one example
+    if n < 2:
+        raise ValueError(f"R² needs at least 2 examples, got {n}")
+    y = targets.double().reshape(n, -1)
+    p = predictions.double().reshape(n, -1)
     ss_res = ((y - p) ** 2).sum(0)
     ss_tot = ((y - y.mean(0)) ** 2).sum(0)
     col = torch.where(ss_tot > 0, 1 - ss_res / torch.where(ss_tot > 0, ss_tot, 1.0),

@@ -33,10 +33,11 @@ def random_split(data: TaskDataset, n_test: int, seed: int = 0
     """A random partition into len(data) - n_test train and n_test test examples that keeps
     every copy of one input on the same side (no test input occurs in training).
 
-    Examples are visited in a seeded random order; each one not placed yet goes to the test
-    side with all its copies (equal ``inputs``) if they fit in ``n_test``, else to the train
-    side. Without repeated inputs this is the first ``n_test`` of the random order. A test size
-    no grouping reaches exactly raises ``ValueError``.
+    Examples are visited in a seeded random order, each input's copies (equal ``inputs``) as
+    one group where its first copy comes; a group goes to the test side when it fits in what
+    is left of ``n_test`` and the groups after it can still fill the rest exactly, else to the
+    train side. Without repeated inputs this is the first ``n_test`` of the random order. Only
+    a test size that no set of whole groups reaches raises ``ValueError``.
     """
     check_int("n_test", n_test, minimum=1, maximum=len(data) - 1)
     perm = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -44,19 +45,27 @@ def random_split(data: TaskDataset, n_test: int, seed: int = 0
     keys = input_keys(data)
     for i in perm:
         copies.setdefault(keys[i], []).append(i)
-    test: list[int] = []
-    train: list[int] = []
-    for i in perm:
-        group = copies.pop(keys[i], None)
-        if group is None:  # placed with an earlier copy
-            continue
-        (test if len(test) + len(group) <= n_test else train).extend(group)
-    if len(test) != n_test:
+    groups = list(copies.values())  # in the order of their first copies
+    # reachable[g]: bit s set when the groups g, g+1, ... hold a subset of s examples
+    reachable = [1] * (len(groups) + 1)
+    for g in range(len(groups) - 1, -1, -1):
+        reachable[g] = reachable[g + 1] | (reachable[g + 1] << len(groups[g]))
+    if not reachable[0] >> n_test & 1:
+        below = (reachable[0] & ((1 << n_test) - 1)).bit_length() - 1
+        above = reachable[0] >> (n_test + 1)
+        above = n_test + 1 + (above & -above).bit_length() - 1 if above else None
         raise ValueError(
             f"n_test={n_test} cannot be met without putting copies of one input on both sides: "
-            f"whole groups of equal inputs give a test set of {len(test)}; "
-            f"{len(data)} examples hold {len(set(keys))} distinct inputs"
+            f"whole groups of equal inputs give a test set of {below}"
+            f"{'' if above is None else f' or {above}'}, no size between; {len(data)} "
+            f"examples hold {len(groups)} distinct inputs"
         )
+    test: list[int] = []
+    train: list[int] = []
+    for g, group in enumerate(groups):
+        left = n_test - len(test) - len(group)
+        fits = left >= 0 and reachable[g + 1] >> left & 1
+        (test if fits else train).extend(group)
     return data.subset(train), data.subset(test)
 
 
@@ -86,7 +95,7 @@ def size_split(data: TaskDataset, threshold: float,
     large = torch.nonzero(sizes > threshold).flatten()
     if len(small) == 0 or len(large) == 0:
         raise ValueError(f"threshold {threshold} leaves an empty side: sizes range over "
-                         f"[{int(sizes.min())}, {int(sizes.max())}]")
+                         f"[{sizes.min().item()}, {sizes.max().item()}]")
     return data.subset(small), data.subset(large)
 
 
@@ -96,15 +105,17 @@ def family_split(data: TaskDataset, family_ids: Tensor | Sequence[object],
 
     ``family_ids`` gives each example's family: a (N,) tensor of ints (as the ``family`` tensor
     of a task with families, indices into ``task.families()``) or a sequence of names;
-    ``test_families`` holds values of the same kind. A held-out example whose inputs equal a
-    training example's (one graph drawn by two generators: a 4-cycle is also 2-regular) is left
-    out of the test side, so no test input occurs in training. A held-out family absent from
-    ``family_ids``, or either side being empty, raises.
+    ``test_families`` holds values of the same kind (ints, in a tensor too). A held-out example
+    whose inputs equal a training example's (one graph drawn by two generators: a 4-cycle is
+    also 2-regular) is left out of the test side, so no test input occurs in training. A
+    held-out family absent from ``family_ids``, or either side being empty, raises.
     """
     if isinstance(test_families, str):  # set("cycle") would hold out 'c', 'y', 'l', 'e'
         raise ValueError(f"test_families must be a collection of families, got the string "
                          f"{test_families!r} (for one family, pass [{test_families!r}])")
     ids = family_ids.tolist() if isinstance(family_ids, Tensor) else list(family_ids)
+    if isinstance(test_families, Tensor):  # its elements, 0-d tensors, equal no int in a set
+        test_families = test_families.reshape(-1).tolist()
     if len(ids) != len(data):
         raise ValueError(f"family_ids must give one family per example ({len(data)}), "
                          f"got {len(ids)}")

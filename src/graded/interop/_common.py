@@ -5,6 +5,7 @@ computes (every architecture field expressible, exact attention, an ungraded mod
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -114,12 +115,24 @@ def _architecture(c: TransformerConfig) -> dict[str, Any]:
 
 
 def _same_function(c: TransformerConfig, expected: TransformerConfig, caller: str,
-                   reference: str, unused: tuple[str, ...] = ()) -> None:
+                   reference: str, unused: tuple[str, ...] = (), *,
+                   cross_attention: bool = False) -> None:
     """Refuse an export whose Hugging Face model would compute something other than ``c``;
-    ``unused`` fields do not act in the model exported."""
-    if c.attn_backend not in _EXACT_BACKENDS:
-        raise ValueError(f"{caller}: TransformerConfig.attn_backend={c.attn_backend!r} is not "
-                         f"exact attention; expected one of {_EXACT_BACKENDS}")
+    ``unused`` fields do not act in the model exported. The attention, and with
+    ``cross_attention`` the cross-attention too, must be exact with scores scaled by
+    1/√head_dim (a backend's ``scale`` option unset or that value)."""
+    sides = [("attn_backend", c.attn_backend, c.attn_backend_options)]
+    if cross_attention:
+        sides.append(("cross_attn_backend", c.cross_attn_backend, c.cross_attn_backend_options))
+    for field, backend, options in sides:
+        if backend not in _EXACT_BACKENDS:
+            raise ValueError(f"{caller}: TransformerConfig.{field}={backend!r} is not exact "
+                             f"attention; expected one of {_EXACT_BACKENDS}")
+        scale, default = options.get("scale"), c.head_dim ** -0.5
+        if scale is not None and not math.isclose(scale, default, rel_tol=1e-12):
+            raise ValueError(f"{caller}: TransformerConfig.{field}_options scale={scale!r} "
+                             f"scales the scores otherwise than {reference}; expected it unset "
+                             f"or 1/sqrt(head_dim) = {default!r}")
     if c.attn_backend_cycle:
         raise ValueError(f"{caller}: TransformerConfig.attn_backend_cycle="
                          f"{c.attn_backend_cycle!r} gives layers backends of their own, which "

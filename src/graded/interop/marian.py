@@ -35,8 +35,10 @@ does with ``bos_token_id``.
 Generation. Hugging Face's ``generate`` reads its defaults from the model's generation config:
 Marian's force EOS as the last token at the length limit (``forced_eos_token_id``) and
 checkpoints ban the pad token (``bad_words_ids=[[pad_token_id]]``), besides the start, EOS and
-pad ids and the beam options. :func:`marian_generation_options` turns that config into the
-keyword arguments of :meth:`Seq2SeqTransformer.generate`, and :func:`from_marian` records them
+pad ids, the beam options and any logits processor the config sets (a repetition penalty,
+n-gram blocking, a sequence bias, a minimum length). :func:`marian_generation_options` turns
+that config into the keyword arguments of :meth:`Seq2SeqTransformer.generate`, refusing by name
+what it cannot apply, and :func:`from_marian` records them
 on the converted model as ``generation_options``, so that
 ``model.generate(src, n, src_key_padding_mask=mask == 0, **model.generation_options)`` gives the
 tokens of ``hf.generate(src, attention_mask=mask, max_new_tokens=n)``. They are passed, not
@@ -129,21 +131,44 @@ _GENERATION_OPTIONS = {"decoder_start_token_id": "bos_token_id", "eos_token_id":
                        "forced_eos_token_id": "forced_eos_token_id", "num_beams": "num_beams",
                        "length_penalty": "length_penalty", "early_stopping": "early_stopping"}
 _HF_DEFAULTS = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}
+# logits processors Hugging Face's generate applies where these differ from their neutral
+# values (None is unset): ours carries them under the same names
+_PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "sequence_bias": None}
+# ... and where these do, tokens ours cannot give (refused by name rather than dropped)
+_NOT_CARRIED = {"suppress_tokens": None, "begin_suppress_tokens": None,
+                "forced_bos_token_id": None, "exponential_decay_length_penalty": None,
+                "encoder_no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0,
+                "num_beam_groups": 1, "diversity_penalty": 0.0, "num_return_sequences": 1,
+                "penalty_alpha": None, "constraints": None, "force_words_ids": None,
+                "guidance_scale": 1.0, "watermarking_config": None}
 
 
 def marian_generation_options(model_or_config: Any) -> dict[str, Any]:
     """The options of :meth:`Seq2SeqTransformer.generate` that decode as Hugging Face's
     ``generate`` does by default for a ``MarianMTModel`` (its ``generation_config``) or a
     ``GenerationConfig``: the start (``decoder_start_token_id``, as ``bos_token_id``), EOS and
-    pad ids, ``bad_words_ids``, ``forced_eos_token_id``, and beam search's ``num_beams``,
+    pad ids, ``bad_words_ids``, ``forced_eos_token_id``, beam search's ``num_beams``,
     ``length_penalty`` and ``early_stopping`` (Hugging Face's defaults 1, 1.0, False where unset;
-    ours differ for ``early_stopping``). Sampling options are not carried: Marian decodes
-    greedily or by beams. The EOS ids may be lists, as Hugging Face's; ValueError when the
-    config samples (``do_sample``), has no start id, or lists more than one start or pad id."""
+    ours differ for ``early_stopping``), and the logits processors the config sets:
+    ``repetition_penalty``, ``no_repeat_ngram_size``, ``sequence_bias``, and ``min_new_tokens``
+    from its ``min_new_tokens`` and ``min_length`` (which counts the start token: no EOS among
+    the first ``min_length - 1`` new tokens), where there is an EOS id, as Hugging Face applies
+    them. Sampling options are not carried: Marian decodes greedily or by beams. The EOS ids
+    may be lists, as Hugging Face's; ValueError when the config samples (``do_sample``), has no
+    start id, lists more than one start or pad id, or sets an option whose tokens ours cannot
+    give (``suppress_tokens``, ``forced_bos_token_id``, ``num_return_sequences``, ...: those
+    of ``_NOT_CARRIED``), naming it."""
     config = getattr(model_or_config, "generation_config", model_or_config)
     if getattr(config, "do_sample", False):
         raise ValueError("the generation config has do_sample=True; expected greedy or beam "
                          "decoding (pass the sampling options to generate yourself)")
+    for name, neutral in _NOT_CARRIED.items():
+        value = getattr(config, name, None)
+        if value is not None and value != neutral:
+            raise ValueError(f"the generation config has {name}={value!r}, which "
+                             "Seq2SeqTransformer.generate cannot apply; expected it unset"
+                             f"{'' if neutral is None else f' or {neutral!r}'} (Hugging Face's "
+                             "generate would give other tokens than the options returned)")
     out: dict[str, Any] = {}
     for theirs, ours in _GENERATION_OPTIONS.items():
         value = getattr(config, theirs, None)
@@ -160,6 +185,15 @@ def marian_generation_options(model_or_config: Any) -> dict[str, Any]:
     if "bos_token_id" not in out:
         raise ValueError("the generation config has no decoder_start_token_id; expected the id "
                          "decoding starts from (Marian's pad token)")
+    for name, neutral in _PROCESSORS.items():
+        value = getattr(config, name, None)
+        if value is not None and value != neutral:
+            out[name] = value
+    if out.get("eos_token_id") is not None:  # without one Hugging Face applies no minimum
+        least = max(getattr(config, "min_new_tokens", None) or 0,
+                    (getattr(config, "min_length", None) or 0) - 1)
+        if least > 0:
+            out["min_new_tokens"] = least
     return out
 
 
@@ -224,7 +258,7 @@ def to_marian(model: Seq2SeqTransformer, *, pad_token_id: int | None = None,
         decoder_start_token_id=pad if decoder_start_token_id is None else decoder_start_token_id)
     # without a logits bias ours is Marian's with final_logits_bias = 0
     expected = marian_config(config).replace(logit_bias=c.logit_bias)
-    _same_function(c, expected, "to_marian", "Marian")
+    _same_function(c, expected, "to_marian", "Marian", cross_attention=True)
     hf = MarianMTModel(config).to(_dtype(model))
     mine = model.state_dict()
     state = {"model.encoder.embed_tokens.weight": mine["encoder.embed.tokens.weight"],

@@ -269,11 +269,11 @@ def test_marian_export_refuses_changed_positions_and_a_missing_pad_token():
         to_marian(unpadded)
 
 
-def _marian_that_likes_padding():
+def _marian_that_likes_padding(seed: int = 1):
     """A Marian model whose greedy and beam outputs reach the pad token (its logit raised), with
     the generation config of a Marian checkpoint: the pad token banned, EOS forced at the
     length limit."""
-    hf = _marian()
+    hf = _marian(seed)
     with torch.no_grad():
         hf.final_logits_bias[0, PAD] += 2.0
     hf.generation_config.bad_words_ids = [[PAD]]
@@ -450,3 +450,27 @@ def test_a_generation_config_with_a_list_of_eos_ids_decodes_as_hugging_face():
     assert theirs[0, 2] == eos[0] and (theirs[0, 3:] == PAD).all()  # the listed id ended it
     with pytest.raises(ValueError, match=r"decoder_start_token_id=\[0, 1\]: expected one token"):
         marian_generation_options(transformers.GenerationConfig(decoder_start_token_id=[0, 1]))
+
+
+def test_renormalize_logits_of_the_generation_config_is_carried_and_gives_its_tokens():
+    """A generation config with ``renormalize_logits=True`` (the log-softmax after the
+    processors, which changes beam search's choices once the pad token is banned) was read
+    without it: the options now carry it, and the beams give ``MarianMTModel.generate``'s
+    tokens over several models."""
+    from graded.interop.marian import marian_generation_options
+
+    src, mask, _ = _batch()
+    differ = 0
+    for seed in range(6):
+        hf = _marian_that_likes_padding(seed)
+        hf.generation_config.num_beams = 4
+        plain = from_marian(hf).generate(src, 8, src_key_padding_mask=mask == 0,
+                                         **marian_generation_options(hf))
+        hf.generation_config.renormalize_logits = True
+        options = marian_generation_options(hf)
+        assert options["renormalize_logits"] is True
+        ours = from_marian(hf).generate(src, 8, src_key_padding_mask=mask == 0, **options)
+        theirs = hf.generate(src, attention_mask=mask, max_new_tokens=8)
+        assert torch.equal(ours, theirs), seed
+        differ += not torch.equal(ours, plain)
+    assert differ  # the option changes the tokens of at least one of these models

@@ -212,6 +212,47 @@ def test_processors_give_gpt2_generates_tokens(num_beams, gpt2_pair):
             assert torch.equal(ours, theirs), (options, use_cache)
 
 
+def test_renormalize_logits_equals_hugging_faces_logit_normalization_after_the_processors():
+    history, scores = _step_inputs(5, 7, 4)
+    scores[2] = float("-inf")  # a row with no token left stays at -inf (not NaN)
+    theirs = transformers.LogitsProcessorList([
+        transformers.NoBadWordsLogitsProcessor([[1], [4]], eos_token_id=None),
+        transformers.LogitNormalization(),
+    ])(history, scores)
+    ours = _process(scores, history, bad_words_ids=[[1], [4]], renormalize_logits=True)
+    torch.testing.assert_close(ours[[0, 1, 3, 4]], theirs[[0, 1, 3, 4]], rtol=0, atol=1e-15)
+    assert torch.isneginf(ours[2]).all()
+    assert torch.equal(torch.isneginf(ours), torch.isneginf(scores) | torch.isin(
+        torch.arange(7), torch.tensor([1, 4])))
+    with pytest.raises(ValueError, match=r"renormalize_logits must be True or False, got 'yes'"):
+        _process(scores, history, renormalize_logits="yes")
+
+
+def test_renormalized_beam_search_gives_gpt2_generates_tokens(gpt2_pair):
+    """Hugging Face's ``renormalize_logits`` takes the log-softmax after the processors: with
+    tokens banned, the beams that lost more of their probability are no longer penalised for
+    it, and beam search picks other tokens. It was not an option of ours (the Marian options
+    dropped it: tokens differed from ``hf.generate`` on half the random seeds)."""
+    hf, lm = gpt2_pair
+    pad = 12
+    prompts = torch.tensor([[pad, pad, 7, 5, 3], [8, 11, 4, 6, 1], [10, 8, 11, 2, 0]])
+    attention = (prompts != pad).long()
+    base = {"num_beams": 3, "pad_token_id": pad, "bad_words_ids": [[0], [4], [6]]}
+    theirs = hf.generate(prompts, attention_mask=attention, max_new_tokens=7, do_sample=False,
+                         renormalize_logits=True, **base)
+    plain = hf.generate(prompts, attention_mask=attention, max_new_tokens=7, do_sample=False,
+                        **base)
+    assert not torch.equal(theirs, plain)
+    for use_cache in (True, False):
+        ours = lm.generate(prompts, 7, key_padding_mask=attention == 0, use_cache=use_cache,
+                           renormalize_logits=True, **base)
+        assert torch.equal(ours, theirs), use_cache
+    greedy = {**base, "num_beams": 1}  # a log-softmax shifts each row: argmax is unchanged
+    assert torch.equal(lm.generate(prompts, 7, key_padding_mask=attention == 0,
+                                   renormalize_logits=True, **greedy),
+                       lm.generate(prompts, 7, key_padding_mask=attention == 0, **greedy))
+
+
 def test_processor_options_name_the_value_they_refuse():
     def check(**options):
         logits_processing(vocab_size=11, device=CPU, **options)

@@ -133,7 +133,8 @@ _GENERATION_OPTIONS = {"decoder_start_token_id": "bos_token_id", "eos_token_id":
 _HF_DEFAULTS = {"num_beams": 1, "length_penalty": 1.0, "early_stopping": False}
 # logits processors Hugging Face's generate applies where these differ from their neutral
 # values (None is unset): ours carries them under the same names
-_PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "sequence_bias": None}
+_PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "sequence_bias": None,
+               "renormalize_logits": False}
 # ... and where these do, tokens ours cannot give (refused by name rather than dropped)
 _NOT_CARRIED = {"suppress_tokens": None, "begin_suppress_tokens": None,
                 "forced_bos_token_id": None, "exponential_decay_length_penalty": None,
@@ -150,7 +151,8 @@ def marian_generation_options(model_or_config: Any) -> dict[str, Any]:
     pad ids, ``bad_words_ids``, ``forced_eos_token_id``, beam search's ``num_beams``,
     ``length_penalty`` and ``early_stopping`` (Hugging Face's defaults 1, 1.0, False where unset;
     ours differ for ``early_stopping``), and the logits processors the config sets:
-    ``repetition_penalty``, ``no_repeat_ngram_size``, ``sequence_bias``, and ``min_new_tokens``
+    ``repetition_penalty``, ``no_repeat_ngram_size``, ``sequence_bias``, ``renormalize_logits``,
+    and ``min_new_tokens``
     from its ``min_new_tokens`` and ``min_length`` (which counts the start token: no EOS among
     the first ``min_length - 1`` new tokens), where there is an EOS id, as Hugging Face applies
     them. Sampling options are not carried: Marian decodes greedily or by beams. The EOS ids

@@ -280,7 +280,7 @@ class MorphicTransformer(nn.Module):
         Greedy, sampled (temperature, top-k, top-p) or beam search, through the decoding loop of
         ``graded.transformer.generation``, with its Hugging Face logits processors
         (``processors``: ``repetition_penalty``, ``no_repeat_ngram_size``, ``sequence_bias``,
-        ``bad_words_ids``, ``min_new_tokens``, ``forced_eos_token_id``;
+        ``bad_words_ids``, ``min_new_tokens``, ``forced_eos_token_id``, ``renormalize_logits``;
         :data:`~graded.transformer.generation.PROCESSOR_OPTIONS`). There is no KV cache: routing
         pools the causal context, so each step reruns the model on the whole sequence. With
         learned positions the prompt and the new tokens must fit in ``max_len`` (a position past

@@ -49,6 +49,7 @@ __all__ = ["PROCESSOR_OPTIONS", "check_prompt", "decode", "filter_logits", "gene
 PROCESSOR_OPTIONS: dict[str, object] = {
     "sequence_bias": None, "repetition_penalty": None, "no_repeat_ngram_size": 0,
     "bad_words_ids": None, "min_new_tokens": 0, "forced_eos_token_id": None,
+    "renormalize_logits": False,
 }
 
 Step = Callable[..., Tensor]  # (ids, key_padding_mask, cache[, token_grades]) -> logits
@@ -490,6 +491,7 @@ def generate(
     repetition_penalty: float | None = None,
     no_repeat_ngram_size: int = 0,
     min_new_tokens: int = 0,
+    renormalize_logits: bool = False,
     token_grades: Tensor | None = None,
     token_grader: TokenGrader | None = None,
 ) -> Tensor:
@@ -509,11 +511,13 @@ def generate(
     ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS),
     ``sequence_bias`` (``{(a,): -2.0, (a, b): 1.5}``: add -2 to ``a``'s score, 1.5 to ``b``'s
     right after ``a``), ``repetition_penalty`` (> 1 makes the row's tokens less likely),
-    ``no_repeat_ngram_size`` (n: no n-gram twice in a row) and ``min_new_tokens`` (no EOS before
-    that many). A model that grades tokens (``TransformerConfig.token_grading``, 000 §6.2) needs
-    ``token_grades`` (B, T) of the prompt and ``token_grader``, the grades of a row's token ids
-    as the task grades them (e.g. ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``):
-    each new token's grade is the last of its row's (:func:`grader_of`)."""
+    ``no_repeat_ngram_size`` (n: no n-gram twice in a row), ``min_new_tokens`` (no EOS before
+    that many) and ``renormalize_logits`` (the log-softmax after them: in beam search the tokens
+    left share the whole probability). A model that grades tokens
+    (``TransformerConfig.token_grading``, 000 §6.2) needs ``token_grades`` (B, T) of the prompt
+    and ``token_grader``, the grades of a row's token ids as the task grades them (e.g.
+    ``lambda ids: task.grade_tokens(task.vocab.decode(ids))``): each new token's grade is the
+    last of its row's (:func:`grader_of`)."""
     check_prompt(input_ids, max_new_tokens, None)
     kpm = _defaults(key_padding_mask, input_ids)
     check_prompt(input_ids, max_new_tokens, position_limit(model.config), key_padding_mask=kpm)
@@ -538,7 +542,8 @@ def generate(
                     token_grades=token_grades, grade_last=grade_last,
                     bad_words_ids=bad_words_ids, forced_eos_token_id=forced_eos_token_id,
                     sequence_bias=sequence_bias, repetition_penalty=repetition_penalty,
-                    no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens)
+                    no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
+                    renormalize_logits=renormalize_logits)
     finally:
         model.train(was_training)
 

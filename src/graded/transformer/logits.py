@@ -173,7 +173,11 @@ class LogitsProcessing:
     the row's ids, padding included; ``banned`` (``bad_words_ids``) puts its entries at -inf;
     ``min_new_tokens`` puts every EOS id at -inf until that many tokens are new; at the last
     step ``forced_eos_token_id`` leaves only its ids, at 0. They act on the logits before sampling's
-    temperature and filters, and on the log-probabilities in beam search."""
+    temperature and filters, and on the log-probabilities in beam search. ``renormalize``
+    (Hugging Face's ``renormalize_logits``, its ``LogitNormalization`` after every processor)
+    takes the log-softmax of the processed scores: in beam search the tokens a processor left
+    then share the whole probability, which changes how beams compare; greedy decoding and
+    sampling pick as without it (a log-softmax shifts a row by a constant)."""
 
     bias: TokenSequences | None = None
     repetition_penalty: float | None = None
@@ -182,6 +186,7 @@ class LogitsProcessing:
     min_new_tokens: int = 0
     eos_token_ids: tuple[int, ...] = ()
     forced_eos_token_ids: tuple[int, ...] = ()
+    renormalize: bool = False
 
     def __call__(self, scores: Tensor, history: Tensor, *, new_tokens: int, last: bool,
                  start: Tensor | None = None) -> Tensor:
@@ -193,7 +198,7 @@ class LogitsProcessing:
         if last and self.forced_eos_token_ids:
             out = torch.full_like(scores, float("-inf"))
             out[:, list(self.forced_eos_token_ids)] = 0.0
-            return out
+            return self._normalised(out)
         if self.bias is not None:
             scores = scores + self.bias.bias(scores, history)
         if self.repetition_penalty is not None:
@@ -205,7 +210,15 @@ class LogitsProcessing:
         if new_tokens < self.min_new_tokens:
             scores = scores.index_fill(-1, torch.tensor(self.eos_token_ids,
                                                         device=scores.device), float("-inf"))
-        return scores
+        return self._normalised(scores)
+
+    def _normalised(self, scores: Tensor) -> Tensor:
+        """The log-softmax of ``scores`` with ``renormalize`` (a row with no token left stays
+        at -inf, not NaN); ``scores`` without."""
+        if not self.renormalize:
+            return scores
+        out = torch.log_softmax(scores, dim=-1)
+        return out.masked_fill(torch.isneginf(scores).all(dim=-1, keepdim=True), float("-inf"))
 
 
 def _penalise_repeats(scores: Tensor, history: Tensor, penalty: float,
@@ -239,7 +252,7 @@ def logits_processing(
     sequence_bias: Mapping[tuple[int, ...], float] | Sequence[Sequence[object]] | None = None,
     repetition_penalty: float | None = None, no_repeat_ngram_size: int = 0,
     bad_words_ids: Sequence[Sequence[int]] | None = None, min_new_tokens: int = 0,
-    forced_eos_token_id: int | Sequence[int] | None = None,
+    forced_eos_token_id: int | Sequence[int] | None = None, renormalize_logits: bool = False,
 ) -> LogitsProcessing | None:
     """Hugging Face's options of these names, checked, as a :class:`LogitsProcessing` (None
     when none is set). ``sequence_bias``: ``{(t1, ..., tn): bias}`` or ``[[[t1, ..., tn],
@@ -250,7 +263,10 @@ def logits_processing(
     repeated entries count once. ``repetition_penalty`` > 0 (1 changes nothing);
     ``no_repeat_ngram_size`` and ``min_new_tokens`` >= 0 (0 is off); ``min_new_tokens`` needs
     ``eos_token_id``. ``eos_token_id`` and ``forced_eos_token_id`` are one id or a list of
-    ids, as Hugging Face's (:func:`eos_ids`)."""
+    ids, as Hugging Face's (:func:`eos_ids`); ``renormalize_logits`` a bool (the log-softmax
+    after the processors, :class:`LogitsProcessing`)."""
+    if not isinstance(renormalize_logits, bool):
+        raise ValueError(f"renormalize_logits must be True or False, got {renormalize_logits!r}")
     eos = eos_ids(eos_token_id, vocab_size)
     forced = eos_ids(forced_eos_token_id, vocab_size, name="forced_eos_token_id")
     bias = None
@@ -280,10 +296,10 @@ def logits_processing(
         raise ValueError(f"min_new_tokens={min_new_tokens} needs eos_token_id: it keeps the EOS "
                          "from being chosen before that many new tokens")
     if (all(x is None for x in (bias, banned, repetition_penalty))
-            and not (no_repeat_ngram_size or min_new_tokens or forced)):
+            and not (no_repeat_ngram_size or min_new_tokens or forced or renormalize_logits)):
         return None
     return LogitsProcessing(bias, repetition_penalty, no_repeat_ngram_size, banned,
-                            min_new_tokens, eos, forced)
+                            min_new_tokens, eos, forced, renormalize_logits)
 
 
 def _biases(sequence_bias: object, vocab_size: int) -> dict[tuple[int, ...], float]:

@@ -118,6 +118,37 @@ def test_scale_of_grades_in_bfloat16_uses_the_float32_lambda():
     torch.testing.assert_close(got.double(), by_hand(1.01, Q), rtol=BF16_ULP, atol=0.0)
 
 
+@pytest.mark.parametrize("dtype, lam, grades", [
+    (BF16, 2.0, [10.0, 7.0, 5.5, 12.0, 3.0]),  # 2^10 came out as 1000, 2^7 as 127
+    (BF16, 3.0, [3.0, 7.0, 10.0]),  # 3^3 as 27.5
+    (BF16, 1.01, [0.5, 10.0, 100.0]),
+    (torch.float16, 2.0, [3.0, 0.5, 4.0]),  # 2^3 as 8.0078 (within the float16 cap, e^4.5)
+    (torch.float16, 1.5, [3.0, 5.5, 7.0]),
+])
+def test_scale_of_in_a_narrow_dtype_is_lambda_to_the_q_rounded_once(dtype, lam, grades):
+    # the float64 λ^q (by hand) rounded once to the grading's dtype, exactly
+    grading = ExponentialGrading(len(grades), grades, base=lam).to(dtype)
+    q = torch.tensor(grades, dtype=dtype)
+    assert math.exp(grading._cap()) > max(by_hand(lam, grades))  # no clamp in these cases
+    got = grading.scale_of(q)
+    assert got.dtype == dtype
+    assert got.tolist() == by_hand(lam, grades).to(dtype).tolist()
+    # for q given in bfloat16 to a float32 grading too
+    got = ExponentialGrading(len(grades), base=lam).scale_of(q)
+    assert got.dtype == dtype and got.tolist() == by_hand(lam, grades).to(dtype).tolist()
+
+
+def test_scale_of_keeps_the_cap_and_gives_integer_grades_a_float32_scale():
+    # float16: the cap exp(½ ln 65504 − 1) ≈ 94.3 of scales() clamps 2^10, after one rounding
+    grading = ExponentialGrading(2, [1.0, 10.0], base=2.0).half()
+    cap = 0.5 * math.log(torch.finfo(torch.float16).max) - 1.0
+    got = grading.scale_of(torch.tensor([1.0, 10.0], dtype=torch.float16))
+    assert got.tolist() == [2.0, float(torch.tensor(math.exp(cap), dtype=torch.float16))]
+    # integer q: ln λ was cast to the integer dtype (0), giving 1 for every grade
+    got = ExponentialGrading(2, base=2.0).scale_of(torch.tensor([3, 10]))
+    assert got.dtype == F32 and got.tolist() == [8.0, 1024.0]
+
+
 @pytest.mark.parametrize("assign", [False, True])
 def test_a_state_dict_with_a_bfloat16_lambda_loads_into_the_float32_buffer(assign):
     # saved from a bfloat16 model before λ kept its precision: keys grades and base

@@ -1,9 +1,11 @@
 """Gradings: the grade conversions and checks no other test reaches, the module reprs, and
 ExponentialGrading.scales_at against λ^{s·q} computed directly."""
 
+import numpy as np
 import pytest
 import torch
 
+from graded.algebra import GradedSpace
 from graded.grading import ExponentialGrading, LinearGrading, as_grade_tensor, stacked_scales
 
 
@@ -15,7 +17,8 @@ def test_integer_grade_tensors_become_floating():
 
 
 def test_grade_conversions_name_the_bad_value():
-    with pytest.raises(TypeError, match=r"grades must be a real tensor, got dtype torch.bool"):
+    with pytest.raises(TypeError, match=r"grades must be real numbers, got the bool True at "
+                                        r"index 0 \(dtype torch.bool\): a bool is not a grade"):
         as_grade_tensor(torch.tensor([True, False]))
     with pytest.raises(TypeError, match=r"q must be a real tensor, got dtype torch.complex64"):
         as_grade_tensor(torch.zeros(2, dtype=torch.complex64), name="q")
@@ -166,3 +169,29 @@ def test_a_grading_refuses_a_zero_dimensional_input_naming_its_shape():
     with pytest.raises(ValueError, match=r"input has shape \(\): its last dimension must hold "
                                          r"the dim=1 features"):
         ExponentialGrading(1, [1.0])(torch.tensor(2.0))
+
+
+@pytest.mark.parametrize("grades, shown", [
+    ([True, False], r"the bool True at index 0"),
+    ([0.5, False], r"the bool False at index 1"),
+    ([[1.0, 2.0], [1, True]], r"the bool True at index \(1, 1\)"),
+    ([1.0, np.bool_(True)], r"the bool True at index 1"),
+    (np.array([False, True]), r"the bool False at index 0 \(dtype bool\)"),
+    (torch.tensor([[False, True]]), r"the bool False at index \(0, 0\) \(dtype torch.bool\)"),
+    (torch.zeros(0, dtype=torch.bool), r"a tensor of dtype torch.bool and shape \(0,\)"),
+])
+def test_bool_grades_are_refused_by_value_in_a_list_as_in_a_tensor(grades, shown):
+    # torch.tensor reads True as 1.0; GradedSpace refuses a bool grade, and so does this
+    with pytest.raises(TypeError, match=r"grades must be real numbers, got " + shown
+                       + r": a bool is not a grade"):
+        as_grade_tensor(grades)
+    flat = grades.tolist() if hasattr(grades, "tolist") else grades
+    if len(flat) and not isinstance(flat[0], list):  # GradedSpace takes one row of grades
+        with pytest.raises(TypeError, match=r"grade \S+ at index \d is not a real number"):
+            GradedSpace(flat)
+
+
+def test_integer_and_float_grades_still_convert_beside_the_bool_check():
+    assert as_grade_tensor([1, 2.5]).tolist() == [1.0, 2.5]
+    assert as_grade_tensor(np.array([1, 3])).tolist() == [1.0, 3.0]
+    assert as_grade_tensor(torch.tensor([[1, 2]], dtype=torch.int16)).tolist() == [[1.0, 2.0]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ from graded.encodings import (
     edges_of,
     monomials,
 )
+from graded.encodings.permutations import check_permutation
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -180,6 +182,33 @@ def test_permutation_encodings_match_003_example_3_2():
     expected = [[0, 0, 0, 1, 0], [0, 0, 0, 0, 1], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [1, 0, 0, 0, 0]]
     assert matrix.tolist() == expected
     assert PermutationCycleCodec(5).encode(pi) == ["(", "1", "4", "3", "2", "5", ")"]
+
+
+@pytest.mark.parametrize("as_array", [
+    np.array, lambda pi: np.array(pi, dtype=np.uint8), lambda pi: np.array(pi, dtype=np.int32),
+    torch.tensor, lambda pi: torch.tensor(pi, dtype=torch.int16),
+])
+def test_permutation_codecs_take_a_1d_integer_array_as_the_tuple(as_array):
+    pi = (4, 5, 2, 3, 1)  # 003 Example 3.2: cycle form (1, 4, 3, 2, 5)
+    assert check_permutation(as_array(pi), 5) == pi
+    assert all(type(x) is int for x in check_permutation(as_array(pi), 5))
+    assert PermutationCycleCodec(5).encode(as_array(pi)) == ["(", "1", "4", "3", "2", "5", ")"]
+    for codec in (PermutationOneLineCodec(5), PermutationMatrixCodec(5)):
+        assert codec.encode(as_array(pi)) == codec.encode(pi)
+
+
+def test_permutation_arrays_of_float_or_bool_dtype_or_not_1d_are_refused_naming_them():
+    for arr, dtype in [(np.array([2.0, 1.0]), "float64"),
+                       (torch.tensor([2.0, 1.0]), "torch.float32"),
+                       (np.array([True, False]), "bool"),
+                       (torch.tensor([True, False]), "torch.bool")]:
+        with pytest.raises(TypeError, match=rf"a permutation must hold integers, got an array of "
+                                            rf"dtype {dtype}"):
+            check_permutation(arr, 2)
+    with pytest.raises(ValueError, match=r"one-dimensional, got an array of shape \(2, 2\)"):
+        check_permutation(torch.tensor([[1, 2], [2, 1]]), 2)
+    with pytest.raises(ValueError, match=r"\(1, 1\) is not a permutation of 1..2"):
+        check_permutation(np.array([1, 1]), 2)
 
 
 def test_graph_encodings_match_003_example_3_3():

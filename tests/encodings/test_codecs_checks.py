@@ -1,13 +1,26 @@
 """Vocabulary / Codec base helpers and MatrixCodec: the checks no other test reaches, the
 default-vocabulary ids against the ids counted by hand, and tensor inputs."""
 
+import inspect
 import re
 
 import numpy as np
 import pytest
 import torch
 
-from graded.encodings.base import DecodeError, Vocabulary
+from graded.encodings import (
+    AdjacencyCodec,
+    DensePolynomialCodec,
+    EdgeListCodec,
+    PermutationCycleCodec,
+    PermutationMatrixCodec,
+    PermutationOneLineCodec,
+    SparsePolynomialCodec,
+    SubsetIndicatorCodec,
+    SubsetListCodec,
+    UpperTriangleCodec,
+)
+from graded.encodings.base import Codec, DecodeError, Vocabulary
 from graded.encodings.integers import IntegerCodec
 from graded.encodings.matrices import MatrixCodec
 
@@ -101,3 +114,57 @@ def test_matrix_decoder_rejects_an_entry_beyond_int64_with_reason():
     with pytest.raises(DecodeError, match=rf"entry 2 is -{2**63 + 1}, outside the int64 range"):
         codec.decode(["+", "1", "-", *str(2**63 + 1)])
     np.testing.assert_array_equal(codec.decode(["-", *str(2**63), "+", "1"]), [[-(2**63), 1]])
+
+
+def _concrete_codecs(cls=Codec):
+    for sub in cls.__subclasses__():
+        if not inspect.isabstract(sub) and sub.__module__.startswith("graded."):
+            yield sub
+        yield from _concrete_codecs(sub)
+
+
+ADJ2 = [[0, 1], [1, 0]]
+# each codec, a list of its tokens, the object they encode (worked by hand), and that list
+# joined into one string, which a character-per-token reading would also decode
+BARE_STRING_CASES = [
+    (SubsetListCodec(20), ["1", "2"], frozenset({1, 2})),
+    (SubsetIndicatorCodec(2), ["1", "0"], frozenset({1})),
+    (IntegerCodec(), ["-", "3", "5"], -35),
+    (PermutationOneLineCodec(2), ["2", "1"], (2, 1)),
+    (PermutationMatrixCodec(2), ["0", "1", "1", "0"], (2, 1)),
+    (PermutationCycleCodec(2), ["(", "1", "2", ")"], (2, 1)),
+    (SparsePolynomialCodec(1), ["+", "3", "e1"], {(1,): 3}),  # 3x
+    (DensePolynomialCodec(1, 1), ["+", "0", "+", "3"], {(1,): 3}),  # 0·1 + 3·x
+    (MatrixCodec(1, 2), ["0", "1"], np.array([[0, 1]])),
+    (AdjacencyCodec(2), ["0", "1", "1", "0"], np.array(ADJ2)),
+    (UpperTriangleCodec(2), ["1"], np.array(ADJ2)),
+    (EdgeListCodec(2), ["1", "2"], np.array(ADJ2)),
+]
+
+
+@pytest.mark.parametrize("codec, tokens, obj", BARE_STRING_CASES,
+                         ids=[type(c).__name__ for c, _, _ in BARE_STRING_CASES])
+def test_every_codec_refuses_a_bare_string_and_still_decodes_a_list_of_tokens(codec, tokens,
+                                                                              obj):
+    text = "".join(tokens)
+    with pytest.raises(TypeError, match=rf"decode expects a sequence of tokens \(a list of "
+                                        rf"strings, as encode returns\), got the str "
+                                        rf"{re.escape(repr(text))}"):
+        codec.decode(text)
+    with pytest.raises(TypeError, match=r"got the bytes"):
+        codec.decode(text.encode())
+    def same(decoded):
+        return np.array_equal(decoded, obj) if isinstance(obj, np.ndarray) else decoded == obj
+
+    assert same(codec.decode(tokens)) and same(codec.decode(tuple(tokens)))
+    assert same(codec.decode_ids(codec.encode_ids(obj)))
+
+
+def test_the_bare_string_cases_cover_every_codec():
+    assert {type(c) for c, _, _ in BARE_STRING_CASES} == set(_concrete_codecs())
+
+
+def test_a_multi_character_token_in_a_list_is_one_token():
+    # "12" as a string was read as {1, 2}; as one token it is the element 12
+    assert SubsetListCodec(20).decode(["12"]) == frozenset({12})
+    assert SubsetListCodec(20).decode(["1", "2"]) == frozenset({1, 2})

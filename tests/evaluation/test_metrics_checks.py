@@ -91,3 +91,21 @@ def test_nan_logits_of_a_scored_entry_give_a_nan_score_not_a_counted_guess():
     assert accuracy(logits, rows) == 1.0 == exact_match(logits, rows)
     assert accuracy(logits.bfloat16(), rows) == 1.0
     assert math.isnan(mse(torch.tensor([nan, 1.0]), torch.tensor([0.0, 1.0])))  # the same rule
+
+
+def test_r2_with_a_nan_target_or_prediction_is_nan_as_mse_and_mae_are():
+    nan = float("nan")
+    clean = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    holed = torch.tensor([1.0, 2.0, nan, 4.0])
+    for p, y in [(clean, holed), (holed, clean), (holed, holed)]:
+        assert math.isnan(mse(p, y)) and math.isnan(mae(p, y))
+        assert math.isnan(r2(p, y))
+    # one NaN column of two makes the uniform average NaN; a constant target column too
+    y = torch.tensor([[1.0, nan], [2.0, 1.0], [3.0, 1.0]])
+    assert math.isnan(r2(torch.tensor([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0]]), y))
+    assert math.isnan(r2(torch.tensor([1.0, nan, 1.0]), torch.ones(3)))
+    # an infinite target leaves SS_tot undefined (inf - inf)
+    assert math.isnan(r2(clean[:3], torch.tensor([1.0, 2.0, float("inf")])))
+    # finite columns keep their value, by hand: SS_res = 1, SS_tot = 5
+    y = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert r2(torch.tensor([1.0, 2.0, 3.0, 5.0]), y) == pytest.approx(1 - 1 / 5)

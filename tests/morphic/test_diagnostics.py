@@ -322,3 +322,28 @@ def test_write_report_refuses_batches_without_a_scored_token(tmp_path):
                                          r"batch\(es\) is ignore_index = -100"):
         write_report(model, [(ids, torch.full_like(targets, -100))], tmp_path / "report")
     assert not (tmp_path / "report").exists()
+
+
+def test_evaluation_loss_refuses_batches_without_a_scored_token_as_write_report_does():
+    # every target ignored, or no batch: evaluation_loss returned 0.0, a mean over no token
+    task = VariableAdditionTask(5, (1, 2))
+    model = build_adder_model(task)
+    ids, targets, _ = task.all_examples()
+    ignored = torch.full_like(targets, model.ignore_index)
+    model.train()
+    for fn in (evaluation_loss, edge_ablation):  # the ablation's base is evaluation_loss
+        with pytest.raises(ValueError, match=r"evaluation_loss needs at least one scored token; "
+                                             r"every target of the 2 batch\(es\) is "
+                                             r"ignore_index = -100"):
+            fn(model, [(ids, ignored), (ids, ignored)])
+        assert model.training  # the mode is restored on the error too
+    with pytest.raises(ValueError, match=r"evaluation_loss needs at least one \(input_ids, "
+                                         r"targets\) batch"):
+        evaluation_loss(model, iter([]))
+    # one scored token among ignored ones: the loss is that token's cross-entropy alone
+    one = ignored.clone()
+    one[0, -1] = targets[0, -1]
+    model.eval()
+    with torch.no_grad():
+        want = float(torch.nn.functional.cross_entropy(model(ids)[0, -1], targets[0, -1]))
+    assert evaluation_loss(model, [(ids, one), (ids, ignored)]) == pytest.approx(want, rel=1e-6)

@@ -145,3 +145,20 @@ def test_a_word_length_no_balanced_word_has_is_refused_naming_it(length, error, 
 
     with pytest.raises(error, match=message):
         DyckLM().sample_word(random.Random(0), length)
+
+
+@pytest.mark.parametrize("seed, error, message", [
+    (-5, ValueError, r"seed must be >= 0, got -5"),  # random.Random(-5) draws what 5 draws
+    (5.0, TypeError, r"seed must be an int, got 5\.0 \(float\)"),
+    (True, TypeError, r"seed must be an int, got True \(bool\)"),
+])
+def test_type_permutation_checks_its_seed_as_relabel_does(seed, error, message):
+    task = DyckLM(k=3, max_length=16)
+    data = task.generate(4, seed=1)
+    for call in (lambda: task.type_permutation(seed), lambda: task.relabel(data, seed)):
+        with pytest.raises(error, match=message):
+            call()
+    # a checked seed still gives relabel's table: the inputs move by it, token by token
+    table = task.type_permutation(5)
+    assert task.relabel(data, 5).inputs.tolist() == [[table[i].item() for i in row]
+                                                     for row in data.inputs.tolist()]

@@ -14,6 +14,7 @@ this is the validity criterion of 003 §3.1 made strict.
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from abc import ABC, abstractmethod
@@ -142,12 +143,40 @@ class Vocabulary:
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
+def check_tokens(tokens: Any) -> Any:
+    """``tokens`` unchanged unless it is a bare ``str`` (or ``bytes``): ``TypeError``. A string
+    is a sequence of characters, so ``decode("12")`` would read the tokens "1" and "2"; a
+    multi-character token such as "12" or "e2" must come inside a list, as ``encode`` gives it."""
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError(f"decode expects a sequence of tokens (a list of strings, as encode "
+                        f"returns), got the {type(tokens).__name__} {tokens!r}, which would be "
+                        f"read one character per token; split a space-separated string with "
+                        f".split()")
+    return tokens
+
+
 class Codec(ABC, Generic[T]):
     """An encoding E : X -> V* with its partial inverse (003 §3.1).
 
     Subclasses implement :meth:`encode`, :meth:`decode` and :attr:`tokens` (every token the codec
     can emit, in a fixed order). The helpers give integer ids through :meth:`vocabulary`.
+    Every subclass's ``decode`` first passes its argument through :func:`check_tokens` (the
+    wrapping is done once, when the subclass is defined), so no codec reads a bare string one
+    character per token.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        decode = cls.__dict__.get("decode")
+        if decode is not None and not getattr(decode, "_checks_tokens", False):
+
+            @functools.wraps(decode)
+            def checked_decode(self: Codec[T], tokens: Sequence[str], *args: Any,
+                               **kw: Any) -> T:
+                return decode(self, check_tokens(tokens), *args, **kw)
+
+            checked_decode._checks_tokens = True  # type: ignore[attr-defined]
+            cls.decode = checked_decode  # type: ignore[method-assign]
 
     @property
     @abstractmethod

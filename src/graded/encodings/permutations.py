@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+import torch
+from torch import Tensor
+
 from graded.checks import check_int
 from graded.encodings.base import (
     Codec,
@@ -31,8 +35,14 @@ from graded.encodings.base import (
 Permutation = tuple[int, ...]
 
 
-def check_permutation(obj: Sequence[int], n: int) -> Permutation:
-    """``obj`` as a tuple if it is a permutation of 1..n; ``ValueError``/``TypeError`` otherwise."""
+def check_permutation(obj: Sequence[int] | np.ndarray | Tensor, n: int) -> Permutation:
+    """``obj`` as a tuple if it is a permutation of 1..n; ``ValueError``/``TypeError`` otherwise.
+
+    ``obj`` is a sequence of ints, or a one-dimensional NumPy array or tensor of an integer
+    dtype (as the graph, matrix and subset codecs take arrays); a float or bool array is
+    refused by its dtype rather than truncated or read as 0/1."""
+    if isinstance(obj, (np.ndarray, Tensor)):
+        obj = _array_entries(obj)
     if isinstance(obj, (str, bytes)) or not isinstance(obj, Sequence):
         raise TypeError(f"a permutation must be a sequence of integers, got {obj!r}")
     perm = tuple(check_int("permutation entry", x) for x in obj)
@@ -41,6 +51,20 @@ def check_permutation(obj: Sequence[int], n: int) -> Permutation:
     if sorted(perm) != list(range(1, n + 1)):
         raise ValueError(f"{perm} is not a permutation of 1..{n}")
     return perm
+
+
+def _array_entries(arr: np.ndarray | Tensor) -> list[int]:
+    """The entries of a one-dimensional integer array or tensor as Python ints."""
+    if isinstance(arr, Tensor):
+        integer = not (arr.is_floating_point() or arr.is_complex() or arr.dtype == torch.bool)
+    else:
+        integer = arr.dtype.kind in "iu"
+    if not integer:
+        raise TypeError(f"a permutation must hold integers, got an array of dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"a permutation must be one-dimensional, got an array of shape "
+                         f"{tuple(arr.shape)}")
+    return (arr.detach().cpu() if isinstance(arr, Tensor) else arr).tolist()
 
 
 def _check_no_repeats(values: Sequence[int], what: str) -> None:

@@ -3,7 +3,9 @@
 Predictions are class ids (long) or logits/scores with one more trailing dimension than the
 targets (then the argmax is taken); regression predictions have the targets' shape. A NaN among
 the logits of a scored entry makes the score NaN, as a NaN prediction makes the regression
-errors NaN (``argmax`` would take the NaN for the largest logit and count a guess).
+errors NaN (``argmax`` would take the NaN for the largest logit and count a guess). A NaN in
+the regression targets or predictions makes ``mse``, ``mae`` and ``r2`` NaN alike; so does an
+infinite target for ``r2``, whose spread about the mean is then undefined.
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
     """Coefficient of determination 1 - SS_res/SS_tot, per output column, averaged.
 
     Follows scikit-learn's ``r2_score`` (uniform average): a constant column scores 1 when
-    predicted exactly and 0 otherwise. Predicting the test mean scores 0.
+    predicted exactly and 0 otherwise. Predicting the test mean scores 0. A column whose
+    SS_res or SS_tot is NaN (a NaN target or prediction, an infinite target) scores NaN, so
+    the average is NaN, as ``mse`` is.
     """
     _same_shape(predictions, targets, "R²")
     n = targets.shape[0] if targets.ndim else 1  # a 0-d target is one example
@@ -122,6 +126,7 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
     ss_tot = ((y - y.mean(0)) ** 2).sum(0)
     col = torch.where(ss_tot > 0, 1 - ss_res / torch.where(ss_tot > 0, ss_tot, 1.0),
                       torch.where(ss_res == 0, 1.0, 0.0).double())
+    col = torch.where(ss_res.isnan() | ss_tot.isnan(), math.nan, col)
     return float(col.mean())
 
 

@@ -34,9 +34,10 @@ class ExponentialGrading(GradingMap):
     λ is held in float32 at least, whatever the module is cast to: the grades follow a cast as
     any parameter does, but in bfloat16 λ = 1.01 would be 1.0078 and the first values of the
     annealing schedule (1 + ε) would all be 1. ln λ is taken at that precision and then
-    rounded to the grades' dtype, in which the scales come out. A cast to float64 (``.double()``)
-    carries λ along; a state dict whose λ is in a narrower dtype (saved from a bfloat16 model
-    before λ kept its precision) loads into the float32 buffer.
+    rounded to the grades' dtype, in which the scales come out; :meth:`scale_of` (the weights
+    of the graded losses) instead computes λ^q in float32 at least and rounds it once. A cast
+    to float64 (``.double()``) carries λ along; a state dict whose λ is in a narrower dtype
+    (saved from a bfloat16 model before λ kept its precision) loads into the float32 buffer.
     """
 
     base: Tensor
@@ -189,7 +190,13 @@ class ExponentialGrading(GradingMap):
         return torch.exp(e.clamp(max=self._cap()))
 
     def scale_of(self, q: Tensor) -> Tensor:
-        return self._capped_exp(q * torch.log(self.base).to(q.dtype))
+        """λ^q = exp(q·ln λ) elementwise, in q's dtype (float32 for integer q), clamped at the
+        cap of :meth:`scales`. The exponent and its exp are computed in float32 at least and
+        rounded once to that dtype: in bfloat16, ln 2 rounded to 0.6914 and q·ln λ rounded
+        again made 2^10 come out as 1000, three units in the last place from 1024."""
+        wide = at_least_float32(q.dtype)
+        e = q.to(wide) * torch.log(self.base).to(wide)
+        return self._capped_exp(e).to(q.dtype if q.is_floating_point() else wide)
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as

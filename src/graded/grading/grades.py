@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -23,6 +24,47 @@ def _describe_bad(values: Tensor, bad: Tensor) -> str:
     return shown + more
 
 
+def _at(index: tuple[int, ...]) -> str:
+    return "" if not index else f" at index {index[0] if len(index) == 1 else index}"
+
+
+def _first_bool(values: object, index: tuple[int, ...] = ()) -> str | None:
+    """The first bool in ``values`` (a bool, a NumPy bool, a bool tensor or array, possibly
+    inside lists), described as "the bool True at index 0"; None when there is none."""
+    if isinstance(values, (bool, np.bool_)):
+        return f"the bool {bool(values)!r}{_at(index)}"
+    if isinstance(values, Tensor):
+        if values.dtype != torch.bool:
+            return None
+        if not has_values(values) or values.numel() == 0:
+            return f"a tensor of dtype torch.bool and shape {tuple(values.shape)}{_at(index)}"
+        first = values.reshape(-1)[0].item()
+        return (f"the bool {first!r}{_at(index + tuple(0 for _ in values.shape))} "
+                f"(dtype torch.bool)")
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        if values.dtype != np.bool_:
+            return None
+        if values.size == 0:
+            return f"an array of dtype bool and shape {values.shape}{_at(index)}"
+        first = bool(values.reshape(-1)[0])
+        return f"the bool {first!r}{_at(index + tuple(0 for _ in values.shape))} (dtype bool)"
+    if isinstance(values, (Sequence, np.ndarray)) and not isinstance(values, (str, bytes)):
+        for i, v in enumerate(values):
+            found = _first_bool(v, (*index, i))
+            if found is not None:
+                return found
+    return None
+
+
+def _refuse_bools(grades: object, name: str) -> None:
+    """A TypeError naming the first bool in ``grades``: ``torch.tensor`` would read True as
+    1.0, and a bool is no grade (:class:`graded.algebra.GradedSpace` refuses it too)."""
+    found = _first_bool(grades)
+    if found is not None:
+        raise TypeError(f"{name} must be real numbers, got {found}: a bool is not a grade "
+                        f"(a floating or integer value or dtype is expected)")
+
+
 def as_grade_tensor(
     grades: GradesLike,
     *,
@@ -34,13 +76,15 @@ def as_grade_tensor(
 ) -> Tensor:
     """Convert ``grades`` to a floating tensor and validate it.
 
-    Checks: floating or numeric input, shape ``(dim,)`` (or ``(num_heads, dim)`` when
-    ``allow_heads``), finite values. Errors name the offending value and what was expected.
-    The result keeps autograd history when ``grades`` is a tensor.
+    Checks: floating or numeric input (bools are refused, in a list or as a tensor's dtype),
+    shape ``(dim,)`` (or ``(num_heads, dim)`` when ``allow_heads``), finite values. Errors name
+    the offending value and what was expected. The result keeps autograd history when
+    ``grades`` is a tensor.
     """
     if isinstance(grades, Tensor):
         t = grades
-        if t.dtype == torch.bool or t.is_complex():
+        _refuse_bools(t, name)
+        if t.is_complex():
             raise TypeError(f"{name} must be a real tensor, got dtype {t.dtype} (a floating "
                             f"or integer dtype is expected)")
         if not t.is_floating_point():
@@ -53,6 +97,7 @@ def as_grade_tensor(
         t = torch.full((dim,), float(grades), dtype=dtype or torch.get_default_dtype(),
                        device=device)
     else:
+        _refuse_bools(grades, name)
         try:
             t = torch.tensor(grades, dtype=dtype or torch.get_default_dtype(), device=device)
         except (TypeError, ValueError) as exc:

@@ -192,11 +192,26 @@ def calibration(probs: Tensor, positive: Tensor, bins: int = 10,
             "monotone": all(a <= b + 1e-9 for a, b in pairwise(fr)), "ece": ece}
 
 
+def _scored_batches(model: MorphicTransformer, batches: Iterable[Batch],
+                    caller: str) -> list[Batch]:
+    """``batches`` as a list, with at least one batch and one target that is not the model's
+    ``ignore_index``; ValueError otherwise: every figure would be a mean over no token (a loss
+    or an ECE of 0 was reported)."""
+    batches = list(batches)
+    if not batches:
+        raise ValueError(f"{caller} needs at least one (input_ids, targets) batch")
+    if not any(bool((targets != model.ignore_index).any()) for _, targets in batches):
+        raise ValueError(f"{caller} needs at least one scored token; every target of the "
+                         f"{len(batches)} batch(es) is ignore_index = {model.ignore_index}")
+    return batches
+
+
 @torch.no_grad()
 def evaluation_loss(model: MorphicTransformer, batches: Iterable[Batch]) -> float:
     """Mean next-token CE with context-only routing (``model(ids)``; targets only score it), in
     eval mode (training-only noise such as ``NoisyCodeTransformer``'s is off); the model's mode
-    is restored."""
+    is restored. No batch, or no target other than ``model.ignore_index``: ValueError."""
+    batches = _scored_batches(model, batches, "evaluation_loss")
     total, count = 0.0, 0
     was_training = model.training
     model.eval()
@@ -209,7 +224,7 @@ def evaluation_loss(model: MorphicTransformer, batches: Iterable[Batch]) -> floa
             count += n
     finally:
         model.train(was_training)
-    return total / max(count, 1)
+    return total / count
 
 
 @torch.no_grad()
@@ -308,13 +323,7 @@ def write_report(
     ``before`` is the model before training (``train_morphic(..., keep_initial=True)`` keeps
     one); without it the histogram shows the trained model only. Returns the JSON content.
     """
-    batches = list(batches)
-    if not batches:
-        raise ValueError("write_report needs at least one (input_ids, targets) batch")
-    if not any(bool((targets != model.ignore_index).any()) for _, targets in batches):
-        # every figure would be a mean over no token: ECE 0 and evaluation loss 0 were reported
-        raise ValueError(f"write_report needs at least one scored token; every target of the "
-                         f"{len(batches)} batch(es) is ignore_index = {model.ignore_index}")
+    batches = _scored_batches(model, batches, "write_report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     after = collect(model, batches)

@@ -183,8 +183,11 @@ class DyckLM(Task):
                 dataclasses.replace(self, min_length=mid + 2))
 
     def type_permutation(self, seed: int) -> Tensor:
-        """A token-id permutation that permutes bracket types (a derangement when k > 1)."""
-        rng = random.Random(seed)
+        """A token-id permutation that permutes bracket types (a derangement when k > 1).
+
+        ``seed`` is checked as ``relabel`` checks it, an int in [0, ``MAX_SEED``]:
+        ``random.Random`` seeds from |seed|, so −5 would draw the permutation of 5."""
+        rng = random.Random(check_seed(seed))
         perm = list(range(self.k))
         while self.k > 1 and any(i == p for i, p in enumerate(perm)):
             rng.shuffle(perm)

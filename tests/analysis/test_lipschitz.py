@@ -131,3 +131,30 @@ def test_bound_factor_beyond_float_range_is_reported_as_infinite():
 def test_a_non_positive_relative_epsilon_is_refused_by_its_name():
     with pytest.raises(ValueError, match=r"relative_epsilon must be > 0.0, got -0\.1"):
         empirical_lipschitz(lambda x: 2 * x, torch.ones(3), relative_epsilon=-0.1)
+
+
+def test_a_feature_model_is_perturbed_on_its_raw_features_as_a_brute_force_search_finds():
+    """001 Def 3.1: T_G(X) = T(φ(X)), the input grading acting on the raw features before the
+    projection (000 Def 5.19). One token of 2 features: the estimate at radius ε must come close
+    to the largest ratio over a fine circle of directions in the 2-d feature plane, for the graded
+    model and its twin. Perturbing after the projection measured the same downstream map for
+    both (the grading left out), at two different points."""
+    from graded import TransformerClassifier, TransformerConfig
+
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=None, input_dim=2, d_model=8, n_heads=2, n_layers=1,
+                               d_ff=16, max_len=4, positional="none", grading="exponential",
+                               grading_base=2.0, input_grades=[0.0, 2.0], grade_attention=False,
+                               grade_ffn=False, grade_output=False, grade_positions=False)
+    model = TransformerClassifier(config, num_outputs=3).double().eval()
+    x = torch.tensor([[[0.7, -0.4]]], dtype=torch.float64)
+    est = model_lipschitz(model, x, n_random=4, steps=30)
+    eps = est["epsilon"]
+    assert eps == pytest.approx(1e-2 * float(x.norm()))  # 1% of the raw features' norm
+    angles = torch.linspace(0, 2 * math.pi, 7201, dtype=torch.float64)[:-1]
+    circle = eps * torch.stack([angles.cos(), angles.sin()], -1)[:, None, :]  # (K, 1, 2)
+    for label, m in (("graded", model), ("ungraded", ungraded_twin(model))):
+        with torch.no_grad():
+            brute = float((m(x + circle) - m(x)).norm(dim=-1).max()) / eps
+        # a lower bound (every iterate lies on the circle) within 1% of the largest ratio
+        assert 0.99 * brute <= est[f"{label}/estimate"] <= brute * (1 + 1e-6), label

@@ -12,7 +12,14 @@ input tensor) at radius ‖Δ‖ = ε for
   random direction. For a linear f(x) = W x the gradient is WᵀW Δ, so this is power iteration
   and the ratio converges to the spectral norm ‖W‖₂, the exact Lipschitz constant.
 
-Both are lower bounds on the true (global) Lipschitz constant. L_T, the Lipschitz constant of
+Both are lower bounds on the true (global) Lipschitz constant. The input X of the model-level
+constant is what the input grading φ_q acts on (001 Def 3.1, T_G(X) = T(φ(X)); 000 Def 5.19):
+the token embeddings of a token model, the raw features of a model over real features, whose
+grading acts before the input projection (:func:`_input_perturbation`). Perturbing a feature
+model after its projection would leave its input grading out of the map, and compare the graded
+model and its twin at different points of one function.
+
+L_T, the Lipschitz constant of
 the ungraded transformer, is not computable (softmax attention is not globally Lipschitz), so
 :func:`model_lipschitz` estimates it from below with the same procedure on the ungraded twin
 and reports the ratio graded/ungraded next to the bound's factor s^{Nh+3} (and s for 001 Prop
@@ -22,8 +29,9 @@ tight; a ratio far below it says the bound is loose.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -45,6 +53,7 @@ from graded.analysis.twin import ungraded_twin
 from graded.checks import check_finite, check_float, check_int
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.graded import gradings
+from graded.transformer.models import InputEmbedding
 
 __all__ = [
     "LipschitzEstimate",
@@ -160,17 +169,45 @@ def lipschitz_bound_factors(model: nn.Module) -> dict[str, float]:
             "prop_5_12_factor": factor, "prop_3_7_factor": s}
 
 
+@contextlib.contextmanager
+def _input_perturbation(model: nn.Module) -> Iterator[dict[str, Tensor | None]]:
+    """:func:`~graded.analysis.capture.embedding_perturbation` for a token model (X = the
+    token embeddings, which its input grading scales); for a model over real features
+    (``config.vocab_size`` None), ``slot["delta"]`` is added to the raw features the first
+    input embedding receives, before its input grading and projection (000 Def 5.19), and
+    ``slot["clean"]`` holds them."""
+    embed = next((m for m in model.modules() if isinstance(m, InputEmbedding)), None)
+    if embed is None or embed.config.vocab_size is not None:
+        with embedding_perturbation(model) as slot:
+            yield slot
+        return
+    slot: dict[str, Tensor | None] = {"delta": None, "clean": None}
+
+    def hook(_module: nn.Module, args: tuple[object, ...]) -> tuple[object, ...] | None:
+        features = args[0]
+        assert isinstance(features, Tensor)
+        slot["clean"] = features.detach()
+        return None if slot["delta"] is None else (features + slot["delta"], *args[1:])
+
+    handle = embed.register_forward_pre_hook(hook)
+    try:
+        yield slot
+    finally:
+        handle.remove()
+
+
 def _embedding_function(model: nn.Module, inputs: Inputs,
                         **model_kwargs: object) -> tuple[Callable[[Tensor], Tensor], Tensor]:
-    """Ψ as a function of the token vectors X, and X itself, for ``model`` on ``inputs``."""
-    with torch.no_grad(), embedding_perturbation(model) as slot:
+    """Ψ as a function of its input X (:func:`_input_perturbation`), and X itself, for
+    ``model`` on ``inputs``."""
+    with torch.no_grad(), _input_perturbation(model) as slot:
         run_model(model, inputs, **model_kwargs)
     x = slot["clean"]
     real = real_tokens(model, inputs, model_kwargs, x)
     out_padding = padding_argument(model, inputs, model_kwargs, OUTPUT_PADDING)
 
     def f(x_new: Tensor) -> Tensor:
-        with embedding_perturbation(model) as s:
+        with _input_perturbation(model) as s:
             s["delta"] = x_new - x
             out = run_model(model, inputs, **model_kwargs)
         return out[0] if isinstance(out, tuple) else out
@@ -207,8 +244,10 @@ def model_lipschitz(
     relative_epsilon: float = 1e-2, n_random: int = 8, steps: int = 10, seed: int = 0,
     **model_kwargs: object,
 ) -> dict[str, float]:
-    """Empirical Lipschitz constant of the model's output (logits) with respect to the token
-    vectors X, in eval mode, next to the bound factors of :func:`lipschitz_bound_factors`.
+    """Empirical Lipschitz constant of the model's output (logits) with respect to its input X
+    (the token embeddings of a token model, the raw features of a model over real features:
+    what the input grading acts on, see the module docstring), in eval mode, next to the bound
+    factors of :func:`lipschitz_bound_factors`.
 
     Keys: ``graded/{random_max, random_mean, adversarial, estimate}``, the same under
     ``ungraded/`` for the ungraded twin (same weights, M = I) when ``compare_ungraded``, their

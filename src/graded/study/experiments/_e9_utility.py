@@ -9,7 +9,10 @@ side: exact and first-order utilities (:func:`graded.morphic.utilities.exact_uti
 loss L(z) itself) is computed here directly from W, b, z and y.
 
 Each ``check_*`` draws ``n`` instances from ``generator`` and returns a dict with the per-instance
-values the finding summarises and the scalar it reports.
+values the finding summarises and the scalar it reports. A statement checked per instance gives
+``holds``, one :func:`outcome` per instance: 1.0 where it holds, 0.0 where it does not, NaN where
+a quantity it compares could not be measured (a comparison with NaN is False, which would count
+an unmeasured instance as a counterexample, or as a success where the statement is negated).
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ __all__ = [
     "check_selectivity",
     "check_usefulness",
     "check_utility_bounds",
+    "count_holding",
     "kl_identity_sides",
     "loss_per_token",
+    "outcome",
 ]
 
 DT = torch.float64
@@ -72,6 +77,23 @@ class Instance:
                   self.bias, y[None], attach="all")[0]
 
 
+def outcome(ok: Tensor | bool, *compared: Tensor | float) -> list[float]:
+    """Per instance: 1.0 where ``ok`` holds, 0.0 where it does not, NaN where any of the
+    ``compared`` quantities (broadcastable to ``ok``) is NaN, so the comparison ``ok`` could not
+    be made."""
+    ok = torch.as_tensor(ok)
+    unmeasured = torch.zeros(ok.shape, dtype=torch.bool)
+    for value in compared:
+        unmeasured = unmeasured | torch.as_tensor(value).isnan().broadcast_to(ok.shape)
+    status = torch.where(ok, 1.0, 0.0).to(DT)
+    return torch.where(unmeasured, math.nan, status).reshape(-1).tolist()
+
+
+def count_holding(holds: list[float]) -> int:
+    """The number of instances of :func:`outcome` where the statement holds (1.0)."""
+    return sum(h == 1.0 for h in holds)
+
+
 def loss_per_token(weight: Tensor, bias: Tensor, z: Tensor, y: Tensor) -> Tensor:
     """Cross-entropy of the readout per token, computed directly (the paper's L)."""
     return F.cross_entropy(z @ weight.T + bias, y, reduction="none")
@@ -88,7 +110,7 @@ def check_utility_bounds(generator: torch.Generator, n: int) -> dict[str, object
     a(1 − La/2)‖∇‖² ≤ ΔL ≤ a(1 − μa/2)‖∇‖², with L, μ the largest and smallest Hessian eigenvalue
     of L(z) in slot h over ``POINTS`` points of the segment [z, z + δ] (local constants, a
     sampled estimate of the supremum and infimum). Violations are relative to a‖∇‖²."""
-    lower_ok, upper_ok, positive, worst = [], [], [], -math.inf
+    both, lower_ok, upper_ok, positive, worst = [], [], [], [], -math.inf
     for _ in range(n):
         inst = Instance(generator, n=8)
         s = inst.slot("c")
@@ -117,12 +139,13 @@ def check_utility_bounds(generator: torch.Generator, n: int) -> dict[str, object
         lower = step * (1 - lip * step / 2) * g2
         upper = step * (1 - mu * step / 2) * g2
         tol = 1e-10 * (1 + util.abs())
-        lower_ok += (util >= lower - tol).tolist()
-        upper_ok += (util <= upper + tol).tolist()
+        low_ok, up_ok = util >= lower - tol, util <= upper + tol
+        both += outcome(low_ok & up_ok, util, lower, upper)
+        lower_ok += low_ok.tolist()
+        upper_ok += up_ok.tolist()
         positive += (util > 0).tolist()
         rel = step * g2
-        worst = max(worst, float(((lower - util) / rel).max()), float(((util - upper) / rel).max()))
-    both = [a and b for a, b in zip(lower_ok, upper_ok)]
+        worst = nan_max(worst, *((lower - util) / rel).tolist(), *((util - upper) / rel).tolist())
     return {"holds": both, "lower_ok": lower_ok, "upper_ok": upper_ok, "positive": positive,
             "worst_violation": worst}
 
@@ -155,7 +178,7 @@ def check_selectivity(generator: torch.Generator, n: int) -> dict[str, object]:
         alpha = router.probabilities(utility_augmented_logits(ell, util, beta, tau))[star]
         d_ell = float(torch.cat([ell[:star], ell[star + 1:]]).max() - ell[star])
         bound = (m - 1) * math.exp(-(beta * gamma - d_ell) / temp)
-        holds.append(float(1 - alpha) <= bound * (1 + 1e-12) + 1e-15)
+        holds += outcome(float(1 - alpha) <= bound * (1 + 1e-12) + 1e-15, float(alpha), bound)
         alpha0 = router.probabilities(utility_augmented_logits(torch.zeros(m, dtype=DT), util,
                                                                beta, tau))[star]
         printed.append(float(1 - alpha0) <= math.exp(-beta * gamma / (2 * temp)) + 1e-15)
@@ -193,7 +216,7 @@ def check_first_order(generator: torch.Generator, n: int,
             rem.append((after - base + eta * (alpha[0] * util).sum(-1)) / eta)
         rem_small += rem[-1].tolist()
         limits += (alpha[0] * (util - fo)).sum(-1).tolist()
-        decrease += (rem[-1] <= 1e-6).tolist()
+        decrease += outcome(rem[-1] <= 1e-6, rem[-1])
     return {"holds": decrease, "remainder_smallest_eta": rem_small, "limit": limits}
 
 
@@ -210,7 +233,10 @@ def check_usefulness(generator: torch.Generator, n: int, *, beta: float = 5.0, l
                      mu: float = 1e-3, step: float = 1e-5) -> dict[str, object]:
     """004 Prop 4.16: for an edge with ΔL_e > τ_e, raising its kernel probability (its logit θ_e,
     the other logits fixed) lowers the expectation-form L_GT. Central finite differences of
-    L_GT(softmax θ) in θ_e, with p from the library's router and ΔL from its exact utilities."""
+    L_GT(softmax θ) in θ_e, with p from the library's router and ΔL from its exact utilities.
+    ``holds`` has one :func:`outcome` per useful (token, edge), and per (token, edge) whose
+    utility is NaN (it may be useful: not measured); ``worse_than_average`` one entry per useful
+    (token, edge)."""
     edges = _edges(*[("a", "c", f"e{i}") for i in range(4)])
     router = Router(SPACE, edges, stay=False).double()
     holds, below_mean = [], []
@@ -230,7 +256,9 @@ def check_usefulness(generator: torch.Generator, n: int, *, beta: float = 5.0, l
                                    lam=lam, mu=mu)
             deriv = (up - down) / (2 * step)
             useful = util[:, e] > tau[e]
-            holds += (deriv[useful] < 0).tolist()
+            # an edge whose utility could not be measured may be useful: not measured
+            counted = useful | util[:, e].isnan()
+            holds += outcome(deriv[counted] < 0, deriv[counted], util[counted, e])
             p = router.probabilities(theta)
             below_mean += (post[useful, e] > (p * post).sum(-1)[useful]).tolist()
     return {"holds": holds, "worse_than_average": below_mean}
@@ -323,8 +351,9 @@ def check_chain(generator: torch.Generator, n: int) -> dict[str, object]:
     """004 §6.3.3: Δ(Π) ≥ Σ_i Δ(φ_i) − C Σ_{i<j}‖z^{(g_{i−1})}‖‖z^{(g_{j−1})}‖, with the constant
     read here as C = ‖W‖₂²·max(1, ‖A₁‖₂, ‖A₂‖₂)² (the paper leaves C unspecified: "depending on
     the head's Lipschitz constant and the block norms"). Generic states, and states with
-    z^{(b)} = 0, where the cross term vanishes and no finite C can cover a positive shortfall."""
-    holds, zero_b_shortfall, c_needed = [], [], []
+    z^{(b)} = 0, where the cross term vanishes and no finite C can cover a positive shortfall
+    (``zero_b_holds``: the :func:`outcome` of "no shortfall" on those states)."""
+    holds, zero_b_holds, zero_b_shortfall, c_needed = [], [], [], []
     for _ in range(n):
         inst = Instance(generator, n=16)
         a1 = torch.randn(D, D, generator=generator, dtype=DT) / math.sqrt(D)
@@ -333,9 +362,11 @@ def check_chain(generator: torch.Generator, n: int) -> dict[str, object]:
             1.0, float(torch.linalg.matrix_norm(a1, ord=2)),
             float(torch.linalg.matrix_norm(a2, ord=2))) ** 2
         path, total, cross = chain_terms(inst, a1, a2)
-        holds += (path >= total - c * cross - 1e-12).tolist()
+        holds += outcome(path >= total - c * cross - 1e-12, path, total, cross)
         c_needed += ((total - path) / cross).clamp_min(0).tolist()
         inst.z[:, inst.slot("b")] = 0.0
         path0, total0, _ = chain_terms(inst, a1, a2)
+        zero_b_holds += outcome(total0 - path0 <= 1e-12, total0, path0)
         zero_b_shortfall += (total0 - path0 > 1e-12).tolist()
-    return {"holds": holds, "zero_b_shortfall": zero_b_shortfall, "c_needed": c_needed}
+    return {"holds": holds, "zero_b_holds": zero_b_holds, "zero_b_shortfall": zero_b_shortfall,
+            "c_needed": c_needed}

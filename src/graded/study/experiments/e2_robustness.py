@@ -12,11 +12,16 @@ Measurements, per seed:
   standard deviation ``SIGMA`` (targets and features are standardised) on the low-grade
   features (degrees 0, 1) or the high-grade ones (2, 3) of the test inputs; the RMS change of
   the output. Estimate: log(change of the graded model / change of the ungraded model) under
-  low-grade noise, paired by seed; 000's claim predicts it negative.
+  low-grade noise, paired by seed (:func:`log_change_ratio`); 000's claim predicts it
+  negative. A model whose output does not change at all (RMS change exactly 0, e.g. one that
+  ignores those features) gives a log ratio of −∞ (graded unchanged), +∞ (ungraded unchanged)
+  or none (both): no value a mean can take, so that seed is left out of the interval and
+  counted, with its direction, in the finding's detail.
 - **size split** (000-R): models trained on 4–6 polynomials per example and tested on 7–8;
   estimate: the paired difference of test loss, graded (EGT) − ungraded; predicted negative.
 - **Lipschitz estimates** (claims 3 and 6): :func:`graded.analysis.model_lipschitz` of each
-  graded model (the constant of the output with respect to the token vectors X, random and
+  graded model (the constant of the output with respect to its input X, here the raw features
+  that the input grading acts on before the projection (001 Def 3.1, 000 Def 5.19); random and
   adversarial directions) against its ungraded twin (same weights, M = I). 001 Prop 3.7 bounds
   the ratio by λ^{q_max} (claim 3), 000 Props 5.12/6.13 by s^{Nh+3} (claim 6) for every
   model; estimate: the largest log(ratio / factor) over the models (:func:`bound_finding`):
@@ -42,7 +47,8 @@ from graded.study.learning import TASKS, TaskData, fit, make_data
 from graded.study.statistics import mean_interval
 from graded.tasks.polynomial_regression import PolynomialRegression
 
-__all__ = ["RobustnessExperiment", "bound_finding", "output_change", "size_split_data"]
+__all__ = ["RobustnessExperiment", "bound_finding", "log_change_ratio", "log_excess",
+           "output_change", "size_split_data"]
 
 ARMS = ("none", "fixed_aligned", "twin", "egt")
 GRADED = ("fixed_aligned", "egt")
@@ -61,20 +67,62 @@ def bound_finding(claim: str, quantity: str, control: str, log_excess: list[floa
     directions, :mod:`graded.analysis.lipschitz`), so a value above 0 may come from an
     underestimated ungraded constant as well as from a violated bound: it makes the claim
     **inconclusive**, not failed. An infinite value (a ratio over an ungraded constant of
-    0) lies above the bound like any other; a NaN one (no measurement) is left out."""
+    0) lies above the bound like any other; a NaN one (a model not measured) is left out of the
+    values, and the bound, then not checked on every model, is **inconclusive** too."""
     values = [v for v in log_excess if not math.isnan(v)]
+    unmeasured = len(log_excess) - len(values)
     if not values or not any(math.isfinite(v) for v in values):
         return Finding(claim, "E2", quantity, control, 0, math.nan, math.nan, math.nan,
                        "inconclusive", detail + " No finite value.", list(figures))
     worst = max(values)
     above = sum(v > 0 for v in values)
-    verdict_ = "holds" if above == 0 else "inconclusive"
+    verdict_ = "holds" if above == 0 and not unmeasured else "inconclusive"
+    missing = (f" {unmeasured} model(s) not measured (NaN), so the bound is not checked on "
+               "every model." if unmeasured else "")
     detail = (f"{detail} Values {[round(v, 4) for v in values]}; mean {np.mean(values):+.4f}; "
-              f"{above}/{len(values)} above 0 (estimate above the bound). Rule: holds if every "
-              "value is ≤ 0; a value above 0 makes it inconclusive (both constants are "
+              f"{above}/{len(values)} above 0 (estimate above the bound).{missing} Rule: holds "
+              "if every value is ≤ 0; a value above 0 makes it inconclusive (both constants are "
               "lower-bound estimates).")
     return Finding(claim, "E2", quantity, control, len(values), worst, worst, worst, verdict_,
                    detail, list(figures))
+
+
+def log_excess(ratio: float, factor: float) -> float:
+    """log(ratio / factor) of a Lipschitz ratio ≥ 0 over a bound factor > 0: −∞ for a ratio of 0
+    or an infinite factor (a finite ratio lies within it), +∞ for an infinite ratio under a
+    finite factor, NaN where either is NaN or both are infinite (not measured)."""
+    if math.isnan(ratio) or math.isnan(factor) or (math.isinf(ratio) and math.isinf(factor)):
+        return math.nan
+    if ratio == 0 or math.isinf(factor):
+        return -math.inf
+    return math.inf if math.isinf(ratio) else math.log(ratio / factor)
+
+
+def log_change_ratio(graded: float, ungraded: float) -> float:
+    """log(graded / ungraded) of two output changes ≥ 0, with the zero changes spelled out:
+    −∞ when only the graded output is unchanged (0), +∞ when only the ungraded one is, NaN when
+    both are (0/0) or either is NaN."""
+    if math.isnan(graded) or math.isnan(ungraded):
+        return math.nan
+    if graded < 0 or ungraded < 0:
+        raise ValueError(f"output changes are RMS values >= 0, got graded={graded!r}, "
+                         f"ungraded={ungraded!r}")
+    if graded == 0 or ungraded == 0:
+        return math.nan if graded == ungraded else (-math.inf if graded == 0 else math.inf)
+    return math.log(graded / ungraded)
+
+
+def _left_out_note(log_ratios: list[float]) -> str:
+    """The detail's sentence on the seeds whose :func:`log_change_ratio` no mean can take (empty
+    when there are none)."""
+    left = {"−∞ (graded output unchanged)": sum(v == -math.inf for v in log_ratios),
+            "+∞ (control output unchanged)": sum(v == math.inf for v in log_ratios),
+            "undefined (both unchanged, or not measured)": sum(math.isnan(v)
+                                                               for v in log_ratios)}
+    if not any(left.values()):
+        return ""
+    return (f" Left out of the interval: {sum(left.values())} of {len(log_ratios)} seeds whose "
+            "log ratio is " + ", ".join(f"{k}: {n}" for k, n in left.items() if n) + ".")
 
 
 def output_change(model: torch.nn.Module, data: dict[str, torch.Tensor], columns: list[int],
@@ -180,20 +228,24 @@ class RobustnessExperiment:
                                     verdict(iv.low, iv.high, predicted=predicted),
                                     f"{detail} {t_test_note(values)} {iv.note()}", [fig]))
 
+        def change_ratios(arm: str, control: str) -> tuple[list[float], str]:
+            values = [log_change_ratio(by[(s, arm)]["low"], by[(s, control)]["low"])
+                      for s in seeds]
+            return values, _left_out_note(values)
+
         setting = (f"poly_e5, n = {n_train}, {b['steps']} AdamW steps (lr {LR}), noise σ = "
                    f"{SIGMA} on standardised features of degrees 0–1 (low grade) or 2–3 (high)")
+        values, note = change_ratios("egt", "none")
         add("000-R", "log(output change EGT / output change ungraded), low-grade noise",
-            "ungraded model trained on the same data and seed",
-            [math.log(by[(s, "egt")]["low"] / by[(s, "none")]["low"]) for s in seeds],
-            "negative", setting + ". Negative = the graded model is less sensitive.")
+            "ungraded model trained on the same data and seed", values,
+            "negative", setting + ". Negative = the graded model is less sensitive." + note)
+        values, note = change_ratios("fixed_aligned", "none")
         add("000-R", "log(output change fixed-aligned / ungraded), low-grade noise",
-            "ungraded model, same data and seed",
-            [math.log(by[(s, "fixed_aligned")]["low"] / by[(s, "none")]["low"]) for s in seeds],
-            "negative", setting + ".")
+            "ungraded model, same data and seed", values, "negative", setting + "." + note)
+        values, note = change_ratios("fixed_aligned", "twin")
         add("000-R", "log(output change fixed-aligned / twin), low-grade noise",
-            "preconditioning twin (same function at initialisation)",
-            [math.log(by[(s, "fixed_aligned")]["low"] / by[(s, "twin")]["low"]) for s in seeds],
-            "negative", setting + "; separates the grading from its initial scale.")
+            "preconditioning twin (same function at initialisation)", values,
+            "negative", setting + "; separates the grading from its initial scale." + note)
         add("000-R", "paired Δ test loss on longer inputs (size split), EGT − ungraded",
             "ungraded model, same seed", [by[(s, "egt")]["size_split_test"]
                                           - by[(s, "none")]["size_split_test"] for s in seeds],
@@ -203,13 +255,12 @@ class RobustnessExperiment:
         findings.append(bound_finding(
             "3", "largest log(Lipschitz ratio graded/ungraded twin ÷ λ^{q_max}) over models",
             "the ungraded twin (same weights, M = I)",
-            [math.log(r / f) for r, f, _ in ratios if r > 0 and f > 0],
+            [log_excess(r, f) for r, f, _ in ratios],
             "Fixed-aligned and EGT models of every seed (two models per seed); the bound of "
             "001 Prop 3.7 must hold for every model.", [fig]))
         findings.append(bound_finding(
             "6", "largest log(Lipschitz ratio graded/ungraded twin ÷ s^{Nh+3}) over models",
-            "the ungraded twin", [math.log(r / f) for r, _, f in ratios
-                                  if r > 0 and 0 < f < math.inf],
+            "the ungraded twin", [log_excess(r, f) for r, _, f in ratios],
             "The model-level bound of 000 Props 5.12 / 6.13 (the layer Jacobians are E6); it "
             "must hold for every model.", [fig]))
         lines = ["| seed | arm | test loss | output change, low-grade noise | high-grade noise "

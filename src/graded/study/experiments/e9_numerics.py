@@ -9,7 +9,11 @@ is computed independently. Two kinds of finding:
 - statements that should hold on *every* instance: the estimate is the fraction of instances
   where it holds (with its percentile bootstrap interval over instances, descriptive only: the
   verdict does not use it) or the worst deviation (an exact check); rule: holds if it holds on
-  every instance (deviation within the stated float64 tolerance), fails otherwise;
+  every instance (deviation within the stated float64 tolerance), fails otherwise. What could
+  not be measured (NaN) gives no verdict: a NaN deviation makes the check inconclusive; in a
+  fraction, an instance whose comparison involves a NaN is left out of the fraction and counted
+  in the detail, and the check is inconclusive unless a measured instance fails (a measured
+  counterexample fails it whatever the others);
 - statements of a *rate* (identifiability, ∝ N^{−1/2}) or an *approximate* equality
   (additivity): a mean over instances with the study's interval
   (:func:`graded.study.statistics.mean_interval`); the rule is stated with the finding.
@@ -40,13 +44,30 @@ __all__ = ["NumericsExperiment"]
 TOL = 1e-9
 
 
-def _fraction(claim: str, quantity: str, control: str, holds: list[bool], detail: str,
+def _fraction(claim: str, quantity: str, control: str, holds: list[float], detail: str,
               seed: int, figures: list[str] | None = None) -> Finding:
-    est, low, high = bootstrap_interval([float(h) for h in holds], seed=seed)
-    return Finding(claim, "E9", quantity, control, len(holds), est, low, high,
-                   exact_verdict(all(holds)),
-                   detail + " Rule: exact check, holds if the statement holds on every instance.",
-                   figures or [])
+    """A per-instance exact check from :func:`_e9_utility.outcome` values (1.0 holds, 0.0 fails,
+    NaN not measured): the fraction of measured instances where the statement holds, with its
+    descriptive bootstrap interval. Verdict: fails on a measured counterexample; otherwise
+    inconclusive when some instance could not be measured (a comparison with NaN is no
+    evidence either way, as a NaN deviation in :func:`_exact`), holds when none could not."""
+    measured = [float(h) for h in holds if not math.isnan(h)]
+    unmeasured = len(holds) - len(measured)
+    rule = " Rule: exact check, holds if the statement holds on every instance."
+    if unmeasured:
+        detail += (f" {unmeasured}/{len(holds)} instances could not be measured (a NaN in the "
+                   "comparison): left out of the fraction; with no measured counterexample the "
+                   "check is inconclusive.")
+    if not measured:
+        return Finding(claim, "E9", quantity, control, 0, math.nan, math.nan, math.nan,
+                       "inconclusive", detail + rule, figures or [])
+    est, low, high = bootstrap_interval(measured, seed=seed)
+    if 0.0 in measured or not unmeasured:
+        verdict_ = exact_verdict(0.0 not in measured)
+    else:
+        verdict_ = "inconclusive"
+    return Finding(claim, "E9", quantity, control, len(measured), est, low, high, verdict_,
+                   detail + rule, figures or [])
 
 
 def _exact(claim: str, quantity: str, control: str, value: float, ok: bool, n: int,
@@ -108,9 +129,9 @@ class NumericsExperiment:
             "bounds from the local Hessian constants on the step's segment", r["holds"],
             f"Gradient-step morphism δ = −a∇ in one grade, a < 2/L_global; L, μ = extreme Hessian "
             f"eigenvalues over {utility.POINTS} points of the segment (a sampled estimate). Lower "
-            f"bound held {sum(r['lower_ok'])}/{len(r['holds'])}, upper "
-            f"{sum(r['upper_ok'])}/{len(r['holds'])}, ΔL > 0 in {sum(r['positive'])}/"
-            f"{len(r['holds'])}; largest signed violation / (a‖∇‖²) "
+            f"bound held {sum(r['lower_ok'])}/{len(r['lower_ok'])}, upper "
+            f"{sum(r['upper_ok'])}/{len(r['lower_ok'])}, ΔL > 0 in {sum(r['positive'])}/"
+            f"{len(r['lower_ok'])}; largest signed violation / (a‖∇‖²) "
             f"{r['worst_violation']:.2e}.", s))
 
         r = utility.check_selectivity(gen, 100 * k)
@@ -143,8 +164,8 @@ class NumericsExperiment:
             "expectation-form L_GT at the same state; edges with ΔL ≤ τ not counted", r["holds"],
             f"Four edges into one grade, p = softmax(θ) from the library router, λ = 0.1, "
             f"β = 5, μ = 1e−3. Useful edges whose post-update loss exceeds the p-weighted "
-            f"average: {sum(r['worse_than_average'])}/{len(r['holds'])}; raising such an edge's "
-            f"probability moves mass away from better edges, so L_GT can rise although "
+            f"average: {sum(r['worse_than_average'])}/{len(r['worse_than_average'])}; raising such "
+            f"an edge's probability moves mass away from better edges, so L_GT can rise although "
             f"ΔL_e > τ_e.", s))
 
         r = utility.check_kl_identity(gen, 10 * k)
@@ -161,9 +182,9 @@ class NumericsExperiment:
         out.append(_fraction(
             "22", "fraction of tokens with Δ(Π) ≥ Σ_iΔ(φ_i) − C‖z^(a)‖‖z^(b)‖",
             "C = ‖W‖₂²·max(1, ‖A₁‖, ‖A₂‖)² (the paper leaves C unspecified)",
-            r["holds"] + [not s_ for s_ in r["zero_b_shortfall"]],
+            r["holds"] + r["zero_b_holds"],
             f"Path b ← a then c ← b (linear blocks A₁, A₂). Generic states: "
-            f"{sum(r['holds'])}/{len(r['holds'])} hold (largest C needed "
+            f"{utility.count_holding(r['holds'])}/{len(r['holds'])} hold (largest C needed "
             f"{max(r['c_needed']):.3f}). States with z^(b) = 0 (cross term 0): the sum of step "
             f"utilities exceeds the path utility in {sum(r['zero_b_shortfall'])}/"
             f"{len(r['zero_b_shortfall'])}, which no finite C can cover.", s))

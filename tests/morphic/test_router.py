@@ -236,3 +236,18 @@ def test_logistic_hard_gates_share_a_destination_and_a_closed_gate_keeps_the_ide
     # open gates into b share it equally; one open gate takes it; closed gates leave α = 0
     torch.testing.assert_close(r.route(logits).weights.detach(), torch.tensor(
         [[0.5, 0.5, 0.0], [1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]))
+
+
+@pytest.mark.parametrize("normalization", ["global", "dest", "logistic"])
+def test_a_nan_logit_gives_its_edge_a_nan_probability_not_zero(normalization):
+    """NaN logits were turned into probability 0 (``nan_to_num``), which reads as a token that
+    routes nowhere: a measurement (004 Thm 5.5's α*) took it for a real value and training
+    went on with a finite loss. The NaN now reaches the edge's probability; a group whose
+    every option is disabled still gets 0."""
+    _, _, r = setup(normalization=normalization)
+    logits = torch.tensor([[0.5, float("nan"), -1.0], [0.3, 0.2, 0.1]])
+    p = r.probabilities(logits)
+    assert torch.isnan(p[0, 1]) and torch.isfinite(p[1]).all()
+    torch.testing.assert_close(p[1], r.probabilities(logits[1:])[0])
+    every = r.probabilities(torch.zeros(1, 3), disabled={0, 1, 2})
+    assert torch.isfinite(every).all()

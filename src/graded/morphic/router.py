@@ -315,8 +315,12 @@ class Router(nn.Module):
         return self._ext_log_probs(logits, disabled)[..., : len(self.edges)]
 
     def probabilities(self, logits: Tensor, disabled: set[int] | None = None) -> Tensor:
-        """K(e) per edge: the softmax probabilities, or the gates σ(ℓ/T) for logistic."""
-        return self.log_probs(logits, disabled).exp().nan_to_num(0.0)
+        """K(e) per edge: the softmax probabilities, or the gates σ(ℓ/T) for logistic. 0 for the
+        edges of a group whose every option is disabled (its log-softmax is NaN there); an edge
+        whose logit is NaN gets NaN, so a broken routing shows in the loss rather than reading
+        as "no edge taken"."""
+        p = self.log_probs(logits, disabled).exp()
+        return torch.where(torch.isnan(p) & ~torch.isnan(logits), 0.0, p)
 
     def weights_from(self, probs: Tensor) -> Tensor:
         """The update weights α from per-edge kernel values (soft or 0/1): the probabilities

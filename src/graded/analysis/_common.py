@@ -15,7 +15,8 @@ from graded import plotting
 from graded._precision import at_least_float32
 from graded.plotting import pyplot
 
-__all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "eval_mode",
+__all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "check_distributions",
+           "eval_mode",
            "input_length", "padding_argument", "pyplot", "real_rows", "real_tokens", "run_model",
            "save_figure", "widened"]
 
@@ -131,6 +132,25 @@ def check_weights(weights: Tensor, name: str = "weights", *, min_dim: int = 1) -
         raise ValueError(
             f"{name} must have shape {expected}, got shape {tuple(weights.shape)}"
         )
+
+
+def check_distributions(weights: Tensor, name: str = "weights") -> None:
+    """Each row (last dimension) of ``weights`` must be a probability distribution, summing to
+    1, or all zero (a query whose keys are all masked), within a tolerance of the dtype
+    (1e-2 for float16/bfloat16, 1e-4 otherwise): the entropy and the Jensen–Shannon divergence
+    of a row that sums to anything else are not the quantities they name (JS of unnormalised
+    rows exceeds ln 2). The values must already be finite and non-negative."""
+    if weights.numel() == 0 or torch.compiler.is_compiling():
+        return
+    tol = 1e-2 if weights.dtype in LOW_PRECISION else 1e-4
+    sums = widened(weights.detach()).sum(dim=-1)
+    bad = ((sums - 1).abs() > tol) & (sums.abs() > tol)
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        where = f" at index {first}" if first else ""
+        raise ValueError(f"{name} must be distributions along the last dimension (each row "
+                         f"summing to 1, or 0 for a fully masked row), got a row summing to "
+                         f"{float(sums[first]):.6g}{where}")
 
 
 def to_float64(x: Tensor) -> Tensor:

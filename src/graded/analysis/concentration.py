@@ -26,8 +26,10 @@ from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, real_tokens, run_model
 from graded.analysis.capture import embedding_perturbation
+from graded.analysis.lipschitz import _input_perturbation
 from graded.checks import check_finite, check_float
-from graded.transformer.graded import feature_grading
+from graded.transformer.graded import GradedFeatures, feature_grading
+from graded.transformer.models import InputEmbedding
 
 __all__ = ["FeatureConcentration", "feature_concentration", "model_feature_concentration"]
 
@@ -88,18 +90,26 @@ def feature_concentration(x: Tensor, scales: Tensor, grades: Tensor,
 @torch.no_grad()
 def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: float = 0.0,
                                 **model_kwargs: object) -> FeatureConcentration:
-    """:func:`feature_concentration` of the model's input vectors (the first token
-    embedding's output, which 000 Def 5.19 grades) under its feature grading; with a
+    """:func:`feature_concentration` of the model's input vectors under the grading 000 Def
+    5.19 applies to them: for a token model the first token embedding's output under the
+    feature grading; for a model over real features (``config.vocab_size`` None) the raw
+    features under the input grading, which acts on them before the projection (the
+    projection's output is graded already, and has another dimension); with a
     ``key_padding_mask``, of the real tokens' vectors only (a batch of padding only has none:
     its shares and fraction are NaN, the mean of nothing, as the other diagnostics' means
     over no real query)."""
-    grading = feature_grading(model)
+    grading, features = measured_grading(model)
+    if features and grading is None:
+        raise ValueError(f"{type(model).__name__} is a model over real features without an "
+                         "input grading (config.grade_input is False): its raw features, "
+                         "which 000 Def 5.19 grades, have no grading to measure")
     if grading is None:
         raise ValueError(f"{type(model).__name__} has no feature grading: build it with "
                          "TransformerConfig(grading='linear' or 'exponential')")
     if grading.grades.dim() != 1:
         raise ValueError("feature concentration needs shared feature grades of shape (d,)")
-    with eval_mode(model), embedding_perturbation(model) as slot:
+    perturbation = _input_perturbation(model) if features else embedding_perturbation(model)
+    with eval_mode(model), perturbation as slot:
         run_model(model, inputs, **model_kwargs)
     x = slot["clean"]
     real = real_tokens(model, inputs, model_kwargs, x)  # padded: the real tokens only
@@ -111,3 +121,15 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
         return FeatureConcentration(top, int(grades.shape[0]), nan, nan, nan)
     return feature_concentration(x if real is None else x[real], grading.scales(),
                                  grading.grades, delta)
+
+
+def measured_grading(model: nn.Module) -> tuple[nn.Module | None, bool]:
+    """The grading :func:`model_feature_concentration` measures (None when the model has
+    none), and whether the model is over real features: a token model's feature grading, or
+    the input grading of a model over real features (000 Def 5.19), which acts on its raw
+    features."""
+    embed = next((m for m in model.modules() if isinstance(m, InputEmbedding)), None)
+    if embed is None or embed.config.vocab_size is not None:
+        return feature_grading(model), False
+    stage = embed.input_grading
+    return (stage.grading if isinstance(stage, GradedFeatures) else None), True

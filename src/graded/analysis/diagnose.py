@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, input_length, run_model
 from graded.analysis.capture import call_keys, capture_attention, real_queries
-from graded.analysis.concentration import model_feature_concentration
+from graded.analysis.concentration import measured_grading, model_feature_concentration
 from graded.analysis.heads import head_diversity
 from graded.analysis.lipschitz import model_lipschitz
 from graded.analysis.maps import (
@@ -30,7 +30,6 @@ from graded.analysis.rank import DEFAULT_RTOL, attention_rank
 from graded.analysis.trajectories import plot_grade_trajectories
 from graded.analysis.twin import ungraded_twin
 from graded.positional import TABLE_POSITIONAL
-from graded.transformer.graded import feature_grading
 from graded.transformer.models import TransformerStack
 
 __all__ = ["DiagnosticsReport", "default_alphas", "diagnose"]
@@ -177,7 +176,7 @@ def diagnose(
         for a, mass in zip(sweep["alphas"], sweep["mean"]):
             metrics[_alpha_key(a)] = mass
         metrics["positional/uniform"] = sweep["uniform"]
-    if graded and feature_grading(model) is not None:
+    if graded and measured_grading(model)[0] is not None:
         conc = model_feature_concentration(model, inputs, **model_kwargs)
         metrics.update({f"concentration/{key}": v for key, v in conc.to_dict().items()})
 

@@ -18,7 +18,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, check_weights, eval_mode, run_model, widened
+from graded.analysis._common import (
+    Inputs,
+    check_distributions,
+    check_weights,
+    eval_mode,
+    run_model,
+    widened,
+)
 from graded.analysis.capture import (
     call_keys,
     capture_attention,
@@ -33,7 +40,8 @@ __all__ = ["concatenated_head_rank", "head_diversity", "js_divergence", "pairwis
 def js_divergence(p: Tensor, r: Tensor) -> Tensor:
     """Jensen–Shannon divergence (nats) between distributions along the last dimension.
 
-    Rows must be non-negative; a row of all zeros (a fully masked query) on both sides gives 0.
+    Rows must be distributions (non-negative, summing to 1 within 1e-4, 1e-2 for
+    float16/bfloat16); a row of all zeros (a fully masked query) on both sides gives 0.
     float16/bfloat16 rows are summed in float32 (the result is float32).
     """
     check_weights(p, "p")
@@ -43,6 +51,8 @@ def js_divergence(p: Tensor, r: Tensor) -> Tensor:
                          f"got {p.shape[-1]} and {r.shape[-1]} keys")
     check_finite_nonnegative(p, "p")
     check_finite_nonnegative(r, "r")
+    check_distributions(p, "p")
+    check_distributions(r, "r")
     p, r = widened(p), widened(r)
     m = 0.5 * (p + r)
     kl_p = torch.special.xlogy(p, p) - torch.special.xlogy(p, m)

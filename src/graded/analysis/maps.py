@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from graded.analysis._common import (
     Inputs,
+    check_distributions,
     check_weights,
     eval_mode,
     pyplot,
@@ -87,11 +88,14 @@ def plot_attention_maps(
 def attention_entropy(weights: Tensor) -> Tensor:
     """Entropy −Σ_j A_ij ln A_ij of each row (nats), shape ``weights.shape[:-1]``.
 
+    Each row must be a distribution (summing to 1 within 1e-4, 1e-2 for float16/bfloat16), or
+    all zero (a fully masked query, entropy 0).
     Zero weights (masked keys) contribute 0 (the convention 0·ln 0 = 0, via ``xlogy``).
     float16/bfloat16 weights are summed in float32 (the result is float32).
     """
     check_weights(weights)
     check_finite_nonnegative(weights, "attention weights")
+    check_distributions(weights, "attention weights")
     w = widened(weights)
     return -torch.special.xlogy(w, w).sum(dim=-1)
 

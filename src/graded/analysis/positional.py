@@ -41,6 +41,7 @@ from graded.analysis.capture import (
     capture_attention,
     real_queries,
 )
+from graded.checks import check_int
 from graded.grading import ExponentialGrading
 from graded.positional import position_start
 from graded.transformer.blocks import AttentionSublayer
@@ -107,7 +108,11 @@ def _early_keys_and_late_queries(real: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
-    """:func:`early_attention_mass` of uniform attention over the visible keys."""
+    """:func:`early_attention_mass` of uniform attention over the visible keys of a sequence
+    of ``length`` (an int) positions, with a causal mask when ``causal`` (True or False)."""
+    length = check_int("length", length)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
     _check_k(k, length)
     if not causal:
         return k / length

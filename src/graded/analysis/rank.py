@@ -44,7 +44,7 @@ from graded.analysis.capture import (
 )
 from graded.attention.functional import safe_softmax
 from graded.attention.graded import VARIANTS, grade_heads
-from graded.checks import check_float
+from graded.checks import check_finite, check_float
 
 __all__ = [
     "CONDITIONS",
@@ -64,9 +64,11 @@ DEFAULT_RTOL = 1e-3
 
 
 def singular_values(matrices: Tensor) -> Tensor:
-    """Singular values (descending) of each matrix in the last two dims, in float64."""
+    """Singular values (descending) of each matrix in the last two dims, in float64. The
+    entries must be finite (an ∞ entry has no SVD: the ranks would read 0, silently)."""
     if matrices.dim() < 2:
         raise ValueError(f"expected matrices (..., m, n), got shape {tuple(matrices.shape)}")
+    check_finite(matrices, "matrices")
     return torch.linalg.svdvals(to_float64(matrices))
 
 
@@ -164,8 +166,13 @@ def graded_score_matrices(
     shape = (*torch.broadcast_shapes(q.shape[:2], k.shape[:2]), q.shape[-2], k.shape[-2])
     if keep is not None:
         _check_broadcasts(keep, shape, "keep")
+    check_finite(q, "q")
+    check_finite(k, "k")
+    if scales is not None:
+        check_finite(scales, "scales")
     q64, k64 = to_float64(q), to_float64(k)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = (1.0 / math.sqrt(q.shape[-1]) if scale is None
+             else check_float("scale", scale, minimum=0, strict_min=True))
     s0 = q64 @ k64.transpose(-2, -1) * scale
     if scales is None:
         sg = s0

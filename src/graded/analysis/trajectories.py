@@ -126,8 +126,10 @@ def grade_trajectories(source: str | Path | Records) -> dict[str, GradeTrajector
     for name in names:
         rows = [(r["step"], _grades_of(r, name)) for r in records if name in r["grades"]]
         width = len(rows[0][1])
-        if any(len(v) != width for _, v in rows):
-            raise ValueError(f"module {name!r} changes its number of grades between snapshots")
+        other = next(((s, v) for s, v in rows if len(v) != width), None)
+        if other is not None:
+            raise ValueError(f"module {name!r} changes its number of grades between snapshots: "
+                             f"{width} at step {rows[0][0]}, {len(other[1])} at step {other[0]}")
         out[name] = GradeTrajectory(
             steps=torch.tensor([s for s, _ in rows], dtype=torch.long),
             grades=torch.tensor([v for _, v in rows], dtype=torch.float64),

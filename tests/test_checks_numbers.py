@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from graded.attention.backends.base import check_scale
-from graded.checks import NotANumberError, check_float
+from graded.checks import NotANumberError, check_float, check_int
 from graded.morphic import EdgeSet, GradedStateSpace, Router
 from graded.train.recipes import get_recipe
 
@@ -72,3 +72,18 @@ def test_every_later_number_check_refuses_like_check_float_naming_option_and_ran
     assert message.startswith(name) and "> 0" in message
     assert f"got {bad!r}" in message or f"got {bad}" in message
     run(0.5)  # a positive finite number passes
+
+
+def test_integer_scalars_and_0d_integer_tensors_are_ints_and_come_back_as_ints():
+    for value in (3, np.int64(3), np.array(3), torch.tensor(3), torch.tensor(3, dtype=torch.int32)):
+        out = check_int("n", value, minimum=1)
+        assert out == 3 and type(out) is int
+
+
+@pytest.mark.parametrize("value", [torch.tensor(2.5), np.array(2.7), torch.tensor(True),
+                                   np.bool_(True), True, 2.0, torch.tensor([3]),
+                                   np.array([3]), "3"])
+def test_what_is_not_an_int_is_refused_not_truncated_or_unwrapped(value):
+    # int() would read tensor(2.5) as 2, tensor(True) as 1 and tensor([3]) as 3
+    with pytest.raises(TypeError, match=r"n must be an int, got "):
+        check_int("n", value)

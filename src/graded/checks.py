@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import math
 import numbers
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,14 +25,20 @@ _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("inputs_checked"
 
 def check_int(name: str, value: Any, *, minimum: int | None = None,
               maximum: int | None = None) -> int:
-    """``value`` as an ``int`` (any integer type, e.g. NumPy's, but not ``bool``).
+    """``value`` as an ``int`` (any integer type, e.g. NumPy's, and a 0-d integer tensor or
+    array, but not ``bool``).
 
-    Raises ``TypeError`` naming ``name`` when ``value`` is not an integer, ``ValueError`` when it
-    lies outside [minimum, maximum].
+    Raises ``TypeError`` naming ``name`` when ``value`` is not an integer (a float tensor,
+    which ``int()`` would truncate, or a tensor of one element but more dimensions, included),
+    ``ValueError`` when it lies outside [minimum, maximum].
     """
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
+    number = value
+    if getattr(number, "shape", None) == () and callable(getattr(number, "item", None)):
+        number = number.item()  # a 0-d tensor or array: its Python scalar (2.5, True refused)
+    if (isinstance(number, bool) or not hasattr(number, "__index__")
+            or getattr(number, "shape", None) is not None):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    value = int(value)
+    value = operator.index(number)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:

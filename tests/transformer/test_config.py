@@ -68,3 +68,43 @@ def test_unknown_keys_name_themselves_the_closest_field_and_the_known_ones():
                                          r"\(did you mean 'n_heads'\?\); known keys are \[.*"
                                          r"'n_heads'"):
         TransformerConfig.from_dict({"n_head": 2})
+
+
+_SWITCHES = [name for name, field in TransformerConfig.model_fields.items()
+             if field.annotation in (bool, bool | None)]
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "false", 1.0])
+@pytest.mark.parametrize("field", _SWITCHES)
+def test_a_switch_takes_true_or_false_only_not_a_number_or_a_word(field, value):
+    # 0 for tie_embeddings or "false" for grade_ffn would be read as a boolean without a word
+    with pytest.raises(ValueError, match=rf"TransformerConfig\.{field}=.* expected .*True or "
+                                         "False"):
+        TransformerConfig(**{field: value})
+    config = TransformerConfig()
+    before = getattr(config, field)
+    with pytest.raises(ValueError, match=rf"TransformerConfig\.{field}="):
+        setattr(config, field, value)
+    assert getattr(config, field) is before
+
+
+def test_the_switches_are_every_boolean_field_and_take_true_and_false():
+    assert {"norm_first", "bias", "tie_embeddings", "fold_grading", "final_norm",
+            "qkv_bias", "grade_ffn", "token_grading"} <= set(_SWITCHES)
+    assert TransformerConfig(norm_first=False, final_norm=True).final_norm is True
+    assert TransformerConfig(qkv_bias=None).qkv_bias is None
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "none"])
+def test_graded_positions_without_position_vectors_are_refused_not_ignored(positional):
+    # 000 Def 5.21 scales the added Pe(t); these encodings add none, so alpha changed nothing
+    with pytest.raises(ValueError, match=rf"grade_position_alpha=0.1 is invalid: expected 0 "
+                                         rf"with positional='{positional}'"):
+        TransformerConfig(grading="exponential", positional=positional,
+                          grade_position_alpha=0.1)
+    # without graded positions, or on an ungraded model, alpha has nothing to act on anyway
+    TransformerConfig(grading="exponential", positional=positional, grade_position_alpha=0.1,
+                      grade_positions=False)
+    TransformerConfig(positional=positional, grade_position_alpha=0.1)
+    for table in ("sinusoidal", "sinusoidal1", "learned"):
+        TransformerConfig(grading="exponential", positional=table, grade_position_alpha=0.1)

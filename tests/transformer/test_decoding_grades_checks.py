@@ -32,3 +32,23 @@ def test_a_non_callable_token_grader_is_named():
     ids = torch.zeros(1, 3, dtype=torch.long)
     with pytest.raises(TypeError, match=r"token_grader must be callable, got list"):
         token_grading(Graded(), ids, torch.zeros(1, 3), [1, 2], grades_new_tokens=False)
+
+
+@pytest.mark.parametrize("grade", ["2", True, None, [1.0], float("nan"), -1])
+def test_a_last_grade_that_is_not_a_number_or_below_zero_is_refused_naming_it(grade):
+    # float() would have read "2" as 2.0 and True as 1.0 without a word, and None as a TypeError
+    # that named neither the grader nor the token
+    grade_last = grader_of(lambda ids: [0.0] * (len(ids) - 1) + [grade], torch.float32)
+    ids, pads = torch.tensor([[4, 9]]), torch.zeros(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"token_grader graded token 9 with .*; expected a "
+                                         "finite grade >= 0"):
+        grade_last(ids, pads)
+
+
+def test_grades_given_as_numpy_or_0d_tensors_are_read_as_numbers():
+    import numpy as np
+
+    for grade in (np.float32(1.5), np.int64(3), torch.tensor(2.5)):
+        grade_last = grader_of(lambda ids, g=grade: [0.0] * (len(ids) - 1) + [g], torch.float64)
+        out = grade_last(torch.tensor([[4, 9]]), torch.zeros(1, 2, dtype=torch.bool))
+        assert out.tolist() == [float(grade)]

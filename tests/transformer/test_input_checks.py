@@ -252,3 +252,14 @@ def test_a_checked_training_pass_of_a_padded_encoder_reads_no_value(backend, gra
     with checked_inputs(), HostReads() as reads:
         model(IDS, mask).sum().backward()
     assert reads.sites == []
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.float32])
+def test_token_ids_of_another_dtype_are_refused_naming_the_dtypes_taken(dtype):
+    # "must be an integer tensor, got torch.int16" contradicted itself for integer dtypes
+    model = TransformerLM(TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1))
+    with pytest.raises(TypeError, match=rf"token ids must be an integer tensor of dtype "
+                                        rf"torch.int64 or torch.int32 .*got {dtype}"):
+        model(torch.zeros(1, 3, dtype=dtype))
+    ids = torch.tensor([[1, 2, 3]])  # the dtypes named are taken, with the same logits
+    torch.testing.assert_close(model(ids.int()), model(ids), rtol=0, atol=0)

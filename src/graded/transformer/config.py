@@ -28,7 +28,7 @@ from graded.attention.backends import available_backends
 from graded.attention.graded import VARIANTS
 from graded.attention.scores import SCORES
 from graded.grading import GRADINGS, LINEAR_FUNCTIONS
-from graded.positional import POSITIONAL, position_start
+from graded.positional import POSITIONAL, TABLE_POSITIONAL, position_start
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
 __all__ = ["CYCLE_KEYS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
@@ -60,6 +60,10 @@ def _finite(v: Any) -> bool:
 
 PositiveInt = Annotated[int, positive_int()]
 OptionalPositiveInt = Annotated[int | None, positive_int(optional=True)]
+# a switch: True or False only (pydantic alone would take 1, 0, "yes", "off" as booleans)
+Switch = Annotated[bool, satisfies(lambda v: isinstance(v, bool), "True or False")]
+OptionalSwitch = Annotated[bool | None, satisfies(lambda v: isinstance(v, bool), "True or False",
+                                                  optional=True)]
 
 
 class TransformerConfig(ConfigModel):
@@ -101,7 +105,8 @@ class TransformerConfig(ConfigModel):
     ``zeros``, ``constant`` or ``warm_start`` q_k = c·k with c = ``grade_init_value``),
     ``grade_attention_variant``, the stage switches ``grade_input``, ``grade_positions``,
     ``grade_attention``, ``grade_ffn``, ``grade_output``, ``grade_normalize`` and
-    ``grade_position_alpha`` (α of the graded positions) and ``input_grades`` (the natural
+    ``grade_position_alpha`` (α of the graded positions, which scale the added Pe(t): a table
+    positional, sinusoidal or learned, only) and ``input_grades`` (the natural
     grades of the input features, length ``input_dim``, e.g. a task's grading tuple).
     ``fold_grading`` (default True) folds each diagonal grading that sits next to a linear map
     into that map's weights where this is exact (the attention projections, the FFN's output
@@ -119,7 +124,7 @@ class TransformerConfig(ConfigModel):
     added).
 
     Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
-    ...``.
+    ...``. A switch (a bool field) takes True or False only: 1, 0 or ``"yes"`` are refused.
     """
 
     vocab_size: OptionalPositiveInt = 256
@@ -138,17 +143,17 @@ class TransformerConfig(ConfigModel):
     norm: Annotated[Literal[NORMS], choice(NORMS)] = "layer"
     norm_eps: Annotated[float, satisfies(lambda v: _finite(v) and v > 0,
                                                 "a finite positive number")] = 1e-5
-    norm_first: bool = True
-    bias: bool = True
+    norm_first: Switch = True
+    bias: Switch = True
     # Architecture switches of reference models (None = follow ``bias`` / the norm placement).
-    qkv_bias: bool | None = None
-    out_bias: bool | None = None
-    ffn_bias: bool | None = None
-    final_norm: bool | None = None
-    embed_scale: bool = False
-    embed_norm: bool = False
-    logit_bias: bool = False
-    tie_embeddings: bool = True
+    qkv_bias: OptionalSwitch = None
+    out_bias: OptionalSwitch = None
+    ffn_bias: OptionalSwitch = None
+    final_norm: OptionalSwitch = None
+    embed_scale: Switch = False
+    embed_norm: Switch = False
+    logit_bias: Switch = False
+    tie_embeddings: Switch = True
     attn_backend: Annotated[str, choice(available_backends)] = "full"
     attn_backend_options: dict[str, Any] = Field(default_factory=dict)
     attn_backend_cycle: list[dict[str, Any]] = Field(default_factory=list)
@@ -167,30 +172,30 @@ class TransformerConfig(ConfigModel):
     grading_f: Annotated[Literal[LINEAR_FUNCTIONS], choice(LINEAR_FUNCTIONS)] = "shift"
     grading_base: Annotated[float, satisfies(lambda v: _finite(v) and v > 1.0,
                                               "a finite base lambda > 1 (000 Def 6.1)")] = 2.0
-    learnable_grades: bool = False
-    grades_per_head: bool = False
+    learnable_grades: Switch = False
+    grades_per_head: Switch = False
     grade_init: Annotated[str, choice(_grade_inits)] = "neutral"
     grade_init_value: Annotated[float, satisfies(_finite, "a finite number")] = 0.0
     grade_attention_variant: Annotated[Literal[VARIANTS], choice(VARIANTS)] = "scores"
-    grade_input: bool = True
-    grade_positions: bool = True
-    grade_attention: bool = True
-    grade_ffn: bool = True
-    grade_output: bool = True
-    grade_normalize: bool = False
+    grade_input: Switch = True
+    grade_positions: Switch = True
+    grade_attention: Switch = True
+    grade_ffn: Switch = True
+    grade_output: Switch = True
+    grade_normalize: Switch = False
     grade_position_alpha: Annotated[float, satisfies(
         lambda v: _finite(v) and v >= 0, "a finite number >= 0")] = 0.0
-    fold_grading: bool = True
+    fold_grading: Switch = True
     input_grades: Annotated[list[float] | None, satisfies(
         lambda v: isinstance(v, list | tuple) and all(_finite(q) for q in v),
         "a list of finite grades", optional=True)] = None
     # Stages through which grading changes the function class (docs/what_grading_changes.md).
-    token_grading: bool = False
+    token_grading: Switch = False
     token_grade_stages: list[Literal[TOKEN_GRADE_STAGES]] = Field(
         default_factory=lambda: list(TOKEN_GRADE_STAGES))
     grade_input_activation: Annotated[Literal["relu"] | None, choice(
         ("relu",), optional=True, what="None or 'relu' (000 Def 5.19's sigma)")] = None
-    grade_position_normalize: bool = False
+    grade_position_normalize: Switch = False
 
     @property
     def head_dim(self) -> int:
@@ -304,6 +309,13 @@ class TransformerConfig(ConfigModel):
         need(len(set(self.token_grade_stages)) == len(self.token_grade_stages)
              and len(self.token_grade_stages) > 0, "token_grade_stages",
              f"a non-empty list of distinct stages from {list(TOKEN_GRADE_STAGES)}")
+        # 000 Def 5.21 grades the position vectors Pe(t) added to the embeddings: rope, alibi
+        # and none add none, so alpha would change nothing
+        need(self.grading is None or not self.grade_positions or self.grade_position_alpha == 0
+             or self.positional in TABLE_POSITIONAL, "grade_position_alpha",
+             f"0 with positional={self.positional!r}, which adds no position vectors for the "
+             f"graded positions to scale (000 Def 5.21): use one of {list(TABLE_POSITIONAL)}, "
+             "or grade_positions=False")
         last = self.max_len - 1 + position_start(self.positional)  # the last position t
         need(self.grading != "linear" or self.grade_position_alpha * last < 1.0,
              "grade_position_alpha",

@@ -5,11 +5,12 @@ grading of the extended sequence (:func:`token_grading`, :func:`grader_of`), use
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+from graded.checks import check_float
 
 __all__ = ["GradeLast", "TokenGrader", "grader_of", "token_grading"]
 
@@ -37,10 +38,11 @@ def grader_of(token_grader: TokenGrader, dtype: torch.dtype) -> GradeLast:
             if len(grades) != len(real):
                 raise ValueError(f"token_grader gave {len(grades)} grades for a sequence of "
                                  f"{len(real)} tokens; expected one per token")
-            last = float(grades[-1])
-            if not math.isfinite(last) or last < 0:
+            try:  # a number (not a bool, nor a string that float() would read), finite, >= 0
+                last = check_float("grade", grades[-1], minimum=0.0)
+            except ValueError:
                 raise ValueError(f"token_grader graded token {real[-1]} with {grades[-1]!r}; "
-                                 "expected a finite grade >= 0")
+                                 "expected a finite grade >= 0") from None
             out.append(last)
         return torch.tensor(out, dtype=dtype, device=ids.device)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +54,11 @@ __all__ = [
     "TransformerStack",
     "default_positions",
 ]
+
+# The weights tie_embeddings ties, as state-dict keys.
+_LM_TIED = ("decoder.embed.tokens.weight", "head.proj.weight")
+_SEQ2SEQ_TIED = ("encoder.embed.tokens.weight", "decoder.embed.tokens.weight",
+                 "head.proj.weight")
 
 # How an encoder classifier/regressor reduces (B, T, d) to (B, d): see TransformerClassifier.
 POOLINGS = ("mean", "first", "last")
@@ -120,7 +126,8 @@ def sequence_shape(config: TransformerConfig, inputs: Tensor) -> tuple[int, int]
     shape alone (no value is read) and refused naming what was expected."""
     if config.vocab_size is not None:
         if inputs.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"token ids must be an integer tensor, got {inputs.dtype}")
+            raise TypeError(f"token ids must be an integer tensor of dtype torch.int64 or "
+                            f"torch.int32 (what the embedding takes), got {inputs.dtype}")
         if inputs.dim() != 2:
             raise ValueError(f"token ids must have shape (batch, length), got "
                              f"{tuple(inputs.shape)}")
@@ -447,6 +454,28 @@ class _OutputHead(nn.Module):
                              in_scales=None if folded is None else folded.scales())
 
 
+def _check_tied(module: nn.Module, state_dict: dict, prefix: str, keys: tuple[str, ...],
+                error_msgs: list[str]) -> None:
+    """Refuse a state dict that holds different tensors for weights that ``module`` ties
+    (``tie_embeddings``): loading it would leave every tied name holding the one loaded last,
+    the embedding silently replaced by the output layer (or the reverse). The error names the
+    keys; a state dict of an untied model loads into a model built with
+    ``tie_embeddings=False``."""
+    if not module.config.tie_embeddings:
+        return
+    given = [(k, state_dict[prefix + k]) for k in keys if prefix + k in state_dict]
+    first_key, first = given[0] if given else (None, None)
+    for key, t in given[1:]:
+        if (isinstance(t, Tensor) and isinstance(first, Tensor) and not t.is_meta
+                and not first.is_meta and t is not first
+                and (t.shape != first.shape or not torch.equal(t, first.to(t)))):
+            error_msgs.append(
+                f"{prefix}{key} differs from {prefix}{first_key}, which this model ties to it "
+                "(TransformerConfig.tie_embeddings=True); a state dict of an untied model "
+                "loads into a model built with tie_embeddings=False")
+            return
+
+
 class TransformerLM(nn.Module):
     """Decoder-only language model (003 §2): ``forward(input_ids) -> logits (B, T, V)``."""
 
@@ -477,6 +506,10 @@ class TransformerLM(nn.Module):
                                   need_weights=need_weights, token_scales=scales)
         logits = self.head(h, scales)
         return (logits, weights) if need_weights else logits
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        _check_tied(self, state_dict, prefix, _LM_TIED, args[-1])
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def new_cache(self) -> KVCache:
         return KVCache.empty(self.decoder.n_layers)
@@ -535,6 +568,10 @@ class Seq2SeqTransformer(nn.Module):
         return self.decode(tgt_ids, memory, tgt_key_padding_mask=tgt_key_padding_mask,
                            src_key_padding_mask=src_key_padding_mask,
                            token_grades=decoder_token_grades)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        _check_tied(self, state_dict, prefix, _SEQ2SEQ_TIED, args[-1])
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def new_cache(self) -> KVCache:
         return KVCache.empty(self.decoder.n_layers)

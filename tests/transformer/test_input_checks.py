@@ -263,3 +263,18 @@ def test_token_ids_of_another_dtype_are_refused_naming_the_dtypes_taken(dtype):
         model(torch.zeros(1, 3, dtype=dtype))
     ids = torch.tensor([[1, 2, 3]])  # the dtypes named are taken, with the same logits
     torch.testing.assert_close(model(ids.int()), model(ids), rtol=0, atol=0)
+
+
+def test_bool_token_grades_are_refused_not_read_as_zero_and_one():
+    """A bool tensor (a padding or depth mask passed by mistake) was read as the grades 0 and
+    1, as bool grades are refused everywhere else (``as_grade_tensor``)."""
+    cfg = TransformerConfig(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_len=8,
+                            grading="exponential", token_grading=True)
+    torch.manual_seed(0)
+    model = TransformerLM(cfg)
+    mask = torch.rand(2, 8) > 0.5
+    with pytest.raises(TypeError, match=r"token_grades must hold real grades .* got dtype "
+                                        r"torch.bool"):
+        model(IDS, token_grades=mask)
+    torch.testing.assert_close(model(IDS, token_grades=mask.long()),
+                               model(IDS, token_grades=mask.float()))

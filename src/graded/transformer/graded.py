@@ -166,6 +166,10 @@ class TokenGrading(nn.Module):
         """(B, T) grades -> (B, T, d_model) diagonals of M_{q_i}."""
         if not isinstance(token_grades, Tensor):
             raise TypeError(f"token_grades must be a Tensor, got {type(token_grades).__name__}")
+        if token_grades.dtype == torch.bool or token_grades.is_complex():
+            # a bool mask would be read as the grades 0 and 1
+            raise TypeError(f"token_grades must hold real grades (a floating or integer "
+                            f"tensor), got dtype {token_grades.dtype}")
         if tuple(token_grades.shape) != (batch, length):
             raise ValueError(f"token_grades has shape {tuple(token_grades.shape)}; expected "
                              f"(batch, length) = ({batch}, {length})")

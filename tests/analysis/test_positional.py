@@ -109,6 +109,18 @@ def test_sweep_rejects_models_where_alpha_is_undefined(tokens):
         positional_bias_sweep(lgt, tokens, [0.5])
 
 
+@pytest.mark.parametrize(("alphas", "message"), [
+    (["x"], r"alphas\[0\] must be a number, got 'x'"),
+    ([0.1, float("nan")], r"alphas\[1\] must be a finite number, got nan"),
+    ([0.1, True], r"alphas\[1\] must be a number, got True"),
+])
+def test_sweep_names_an_alpha_that_is_not_a_number(egt_lm, tokens, alphas, message):
+    """``alphas=['x']`` raised "could not convert string to float: 'x'", naming no option, and
+    True was taken as α = 1."""
+    with pytest.raises(ValueError, match=message):
+        positional_bias_sweep(egt_lm, tokens, alphas)
+
+
 def test_plot_positional_bias_writes_a_png(tmp_path, egt_lm, tokens):
     sweep = positional_bias_sweep(egt_lm, tokens, [0.0, 0.5, 1.0], k=1)
     assert is_png(plot_positional_bias(sweep, tmp_path))

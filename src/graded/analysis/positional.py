@@ -41,7 +41,7 @@ from graded.analysis.capture import (
     capture_attention,
     real_queries,
 )
-from graded.checks import check_int
+from graded.checks import check_float, check_int
 from graded.grading import ExponentialGrading
 from graded.positional import position_start
 from graded.transformer.blocks import AttentionSublayer
@@ -181,7 +181,8 @@ def positional_bias_sweep(
     if not embeds or any(e.positions is None for e in embeds):
         raise ValueError(f"positional_bias_sweep needs additive positions (sinusoidal or "
                          f"learned), got positional={config.positional!r}")
-    alphas = [float(a) for a in alphas]  # a list, or a 1-D tensor or array, of numbers
+    # a list, or a 1-D tensor or array, of numbers; each named by its index when it is not one
+    alphas = [check_float(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
     if not alphas:
         raise ValueError("alphas must hold at least one value of α")
     check_sweep_k(k, inputs)

@@ -13,11 +13,12 @@ import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["NotANumberError", "check_choice", "check_finite_nonnegative", "check_float",
-           "check_id_range", "check_int", "check_token_ids", "checked_inputs", "inputs_checked",
-           "value_range"]
+__all__ = ["NotANumberError", "check_bool", "check_choice", "check_finite_nonnegative",
+           "check_float", "check_id_range", "check_int", "check_token_ids", "checked_inputs",
+           "inputs_checked", "value_range"]
 
 # True inside checked_inputs(): token ids and positions were checked by the caller
 _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("inputs_checked", default=False)
@@ -68,6 +69,15 @@ def _real(value: Any) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
     return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False`` (a NumPy bool too): ``TypeError`` naming
+    ``name`` otherwise, since ``bool("false")`` is True and 0 or 1 may be a count given to the
+    wrong option."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
 
 
 def check_float(name: str, value: Any, *, minimum: float | None = None,

@@ -32,10 +32,10 @@ def test_variable_addition_make_equals_hand_written_examples():
 
 
 @pytest.mark.parametrize("x, adder, match", [
-    ([1], [-1], r"adder must hold adder indices in \[0, 2\), got values from -1"),
-    ([1], [2], r"adder must hold adder indices in \[0, 2\), got values from 2"),
-    ([5], [0], r"x must hold digits in \[0, 5\), got values from 5"),
-    ([-1], [0], r"x must hold digits in \[0, 5\), got values from -1"),
+    ([1], [-1], r"adder \(adder indices\) must lie in \[0, 2\); got range \[-1, -1\]"),
+    ([1], [2], r"adder \(adder indices\) must lie in \[0, 2\); got range \[2, 2\]"),
+    ([5], [0], r"x \(digits\) must lie in \[0, 5\); got range \[5, 5\]"),
+    ([-1], [0], r"x \(digits\) must lie in \[0, 5\); got range \[-1, -1\]"),
 ])
 def test_variable_addition_make_refuses_digits_and_adders_out_of_range(x, adder, match):
     # adder −1 wrapped to the last shift and wrote the digit token p − 1 as the operator;
@@ -52,9 +52,9 @@ def test_variable_addition_make_refuses_float_digits():
 
 
 @pytest.mark.parametrize("triple, match", [
-    ([1, -1, 0], r"every adder index must lie in \[0, 2\), got values from -1"),
-    ([1, 0, -1], r"every modulus index must lie in \[0, 2\), got values from -1"),
-    ([1, 2, 0], r"every adder index must lie in \[0, 2\), got values from 2"),
+    ([1, -1, 0], r"every adder index must lie in \[0, 2\); got range \[-1, -1\]"),
+    ([1, 0, -1], r"every modulus index must lie in \[0, 2\); got range \[-1, -1\]"),
+    ([1, 2, 0], r"every adder index must lie in \[0, 2\); got range \[2, 2\]"),
 ])
 def test_modular_addition_make_refuses_indices_out_of_range(triple, match):
     # a negative index wrapped to the last shift or modulus, and its token id was another

@@ -41,7 +41,7 @@ from graded.analysis.capture import (
     capture_attention,
     real_queries,
 )
-from graded.checks import check_float, check_int
+from graded.checks import check_bool, check_float, check_int
 from graded.grading import ExponentialGrading
 from graded.positional import position_start
 from graded.transformer.blocks import AttentionSublayer
@@ -111,8 +111,7 @@ def uniform_early_mass(length: int, k: int, *, causal: bool) -> float:
     """:func:`early_attention_mass` of uniform attention over the visible keys of a sequence
     of ``length`` (an int) positions, with a causal mask when ``causal`` (True or False)."""
     length = check_int("length", length)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
+    causal = check_bool("causal", causal)
     _check_k(k, length)
     if not causal:
         return k / length

@@ -22,8 +22,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
 T = TypeVar("T")
 
 DEFAULT_SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>")
@@ -226,15 +224,6 @@ class Codec(ABC, Generic[T]):
         except DecodeError:
             return False
         return True
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """``value`` if it is ``True`` or ``False`` (a NumPy bool too); ``TypeError`` naming ``name``
-    otherwise: ``bool("false")`` is True, so a flag given as a string or a number would
-    silently turn an option on."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
 
 
 def parse_token_int(token: str, lo: int, hi: int, what: str) -> int:

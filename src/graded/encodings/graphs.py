@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from graded.checks import check_int
+from graded.checks import check_bool, check_int
 from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
-    check_flag,
     parse_token_int,
     tokens_to_bits,
 )
@@ -123,7 +122,7 @@ class UpperTriangleCodec(_GraphCodec):
 
     def __init__(self, n: int, canonical: bool = False) -> None:
         super().__init__(n)
-        self.canonical = check_flag("canonical", canonical)
+        self.canonical = check_bool("canonical", canonical)
         self._rows, self._cols = np.triu_indices(self.n, 1)
 
     @property

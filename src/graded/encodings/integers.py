@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from graded.checks import check_int
-from graded.encodings.base import Codec, DecodeError, check_flag
+from graded.checks import check_bool, check_int
+from graded.encodings.base import Codec, DecodeError
 
 SIGNS = ("+", "-")
 
@@ -29,7 +29,7 @@ class IntegerCodec(Codec[int]):
 
     def __init__(self, base: int = 10, reverse: bool = False) -> None:
         self.base = check_int("base", base, minimum=2)
-        self.reverse = check_flag("reverse", reverse)
+        self.reverse = check_bool("reverse", reverse)
 
     @property
     def tokens(self) -> tuple[str, ...]:

@@ -22,12 +22,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graded.checks import check_int
+from graded.checks import check_bool, check_int
 from graded.encodings.base import (
     Codec,
     DecodeError,
     bits_to_tokens,
-    check_flag,
     parse_token_int,
     tokens_to_bits,
 )
@@ -150,8 +149,8 @@ class PermutationCycleCodec(_PermutationCodec):
 
     def __init__(self, n: int, include_fixed_points: bool = False, strict: bool = True) -> None:
         super().__init__(n)
-        self.include_fixed_points = check_flag("include_fixed_points", include_fixed_points)
-        self.strict = check_flag("strict", strict)
+        self.include_fixed_points = check_bool("include_fixed_points", include_fixed_points)
+        self.strict = check_bool("strict", strict)
 
     @property
     def tokens(self) -> tuple[str, ...]:

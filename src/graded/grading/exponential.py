@@ -118,16 +118,17 @@ class ExponentialGrading(GradingMap):
             raise ValueError(f"max_log_scale must be a positive finite number, got {value!r}")
         self._set_option("max_log_scale", None if value is None else float(value))
 
-    def _cap(self) -> float:
+    def _cap(self, dtype: torch.dtype | None = None) -> float:
         """The largest exponent q·ln λ used: ``max_log_scale``, else half the log of the largest
-        finite value of the compute dtype (the autocast dtype under autocast, so an fp16 or bf16
-        forward pass stays finite), minus 1."""
+        finite value of ``dtype``, minus 1; without ``dtype``, of the compute dtype (the
+        autocast dtype under autocast, so an fp16 or bf16 forward pass stays finite)."""
         if self.max_log_scale is not None:
             return self.max_log_scale
-        dtype = self.grades.dtype
-        fast = _autocast_on(self.grades.device.type)
-        if fast is not None and torch.finfo(fast).max < torch.finfo(dtype).max:
-            dtype = fast
+        if dtype is None:
+            dtype = self.grades.dtype
+            fast = _autocast_on(self.grades.device.type)
+            if fast is not None and torch.finfo(fast).max < torch.finfo(dtype).max:
+                dtype = fast
         return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
 
     def _sources(self) -> tuple[Tensor, ...]:
@@ -191,12 +192,16 @@ class ExponentialGrading(GradingMap):
 
     def scale_of(self, q: Tensor) -> Tensor:
         """λ^q = exp(q·ln λ) elementwise, in q's dtype (float32 for integer q), clamped at the
-        cap of :meth:`scales`. The exponent and its exp are computed in float32 at least and
-        rounded once to that dtype: in bfloat16, ln 2 rounded to 0.6914 and q·ln λ rounded
-        again made 2^10 come out as 1000, three units in the last place from 1024."""
+        cap of that dtype (:meth:`_cap`; ``max_log_scale`` where set), whatever the grades' or
+        the autocast dtype: a float32 q (the graded losses' weights) is clamped where float32
+        overflows, not where a float16 activation would. The exponent and its exp are computed
+        in float32 at least and rounded once to that dtype: in bfloat16, ln 2 rounded to 0.6914
+        and q·ln λ rounded again made 2^10 come out as 1000, three units in the last place from
+        1024."""
         wide = at_least_float32(q.dtype)
+        out = q.dtype if q.is_floating_point() else wide
         e = q.to(wide) * torch.log(self.base).to(wide)
-        return self._capped_exp(e).to(q.dtype if q.is_floating_point() else wide)
+        return torch.exp(e.clamp(max=self._cap(out))).to(out)
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """diag(M_{s·q,λ}) = λ^{s·q} for each multiplier s ≥ 0: (…) -> (…, dim), clamped as

@@ -277,15 +277,7 @@ class Recipe:
         plain = (torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device)
                  else contextlib.nullcontext())
         with torch.no_grad(), plain:
-            if isinstance(grading, ExponentialGrading):
-                # the grading's scale_of at float32: its cap follows its own (or the
-                # autocast) dtype, which is the activations' range, not the weights'
-                cap = grading.max_log_scale
-                if cap is None:
-                    cap = 0.5 * math.log(torch.finfo(dtype).max) - 1.0
-                log_base = torch.log(grading.base).to(dtype)
-                return torch.exp((q * log_base).clamp(max=cap)).float()
-            return grading.scale_of(q).float()
+            return grading.scale_of(q).float()  # q in float32: λ^q capped where float32 is
 
     def check_loss_grades(self, model: nn.Module, grades: Tensor) -> None:
         """Refuses grades that are not finite (a NaN output grade made every step's loss NaN,

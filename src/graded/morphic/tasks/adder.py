@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from graded.checks import check_id_range
 from graded.morphic.attention_block import GradeTypedAttention
 from graded.morphic.blocks import FixedLinearBlock
 from graded.morphic.edges import EdgeSet
@@ -138,9 +139,7 @@ def _check_range(name: str, values: Tensor, n: int, what: str) -> None:
     if not isinstance(values, Tensor) or values.is_floating_point() or values.is_complex():
         raise ValueError(f"{name} must be an integer tensor of {what} in [0, {n}), got "
                          f"{getattr(values, 'dtype', type(values).__name__)}")
-    if values.numel() and (int(values.min()) < 0 or int(values.max()) >= n):
-        raise ValueError(f"{name} must hold {what} in [0, {n}), got values from "
-                         f"{int(values.min())} to {int(values.max())}")
+    check_id_range(values, n, f"{name} ({what})")
 
 
 def build_adder_model(

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_id_range
 from graded.morphic.attention_block import GradeTypedAttention
 from graded.morphic.blocks import FixedLinearBlock
 from graded.morphic.edges import EdgeSet
@@ -96,9 +97,7 @@ class ModularAdditionTask:
         for name, index, n in (("adder", adder, len(self.shifts)),
                                ("modulus", modulus, len(self.moduli))):
             # a negative index would wrap to the last shift or modulus, silently
-            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
-                raise ValueError(f"every {name} index must lie in [0, {n}), got values from "
-                                 f"{int(index.min())} to {int(index.max())}")
+            check_id_range(index, n, f"every {name} index")
         if bool((x < 0).any() | (x >= moduli[modulus]).any()):
             raise ValueError("every digit x must satisfy 0 <= x < its modulus")
         ids = torch.stack([x, self.max_digit + adder,

@@ -17,6 +17,7 @@ from graded.study.core import (
 )
 from graded.study.statistics import (
     Interval,
+    binomial_interval,
     bootstrap_interval,
     cluster_bootstrap,
     holm,
@@ -31,6 +32,7 @@ from graded.study.statistics import (
 )
 
 __all__ = ["CLAIMS", "RULE", "Claim", "Context", "Experiment", "Finding", "Interval",
-           "JobExperiment", "atomic_write_text", "bootstrap_interval", "cluster_bootstrap",
+           "JobExperiment", "atomic_write_text", "binomial_interval", "bootstrap_interval",
+           "cluster_bootstrap",
            "holm", "mean_interval", "paired_bootstrap", "paired_t_p_value", "replicate_values",
            "stratified_interval", "t_interval", "t_quantile", "two_stage_bootstrap", "verdict"]

@@ -16,6 +16,10 @@ paired tests over families of comparisons.
   ch. 13; Hesterberg 2015, "What Teachers Should Know About the Bootstrap", its narrowness
   bias). :func:`stratified_interval` is its form for replicates within fixed strata (the mean
   of the strata's means, Welch–Satterthwaite degrees of freedom).
+- Accuracies over a known number of independent trials: :func:`binomial_interval`, the exact
+  (Clopper–Pearson 1934) interval, which :func:`mean_interval` joins to its hull when given
+  ``trials``: replicates that all score 1 (or 0) have no spread, and the bootstrap and t
+  intervals then shrink to the point, as if the accuracy were known exactly.
 - Families of paired comparisons: :func:`paired_t_p_value` (two-sided paired t-test) and
   :func:`holm` (Holm 1979, step-down correction).
 
@@ -35,6 +39,7 @@ from graded.checks import check_int
 
 __all__ = [
     "Interval",
+    "binomial_interval",
     "bootstrap_interval",
     "cluster_bootstrap",
     "holm",
@@ -235,6 +240,42 @@ def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+def _beta_quantile(p: float, a: float, b: float) -> float:
+    """The ``p`` quantile of the Beta(a, b) distribution: the root of I_x(a, b) = p, by
+    bisection on :func:`_incomplete_beta`."""
+    low, high = 0.0, 1.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if _incomplete_beta(a, b, mid) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-15:
+            break
+    return (low + high) / 2.0
+
+
+def binomial_interval(successes: float, trials: int, *,
+                      level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper–Pearson) interval of a success probability from ``successes`` of
+    ``trials`` independent trials: [B⁻¹(α/2; x, n − x + 1), B⁻¹(1 − α/2; x + 1, n − x)] with
+    α = 1 − level, the lower end 0 at x = 0 and the upper end 1 at x = n (closed forms there:
+    (α/2)^(1/n) and 1 − (α/2)^(1/n)). Each end covers the probability with at least level's
+    confidence, whatever it is. ``successes`` may be fractional (a mean accuracy times the
+    trials, where several runs answered the same items): the Beta quantiles are continuous in
+    x and lie between those of the neighbouring integers."""
+    _check_level(level, "binomial_interval")
+    n = check_int("trials", trials, minimum=1)
+    x = float(successes)
+    if not 0.0 <= x <= n:
+        raise ValueError(f"binomial_interval needs 0 <= successes <= trials={n}, got "
+                         f"successes={successes!r}")
+    alpha = 1.0 - level
+    low = 0.0 if x == 0.0 else _beta_quantile(alpha / 2.0, x, n - x + 1.0)
+    high = 1.0 if x == n else _beta_quantile(1.0 - alpha / 2.0, x + 1.0, n - x)
+    return low, high
+
+
 def replicate_values(values, clusters=None) -> np.ndarray:
     """One value per replicate, whose mean is the finding's estimate: ``values`` themselves
     without ``clusters``; otherwise, for cluster c with sum S_c of m_c values,
@@ -268,21 +309,29 @@ class Interval:
     replicates: int
     bounds: tuple[float, float] | None = None
     df: float | None = None  # the t interval's degrees of freedom, when not replicates − 1
+    binomial: tuple[float, float, int] | None = None  # (low, high, trials) when joined
 
     def note(self, fmt: str = ".4f") -> str:
         """The two intervals behind [low, high], for a finding's detail."""
         b, t = self.bootstrap, self.t
         df = f"{self.replicates - 1}" if self.df is None else f"{self.df:.1f}"
-        cut = "" if self.bounds is None or (self.low, self.high) == (min(b[0], t[0]),
-                                                                      max(b[1], t[1])) else (
+        hull = (min(b[0], t[0]), max(b[1], t[1]))
+        exact = ""
+        if self.binomial is not None:
+            c = self.binomial
+            hull = (min(hull[0], c[0]), max(hull[1], c[1]))
+            exact = (f" and the exact binomial interval [{c[0]:{fmt}}, {c[1]:{fmt}}] over "
+                     f"{c[2]} trials")
+        cut = "" if self.bounds is None or (self.low, self.high) == hull else (
             f", cut to the quantity's range [{self.bounds[0]:g}, {self.bounds[1]:g}]")
-        return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}] "
-                f"and the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({df} df)"
-                f"{cut}.")
+        return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}]"
+                f"{',' if exact else ''} the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({df} df)"
+                f"{exact}{cut}.")
 
 
 def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float = 0.95,
-                  seed: int = 0, bounds: tuple[float, float] | None = None) -> Interval:
+                  seed: int = 0, bounds: tuple[float, float] | None = None,
+                  trials: int | None = None) -> Interval:
     """The study's interval of a mean over replicates (:data:`graded.study.core.RULE`): the hull
     of the percentile bootstrap (:func:`bootstrap_interval`, or :func:`cluster_bootstrap` when
     ``clusters`` names each value's replicate) and the Student t interval
@@ -298,6 +347,13 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
     ``bounds`` (low, high): the range the quantity can take (an accuracy [0, 1], a
     correlation [−1, 1]); the interval is cut to it, as the t interval of a mean near a bound
     can pass it and the mean cannot.
+
+    ``trials``: for a mean accuracy (values in [0, 1]) over that many independent trials in
+    all (distinct items: runs that answer the same items count them once), the hull also
+    takes the exact binomial interval of estimate·trials successes
+    (:func:`binomial_interval`). Replicates that all score 1 have no spread, so the bootstrap
+    and t intervals are the point 1; 55 items all answered rightly still leave the
+    accuracy's lower end at (0.025)^(1/55) = 0.935.
 
     One replicate (one value, or one cluster) has no spread to estimate: its t interval has
     0 degrees of freedom and is the whole line (−∞, ∞), so the interval is ``bounds`` or
@@ -317,9 +373,18 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
     else:
         _, t_low, t_high = t_interval(u, level=level)
     low, high = min(b_low, t_low), max(b_high, t_high)
+    exact = None
+    if trials is not None:
+        n = check_int("trials", trials, minimum=1)
+        if not 0.0 <= est <= 1.0:
+            raise ValueError(f"mean_interval(trials={n}) is for accuracies in [0, 1]; the "
+                             f"mean of the values is {est!r}")
+        exact = (*binomial_interval(min(max(est * n, 0.0), float(n)), n, level=level), n)
+        low, high = min(low, exact[0]), max(high, exact[1])
     if bounds is not None:
         low, high = max(low, bounds[0]), min(high, bounds[1])
-    return Interval(est, low, high, (b_low, b_high), (t_low, t_high), int(u.size), bounds)
+    return Interval(est, low, high, (b_low, b_high), (t_low, t_high), int(u.size), bounds,
+                    binomial=exact)
 
 
 def stratified_interval(values, strata, *, n_boot: int = 10_000, level: float = 0.95,

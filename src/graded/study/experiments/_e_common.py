@@ -191,6 +191,7 @@ def finding_from_values(
     predicted: str, margin: float = 0.0, seeds: int | None = None, detail: str = "",
     figures: Sequence[str] = (), seed: int = 0, clusters: Sequence[Any] | None = None,
     bounds: tuple[float, float] | None = None, t_test: bool = False,
+    items_per_replicate: int | None = None,
 ) -> Finding:
     """A finding whose estimate is the mean of ``values`` with the study's 95% interval
     (:func:`graded.study.statistics.mean_interval`: the hull of the percentile bootstrap and the t
@@ -203,7 +204,10 @@ def finding_from_values(
     Non-finite values are left out, with their labels. ``bounds``: the range the quantity can
     take, to which the interval is cut (an accuracy [0, 1], a correlation [−1, 1]). ``t_test``:
     where the prediction is against 0 (``margin`` 0), the detail also gives
-    :func:`t_test_note`."""
+    :func:`t_test_note`. ``items_per_replicate``: for accuracies, the number of distinct
+    items each replicate (cluster) answers; the interval then also takes the exact binomial
+    interval over all replicates' items (``mean_interval(trials=...)``), so that replicates
+    without spread (every run right on every item) do not make the accuracy certain."""
     if clusters is not None and len(clusters) != len(values):
         raise ValueError(f"one cluster label per value: {len(values)} values, "
                          f"{len(clusters)} labels")
@@ -214,8 +218,10 @@ def finding_from_values(
                        float("nan"), "inconclusive", detail + " No finite value was measured.",
                        list(figures))
     values = [v for v, _ in kept]
+    trials = (None if items_per_replicate is None
+              else len({c for _, c in kept}) * items_per_replicate)
     interval = mean_interval(values, None if clusters is None else [c for _, c in kept],
-                             seed=seed, bounds=bounds)
+                             seed=seed, bounds=bounds, trials=trials)
     n = seeds if seeds is not None else interval.replicates
     if t_test and margin == 0.0:
         detail += " " + t_test_note(values, None if clusters is None else [c for _, c in kept])

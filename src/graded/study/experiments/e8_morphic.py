@@ -221,7 +221,7 @@ class MorphicExperiment:
                 f"{by_tool('calibration_ece')}. Rule: holds if the interval lies above 0.",
                 **base),
             finding_from_values(
-                claim="14", bounds=(0.0, 1.0),
+                claim="14", bounds=(0.0, 1.0), items_per_replicate=HELD_OUT,
                 quantity="routing accuracy on held-out (x, k) pairs (context "
                 "routing)", control=f"chance 1/{len(SHIFTS)}; threshold 0.9",
                 values=col("held_routing"), predicted="positive", margin=0.9,
@@ -230,7 +230,7 @@ class MorphicExperiment:
                 f"{by_tool('support_90', '.2f')} options. Rule: holds if the interval lies "
                 "above 0.9, fails if it lies at or below 0.9.", **base),
             finding_from_values(
-                claim="15", bounds=(0.0, 1.0),
+                claim="15", bounds=(0.0, 1.0), items_per_replicate=HELD_OUT,
                 quantity="answer accuracy on held-out (x, k) pairs",
                 control="threshold 0.9 (chance 1/11)", values=col("held_answer"),
                 predicted="positive", margin=0.9,

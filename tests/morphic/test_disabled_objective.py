@@ -33,7 +33,7 @@ def model_with(normalization: str = "dest", stay: bool = True, disabled: set[int
     layer = MorphicLayer(space, edges, [LinearBlock(4, 4) for _ in edges],
                          router={"rank": 4, "normalization": normalization, "stay": stay,
                                  "init_std": 0.5},
-                         thresholds=[0.1, -0.2, 0.05], train_routing="utility")
+                         thresholds=[0.1, 0.2, 0.05], train_routing="utility")
     layer.disabled = set(disabled)
     defaults = {"utility_weight": 1.0, "omega": "none", "distill_weight": 1.0}
     return MorphicTransformer(space, [layer], 7, max_len=8,

@@ -173,7 +173,7 @@ def test_a_grade_label_with_a_dot_is_refused_before_it_reaches_a_module_name():
 
 
 @pytest.mark.parametrize(("thresholds", "message"), [
-    ([0.0, math.nan], r"thresholds must be finite, got \[0.0, nan\]"),
+    ([0.0, math.nan], r"thresholds must be finite and >= 0, got \[0.0, nan\]"),
     ([0.0, 1.0, 2.0], r"thresholds must be a float or 2 values \(one per edge\), got shape "
                       r"\(3,\)"),
 ])

@@ -8,7 +8,7 @@ import torch
 from graded.morphic import EdgeSet, GradedStateSpace, LinearBlock, MorphicLayer
 from graded.morphic.model import MorphicObjective, MorphicTransformer
 
-TAU = [0.1, -0.3, 0.7]  # none of them exact in bfloat16 or float16
+TAU = [0.1, 0.3, 0.7]  # none of them exact in bfloat16 or float16
 
 
 def tiny_model() -> MorphicTransformer:

@@ -201,7 +201,11 @@ class MorphicLayerSpec(Strict):
     pre_norm: str | None = "layer"
     eta: float = 1.0
     beta: Annotated[float, satisfies(lambda v: is_number(v) and v > 0, "a number > 0")] = 5.0
-    thresholds: float | list[float] = 0.0
+    thresholds: Annotated[
+        float | list[float],
+        satisfies(lambda v: all(is_number(x) and math.isfinite(x) and x >= 0
+                                for x in (v if isinstance(v, list) else [v])),
+                  "a number >= 0 or a list of them (004 §3.3: τ_e ≥ 0)")] = 0.0
     execution: Literal[EXECUTIONS] = "auto"
     train_routing: str = "context"
 

@@ -151,8 +151,11 @@ class MorphicLayer(nn.Module):
         if tau.shape != (len(edges),):
             raise ValueError(f"thresholds must be a float or {len(edges)} values (one per edge), "
                              f"got shape {tuple(tau.shape)}")
-        if not bool(torch.isfinite(tau).all()):
-            raise ValueError(f"thresholds must be finite, got {tau.tolist()}")
+        if not bool((torch.isfinite(tau) & (tau >= 0)).all()):
+            raise ValueError(
+                f"thresholds must be finite and >= 0, got {tau.tolist()}: τ_e is the margin a "
+                "utility must clear (004 §3.3, τ_e ≥ 0); a negative one would favour an edge "
+                "whose update raises the loss")
         self.register_buffer("thresholds", tau)
         self.disabled: set[int] = set()
         if execution not in EXECUTIONS:

@@ -33,6 +33,11 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   operation; writing through ``.data`` is not seen). A returned tensor that its receiver
   changes in place is not returned again: the scales are computed afresh. Learnable grades are
   computed afresh each call, once per forward pass of a model.
+- *Narrow grades.* Grades in bfloat16 or float16 give scales in that dtype, but every scale
+  (``scales``, ``scales_at``, ``inverse_scales``, the rows of ``stacked_scales``; EGT's
+  ``scale_of`` too) is computed in float32 and rounded once at the end: computed in the half
+  dtype, EGT's 2^10 came out as 1000 in bfloat16 and 2^3 as 8.0078 in float16. Gradients reach
+  the grades in their own dtype.
 - *λ = 1.* The constructor requires λ > 1 (000 Def 6.1). ``set_base`` also accepts λ = 1 because
   the annealing schedule λ_t = 1 + (λ_max − 1)t/T of 000 §7.2 (iii) starts there (M = I).
 

@@ -33,9 +33,12 @@ class ExponentialGrading(GradingMap):
 
     λ is held in float32 at least, whatever the module is cast to: the grades follow a cast as
     any parameter does, but in bfloat16 λ = 1.01 would be 1.0078 and the first values of the
-    annealing schedule (1 + ε) would all be 1. ln λ is taken at that precision and then
-    rounded to the grades' dtype, in which the scales come out; :meth:`scale_of` (the weights
-    of the graded losses) instead computes λ^q in float32 at least and rounds it once. A cast
+    annealing schedule (1 + ε) would all be 1. The scales (:meth:`scales`, :meth:`scales_at`,
+    :meth:`inverse_scales`, :func:`graded.grading.stacked_scales`) and :meth:`scale_of` (the
+    weights of the graded losses) are computed in float32 at least, ln λ at λ's precision,
+    and rounded once to the grades' dtype (q's for :meth:`scale_of`): in bfloat16, ln 2
+    rounded to 0.6914, q·ln λ rounded again and its exp rounded a third time made 2^10 come
+    out as 1000 and 2^4 as 15.875; in float16 2^3 was 8.0078. A cast
     to float64 (``.double()``) carries λ along; a state dict whose λ is in a narrower dtype
     (saved from a bfloat16 model before λ kept its precision) loads into the float32 buffer.
     """
@@ -135,19 +138,21 @@ class ExponentialGrading(GradingMap):
         return (self.grades, self.base)
 
     def _log_base(self) -> Tensor:
-        """ln λ in the grades' dtype (taken at λ's precision, then rounded), kept while the
-        base and that dtype are unchanged."""
-        dtype = self.grades.dtype
-        return self._kept_value(("log_base", dtype), (self.base,),
-                                lambda: torch.log(self.base).to(dtype))
+        """ln λ in the dtype the scales are computed in, float32 at least (the grades' dtype
+        when wider), taken at λ's precision; kept while the base and that dtype are
+        unchanged."""
+        wide = at_least_float32(self.grades.dtype)
+        return self._kept_value(("log_base", wide), (self.base,),
+                                lambda: torch.log(self.base).to(wide))
 
     def _exponent(self) -> Tensor:
+        """q·ln λ in float32 at least (:meth:`_log_base`), not rounded to the grades' dtype."""
         return self._exponent_of(self.grades, self._log_base())
 
     def _exponent_of(self, q: Tensor, log_base: Tensor) -> Tensor:
         if self.learnable:
-            q = straight_through_floor(q, 0.0)
-        return q * log_base
+            q = straight_through_floor(q, 0.0)  # exact in any dtype: max(q, 0)
+        return q.to(log_base.dtype) * log_base  # the gradient reaches q in its own dtype
 
     def _batch_signature(self) -> tuple:
         return (*super()._batch_signature(), self.max_log_scale)
@@ -160,7 +165,7 @@ class ExponentialGrading(GradingMap):
             tops = e.detach().flatten(1).amax(1).tolist()  # one read for all the gradings
             for g, top in zip(gradings, tops, strict=True):
                 g._check_overflow(top)
-        return self._capped_exp(e)
+        return self._capped_exp(e, q.dtype)
 
     def _check_overflow(self, top: float | None = None) -> None:
         """Warn when the largest exponent q·ln λ (``top``, computed here when not given) is
@@ -177,18 +182,23 @@ class ExponentialGrading(GradingMap):
             )
 
     def scales(self) -> Tensor:
-        """diag(M_{q,λ}) = λ^q = exp(q·ln λ), shape ``grades.shape`` (overflow-guarded)."""
+        """diag(M_{q,λ}) = λ^q = exp(q·ln λ), shape ``grades.shape`` (overflow-guarded),
+        computed in float32 at least and rounded once to the grades' dtype."""
         return self._memoized(self._scales)
 
     def _scales(self) -> Tensor:
         e = self._exponent()
         if e.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_overflow(float(e.detach().max()))
-        return self._capped_exp(e)
+        return self._capped_exp(e, self.grades.dtype)
 
-    def _capped_exp(self, e: Tensor) -> Tensor:
-        """exp(min(e, cap)): an exponent q·ln λ to a scale, overflow-guarded (:meth:`_cap`)."""
-        return torch.exp(e.clamp(max=self._cap()))
+    def _capped_exp(self, e: Tensor, dtype: torch.dtype, *, inverse: bool = False) -> Tensor:
+        """exp(min(e, cap)) (``inverse``: exp(−min(e, cap))) rounded once to ``dtype``: an
+        exponent q·ln λ, computed in float32 at least, to a scale, overflow-guarded
+        (:meth:`_cap`; the default cap keeps exp(cap) finite in ``dtype``, and the compute
+        dtype's cap is the lower one under autocast)."""
+        e = e.clamp(max=self._cap())
+        return torch.exp(-e if inverse else e).to(dtype)
 
     def scale_of(self, q: Tensor) -> Tensor:
         """λ^q = exp(q·ln λ) elementwise, in q's dtype (float32 for integer q), clamped at the
@@ -208,11 +218,16 @@ class ExponentialGrading(GradingMap):
         :meth:`scales` is but without a warning (:mod:`graded.grading`); None is s = 1."""
         if multiplier is None:
             return self.scales()
-        return self._capped_exp(multiplier.unsqueeze(-1) * self._exponent())
+        # s·q·ln λ in float32 at least, rounded once at the end to the dtype that s·q has
+        out = torch.promote_types(multiplier.dtype, self.grades.dtype)
+        e = self._exponent()
+        wide = torch.promote_types(at_least_float32(out), e.dtype)
+        return self._capped_exp(multiplier.unsqueeze(-1).to(wide) * e.to(wide), out)
 
     def inverse_scales(self) -> Tensor:
-        """diag(M_{q,λ}^{-1}) = λ^{-q} (001 Prop 2.4 (1)), consistent with the clamp of scales()."""
-        return torch.exp(-self._exponent().clamp(max=self._cap()))
+        """diag(M_{q,λ}^{-1}) = λ^{-q} (001 Prop 2.4 (1)), consistent with the clamp of scales(),
+        computed as they are and rounded once to the grades' dtype."""
+        return self._capped_exp(self._exponent(), self.grades.dtype, inverse=True)
 
     def max_grade(self) -> float:
         self._check_overflow()

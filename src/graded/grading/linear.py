@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from graded._precision import at_least_float32
 from graded.grading.base import GradingMap
 from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
 
@@ -101,24 +102,35 @@ class LinearGrading(GradingMap):
             )
 
     def scales(self) -> Tensor:
-        """diag(M_q) = f(q), shape ``grades.shape``."""
+        """diag(M_q) = f(q), shape ``grades.shape``, computed in float32 at least and rounded
+        once to the grades' dtype."""
         return self._memoized(lambda: self.scales_at(None))
 
     def scale_of(self, q: Tensor) -> Tensor:
         return self._raw_scales(q)
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
-        """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1."""
-        q = self.grades if multiplier is None else multiplier.unsqueeze(-1) * self.grades
-        return self._scales_from(q)
+        """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1.
+        s·q and f(s·q) are computed in float32 at least and rounded once, to the dtype s·q
+        has: in bfloat16, s·q rounded and then s·q + 1 rounded again gave 1.1·1.3 + 1 (the
+        bfloat16 1.1015625·1.296875 + 1) as 2.4375, where it is 2.421875 rounded once."""
+        if multiplier is None:
+            return self._scales_from(self.grades, self.grades.dtype)
+        out = torch.promote_types(multiplier.dtype, self.grades.dtype)
+        wide = at_least_float32(out)
+        return self._scales_from(multiplier.unsqueeze(-1).to(wide) * self.grades.to(wide), out)
 
-    def _scales_from(self, q: Tensor) -> Tensor:
+    def _scales_from(self, q: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """f(q) (floored for learnable grades), computed in float32 at least and rounded once
+        to ``dtype`` (None: q's); the gradient reaches q in its own dtype."""
+        dtype = dtype or q.dtype
+        q = q.to(at_least_float32(q.dtype))
         if self.learnable and self.f in ("shift", "identity"):
             # max(f(q), floor) forward, exactly, and f'(q) = 1 backward (straight-through);
             # the form q + max(floor − q, f(q) − q) would round floor − q, giving the scale 0
             # (inverse ∞) for q = −3 in bfloat16 and for q = −3000 in float32
-            return straight_through_floor(self._raw_scales(q), self.floor)
-        return self._raw_scales(q)
+            return straight_through_floor(self._raw_scales(q), self.floor).to(dtype)
+        return self._raw_scales(q).to(dtype)
 
     def _batch_signature(self) -> tuple:
         return (*super()._batch_signature(), self.f, self.floor)

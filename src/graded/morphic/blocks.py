@@ -15,13 +15,43 @@ when it is built, and checks every block's output width when it runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graded._precision import held_precision, widen_loaded
 from graded.checks import check_finite, check_float
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh}
+
+
+class _FixedBuffers:
+    """A block whose fixed maps (the buffers named in ``_built``, with the dtype each was
+    built in) are never held in a narrower dtype than that, whatever the block is cast to
+    (``graded._precision``, as the conjugating diagonals D_g of :mod:`graded.morphic.banded`):
+    a wider cast (``.double()`` of a float32 tool) is followed, a narrower one keeps the
+    buffer, and each use casts it to the dtype it meets. Cast with the block, a float64 tool
+    taken to bfloat16 and back kept 1/3 as 0.333984375 for good."""
+
+    _built: dict[str, torch.dtype]
+
+    def _held(self) -> dict[str, Callable[[torch.dtype], torch.dtype]]:
+        built = self.__dict__.get("_built", {})  # none in a block pickled before it existed
+        return {name: (lambda dtype, at=at: torch.promote_types(dtype, at))
+                for name, at in built.items()}
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> nn.Module:
+        with held_precision(self, self._held()):
+            super()._apply(fn, recurse)
+        return self
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        widen_loaded(state_dict, prefix, self._held())  # a narrower tool of an older state dict
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 def _check_dims(**dims: int) -> None:
@@ -84,10 +114,13 @@ class FFNBlock(nn.Module):
         return self.w2(self.act(self.w1(x_src)))
 
 
-class FixedLinearBlock(nn.Module):
+class FixedLinearBlock(_FixedBuffers, nn.Module):
     """A frozen linear morphism x ↦ M x (a buffer, not a parameter): an internalised tool.
 
     ``FixedLinearBlock.cyclic_shift(p, k)`` is the adder A_k of 004 App. A.3 (A_k e_d = e_{d+k}).
+    M is held in the dtype it is built in at least, whatever the block is cast to: a float64
+    tool stays float64 through ``.bfloat16()`` and is exact again after ``.double()``; a
+    float32 one follows a cast to float64. Each call casts M to the input's dtype.
     """
 
     differentiable = True
@@ -105,6 +138,7 @@ class FixedLinearBlock(nn.Module):
         # an integer one (a permutation) becomes the default float dtype
         matrix = matrix if matrix.is_floating_point() else matrix.to(torch.get_default_dtype())
         self.register_buffer("matrix", matrix.detach().clone())
+        self._built = {"matrix": matrix.dtype}  # never held narrower (_FixedBuffers)
         self.d_out, self.d_in = matrix.shape
 
     @classmethod
@@ -116,12 +150,13 @@ class FixedLinearBlock(nn.Module):
         return x_src @ self.matrix.to(x_src.dtype).T
 
 
-class RetrievalBlock(nn.Module):
+class RetrievalBlock(_FixedBuffers, nn.Module):
     """Finite-memory retrieval φ_{ret←sem}(z) = softmax(Qᵀ W_q z / σ²) (004 §5.3.2).
 
     ``keys`` is (k, d_q); the output lies in V_ret = ℝ^k (the retrieval weights r). With a key
     margin γ at i* the mass obeys r_{i*} ≥ 1/(1 + (k−1)e^{−γ/σ²}); 004 Prop 5.7 prints
-    1 − e^{−γ/σ²}, which omits the factor (k − 1) (notes G9).
+    1 − e^{−γ/σ²}, which omits the factor (k − 1) (notes G9). The keys, a fixed memory, are
+    held in the dtype they are given in at least, as :class:`FixedLinearBlock`'s matrix is.
     """
 
     differentiable = True
@@ -144,6 +179,7 @@ class RetrievalBlock(nn.Module):
             raise TypeError(f"keys must be a floating tensor, got {keys.dtype}")
         check_finite(keys, "keys")
         self.register_buffer("keys", keys.detach().clone())
+        self._built = {"keys": keys.dtype}  # never held narrower (_FixedBuffers)
         self.d_in, self.d_out = d_in, keys.shape[0]
         self.temperature = float(temperature)
         self.query = nn.Linear(d_in, keys.shape[1], bias=False)

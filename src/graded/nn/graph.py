@@ -27,7 +27,7 @@ Row-vector convention of 003 (h W rather than W h). Dense attention costs O(B·H
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
 import torch
@@ -275,7 +275,8 @@ def centrality(
     - ``pagerank``: x <- d Aᵀ D⁻¹ x + (d · dangling mass + 1 - d)/N with damping d, summing to 1.
 
     ``dtype`` is that of the computation and the result (default: adj's if it is floating,
-    else torch's default dtype).
+    else torch's default dtype). A graph's centralities in a batch (B, N, N) equal those of the
+    graph alone, bit for bit: each graph's iteration stops at its own tolerance.
     """
     if adj.dim() not in (2, 3) or adj.shape[-1] != adj.shape[-2]:
         raise ValueError(f"adjacency must be (N, N) or (B, N, N), got shape {tuple(adj.shape)}")
@@ -314,26 +315,45 @@ def centrality(
     if kind == "eigenvector":
         x = torch.ones(a.shape[:-1], dtype=dtype, device=adj.device)
         x = x / x.norm(dim=-1, keepdim=True)
-        for _ in range(max_iter):
-            new = (a @ x.unsqueeze(-1)).squeeze(-1) + x
-            new = new / new.norm(dim=-1, keepdim=True)
-            done = (new - x).abs().sum() < n * tol
-            x = new
-            if done:
-                break
-        return x
+
+        def power_step(x: Tensor) -> Tensor:
+            new = _matvec(a, x) + x
+            return new / new.norm(dim=-1, keepdim=True)
+
+        return _iterate(power_step, x, n * tol, max_iter)
     # pagerank
     deg = a.sum(-1)  # (B?, N)
     dangling = deg == 0
-    trans = a / torch.where(dangling, torch.ones_like(deg), deg).unsqueeze(-1)
-    x = torch.full(a.shape[:-1], 1.0 / n, dtype=dtype, device=adj.device)
-    for _ in range(max_iter):
+    trans = (a / torch.where(dangling, torch.ones_like(deg), deg).unsqueeze(-1)).mT
+
+    def pagerank_step(x: Tensor) -> Tensor:
         lost = (x * dangling).sum(-1, keepdim=True)
-        new = damping * ((trans.transpose(-1, -2) @ x.unsqueeze(-1)).squeeze(-1) + lost / n)
-        new = new + (1.0 - damping) / n
-        done = (new - x).abs().sum() < n * tol
-        x = new
-        if done:
+        return damping * (_matvec(trans, x) + lost / n) + (1.0 - damping) / n
+
+    x = torch.full(a.shape[:-1], 1.0 / n, dtype=dtype, device=adj.device)
+    return _iterate(pagerank_step, x, n * tol, max_iter)
+
+
+def _matvec(m: Tensor, x: Tensor) -> Tensor:
+    """m x for each graph, (B?, N, N) and (B?, N) -> (B?, N), as a product and a sum over the
+    last axis: each row's sum in the same order whatever the batch (a batched matrix product
+    may split a graph's sums differently from the product of that graph alone)."""
+    return (m * x.unsqueeze(-2)).sum(-1)
+
+
+def _iterate(step: Callable[[Tensor], Tensor], x: Tensor, tol: float, max_iter: int) -> Tensor:
+    """x <- step(x) for each graph (the last axis of ``x`` is its nodes) until
+    ‖step(x) − x‖₁ < ``tol`` for that graph, or ``max_iter`` steps: a graph that has converged
+    keeps its value while the others go on, so each graph's result is the one it has alone,
+    bit for bit, whatever the other graphs of its batch (one stopping test over the whole
+    batch stopped every graph at the step where the sum of all their changes was small)."""
+    going = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device)
+    for _ in range(max_iter):
+        new = step(x)
+        done = (new - x).abs().sum(-1) < tol
+        x = torch.where(going.unsqueeze(-1), new, x)
+        going = going & ~done
+        if not going.any():
             break
     return x
 

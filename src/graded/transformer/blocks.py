@@ -102,13 +102,18 @@ class AttentionSublayer(nn.Module):
     KV cache slotted between the projection and the attention of :class:`MultiheadAttention`.
     Graded (000 Def 5.22) with a head grading of its own from the plan when the config grades
     attention; the part of the grading folded into the projection (all of it without rotary
-    positions, the values' with them) reaches the cache already applied."""
+    positions, the values' with them) reaches the cache already applied. Cross-attention
+    projects the memory into the cache at the first cached step and reuses its keys and values
+    after it, refusing a step whose memory is not the unchanged tensor they came from
+    (:meth:`LayerCache.cross_keys`); ``layer`` is the block's index in its stack."""
 
     def __init__(self, config: TransformerConfig, *, cross: bool = False,
                  plan: GradingPlan | None = None, layer: int = 0) -> None:
         super().__init__()
         plan = resolve_plan(config, plan)
         self.cross = cross
+        self.layer = layer
+        self._who = f"decoder layer {layer} cross-attention"  # named in the cache's errors
         use_rope = config.positional == "rope" and not cross
         self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
                                    cross=cross, qk_rotated=use_rope, layer=layer)
@@ -133,13 +138,14 @@ class AttentionSublayer(nn.Module):
         if self.cross:
             if memory is None:
                 raise ValueError("cross-attention needs the encoder memory")
-            if cache is not None and cache.cross_k is not None:
+            cached = None if cache is None else cache.cross_keys(memory, self._who)
+            if cached is not None:
                 q, _, _ = self.attn.project(x, None, None)
-                k, v = cache.cross_k, cache.cross_v
+                k, v = cached
             else:
                 q, k, v = self.attn.project(x, memory, memory)
                 if cache is not None:
-                    cache.cross_k, cache.cross_v = k, v
+                    cache.keep_cross(k, v, memory)
         else:
             q, k, v = self.attn.project(x, x, x)
             if self.rotary is not None:
@@ -271,8 +277,8 @@ class DecoderBlock(nn.Module):
             require_backend(config, "cross_attention", cross=True)
         self.self_attn = AttentionSublayer(config, plan=plan, layer=layer)
         self.res_attn = _Residual(config)
-        self.cross_attn = (AttentionSublayer(config, cross=True, plan=plan) if cross_attention
-                           else None)
+        self.cross_attn = (AttentionSublayer(config, cross=True, plan=plan, layer=layer)
+                           if cross_attention else None)
         self.res_cross = _Residual(config) if cross_attention else None
         self.ff = FeedForwardSublayer(config, plan=plan)
         self.res_ff = _Residual(config)

@@ -364,6 +364,9 @@ def _beam_search(
             grades = torch.cat([grades.index_select(0, src), new_grades], dim=1)
         with checked_inputs():  # the model's own ids, as in decode
             if cache is not None:
+                # a seq2seq step passes the same encoder memory: a beam moves within its
+                # source's rows of the repeated memory, which are equal, so the cache's
+                # record of it (LayerCache.cross_keys) stays
                 cache.reorder(src)
                 logits = _run(step, next_tok.view(-1, 1), kpm[:, -1:], cache, new_grades)
             else:

@@ -9,6 +9,7 @@ Every command works on run folders: ``graded train CONFIG`` creates ``output.dir
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import subprocess
@@ -257,6 +258,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.out is not None and Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a folder; expected the path of a JSON file to "
                          f"write, e.g. {Path(args.out) / 'eval.json'}")
+    if args.out is not None:
+        _refuse_run_file(run_dir, Path(args.out))
     cfg, task, model, ckpt, meta = _load_run(run_dir, args.checkpoint)
     train, test = build_data(cfg, task)
     metrics = evaluate(model, test.tensors, task.kind, batch_size=cfg.train.eval_batch_size)
@@ -269,6 +272,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _keep_evaluation(run_dir, None if args.out is None else Path(args.out), text)
     print(text)
     return 0
+
+
+def _refuse_run_file(run_dir: Path, out: Path) -> None:
+    """ValueError when ``--out`` names a file of the run itself, or one inside such an entry
+    (``RUN/config.yaml``, ``RUN/checkpoints/...``): the evaluation would replace what training
+    wrote (``--out RUN/config.yaml`` left a run whose config was the evaluation's JSON).
+    ``RUN/eval.json``, the default, and the user's own names inside the run are allowed."""
+    from graded.train.runs import LIBRARY_ENTRIES, LOCK_FILE, MANIFEST_FILE
+
+    target, run = out.resolve(), run_dir.resolve()
+    if not target.is_relative_to(run) or target == run:
+        return
+    entry = target.relative_to(run).parts[0]
+    if entry in (*LIBRARY_ENTRIES, LOCK_FILE, MANIFEST_FILE) and entry != "eval.json":
+        raise ValueError(f"--out {out} is {'' if target.name == entry else 'inside '}the run's "
+                         f"own {entry}, which graded wrote there and the evaluation would "
+                         f"replace; give another path, e.g. {run_dir / 'eval.json'} (the "
+                         "default) or a name of yours")
 
 
 def _keep_evaluation(run_dir: Path, out: Path | None, text: str) -> None:
@@ -467,6 +488,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         holder = RunFolder(run).holder()
         if holder is not None and out.resolve().is_relative_to(run.resolve()):
             return _fail(_report_in_use(run, holder, args.out))
+    if out.exists() and not out.is_dir():  # before the run's manifest names it as its report
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(out))
+    _read_reported(runs)
     morphic = {r: _morphic_diagnostics(r) for r in runs if (r / "config.yaml").is_file()
                and _is_run_config(r) and load_run_config(r).model.architecture == "morphic"}
     if args.out is None and first_is_run:
@@ -488,6 +512,20 @@ def cmd_report(args: argparse.Namespace) -> int:
             fh.write("\n## Morphic diagnostics (004 §5.4)\n\n" + "\n".join(extra) + "\n")
     print(f"report: {report}")
     return 0
+
+
+def _read_reported(runs: list[Path]) -> None:
+    """Read every file of ``runs`` that :func:`~graded.train.report.write_runs_report` reads
+    (``metrics.json``, ``metrics.csv``, ``grades.jsonl``), so that a damaged or missing one is
+    refused before the report folder is made and the first run's manifest records it (it was
+    refused after both: ``graded report RUN DAMAGED`` left an empty ``RUN/report/``)."""
+    from graded.train.logging import read_grades, read_metrics
+    from graded.train.report import read_summary
+
+    for run in runs:
+        read_summary(run)
+        read_metrics(run)
+        read_grades(run)
 
 
 def _report_in_use(run: Path, holder: Any, out: str | None) -> str:

@@ -260,3 +260,20 @@ def test_a_folder_holding_a_training_run_is_refused_and_left_as_it_was(tmp_path)
     own.mkdir()
     (own / "README.txt").write_text("my notes")
     assert run_patternboost(tiny(rounds=0), own).rounds_done == 0
+
+
+def test_a_state_that_does_not_load_is_refused_before_config_json_is_rewritten(tmp_path):
+    # config.json took the new stopping fields (rounds 1 -> 2) before the damaged state.json
+    # was read, so the refused call changed the folder it refused
+    run_patternboost(tiny(mode="local-only", rounds=1), tmp_path)
+    (tmp_path / "state.json").write_text('{"round": 1, "local_se')  # cut short
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError):  # json's JSONDecodeError, a ValueError
+        run_patternboost(tiny(mode="local-only", rounds=2), tmp_path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_refused_config_leaves_no_folder(tmp_path):
+    with pytest.raises(ValueError, match="n_heads"):
+        run_patternboost(tiny(model={**TINY_MODEL, "n_heads": 3}), tmp_path / "new" / "run")
+    assert not (tmp_path / "new").exists()

@@ -101,3 +101,33 @@ def test_cli_on_an_existing_run_names_the_resume_flag_not_the_python_parameter(t
                    "--resume (with the same options) to continue it, or give another --out")
     assert (out / "evaluations.csv").read_text() == before  # nothing ran
     assert main([*args, "--resume"]) == 0  # the flag it names continues the run
+
+
+def _contents(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None
+            for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("options, expected", [
+    (["--selection", "pareto"], "pareto selection compares named scores"),
+    (["--selection", "map-elites", "--descriptors", "a,b"],
+     "map-elites descriptors ['a', 'b']: the problem's verifier returns one number"),
+    (["--resume"], "database.json does not exist"),
+])
+def test_a_refused_search_writes_nothing_neither_a_new_folder_nor_into_an_old_one(
+        tmp_path, capsys, options, expected):
+    # the database's refusals came after config.json and run.log were written (and --resume
+    # made the folder it then found empty): a refused call left a folder that looked like a run
+    base = ["search", "program", "--problem", "cap-set", "--n", "3", "--budget", "2",
+            "--workers", "1", *options]
+    new = tmp_path / "new" / "run"
+    assert main([*base, "--out", str(new)]) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    mine = tmp_path / "mine"
+    (mine / "notes").mkdir(parents=True)
+    (mine / "notes" / "README.txt").write_text("my notes")
+    before = _contents(mine)
+    assert main([*base, "--out", str(mine)]) == 2
+    assert expected in capsys.readouterr().err
+    assert _contents(mine) == before

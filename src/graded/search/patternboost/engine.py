@@ -225,7 +225,9 @@ class _Run:
         )
 
 
-def _resolve_config(config: PatternBoostConfig, out: Path) -> PatternBoostConfig:
+def _check_resumable(config: PatternBoostConfig, out: Path) -> None:
+    """Refuse a folder whose run was made with another config (the fields of
+    RESUMABLE_CHANGES aside); reads only, so a refusal leaves the folder as it was."""
     saved_path = out / "config.json"
     if (out / "state.json").exists() and saved_path.exists():
         saved = PatternBoostConfig.from_dict(read_json(saved_path))
@@ -236,8 +238,6 @@ def _resolve_config(config: PatternBoostConfig, out: Path) -> PatternBoostConfig
             raise ValueError(f"{out} holds a run with a different config (fields {changed}; "
                              f"saved -> given: {values}); use a new folder, or change only "
                              "the stopping fields")
-    write_json(saved_path, config.to_dict())
-    return config
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -273,11 +273,14 @@ def run_patternboost(
             f"{out} holds {kind} ({', '.join(other)}), not a PatternBoost run's; "
             "PatternBoost writes config.json, state.json and metrics.csv there, so choose "
             "another folder")
-    out.mkdir(parents=True, exist_ok=True)
-    config = _resolve_config(config, out)
+    _check_resumable(config, out)
     run = _Run(config, out)
     if (out / "state.json").exists():
-        run.load()
+        run.load()  # a state that does not load is refused before config.json is rewritten
+    # every check passed: the folder is written from here on (a refused run leaves none, or
+    # the folder as it was)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", config.to_dict())
     interrupted = False
     own_executor = executor is None
     if own_executor:

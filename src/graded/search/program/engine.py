@@ -11,7 +11,9 @@ and resuming gives the same run as no interruption.
 The run folder holds ``config.json``, ``database.json`` (the whole state, written atomically
 after every round), ``evaluations.csv`` (every evaluation: index, island, score, failure,
 reason, seconds, operator, best so far), ``best.py`` (the best program, assembled),
-``best_score.png`` (best score against evaluations, per island) and ``run.log``.
+``best_score.png`` (best score against evaluations, per island) and ``run.log``. Nothing is
+written before every check has passed, those of the database on the initial program
+included: a refused run leaves no folder, or the folder as it was.
 """
 
 from __future__ import annotations
@@ -154,43 +156,25 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
     skeleton = parse_skeleton(problem.skeleton)
     folder = Path(out) if out is not None else None
     log_lines: list[str] = []
+    written = 0  # the lines of log_lines in run.log: none before the folder is written
 
     def log(message: str) -> None:
+        nonlocal written
         log_lines.append(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}")
-        if folder is not None:
+        if folder is not None and folder_ready:
             with open(folder / "run.log", "a") as f:
-                f.write(log_lines[-1] + "\n")
+                f.writelines(line + "\n" for line in log_lines[written:])
+            written = len(log_lines)
 
     config_doc = {"problem": problem.name, "proposer": proposer.name,
                   **asdict(config), "database": asdict(config.database)}
     config_doc["database"]["descriptors"] = list(config.database.descriptors)
+    # nothing is written before every check has passed, the database's included (pareto
+    # selection of a problem with one score, map-elites descriptors it does not name), so a
+    # refused run leaves no folder, or the folder as it was
+    folder_ready = resume  # a resumed run's folder is checked to hold a run below
     if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        state_path = folder / "database.json"
-        if resume:
-            if not state_path.exists():
-                raise FileNotFoundError(f"--resume: {state_path} does not exist")
-            saved = json.loads((folder / "config.json").read_text())
-            current = json.loads(json.dumps(config_doc))
-            saved.pop("budget", None)
-            current.pop("budget", None)
-            if saved != current:
-                diff = sorted(k for k in current if saved.get(k) != current[k])
-                values = "; ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
-                raise ValueError(f"{folder} was started with a different configuration "
-                                 f"(differs in {diff}; saved -> given: {values}); resume with "
-                                 "the same settings")
-        elif state_path.exists():
-            raise SearchRunExists(folder)
-        elif other := (training_run_files(folder)
-                       or search_run_files(folder, PATTERNBOOST_FILES)):
-            kind = "a training run" if other[0] not in PATTERNBOOST_FILES else "a PatternBoost run"
-            raise FileExistsError(
-                f"{folder} holds {kind} ({', '.join(other)}), not a program search's; "
-                "a search writes config.json, run.log and its state there, so choose another "
-                "folder")
-        else:
-            atomic_write_text(folder / "config.json", json.dumps(config_doc, indent=2))
+        _check_folder(folder, config_doc, resume)
 
     isolation = detect_isolation() if config.isolation != "none" else None
     log(f"problem {problem.name}, proposer {proposer.name}, budget {config.budget}, "
@@ -218,9 +202,12 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         upcoming = None
         earlier_failures = {}
         best_curve = []
-        if folder is not None:
+        if folder is not None:  # every check passed: the run folder is written from here on
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(folder / "config.json", json.dumps(config_doc, indent=2))
             with open(folder / "evaluations.csv", "w", newline="") as f:
                 csv.writer(f).writerow(_CSV_FIELDS)
+            folder_ready = True
         log(f"initial program: score {initial.score}")
 
     own_executor = executor is None
@@ -317,6 +304,37 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         log(f"finished: {db.evaluations} evaluations, best score {db.best().score}, "
             f"failures {failures}")
     return SearchResult(db.best(), db.evaluations, failures, folder, db, stopped=stop.flag)
+
+
+def _check_folder(folder: Path, config_doc: dict[str, Any], resume: bool) -> None:
+    """Refuse ``folder`` before anything is written to it: a resume needs a run there made with
+    ``config_doc`` (the budget aside); a new run needs a folder (or a new path) that holds no
+    run, of this search or of another."""
+    state_path = folder / "database.json"
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"{folder} is a file; expected a folder for the run (or a new "
+                              "path)")
+    if resume:
+        if not state_path.exists():
+            raise FileNotFoundError(f"--resume: {state_path} does not exist")
+        saved = json.loads((folder / "config.json").read_text())
+        current = json.loads(json.dumps(config_doc))
+        saved.pop("budget", None)
+        current.pop("budget", None)
+        if saved != current:
+            diff = sorted(k for k in current if saved.get(k) != current[k])
+            values = "; ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
+            raise ValueError(f"{folder} was started with a different configuration "
+                             f"(differs in {diff}; saved -> given: {values}); resume with "
+                             "the same settings")
+    elif state_path.exists():
+        raise SearchRunExists(folder)
+    elif other := (training_run_files(folder) or search_run_files(folder, PATTERNBOOST_FILES)):
+        kind = "a training run" if other[0] not in PATTERNBOOST_FILES else "a PatternBoost run"
+        raise FileExistsError(
+            f"{folder} holds {kind} ({', '.join(other)}), not a program search's; "
+            "a search writes config.json, run.log and its state there, so choose another "
+            "folder")
 
 
 def _resume_log(path: Path, evaluations: int) -> dict[str, int]:

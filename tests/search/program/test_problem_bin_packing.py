@@ -113,6 +113,41 @@ def test_count_bins_on_a_worked_example():
     assert l1_bound([5, 5, 1], 10) == 2
 
 
+@pytest.mark.parametrize(("sizes", "capacity"), [
+    (["0.1"] * 10, "1"),
+    (["0.1"] * 30, "1"),  # sum() in floats: 3.0000000000000013, whose ceiling was 4
+    (["0.09", "0.34", "0.46", "0.11"], "1"),  # 1.0000000000000002 in floats: the bound was 2
+    (["0.7"] * 10, "0.7"),
+    (["0.3", "0.6", "0.2"], "0.3"),
+    (["0.25", "0.5"], "0.5"),
+])
+def test_l1_bound_is_the_ceiling_of_the_exact_sum_of_the_sizes_as_written(sizes, capacity):
+    exact = math.ceil(sum(Fraction(s) for s in sizes) / Fraction(capacity))
+    assert l1_bound([float(s) for s in sizes], float(capacity)) == exact
+
+
+def test_l1_bound_matches_fractions_on_random_decimal_sizes_that_fill_whole_bins():
+    # sizes in hundredths completed to a whole number of unit bins: a float sum lands on
+    # either side of the integer, and its ceiling was one too many for about a quarter of them
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        cents = rng.integers(1, 100, size=int(rng.integers(2, 40))).tolist()
+        if sum(cents) % 100:
+            cents.append(100 - sum(cents) % 100)
+        exact = math.ceil(sum(Fraction(c, 100) for c in cents))
+        assert l1_bound([c / 100 for c in cents], 1.0) == exact
+        assert l1_bound(np.array(cents) / 100, np.float64(1.0)) == exact  # numpy values too
+
+
+@pytest.mark.parametrize(("items", "capacity", "message"), [
+    ([1.0], 0, r"capacity=0; expected a number > 0"),
+    ([float("nan")], 1.0, r"items\[0\]=nan; expected a finite number"),
+    ([1.0, "2"], 10, r"items\[1\]='2'; expected a finite number"),
+])
+def test_l1_bound_names_a_value_it_cannot_bound(items, capacity, message):
+    with pytest.raises(ValueError, match=message):
+        l1_bound(items, capacity)
+
 def test_count_bins_accepts_a_float_bin_the_skeleton_filled_exactly_to_capacity():
     # 0.09 + 0.34 + 0.46 + 0.11 = 1 exactly in decimals, but 1.0000000000000002 when the
     # float loads are re-added; the skeleton's own check (room left >= item) accepts each item

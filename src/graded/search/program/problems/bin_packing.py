@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -120,9 +122,30 @@ def weibull_instances(
     return out
 
 
+def _exact(value: float, what: str) -> Fraction:
+    """``value`` as the number it is written as: an integer as itself, a float as the shortest
+    decimal that reads back as it (its ``repr``), so that 0.1 is one tenth."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return Fraction(int(value))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{what}={value!r}; expected a finite number")
+    return Fraction(repr(float(value)))
+
+
 def l1_bound(items: Sequence[float], capacity: float) -> int:
-    """The L1 lower bound on the number of bins: ceil(Σ sizes / capacity)."""
-    return math.ceil(sum(items) / capacity)
+    """The L1 lower bound on the number of bins: ceil(Σ sizes / capacity), computed exactly.
+
+    The sizes and the capacity are read as the decimals they are written as (:func:`_exact`)
+    and summed as fractions: a float sum rounds, and the ceiling of a sum that is an integer
+    but rounds to just above it is one too many (``sum([0.1] * 30)`` is
+    3.0000000000000013, whose ceiling 4 is no lower bound for 30 items of size 0.1 and bins
+    of capacity 1, which fit in 3).
+    """
+    cap = _exact(capacity, "capacity")
+    if cap <= 0:
+        raise ValueError(f"capacity={capacity!r}; expected a number > 0")
+    total = sum((_exact(size, f"items[{i}]") for i, size in enumerate(items)), Fraction(0))
+    return math.ceil(total / cap)
 
 
 def dataset_excess(bins: Sequence[float], bounds: Sequence[float]) -> float:

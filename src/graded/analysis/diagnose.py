@@ -97,8 +97,36 @@ def _query_mean(values: Tensor, queries: Tensor | None) -> float:
     return float((values * m).sum() / m.sum())  # no query: 0 / 0, NaN
 
 
+def _refuse_unused(model: nn.Module, inputs: Inputs, graded: bool, sweeps: bool, *,
+                   alphas: Sequence[float] | None, k: int | None, out_dir: str | Path | None,
+                   grade_records: Any) -> None:
+    """ValueError naming an option of :func:`diagnose` that would have no effect, and the
+    setting that would use it: ``alphas`` and ``k`` without the positional sweep (a graded
+    model with additive table positions, :data:`~graded.positional.TABLE_POSITIONAL`, on
+    inputs of at least two positions), ``grade_records`` without ``out_dir``."""
+    given = [f"{name}={value!r}" for name, value in (("alphas", alphas), ("k", k))
+             if value is not None]
+    if given and not sweeps:
+        if not graded:
+            why = (f"{type(model).__name__} is not graded (its config has no grading), and "
+                   "the sweep varies the positional grading α of a graded model")
+        elif model.config.positional not in TABLE_POSITIONAL:
+            why = (f"the model's positional={model.config.positional!r} is not an additive "
+                   f"table; the sweep runs for positional in {TABLE_POSITIONAL}")
+        else:
+            why = (f"the inputs have {input_length(inputs)} position, and the sweep needs at "
+                   "least two (a query after the first k keys)")
+        raise ValueError(f"{' and '.join(given)} {'sets' if len(given) == 1 else 'set'} the "
+                         "positional sweep, which does not run "
+                         f"here: {why}; leave {'it' if len(given) == 1 else 'them'} out")
+    if grade_records is not None and out_dir is None:
+        raise ValueError("grade_records is drawn as the grade trajectory plot, which is "
+                         "written only with out_dir; give out_dir, or leave grade_records out")
+
+
 def diagnose(
-    model: nn.Module, inputs: Inputs, out_dir: str | Path | None = None, *, k: int = 1,
+    model: nn.Module, inputs: Inputs, out_dir: str | Path | None = None, *,
+    k: int | None = None,
     alphas: Sequence[float] | None = None, grade_records: Any = None,
     lipschitz_steps: int = 10, n_random: int = 8, rtol: float = DEFAULT_RTOL, seed: int = 0,
     **model_kwargs: Any,
@@ -115,8 +143,12 @@ def diagnose(
     say). With ``out_dir`` the plots are written there. ``grade_records``
     (a run folder, JSONL/CSV file or list of snapshots) adds the grade trajectory plot.
     ``model_kwargs`` (e.g. ``key_padding_mask``) are passed to every forward call. ``k`` (the
-    sweep's number of early keys) must leave a later query in every input sequence; it is
-    checked, with ``alphas``, before any diagnostic runs.
+    sweep's number of early keys, 1 when not given) must leave a later query in every input
+    sequence; it is checked, with ``alphas``, before any diagnostic runs. ``alphas`` and ``k``
+    set the positional sweep only, and ``grade_records`` a plot only: given where the sweep
+    does not run (an ungraded model, positions that are not an additive table, inputs of one
+    position) or without ``out_dir``, they would have no effect, and are refused, naming the
+    setting that uses them.
     """
     if alphas is not None:  # checked before any diagnostic runs
         alphas = [float(a) for a in alphas]
@@ -131,6 +163,9 @@ def diagnose(
     # one position has no query beyond the first k >= 1 keys: no early mass to measure
     sweeps = (graded and model.config.positional in TABLE_POSITIONAL
               and input_length(inputs) >= 2)
+    _refuse_unused(model, inputs, graded, sweeps, alphas=alphas, k=k, out_dir=out_dir,
+                   grade_records=grade_records)
+    k = 1 if k is None else k
     if sweeps:  # k checked before any diagnostic runs, not after all but the sweep
         check_sweep_k(k, inputs)
 

@@ -95,3 +95,20 @@ def test_eval_and_report_out_make_missing_parents_as_train_output_dir_does(train
     assert json.loads(out.read_text()) == json.loads(capsys.readouterr().out)
     assert main(["report", str(trained), "--out", str(tmp_path / "e" / "f")]) == 0
     assert (tmp_path / "e" / "f" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("damage", ["metrics.csv", "grades.jsonl"])
+def test_write_runs_report_reads_every_run_before_making_its_folder(run, tmp_path, damage):
+    """The Python API: the report folder was made before a damaged metrics.csv or
+    grades.jsonl of a later run was read, and left behind, empty, by the refusal."""
+    from graded.train.report import write_runs_report
+
+    other = Path(shutil.copytree(run, tmp_path / "runs" / "other"))
+    (other / damage).unlink(missing_ok=True)
+    if damage == "grades.jsonl":
+        (other / damage).write_text('{"step": 2, "gr')
+    out = tmp_path / "reports" / "both"
+    with pytest.raises((FileNotFoundError, ValueError), match=damage):
+        write_runs_report([run, other], out)
+    assert not out.exists()
+    assert write_runs_report([run], out) == out / "report.md"

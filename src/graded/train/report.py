@@ -69,16 +69,19 @@ def plot_curves(
 
 
 def plot_grade_trajectories(run_dir: str | Path, out: str | Path, *, title: str = "",
-                            max_modules: int = 6) -> Path | None:
+                            max_modules: int = 6,
+                            records: Sequence[Mapping[str, Any]] | None = None) -> Path | None:
     """Every grade of the first ``max_modules`` grading modules against the step (one panel
     per module, one line per coordinate), drawn by
-    :func:`graded.analysis.plot_grade_trajectories`. None when the run logged no grades."""
+    :func:`graded.analysis.plot_grade_trajectories`. None when the run logged no grades.
+    ``records``: the run's ``grades.jsonl`` (:func:`read_grades`) when already read."""
     from graded.analysis.trajectories import plot_grade_trajectories as plot
 
-    if not read_grades(run_dir):
+    records = read_grades(run_dir) if records is None else records
+    if not records:
         return None
     out = Path(out)
-    return plot(Path(run_dir), out.parent, filename=out.name, max_modules=max_modules,
+    return plot(records, out.parent, filename=out.name, max_modules=max_modules,
                 title=title or f"grade trajectories: {Path(run_dir).name}")
 
 
@@ -149,12 +152,17 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     figures from the ``metrics.json`` of its previous end, whatever that end was (interrupted,
     failed, finished); its curves go on to the last step it logged. A lock held for another
     purpose (an evaluation writing ``eval.json``, a report) does not change the run: it is
-    reported by its end, and a line names the holder."""
+    reported by its end, and a line names the holder.
+
+    Every run's files are read before anything is written: a run whose ``metrics.json``,
+    ``metrics.csv`` or ``grades.jsonl`` does not read is refused before ``out_dir`` is made."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     labels = run_labels(run_dirs)
     runs = list(labels)
     summaries = {r: read_summary(r) for r in runs}
+    metrics = {r: read_metrics(r) for r in runs}
+    grades = {r: read_grades(r) for r in runs}
+    out_dir.mkdir(parents=True, exist_ok=True)
     held = {r: RunFolder(r).holder() for r in runs}
     holders = {r: h if h is not None and h.training else None for r, h in held.items()}
     names = sorted({k for s in summaries.values() for k in s.get("eval", {})})
@@ -199,18 +207,19 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
                   "weights exceed 1 and not comparable with another run's; the eval loss is the "
                   "plain loss in every run.", ""]
     train = {labels[r] + (" (graded)" if r in graded else ""):
-             [read_metrics(r).get("train", {}).get("loss", [])] for r in runs}
+             [metrics[r].get("train", {}).get("loss", [])] for r in runs}
     plot_curves(train, out_dir / "train_loss.png", title="training loss", ylabel="loss")
     lines += ["## Learning curves", "", "![training loss](train_loss.png)", ""]
     for metric in names:
-        curves = {labels[r]: [read_metrics(r).get("eval", {}).get(metric, [])] for r in runs}
+        curves = {labels[r]: [metrics[r].get("eval", {}).get(metric, [])] for r in runs}
         png = f"eval_{metric}.png"
         plot_curves(curves, out_dir / png, title=f"evaluation {metric}", ylabel=metric)
         lines += [f"![eval {metric}]({png})", ""]
     grade_lines = []
     for r in runs:
         png = plot_grade_trajectories(r, out_dir / f"grades_{file_label(labels[r])}.png",
-                                      title=f"grade trajectories: {labels[r]}")
+                                      title=f"grade trajectories: {labels[r]}",
+                                      records=grades[r])
         if png is not None:
             grade_lines += [f"![grades {labels[r]}]({png.name})", ""]
     if grade_lines:

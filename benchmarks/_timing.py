@@ -1,11 +1,13 @@
 """Interleaved timing and the ``--device`` / ``--dtype`` options shared by the benchmark
 scripts.
 
-Candidates are timed in alternation, round after round, so that drift in machine load hits
-all of them alike; ratios are taken between medians measured in the same run. On CUDA, kernels
-run asynchronously: every timed region is bracketed by ``torch.cuda.synchronize`` so that the
-clock stops when the GPU has finished, not when the launches were queued, and peak memory is
-torch's own statistic (``torch.cuda.max_memory_allocated``).
+Candidates are timed in alternation, round after round, each in each place of the order in
+turn and none twice in a row (:func:`round_order`), so that drift in machine load and the
+CPU's caches treat all of them alike; ratios are taken between medians measured in the same
+run. On CUDA, kernels run asynchronously: every timed region is bracketed by
+``torch.cuda.synchronize`` so that the clock stops when the GPU has finished, not when the
+launches were queued, and peak memory is torch's own statistic
+(``torch.cuda.max_memory_allocated``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,31 @@ def add_device_options(parser: argparse.ArgumentParser, dtype_help: str) -> None
     parser.add_argument("--device", default="cpu",
                         help="torch device to run on: cpu (default), cuda, cuda:N")
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES), help=dtype_help)
+
+
+class _Unset:
+    """The value of an option the command line did not give (see :func:`parse_with_quick`)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+def parse_with_quick(parser: argparse.ArgumentParser, argv: list[str] | None,
+                     quick: dict[str, object]) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` (the parser has a ``--quick`` flag), where ``--quick`` sets
+    each option of ``quick`` (dest -> value) that the command line leaves out; an option given
+    explicitly keeps its value (``--quick --rounds 1`` times one round), and without
+    ``--quick`` an option left out takes the parser's default. argparse fills in a default
+    only for a name the namespace passed in lacks, so a placeholder there tells "left out"
+    from "given", even when the value given equals the default."""
+    args = parser.parse_args(argv, argparse.Namespace(**dict.fromkeys(quick, _UNSET)))
+    for dest, value in quick.items():
+        if getattr(args, dest) is _UNSET:
+            setattr(args, dest, value if args.quick else parser.get_default(dest))
+    return args
 
 
 def device_and_dtype(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
@@ -72,13 +99,29 @@ def autocast(device: torch.device | str, dtype: torch.dtype) -> contextlib.Abstr
     return torch.autocast(torch.device(device).type, dtype=dtype)
 
 
+def round_order(names: list, r: int) -> list:
+    """The order of round ``r``: ``names`` rotated left by ``r`` places, so that over n
+    rounds each of the n candidates takes each place once; two candidates keep their order
+    (A B A B ...). No candidate runs twice in a row, across the rounds' seams included: the
+    last of round r is names[(r - 1) % n], the first of round r + 1 names[(r + 1) % n],
+    different for n >= 3. (Reversing the order every other round, as before, made the first
+    and the last candidate run twice in a row at every seam: half of their calls came
+    straight after a call of their own, with its weights and activations still in the CPU's
+    caches, and none of the others'.)"""
+    n = len(names)
+    if n <= 2:
+        return list(names)
+    k = r % n
+    return list(names[k:]) + list(names[:k])
+
+
 def interleaved(
     candidates: dict[str, Callable[[], object]], *, rounds: int = 30, warmup: int = 3,
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
-    """Median seconds per call of each candidate, timed alternately (synchronising
-    ``device`` before and after each timed call when it is a GPU). ValueError naming
-    ``rounds`` when it is below 1 (no time to take a median of)."""
+    """Median seconds per call of each candidate, timed alternately in the orders of
+    :func:`round_order` (synchronising ``device`` before and after each timed call when it is
+    a GPU). ValueError naming ``rounds`` when it is below 1 (no time to take a median of)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1 (timed rounds per candidate), got {rounds}")
     on_gpu = torch.device(device).type == "cuda"
@@ -87,11 +130,9 @@ def interleaved(
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in candidates}
+    items = list(candidates.items())
     for r in range(rounds):
-        order = list(candidates.items())
-        if r % 2:
-            order.reverse()
-        for name, fn in order:
+        for name, fn in round_order(items, r):
             wait()
             start = time.perf_counter()
             fn()
@@ -257,11 +298,13 @@ def lead_in_times(forwards: dict, rounds: int,
                   device: torch.device | str = "cpu") -> dict[str, float]:
     """Median seconds from the start of each forward pass to its first matrix product: what
     a synchronised GPU step waits for the host before its first large kernel. The device is
-    synchronised before each pass (it starts idle, as a synchronised step does)."""
+    synchronised before each pass (it starts idle, as a synchronised step does); the passes
+    take turns in the orders of :func:`round_order`."""
     times: dict[str, list[float]] = {name: [] for name in forwards}
+    items = list(forwards.items())
     with first_product_time() as seen:
-        for _ in range(rounds):
-            for name, forward in forwards.items():
+        for r in range(rounds):
+            for name, forward in round_order(items, r):
                 synchronize(device)
                 seen.clear()
                 start = time.perf_counter()

@@ -5,7 +5,8 @@ tokens greedily from a one-token prompt with its KV cache / decoding state, once
 ``sliding_window`` (rolling window of --window keys), ``linear`` and ``performer`` (running
 sums), and ``full`` (a growing key/value cache) for comparison. The decoding loop is the one
 ``generate`` runs (one forward call per token with the cache); the backends are stepped in
-alternation, token by token, so that drift in machine load hits all of them alike. Reported
+alternation, token by token (``_timing.round_order``: each in each place in turn, none twice
+in a row), so that drift in machine load hits all of them alike. Reported
 per block of --block tokens: the median seconds per token and the bytes held by the cache at
 the end of the block (``KVCache.nbytes``: keys, values, decoding states, positions, padding).
 "Flat" is the ratio of the last block's median time to the first block's. ``--backends``
@@ -29,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import machine, table
+from _timing import machine, parse_with_quick, round_order, table
 
 from graded import TransformerConfig, TransformerLM
 
@@ -61,7 +62,7 @@ def run(tokens: int, block: int, window: int, backends: list[str]) -> dict:
     nbytes: dict[str, list[int]] = {name: [] for name in models}
     order = list(models)
     for t in range(tokens - 1):
-        for name in (order if t % 2 else order[::-1]):
+        for name in round_order(order, t):
             start = time.perf_counter()
             logits = models[name](last[name], cache=caches[name])
             last[name] = logits[:, -1].argmax(-1, keepdim=True)
@@ -79,7 +80,7 @@ def run(tokens: int, block: int, window: int, backends: list[str]) -> dict:
     return out
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--block", type=int, default=512)
@@ -87,10 +88,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    if args.quick:
-        args.tokens, args.block, args.window = 256, 64, 16
+    ap.add_argument("--quick", action="store_true",
+                    help="256 tokens, blocks of 64, window 16 (where not given)")
+    args = parse_with_quick(ap, argv, {"tokens": 256, "block": 64, "window": 16})
+    for key in ("block", "window", "threads"):
+        if getattr(args, key) < 1:
+            ap.error(f"--{key} must be at least 1, got {getattr(args, key)}")
+    if args.tokens < 2 or args.tokens % args.block:
+        ap.error(f"--tokens must be a multiple of --block ({args.block}) and at least 2, got "
+                 f"{args.tokens} (each column of the table is a whole block)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.perf_counter()
     result = run(args.tokens, args.block, args.window, args.backends)

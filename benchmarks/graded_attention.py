@@ -5,7 +5,7 @@ Targets: every attention variant within 1.05x of torch's module; LGT and EGT tra
 within 1.10x of the ungraded LM.
 
     python benchmarks/graded_attention.py            # the README's figures
-    python benchmarks/graded_attention.py --quick    # a smoke run
+    python benchmarks/graded_attention.py --quick    # a smoke run (3 rounds unless --rounds)
     python benchmarks/graded_attention.py --device cuda --dtype bfloat16   # on a GPU
     python benchmarks/graded_attention.py --shape 8,2048,1024,16 --no-lm   # one shape only
 
@@ -35,6 +35,7 @@ from _timing import (
     interleaved,
     lead_in_times,
     machine,
+    parse_with_quick,
     table,
 )
 
@@ -153,9 +154,10 @@ def parse_shape(text: str) -> tuple[int, int, int, int]:
     return b, t, d, h
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny shapes, few rounds")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny shapes, 3 rounds (unless --rounds is given)")
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds per candidate")
     parser.add_argument("--shape", action="append", type=parse_shape, metavar="B,T,D,H",
                         help="attention shape (batch, length, d_model, heads); repeatable; "
@@ -167,9 +169,17 @@ def main() -> None:
                         help="also time each variant with fold_grading=False in the same rounds")
     add_device_options(parser, "attention modules and inputs are cast to it; the LM steps run "
                                "under autocast to it (default float32: no autocast)")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, argv, {"rounds": 3})
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (timed rounds per candidate), "
+                     f"got {args.rounds}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     device, dtype = device_and_dtype(args)
-    rounds = 3 if args.quick else args.rounds
+    rounds = args.rounds
     default = CUDA_SHAPES if device.type == "cuda" else SHAPES
     shapes = args.shape or ([(2, 64, 64, 4)] if args.quick else default)
     rows, worst_attn = bench_attention(shapes, rounds, device, dtype, not args.fixed_grades,

@@ -37,6 +37,7 @@ from _timing import (
     interleaved,
     lead_in_times,
     machine,
+    parse_with_quick,
     previous_folds,
     table,
 )
@@ -101,18 +102,25 @@ def repeat(fn, calls: int):
     return run
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--calls", type=int, default=5, help="calls per timed round")
-    p.add_argument("--quick", action="store_true", help="5 rounds of 2 calls")
+    p.add_argument("--quick", action="store_true",
+                   help="5 rounds of 2 calls (where --rounds, --calls are not given)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="bfloat16: forward passes under CPU autocast, as on a GPU in bf16")
     p.add_argument("--compare-folds", action="store_true",
                    help="also the LGT arms with the folds of the code before 28a0b8f")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.rounds, args.calls = 5, 2
+    args = parse_with_quick(p, argv, {"rounds": 5, "calls": 2})
+    for key in ("rounds", "calls"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key} must be at least 1, got {getattr(args, key)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(1)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     forwards, steps, kernels = build(batch=2, length=SHAPE["max_len"], dtype=dtype,

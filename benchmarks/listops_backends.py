@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import machine, table
+from _timing import machine, parse_with_quick, table
 
 from graded.config import build_run, validate_config
 from graded.kinds import run_baselines
@@ -72,10 +72,14 @@ def config(backend: str, args: argparse.Namespace, max_len: int) -> dict:
     }
 
 
-def main() -> None:
+QUICK = {"steps": 2, "batch": 8, "n_train": 32, "n_eval": 16, "min_length": 64,
+         "max_length": 96, "depth": 3}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/listops_backends"))
-    parser.add_argument("--backends", nargs="*", default=BACKENDS)
+    parser.add_argument("--backends", nargs="+", default=BACKENDS, choices=BACKENDS)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--n-train", dest="n_train", type=int, default=4000)
@@ -86,11 +90,13 @@ def main() -> None:
     parser.add_argument("--d-model", dest="d_model", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="tiny budget smoke run")
-    args = parser.parse_args()
-    if args.quick:
-        args.steps, args.batch, args.n_train, args.n_eval = 2, 8, 32, 16
-        args.min_length, args.max_length, args.depth = 64, 96, 3
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny budget smoke run (sets {', '.join(QUICK)} where not given)")
+    return parse_with_quick(parser, argv, QUICK)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows, results, baseline = [], {}, None
     for backend in args.backends:

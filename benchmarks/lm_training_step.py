@@ -30,6 +30,9 @@ call's over K.
         --no-hf --out runs/lm_step_back_to_back
     python benchmarks/lm_training_step.py --quick     # a tiny shape on the CPU, seconds
 
+``--quick`` sets the shape, ``--rounds`` and ``--warmup`` of ``QUICK`` where the command line
+does not give them (``--quick --rounds 1`` times one round).
+
 ``--compare-folds`` adds, for each graded arm, a twin ("…, previous folds") that folds its
 grading into the weights as the code before 28a0b8f did (all layers at the first ask, float32
 products with autograd's backward, cast by ``F.linear`` under autocast:
@@ -59,6 +62,7 @@ from _timing import (
     dtype_name,
     interleaved,
     machine,
+    parse_with_quick,
     peak_memory,
     previous_folds,
     table,
@@ -86,7 +90,13 @@ def ungraded_config(args: argparse.Namespace) -> TransformerConfig:
 
 
 def hf_gpt2(args: argparse.Namespace, ours: TransformerConfig) -> torch.nn.Module:
-    """Hugging Face's GPT2LMHeadModel of the same shape, randomly initialised."""
+    """Hugging Face's GPT2LMHeadModel of the same shape, randomly initialised, with its
+    defaults otherwise. Among them ``use_cache=True``: each training forward also fills a
+    ``DynamicCache`` (transformers 5: a ``torch.cat`` of each layer's keys and values onto an
+    empty tensor, and its backward), work our model does not do; ``use_cache=False`` avoids
+    the copies but sends its causal mask through a packed-sequence check that reads a value
+    back to the host (a synchronisation on a GPU). The default is what a training script
+    that leaves the config alone gets; either way a small share of a step."""
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -229,7 +239,8 @@ def _per_call(k: int) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help=f"a tiny shape and few rounds (sets {', '.join(QUICK)})")
+                   help=f"a tiny shape and few rounds (sets {', '.join(QUICK)} where not "
+                   "given)")
     p.add_argument("--d-model", type=int, default=768)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--heads", type=int, default=12)
@@ -255,12 +266,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="leave Hugging Face's GPT-2 out even when transformers is importable")
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))
     add_device_options(p, "autocast dtype of the forward passes (float32: none)")
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, QUICK)
     if args.back_to_back < 1:
         p.error(f"--back-to-back must be at least 1, got {args.back_to_back}")
-    if args.quick:
-        for key, value in QUICK.items():
-            setattr(args, key, value)
+    for key in ("d_model", "layers", "heads", "seq_len", "batch", "vocab", "rounds"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be at least 0, got {args.warmup}")
     args.models = ["ungraded"] + [m for m in dict.fromkeys(args.models) if m != "ungraded"]
     return args
 

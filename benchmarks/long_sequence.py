@@ -49,6 +49,7 @@ from _timing import (
     device_and_dtype,
     dtype_name,
     machine,
+    parse_with_quick,
     peak_memory,
     synchronize,
 )
@@ -457,7 +458,9 @@ def plot(args, results: dict, errors: dict, out: Path) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/long_sequence"))
-    p.add_argument("--quick", action="store_true", help="tiny lengths and sweeps: a smoke run")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny lengths and sweeps, one repeat and error seed (where not given): "
+                   "a smoke run")
     p.add_argument("--lengths", type=int, nargs="+", default=None)
     p.add_argument("--backends", nargs="+", default=None, help="default: all registered")
     p.add_argument("--batch", type=int, default=1)
@@ -480,14 +483,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="scales of q and k in the error sweep (larger = peakier attention)")
     p.add_argument("--measure-memory", nargs=2, metavar=("BACKEND", "T"), help=argparse.SUPPRESS)
     add_device_options(p, "dtype of q, k, v and of the backends' parameters (default float32)")
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"repeats": 1, "error_seeds": 1})
     if args.lengths is not None and min(args.lengths) < 1:
         p.error(f"--lengths must be positive sequence lengths, got {args.lengths}")
+    for key in ("repeats", "error_seeds", "batch", "heads", "head_dim", "threads"):
+        if getattr(args, key) < 1:
+            p.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
     args.device, args.dtype = device_and_dtype(args)
     if args.quick:
         args.lengths = args.lengths or QUICK_LENGTHS
-        args.repeats = 1
-        args.error_seeds = 1
         args.error_length = args.error_length or 256
         for name in ERROR_SWEEPS:
             knob, values = ERROR_SWEEPS[name]

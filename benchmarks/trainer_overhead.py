@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import machine, table
+from _timing import machine, parse_with_quick, table
 
 from graded.checks import checked_inputs
 from graded.config import build_run, load_config
@@ -215,7 +215,7 @@ def measure(size: Size, steps: int, rounds: int, warmup: int) -> dict:
     return {"wall": wall, "cpu": cpu, "outside": statistics.median(outside), "equal": equal}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     p.add_argument("--steps", type=int, default=60, help="steps per arm and round (K)")
@@ -225,14 +225,23 @@ def main(argv: list[str] | None = None) -> None:
                    help="rounds; the arms take each place in the order in turn")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--quick", action="store_true",
-                   help="tiny and dyck, 2 rounds of 5 steps, 256 training examples")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.sizes, args.steps, args.warmup, args.rounds = ["tiny", "dyck"], 5, 3, 2
+                   help="tiny and dyck, 2 rounds of 5 steps, 256 training examples (where "
+                   "--sizes, --rounds, --steps, --warmup are not given)")
+    args = parse_with_quick(p, argv, {"sizes": ["tiny", "dyck"], "steps": 5, "warmup": 3,
+                                      "rounds": 2})
+    if args.warmup < 0:
+        p.error(f"--warmup must be at least 0, got {args.warmup}")
+    if args.threads < 1:
+        p.error(f"--threads must be at least 1, got {args.threads}")
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.steps < args.warmup + 2:
         p.error(f"--steps must be at least --warmup + 2 = {args.warmup + 2}, got {args.steps}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     rows = []

@@ -4,6 +4,7 @@ that produce the README's figures do not rot. Outputs go to a temporary folder."
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -401,3 +402,123 @@ def test_c4_free_table_refuses_sizes_it_cannot_run_before_any_run(n_min, n_max, 
     with pytest.raises(SystemExit) as refused:
         _load("c4_free_table").main()
     assert str(refused.value.code) == f"--n-min must be in [2, --n-max={n_max}], got {n_min}"
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_interleaved_rounds_put_each_candidate_in_each_place_and_none_twice_in_a_row(n):
+    """``_timing.interleaved`` (and ``lead_in_times``, ``cached_generation``, through
+    ``round_order``): over n rounds each of n >= 3 candidates takes each place once, and no
+    candidate runs twice in a row, across the rounds' seams included. The order reversed
+    every other round before: with three or more candidates the first and the last ran
+    twice in a row at every seam (A B C | C B A | A B C), half their calls straight after one
+    of their own, torch's module (the first, the ratios' denominator) among them."""
+    timing = _load("_timing")
+    names = "ABCDE"[:n]
+    calls = []
+    timing.interleaved({c: (lambda c=c: calls.append(c)) for c in names}, rounds=2 * n,
+                       warmup=0)
+    assert sorted(calls) == sorted(names * 2 * n)
+    assert all(a != b for a, b in itertools.pairwise(calls)), calls
+    if n >= 3:
+        rounds = [calls[i:i + n] for i in range(0, len(calls), n)]
+        for place in range(n):
+            assert sorted(r[place] for r in rounds) == sorted(names * 2)
+    seen = []
+    timing.lead_in_times({c: (lambda c=c: (seen.append(c), torch.nn.functional.linear(
+        torch.ones(1, 1), torch.ones(1, 1)))) for c in names}, rounds=2 * n)
+    assert seen == calls  # the same orders
+
+
+def test_attention_causal_rows_give_both_modules_the_same_kernel_call(monkeypatch, capsys):
+    """benchmarks/attention.py --causal was accepted and ignored (no causal row). Now each
+    module is called as its API asks for causal self-attention (torch's with the boolean
+    causal mask and the hint, ours with the hint), and both reach the fused kernel with no
+    mask and is_causal=True: the same work, the same output as an explicit masked softmax."""
+    bench = _load("attention")
+    import graded
+
+    torch.manual_seed(0)
+    ref = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+    ours = graded.MultiheadAttention(16, 2, batch_first=True)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, 16)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    calls = []
+
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        calls.append((attn_mask is None, is_causal, dropout_p))
+        return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                    **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    outs = []
+    for module in (ref, ours):
+        calls.clear()
+        opts = bench.causal_options(module, 5)
+        outs.append(module(x, x, x, need_weights=False, **opts)[0])
+        assert calls == [(True, True, 0.0)], type(module)
+        bench.step(module, x.clone().requires_grad_(), opts)  # forward + backward runs
+    keep = torch.ones(5, 5, dtype=torch.bool).tril()
+    masked, _ = ref(x, x, x, need_weights=False, attn_mask=~keep)  # explicit mask, no hint
+    torch.testing.assert_close(outs[0], masked)
+    torch.testing.assert_close(outs[1], masked)
+    monkeypatch.undo()
+    bench.main(["--quick", "--causal", "--rounds", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| B=")]
+    assert [r.split("|")[1].strip() for r in rows] == [
+        "B=2, T=64, d=64, h=4", "B=2, T=64, d=64, h=4, causal"]
+
+
+#: (script, arguments, what --quick alone sets, what the arguments given must keep)
+QUICK_KEEPS = [
+    ("attention", ["--rounds", "1"], {"rounds": 3}, {"rounds": 1}),
+    ("graded_attention", ["--rounds", "1"], {"rounds": 3}, {"rounds": 1}),
+    ("lm_training_step", ["--rounds", "2", "--d-model", "32"],
+     {"rounds": 3, "d_model": 64, "layers": 2}, {"rounds": 2, "d_model": 32, "layers": 2}),
+    ("host_overhead", ["--rounds", "30"], {"rounds": 5, "calls": 2},
+     {"rounds": 30, "calls": 2}),
+    ("trainer_overhead", ["--sizes", "tiny", "--rounds", "3"],
+     {"sizes": ["tiny", "dyck"], "rounds": 2, "steps": 5},
+     {"sizes": ["tiny"], "rounds": 3, "steps": 5}),
+    ("long_sequence", ["--repeats", "3"], {"repeats": 1, "error_seeds": 1},
+     {"repeats": 3, "error_seeds": 1}),
+    ("cached_generation", ["--tokens", "512"], {"tokens": 256, "block": 64},
+     {"tokens": 512, "block": 64}),
+    ("listops_backends", ["--steps", "3"], {"steps": 2, "batch": 8}, {"steps": 3, "batch": 8}),
+]
+
+
+@pytest.mark.parametrize("name, given, quick, kept", QUICK_KEEPS, ids=[q[0] for q in QUICK_KEEPS])
+def test_quick_sets_only_the_options_left_out(name, given, quick, kept):
+    """``--quick`` replaced options given on the same command line (``--quick --rounds 1``
+    timed 3 rounds; lm_training_step's ``--quick --d-model 32`` ran d_model 64): now it sets
+    only what the command line leaves out, and without it the defaults stand."""
+    bench = _load(name)
+    alone = vars(bench.parse_args(["--quick"]))
+    assert {k: alone[k] for k in quick} == quick
+    both = vars(bench.parse_args(["--quick", *given]))
+    assert {k: both[k] for k in kept} == kept
+    default, full = vars(bench.parse_args([])), vars(bench.parse_args(given))
+    named = {a[2:].replace("-", "_") for a in given if a.startswith("--")}
+    for k in kept:  # no --quick: what is given, else the default
+        assert full[k] == (kept[k] if k in named else default[k]), k
+
+
+@pytest.mark.parametrize("name, argv, message", [
+    ("attention", ["--rounds", "0"], "--rounds must be at least 1"),
+    ("graded_attention", ["--quick", "--rounds", "0"], "--rounds must be at least 1"),
+    ("lm_training_step", ["--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    ("lm_training_step", ["--quick", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+    ("host_overhead", ["--calls", "0"], "--calls must be at least 1, got 0"),
+    ("long_sequence", ["--repeats", "0"], "--repeats must be at least 1, got 0"),
+    ("long_sequence", ["--threads", "0"], "--threads must be at least 1, got 0"),
+    ("trainer_overhead", ["--threads", "0"], "--threads must be at least 1, got 0"),
+    ("cached_generation", ["--tokens", "1000"], "--tokens must be a multiple of --block (512)"),
+])
+def test_a_bad_count_is_refused_by_the_parser_naming_it(name, argv, message, capsys):
+    """Counts that ended in a traceback (``interleaved``'s ValueError, statistics' "no median
+    for empty data") or, for cached_generation's --tokens 1000 with blocks of 512, a table
+    whose rows had one column more than its header, are refused with the value given."""
+    with pytest.raises(SystemExit):
+        _load(name).parse_args(argv)
+    assert message in capsys.readouterr().err

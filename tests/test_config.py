@@ -11,6 +11,7 @@ import yaml
 from graded.config import ConfigError, apply_overrides, load_config, validate_config
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+SHIPPED = sorted((Path(__file__).parents[1] / "configs").glob("*.[yt]*ml"))  # TOML too
 BASE = {
     "task": {"name": "polynomial_regression", "n_train": 64, "n_eval": 32},
     "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "grading": "linear",
@@ -25,7 +26,7 @@ def _write(tmp_path, data, name="run.yaml"):
     return path
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_every_shipped_config_validates(path):
     cfg = load_config(path)
     assert cfg.task.name
@@ -37,9 +38,6 @@ def test_shipped_configs_cover_every_task():
 
     covered = {load_config(p).task.name for p in CONFIGS}
     assert covered >= set(available_tasks())
-
-
-SHIPPED = sorted((Path(__file__).parents[1] / "configs").glob("*.[yt]*ml"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
@@ -438,8 +436,12 @@ def test_registry_choices_are_read_from_the_registry_when_validating():
     from graded.transformer.config import TransformerConfig
     from graded.transformer.graded import GRADE_INITS
 
+    # the options a backend needs (no default): the config builds the backend to check them
+    needed = {"block_sparse": {"layout": [[True]]}, "linformer": {"max_len": 8}}
     for backend in available_backends():
-        assert TransformerConfig(attn_backend=backend).attn_backend == backend
+        assert TransformerConfig(attn_backend=backend,
+                                 attn_backend_options=needed.get(backend, {})
+                                 ).attn_backend == backend
     for init in GRADE_INITS:
         assert TransformerConfig(grade_init=init).grade_init == init
     with pytest.raises(ValueError, match=r"grade_init='warm' is invalid: expected one of "
@@ -564,3 +566,100 @@ def test_every_device_name_the_error_lists_is_accepted(device):
     from graded.train.options import TrainOptions
 
     assert TrainOptions(steps=10, device=device).device == device
+
+
+@pytest.mark.parametrize(("stored", "read"), [("cpu:5", "cpu"), ("mps", "auto")])
+def test_a_run_recorded_with_a_device_this_version_refuses_is_read_with_a_warning(
+        tmp_path, capsys, stored, read):
+    """Earlier versions took ``train.device: cpu:5`` (torch ignores a CPU index); a run folder
+    recording it is read by eval, generate and report, which do not train on it: ``cpu:N`` as
+    ``cpu``, any other refused value as the default, with a warning naming the value. A new
+    config is still refused it."""
+    from graded.config import dump_config, load_run_config
+
+    cfg = validate_config({**BASE, "name": "r", "output": {"dir": str(tmp_path)}})
+    cfg.run_dir().mkdir(parents=True)
+    recorded = yaml.safe_load(dump_config(cfg))
+    recorded["train"]["device"] = stored
+    (cfg.run_dir() / "config.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
+    capsys.readouterr()
+    again = load_run_config(cfg.run_dir())
+    assert again.train.device == read
+    assert again.model_dump(exclude={"train"}) == cfg.model_dump(exclude={"train"})
+    err = capsys.readouterr().err
+    assert f"train.device={stored!r}" in err and "config.yaml" in err
+    with pytest.raises(ConfigError, match=rf"train\.device: .*{stored!r} is not supported"):
+        load_config(cfg.run_dir() / "config.yaml")
+    # a device this version takes is read as recorded, without a word
+    recorded["train"]["device"] = "cuda:1"
+    (cfg.run_dir() / "config.yaml").write_text(yaml.safe_dump(recorded, sort_keys=False))
+    assert load_run_config(cfg.run_dir()).train.device == "cuda:1"
+    assert capsys.readouterr().err == ""
+
+
+# (task, kind, field, a value other than its default) for each field a kind's model leaves unread
+UNREAD = [
+    ("dyck", "lm", "n_decoder_layers", 3),
+    ("dyck", "lm", "cross_attn_backend", "chunked"),
+    ("dyck", "lm", "cross_attn_backend_options", {"scale": 0.5}),
+    ("listops", "classification", "n_decoder_layers", 3),
+    ("listops", "classification", "cross_attn_backend", "chunked"),
+    ("listops", "classification", "cross_attn_backend_options", {"scale": 0.5}),
+    ("listops", "classification", "tie_embeddings", False),
+    ("listops", "classification", "logit_bias", True),
+    ("polynomial_regression", "regression", "tie_embeddings", False),
+    ("polynomial_regression", "regression", "logit_bias", True),
+    ("polynomial_regression", "regression", "n_decoder_layers", 2),
+]
+
+
+@pytest.mark.parametrize(("task", "kind", "field", "value"), UNREAD,
+                         ids=[f"{k}-{f}" for _, k, f, _ in UNREAD])
+def test_a_model_field_the_kinds_model_does_not_read_is_refused_naming_field_and_kind(
+        task, kind, field, value):
+    """``n_decoder_layers`` of an LM, ``tie_embeddings`` of a classifier, ...: each was taken
+    and changed nothing. Refused away from its default, naming the field, the task's kind and
+    why; the default stays accepted, and the seq2seq model, which reads them, takes them."""
+    from graded.transformer.config import TransformerConfig
+
+    base = {"task": {"name": task, "n_train": 64, "n_eval": 32}}
+    with pytest.raises(ConfigError, match=rf"model\.{field}: got {re.escape(repr(value))}; task "
+                                          rf"'{task}' is '{kind}', whose model \(\w+\) does not "
+                                          r"read it: .*; expected the default"):
+        validate_config({**base, "model": {field: value}})
+    default = TransformerConfig.model_fields[field].get_default(call_default_factory=True)
+    validate_config({**base, "model": {field: default}})
+    seq2seq = validate_config({"task": {"name": "polynomials_seq2seq"},
+                               "model": {field: value}})
+    assert getattr(seq2seq.built_model_config, field) == value
+
+
+@pytest.mark.parametrize(("task", "kind", "field", "value"), UNREAD,
+                         ids=[f"{k}-{f}" for _, k, f, _ in UNREAD])
+def test_the_fields_a_kinds_model_is_said_not_to_read_change_nothing_in_it(task, kind, field,
+                                                                           value):
+    """The independent side of the refusal above: the model the kind builds with the field at
+    its default and with the other value, from one seed, has the same parameters and
+    outputs."""
+    import torch
+
+    from graded.config import build_data, build_task
+    from graded.kinds import get_kind
+    from graded.transformer.models import unread_fields
+
+    cfg = validate_config({"task": {"name": task, "n_train": 16, "n_eval": 8},
+                           "model": {"d_model": 16, "n_heads": 2, "n_layers": 1}})
+    task_obj = build_task(cfg)
+    train, _ = build_data(cfg, task_obj)
+    model_class = get_kind(task_obj.kind).model_class()
+    changed = cfg.built_model_config.replace(**{field: value})
+    assert [f for f, *_ in unread_fields(model_class, changed)] == [field]
+    outputs = []
+    for config in (cfg.built_model_config, changed):
+        torch.manual_seed(0)
+        model = get_kind(task_obj.kind).build_model(config, task_obj).eval()
+        outputs.append((model.state_dict(), get_kind(task_obj.kind).forward(model, train.tensors)))
+    (first, out_first), (second, out_second) = outputs
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert torch.equal(out_first, out_second)

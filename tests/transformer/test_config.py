@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -102,9 +103,123 @@ def test_graded_positions_without_position_vectors_are_refused_not_ignored(posit
                                          rf"with positional='{positional}'"):
         TransformerConfig(grading="exponential", positional=positional,
                           grade_position_alpha=0.1)
-    # without graded positions, or on an ungraded model, alpha has nothing to act on anyway
-    TransformerConfig(grading="exponential", positional=positional, grade_position_alpha=0.1,
-                      grade_positions=False)
+    # without graded positions alpha acts on nothing either: refused too (it was taken and
+    # ignored); on an ungraded model it stays the setting of the grading it would have
+    with pytest.raises(ValueError, match=r"grade_position_alpha=0.1 is invalid: expected its "
+                                         r"default 0.0 \(or left out\): grade_positions=False"):
+        TransformerConfig(grading="exponential", positional=positional,
+                          grade_position_alpha=0.1, grade_positions=False)
     TransformerConfig(positional=positional, grade_position_alpha=0.1)
     for table in ("sinusoidal", "sinusoidal1", "learned"):
         TransformerConfig(grading="exponential", positional=table, grade_position_alpha=0.1)
+
+
+@pytest.mark.parametrize(("fields", "field", "backend", "options"), [
+    ({"attn_backend": "sliding_window", "attn_backend_options": {"window": 0}},
+     "attn_backend_options", "sliding_window", {"window": 0}),
+    ({"attn_backend": "sliding_window", "attn_backend_options": {"window": True}},
+     "attn_backend_options", "sliding_window", {"window": True}),
+    ({"attn_backend": "sliding_window", "attn_backend_options": {"windw": 8}},
+     "attn_backend_options", "sliding_window", {"windw": 8}),
+    ({"attn_backend": "full", "attn_backend_options": {"window": 8}},
+     "attn_backend_options", "full", {"window": 8}),
+    ({"attn_backend": "linformer"}, "attn_backend_options", "linformer", {}),
+    ({"attn_backend": "performer", "attn_backend_options": {"feature_type": "gaussian"}},
+     "attn_backend_options", "performer", {"feature_type": "gaussian"}),
+    ({"cross_attn_backend": "chunked", "cross_attn_backend_options": {"query_chunk": -1}},
+     "cross_attn_backend_options", "chunked", {"query_chunk": -1}),
+    ({"cross_attn_backend_options": {"scale": 0.0}},
+     "cross_attn_backend_options", "full", {"scale": 0.0}),
+])
+def test_backend_options_the_backend_refuses_are_refused_when_the_config_is_made(
+        fields, field, backend, options):
+    """The options of ``attn_backend`` and ``cross_attn_backend`` meet the backend's own
+    checks (``get_backend``) when the config is made, not first when a model is built: the
+    message names the field, the backend and the backend's own error (the option and what it
+    expects), which is the reference here."""
+    from graded.attention.backends import get_backend
+    from graded.config import ConfigError, validate_config
+
+    with pytest.raises(ValueError) as reference:
+        get_backend(backend, **options)
+    expected = (f"TransformerConfig.{field}={options!r} is invalid: expected options that "
+                f"backend {backend!r} accepts ({reference.value})")
+    with pytest.raises(ValueError) as refused:
+        TransformerConfig(**fields)
+    assert str(refused.value).endswith(expected)
+    cfg = TransformerConfig()
+    with pytest.raises(ValueError, match=re.escape(expected)):  # assignments too
+        for key, value in fields.items():
+            setattr(cfg, key, value)
+    with pytest.raises(ConfigError, match=re.escape(expected)):  # and a run config
+        validate_config({"task": {"name": "dyck"}, "model": fields})
+
+
+def test_backend_options_the_backend_takes_are_kept():
+    cfg = TransformerConfig(attn_backend="sliding_window", attn_backend_options={"window": 8},
+                            cross_attn_backend="chunked",
+                            cross_attn_backend_options={"query_chunk": 4})
+    assert cfg.attn_backend_options == {"window": 8}
+    assert cfg.cross_attn_backend_options == {"query_chunk": 4}
+
+
+FEATURES = dict(vocab_size=None, input_dim=3, d_model=8, n_heads=2, n_layers=1, max_len=8,
+                d_ff=16, positional="learned")
+WARM = dict(grade_init="warm_start", grade_init_value=0.3)  # grades away from neutral
+# (the fields of a config that leaves one unread, the field, a value other than its default,
+# the setting the message names)
+UNREAD = [
+    (dict(FEATURES, grading="linear", grade_input=False, **WARM), "input_grades",
+     [0.0, 1.0, 2.0], "grade_input=False"),
+    (FEATURES, "rope_base", 500.0, "positional='learned'"),
+    (dict(FEATURES, grading="exponential"), "grade_init_value", 0.5, "grade_init='neutral'"),
+    (dict(FEATURES, grading="exponential", grade_init="zeros"), "grade_init_value", 0.5,
+     "grade_init='zeros'"),
+    (dict(FEATURES, grading="linear", grade_positions=False, **WARM), "grade_position_alpha",
+     0.01, "grade_positions=False"),
+    (dict(FEATURES, grading="exponential", grade_attention=False, **WARM), "grades_per_head",
+     True, "grade_attention=False"),
+    (dict(FEATURES, grading="exponential", grade_attention=False, **WARM),
+     "grade_attention_variant", "values", "grade_attention=False"),
+    (dict(FEATURES, grading="exponential", **WARM), "token_grade_stages", ["ffn"],
+     "token_grading=False"),
+    (dict(FEATURES, grading="linear", grade_input=False, grade_ffn=False, **WARM),
+     "grade_normalize", True, "grade_input=False and grade_ffn=False"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field", "value", "setting"), UNREAD,
+                         ids=[f"{f}-{s}" for _, f, _, s in UNREAD])
+def test_a_field_the_config_leaves_unread_is_refused_naming_it_and_the_setting(
+        fields, field, value, setting):
+    """Each was taken and changed nothing (``input_grades`` with ``grade_input=False``, ...):
+    refused away from its default, naming the field, its value and the setting that leaves it
+    unread; its default stays accepted. The independent side: a model built with the field
+    changed (the check bypassed) computes what one built without it computes."""
+    import torch
+
+    from graded.transformer import TransformerClassifier
+
+    with pytest.raises(ValueError, match=rf"TransformerConfig\.{field}="
+                                         rf"{re.escape(repr(value))} is invalid: expected its "
+                                         rf"default .* \(or left out\): {re.escape(setting)}"):
+        TransformerConfig(**fields, **{field: value})
+    config = TransformerConfig(**fields)
+    default = TransformerConfig.model_fields[field].get_default(call_default_factory=True)
+    assert getattr(config.replace(**{field: default}), field) == default
+    changed = config.model_copy(update={field: value})  # unchecked, as before the refusal
+    x = torch.randn(2, 5, 3)
+    models = []
+    for cfg in (config, changed):
+        torch.manual_seed(0)
+        models.append(TransformerClassifier(cfg, num_outputs=2).eval())
+    assert torch.equal(models[0](x), models[1](x))
+
+
+def test_on_an_ungraded_config_the_gradings_fields_stay_its_settings():
+    """``grading=None`` alone turns grading off (the shipped configs' ungraded twins): the
+    fields of the grading it would have are kept, and so are the other kind's f and base."""
+    TransformerConfig(learnable_grades=True, grade_init_value=0.5, grade_position_alpha=0.01,
+                      grade_positions=False, grades_per_head=True, grade_attention=False)
+    TransformerConfig(grading="linear", grading_base=3.0)
+    TransformerConfig(grading="exponential", grading_f="softplus")

@@ -2,9 +2,10 @@
 
 :func:`dry_build` is the last step of validation (:func:`graded.config.validate_config`): it
 builds the task, the model config and the recipe, checks what the schema cannot see (task name
-and options, the split, model fields against the task, recipe against grading) and keeps the
-three objects on the config. :func:`build_run` then makes the run from those very objects: the
-data of the task, the model of the task kind (:func:`graded.kinds.get_kind`) and the trainer.
+and options, the split, model fields against the task and against what the model of its kind
+reads, recipe against grading) and keeps the three objects on the config. :func:`build_run`
+then makes the run from those very objects: the data of the task, the model of the task kind
+(:func:`graded.kinds.get_kind`) and the trainer.
 """
 
 from __future__ import annotations
@@ -103,14 +104,24 @@ def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
         model_config = _model_config(cfg, task)
     except (TypeError, ValueError) as exc:
         raise fail("model", exc) from None
-    if cfg.model.pooling != "mean":
-        from graded.kinds import Classification, get_kind
+    from graded.kinds import Classification, get_kind
 
-        kind = get_kind(task.kind, cfg.model.architecture)
-        if not isinstance(kind, Classification):  # an LM or seq2seq model pools nothing
-            raise fail("model.pooling", f"got {cfg.model.pooling!r}; pooling is used by the "
-                       f"encoder kinds (classification, regression), and task {task.name!r} "
-                       f"is {task.kind!r}: expected the default 'mean' (or leave it out)")
+    kind = get_kind(task.kind, cfg.model.architecture)
+    model_class = kind.model_class()
+    if model_class is not None:  # a field the kind's model does not read would do nothing
+        from graded.transformer.models import unread_fields
+
+        unread = [f"model.{name}: got {value!r}; task {task.name!r} is {task.kind!r}, whose "
+                  f"model ({model_class.__name__}) does not read it: {why}; expected the "
+                  f"default {default!r} (or leave it out)"
+                  for name, value, default, why in unread_fields(model_class, model_config)]
+        if unread:
+            raise ConfigError("\n  ".join([f"invalid config {source}:", *unread]))
+    # an LM or seq2seq model pools nothing
+    if cfg.model.pooling != "mean" and not isinstance(kind, Classification):
+        raise fail("model.pooling", f"got {cfg.model.pooling!r}; pooling is used by the "
+                   f"encoder kinds (classification, regression), and task {task.name!r} "
+                   f"is {task.kind!r}: expected the default 'mean' (or leave it out)")
     if getattr(model_config, "grading", None) is None and cfg.train.grade_lr is not None:
         raise fail("train.grade_lr", f"got {cfg.train.grade_lr}; the model has no grades "
                    "(model.grading is null), so no learning rate of grades applies: expected it "

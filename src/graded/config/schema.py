@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -481,7 +482,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
 
 def load_run_config(run_dir: str | Path) -> RunConfig:
     """The validated config of a run folder (its ``config.yaml``, as ``graded train`` wrote
-    it), for commands that work on finished runs (``graded report``, ``eval``)."""
+    it), for commands that work on finished runs (``graded report``, ``eval``, ``generate``);
+    a recorded ``train.device`` this version refuses does not block them
+    (:func:`_stored_device`)."""
     path = Path(run_dir) / "config.yaml"
     if not Path(run_dir).exists():
         raise ConfigError(f"{run_dir}: no such folder; expected a run folder of graded train")
@@ -490,7 +493,40 @@ def load_run_config(run_dir: str | Path) -> RunConfig:
     data = read_config_file(path)
     if "task" not in data and "kind" in data:
         raise ConfigError(python_run_message(run_dir, data))
-    return validate_config(data, str(path))
+    return validate_config(_stored_device(data, path), str(path))
+
+
+def _stored_device(data: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """``data`` (a run folder's recorded config) with a ``train.device`` that this version
+    refuses read as the device it stands for. The device a run trained on is a record: the
+    commands that read a finished run (``graded eval``, ``generate``, ``report``) do not train
+    there, so an old value must not keep them from reading it. Earlier versions took ``cpu:N``
+    (an index torch ignores on the CPU), now refused by
+    :func:`graded.train.distributed.check_device_name`: it is read as ``cpu``, what such a run
+    ran on; any other refused value is left out (the default, ``auto``). Either way a warning
+    on stderr names the stored value and the file. A new config (:func:`load_config`, also
+    ``graded train --resume``, which trains on its device) is still refused such a value."""
+    from graded.train.distributed import check_device_name
+
+    train = data.get("train")
+    if not isinstance(train, dict) or "device" not in train:
+        return data
+    device = train["device"]
+    try:
+        check_device_name(device)
+        return data
+    except ValueError:
+        train = dict(train)
+    if isinstance(device, str) and re.fullmatch(r"cpu:[0-9]+", device):
+        train["device"] = "cpu"
+        read = "read as 'cpu' (the CPU it ran on: torch ignores a CPU index)"
+    else:
+        del train["device"]
+        read = "left out (the default, 'auto'): the device it trained on is not read here"
+    print(f"graded: warning: {path}: train.device={device!r}, which this version no longer "
+          f"takes (expected 'auto', 'cpu', 'cuda' or 'cuda:N'), is {read}; a resume, which "
+          "trains there, needs --set train.device=cpu (or another device)", file=sys.stderr)
+    return {**data, "train": train}
 
 
 def python_run_message(run_dir: str | Path, data: dict[str, Any]) -> str:

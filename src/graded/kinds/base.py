@@ -146,6 +146,13 @@ class TaskKind:
         encoder kinds (classification, regression) only."""
         raise NotImplementedError(f"{self!r} has no model factory")
 
+    def model_class(self) -> type[nn.Module] | None:
+        """The class of the model :meth:`build_model` makes from a
+        :class:`~graded.transformer.TransformerConfig`, whose ``UNREAD_FIELDS`` a run config
+        may not set (:func:`graded.transformer.models.unread_fields`); None for a kind whose
+        model takes another config."""
+        return None
+
     def training_module(self, model: nn.Module) -> nn.Module:
         """The module whose ``forward`` the training step calls (what DDP wraps)."""
         return model

@@ -28,9 +28,12 @@ class Classification(TaskKind):
     grades_source = "the task's output_grades, one per class"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        return self.model_class()(model_config, task.num_outputs, pooling=pooling)
+
+    def model_class(self) -> type[nn.Module] | None:
         from graded.transformer import TransformerClassifier
 
-        return TransformerClassifier(model_config, task.num_outputs, pooling=pooling)
+        return TransformerClassifier
 
     def check_data(self, model: nn.Module, data: Batch) -> bool:
         """:meth:`TaskKind.check_data`, and the targets: class ids in [0, number of classes)

@@ -41,9 +41,12 @@ class LM(TaskKind):
     token_grades_key: ClassVar[str] = "token_grades"
 
     def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+        return self.model_class()(model_config)
+
+    def model_class(self) -> type[nn.Module] | None:
         from graded.transformer import TransformerLM
 
-        return TransformerLM(model_config)
+        return TransformerLM
 
     def check_data(self, model: nn.Module, data: Batch) -> bool:
         """:meth:`TaskKind.check_data`, and the targets: token ids in [0, vocabulary) where
@@ -123,10 +126,10 @@ class Seq2Seq(LM):
                      "whose graded_object is 'tokens')")
     token_grades_key = "decoder_token_grades"
 
-    def build_model(self, model_config: Any, task: Any, *, pooling: str = "mean") -> nn.Module:
+    def model_class(self) -> type[nn.Module] | None:
         from graded.transformer import Seq2SeqTransformer
 
-        return Seq2SeqTransformer(model_config)
+        return Seq2SeqTransformer
 
     def count_items(self, batch: Batch) -> int:
         return super().count_items(batch) + _tokens(batch["decoder_inputs"],
@@ -175,6 +178,9 @@ class MorphicLM(LM):
         from graded.morphic import build_morphic_model
 
         return build_morphic_model(model_config)
+
+    def model_class(self) -> type[nn.Module] | None:
+        return None  # a MorphicConfig, not a TransformerConfig
 
     def training_module(self, model: nn.Module) -> nn.Module:
         return _TrainingLoss(model)

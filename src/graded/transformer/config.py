@@ -96,8 +96,10 @@ class TransformerConfig(ConfigModel):
     ``attn_backend``, alone otherwise): the Sparse Transformer's interleaved factorized
     attention, attention(X) = W_p · attend(X, A^(r mod p)) (Child et al. 2019, §5.1, Eq. 6),
     e.g. ``[{"options": {"part": "local"}}, {"options": {"part": "summary"}}]`` on
-    ``sparse_fixed`` (:meth:`layer_backend`). Each entry is built once here to check its
-    options, and meets the checks ``attn_backend`` meets.
+    ``sparse_fixed`` (:meth:`layer_backend`). Each entry meets the checks ``attn_backend``
+    meets. Every backend (``attn_backend``, ``cross_attn_backend``, each cycle entry's) is
+    built once here with its options, so an option it refuses (unknown, missing, or a value
+    such as ``window=0``) is refused when the config is made, in the backend's own words.
 
     Grading fields (000 §5-7) select the feature-graded LGT/EGT: ``grading`` is None
     (ungraded), ``"linear"`` or ``"exponential"``; ``grading_f`` (LGT's f), ``grading_base``
@@ -122,6 +124,11 @@ class TransformerConfig(ConfigModel):
     ``grade_input_activation`` (``"relu"``: 000 Def 5.19's h_i = σ(W x''_i + b)) and
     ``grade_position_normalize`` (000 Eq. 48: z'_i = z_i/‖z_i‖ after the graded positions are
     added).
+
+    A field set away from its default where this config leaves it unread (``input_grades``
+    with ``grade_input=False``, ``rope_base`` without rotary positions, ...) is refused, as it
+    would change nothing (:meth:`_refuse_unread`); the fields a model kind leaves unread are
+    refused by a run config (:func:`graded.transformer.models.unread_fields`).
 
     Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
     ...``. A switch (a bool field) takes True or False only: 1, 0 or ``"yes"`` are refused.
@@ -219,11 +226,27 @@ class TransformerConfig(ConfigModel):
             options = {**self.attn_backend_options, **options}
         return name, options
 
-    def _check_cycle(self) -> None:
-        """Each ``attn_backend_cycle`` entry: known keys, a registered backend, options the
-        backend accepts (it is built once); the error names the entry."""
+    @staticmethod
+    def _check_backend_options(field: str, name: str, options: dict[str, Any],
+                               shown: Any = None) -> None:
+        """Backend ``name`` built once with ``options``, as a model builds it
+        (:func:`graded.attention.backends.get_backend`: unknown and missing options, then the
+        backend's own checks of each value), so that an option it refuses (a misspelled one,
+        ``window=0`` for ``sliding_window``) is refused when the config is made, not when a
+        model is built; the error names ``field`` with its value (``shown``, default
+        ``options``) and repeats the backend's, which names the option, the backend and what
+        it expects."""
         from graded.attention.backends import get_backend
 
+        try:
+            get_backend(name, **options)
+        except (TypeError, ValueError) as error:
+            raise Invalid(f"options that backend {name!r} accepts ({error})", field,
+                          options if shown is None else shown) from error
+
+    def _check_cycle(self) -> None:
+        """Each ``attn_backend_cycle`` entry: known keys, a registered backend, options the
+        backend accepts (:meth:`_check_backend_options`); the error names the entry."""
         field = "attn_backend_cycle"
         for r, entry in enumerate(self.attn_backend_cycle):
             where = f"{field}[{r}]"
@@ -241,11 +264,8 @@ class TransformerConfig(ConfigModel):
             options = entry.get("options", {})
             if not isinstance(options, dict):
                 raise Invalid("a dict of backend options", f"{where}.options", options)
-            try:
-                get_backend(name, **self.layer_backend(r)[1])
-            except (TypeError, ValueError) as error:
-                raise Invalid(f"options that backend {name!r} accepts ({error})",
-                              f"{where}.options", options) from error
+            self._check_backend_options(f"{where}.options", name, self.layer_backend(r)[1],
+                                        options)
 
     @model_validator(mode="after")
     def _across_fields(self) -> TransformerConfig:
@@ -281,6 +301,11 @@ class TransformerConfig(ConfigModel):
              "grading='linear' or 'exponential'")
         from graded.attention.backends import FEATURES, backend_capabilities, backends_supporting
 
+        # the options of each backend, as the backend checks them (the cycle's entries below)
+        self._check_backend_options("attn_backend_options", self.attn_backend,
+                                    self.attn_backend_options)
+        self._check_backend_options("cross_attn_backend_options", self.cross_attn_backend,
+                                    self.cross_attn_backend_options)
         self._check_cycle()
         # the self-attention backends (attn_backend, then each cycle entry's) and cross's
         self_attention = [("attn_backend", self.attn_backend)] + [
@@ -314,12 +339,56 @@ class TransformerConfig(ConfigModel):
         need(self.grading is None or not self.grade_positions or self.grade_position_alpha == 0
              or self.positional in TABLE_POSITIONAL, "grade_position_alpha",
              f"0 with positional={self.positional!r}, which adds no position vectors for the "
-             f"graded positions to scale (000 Def 5.21): use one of {list(TABLE_POSITIONAL)}, "
-             "or grade_positions=False")
+             f"graded positions to scale (000 Def 5.21), or a positional of "
+             f"{list(TABLE_POSITIONAL)}")
         last = self.max_len - 1 + position_start(self.positional)  # the last position t
         need(self.grading != "linear" or self.grade_position_alpha * last < 1.0,
              "grade_position_alpha",
              f"alpha*{last} < 1 so that the LGT factor 1 - alpha*t stays positive up to the "
              f"last position t = {last} (max_len={self.max_len}, positional="
              f"{self.positional!r})")
+        self._refuse_unread()
         return self
+
+    def _refuse_unread(self) -> None:
+        """Refuse a field set away from its default where the model would not read it, which
+        would change nothing without a word; the error names the field, the setting that
+        leaves it unread and why. The grading's own fields are checked on a graded config
+        only: on an ungraded one (``grading=None``) they stay the settings of the grading it
+        would have, so that ``grading=None`` alone turns grading off (the ungraded twins the
+        shipped configs suggest); so do ``grading_f`` on an EGT and ``grading_base`` on an
+        LGT, the settings of the other kind, so that ``grading`` alone switches the kind.
+        Fields that one model kind reads and another does not (``n_decoder_layers``,
+        ``tie_embeddings``, ...) are checked where the kind is known:
+        :func:`graded.transformer.models.unread_fields`."""
+        stages = self.token_grade_stages if self.token_grading else []
+        unread = [
+            ("input_grades", not self.grade_input,
+             "grade_input=False grades no input features, so their grades are never read"),
+            ("rope_base", self.positional != "rope",
+             f"positional={self.positional!r} has no rotary positions, whose theta it is"),
+        ]
+        if self.grading is not None:
+            unread += [
+                ("grade_init_value", self.grade_init not in ("constant", "warm_start"),
+                 f"grade_init={self.grade_init!r} reads no value: c is the value of "
+                 "'constant' and the slope of 'warm_start' only"),
+                ("grade_position_alpha", not self.grade_positions,
+                 "grade_positions=False grades no position vectors"),
+                ("grades_per_head", not self.grade_attention,
+                 "grade_attention=False grades no attention"),
+                ("grade_attention_variant", not self.grade_attention,
+                 "grade_attention=False grades no attention"),
+                ("token_grade_stages", not self.token_grading,
+                 "token_grading=False grades no stage per token"),
+                ("grade_normalize", not (self.grade_input or self.grade_ffn or "ffn" in stages
+                                         or ("input" in stages and self.vocab_size is not None)),
+                 "grade_input=False and grade_ffn=False (and no per-token input or ffn stage) "
+                 "leave no graded input or ffn stage, the stages it normalises (000 Def 5.19, "
+                 "5.23)"),
+            ]
+        for name, ignored, why in unread:
+            default = type(self).model_fields[name].get_default(call_default_factory=True)
+            if ignored and getattr(self, name) != default:
+                raise Invalid(f"its default {default!r} (or left out): {why}", name,
+                              getattr(self, name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +53,7 @@ __all__ = [
     "TransformerLM",
     "TransformerStack",
     "default_positions",
+    "unread_fields",
 ]
 
 # The weights tie_embeddings ties, as state-dict keys.
@@ -62,6 +63,26 @@ _SEQ2SEQ_TIED = ("encoder.embed.tokens.weight", "decoder.embed.tokens.weight",
 
 # How an encoder classifier/regressor reduces (B, T, d) to (B, d): see TransformerClassifier.
 POOLINGS = ("mean", "first", "last")
+
+_ONE_STACK = ("has one stack, of n_layers layers (n_decoder_layers sizes the decoder of an "
+              "encoder-decoder, Seq2SeqTransformer)")
+
+
+def unread_fields(model: type[nn.Module], config: TransformerConfig
+                  ) -> list[tuple[str, Any, Any, str]]:
+    """The fields of ``config`` that the model class ``model`` does not read (its
+    ``UNREAD_FIELDS``) set away from their defaults, as (field, value, default, why): a run
+    config refuses them (:func:`graded.config.compose.dry_build`), as each would change
+    nothing without a word (``n_decoder_layers`` of an LM, ``tie_embeddings`` of a
+    classifier). The fields a config leaves unread whatever the model are refused by
+    :class:`TransformerConfig` itself."""
+    found = []
+    for name, why in getattr(model, "UNREAD_FIELDS", {}).items():
+        default = TransformerConfig.model_fields[name].get_default(call_default_factory=True)
+        value = getattr(config, name)
+        if value != default:
+            found.append((name, value, default, why))
+    return found
 
 
 def default_positions(
@@ -477,7 +498,15 @@ def _check_tied(module: nn.Module, state_dict: dict, prefix: str, keys: tuple[st
 
 
 class TransformerLM(nn.Module):
-    """Decoder-only language model (003 §2): ``forward(input_ids) -> logits (B, T, V)``."""
+    """Decoder-only language model (003 §2): ``forward(input_ids) -> logits (B, T, V)``.
+    Reads every config field but those of :attr:`UNREAD_FIELDS`."""
+
+    #: The config fields this model does not read, and why (:func:`unread_fields`).
+    UNREAD_FIELDS: ClassVar[dict[str, str]] = {
+        "n_decoder_layers": f"a decoder-only model {_ONE_STACK}",
+        "cross_attn_backend": "a decoder-only model has no cross-attention",
+        "cross_attn_backend_options": "a decoder-only model has no cross-attention",
+    }
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -594,7 +623,22 @@ class TransformerClassifier(nn.Module):
 
     ``pooling``: ``"mean"`` over non-padding positions, ``"first"`` (first non-padding token:
     a CLS-style first token, wherever the padding is) or ``"last"`` (last non-padding token).
+    The head is a linear layer with a bias onto ``num_outputs``: the config's
+    ``tie_embeddings`` and ``logit_bias`` (of the LM and seq2seq heads onto the vocabulary)
+    are among the fields it does not read (:attr:`UNREAD_FIELDS`).
     """
+
+    #: The config fields this model does not read, and why (:func:`unread_fields`).
+    UNREAD_FIELDS: ClassVar[dict[str, str]] = {
+        "n_decoder_layers": f"an encoder model {_ONE_STACK}",
+        "cross_attn_backend": "an encoder model has no cross-attention",
+        "cross_attn_backend_options": "an encoder model has no cross-attention",
+        "tie_embeddings": "its output layer maps to num_outputs classes or values, not to the "
+                          "vocabulary, so there is no output embedding to tie (the head is "
+                          "never tied)",
+        "logit_bias": "its output layer always has a bias (logit_bias is the LM and seq2seq "
+                      "output layer's)",
+    }
 
     def __init__(self, config: TransformerConfig, num_outputs: int, pooling: str = "mean"):
         super().__init__()

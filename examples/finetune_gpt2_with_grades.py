@@ -4,6 +4,7 @@ A pretrained LM is where most users meet LGT and EGT: convert a Hugging Face GPT
 graded.TransformerLM, graft an exponential grading whose grades start neutral (the model's
 function is unchanged), then train the grades with the rest of the weights by 000 Algorithm 7.1.
 With a real checkpoint, pass its local folder to from_gpt2 instead of building one here.
+Needs Hugging Face transformers (in the dev extra: pip install -e ".[dev]").
 
     python examples/finetune_gpt2_with_grades.py
 """

@@ -3,8 +3,9 @@
 Every configuration of the library (:class:`graded.TransformerConfig`,
 :class:`graded.morphic.MorphicConfig`, :class:`graded.search.patternboost.PatternBoostConfig`,
 the run-config sections of :mod:`graded.config` and :class:`graded.train.options.TrainOptions`)
-is a :class:`Strict` model: unknown keys are errors and assignments are validated. This module
-imports pydantic only, so every layer of the library can use it.
+is a :class:`Strict` model: unknown keys are errors, assignments are validated, a ``bool``
+field takes True or False only, a number field no bool, and a ``float`` field no NaN or ±inf.
+This module imports pydantic only, so every layer of the library can use it.
 
 :class:`ConfigModel` adds the serialisation API of the model configs (``to_dict``,
 ``from_dict``, ``to_json``, ``from_json``, ``replace``, ``validate``) and turns pydantic's
@@ -17,10 +18,18 @@ from __future__ import annotations
 
 import difflib
 import json
+import types as _types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from typing_extensions import Self
 
 __all__ = [
@@ -35,14 +44,55 @@ __all__ = [
     "not_a_key",
     "positive_int",
     "satisfies",
+    "scalar_of_its_type",
     "unknown_key_message",
 ]
 
 
 class Strict(BaseModel):
-    """Base for every config: unknown keys are errors, assignments are validated."""
+    """Base for every config: unknown keys are errors, assignments are validated, and the
+    plain scalar fields take their own type only (:func:`scalar_of_its_type`): a ``bool``
+    field True or False (not 1, nor "yes"), an ``int`` or ``float`` field no bool, and a
+    ``float`` field no NaN or ±inf (pydantic's lax mode takes all of these)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _scalar_of_its_type(cls, value: Any, info: ValidationInfo) -> Any:
+        return scalar_of_its_type(cls, value, info)
+
+
+def scalar_of_its_type(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """``value`` for the field ``info.field_name`` of ``model``, refused (:class:`Invalid`)
+    where lax validation would convert it: anything but True or False (or None, where the
+    field may be None) for a field of type ``bool``, where ``1``, ``"yes"`` and ``"off"`` were
+    read as booleans; a boolean for a number field (of type ``int`` or ``float``, optionally
+    None), where ``true`` was read as 1. It runs after the subclasses' own checks (which may
+    read ``false`` as null first: :func:`graded.train.options.takes_false_for_null`)."""
+    field = model.model_fields.get(info.field_name or "")
+    if field is None:
+        return value
+    annotation = field.annotation
+    union = get_origin(annotation) in (Union, _types.UnionType)
+    types = set(get_args(annotation)) if union else {annotation}
+    optional = type(None) in types
+    types.discard(type(None))
+    if types == {bool}:
+        if isinstance(value, bool) or (optional and value is None):
+            return value
+        raise _refused(("None or " if optional else "") + "True or False", value)
+    if isinstance(value, bool) and types and types <= {int, float}:
+        raise _refused(f"a number, not a boolean{' (or None)' if optional else ''}", value)
+    return value
+
+
+def _refused(expected: str, value: Any) -> Invalid:
+    """:class:`Invalid` whose text also names the value (``got 1; expected True or False``),
+    for the error formatters that print a validator's text as it is."""
+    error = Invalid(expected)
+    error.args = (f"got {value!r}; expected {expected}",)
+    return error
 
 
 class Invalid(ValueError):
@@ -146,11 +196,13 @@ def choice(options: Iterable[Any] | Callable[[], Iterable[Any]], *, optional: bo
            what: str | None = None) -> BeforeValidator:
     """A field check: one of ``options``, a tuple or a function returning the current ones
     (for registries that grow, e.g. attention backends). ``what`` replaces the default
-    description ``one of (...)``."""
+    description ``one of (...)``. A bool is one of them only if listed (True == 1 would
+    otherwise take it for 1)."""
 
     def check(v: Any) -> Any:
         allowed = tuple(options() if callable(options) else options)
-        if (optional and v is None) or v in allowed:
+        listed = v in allowed and (not isinstance(v, bool) or any(a is v for a in allowed))
+        if (optional and v is None) or listed:
             return v
         raise Invalid(what or f"one of {allowed}" + (" or None" if optional else ""))
 

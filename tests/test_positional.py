@@ -264,3 +264,63 @@ def test_positions_of_a_narrow_integer_dtype_are_named_with_the_dtypes_taken():
         with pytest.raises(TypeError, match=r"positions must be an integer tensor of dtype "
                                             r"torch.int64 or torch.int32, got torch.int16"):
             call(module, torch.arange(3, dtype=torch.int16))
+
+
+@pytest.mark.parametrize("dtype, bits", [(torch.bfloat16, 8), (torch.float16, 11)],
+                         ids=["bfloat16", "float16"])
+def test_rope_of_a_half_precision_input_is_the_float32_rotation_rounded_once(dtype, bits):
+    """Rotated in bfloat16 (float16), cos and sin were rounded, then each product and the sum:
+    where x·cos and y·sin nearly cancel, the result was hundreds of half-spacings from the
+    rotation of x (up to 51 in bfloat16, 87 in float16 here). Now it is the complex rotation of
+    the input, in float64 by a naive loop, to one rounding to the dtype plus float32's error
+    (a few 2^-24 of the pair's size, for the cancelling sums)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 1, 48, 8, dtype=torch.float64, generator=g).to(dtype)
+    positions = torch.arange(0, 48 * 97, 97)
+    out = RotaryEmbedding(8).to(dtype)(x, positions)
+    assert out.dtype == dtype
+    expected = naive_rotation(x.double(), positions, 10000.0)
+    half_spacing = torch.ldexp(torch.ones_like(expected), torch.frexp(expected)[1] - bits - 1)
+    pair_size = (x.double()[..., 0::2].abs() + x.double()[..., 1::2].abs()).repeat_interleave(
+        2, dim=-1)
+    error = (out.double() - expected).abs()
+    assert (error <= half_spacing + 4 * 2.0**-24 * pair_size).all(), (error / half_spacing).max()
+    assert torch.equal(out, RotaryEmbedding(8)(x.float(), positions).to(dtype))
+
+
+def test_bools_and_fractions_given_for_sizes_and_starts_are_refused_by_name():
+    # True passed for the start of SinusoidalPositions (True in (0, 1)), for n or d of the table
+    # (True rows, or "got d=True"), a 2.0 start made a table of float positions without
+    # complaint, and LearnedPositions(True, 4) built a one-dimensional table
+    cases = [
+        (lambda: SinusoidalPositions(8, 16, start=True), r"start \(the first position\) must "
+                                                          r"be an int, got True"),
+        (lambda: sinusoidal_table(True, 4), r"n \(the number of positions\) must be an int, "
+                                            r"got True"),
+        (lambda: sinusoidal_table(3, True), r"d \(the encoding dimension\) must be an int, "
+                                            r"got True"),
+        (lambda: sinusoidal_table(3, 4, start=2.0), r"start \(the first position\) must be an "
+                                                    r"int, got 2.0"),
+        (lambda: sinusoidal_table(3, 4, start=-1), r"start \(the first position\) must be "
+                                                   r">= 0, got -1"),
+        (lambda: SinusoidalPositions(8, True), r"max_len must be an int, got True"),
+        (lambda: SinusoidalPositions(8, 0), r"max_len must be >= 1, got 0"),
+        (lambda: SinusoidalPositions(8, 4, base=True), r"base \(of the position frequencies\) "
+                                                        r"must be a number"),
+        (lambda: LearnedPositions(True, 4), r"d_model must be an int, got True"),
+        (lambda: LearnedPositions(4, 2.5), r"max_len must be an int, got 2.5"),
+        (lambda: ALiBi(True), r"num_heads must be an int, got True"),
+    ]
+    for build, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            build()
+
+
+def test_alibi_refuses_float_positions_instead_of_biasing_by_fractional_distances():
+    # float positions 0.5 apart gave a bias of -m/2 without complaint
+    alibi = ALiBi(2)
+    with pytest.raises(TypeError, match=r"ALiBi: positions must be an integer tensor of dtype "
+                                        r"torch.int64 or torch.int32, got torch.float32"):
+        alibi(torch.tensor([0.5]), torch.arange(3))
+    bias = alibi(torch.arange(3, dtype=torch.int32), torch.arange(3))
+    torch.testing.assert_close(bias[0, 0, 2], -alibi_slopes(2)[0] * torch.tensor([2.0, 1, 0]))

@@ -63,10 +63,10 @@ def sinusoidal_table(
     Column 2m holds sin(pos·ω_m) and column 2m+1 cos(pos·ω_m), ω_m = base^{-2m/d}.
     With ``start=1`` and n=6, d=8 this is 003 §2.2's worked matrix.
     """
-    if d <= 0 or d % 2:
+    if check_int("d (the encoding dimension)", d) <= 0 or d % 2:
         raise ValueError(f"sinusoidal encodings need a positive even dimension, got d={d}")
-    if n < 0:
-        raise ValueError(f"number of positions must be non-negative, got n={n}")
+    check_int("n (the number of positions)", n, minimum=0)
+    check_int("start (the first position)", start, minimum=0)
     pos = torch.arange(start, start + n, dtype=torch.float64).unsqueeze(1)
     angles = pos * _inverse_frequencies(d, base)
     table = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)
@@ -137,8 +137,10 @@ class SinusoidalPositions(_Float64Tables):
 
     def __init__(self, d_model: int, max_len: int, *, start: int = 0, base: float = 10000.0):
         super().__init__()
-        if start not in (0, 1):
+        if check_int("start (the first position)", start) not in (0, 1):
             raise ValueError(f"start must be 0 or 1, got {start}")
+        check_int("max_len", max_len, minimum=1)
+        check_float("base (of the position frequencies)", base, minimum=0, strict_min=True)
         self.max_len, self.d_model, self.start, self.base = max_len, d_model, start, base
         self.register_buffer("table", self._tables()["table"], persistent=False)
 
@@ -157,8 +159,8 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, d_model: int, max_len: int) -> None:
         super().__init__()
-        self.max_len = max_len
-        self.embedding = nn.Embedding(max_len, d_model)
+        self.max_len = check_int("max_len", max_len, minimum=1)
+        self.embedding = nn.Embedding(max_len, check_int("d_model", d_model, minimum=1))
         nn.init.normal_(self.embedding.weight, std=0.02)
 
     def forward(self, positions: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -172,7 +174,10 @@ class RotaryEmbedding(_Float64Tables):
 
     Dimension pairs (2m, 2m+1) of a head vector at position p are rotated by the angle p·ω_m,
     ω_m = base^{-2m/D}, so that q_iᵀ k_j depends on positions only through i - j. The
-    frequencies stay float64 whatever the model is cast to.
+    frequencies stay float64 whatever the model is cast to. A bfloat16 or float16 input is
+    rotated in float32 and the result rounded once to its dtype (rotated in bfloat16, cos and
+    sin were rounded, then each product and the sum: x·cos − y·sin, where the two products
+    nearly cancel, came out hundreds of half-spacings from the rotation of x).
     """
 
     _kept = ("inv_freq",)
@@ -197,14 +202,15 @@ class RotaryEmbedding(_Float64Tables):
         check_positions(positions, None, "RotaryEmbedding")
         if positions.dim() == 1:
             positions = positions.unsqueeze(0)
+        compute = at_least_float32(x.dtype)  # bfloat16/float16: rotated in float32
         angles = positions.to(torch.float64).unsqueeze(-1) * self.inv_freq  # (B, T, D/2)
-        cos = angles.cos().unsqueeze(1).to(x.dtype)  # (B, 1, T, D/2)
-        sin = angles.sin().unsqueeze(1).to(x.dtype)
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]
+        cos = angles.cos().unsqueeze(1).to(compute)  # (B, 1, T, D/2)
+        sin = angles.sin().unsqueeze(1).to(compute)
+        x_even, x_odd = x[..., 0::2].to(compute), x[..., 1::2].to(compute)
         rotated = torch.stack(
             [x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1
         )
-        return rotated.flatten(-2)
+        return rotated.flatten(-2).to(x.dtype)  # rounded once to the input's dtype
 
     def _check_shapes(self, x: Tensor, positions: Tensor) -> None:
         """x (B, H, T, head_dim) and positions (T,) or (B or 1, T), named when they are not."""
@@ -258,7 +264,7 @@ class ALiBi(nn.Module):
 
     def __init__(self, num_heads: int) -> None:
         super().__init__()
-        self.num_heads = num_heads
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> ALiBi:
@@ -282,6 +288,10 @@ class ALiBi(nn.Module):
                 f"for queries and keys, got query positions {tuple(q_positions.shape)} and key "
                 f"positions {tuple(k_positions.shape)}"
             )
+        for positions in (q_positions, k_positions):
+            if positions.dtype not in (torch.int64, torch.int32):
+                raise TypeError(f"ALiBi: positions must be an integer tensor of dtype "
+                                f"torch.int64 or torch.int32, got {positions.dtype}")
         if q_positions.dim() == 1:
             q_positions = q_positions.unsqueeze(0)
         if k_positions.dim() == 1:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graded._io import atomic_write_text
+from graded.checks import check_bool, check_int
 from graded.train.report import mean_std
 from graded.train.signals import StopSignals
 
@@ -308,22 +309,37 @@ STOP_GRACE_S = 6.0
 def run_demo(
     out_dir: str | Path = "runs/demo", *, seeds: int = 3, quick: bool = False, workers: int = 2
 ) -> Path:
-    """Train every (task, model, seed), fit the baselines, write ``out_dir/report.md``."""
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    """Train every (task, model, seed), fit the baselines, write ``out_dir/report.md``.
+
+    The options are checked before anything is written: ``seeds`` and ``workers`` integers
+    >= 1 (not bools), ``quick`` True or False, ``out_dir`` not an existing file. At most one
+    process per run is started (``workers`` beyond the number of runs start none), and the
+    report gives the number started."""
+    seeds = check_int("seeds", seeds, minimum=1)
+    workers = check_int("workers", workers, minimum=1)
+    quick = check_bool("quick", quick)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"the demo's output folder {str(out_dir)!r} is an existing file; "
+                         "expected a folder (or a path to create one at)")
     jobs = [
         {"task": t, "model": m, "seed": s, "config": run_config(t, m, s, out_dir, quick)}
         for t in TASKS for s in range(seeds) for m in MODELS
     ]
+    workers = min(workers, len(jobs))  # the processes _run_pool starts
+    out_dir.mkdir(parents=True, exist_ok=True)
     print(f"graded demo: {len(jobs)} runs ({len(TASKS)} tasks × {len(MODELS)} models × "
           f"{seeds} seeds) in {workers} process(es); writing to {out_dir}", file=sys.stderr)
+    import torch
+
     began = time.perf_counter()
-    results = _run_jobs(jobs, workers)
-    baselines = {t: [baselines_for(t, s, out_dir, quick) for s in range(seeds)] for t in TASKS}
+    threads = torch.get_num_threads()
+    try:  # with workers=1 the runs train here, on 1 thread (train_one): the caller's comes back
+        results = _run_jobs(jobs, workers)
+        baselines = {t: [baselines_for(t, s, out_dir, quick) for s in range(seeds)]
+                     for t in TASKS}
+    finally:
+        torch.set_num_threads(threads)
     wall = time.perf_counter() - began
     budget = {
         "wall_s": wall, "workers": workers, "seeds": seeds, "quick": quick,
@@ -402,6 +418,27 @@ def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
     return lines
 
 
+def _summary(verdict: list[str]) -> str:
+    """The report's one-sentence summary of the :func:`_verdict` lines: how many (task, graded
+    model) pairs were compared with the ungraded transformer (2 finite seeds of each, at
+    least), and how many of those a graded model won or lost. A pair not compared (one seed, a
+    failed run) is no evidence either way, so with none compared nothing is concluded."""
+    pairs = 2 * len(TASKS)
+    compared = [ln for ln in verdict if ln.startswith(("  - LGT is ", "  - EGT is "))]
+    better = [ln for ln in compared if "**better**" in ln]
+    worse = [ln for ln in compared if "**worse**" in ln]
+    if not compared:
+        return (f"In short: none of the {pairs} (task, graded model) pairs could be compared "
+                "with the ungraded transformer (a comparison needs at least 2 seeds with a "
+                "finite score of each model; run with --seeds 2 or more), so this demo says "
+                "nothing about whether grading helped.")
+    return (f"In short: a graded model beat the ungraded transformer beyond two standard "
+            f"errors in {len(better)} of the {len(compared)} (task, graded model) pairs "
+            f"compared (of {pairs}), and lost in {len(worse)}."
+            + ("" if better else " With this budget, grading did not help on the pairs "
+                                 "compared."))
+
+
 def _graded_loss_tasks() -> str:
     """Which demo tasks train LGT and EGT on the graded loss, for the report."""
     return "; ".join(f"{task}: {'graded' if spec.get('graded_loss', True) else 'plain'} loss"
@@ -454,7 +491,10 @@ def write_demo_report(out_dir: Path, results: list[dict[str, Any]],
                            + " |" * (len(eval_names) + 2))
                 continue
             cells = [_fmt([r["eval"][n] for r in mr if n in r["eval"]]) for n in eval_names]
-            sec.append(f"| {m} | {_fmt([r['metric'] for r in mr])} | " + " | ".join(cells)
+            # the intro says "over N seeds": a model with fewer finished runs says so
+            missing = len(mr) < budget["seeds"]
+            fewer = f" ({len(mr)} of {budget['seeds']} seeds)" if missing else ""
+            sec.append(f"| {m} | {_fmt([r['metric'] for r in mr])}{fewer} | " + " | ".join(cells)
                        + f" | {mr[0]['params']:,} | {_fmt([r['train_s'] for r in mr], 0)} |")
         for n, vals in base.items():
             sec.append(f"| *{n}* (simple baseline) | {_fmt(vals)} |"
@@ -474,12 +514,7 @@ def write_demo_report(out_dir: Path, results: list[dict[str, Any]],
                 if png is not None:
                     sec += [f"![{task} {m} grades]({png.name})", ""]
         sections += sec
-    better = [ln for ln in verdict if "**better**" in ln]
-    worse = [ln for ln in verdict if "**worse**" in ln]
-    summary = (f"In short: a graded model beat the ungraded transformer beyond two standard "
-               f"errors in {len(better)} of {2 * len(TASKS)} (task, graded model) pairs, and "
-               f"lost in {len(worse)}." + ("" if better else " With this budget, grading did "
-                                                 "not help on these tasks."))
+    summary = _summary(verdict)
     lines += [summary, "", *verdict, "", *sections, "## Budget", "",
                         f"- wall time {budget['wall_s']:.0f} s for all runs and baselines, "
                         f"{budget['workers']} worker process(es) with 1 thread each, on "

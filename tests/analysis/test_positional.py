@@ -141,3 +141,19 @@ def test_early_mass_refuses_weights_that_are_not_square():
     # (1, 1, 3, 1): one key, so "the first k=2 keys" do not exist; the sum would cover one
     with pytest.raises(ValueError, match=r"square self-attention .* got shape \(1, 1, 3, 1\)"):
         early_attention_mass(torch.ones(1, 1, 3, 1), 2)
+
+
+def test_sweep_takes_positions_given_beyond_the_input_length(tokens):
+    """Positions passed to the model past the input length (a continued sequence) get graded
+    positions too: the kept factor table covered the input length only, and the lookup
+    failed with an IndexError. At α = 0 the masses are those of the maps the model computes
+    with those positions."""
+    torch.manual_seed(0)
+    model = TransformerLM(tiny_config(grading="exponential", grade_init="constant",
+                                      grade_init_value=0.3))
+    t = tokens.shape[1]
+    positions = torch.arange(5, 5 + t).expand(tokens.shape[0], t)
+    sweep = positional_bias_sweep(model, tokens, [0.0, 0.1], k=2, positions=positions)
+    for name, w in attention_maps(model, tokens, positions=positions).items():
+        assert sweep["layers"][name][0] == pytest.approx(early_attention_mass(w, 2), abs=1e-6)
+    assert all(m == m for m in sweep["mean"])

@@ -190,6 +190,11 @@ def positional_bias_sweep(
     if kind == "exponential" and base is None:
         raise ValueError("an EGT model without a feature grading has no base λ for its "
                          "positions")
+    # the graded positions cover the input length, or the largest position given
+    length = input_length(inputs)
+    given = model_kwargs.get("positions")
+    if isinstance(given, torch.Tensor) and given.numel():
+        length = max(length, int(given.max()) + 1)
     saved = [e.position_grading for e in embeds]
     cross = _cross_attention(model)
     layers: dict[str, list[float]] = {}
@@ -200,7 +205,7 @@ def positional_bias_sweep(
                 with capture_attention(model) as calls:
                     for e in embeds:
                         e.position_grading = GradedPositions(
-                            kind, float(alpha), input_length(inputs), base,
+                            kind, float(alpha), length, base,
                             start=position_start(config.positional))
                     run_model(model, inputs, **model_kwargs)
                 for key, call in zip(call_keys(calls), calls, strict=True):

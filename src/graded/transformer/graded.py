@@ -59,15 +59,17 @@ from graded.attention.graded import (
     packed_rows_together,
     rows_together,
 )
-from graded.checks import check_finite_nonnegative, check_float, inputs_checked
+from graded.checks import check_finite_nonnegative, check_float, check_int, inputs_checked
 from graded.folding import FoldedLinears
 from graded.grading import (
+    GRADINGS,
     ExponentialGrading,
     GradingMap,
     is_diagonal,
     stacked_scales,
 )
-from graded.positional import position_start
+from graded.grading.base import _stamp
+from graded.positional import check_positions, position_start
 from graded.transformer.config import TransformerConfig
 
 __all__ = [
@@ -186,14 +188,34 @@ class GradedPositions(nn.Module):
     (0-based) of the sequence, ``start`` = 1 with the 1-indexed sinusoids of 000 §4.2
     (``positional="sinusoidal1"``, :func:`position_start`), 0 otherwise, so the factor and Pe
     read the same t as Eq. 47 writes them. For LGT the factor must stay positive up to the last
-    position: α·(max_len − 1 + start) < 1, checked at construction."""
+    position: α·(max_len − 1 + start) < 1, checked at construction.
+
+    The factors are computed in float64 (λ^{−α t} as a power, at λ's own precision) and
+    rounded once to the dtype asked for: computed in float32 as exp(−α t ln λ), 2^{−100}
+    (λ = 2, α = 1, t = 100) came out 7.8885926e-31 for 7.8886091e-31, 35 float32 spacings
+    off. For int64 or int32 positions the factors of every position of the table,
+    t = ``start`` … ``max_len`` − 1 + ``start``, are kept per dtype and device and taken with
+    one index per call, while α, λ's storage and λ's version counter are unchanged (as a fixed
+    grading keeps its scales, :meth:`~graded.grading.base.GradingMap._kept_value`:
+    ``set_base``, the λ annealing of 000 §7.2 (iii), and ``load_state_dict`` change λ in
+    place and are seen, a write through ``.data`` is not). Such positions must lie in
+    [0, max_len): checked here outside :func:`graded.checks.checked_inputs` (a model checks
+    them at its entry). Positions of another dtype (float ones: a derivative in t) and the
+    cases where nothing is kept (λ a parameter or taking a gradient, ``torch.compile``,
+    ``torch.inference_mode``) get the factors of the positions given, computed the same way."""
 
     def __init__(self, kind: str, alpha: float, max_len: int,
                  base_source: ExponentialGrading | None = None, *, start: int = 0) -> None:
         super().__init__()
+        if kind not in GRADINGS:
+            raise ValueError(f"kind must be one of {GRADINGS}, got {kind!r}")
         alpha = check_float("grade_position_alpha", alpha, minimum=0)
-        if start not in (0, 1):
+        max_len = check_int("max_len", max_len, minimum=1)
+        if check_int("start (the first position)", start) not in (0, 1):
             raise ValueError(f"start must be 0 or 1 (the first position), got {start!r}")
+        if kind == "exponential" and base_source is None:
+            raise ValueError("EGT graded positions λ^(-α t) need base_source, the exponential "
+                             "feature grading whose base λ they use; got None")
         last = max_len - 1 + start
         if kind == "linear" and alpha * last >= 1.0:
             raise ValueError(
@@ -203,18 +225,67 @@ class GradedPositions(nn.Module):
             )
         self.kind = kind
         self.alpha = alpha
+        self.max_len = max_len
         self.start = start
         self.base_source = [base_source]  # a list keeps it out of this module's children
 
-    def factors(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
-        """The factor of each position, computed in at least float32 and returned in ``dtype``
-        (in bfloat16 a position itself rounds: t = 1001 is 1000, so the factors would be)."""
-        compute = torch.promote_types(dtype, torch.float32)
-        t = positions.to(compute) + self.start if self.start else positions.to(compute)
+    # the kept factor tables: (dtype, device) -> (what they were computed with, the stamp of
+    # λ, λ itself (its storage held, so its address is not reused), the table, its version:
+    # a 0-d position takes a view of the table, which its receiver may change in place)
+    _tables: dict | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """``nn.Module``'s state without the kept tables (see ``GradingMap.__getstate__``: a
+        copy's stamps would name addresses its storage does not hold)."""
+        state = super().__getstate__()
+        state.pop("_tables", None)
+        return state
+
+    def _sources(self) -> tuple[Tensor, ...]:
+        """The tensors the factors are computed from besides the positions: λ for EGT."""
+        return () if self.kind == "linear" else (self.base_source[0].base,)
+
+    def _of(self, t: Tensor, sources: tuple[Tensor, ...]) -> Tensor:
+        """The factors at the float64 positions ``t``, in float64."""
         if self.kind == "linear":
-            return (1.0 - self.alpha * t).to(dtype)
-        base = self.base_source[0].base.to(compute)
-        return torch.exp(-self.alpha * t * torch.log(base)).to(dtype)
+            return 1.0 - self.alpha * t
+        base = sources[0].to(device=t.device, dtype=torch.float64)
+        return torch.pow(base, -self.alpha * t)
+
+    def _table(self, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The factors of the positions 0 … max_len − 1 in ``dtype`` on ``device``, kept while
+        nothing they are computed from changes; None where none may be kept (:func:`_stamp`)."""
+        sources = self._sources()
+        stamp = _stamp(sources)
+        if stamp is None:
+            return None
+        made = (self.kind, self.alpha, self.start, self.max_len)
+        tables = self._tables
+        entry = None if tables is None else tables.get((dtype, device))
+        if (entry is not None and entry[0] == made and entry[1] == stamp
+                and entry[3]._version == entry[4]):
+            return entry[3]
+        t = torch.arange(self.start, self.max_len + self.start, dtype=torch.float64,
+                         device=device)
+        table = self._of(t, sources).to(dtype)
+        if tables is None:
+            tables = self.__dict__["_tables"] = {}  # a plain attribute, not a buffer
+        tables[(dtype, device)] = (made, stamp, tuple(s.detach() for s in sources), table,
+                                   table._version)
+        return table
+
+    def factors(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
+        """The factor of each position, computed in float64 and rounded once to ``dtype``
+        (a position is never rounded: in bfloat16 t = 1001 would be 1000)."""
+        if positions.dtype in (torch.int64, torch.int32):
+            table = self._table(dtype, positions.device)
+            if table is not None:
+                check_positions(positions, self.max_len, "GradedPositions")
+                return table[positions]
+        t = positions.to(torch.float64)
+        if self.start:
+            t = t + self.start
+        return self._of(t, self._sources()).to(dtype)
 
     def forward(self, pe: Tensor, positions: Tensor) -> Tensor:
         return pe * self.factors(positions, pe.dtype).unsqueeze(-1)

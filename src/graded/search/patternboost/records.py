@@ -1,7 +1,9 @@
 """What a PatternBoost run writes to its folder: state (JSON), weights (safetensors), CSV, PNG.
 
-Every file is written to a temporary name and moved into place with `os.replace`, so an
-interrupted run leaves either the old or the new version, never a torn one. Nothing is pickled.
+Every file is written by :func:`graded._io.atomic_write_bytes` (re-exported here): to a
+temporary name in the same folder, moved into place with `os.replace`, so an interrupted run
+leaves either the old or the new version, never a torn one, and no temporary file. Nothing is
+pickled.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+from graded._io import atomic_write_bytes
 
 __all__ = [
     "METRIC_FIELDS",
@@ -41,17 +44,6 @@ METRIC_FIELDS = (
     "train_mean",
     "train_loss",
 )
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file and an atomic rename."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

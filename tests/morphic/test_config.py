@@ -165,8 +165,6 @@ def test_a_dag_layer_holds_exactly_its_edges_and_refuses_a_cycle_naming_it():
     ({"banded": [7]}, r"layers.0: banded shifts \[7\] give no edge.*indices \[0, 1\]"),
     ({"banded": [0], "pre_norm": "batch"},
      r"layers.0: pre_norm must be 'layer', 'rms' or None, got 'batch'"),
-    ({"banded": [0], "router": {"temperature": 0}},
-     r"layers.0: temperature must be > 0, got 0.0"),
     ({"edges": [["g0", "g9", "x"]]}, r"layers.0: edge 'x' uses unknown grade 'g9'; expected "
                                      r"one of \['g0', 'g1'\]"),
 ])

@@ -71,6 +71,8 @@ __all__ = [
 PositiveInt = Annotated[int, positive_int()]
 PositiveFinite = Annotated[float, satisfies(lambda v: is_number(v) and 0 < v < math.inf,
                                             "a finite number > 0")]
+NonNegativeFinite = Annotated[float, satisfies(lambda v: is_number(v) and 0 <= v < math.inf,
+                                               "a finite number >= 0")]
 
 
 class BlockOptions(Strict):
@@ -124,16 +126,18 @@ BLOCKS = tuple(BLOCK_OPTIONS)
 
 
 class RouterOptions(Strict):
-    """:class:`graded.morphic.router.Router`'s options (004 §4.2)."""
+    """:class:`graded.morphic.router.Router`'s options (004 §4.2), refused here where the
+    router would refuse them: ``temperature`` and ``gumbel_temperature`` finite and > 0 (a
+    temperature of 0 or below routes silently wrong), ``init_std`` finite and >= 0."""
 
     rank: PositiveInt = 16
     pooling: Literal[POOLINGS] = "mean"
-    temperature: float = 1.0
+    temperature: PositiveFinite = 1.0
     normalization: Literal[NORMALIZATIONS] = "dest"
     mode: Literal[MODES] = "soft"
     affine: bool = True
-    init_std: float = 0.02
-    gumbel_temperature: float = 1.0
+    init_std: NonNegativeFinite = 0.02
+    gumbel_temperature: PositiveFinite = 1.0
     stay: bool = True
     top_k: PositiveInt = 1
     input_type: Literal[INPUT_TYPES] = "context"

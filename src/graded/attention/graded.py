@@ -61,6 +61,7 @@ import torch
 from torch import Tensor, nn
 
 from graded.attention.multihead import MultiheadAttention
+from graded.checks import check_bool
 from graded.folding import _autocast_on
 from graded.grading import ExponentialGrading, LinearGrading, is_diagonal
 
@@ -162,6 +163,10 @@ class GradedMultiheadAttention(MultiheadAttention):
         **mha_kwargs: everything :class:`MultiheadAttention` takes (dropout, bias, kdim, vdim,
             batch_first, backend, ...).
 
+    The switches ``learnable_grades``, ``fold_grading`` and ``qk_rotated`` take True or False
+    only (``TypeError`` otherwise): ``bool("false")`` is True, and 0 or 1 may be a count given
+    to the wrong argument.
+
     The state dict holds torch's keys plus ``grading.grades`` (and ``grading.base`` for EGT).
     A ``torch.nn.MultiheadAttention`` state dict loads strictly (the grades keep their current
     values); :meth:`torch_state_dict` gives one that torch's module loads strictly.
@@ -181,6 +186,9 @@ class GradedMultiheadAttention(MultiheadAttention):
         qk_rotated: bool = False,
         **mha_kwargs: Any,
     ) -> None:
+        learnable_grades = check_bool("learnable_grades", learnable_grades)
+        fold_grading = check_bool("fold_grading", fold_grading)
+        qk_rotated = check_bool("qk_rotated", qk_rotated)
         super().__init__(embed_dim, num_heads, **mha_kwargs)
         if variant not in VARIANTS:
             raise ValueError(f"unknown graded attention variant {variant!r}; expected one of "

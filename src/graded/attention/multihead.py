@@ -29,6 +29,7 @@ from graded.attention.functional import (
     to_additive_mask,
 )
 from graded.attention.scores import ScaledDotScore, Score, make_score
+from graded.checks import check_bool
 from graded.folding import folds_rows, graded_linear
 
 __all__ = ["MultiheadAttention"]
@@ -80,6 +81,11 @@ class MultiheadAttention(nn.Module):
     instead of raising. It is causal over the real keys: the key that ``add_bias_kv`` or
     ``add_zero_attn`` appends is visible to every query, as torch's padded mask makes it
     (torch's own fused path with ``need_weights=False`` hides it from every query).
+
+    Departure from torch: the switches ``bias``, ``add_bias_kv``, ``add_zero_attn`` and
+    ``batch_first`` take True or False only, ``out_bias`` also None (``TypeError`` otherwise).
+    torch reads them truthily, so ``batch_first="false"`` there means batch first; code that
+    passes such values to torch's module is refused here rather than silently read.
     """
 
     def __init__(
@@ -104,9 +110,15 @@ class MultiheadAttention(nn.Module):
         num_kv_heads: int | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(embed_dim, int) or embed_dim <= 0:
+        bias, add_bias_kv, add_zero_attn, batch_first = (
+            check_bool(name, value) for name, value in (
+                ("bias", bias), ("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn),
+                ("batch_first", batch_first)))
+        if out_bias is not None:
+            out_bias = check_bool("out_bias", out_bias)  # None: as bias
+        if not isinstance(embed_dim, int) or isinstance(embed_dim, bool) or embed_dim <= 0:
             raise ValueError(f"embed_dim must be a positive int, got {embed_dim!r}")
-        if not isinstance(num_heads, int) or num_heads <= 0:
+        if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
             raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
         if embed_dim % num_heads != 0:
             raise ValueError(
@@ -127,7 +139,8 @@ class MultiheadAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if not isinstance(kv_heads, int) or kv_heads < 1 or num_heads % kv_heads:
+        if (not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1
+                or num_heads % kv_heads):
             raise ValueError(f"num_kv_heads must be a positive divisor of num_heads={num_heads}, "
                              f"got {num_kv_heads!r}")
         if kv_heads != num_heads and (not self._qkv_same_embed_dim or add_bias_kv):

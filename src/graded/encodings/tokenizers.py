@@ -146,7 +146,9 @@ class CharTokenizer(_PieceTokenizer):
     def from_texts(
         cls, texts: Iterable[str], specials: Sequence[str] = DEFAULT_SPECIALS
     ) -> CharTokenizer:
-        """Alphabet = the sorted set of characters in ``texts`` (as makemore)."""
+        """Alphabet = the sorted set of characters in ``texts`` (as makemore). A single string
+        or a non-string entry is a ``TypeError`` naming it (as for the other tokenizers)."""
+        texts = _texts(texts)
         return cls(sorted({ch for text in texts for ch in text}), specials)
 
     def encode(self, text: str) -> list[int]:

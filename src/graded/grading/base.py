@@ -12,7 +12,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 from torch import Tensor, nn
 
-from graded.checks import check_float, check_int
+from graded.checks import check_bool, check_float, check_int
 from graded.folding import _autocast_on
 from graded.grading.grades import GradesLike, as_grade_tensor, has_values
 
@@ -134,6 +134,7 @@ class GradingMap(nn.Module):
         if num_heads is not None and (not isinstance(num_heads, int)
                                       or isinstance(num_heads, bool) or num_heads < 1):
             raise ValueError(f"num_heads must be a positive int or None, got {num_heads!r}")
+        learnable = check_bool("learnable", learnable)  # bool("no") is True: a Parameter
         if dtype is None and isinstance(grades, Tensor) and grades.is_floating_point():
             dtype = grades.dtype
         if grades is None:
@@ -151,7 +152,7 @@ class GradingMap(nn.Module):
                 f"expected shape ({num_heads}, {dim})"
             )
         self.dim = dim
-        self.learnable = bool(learnable)
+        self.learnable = learnable
         self.neutral = float(neutral)  # the grade whose scale is 1 (M = I)
         if has_values(t):  # built on "meta": no values to check (they come with a state dict)
             self._validate(t)

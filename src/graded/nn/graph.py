@@ -17,7 +17,9 @@ attends to key j; a symmetric matrix is an undirected graph). N(i) contains i it
 ``add_self_loops`` (default, as in 003 §3.6). Attention is exactly zero outside N(i) (003
 Remark 3.8 masks the logits with -inf; here with the lowest finite value, then the weights
 outside N(i) are set to 0, so that a node with an empty N(i) gets the zero message and no NaN).
-``dropout`` acts on the attention weights, as in GAT.
+``dropout`` acts on the attention weights, as in GAT. The switches (``concat``,
+``add_self_loops``, ``bias``, GATv2's ``share_weights`` and ``projection_bias``, ``learn_scale``)
+take True or False only: ``concat="false"`` would concatenate, ``bool("false")`` being True.
 Heads are concatenated (output H·F') or averaged (output F'). The output is *before* the
 non-linearity σ of (3.2), so a model chooses σ (ELU in GAT) and can skip it on its last layer.
 Row-vector convention of 003 (h W rather than W h). Dense attention costs O(B·H·N²) memory
@@ -35,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graded._precision import at_least_float32
+from graded.checks import check_bool
 from graded.grading import as_grade_tensor
 
 CentralityKind = Literal["degree", "closeness", "eigenvector", "pagerank"]
@@ -82,12 +85,15 @@ class _GraphAttention(nn.Module):
         factory: dict[str, Any],
     ) -> None:
         super().__init__()
+        concat = check_bool("concat", concat)
+        add_self_loops = check_bool("add_self_loops", add_self_loops)
+        bias = check_bool("bias", bias)
         for name, v in (
             ("in_features", in_features),
             ("out_features", out_features),
             ("heads", heads),
         ):
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if not negative_slope >= 0:  # NaN too
             raise ValueError(
@@ -208,6 +214,8 @@ class GATv2Layer(_GraphAttention):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        share_weights = check_bool("share_weights", share_weights)
+        projection_bias = check_bool("projection_bias", projection_bias)
         factory = {"device": device, "dtype": dtype}
         super().__init__(in_features, out_features, heads, concat, negative_slope, dropout,
                          add_self_loops, bias, factory)
@@ -399,6 +407,7 @@ class GradedGraphAttention(nn.Module):
         **layer_kwargs: Any,
     ) -> None:
         super().__init__()
+        learn_scale = check_bool("learn_scale", learn_scale)
         if centrality not in CENTRALITIES:
             raise ValueError(f"unknown centrality {centrality!r}, expected one of {CENTRALITIES}")
         if grading not in ("exponential", "linear"):
@@ -407,7 +416,7 @@ class GradedGraphAttention(nn.Module):
             raise ValueError(f"exponential grading needs base λ > 1 (000 Def 6.1), got {base}")
         if apply_to not in ("logits", "features"):
             raise ValueError(f"apply_to must be 'logits' or 'features', got {apply_to!r}")
-        if version not in (1, 2):
+        if isinstance(version, bool) or version not in (1, 2):  # True == 1 would be GAT
             raise ValueError(f"version must be 1 (GAT) or 2 (GATv2), got {version!r}")
         try:
             finite = (not isinstance(grade_scale, (bool, str))

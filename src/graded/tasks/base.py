@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graded.checks import check_float, check_int
+from graded.checks import check_bool, check_float, check_int
 from graded.encodings.base import token_ids
 
 IGNORE_INDEX = -100
@@ -98,6 +98,7 @@ class Vocab:
 
     def decode(self, ids: Iterable[int] | Tensor, *, skip_pad: bool = True) -> list[str]:
         """Tokens of a sequence of ids (padding dropped unless ``skip_pad=False``)."""
+        skip_pad = check_bool("skip_pad", skip_pad)
         if isinstance(ids, Tensor):
             ids = ids.tolist()
         out = []
@@ -342,7 +343,8 @@ class Task(abc.ABC):
         Whatever the kind, no test input occurs among the training inputs (``unseen_test``).
         ``unseen=False`` keeps the test candidates as drawn, repeats of training inputs
         included: an i.i.d. sample of the test distribution, whose loss estimates the
-        population risk rather than the loss on unseen objects.
+        population risk rather than the loss on unseen objects. ``unseen`` is True or False
+        (``TypeError`` otherwise: ``unseen="false"`` would be read as True).
 
         The test set, its relabelling and its top-up draws take seeds derived from ``seed``
         (``seed + 1``, ``seed + 2``, ...: :func:`derived_seed`, modulo 2**64 near ``MAX_SEED``).
@@ -352,7 +354,7 @@ class Task(abc.ABC):
         check_int("n_train", n_train, minimum=1)
         check_int("n_test", n_test, minimum=1)
         seed = check_seed(seed)
-        finish = unseen_test if unseen else _as_drawn
+        finish = unseen_test if check_bool("unseen", unseen) else _as_drawn
         if kind == "random":
             pool = self.generate(n_train + n_test, seed)
             perm = torch.randperm(n_train + n_test, generator=torch.Generator().manual_seed(seed))
@@ -446,7 +448,7 @@ def check_numbers(name: str, value: Any, *, length: int | None = None,
     items = list(value)
     if length is not None and len(items) != length:
         raise ValueError(f"{name} must hold {length} numbers, got {len(items)}: {value!r}")
-    check = check_int if integer else check_float
+    check = check_int if check_bool("integer", integer) else check_float
     return tuple(check(f"{name}[{i}]", v) for i, v in enumerate(items))
 
 

@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graded.checks import check_choice, check_float, check_int
+from graded.checks import check_bool, check_choice, check_float, check_int
 from graded.tasks.base import (
     SPLIT_KINDS,
     Task,
@@ -149,6 +149,7 @@ class ModularArithmetic(Task):
         shown pairs, by default all held-out pairs).
         """
         check_choice("split kind", kind, SPLIT_KINDS)
+        unseen = check_bool("unseen", unseen)  # read by "relabelled" only, checked for any kind
         if kind in ("size", "family"):
             return super().split(kind)  # raises: the table has no sizes or families
         total = self.table()[0].shape[0]

@@ -54,7 +54,7 @@ def test_it_covers_the_probability_at_least_at_the_level():
 
 @pytest.mark.parametrize(("successes", "trials"), [(-1, 10), (11, 10), (3, 0), (3, 2.5)])
 def test_bad_counts_are_named(successes, trials):
-    with pytest.raises((ValueError, TypeError), match="successes|trials"):
+    with pytest.raises((ValueError, TypeError), match=r"successes|trials"):
         binomial_interval(successes, trials)
 
 
@@ -82,6 +82,9 @@ def test_the_binomial_interval_only_widens_the_hull():
     rng = np.random.default_rng(1)
     values = rng.uniform(0.6, 0.9, size=8)
     plain = mean_interval(values, bounds=(0.0, 1.0))
+    assert plain.note().startswith(
+        f"Interval: the hull of the percentile bootstrap [{plain.bootstrap[0]:.4f}, "
+        f"{plain.bootstrap[1]:.4f}] and the t interval [{plain.t[0]:.4f}, ")
     joined = mean_interval(values, bounds=(0.0, 1.0), trials=8 * 20)
     assert joined.low <= plain.low and joined.high >= plain.high
     with pytest.raises(ValueError, match="accuracies in"):

@@ -325,7 +325,7 @@ class Interval:
         cut = "" if self.bounds is None or (self.low, self.high) == hull else (
             f", cut to the quantity's range [{self.bounds[0]:g}, {self.bounds[1]:g}]")
         return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}]"
-                f"{',' if exact else ''} the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({df} df)"
+                f"{',' if exact else ' and'} the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({df} df)"
                 f"{exact}{cut}.")
 
 

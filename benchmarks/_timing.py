@@ -62,6 +62,17 @@ def parse_with_quick(parser: argparse.ArgumentParser, argv: list[str] | None,
     return args
 
 
+def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                 minimums: dict[str, int]) -> None:
+    """Exit through ``parser.error`` naming the first option of ``minimums`` (dest -> least
+    value) below its least value: ``--rounds must be at least 1, got 0`` (a count of 0 ended
+    in a traceback, or in a table without rows)."""
+    for dest, least in minimums.items():
+        value = getattr(args, dest)
+        if value < least:
+            parser.error(f"--{dest.replace('_', '-')} must be at least {least}, got {value}")
+
+
 def device_and_dtype(args: argparse.Namespace) -> tuple[torch.device, torch.dtype]:
     """The parsed ``--device`` and ``--dtype``; exits with a message when the device is
     unavailable or the dtype is one this build cannot compute in on it."""

@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import (
     add_device_options,
+    check_counts,
     device_and_dtype,
     dtype_name,
     interleaved,
@@ -66,9 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also time causal self-attention (a second row per shape)")
     add_device_options(parser, "dtype of both modules and their inputs (default float32)")
     args = parse_with_quick(parser, argv, {"rounds": 3})
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1 (timed rounds per candidate), "
-                     f"got {args.rounds}")
+    check_counts(parser, args, {"rounds": 1})
     return args
 
 

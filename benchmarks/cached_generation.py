@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import machine, parse_with_quick, round_order, table
+from _timing import check_counts, machine, parse_with_quick, round_order, table
 
 from graded import TransformerConfig, TransformerLM
 
@@ -91,9 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="256 tokens, blocks of 64, window 16 (where not given)")
     args = parse_with_quick(ap, argv, {"tokens": 256, "block": 64, "window": 16})
-    for key in ("block", "window", "threads"):
-        if getattr(args, key) < 1:
-            ap.error(f"--{key} must be at least 1, got {getattr(args, key)}")
+    check_counts(ap, args, dict.fromkeys(("block", "window", "threads"), 1))
     if args.tokens < 2 or args.tokens % args.block:
         ap.error(f"--tokens must be a multiple of --block ({args.block}) and at least 2, got "
                  f"{args.tokens} (each column of the table is a whole block)")

@@ -30,6 +30,7 @@ from _timing import (
     KernelCount,
     TrainingStep,
     add_device_options,
+    check_counts,
     device_and_dtype,
     dtype_name,
     interleaved,
@@ -170,9 +171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_device_options(parser, "attention modules and inputs are cast to it; the LM steps run "
                                "under autocast to it (default float32: no autocast)")
     args = parse_with_quick(parser, argv, {"rounds": 3})
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1 (timed rounds per candidate), "
-                     f"got {args.rounds}")
+    check_counts(parser, args, {"rounds": 1})
     return args
 
 

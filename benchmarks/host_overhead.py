@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import (
     PREVIOUS_FOLDS,
     KernelCount,
+    check_counts,
     interleaved,
     lead_in_times,
     machine,
@@ -113,9 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compare-folds", action="store_true",
                    help="also the LGT arms with the folds of the code before 28a0b8f")
     args = parse_with_quick(p, argv, {"rounds": 5, "calls": 2})
-    for key in ("rounds", "calls"):
-        if getattr(args, key) < 1:
-            p.error(f"--{key} must be at least 1, got {getattr(args, key)}")
+    check_counts(p, args, {"rounds": 1, "calls": 1})
     return args
 
 

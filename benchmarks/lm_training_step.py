@@ -58,6 +58,7 @@ from _timing import (
     PREVIOUS_FOLDS,
     TrainingStep,
     add_device_options,
+    check_counts,
     device_and_dtype,
     dtype_name,
     interleaved,
@@ -267,13 +268,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))
     add_device_options(p, "autocast dtype of the forward passes (float32: none)")
     args = parse_with_quick(p, argv, QUICK)
-    if args.back_to_back < 1:
-        p.error(f"--back-to-back must be at least 1, got {args.back_to_back}")
-    for key in ("d_model", "layers", "heads", "seq_len", "batch", "vocab", "rounds"):
-        if getattr(args, key) < 1:
-            p.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
-    if args.warmup < 0:
-        p.error(f"--warmup must be at least 0, got {args.warmup}")
+    check_counts(p, args, {**dict.fromkeys(("back_to_back", "d_model", "layers", "heads",
+                                            "seq_len", "batch", "vocab", "rounds"), 1),
+                           "warmup": 0})
     args.models = ["ungraded"] + [m for m in dict.fromkeys(args.models) if m != "ungraded"]
     return args
 

@@ -46,6 +46,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import (
     add_device_options,
+    check_counts,
     device_and_dtype,
     dtype_name,
     machine,
@@ -486,9 +487,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parse_with_quick(p, argv, {"repeats": 1, "error_seeds": 1})
     if args.lengths is not None and min(args.lengths) < 1:
         p.error(f"--lengths must be positive sequence lengths, got {args.lengths}")
-    for key in ("repeats", "error_seeds", "batch", "heads", "head_dim", "threads"):
-        if getattr(args, key) < 1:
-            p.error(f"--{key.replace('_', '-')} must be at least 1, got {getattr(args, key)}")
+    check_counts(p, args, dict.fromkeys(("repeats", "error_seeds", "batch", "heads",
+                                         "head_dim", "threads"), 1))
     args.device, args.dtype = device_and_dtype(args)
     if args.quick:
         args.lengths = args.lengths or QUICK_LENGTHS

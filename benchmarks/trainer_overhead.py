@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import machine, parse_with_quick, table
+from _timing import check_counts, machine, parse_with_quick, table
 
 from graded.checks import checked_inputs
 from graded.config import build_run, load_config
@@ -229,12 +229,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--sizes, --rounds, --steps, --warmup are not given)")
     args = parse_with_quick(p, argv, {"sizes": ["tiny", "dyck"], "steps": 5, "warmup": 3,
                                       "rounds": 2})
-    if args.warmup < 0:
-        p.error(f"--warmup must be at least 0, got {args.warmup}")
-    if args.threads < 1:
-        p.error(f"--threads must be at least 1, got {args.threads}")
-    if args.rounds < 1:
-        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    check_counts(p, args, {"warmup": 0, "threads": 1, "rounds": 1})
     if args.steps < args.warmup + 2:
         p.error(f"--steps must be at least --warmup + 2 = {args.warmup + 2}, got {args.steps}")
     return args

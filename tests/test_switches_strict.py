@@ -209,3 +209,18 @@ def test_multihead_attention_head_counts_refuse_bools():
         MultiheadAttention(8, 2, num_kv_heads=True)
     with pytest.raises(ValueError, match=r"embed_dim must be a positive int, got True"):
         MultiheadAttention(True, 1)
+
+
+@pytest.mark.parametrize("dropout", [True, "0.1", float("nan")])
+def test_multihead_attention_dropout_is_a_number(dropout):
+    """A string raised a bare TypeError from the range comparison; True and NaN stay refused,
+    now by the one check of a number (graded.checks.check_float), which names the option."""
+    with pytest.raises((TypeError, ValueError), match="dropout"):
+        MultiheadAttention(8, 2, dropout=dropout)
+
+
+def test_graded_graph_attention_base_is_a_number():
+    """A guard: base=True (λ = 1, no grading) is refused by name, a number is taken."""
+    with pytest.raises((TypeError, ValueError), match="base"):
+        GradedGraphAttention(4, 4, base=True)
+    assert GradedGraphAttention(4, 4, base=3).base == 3.0

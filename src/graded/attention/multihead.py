@@ -29,7 +29,7 @@ from graded.attention.functional import (
     to_additive_mask,
 )
 from graded.attention.scores import ScaledDotScore, Score, make_score
-from graded.checks import check_bool
+from graded.checks import check_bool, check_float
 from graded.folding import folds_rows, graded_linear
 
 __all__ = ["MultiheadAttention"]
@@ -124,7 +124,8 @@ class MultiheadAttention(nn.Module):
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
             )
-        if not 0.0 <= dropout < 1.0:
+        dropout = check_float("dropout", dropout, minimum=0.0)  # no bool, NaN or string
+        if not dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         for name, dim in (("kdim", kdim), ("vdim", vdim)):
             if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool)

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graded._precision import at_least_float32
-from graded.checks import check_bool
+from graded.checks import check_bool, check_float
 from graded.grading import as_grade_tensor
 
 CentralityKind = Literal["degree", "closeness", "eigenvector", "pagerank"]
@@ -412,6 +412,7 @@ class GradedGraphAttention(nn.Module):
             raise ValueError(f"unknown centrality {centrality!r}, expected one of {CENTRALITIES}")
         if grading not in ("exponential", "linear"):
             raise ValueError(f"grading must be 'exponential' or 'linear', got {grading!r}")
+        base = check_float("base", base)  # True was read as λ = 1
         if grading == "exponential" and not base > 1:
             raise ValueError(f"exponential grading needs base λ > 1 (000 Def 6.1), got {base}")
         if apply_to not in ("logits", "features"):

@@ -60,10 +60,6 @@ def _finite(v: Any) -> bool:
 
 PositiveInt = Annotated[int, positive_int()]
 OptionalPositiveInt = Annotated[int | None, positive_int(optional=True)]
-# a switch: True or False only (pydantic alone would take 1, 0, "yes", "off" as booleans)
-Switch = Annotated[bool, satisfies(lambda v: isinstance(v, bool), "True or False")]
-OptionalSwitch = Annotated[bool | None, satisfies(lambda v: isinstance(v, bool), "True or False",
-                                                  optional=True)]
 
 
 class TransformerConfig(ConfigModel):
@@ -131,7 +127,8 @@ class TransformerConfig(ConfigModel):
     refused by a run config (:func:`graded.transformer.models.unread_fields`).
 
     Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
-    ...``. A switch (a bool field) takes True or False only: 1, 0 or ``"yes"`` are refused.
+    ...``. A switch (a bool field) takes True or False only: 1, 0 or ``"yes"`` are refused (the
+    rule of every config, :class:`graded._schema.Strict`).
     """
 
     vocab_size: OptionalPositiveInt = 256
@@ -150,17 +147,17 @@ class TransformerConfig(ConfigModel):
     norm: Annotated[Literal[NORMS], choice(NORMS)] = "layer"
     norm_eps: Annotated[float, satisfies(lambda v: _finite(v) and v > 0,
                                                 "a finite positive number")] = 1e-5
-    norm_first: Switch = True
-    bias: Switch = True
+    norm_first: bool = True
+    bias: bool = True
     # Architecture switches of reference models (None = follow ``bias`` / the norm placement).
-    qkv_bias: OptionalSwitch = None
-    out_bias: OptionalSwitch = None
-    ffn_bias: OptionalSwitch = None
-    final_norm: OptionalSwitch = None
-    embed_scale: Switch = False
-    embed_norm: Switch = False
-    logit_bias: Switch = False
-    tie_embeddings: Switch = True
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    ffn_bias: bool | None = None
+    final_norm: bool | None = None
+    embed_scale: bool = False
+    embed_norm: bool = False
+    logit_bias: bool = False
+    tie_embeddings: bool = True
     attn_backend: Annotated[str, choice(available_backends)] = "full"
     attn_backend_options: dict[str, Any] = Field(default_factory=dict)
     attn_backend_cycle: list[dict[str, Any]] = Field(default_factory=list)
@@ -179,30 +176,30 @@ class TransformerConfig(ConfigModel):
     grading_f: Annotated[Literal[LINEAR_FUNCTIONS], choice(LINEAR_FUNCTIONS)] = "shift"
     grading_base: Annotated[float, satisfies(lambda v: _finite(v) and v > 1.0,
                                               "a finite base lambda > 1 (000 Def 6.1)")] = 2.0
-    learnable_grades: Switch = False
-    grades_per_head: Switch = False
+    learnable_grades: bool = False
+    grades_per_head: bool = False
     grade_init: Annotated[str, choice(_grade_inits)] = "neutral"
     grade_init_value: Annotated[float, satisfies(_finite, "a finite number")] = 0.0
     grade_attention_variant: Annotated[Literal[VARIANTS], choice(VARIANTS)] = "scores"
-    grade_input: Switch = True
-    grade_positions: Switch = True
-    grade_attention: Switch = True
-    grade_ffn: Switch = True
-    grade_output: Switch = True
-    grade_normalize: Switch = False
+    grade_input: bool = True
+    grade_positions: bool = True
+    grade_attention: bool = True
+    grade_ffn: bool = True
+    grade_output: bool = True
+    grade_normalize: bool = False
     grade_position_alpha: Annotated[float, satisfies(
         lambda v: _finite(v) and v >= 0, "a finite number >= 0")] = 0.0
-    fold_grading: Switch = True
+    fold_grading: bool = True
     input_grades: Annotated[list[float] | None, satisfies(
         lambda v: isinstance(v, list | tuple) and all(_finite(q) for q in v),
         "a list of finite grades", optional=True)] = None
     # Stages through which grading changes the function class (docs/what_grading_changes.md).
-    token_grading: Switch = False
+    token_grading: bool = False
     token_grade_stages: list[Literal[TOKEN_GRADE_STAGES]] = Field(
         default_factory=lambda: list(TOKEN_GRADE_STAGES))
     grade_input_activation: Annotated[Literal["relu"] | None, choice(
         ("relu",), optional=True, what="None or 'relu' (000 Def 5.19's sigma)")] = None
-    grade_position_normalize: Switch = False
+    grade_position_normalize: bool = False
 
     @property
     def head_dim(self) -> int:

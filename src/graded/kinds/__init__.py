@@ -21,9 +21,11 @@ collected over all batches. ``forward`` never reads the targets.
 
 The graded loss of the training recipes (000 Def 5.37 / 7.1, :mod:`graded.train.recipes`)
 weights each loss item by w(q) of its grade q: :meth:`TaskKind.loss_grades` gives the grades of
-the items, shaped as the targets (the target tokens' grades for lm and seq2seq, the task's
-``output_grades`` of each target column for regression, of the true class for
-classification), and ``loss(..., weights=w)`` sums w·ℓ over the items, the count unchanged.
+the items (the target tokens' grades for lm and seq2seq, the task's ``output_grades`` of each
+target column for regression, shaped as the targets; for classification the ``output_grades``
+of every class, which weight the class terms of each row's target distribution, so that label
+smoothing's share of every class counts with that class's weight), and
+``loss(..., weights=w)`` sums w·ℓ over the items, the count unchanged.
 
 A morphic LM (004) is an LM whose model follows :class:`MorphicModel`: it is trained through
 its own ``training_loss`` (the LM loss plus its router terms, 004 §4.3) and evaluated through

@@ -178,15 +178,17 @@ class TaskKind:
         raise NotImplementedError
 
     def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
-        """The grades q of the loss items of ``batch``, shaped as its targets, that the graded
-        loss weights (module docstring); None where the items carry none. ``output_grades``
-        are the task's grades of its output coordinates (``Task.output_grades``)."""
+        """The grades q of the loss items of ``batch``, shaped as its targets (classification:
+        one per class, as each class's term of a row's target distribution is weighted), that
+        the graded loss weights (module docstring); None where the items carry none.
+        ``output_grades`` are the task's grades of its output coordinates
+        (``Task.output_grades``)."""
         return None
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
         """The summed loss of a model ``output`` against ``batch["targets"]``; ``weights``,
-        shaped as the targets (:meth:`loss_grades`), weight each item's loss: Σ w·ℓ, the
+        shaped as :meth:`loss_grades`'s grades, weight each item's loss: Σ w·ℓ, the
         count staying the number of items, so weights all 1 give the plain loss exactly.
         ``count``, when given, is :meth:`loss_count` of the batch counted by the caller (the
         trainer counts on the host: counting targets on a GPU waits for it)."""

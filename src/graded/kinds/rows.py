@@ -52,8 +52,11 @@ class Classification(TaskKind):
         return int(batch["targets"].shape[0])
 
     def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
-        """The grade of each row's true class: with one-hot targets Σ_k w(q_k) ℓ_k of 000
-        Def 5.37 / 7.1 (ℓ_k = −y_k log p_k) is w(q_y)·(−log p_y). None without grades.
+        """The grade of each class, shape (C,): the graded loss Σ_k w(q_k) ℓ_k of 000 Def 5.37 /
+        7.1 (ℓ_k = −y_k log p_k) weights each class's term of a row's target distribution y,
+        so :meth:`output_loss` takes one weight per class, not per row. With one-hot targets
+        that is w(q_y)·(−log p_y); with label smoothing every class of a row has a share of
+        its target and counts with its own weight. None without grades.
 
         The class ids are checked against the grades (two reads of the targets); inside
         :func:`graded.checks.checked_inputs`, where the data were checked once (the trainer
@@ -66,7 +69,7 @@ class Classification(TaskKind):
             raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
                              "one grade per class")
         if inputs_checked():
-            return output_grades.to(targets.device)[targets]
+            return output_grades.to(targets.device)
         top = int(targets.max()) if targets.numel() else -1
         if targets.numel() and int(targets.min()) < 0:
             raise ValueError(f"'targets': class ids in [{int(targets.min())}, {top}]; expected "
@@ -74,7 +77,7 @@ class Classification(TaskKind):
         if output_grades.dim() != 1 or top >= output_grades.shape[0]:
             raise ValueError(f"output_grades of shape {tuple(output_grades.shape)}; expected "
                              f"one grade per class, at least {top + 1}")
-        return output_grades.to(targets.device)[targets]
+        return output_grades.to(targets.device)
 
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
@@ -82,9 +85,12 @@ class Classification(TaskKind):
         if targets.dim() != 1:
             raise ValueError(f"classification needs (B,) class targets, got shape "
                              f"{tuple(targets.shape)}")
+        if weights is not None:
+            return LossSum(_class_weighted_sum(output.float(), targets, weights, label_smoothing),
+                           self._count(batch, count))
         per_row = sequence_cross_entropy(output.float(), targets, ignore_index=_NO_IGNORED_CLASS,
                                          label_smoothing=label_smoothing, reduction="none")
-        return LossSum(_weighted_sum(per_row, weights, "row"), self._count(batch, count))
+        return LossSum(per_row.sum(), self._count(batch, count))
 
     def baselines(self, train: TaskDataset, test: TaskDataset, *, k: int = 5
                   ) -> dict[str, Tensor]:
@@ -165,6 +171,28 @@ class Regression(Classification):
 
     def _answer(self, out: Tensor) -> dict[str, Any]:
         return {"prediction": out.tolist()}
+
+
+def _class_weighted_sum(logits: Tensor, targets: Tensor, weights: Tensor,
+                        label_smoothing: float) -> Tensor:
+    """Σ_i Σ_k w_k·y_ik·(−log p_ik), the graded cross-entropy of 000 Def 5.37 / 7.1 over the
+    rows, with the class weights ``weights`` (C,) and each row's target distribution
+    y_i = (1 − ε)·one_hot(t_i) + ε/C (002 §6.4): (1 − ε)·w_t·(−log p_t) + (ε/C)·Σ_k w_k·(−log p_k)
+    a row. Without smoothing it is w_t times the plain cross-entropy of the row."""
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+    classes = logits.shape[-1]
+    if tuple(weights.shape) != (classes,):
+        raise ValueError(f"loss weights of shape {tuple(weights.shape)}; expected one per "
+                         f"class, ({classes},)")
+    w = weights.to(logits.dtype)
+    nll = sequence_cross_entropy(logits, targets, ignore_index=_NO_IGNORED_CLASS,
+                                 reduction="none")
+    per_row = w[targets] * nll
+    if label_smoothing:
+        spread = -(F.log_softmax(logits, -1) * w).sum(-1)
+        per_row = (1.0 - label_smoothing) * per_row + (label_smoothing / classes) * spread
+    return per_row.sum()
 
 
 def _num_outputs(model: nn.Module) -> int | None:

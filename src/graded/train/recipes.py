@@ -36,8 +36,9 @@ A recipe says how grades are optimised; the trainer calls it at four points:
   w_k of normal-form coordinate k of ``weighted_projective``): Eq. 63 with ℓ the squared error;
 - classification: the grade of each class (``Task.output_grades``); ℓ is the cross-entropy
   term −y_k log p_k, so with one-hot targets Σ_k w_k ℓ_k = w_y·(−log p_y), the cross-entropy
-  weighted by the true class's weight (with label smoothing, the smoothed cross-entropy of the
-  row, weighted by the same);
+  weighted by the true class's weight; with label smoothing ε the targets are
+  y = (1 − ε)·one_hot + ε/C and every class's term counts with its own weight,
+  (1 − ε)·w_y·(−log p_y) + (ε/C)·Σ_k w_k·(−log p_k), the letter of Eq. 63;
 - lm and seq2seq (a task whose ``graded_object`` is "tokens"): *a decision*, not the letter of
   the definitions: the vocabulary carries no grades, so the loss weights the target *tokens*
   i, not the dimensions k, each by the grade of the token it predicts, from the batch's

@@ -334,7 +334,7 @@ def test_generate_passes_hugging_faces_processors_to_the_model(run, capsys):
     option changing nothing when off."""
     import torch
 
-    from graded.cli import _load_run
+    from graded.cli.loading import _load_run
     from graded.kinds import as_kind
 
     _, task, model, _, _ = _load_run(run, "best")

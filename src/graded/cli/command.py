@@ -1,0 +1,71 @@
+"""How a command of the command line runs: :func:`run_command` turns a user's error into one line
+``<prog>: error: ...`` with exit status 2, Ctrl-C into "aborted" with
+:data:`EXIT_INTERRUPTED`, and a warning into one line ``graded: warning: ...``
+(GRADED_TRACEBACK=1 shows the tracebacks instead); :func:`_fail` is a command's own refusal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from typing import Any
+
+EXIT_INTERRUPTED = 130
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"graded: error: {message}", file=sys.stderr)
+    return code
+
+
+def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") -> int:
+    """``handler(args)`` as the command line runs it: warnings in one line, Ctrl-C reported as
+    aborted, a user's error (:func:`_user_errors`) in one line ``<prog>: error: ...`` with exit
+    status 2 (GRADED_TRACEBACK=1 shows the tracebacks instead)."""
+    shown_as = warnings.formatwarning
+    if not os.environ.get("GRADED_TRACEBACK"):
+        warnings.formatwarning = _one_line_warning
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("\naborted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _user_errors() as exc:
+        if os.environ.get("GRADED_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    finally:
+        warnings.formatwarning = shown_as
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, line: str | None = None) -> str:
+    """A warning as the command line prints it: ``graded: warning: ...``, without the source
+    file and line of the library code that raised it (GRADED_TRACEBACK=1 shows them)."""
+    return f"graded: warning: {message}\n"
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user's input can cause: a bad value or config (ValueError, which ConfigError and
+    CheckpointError are), a missing, unreadable or unwritable file, a run folder in use or a
+    refused resume (RunError), a diverged run. Reported in one line with exit code 2;
+    GRADED_TRACEBACK=1 shows the traceback instead."""
+    from graded.train.runs import RunError
+
+    return (ValueError, OSError, FloatingPointError, RunError)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, PermissionError) and exc.filename:
+        return f"cannot write or read {exc.filename}: permission denied"
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"{exc.filename} does not exist"
+    if isinstance(exc, FileExistsError) and exc.filename:
+        return f"{exc.filename} exists and is not a folder: expected a folder or a new path"
+    if isinstance(exc, NotADirectoryError) and exc.filename:
+        return f"cannot use {exc.filename}: a part of that path is a file, not a folder"
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"cannot use {exc.filename}: {exc.strerror.lower()}"
+    return str(exc) or type(exc).__name__

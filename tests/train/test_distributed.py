@@ -1,7 +1,7 @@
 """A 2-process torchrun (gloo) run equals one process with the same global batch, for every
 task kind: classification, and language models whose ranks hold different numbers of tokens.
 
-SIGINT handling is checked end to end through the command line in tests/test_cli.py."""
+SIGINT handling is checked end to end through the command line in tests/cli/test_cli.py."""
 
 from __future__ import annotations
 

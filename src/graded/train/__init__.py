@@ -11,7 +11,7 @@ from graded.train.schedules import constant, inverse_sqrt, make_scheduler, warmu
 
 _LAZY = {
     "Trainer": "graded.train.trainer",
-    "TrainResult": "graded.train.trainer",
+    "TrainResult": "graded.train.outcome",
     "TrainOptions": "graded.train.options",
     "EarlyStopping": "graded.train.options",
     "CheckpointManager": "graded.train.checkpoint",

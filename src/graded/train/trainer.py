@@ -43,43 +43,47 @@ uninterrupted run. SIGINT or SIGTERM finishes the current step (under torchrun t
 the ranks agree on stopping one step late, :class:`~graded.train.distributed.StopVote`), writes a
 checkpoint and returns with ``interrupted=True`` and a message naming the resume command (a
 second Ctrl-C aborts at once).
+
+This module holds the trainer's set-up, checkpoints and loop; beside it, the optimizer step
+(:mod:`graded.train.step`), its values and the progress bar (:mod:`graded.train.step_values`),
+the checks made when a trainer is built (:mod:`graded.train.preflight`), how a run ended
+(:mod:`graded.train.outcome`), and the stop signal and ``close`` (:mod:`graded.train.shutdown`).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import functools
-import gc
-import json
-import math
 import random
 import sys
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from graded.checks import checked_inputs
 from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
 from graded.train.checkpoint import CheckpointManager
-from graded.train.data import StepSampler, dataset_size, to_device
+from graded.train.data import StepSampler, dataset_size
 from graded.train.logging import RunLogger
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
-from graded.train.options import TrainOptions, monitor_mode_of
+from graded.train.options import TrainOptions
+from graded.train.outcome import TrainResult, end_status, final_summary, resume_message
+from graded.train.preflight import (
+    check_eval_data,
+    check_options,
+    check_train_data,
+    graded_loss_applies,
+)
 from graded.train.recipes import Recipe, get_recipe
 from graded.train.resume import ResumePlan, plan_resume
 from graded.train.runs import RunFolder, open_run, refuse_search_run, run_view
 from graded.train.schedules import make_scheduler
-from graded.train.signals import StopSignals
+from graded.train.shutdown import ClosesAtExit, TrainerStopSignal
 from graded.train.state_tensors import (
     capture_rng_state,
     jsonable,
@@ -87,73 +91,13 @@ from graded.train.state_tensors import (
     rng_state_from_bytes,
     rng_state_to_bytes,
 )
+from graded.train.step import AUTOCAST_DTYPES, OptimizerStep
+from graded.train.step_values import StepValues, no_values, progress_bar
 from graded.train.stopping import Stopper
 from graded.transformer.graded import held_gradings
 
 
-@dataclass
-class TrainResult:
-    """What :meth:`Trainer.fit` returns."""
-
-    step: int
-    losses: list[float] = field(default_factory=list)  # training loss of each step run here
-    final_eval: dict[str, float] = field(default_factory=dict)
-    best_metric: float | None = None
-    best_checkpoint: Path | None = None
-    last_checkpoint: Path | None = None
-    interrupted: bool = False
-    early_stopped: bool = False
-    elapsed_s: float = 0.0
-
-
-@dataclass
-class _StepValues:
-    """What an optimizer step leaves on the device, read with others in one transfer
-    (:meth:`Trainer._read`): the trainer waits for the GPU only where it needs the values."""
-
-    step: int  # the global step number, counted from 1
-    total: torch.Tensor  # this rank's summed loss
-    count: int  # the step's items over all ranks
-    grad_norm: torch.Tensor
-    extra: dict[str, torch.Tensor | float]  # the kind's metrics, this rank's share
-    lr: float
-    recipe: Callable[[], dict[str, float]]  # the recipe's values (Recipe.start_step)
-    regularization: torch.Tensor | None
-
-
-def _no_values() -> dict[str, float]:
-    """What a run without a recipe logs of it."""
-    return {}
-
-
-class _StopSignal(StopSignals):
-    """Turns SIGINT/SIGTERM into a flag checked between steps; a second SIGINT aborts."""
-
-    def on_signal(self, signum: int, first: bool) -> None:
-        if self.aborted:
-            raise KeyboardInterrupt
-        if first:
-            print("\nstopping: finishing the current step and writing a checkpoint "
-                  "(Ctrl-C again to abort without saving)", file=sys.stderr, flush=True)
-
-
-#: The autocast dtype of each ``TrainOptions.precision`` (None: no autocast).
-AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: torch's warning when a scheduler steps before its optimizer first has (a skipped fp16 step).
-_SCHEDULE_BEFORE_OPTIMIZER = (r"Detected call of `lr_scheduler\.step\(\)` before "
-                              r"`optimizer\.step\(\)`")
-
-
-def _close_at_exit(trainer: weakref.ref, ctx: D.DistContext) -> None:
-    """At interpreter exit: close the trainer if it is alive, else leave its process group."""
-    alive = trainer()
-    if alive is not None:
-        alive.close()
-    else:
-        D.teardown(ctx)
-
-
-class Trainer:
+class Trainer(OptimizerStep, ClosesAtExit):
     """Train ``model`` on ``train_data`` and evaluate on ``eval_data`` (dicts of tensors).
 
     Parameters: ``kind`` is a task kind of :mod:`graded.kinds`, or its name ("lm",
@@ -198,12 +142,8 @@ class Trainer:
         self.resume_command = resume_command
         self.train_data = dict(train_data)
         self.eval_data = dict(eval_data) if eval_data is not None else None
-        dataset_size(self.train_data)
-        try:  # the inputs and targets a step reads
-            self.kind.check_batch(self.train_data)
-        except ValueError as exc:
-            raise ValueError(f"training data: {exc}") from None
-        self._check_options()
+        check_train_data(self.kind, self.train_data)
+        check_options(self.kind, self.opts, self.eval_data)
         self.ctx = D.setup(self.opts.device)
         self.model = model.to(self.ctx.device)
         self.recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
@@ -212,8 +152,8 @@ class Trainer:
         self.output_grades = (None if output_grades is None else
                               torch.as_tensor(output_grades, dtype=torch.float32,
                                               device=self.ctx.device))
-        self.plain_loss_note: str | None = None
-        self.graded_loss = self._graded_loss_applies()
+        self.graded_loss, self.plain_loss_note = graded_loss_applies(
+            self.kind, self.recipe, self.model, self.train_data, self.output_grades)
         self.optimizer = torch.optim.AdamW(
             self._param_groups(), lr=self.opts.lr, betas=self.opts.betas, eps=self.opts.eps
         )
@@ -223,12 +163,9 @@ class Trainer:
         )
         # the training data checked once here: the steps then read no input values
         self.inputs_checked = self.kind.check_data(self.model, self.train_data)
-        self._check_eval_data()
+        check_eval_data(self.kind, self.model, self.eval_data)
         self.step_module = D.wrap_model(self.kind.training_module(self.model), self.ctx)
-        self._close_at_exit: Callable[[], None] | None = None
-        if self.ctx.distributed:  # a script that never calls close() still leaves safely
-            self._close_at_exit = functools.partial(_close_at_exit, weakref.ref(self), self.ctx)
-            atexit.register(self._close_at_exit)
+        self._register_close_at_exit()
         if self.opts.compile:
             self.step_module = torch.compile(self.step_module)
         self.autocast_dtype = AUTOCAST_DTYPES[self.opts.precision]
@@ -248,62 +185,7 @@ class Trainer:
         self.run = RunFolder(self.run_dir, writer=self.ctx.is_main)
         self._plan: ResumePlan | None = None
         # the recipe's values of the next step: what its last on_step or start_step prepared
-        self._recipe_values: Callable[[], dict[str, float]] = _no_values
-
-    def _check_options(self) -> None:
-        """Options the kind and the evaluation data must agree with, checked before anything
-        is written: ``monitor`` is a name the evaluation reports (otherwise the first
-        evaluation would fail after training), and the kind takes ``label_smoothing``."""
-        self.kind.check_options(label_smoothing=self.opts.label_smoothing)
-        if self.eval_data is None:
-            return
-        monitor, mode = self.opts.monitor, self.opts.monitor_mode
-        names = self.kind.report_names(self.eval_data)
-        if monitor not in names:
-            raise ValueError(f"train.monitor={monitor!r} is not reported by the evaluation of "
-                             f"this {self.kind.name} run; expected one of {', '.join(names)}")
-        better = monitor_mode_of(monitor)
-        if better is not None and better != mode:
-            warnings.warn(
-                f"train.monitor_mode={mode!r} with train.monitor={monitor!r}: the best "
-                f"checkpoint is the one with the {'lowest' if mode == 'min' else 'highest'} "
-                f"{monitor}, though a {'larger' if better == 'max' else 'smaller'} one is "
-                f"better (monitor_mode: {better}, the default for {monitor})", RuntimeWarning,
-                stacklevel=3)
-
-    def _check_eval_data(self) -> None:
-        """The evaluation data checked as the training data are, when the trainer is built:
-        a bad evaluation set would otherwise fail only at the first evaluation, after
-        ``eval_every`` steps that no checkpoint holds yet."""
-        if self.eval_data is None:
-            return
-        try:
-            if dataset_size(self.eval_data) == 0:  # would fail the first evaluation
-                raise ValueError(
-                    f"no examples (tensors {sorted(self.eval_data)} have 0 rows); expected at "
-                    "least one to evaluate, or eval_data=None for a run without evaluation")
-            self.kind.check_batch(self.eval_data)
-            self.kind.check_data(self.model, self.eval_data)
-        except ValueError as exc:
-            raise ValueError(f"evaluation data: {exc}") from None
-
-    def _graded_loss_applies(self) -> bool:
-        """Whether the steps minimise the recipe's graded loss: the recipe asks for it and the
-        loss items have grades, checked here on all the training data (bad output grades or
-        negative weights fail now). Where they have none, ``plain_loss_note`` says so."""
-        recipe = self.recipe
-        if recipe is None or not recipe.uses_graded_loss:
-            return False
-        grades = self.kind.loss_grades(self.train_data, self.output_grades)
-        if grades is None:
-            self.plain_loss_note = (
-                f"recipe {recipe.name!r}: the {self.kind.name} loss is graded by "
-                f"{self.kind.grades_source}, and this run has none, so it trains on the plain "
-                "loss, not the graded loss of 000 Def 5.37 / 7.1 (the recipe option "
-                "graded_loss: false asks for the plain loss without this warning)")
-            return False
-        recipe.check_loss_grades(self.model, grades)
-        return True
+        self._recipe_values: Callable[[], dict[str, float]] = no_values
 
     def _param_groups(self) -> list[dict]:
         o = self.opts
@@ -369,151 +251,6 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
 
-    def _train_step(self, step: int) -> tuple[_StepValues, int]:
-        """One optimizer step; its objective is the mean loss over every item (token, row or
-        element) of the global batch, however it is split into ranks and micro-batches.
-        Returns the step's values, still on the device, and its input items."""
-        self.optimizer.zero_grad(set_to_none=True)
-        micro = [{name: t[idx] for name, t in self.train_data.items()}
-                 for idx in self.sampler.micro_batches(step)]
-        counts = [self.kind.loss_count(host_batch) for host_batch in micro]
-        # the step's item count comes first (it scales every micro-batch's loss); it reads only
-        # the targets of the global batch, which every rank knows, on the host: no collective
-        # (on one process without accumulation the global batch is the one micro-batch)
-        if len(micro) == 1 and self.ctx.world_size == 1:
-            count = max(counts[0], 1)
-        else:
-            targets = self.train_data["targets"][self.sampler.global_indices(step)]
-            count = max(self.kind.loss_count({"targets": targets}), 1)
-        scale = self.ctx.world_size / count  # × world_size undoes DDP's mean over ranks
-        total = torch.zeros((), device=self.ctx.device)
-        reg_total = None
-        extra: dict[str, torch.Tensor | float] = {}
-        items = 0
-        for i, (host_batch, part_count) in enumerate(zip(micro, counts, strict=True)):
-            items += self.kind.count_items(host_batch)  # on the host: no wait for the device
-            batch = to_device(self.kind.drop_empty_padding(host_batch), self.ctx.device)
-            last = i == len(micro) - 1
-            sync = contextlib.nullcontext()
-            if self.ctx.distributed and not last:
-                sync = self.step_module.no_sync()
-            trusted = checked_inputs(self.inputs_checked)
-            with sync, trusted:
-                weights = None
-                if self.graded_loss:
-                    weights = self.recipe.loss_weights(
-                        self.model, self.kind.loss_grades(batch, self.output_grades))
-                with self._autocast:
-                    part = self.kind.loss(self.step_module, batch,
-                                          label_smoothing=self.opts.label_smoothing,
-                                          weights=weights, count=part_count)
-                objective = part.total.float() * scale
-                if self.recipe is not None and last:  # a function of the weights: once a step
-                    reg = self.recipe.regularization(self.model)
-                    objective = objective + reg
-                    reg_total = torch.as_tensor(reg).detach()
-                (objective if self.scaler is None else self.scaler.scale(objective)).backward()
-            total += part.total.detach()
-            for k, v in part.metrics.items():
-                extra[k] = extra.get(k, 0.0) + v * part.count / count
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        clip = self.opts.clip_norm if self.opts.clip_norm is not None else float("inf")
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        self._finish_recipe()  # the grade learning rate of this step, bounded after the last
-        # what this step runs with, logged as its values: the learning rate (the scheduler's
-        # step below sets the next step's) and the recipe's λ, bound and grade learning rate
-        lr = self.optimizer.param_groups[0]["lr"]
-        recipe = self._recipe_values
-        if self.scaler is None:
-            self.optimizer.step()
-        else:  # skips the step when the unscaled gradients are not finite
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        self._step_schedule()
-        if self.recipe is not None:  # bounds the next step's grade learning rate
-            self._recipe_values = self._recipe_pending = self.recipe.start_step(
-                self.model, self.optimizer, step + 1, self.opts.steps)
-        values = _StepValues(step + 1, total, count, grad_norm.detach(), extra, lr, recipe,
-                             reg_total)
-        return values, items * self.ctx.world_size
-
-    def _step_schedule(self) -> None:
-        """Advance the learning-rate schedule by one trainer step, taken or skipped: a step the
-        fp16 gradient scaler skips (gradients not finite) still counts, so the rate of step s
-        is the schedule's formula at s whatever was skipped before it. torch warns when a
-        scheduler's first step comes before any optimizer step, which a skipped first step
-        is; that warning says nothing wrong here and is silenced, for the schedule's first
-        step only (entering ``warnings.catch_warnings`` every step would show warnings issued
-        once per place again)."""
-        if not self._quiet_schedule_step:
-            self.scheduler.step()
-            return
-        self._quiet_schedule_step = False
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_SCHEDULE_BEFORE_OPTIMIZER,
-                                    category=UserWarning)
-            self.scheduler.step()
-
-    def _finish_recipe(self) -> None:
-        """Apply what the recipe's last ``start_step`` prepared (the grade learning-rate
-        bound): before an optimizer step and before the optimizer's state is saved."""
-        if self._recipe_pending is not None:
-            self._recipe_pending()
-            self._recipe_pending = None
-
-    _recipe_pending: Callable[[], dict[str, float]] | None = None
-
-    def _read(self, window: list[_StepValues]) -> list[tuple[float, dict[str, float]]]:
-        """The loss and scalars of each step of ``window``, read in one transfer (the losses
-        and metrics summed over the ranks in one collective); FloatingPointError naming the
-        first step whose loss is not finite."""
-        if not window:
-            return []
-        keys = list(window[0].extra)
-        with torch.no_grad():
-            summed = torch.stack([self._column([w.total for w in window]),
-                                  *(self._column([w.extra[k] for w in window]) for k in keys)],
-                                 dim=1)
-            summed = D.sum_tensor_across(self.ctx, summed)
-            own = torch.stack([self._column([w.grad_norm for w in window]), self._column(
-                [w.regularization if w.regularization is not None else 0.0 for w in window])],
-                dim=1)
-            rows = torch.cat([summed, own], dim=1).tolist()
-        out = []
-        for w, row in zip(window, rows, strict=True):
-            loss = row[0] / w.count
-            if not math.isfinite(loss):
-                clip = ("enable clip_norm" if self.opts.clip_norm is None else
-                        f"a smaller clip_norm (now {self.opts.clip_norm})")
-                raise FloatingPointError(
-                    f"training loss became {loss} at step {w.step}; lower lr (now "
-                    f"{self.opts.lr}) or {clip}")
-            scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.lr,
-                       **dict(zip(keys, row[1:1 + len(keys)], strict=True))}
-            if self.recipe is not None:
-                scalars["regularization"] = row[2 + len(keys)]
-            scalars.update(w.recipe())
-            out.append((loss, scalars))
-        window.clear()
-        return out
-
-    def _column(self, values: list[torch.Tensor | float]) -> torch.Tensor:
-        """One scalar of every step of a window as a float32 vector on the device: one stack
-        of the 0-d tensors the steps left (loss sums, gradient norms), one tensor of numbers,
-        else each value converted (the same float32 values in every case)."""
-        device = self.ctx.device
-        first = values[0]
-        if isinstance(first, torch.Tensor):
-            if all(isinstance(v, torch.Tensor) and v.dim() == 0 and v.device == first.device
-                   and v.dtype == first.dtype for v in values):
-                return torch.stack(values).to(device=device, dtype=torch.float32)
-        elif all(isinstance(v, float) for v in values):
-            return torch.tensor(values, dtype=torch.float32, device=device)
-        return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
-                            for v in values])
-
     def _observe(self, value: float, step: int, stopper: Stopper) -> bool:
         """Count the evaluation of ``step`` (its monitored ``value``); return whether its
         checkpoint is the new best: strictly better than any before, whatever
@@ -569,10 +306,11 @@ class Trainer:
             try:
                 result = self._loop(plan, pause_after)
             except BaseException as exc:  # the history says how the run ended, as metrics.json
-                self.run.append_history("end", status=self._end_status(None, exc),
+                self.run.append_history("end", status=end_status(None, exc, self.opts.steps),
                                         error=f"{type(exc).__name__}: {exc}")
                 raise
-            self.run.append_history("end", step=result.step, status=self._end_status(result, None))
+            self.run.append_history("end", step=result.step,
+                                    status=end_status(result, None, self.opts.steps))
         return result
 
     def _loop(self, plan: ResumePlan | None, pause_after: int | None) -> TrainResult:
@@ -593,10 +331,10 @@ class Trainer:
                            resume_step=start if plan is not None else None)
         result = TrainResult(step=start, best_metric=stopper.best)
         total = self.opts.steps
-        bar = _progress(total, start, enabled=main and self.opts.progress)
+        bar = progress_bar(total, start, enabled=main and self.opts.progress)
         began = time.perf_counter()
         tok_window, t_window = 0, time.perf_counter()
-        window: list[_StepValues] = []  # steps whose values are still on the device
+        window: list[StepValues] = []  # steps whose values are still on the device
         step = start
         saved_at = start if plan is not None else -1
         ended: BaseException | None = None  # the exception that ended the run, if one did
@@ -613,7 +351,7 @@ class Trainer:
         result.early_stopped = self._stopped_early(stopper)
         try:
             vote = D.StopVote(self.ctx)  # a stop agreed by every rank, one step late
-            with _StopSignal() as stop, held_gradings(self.model):
+            with TrainerStopSignal() as stop, held_gradings(self.model):
                 while step < total and not result.early_stopped:
                     if pause_after is not None and step >= pause_after:
                         break
@@ -682,98 +420,11 @@ class Trainer:
             result.elapsed_s = time.perf_counter() - began
             if main:
                 result.best_checkpoint = self.checkpoints.best()
-                ending = self._end_fields(result, ended)
-                previous = None if result.losses else _read_summary(self.run_dir / "metrics.json")
-                if previous is None:
-                    logger.summary({**self._summary(result), **ending})
-                else:  # a resume that ran no step keeps the figures, with its own ending
-                    logger.summary({**previous, **ending, "interrupted": result.interrupted})
+                logger.summary(final_summary(result, ended, self.opts, run_dir=self.run_dir,
+                                             graded_loss=self.graded_loss,
+                                             world_size=self.ctx.world_size))
             logger.close()
         if result.interrupted and main:
-            print(self._resume_message(step), file=sys.stderr, flush=True)
+            print(resume_message(step, self.opts.steps, self.checkpoints.path_for(step),
+                                 self.resume_command, self.run_dir), file=sys.stderr, flush=True)
         return result
-
-    def close(self) -> None:
-        """Leave the process group this trainer joined (under torchrun); call once at the end.
-
-        The DDP wrapper goes first, while the process group is still registered: its C++
-        reducer holds the group and is freed with the GIL held, so were it the group's last
-        holder, the gloo group's destructor would join its worker threads under the GIL while
-        one of them waits for the GIL to free a finished collective's tensors (a hang at exit,
-        seen once in about 45 two-process launches). The group is then destroyed by
-        ``destroy_process_group``, whose Python binding frees it without the GIL. Under
-        torchrun a trainer that is never closed is closed at interpreter exit (``atexit``),
-        before the interpreter frees what is left in an arbitrary order."""
-        if self._close_at_exit is not None:
-            atexit.unregister(self._close_at_exit)
-            self._close_at_exit = None
-        if self.step_module is not self.model and self.ctx.distributed:
-            self.step_module = self.kind.training_module(self.model)
-            gc.collect()  # the wrapper and its reducer, now, not at some later collection
-        D.teardown(self.ctx)
-
-    def _summary(self, result: TrainResult) -> dict[str, Any]:
-        return {
-            "step": result.step,
-            "steps": self.opts.steps,
-            "train_loss": result.losses[-1] if result.losses else None,
-            # what train_loss measures: the recipe's graded loss (items weighted by their
-            # grades) or the plain loss, the unit of every eval loss
-            "train_objective": "graded" if self.graded_loss else "plain",
-            "eval": result.final_eval,
-            "monitor": self.opts.monitor,
-            "best": result.best_metric,
-            "best_checkpoint": str(result.best_checkpoint) if result.best_checkpoint else None,
-            "interrupted": result.interrupted,
-            "early_stopped": result.early_stopped,
-            "elapsed_s": result.elapsed_s,
-            "world_size": self.ctx.world_size,
-        }
-
-    def _end_status(self, result: TrainResult | None, ended: BaseException | None) -> str:
-        """How a run ended, the word of ``history.jsonl``'s ``end`` event and of
-        ``metrics.json``'s ``status``: ``aborted`` (a second Ctrl-C) or ``failed`` when an
-        exception ``ended`` it, else ``interrupted``, ``early_stopped``, ``finished`` or
-        ``paused`` as ``result`` says."""
-        if ended is not None:
-            return "aborted" if isinstance(ended, KeyboardInterrupt) else "failed"
-        if result is None:
-            raise ValueError("a run that no exception ended needs its result to say how")
-        return ("interrupted" if result.interrupted else "early_stopped"
-                if result.early_stopped else "finished" if result.step >= self.opts.steps
-                else "paused")
-
-    def _end_fields(self, result: TrainResult, ended: BaseException | None
-                    ) -> dict[str, str | None]:
-        """``metrics.json``'s ``status`` (:meth:`_end_status`) and ``error``: the exception
-        that ended a failed run, else null (an aborted run did not fail: its status says
-        it was aborted)."""
-        failed = ended is not None and not isinstance(ended, KeyboardInterrupt)
-        return {"status": self._end_status(result, ended),
-                "error": f"{type(ended).__name__}: {ended}" if failed else None}
-
-    def _resume_message(self, step: int) -> str:
-        command = self.resume_command or (
-            f"Trainer(...).fit(resume_from={str(self.run_dir)!r})"
-        )
-        return (
-            f"interrupted at step {step}/{self.opts.steps}; checkpoint saved in "
-            f"{self.checkpoints.path_for(step)}\nresume with: {command}"
-        )
-
-
-def _read_summary(path: Path) -> dict[str, Any] | None:
-    """The ``metrics.json`` at ``path``; None when there is none or it cannot be read (a new
-    summary is then written whole)."""
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def _progress(total: int, initial: int, *, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, disable=not enabled, unit="step",
-                dynamic_ncols=True, file=sys.stderr)

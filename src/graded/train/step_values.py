@@ -1,0 +1,105 @@
+"""What an optimizer step leaves on the device, how the trainer reads it, and the progress bar.
+
+A step's loss, gradient norm and metrics stay on the device (:class:`StepValues`) until the
+trainer needs them: :func:`read_step_values` reads every step since its last read in one
+transfer (the losses and metrics summed over the ranks in one collective), at a log step,
+before an evaluation or a checkpoint, and at the end; a non-finite loss then raises
+``FloatingPointError`` naming its step. :func:`progress_bar` is the bar the trainer shows on
+stderr, which a log step updates with the loss and tokens per second it read.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from graded.train import distributed as D
+from graded.train.options import TrainOptions
+
+__all__ = ["StepValues", "device_column", "no_values", "progress_bar", "read_step_values"]
+
+
+@dataclass
+class StepValues:
+    """What an optimizer step leaves on the device, read with others in one transfer
+    (:func:`read_step_values`): the trainer waits for the GPU only where it needs the values."""
+
+    step: int  # the global step number, counted from 1
+    total: torch.Tensor  # this rank's summed loss
+    count: int  # the step's items over all ranks
+    grad_norm: torch.Tensor
+    extra: dict[str, torch.Tensor | float]  # the kind's metrics, this rank's share
+    lr: float
+    recipe: Callable[[], dict[str, float]]  # the recipe's values (Recipe.start_step)
+    regularization: torch.Tensor | None
+
+
+def no_values() -> dict[str, float]:
+    """What a run without a recipe logs of it."""
+    return {}
+
+
+def read_step_values(window: list[StepValues], ctx: D.DistContext, opts: TrainOptions, *,
+                     has_recipe: bool) -> list[tuple[float, dict[str, float]]]:
+    """The loss and scalars of each step of ``window``, read in one transfer (the losses
+    and metrics summed over the ranks in one collective); FloatingPointError naming the
+    first step whose loss is not finite (its advice names ``opts.lr`` and ``opts.clip_norm``).
+    ``regularization`` is among the scalars when the run ``has_recipe``. Empties ``window``."""
+    if not window:
+        return []
+    device = ctx.device
+    keys = list(window[0].extra)
+    with torch.no_grad():
+        summed = torch.stack([device_column([w.total for w in window], device),
+                              *(device_column([w.extra[k] for w in window], device)
+                                for k in keys)],
+                             dim=1)
+        summed = D.sum_tensor_across(ctx, summed)
+        own = torch.stack([device_column([w.grad_norm for w in window], device), device_column(
+            [w.regularization if w.regularization is not None else 0.0 for w in window],
+            device)], dim=1)
+        rows = torch.cat([summed, own], dim=1).tolist()
+    out = []
+    for w, row in zip(window, rows, strict=True):
+        loss = row[0] / w.count
+        if not math.isfinite(loss):
+            clip = ("enable clip_norm" if opts.clip_norm is None else
+                    f"a smaller clip_norm (now {opts.clip_norm})")
+            raise FloatingPointError(
+                f"training loss became {loss} at step {w.step}; lower lr (now "
+                f"{opts.lr}) or {clip}")
+        scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.lr,
+                   **dict(zip(keys, row[1:1 + len(keys)], strict=True))}
+        if has_recipe:
+            scalars["regularization"] = row[2 + len(keys)]
+        scalars.update(w.recipe())
+        out.append((loss, scalars))
+    window.clear()
+    return out
+
+
+def device_column(values: list[torch.Tensor | float], device: torch.device) -> torch.Tensor:
+    """One scalar of every step of a window as a float32 vector on ``device``: one stack
+    of the 0-d tensors the steps left (loss sums, gradient norms), one tensor of numbers,
+    else each value converted (the same float32 values in every case)."""
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        if all(isinstance(v, torch.Tensor) and v.dim() == 0 and v.device == first.device
+               and v.dtype == first.dtype for v in values):
+            return torch.stack(values).to(device=device, dtype=torch.float32)
+    elif all(isinstance(v, float) for v in values):
+        return torch.tensor(values, dtype=torch.float32, device=device)
+    return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
+                        for v in values])
+
+
+def progress_bar(total: int, initial: int, *, enabled: bool):
+    """A tqdm bar of ``total`` steps from ``initial`` on stderr (disabled: draws nothing)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="step",
+                dynamic_ncols=True, file=sys.stderr)

@@ -165,7 +165,8 @@ class GradedMultiheadAttention(MultiheadAttention):
 
     The switches ``learnable_grades``, ``fold_grading`` and ``qk_rotated`` take True or False
     only (``TypeError`` otherwise): ``bool("false")`` is True, and 0 or 1 may be a count given
-    to the wrong argument.
+    to the wrong argument. So do :class:`MultiheadAttention`'s, those of each call
+    (``need_weights``, ``average_attn_weights``, ``is_causal``) included.
 
     The state dict holds torch's keys plus ``grading.grades`` (and ``grading.base`` for EGT).
     A ``torch.nn.MultiheadAttention`` state dict loads strictly (the grades keep their current

@@ -85,7 +85,11 @@ class MultiheadAttention(nn.Module):
     Departure from torch: the switches ``bias``, ``add_bias_kv``, ``add_zero_attn`` and
     ``batch_first`` take True or False only, ``out_bias`` also None (``TypeError`` otherwise).
     torch reads them truthily, so ``batch_first="false"`` there means batch first; code that
-    passes such values to torch's module is refused here rather than silently read.
+    passes such values to torch's module is refused here rather than silently read. So are
+    the per-call switches of :meth:`forward` (``need_weights``, ``average_attn_weights``,
+    ``is_causal``) and :meth:`attend` (``need_weights``, ``is_causal``): ``need_weights="no"``
+    asks torch's module for the weights. A NumPy bool is taken, a 0-d tensor is not; the
+    check of a Python bool is one type comparison (a constant under ``torch.compile``).
     """
 
     def __init__(
@@ -385,7 +389,12 @@ class MultiheadAttention(nn.Module):
         A backend gets the custom score and an additive mask only if its capabilities say it
         serves them, and returns weights only through its ``forward_with_weights``; otherwise
         this raises (naming the backends that can). The dense backends with options run this
-        module's exact path, with their ``scale``, for weights, a bias or a custom score."""
+        module's exact path, with their ``scale``, for weights, a bias or a custom score.
+        ``is_causal`` and ``need_weights`` take True or False only (class docstring)."""
+        if type(is_causal) is not bool:  # the bool itself passes on one comparison
+            is_causal = check_bool("is_causal", is_causal)
+        if type(need_weights) is not bool:
+            need_weights = check_bool("need_weights", need_weights)
         q, k, v = self.transform_heads(q, self.expand_kv(k), self.expand_kv(v))
         dropout_p = self.dropout if self.training else 0.0
         backend, scale = self.backend, None
@@ -482,7 +491,15 @@ class MultiheadAttention(nn.Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Same contract as :meth:`torch.nn.MultiheadAttention.forward`."""
+        """Same contract as :meth:`torch.nn.MultiheadAttention.forward`, but for the
+        switches ``need_weights``, ``average_attn_weights`` and ``is_causal``, which take True
+        or False only (class docstring)."""
+        if type(need_weights) is not bool:  # the bool itself passes on one comparison
+            need_weights = check_bool("need_weights", need_weights)
+        if type(average_attn_weights) is not bool:
+            average_attn_weights = check_bool("average_attn_weights", average_attn_weights)
+        if type(is_causal) is not bool:
+            is_causal = check_bool("is_causal", is_causal)
         batched = self._check_inputs(query, key, value)
         self_attention = query is key and key is value
         if not batched:

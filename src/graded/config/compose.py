@@ -11,6 +11,7 @@ then makes the run from those very objects: the data of the task, the model of t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,28 @@ def _model_config(cfg: RunConfig, task: Any):
     return transformer_config(cfg, task)
 
 
+def _refuse_pooled_output_stage(cfg: RunConfig, kind: Any, model_config: Any, task: Any,
+                                fail: Callable[[str, str], ConfigError]) -> None:
+    """Refuse ``model.token_grade_stages`` written with "output" for a kind whose model pools
+    its tokens (classification, regression): its output layer reads the pooled vector, which
+    has no token grade, so the stage would change nothing without a word. Left out, the
+    stages are the config's default, every stage the model has, and are accepted."""
+    from graded.kinds import Classification
+    from graded.transformer.config import POOLED_TOKEN_GRADE_STAGES
+
+    stages = cfg.model.transformer_fields().get("token_grade_stages")
+    if (not isinstance(kind, Classification) or not getattr(model_config, "token_grading", False)
+            or not isinstance(stages, list) or "output" not in stages):
+        return
+    model_class = kind.model_class()
+    raise fail("model.token_grade_stages",
+               f"got {stages!r}; task {task.name!r} is {task.kind!r}, whose model "
+               f"({model_class.__name__}) grades tokens at the stages "
+               f"{list(POOLED_TOKEN_GRADE_STAGES)} only: its output layer reads the pooled "
+               f"vector, which has no token grade, so the 'output' stage would change nothing; "
+               f"expected a list from {list(POOLED_TOKEN_GRADE_STAGES)} (or leave it out)")
+
+
 def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
     """Build and check the task, model config and recipe of ``cfg`` and keep them on it
     (``cfg.built_task``, ``built_model_config``, ``built_recipe``); ConfigError otherwise."""
@@ -117,6 +140,7 @@ def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
                   for name, value, default, why in unread_fields(model_class, model_config)]
         if unread:
             raise ConfigError("\n  ".join([f"invalid config {source}:", *unread]))
+    _refuse_pooled_output_stage(cfg, kind, model_config, task, fail)
     # an LM or seq2seq model pools nothing
     if cfg.model.pooling != "mean" and not isinstance(kind, Classification):
         raise fail("model.pooling", f"got {cfg.model.pooling!r}; pooling is used by the "

@@ -18,7 +18,12 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   freeze it there for good).
 - *Overflow guard (exponential).* The exponent q·ln λ is clamped at ``max_log_scale`` (default:
   half the log of the dtype's largest finite value, minus 1, so that even the squared grading
-  of the "queries_keys" attention variant stays finite). A clamp emits a ``RuntimeWarning``.
+  of the "queries_keys" attention variant stays finite). The dtype is the compute dtype: the
+  grades', or the autocast dtype when narrower. A ``max_log_scale`` may exceed the default
+  (where a product of two scales may then overflow), but not the largest exponent whose exp
+  is finite in that dtype (ln 65504 ≈ 11.09 in float16, ≈ 88.7 in bfloat16 and float32): a
+  larger one is lowered to it, so every scale is finite (``scale_of``: in q's dtype). A clamp
+  emits a ``RuntimeWarning``, which says when the cap is a lowered ``max_log_scale``.
   The check that warns needs the exponent's value on the host; it runs at construction, in
   ``set_grades``, ``max_grade``/``max_scale``, and, for tensors on the CPU, in ``set_base``
   (which annealing calls every step) and in ``scales()`` each time it computes them (fixed
@@ -37,7 +42,9 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   (``scales``, ``scales_at``, ``inverse_scales``, the rows of ``stacked_scales``; EGT's
   ``scale_of`` too) is computed in float32 and rounded once at the end: computed in the half
   dtype, EGT's 2^10 came out as 1000 in bfloat16 and 2^3 as 8.0078 in float16. Gradients reach
-  the grades in their own dtype.
+  the grades in their own dtype. LGT's f(q) is finite in q's dtype (|f(q)| ≤ |q| + 1), but the
+  per-token s·q of ``scales_at`` need not be: there a scale beyond the dtype's largest finite
+  value saturates at it.
 - *λ = 1.* The constructor requires λ > 1 (000 Def 6.1). ``set_base`` also accepts λ = 1 because
   the annealing schedule λ_t = 1 + (λ_max − 1)t/T of 000 §7.2 (iii) starts there (M = I).
 

@@ -20,6 +20,16 @@ from graded.grading.grades import GradesLike, _describe_bad, has_values, straigh
 __all__ = ["ExponentialGrading"]
 
 
+def _finite_exponent(dtype: torch.dtype) -> float:
+    """The largest exponent e whose exp(e), computed in float32 (or ``dtype``, when wider)
+    and rounded to ``dtype``, is finite: ln of the largest finite value of ``dtype``, lowered
+    by the relative 8ε of the exponent's precision (some ten units in its last place), since
+    ln(max) rounded to float32 (88.7228391 up to 88.7228394) has an exp that is inf in
+    float32; exp's own error stays well below that margin."""
+    eps = torch.finfo(at_least_float32(dtype)).eps
+    return math.log(torch.finfo(dtype).max) * (1.0 - 8.0 * eps)
+
+
 # λ is held in float32 at least, whatever the module is cast to (graded._precision)
 _HELD = {"base": at_least_float32}
 
@@ -27,7 +37,8 @@ _HELD = {"base": at_least_float32}
 class ExponentialGrading(GradingMap):
     """EGT grading map M_{q,λ} = diag(λ^q), q ≥ 0, λ > 1 (000 Def 6.1, Prop 6.5; 001 Def 2.3).
 
-    Computed as exp(q·ln λ) with the exponent clamped at ``max_log_scale`` (warning on clamp).
+    Computed as exp(q·ln λ) with the exponent clamped at ``max_log_scale`` (warning on clamp),
+    lowered where the compute dtype cannot hold exp of it: every scale is finite.
     The base λ is a buffer (saved in state dicts) that :meth:`set_base` changes at run time, as
     the λ annealing of 000 §7.2 (iii) does every step. ``grades=None`` gives q = 0, M = I.
 
@@ -110,8 +121,10 @@ class ExponentialGrading(GradingMap):
     @property
     def max_log_scale(self) -> float | None:
         """The cap on the exponent q·ln λ (None: half the log of the compute dtype's largest
-        finite value, minus 1). Set later, it is checked as the constructor checks it and the
-        scales are computed afresh with it."""
+        finite value, minus 1). A cap above the largest exponent whose exp is finite in the
+        compute dtype (ln 65504 ≈ 11.09 for float16) is lowered to it there (:meth:`_cap`):
+        every scale stays finite. Set later, it is checked as the constructor checks it and
+        the scales are computed afresh with it."""
         return self._max_log_scale
 
     @max_log_scale.setter
@@ -121,18 +134,30 @@ class ExponentialGrading(GradingMap):
             raise ValueError(f"max_log_scale must be a positive finite number, got {value!r}")
         self._set_option("max_log_scale", None if value is None else float(value))
 
+    def _compute_dtype(self) -> torch.dtype:
+        """The dtype the scales must be finite in: the grades', or the autocast dtype when
+        autocast is on and narrower (an fp16 or bf16 forward pass)."""
+        dtype = self.grades.dtype
+        fast = _autocast_on(self.grades.device.type)
+        if fast is not None and torch.finfo(fast).max < torch.finfo(dtype).max:
+            dtype = fast
+        return dtype
+
     def _cap(self, dtype: torch.dtype | None = None) -> float:
-        """The largest exponent q·ln λ used: ``max_log_scale``, else half the log of the largest
-        finite value of ``dtype``, minus 1; without ``dtype``, of the compute dtype (the
-        autocast dtype under autocast, so an fp16 or bf16 forward pass stays finite)."""
-        if self.max_log_scale is not None:
-            return self.max_log_scale
+        """The largest exponent q·ln λ used, for scales rounded to ``dtype`` (None: the compute
+        dtype, :meth:`_compute_dtype`). Without ``max_log_scale``, half the log of the largest
+        finite value of ``dtype``, minus 1: exp(cap)² stays finite, so a product of two
+        scales does too (the squared grading of the "queries_keys" attention variant). With
+        it, the smaller of ``max_log_scale`` and :func:`_finite_exponent` of ``dtype``: a cap
+        may exceed the default (the user's choice, where one scale is used alone: the
+        "scores" variant, the weights of the graded losses), where a product of two scales
+        can overflow, but never the exponent whose exp is not finite in ``dtype`` (exp(20) is
+        inf in float16); :meth:`_check_overflow` says when the lower cap clamps."""
         if dtype is None:
-            dtype = self.grades.dtype
-            fast = _autocast_on(self.grades.device.type)
-            if fast is not None and torch.finfo(fast).max < torch.finfo(dtype).max:
-                dtype = fast
-        return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
+            dtype = self._compute_dtype()
+        if self.max_log_scale is None:
+            return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
+        return min(self.max_log_scale, _finite_exponent(dtype))
 
     def _sources(self) -> tuple[Tensor, ...]:
         return (self.grades, self.base)
@@ -169,14 +194,20 @@ class ExponentialGrading(GradingMap):
 
     def _check_overflow(self, top: float | None = None) -> None:
         """Warn when the largest exponent q·ln λ (``top``, computed here when not given) is
-        above the cap, where the scales are clamped."""
-        cap = self._cap()
+        above the cap, where the scales are clamped; the warning says when the cap is
+        ``max_log_scale`` lowered to what the compute dtype holds (:meth:`_cap`)."""
+        dtype = self._compute_dtype()
+        cap = self._cap(dtype)
         if top is None:
             top = float(self._exponent().detach().max())
         if top > cap:
+            asked = self.max_log_scale
+            what = (f"max_log_scale={cap:.4g}" if asked is None or asked <= cap else
+                    f"max_log_scale={asked:.4g} lowered to {cap:.4g}, the largest exponent "
+                    f"whose exp is finite in {dtype}")
             warnings.warn(
                 f"exponential grading: q·ln(λ) reaches {top:.4g} (λ={float(self.base):.4g}), "
-                f"above max_log_scale={cap:.4g}; scales are clamped to exp({cap:.4g})",
+                f"above {what}; scales are clamped to exp({cap:.4g})",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -195,19 +226,19 @@ class ExponentialGrading(GradingMap):
     def _capped_exp(self, e: Tensor, dtype: torch.dtype, *, inverse: bool = False) -> Tensor:
         """exp(min(e, cap)) (``inverse``: exp(−min(e, cap))) rounded once to ``dtype``: an
         exponent q·ln λ, computed in float32 at least, to a scale, overflow-guarded
-        (:meth:`_cap`; the default cap keeps exp(cap) finite in ``dtype``, and the compute
-        dtype's cap is the lower one under autocast)."""
+        (:meth:`_cap` of the compute dtype, which ``dtype`` is at least as wide as: exp(cap)
+        is finite in it, and under autocast in the autocast dtype too)."""
         e = e.clamp(max=self._cap())
         return torch.exp(-e if inverse else e).to(dtype)
 
     def scale_of(self, q: Tensor) -> Tensor:
         """λ^q = exp(q·ln λ) elementwise, in q's dtype (float32 for integer q), clamped at the
-        cap of that dtype (:meth:`_cap`; ``max_log_scale`` where set), whatever the grades' or
-        the autocast dtype: a float32 q (the graded losses' weights) is clamped where float32
-        overflows, not where a float16 activation would. The exponent and its exp are computed
-        in float32 at least and rounded once to that dtype: in bfloat16, ln 2 rounded to 0.6914
-        and q·ln λ rounded again made 2^10 come out as 1000, three units in the last place from
-        1024."""
+        cap of that dtype (:meth:`_cap`; ``max_log_scale`` where set, lowered to what that
+        dtype holds), whatever the grades' or the autocast dtype: a float32 q (the graded
+        losses' weights) is clamped where float32 overflows, not where a float16 activation
+        would. The exponent and its exp are computed in float32 at least and rounded once to
+        that dtype: in bfloat16, ln 2 rounded to 0.6914 and q·ln λ rounded again made 2^10
+        come out as 1000, three units in the last place from 1024."""
         wide = at_least_float32(q.dtype)
         out = q.dtype if q.is_floating_point() else wide
         e = q.to(wide) * torch.log(self.base).to(wide)

@@ -113,16 +113,24 @@ class LinearGrading(GradingMap):
         """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1.
         s·q and f(s·q) are computed in float32 at least and rounded once, to the dtype s·q
         has: in bfloat16, s·q rounded and then s·q + 1 rounded again gave 1.1·1.3 + 1 (the
-        bfloat16 1.1015625·1.296875 + 1) as 2.4375, where it is 2.421875 rounded once."""
+        bfloat16 1.1015625·1.296875 + 1) as 2.4375, where it is 2.421875 rounded once. A
+        scale beyond that dtype's largest finite value (in magnitude) is that value: s·q of
+        two float16 numbers can pass it (300·300 + 1 was inf), where f(q) of one cannot
+        (|f(q)| ≤ |q| + 1, which rounds to at most the largest value)."""
         if multiplier is None:
             return self._scales_from(self.grades, self.grades.dtype)
         out = torch.promote_types(multiplier.dtype, self.grades.dtype)
         wide = at_least_float32(out)
-        return self._scales_from(multiplier.unsqueeze(-1).to(wide) * self.grades.to(wide), out)
+        s = self._scales_from(multiplier.unsqueeze(-1).to(wide) * self.grades.to(wide), wide)
+        if out != wide:  # float16, bfloat16: saturate instead of rounding to ±inf
+            big = torch.finfo(out).max
+            s = s.clamp(-big, big)
+        return s.to(out)
 
     def _scales_from(self, q: Tensor, dtype: torch.dtype | None = None) -> Tensor:
         """f(q) (floored for learnable grades), computed in float32 at least and rounded once
-        to ``dtype`` (None: q's); the gradient reaches q in its own dtype."""
+        to ``dtype`` (None: q's); the gradient reaches q in its own dtype. f(q) of a q in
+        ``dtype`` is finite in it (|f(q)| ≤ |q| + 1)."""
         dtype = dtype or q.dtype
         q = q.to(at_least_float32(q.dtype))
         if self.learnable and self.f in ("shift", "identity"):

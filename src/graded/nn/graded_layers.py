@@ -6,6 +6,9 @@
 - :class:`InputGradedLinear`: 001 Def 2.6, σ(W diag(λ^q) x + b).
 - :class:`OutputGradedLinear`: 001 Def 2.6 "alternatively", diag(λ'^{q'}) σ(W x + b).
 
+The switches ``bias`` and ``learnable_grades`` of every layer take True or False only
+(``TypeError`` naming the argument otherwise).
+
 w^q for w < 0 and non-integer q is not a real number and 000 does not say what to do; here it is
 the odd extension sgn(w)|w|^q (:func:`graded.nn.activations.signed_power`), which is exact for
 q = 1 (so grades 1 give ``nn.Linear``), continuous, monotone, and has a capped, finite slope at
@@ -25,6 +28,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from graded._precision import at_least_float32
+from graded.checks import check_bool
 from graded.grading import ExponentialGrading, GradesLike
 from graded.nn.activations import (
     DEFAULT_MAX_SLOPE,
@@ -56,6 +60,12 @@ _ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], float]] = {
     "gelu": (F.gelu, 1.128905),  # rounded up: max of GELU'(x) = Φ(x) + xφ(x), attained at x = √2
     "identity": (_identity, 1.0),
 }
+
+
+def _check_switches(bias: bool, learnable_grades: bool) -> tuple[bool, bool]:
+    """The layers' switches, True or False only (``TypeError`` naming the argument
+    otherwise): ``bool("no")`` is True, which would make the grades a Parameter."""
+    return check_bool("bias", bias), check_bool("learnable_grades", learnable_grades)
 
 
 class _LinearBase(nn.Module):
@@ -99,6 +109,7 @@ class GradedLinear(_LinearBase):
                  max_slope: float = DEFAULT_MAX_SLOPE, min_grade: float = 1e-3,
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
+        bias, learnable_grades = _check_switches(bias, learnable_grades)
         super().__init__(in_features, out_features, bias, device, dtype)
         register_grades(self, grades, in_features, learnable_grades, device,
                         dtype or self.weight.dtype, "GradedLinear")
@@ -150,6 +161,7 @@ class MultiplicativeGradedLinear(_LinearBase):
                  min_grade: float = 1e-3,
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
+        bias, learnable_grades = _check_switches(bias, learnable_grades)
         if sign_mode not in SIGN_MODES:
             raise ValueError(f"sign_mode must be one of {SIGN_MODES}, got {sign_mode!r}")
         if sign_mode == "power" and learnable_grades:
@@ -222,6 +234,8 @@ class _ExponentialGradedLinear(nn.Module):
                  grades: GradesLike | None, base: float, activation, bias: bool,
                  learnable_grades: bool, device, dtype) -> None:
         super().__init__()
+        # checked here, under the names the user passed (ExponentialGrading's is learnable)
+        bias, learnable_grades = _check_switches(bias, learnable_grades)
         self.linear = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.grading = ExponentialGrading(graded_features, grades, base, learnable_grades,
                                           device=device, dtype=dtype or self.linear.weight.dtype)

@@ -267,8 +267,8 @@ class Recipe:
         The weights are computed in float32 (or the grading's dtype, if wider), also for a
         float16 or bfloat16 model and under autocast: they weight float32 losses, so neither
         the grades nor λ^q are rounded to the model's dtype, and λ^q is clamped where float32
-        needs it (at exp(½ ln max − 1) ≈ 6.8e18, or the grading's ``max_log_scale``), not
-        where a float16 activation would (exp(4.5) ≈ 94)."""
+        needs it (at exp(½ ln max − 1) ≈ 6.8e18, or at the grading's ``max_log_scale``, never
+        above ln max), not where a float16 activation would (exp(4.5) ≈ 94)."""
         if not self.uses_graded_loss or grades is None:
             return None
         grading = self._loss_grading(model)

@@ -4,18 +4,24 @@ models are checked against independent constructions."""
 from __future__ import annotations
 
 import copy
+import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from graded.analysis.capture import capture_attention
 from graded.analysis.positional import positional_bias_sweep
 from graded.study.core import Context
 from graded.study.experiments._e_common import lag_copy_batch, least_squares_slope, tiny_lm
 from graded.study.experiments.e45_heads_positions import (
     PositionsHeadsExperiment,
     _head_pair,
+    _scale_matched_control,
+    _score_size_ratios,
     matched_control_sweep,
+    scale_matched_grades,
 )
 from graded.transformer.graded import head_gradings
 
@@ -23,9 +29,19 @@ from graded.transformer.graded import head_gradings
 def test_positions_heads_experiment_quick_gives_findings_for_claims_4_and_5(
     tmp_path, check_findings
 ):
+    """Claim 4, then claim 5 twice: per-head − shared grades (the summary row) and per-head −
+    the scale-matched control."""
     experiment = PositionsHeadsExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
-    check_findings(findings, experiment, tmp_path)
+    check_findings(findings, SimpleNamespace(name=experiment.name, claims=("4", "5", "5")),
+                   tmp_path)
+    shared, control = findings[1], findings[2]
+    assert "− shared grades" in shared.quantity
+    assert "− per-head scale-matched flat grades" in control.quantity
+    assert "RMS of its per-head scales" in control.control
+    assert "per-head − control after training" in control.detail
+    assert control.figures == shared.figures == ["e5_head_diversity.png"]
+    assert control.seeds == shared.seeds == 3  # the quick default: 3 models
 
 
 def test_least_squares_slope_matches_numpy_polyfit():
@@ -50,6 +66,94 @@ def test_head_pair_differs_only_in_grades_with_equal_mean_grade():
         slopes = gp.grades[:, 1] - gp.grades[:, 0]
         assert torch.allclose(slopes, torch.tensor([0.0, 1 / 6, 1 / 3, 0.5]), atol=1e-6)
         assert torch.allclose(gp.grades.mean(0), gs.grades, atol=1e-6)
+
+
+def _scales_by_hand(grading) -> torch.Tensor:
+    """λ^q of a head grading from its grades and base, in float64."""
+    return float(grading.base) ** grading.grades.detach().to(torch.float64)
+
+
+def test_scale_matched_control_keeps_each_heads_scale_norm_with_flat_grades():
+    """The control's head h has grades g_h at every k and the Euclidean norm of the per-head
+    model's scales λ^(c_h k); its weights are the per-head model's."""
+    shared, per_head = _head_pair(3, 2.0 / 7)
+    control = _scale_matched_control(3, per_head)
+    a, b = per_head.state_dict(), control.state_dict()
+    for key, value in a.items():
+        if not key.endswith("grades"):
+            assert torch.equal(value, b[key]), key
+    for gp, gc, gs in zip(head_gradings(per_head), head_gradings(control),
+                          head_gradings(shared), strict=True):
+        mp, mc, ms = _scales_by_hand(gp), _scales_by_hand(gc), _scales_by_hand(gs)
+        assert gc.grades.shape == (4, 8)
+        assert torch.equal(gc.grades, gc.grades[:, :1].expand(-1, 8))  # no dependence on k
+        # per head, sqrt(Σ_k m²) by a loop over k, control against per-head
+        for h in range(4):
+            norm_p = math.sqrt(sum(float(mp[h, k]) ** 2 for k in range(8)))
+            norm_c = math.sqrt(sum(float(mc[h, k]) ** 2 for k in range(8)))
+            assert norm_c == pytest.approx(norm_p, rel=1e-6)
+        assert float(gc.grades[0, 0]) == 0.0  # head 0 is ungraded (c_0 = 0): M = I in both
+        # the shared grades give every head one norm: they do not match heads 0 and 3
+        assert not torch.allclose(ms.norm(dim=-1), mp.norm(dim=-1), rtol=0.1)
+        # the module's own scales agree with the hand computation
+        assert torch.allclose(gc.scales().double(), mc, rtol=1e-6)
+
+
+def test_scale_matched_grades_solve_lambda_g_equals_the_rms_and_are_idempotent():
+    grades = torch.tensor([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0], [0.5, 0.5, 3.0]],
+                          dtype=torch.float64)
+    flat = scale_matched_grades(grades, 3.0)
+    for h in range(3):
+        rms = math.sqrt(sum(3.0 ** (2 * float(q)) for q in grades[h]) / 3)
+        assert float(flat[h, 0]) == pytest.approx(math.log(rms, 3.0), rel=1e-12)
+    assert torch.equal(flat[:, 0:1].expand(-1, 3), flat)
+    assert torch.allclose(scale_matched_grades(flat, 3.0), flat, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="per-head grades"):
+        scale_matched_grades(grades[0], 3.0)
+    with pytest.raises(ValueError, match="base lambda > 1"):
+        scale_matched_grades(grades, 1.0)
+
+
+def test_scale_matched_control_gives_each_head_the_per_head_expected_score_size():
+    """For Gaussian queries and keys (uncorrelated coordinates of equal variance), the mean
+    squared Frobenius norm of Q diag(m_h) Kᵀ, control against per-head, agrees per head."""
+    _, per_head = _head_pair(0, 2.0 / 7)
+    control = _scale_matched_control(0, per_head)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(400, 16, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(400, 16, 8, generator=gen, dtype=torch.float64)
+    for gp, gc in zip(head_gradings(per_head), head_gradings(control), strict=True):
+        for h in range(4):
+            size = [float(torch.einsum("ntd,d,nsd->nts", q, m[h], k).pow(2).sum((1, 2)).mean())
+                    for m in (_scales_by_hand(gp), _scales_by_hand(gc))]
+            assert size[1] == pytest.approx(size[0], rel=0.05), h
+
+
+def test_score_size_ratios_equal_the_scores_recomputed_from_each_models_grading():
+    """The ratios the finding reports, against scores recomputed per head by a loop from the
+    captured queries and keys and λ^q of each model's grades, causal pairs only."""
+    _, per_head = _head_pair(1, 2.0 / 7)
+    control = _scale_matched_control(1, per_head)
+    ids, _ = lag_copy_batch(3, 10, 16, 2, torch.Generator().manual_seed(2))
+    ratios = _score_size_ratios(per_head, control, ids)
+    with torch.no_grad(), capture_attention(per_head.eval()) as calls:
+        per_head(ids)
+    expected = []
+    for call, gp, gc in zip(calls, head_gradings(per_head), head_gradings(control),
+                            strict=True):
+        for h in range(4):
+            norms = []
+            for m in (_scales_by_hand(gp)[h], _scales_by_hand(gc)[h]):
+                total = 0.0
+                for b in range(3):
+                    for t in range(10):
+                        for s in range(t + 1):
+                            total += float((call.q[b, h, t].double() * m
+                                            * call.k[b, h, s].double()).sum()) ** 2
+                norms.append(math.sqrt(total))
+            expected.append(norms[1] / norms[0])
+    assert ratios == pytest.approx(expected, rel=1e-4)
+    assert ratios[0] == pytest.approx(1.0, abs=1e-6)  # head 0: M = I in both
 
 
 def test_matched_control_equals_a_model_with_rescaled_position_table():

@@ -22,6 +22,12 @@ pairwise Jensen–Shannon divergence of the heads' attention maps
 (:func:`graded.analysis.heads.head_diversity`), averaged over layers. 001 Prop 4.7 predicts a
 richer span with distinct q_h: a positive paired difference per-head − shared.
 
+Per-head grades also give each head another score size, hence another softmax temperature:
+‖m_h‖₂ of its scales m_h = λ^{c_h k} grows with c_h. So the control is a third model of the same
+weights whose every head h has flat grades q_{h,k} = g_h with λ^{g_h} the RMS of λ^{c_h k} over k
+(:func:`scale_matched_grades`): each head keeps its per-head scale and loses the dependence on
+the coordinate k; the second estimate is the paired difference per-head − scale-matched control.
+
 Verdicts: :func:`graded.study.core.verdict` on the study's interval of the mean over seeds
 (:func:`graded.study.statistics.mean_interval`: the hull of the percentile bootstrap and the t
 interval; predicted positive); in E4 a seed's value is the mean of its (layer, trained/initial)
@@ -29,6 +35,8 @@ instances, which share the seed and are not independent.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -50,7 +58,7 @@ from graded.study.experiments._e_common import (
 from graded.transformer.graded import head_gradings
 from graded.transformer.models import InputEmbedding
 
-__all__ = ["PositionsHeadsExperiment", "matched_control_sweep"]
+__all__ = ["PositionsHeadsExperiment", "matched_control_sweep", "scale_matched_grades"]
 
 ALPHAS = (0.0, 0.05, 0.1, 0.2, 0.3)
 LENGTH = 16
@@ -99,11 +107,14 @@ def matched_control_sweep(model: torch.nn.Module, ids: torch.Tensor, alphas, *, 
     return layers
 
 
+# the head models of E5: EGT (λ = 2), neutral feature grades, fixed attention grades
+_HEAD_GRADING = dict(grading="exponential", grading_base=2.0, grade_init="zeros")
+
+
 def _head_pair(seed: int, c_bar: float) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(shared, per_head) models with equal weights except the attention grades."""
-    common = dict(grading="exponential", grading_base=2.0, grade_init="zeros")
-    shared = tiny_lm(seed, **common)
-    per_head = tiny_lm(seed, grades_per_head=True, **common)
+    shared = tiny_lm(seed, **_HEAD_GRADING)
+    per_head = tiny_lm(seed, grades_per_head=True, **_HEAD_GRADING)
     state = {k: v for k, v in shared.state_dict().items() if not k.endswith("grades")}
     per_head.load_state_dict(state, strict=False)
     for g in head_gradings(shared):
@@ -112,6 +123,40 @@ def _head_pair(seed: int, c_bar: float) -> tuple[torch.nn.Module, torch.nn.Modul
         c = torch.linspace(0.0, 2 * c_bar, g.num_heads)
         g.set_grades(c[:, None] * torch.arange(g.dim, dtype=torch.float32)[None, :])
     return shared, per_head
+
+
+def scale_matched_grades(grades: torch.Tensor, base: float) -> torch.Tensor:
+    """Flat grades with the scale size of ``grades`` (H, d) row by row: g_h at every k, where
+    λ^{g_h} = sqrt(mean_k λ^{2 q_{h,k}}), i.e. g_h = ½ log_λ mean_k λ^{2 q_{h,k}} (computed in
+    float64, returned in the dtype of ``grades``).
+
+    Head h's scales λ^{g_h}·1 then have the Euclidean norm of its scales λ^{q_{h,k}} and no
+    dependence on k. With the ``"scores"`` variant a head's scores are Q_h diag(m_h) K_hᵀ/√d
+    with Q_h = X W_q, K_h = X W_k. Over initial weights whose rows are independent, identically
+    distributed and of mean 0, the cross terms k ≠ k' vanish and every k contributes alike, so
+    for any input X, E‖Q_h diag(m_h) K_hᵀ‖_F² ∝ Σ_k m_{h,k}²: equal ‖m_h‖₂ is equal expected
+    score size (E3's match, the Frobenius norm of the scores, made once, on the grading: the
+    grades stay fixed while training). g_h ≥ 0 whenever q_h ≥ 0, so the result is a valid
+    fixed EGT grading (000 Def 6.1), unlike the shared profile λ^{c̄k} scaled to a head's size,
+    which needs a factor below 1 (negative grades) for the heads with c_h < c̄."""
+    if grades.ndim != 2:
+        raise ValueError(f"scale_matched_grades needs per-head grades (heads, dim), got shape "
+                         f"{tuple(grades.shape)}")
+    if not (math.isfinite(base) and base > 1):
+        raise ValueError(f"scale_matched_grades needs a base lambda > 1, got {base!r}")
+    q = grades.detach().to(torch.float64)
+    level = 0.5 * torch.log(torch.mean(base ** (2 * q), dim=-1)) / math.log(base)
+    return level[:, None].expand_as(q).to(grades.dtype).clone()
+
+
+def _scale_matched_control(seed: int, per_head: torch.nn.Module) -> torch.nn.Module:
+    """A model with the weights of ``per_head`` (untrained) whose every head has the flat
+    grades of :func:`scale_matched_grades` of its per-head grades."""
+    control = tiny_lm(seed, grades_per_head=True, **_HEAD_GRADING)
+    control.load_state_dict(per_head.state_dict())
+    for gc, gp in zip(head_gradings(control), head_gradings(per_head), strict=True):
+        gc.set_grades(scale_matched_grades(gp.grades, float(gp.base)))
+    return control
 
 
 def _diversity(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]:
@@ -123,6 +168,32 @@ def _diversity(model: torch.nn.Module, ids: torch.Tensor) -> tuple[float, float]
     js = [v["mean_js"] for v in out.values() if not np.isnan(v["mean_js"])]
     return (float(np.mean([v["effective_rank"] for v in out.values()])),
             float(np.mean(js)) if js else float("nan"))
+
+
+def _score_size_ratios(per_head: torch.nn.Module, control: torch.nn.Module,
+                       ids: torch.Tensor) -> list[float]:
+    """Per (layer, head): ‖Q_h diag(m_h) K_hᵀ‖_F of the control's scales m_h over that of the
+    per-head model's, both on the per-head model's own queries and keys for ``ids`` (captured
+    before the grading), over the query-key pairs the layer's mask keeps."""
+    modules = dict(control.named_modules())
+    was_training = per_head.training
+    per_head.eval()
+    try:
+        with torch.no_grad(), capture_attention(per_head) as calls:
+            per_head(ids)
+    finally:
+        per_head.train(was_training)
+    ratios: list[float] = []
+    for call in calls:
+        keep, _ = call.keep_and_bias()
+        norms = []
+        for grading in (call.module.grading, modules[call.name].grading):
+            scores = torch.einsum("bhtd,hd,bhsd->bhts", call.q, grading.scales(), call.k)
+            if keep is not None:
+                scores = scores * keep
+            norms.append(scores.pow(2).sum(dim=(0, 2, 3)).sqrt())
+        ratios += (norms[1] / norms[0]).tolist()
+    return ratios
 
 
 def _mean_js_text(values: list[float]) -> str:
@@ -144,9 +215,12 @@ class PositionsHeadsExperiment:
 
     def run(self, ctx: Context) -> list[Finding]:
         steps = 120 if ctx.quick else 400
+        # E5 trains three models per seed; quick, 80 steps each cost what two at 120 did
+        head_steps = 80 if ctx.quick else 400
         n_models = seed_count(ctx, 3, 5)
         with single_thread():
-            return [self._positions(ctx, steps, n_models), self._heads(ctx, steps, n_models)]
+            return [self._positions(ctx, steps, n_models),
+                    *self._heads(ctx, head_steps, n_models)]
 
     # ------------------------------------------------------------------ E4
     def _positions(self, ctx: Context, steps: int, n_models: int) -> Finding:
@@ -216,45 +290,100 @@ class PositionsHeadsExperiment:
         ax.legend(fontsize=7)
 
     # ------------------------------------------------------------------ E5
-    def _heads(self, ctx: Context, steps: int, n_models: int) -> Finding:
+    def _heads(self, ctx: Context, steps: int, n_models: int) -> list[Finding]:
         c_bar = 2.0 / 7  # shared q_max = 2 over head_dim 8
-        rank_diff, js_diff, rank0_diff, js0_diff, pairs = [], [], [], [], []
+        keys = ("rank", "js", "rank0", "js0")
+        vs_shared: dict[str, list[float]] = {k: [] for k in keys}  # per-head − shared
+        vs_control: dict[str, list[float]] = {k: [] for k in keys}  # per-head − control
+        control_vs_shared: list[float] = []  # control − shared, trained effective rank
+        levels: list[float] = []
+        size_ratios: list[float] = []
+        triples = []
         for i in range(n_models):
             seed = ctx.base_seed + i
             ids = _eval_ids(seed)
             shared, per_head = _head_pair(seed, c_bar)
+            control = _scale_matched_control(seed, per_head)
+            if i == 0:
+                levels = head_gradings(control)[0].grades[:, 0].tolist()
+            size_ratios += _score_size_ratios(per_head, control, ids)
             r0s, j0s = _diversity(shared, ids)
             r0p, j0p = _diversity(per_head, ids)
-            rank0_diff.append(r0p - r0s)
-            js0_diff.append(j0p - j0s)
-            train_lm(shared, steps=steps, seed=seed, length=LENGTH)
-            train_lm(per_head, steps=steps, seed=seed, length=LENGTH)
+            r0c, j0c = _diversity(control, ids)
+            for model in (shared, per_head, control):
+                train_lm(model, steps=steps, seed=seed, length=LENGTH)
             rs, js = _diversity(shared, ids)
             rp, jp = _diversity(per_head, ids)
-            rank_diff.append(rp - rs)
-            js_diff.append(jp - js)
-            pairs.append((rs, rp, js, jp))
-        fig = save_plot(ctx, "e5_head_diversity.png", lambda ax: self._draw_heads(ax, pairs))
-        detail = (
+            rc, jc = _diversity(control, ids)
+            for store, (ro, jo, r0o, j0o) in ((vs_shared, (rs, js, r0s, j0s)),
+                                              (vs_control, (rc, jc, r0c, j0c))):
+                for key, value in zip(keys, (rp - ro, jp - jo, r0p - r0o, j0p - j0o)):
+                    store[key].append(value)
+            control_vs_shared.append(rc - rs)
+            triples.append((rs, rp, rc))
+        fig = save_plot(ctx, "e5_head_diversity.png", lambda ax: self._draw_heads(ax, triples))
+        setup = (
             f"{n_models} paired models (4 heads, head_dim 8, λ=2): shared q_k = {c_bar:.3f}·k "
             f"against per-head q_(h,k) = c_h·k, c_h in linspace(0, {2 * c_bar:.3f}, 4); same "
-            f"initial weights and batches, {steps} lag-copy steps. Paired differences per-head "
-            f"− shared after training: effective rank of concatenated heads "
-            f"{np.mean(rank_diff):+.3f}, mean pairwise JS {_mean_js_text(js_diff)} nats; at "
-            f"initialisation (grades only differ): effective rank {np.mean(rank0_diff):+.3f}, "
-            f"JS {_mean_js_text(js0_diff)}. Rule: holds if the 95% interval of the mean "
+            f"initial weights and batches, {steps} lag-copy steps.")
+        detail = (
+            f"{setup} Paired differences per-head − shared after training: effective rank of "
+            f"concatenated heads {np.mean(vs_shared['rank']):+.3f}, mean pairwise JS "
+            f"{_mean_js_text(vs_shared['js'])} nats; at initialisation (grades only differ): "
+            f"effective rank {np.mean(vs_shared['rank0']):+.3f}, JS "
+            f"{_mean_js_text(vs_shared['js0'])}. Rule: holds if the 95% interval of the mean "
             "effective-rank difference lies above 0.")
-        return finding_from_values(
-            claim="5", experiment=self.name,
-            quantity="paired difference in effective rank of the concatenated head outputs, "
-                     "per-head grades − shared grades (trained)",
-            control="same weights and training with one grade tuple shared by all heads",
-            values=rank_diff, predicted="positive", detail=detail, figures=[fig],
-            seed=ctx.base_seed)
+        control_detail = (
+            f"{setup} The per-head grades also change each head's score size (its softmax "
+            "temperature): the control is a third model of the same weights and batches whose "
+            "head h has flat grades g_h at every k, λ^(g_h) = sqrt(mean_k λ^(2 c_h k)), so its "
+            "scales have the Euclidean norm of the per-head scales λ^(c_h k) and no dependence "
+            f"on k (g_h = {', '.join(f'{g:.3f}' for g in levels)}). Over initial weights "
+            "with independent, identically distributed rows, E‖Q diag(m) Kᵀ‖_F² ∝ Σ_k m_k² "
+            "for any input, so this matches each head's expected score size (E3's "
+            "Frobenius-norm match, made on the fixed grades before training, not on one "
+            "draw); measured at initialisation on the per-head "
+            "models' own Q, K (evaluation batch, causal pairs), control ‖S‖_F / per-head ‖S‖_F "
+            f"per (layer, head) lies in [{min(size_ratios):.3f}, {max(size_ratios):.3f}]. The "
+            "shared profile λ^(c̄k) scaled to each head's size is no EGT grading: head 0 "
+            "(c_0 = 0, M = I) would need a factor below 1, i.e. grades q < 0, which 000 Def 6.1 "
+            "excludes; scales λ^q ≥ 1 reach ‖m‖ = √d only at m = 1, so the flat profile is the "
+            "one profile shared by all heads that can carry every head's size (as E4's control "
+            "keeps the positions' magnitude and drops their dependence on t). Paired "
+            "differences per-head − control after training: effective rank "
+            f"{np.mean(vs_control['rank']):+.3f}, mean pairwise JS "
+            f"{_mean_js_text(vs_control['js'])} nats; at initialisation: effective rank "
+            f"{np.mean(vs_control['rank0']):+.3f}, JS {_mean_js_text(vs_control['js0'])}. "
+            f"Control − shared (per-head scales with the profile flattened), trained effective "
+            f"rank: {np.mean(control_vs_shared):+.3f}. Rule: holds if the 95% interval of the "
+            "mean effective-rank difference per-head − control lies above 0.")
+        return [
+            finding_from_values(
+                claim="5", experiment=self.name,
+                quantity="paired difference in effective rank of the concatenated head "
+                         "outputs, per-head grades − shared grades (trained)",
+                control="same weights and training with one grade tuple shared by all heads",
+                values=vs_shared["rank"], predicted="positive", detail=detail, figures=[fig],
+                seed=ctx.base_seed),
+            finding_from_values(
+                claim="5", experiment=self.name,
+                quantity="paired difference in effective rank of the concatenated head "
+                         "outputs, per-head grades − per-head scale-matched flat grades "
+                         "(trained)",
+                control="same weights and training; head h's grades flat at g_h, λ^(g_h) the "
+                        "RMS of its per-head scales λ^(c_h k) over k (same score size, no "
+                        "dependence on k)",
+                values=vs_control["rank"], predicted="positive", detail=control_detail,
+                figures=[fig], seed=ctx.base_seed),
+        ]
 
     @staticmethod
-    def _draw_heads(ax, pairs) -> None:
-        for rs, rp, _, _ in pairs:
-            ax.plot([0, 1], [rs, rp], "o-", color="C0", alpha=0.7)
-        ax.set_xticks([0, 1], ["shared q", "per-head q_h"])
+    def _draw_heads(ax, triples) -> None:
+        for i, (rs, rp, rc) in enumerate(triples):
+            ax.plot([0, 1], [rs, rp], "o-", color="C0", alpha=0.7,
+                    label="one seed: shared, per-head" if i == 0 else None)
+            ax.plot([1, 2], [rp, rc], "x:", color="C1", alpha=0.7,
+                    label="one seed: per-head, scale-matched control" if i == 0 else None)
+        ax.set_xticks([0, 1, 2], ["shared q", "per-head q_h", "flat q, matched\nscale"])
         ax.set_ylabel("effective rank of [head_1 | … | head_H]")
+        ax.legend(fontsize=7)

@@ -104,8 +104,10 @@ class AttentionSublayer(nn.Module):
     attention; the part of the grading folded into the projection (all of it without rotary
     positions, the values' with them) reaches the cache already applied. Cross-attention
     projects the memory into the cache at the first cached step and reuses its keys and values
-    after it, refusing a step whose memory is not the unchanged tensor they came from
-    (:meth:`LayerCache.cross_keys`); ``layer`` is the block's index in its stack."""
+    after it (the decoder refuses, before the step changes the cache, a memory that is not the
+    one they came from: :meth:`KVCache.check_memory`). What a cached step of self-attention
+    cannot do is refused by :meth:`check_cached_step`, which the stack calls for every layer
+    before the cache changes. ``layer`` is the block's index in its stack."""
 
     def __init__(self, config: TransformerConfig, *, cross: bool = False,
                  plan: GradingPlan | None = None, layer: int = 0) -> None:
@@ -113,7 +115,6 @@ class AttentionSublayer(nn.Module):
         plan = resolve_plan(config, plan)
         self.cross = cross
         self.layer = layer
-        self._who = f"decoder layer {layer} cross-attention"  # named in the cache's errors
         use_rope = config.positional == "rope" and not cross
         self.attn = make_attention(config, plan.head_grading() if plan is not None else None,
                                    cross=cross, qk_rotated=use_rope, layer=layer)
@@ -138,25 +139,21 @@ class AttentionSublayer(nn.Module):
         if self.cross:
             if memory is None:
                 raise ValueError("cross-attention needs the encoder memory")
-            cached = None if cache is None else cache.cross_keys(memory, self._who)
-            if cached is not None:
+            if cache is not None and cache.cross_k is not None:  # projected at the first step
                 q, _, _ = self.attn.project(x, None, None)
-                k, v = cached
+                k, v = cache.cross_k, cache.cross_v
             else:
                 q, k, v = self.attn.project(x, memory, memory)
                 if cache is not None:
-                    cache.keep_cross(k, v, memory)
+                    cache.cross_k, cache.cross_v = k, v
         else:
             q, k, v = self.attn.project(x, x, x)
             if self.rotary is not None:
                 q = self.rotary(q, positions)
                 k = self.rotary(k, positions)
             if cache is not None and decodes_with_state(self.attn.backend):
-                return self._decode(q, k, v, cache, key_padding_mask, need_weights), None
+                return self._decode(q, k, v, cache, key_padding_mask), None
             if cache is not None:
-                if self.attn.backend is not None:  # a backend whose pattern a cache breaks
-                    check_capability(self.attn.backend, self.attn.backend_name, "incremental",
-                                     "; generate with use_cache=False or None")
                 k, v = cache.append(k, v)
         heads, weights = self.attn.attend(
             q, k, v, attn_mask=attn_bias, key_padding_mask=key_padding_mask,
@@ -164,14 +161,29 @@ class AttentionSublayer(nn.Module):
         )
         return self.attn.merge(heads), weights
 
+    def check_cached_step(self, need_weights: bool) -> bool:
+        """Refuse what a cached step of this self-attention cannot do, before the step changes
+        the cache: a backend whose pattern a cache breaks (no ``incremental`` capability), or
+        ``need_weights`` from a backend that decodes through a state of its own (it forms no
+        weights over the cached keys); return whether it decodes so
+        (:func:`~graded.attention.backends.decodes_with_state`)."""
+        backend = self.attn.backend
+        if backend is None:  # full attention over the cached keys
+            return False
+        if not decodes_with_state(backend):
+            check_capability(backend, self.attn.backend_name, "incremental",
+                             "; generate with use_cache=False or None")
+            return False
+        if need_weights:
+            check_capability(backend, self.attn.backend_name, "attention_weights",
+                             "; pass need_weights=False")
+        return True
 
     def _decode(self, q: Tensor, k: Tensor, v: Tensor, cache: LayerCache,
-                key_padding_mask: Tensor | None, need_weights: bool) -> Tensor:
+                key_padding_mask: Tensor | None) -> Tensor:
         """Self-attention of the new positions through the backend's decoding state; the
-        padding mask covers the whole cache, so its last Tn columns are the new positions'."""
-        if need_weights:
-            check_capability(self.attn.backend, self.attn.backend_name, "attention_weights",
-                             "; pass need_weights=False")
+        padding mask covers the whole cache, so its last Tn columns are the new positions'
+        (:meth:`check_cached_step` has refused ``need_weights``)."""
         pad = None if key_padding_mask is None else key_padding_mask[:, -q.shape[2]:]
         heads, cache.state = self.attn.attend_incremental(q, k, v, cache.state,
                                                           key_padding_mask=pad)

@@ -3,9 +3,12 @@
 A layer caches its keys and values, or, when its self-attention backend keeps a decoding state
 of its own (:class:`graded.attention.backends.DecodeState`: a rolling window, running sums),
 that state instead. A decoder layer with cross-attention projects the encoder memory into keys
-and values once, at the first cached step, and keeps them with a :class:`MemoryRecord` of the
-memory they came from: a later step that passes another memory, or the same one changed in
-place, is refused (the cached keys would silently attend to the old memory)."""
+and values once, at the first cached step, and keeps them; the cache keeps a
+:class:`MemoryRecord` of the memory they came from: a later step that passes another memory,
+or the same one changed in place, is refused (the cached keys would silently attend to the old
+memory). The decoder checks a step before it changes anything in the cache
+(:meth:`KVCache.check_memory` last), so a refused step leaves the cache as it was, and the
+step may be repeated with the right memory."""
 
 from __future__ import annotations
 
@@ -18,33 +21,33 @@ from graded.attention.backends import DecodeState
 
 __all__ = ["KVCache", "LayerCache", "MemoryRecord"]
 
+_PROJECTED = "the cached cross-attention keys and values were projected from"
+
 
 class MemoryRecord:
-    """What a layer's cached cross-attention keys and values were projected from: the encoder
-    memory tensor, its version counter ``_version`` (which every in-place change bumps, on the
-    memory or on any view of its storage), its shape and its data pointer (``.data`` or
-    ``set_`` swapped under it). :meth:`check` compares these host-side numbers, no value is
-    read, when a step passes the same tensor (about a microsecond of host time a layer and
-    step, CPU, timeit; no wait on a GPU). A step that passes another tensor (the memory
-    encoded again) is compared with the recorded one, value for value, once: equal values are
-    taken (and the new tensor recorded), others refused. The record holds the memory (the
-    cached keys and values are each its size already). An inference tensor
-    (``torch.inference_mode``) keeps no version counter: a change in place under inference
-    mode is not seen (another tensor, shape or storage still is). ``steps`` counts the cache's
-    steps through the layer, 1 for the step that projected the memory (the step named in the
-    errors); ``refused`` holds the first refusal, repeated at every later step (the refused
-    step had already written the new tokens into the cache)."""
+    """What a cache's cross-attention keys and values were projected from: the encoder memory
+    tensor, its version counter ``_version`` (which every in-place change bumps, on the memory
+    or on any view of its storage), its shape and its data pointer (``.data`` or ``set_``
+    swapped under it). :meth:`check` compares these host-side numbers, no value is read, when
+    a step passes the same tensor (about a microsecond of host time a step, every layer at
+    once, CPU, timeit; no wait on a GPU). A step that passes another tensor (the memory encoded
+    again) is compared with the recorded one, value for value, once: equal values are taken
+    (and the new tensor recorded), others refused. The record holds the memory (the cached keys
+    and values are each its size already). An inference tensor (``torch.inference_mode``)
+    keeps no version counter: a change in place under inference mode is not seen (another
+    tensor, shape or storage still is). ``steps`` counts the cache's steps that passed the
+    check, 1 for the step that projected the memory (the errors name the step being
+    checked). A refused step changes nothing, the record included."""
 
-    __slots__ = ("data_ptr", "memory", "refused", "shape", "steps", "version")
+    __slots__ = ("data_ptr", "memory", "shape", "steps", "version")
 
     def __init__(self, memory: Tensor) -> None:
         self.track(memory)
         self.steps = 1
-        self.refused: str | None = None
 
     def track(self, memory: Tensor) -> None:
-        """Record ``memory`` as the tensor the keys and values are of (the step count and a
-        refusal stay)."""
+        """Record ``memory`` as the tensor the keys and values are of (the step count
+        stays)."""
         self.memory = memory
         self.version = self._version_of(memory)
         self.shape = memory.shape
@@ -61,70 +64,55 @@ class MemoryRecord:
                 and old.data_ptr() == self.data_ptr)
 
     def check(self, memory: Tensor, who: str) -> None:
-        """Refuse, naming ``who`` (the layer) and the step, a ``memory`` whose values may differ
-        from those the keys were projected from: the recorded tensor changed in place or given
-        other storage since, or another tensor whose values are not equal to the recorded
-        one's; after a refusal, every step."""
+        """Count a step that passes ``memory``, recording it when it is another tensor of
+        equal values; refuse, naming ``who`` and the step and changing nothing, a ``memory``
+        whose values may differ from those the keys were projected from (:meth:`refusal`)."""
+        why = self.refusal(memory)
+        if why is not None:
+            raise ValueError(
+                f"{who}, step {self.steps + 1} of the cache: {why}; they would attend to the "
+                "old memory. The cache is unchanged: repeat the step with the memory the cache "
+                "began with, unchanged, or start a new cache (model.new_cache()) for another "
+                "memory")
+        if memory is not self.memory:  # the memory encoded again: the same values
+            self.track(memory)
         self.steps += 1
-        if self.refused is not None:
-            raise ValueError(f"{who}, step {self.steps} of the cache: the cache was refused "
-                             f"before ({self.refused}); start a new cache (model.new_cache())")
-        projected = "its cached cross-attention keys and values were projected from"
+
+    def refusal(self, memory: Tensor) -> str | None:
+        """Why ``memory`` may hold other values than the keys were projected from, or None:
+        the recorded tensor changed in place or given other storage since, or another tensor
+        whose shape or values are not the recorded one's. Reads values only for another
+        tensor of the recorded shape."""
         if memory is self.memory:
             if self._unchanged():
-                return
-            why = (f"the encoder memory was changed in place (version {memory._version}, was "
-                   f"{self.version}) after {projected} it"
-                   if self.version is not None and memory._version != self.version else
-                   f"the encoder memory holds other data (shape {tuple(memory.shape)}, was "
-                   f"{tuple(self.shape)}; or other storage) than when {projected} it")
-        elif not self._unchanged():
-            why = (f"the encoder memory is another tensor, and the one {projected} has been "
-                   "changed since, so the two cannot be compared")
-        elif memory.shape != self.shape:
-            why = (f"the encoder memory has shape {tuple(memory.shape)}, the one {projected} "
-                   f"{tuple(self.shape)}")
-        elif not torch.equal(memory, self.memory.to(memory.device, memory.dtype)):
-            why = f"the encoder memory holds other values than the one {projected}"
-        else:  # the memory encoded again: the same values, now recorded
-            self.track(memory)
-            return
-        self.refused = f"step {self.steps}: {why}"
-        raise ValueError(
-            f"{who}, step {self.steps} of the cache: {why}; they would attend to the old "
-            "memory. Pass the memory the cache began with at every step, unchanged, and "
-            "start a new cache (model.new_cache()) for another memory")
+                return None
+            if self.version is not None and memory._version != self.version:
+                return (f"the encoder memory was changed in place (version {memory._version}, "
+                        f"was {self.version}) after {_PROJECTED} it")
+            return (f"the encoder memory holds other data (shape {tuple(memory.shape)}, was "
+                    f"{tuple(self.shape)}; or other storage) than when {_PROJECTED} it")
+        if not self._unchanged():
+            return (f"the encoder memory is another tensor, and the one {_PROJECTED} has been "
+                    "changed since, so the two cannot be compared")
+        if memory.shape != self.shape:
+            return (f"the encoder memory has shape {tuple(memory.shape)}, the one {_PROJECTED} "
+                    f"{tuple(self.shape)}")
+        if not torch.equal(memory, self.memory.to(memory.device, memory.dtype)):
+            return f"the encoder memory holds other values than the one {_PROJECTED}"
+        return None
 
 
 @dataclass
 class LayerCache:
     """Per-layer cached per-head keys and values, (B, H, S, head_dim), or the self-attention
-    backend's decoding ``state``; cross-attention keys and values of the encoder memory, and
-    ``cross_record``, the :class:`MemoryRecord` of that memory (:meth:`cross_keys`)."""
+    backend's decoding ``state``; and the cross-attention keys and values of the encoder memory,
+    projected at the first cached step (:attr:`KVCache.memory_record` records the memory)."""
 
     k: Tensor | None = None
     v: Tensor | None = None
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
     state: DecodeState | None = None
-    cross_record: MemoryRecord | None = None
-
-    def cross_keys(self, memory: Tensor, who: str) -> tuple[Tensor, Tensor] | None:
-        """The cached cross-attention keys and values, or None before the first step; refused
-        (:meth:`MemoryRecord.check`) when ``memory`` is not the unchanged tensor they were
-        projected from. Not checked under the compiler (its graph holds no Python state of
-        the cache's) or for keys kept under it (no record)."""
-        if self.cross_k is None:
-            return None
-        if self.cross_record is not None and not torch.compiler.is_compiling():
-            self.cross_record.check(memory, who)
-        return self.cross_k, self.cross_v
-
-    def keep_cross(self, k: Tensor, v: Tensor, memory: Tensor) -> None:
-        """Keep the cross-attention keys and values projected from ``memory``, and its
-        record."""
-        self.cross_k, self.cross_v = k, v
-        self.cross_record = None if torch.compiler.is_compiling() else MemoryRecord(memory)
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
@@ -139,13 +127,16 @@ class KVCache:
     number of tokens recorded) and ``real`` (B, 1), the number of non-padding tokens per row.
     When every layer keeps a decoding state of its own, the positions and padding of the
     newest tokens alone are kept (``history=False`` in :meth:`extend`), so nothing in the
-    cache grows with the length."""
+    cache grows with the length. ``memory_record`` is the :class:`MemoryRecord` of the encoder
+    memory the layers' cross-attention keys and values were projected from
+    (:meth:`check_memory`)."""
 
     layers: list[LayerCache] = field(default_factory=list)
     positions: Tensor | None = None  # (B, S) absolute positions of cached tokens
     key_padding_mask: Tensor | None = None  # (B, S) True = padding
     length: int = 0
     real: Tensor | None = None  # (B, 1) non-padding tokens recorded
+    memory_record: MemoryRecord | None = None
 
     @classmethod
     def empty(cls, n_layers: int) -> KVCache:
@@ -165,6 +156,22 @@ class KVCache:
             raise ValueError(f"{who}: the cache holds {rows} row(s), the new tokens {batch}; "
                              "a cache continues the rows it was filled with (use a new one "
                              "for another batch)")
+
+    def check_memory(self, memory: Tensor, who: str) -> None:
+        """Take the encoder ``memory`` of a step of a decoder with cross-attention, before the
+        step changes anything: at the first step (no cross-attention keys cached) record it;
+        after it, refuse (:meth:`MemoryRecord.check`, naming ``who``) a memory that is not
+        the unchanged tensor the keys were projected from, or one of equal values, leaving
+        the cache as it was; count the step otherwise. One check for every layer: their keys
+        are all projected at the same step from the same memory. Not checked under the
+        compiler (its graph holds no Python state of the cache's) or for keys projected under
+        it (no record)."""
+        if torch.compiler.is_compiling():
+            return
+        if self.layers[0].cross_k is None:  # this step projects the memory
+            self.memory_record = MemoryRecord(memory)
+        elif self.memory_record is not None:
+            self.memory_record.check(memory, who)
 
     def extend(self, positions: Tensor, key_padding_mask: Tensor, *, history: bool = True
                ) -> tuple[Tensor, Tensor]:
@@ -206,11 +213,6 @@ class KVCache:
             raise ValueError(f"reorder: the memory has {memory.shape[0]} row(s), the index "
                              f"{index.shape[0]}; expected memory.index_select(0, index)")
         for layer in self.layers:
-            if memory is not None and layer.cross_k is not None:
-                if layer.cross_record is None:
-                    layer.cross_record = MemoryRecord(memory)
-                else:
-                    layer.cross_record.track(memory)
             for name in ("k", "v", "cross_k", "cross_v"):
                 t = getattr(layer, name)
                 if t is not None:
@@ -221,3 +223,8 @@ class KVCache:
             self.positions = self.positions.index_select(0, index)
             self.key_padding_mask = self.key_padding_mask.index_select(0, index)
             self.real = self.real.index_select(0, index)
+        if memory is not None and any(layer.cross_k is not None for layer in self.layers):
+            if self.memory_record is None:
+                self.memory_record = MemoryRecord(memory)
+            else:
+                self.memory_record.track(memory)

@@ -366,7 +366,7 @@ def _beam_search(
             if cache is not None:
                 # a seq2seq step passes the same encoder memory: a beam moves within its
                 # source's rows of the repeated memory, which are equal, so the cache's
-                # record of it (LayerCache.cross_keys) stays
+                # record of it (KVCache.memory_record) stays
                 cache.reorder(src)
                 logits = _run(step, next_tok.view(-1, 1), kpm[:, -1:], cache, new_grades)
             else:

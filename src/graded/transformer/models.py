@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from graded.attention.backends import decodes_with_state
 from graded.attention.graded import apply_grading
 from graded.checks import check_token_ids, checked_inputs, inputs_checked
 from graded.folding import graded_linear
@@ -277,6 +276,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         plan = resolve_plan(config, plan)
         self.causal = causal
+        self.cross_attention = cross_attention
         if causal:
             self.blocks = nn.ModuleList(
                 DecoderBlock(config, cross_attention=cross_attention, plan=plan, layer=r)
@@ -291,12 +291,14 @@ class TransformerStack(nn.Module):
             make_norm(config.norm, config.d_model, config.norm_eps) if final else nn.Identity()
         )
 
-    @property
-    def needs_history(self) -> bool:
-        """Whether a cache must keep the positions and padding of every cached token: unless
-        every self-attention keeps a decoding state of its own (and there is no ALiBi)."""
-        return self.alibi is not None or not all(
-            decodes_with_state(b.self_attn.attn.backend) for b in self.blocks)
+    def check_cached_step(self, need_weights: bool) -> bool:
+        """Refuse, before a cached step changes the cache, what a layer's self-attention cannot
+        do with it (:meth:`AttentionSublayer.check_cached_step`: refused in the layer's
+        forward, a step stopped after the earlier layers had cached it); return whether the
+        cache must keep the positions and padding of every cached token: unless every
+        self-attention keeps a decoding state of its own (and there is no ALiBi)."""
+        states = [block.self_attn.check_cached_step(need_weights) for block in self.blocks]
+        return self.alibi is not None or not all(states)
 
     def forward(
         self,
@@ -311,10 +313,13 @@ class TransformerStack(nn.Module):
         token_scales: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         key_positions, kpm = positions, key_padding_mask
-        if cache is not None:
+        if cache is not None:  # the step's last refusals, before it changes the cache
+            history = self.check_cached_step(need_weights)
+            if self.cross_attention:
+                cache.check_memory(memory, "TransformerDecoder")
             if kpm is None:
                 kpm = torch.zeros(positions.shape, dtype=torch.bool, device=x.device)
-            key_positions, kpm = cache.extend(positions, kpm, history=self.needs_history)
+            key_positions, kpm = cache.extend(positions, kpm, history=history)
         if (kpm is not None and not torch.compiler.is_compiling() and not inputs_checked()
                 and not bool(kpm.any())):
             kpm = None  # no padding: the fused kernel's mask-free path (eager, values read)
@@ -377,7 +382,14 @@ class TransformerEncoder(nn.Module):
 
 class TransformerDecoder(nn.Module):
     """Embedding + causal stack, optionally cross-attending to an encoder memory; graded as
-    :class:`TransformerEncoder` is."""
+    :class:`TransformerEncoder` is.
+
+    A step with a KV cache is checked whole before anything of it is cached: the cache
+    (layers, rows), the memory's shape and the positions here, then, in the stack, what each
+    layer's self-attention can do with a cache (:meth:`TransformerStack.check_cached_step`)
+    and last the memory against the one the cached cross-attention keys were projected from
+    (:meth:`KVCache.check_memory`). A refused step leaves the cache as it was, so the caller
+    may correct the call and repeat the step."""
 
     def __init__(self, config: TransformerConfig, *, cross_attention: bool,
                  n_layers: int | None = None, plan: GradingPlan | None = None) -> None:
@@ -385,6 +397,7 @@ class TransformerDecoder(nn.Module):
         owner = plan is None
         plan = resolve_plan(config, plan)
         self.config = config
+        self.cross_attention = cross_attention
         self.n_layers = n_layers or config.n_layers
         self.embed = InputEmbedding(config, plan=plan)
         self.stack = TransformerStack(config, self.n_layers, causal=True,
@@ -399,16 +412,20 @@ class TransformerDecoder(nn.Module):
         need_weights: bool = False, token_scales: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """Hidden states (B, T, d); ``token_scales`` (B, T, d) from :meth:`scales_for` when
-        the model grades tokens."""
+        the model grades tokens; ``memory`` (B, S, d_model), or (1, S, d_model) for every
+        row, with cross-attention."""
+        who = type(self).__name__
         batch, length = sequence_shape(self.config, input_ids)
         _check_padding(key_padding_mask, batch, length)
         if cache is not None:
-            cache.check(self.n_layers, batch, type(self).__name__)
+            cache.check(self.n_layers, batch, who)
+        if self.cross_attention:
+            _check_memory(memory, batch, self.config.d_model, who)
         if memory is not None:  # the source padding, over the memory's keys
             _check_padding(memory_key_padding_mask, memory.shape[0], memory.shape[1],
                            "memory_key_padding_mask (the source padding)")
         positions = checked_entry(self.config, input_ids, positions, key_padding_mask, cache,
-                                  type(self).__name__)
+                                  who)
         with trusted_inputs():
             x = self.embed(input_ids, positions, token_scales)
             return self.stack(
@@ -436,6 +453,21 @@ def token_scales(grading: TokenGrading | None, token_grades: Tensor | None, batc
         raise ValueError("this model grades tokens (TransformerConfig.token_grading=True): pass "
                          f"token_grades of shape (batch, length) = ({batch}, {length})")
     return grading(token_grades, batch, length)
+
+
+def _check_memory(memory: Tensor | None, batch: int, d_model: int, who: str) -> None:
+    """Refuse, naming its shape, an encoder memory that is not (B, S, d_model) with B the
+    ``batch`` of the decoder's input, or 1 (one memory for every row, as attention broadcasts
+    it). Shapes only: no value is read."""
+    if memory is None:
+        raise ValueError(f"{who}: cross-attention needs the encoder memory (B, S, d_model)")
+    if not isinstance(memory, Tensor):
+        raise TypeError(f"{who}: the encoder memory must be a tensor (B, S, d_model), got "
+                        f"{type(memory).__name__}")
+    if memory.dim() != 3 or memory.shape[0] not in (1, batch) or memory.shape[2] != d_model:
+        raise ValueError(f"{who}: the encoder memory has shape {tuple(memory.shape)}; expected "
+                         f"(batch, source length, d_model) = ({batch}, S, {d_model}), or 1 "
+                         "row for every input row")
 
 
 def _check_padding(mask: Tensor | None, batch: int, length: int,

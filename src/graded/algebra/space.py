@@ -34,6 +34,7 @@ from torch import Tensor
 
 from graded._precision import at_least_float32
 from graded.algebra.integers import weighted_gcd
+from graded.checks import check_bool
 
 __all__ = ["GradedSpace", "power_norm"]
 
@@ -303,8 +304,9 @@ class GradedSpace:
         ``closure=True`` identifies real points over ℂ: λ ∈ ℂ^× with λ⋆x real. With g the gcd of
         the grades on the support of x, these are λ = r·e^{iπm/g}, so the sign group acts by
         (−1)^{q_i/g} and the parity test uses q_i/g. Two points are equal iff their normal forms
-        are (up to rounding).
+        are (up to rounding). ``closure`` takes True or False only.
         """
+        closure = check_bool("closure", closure)
         y = self.normalize(x, w)
         if not self.integer_grades:
             if closure:
@@ -356,7 +358,9 @@ class GradedSpace:
         b | wgcd(x) = 1, and likewise a = ±1: the result is unique. ``closure=True`` uses λ ∈ ℚ̄^×
         with λ⋆x rational: then μ = λ^g ∈ ℚ^× (g the gcd of the grades on the support) and
         λ⋆x = μ⋆x for the grades q/g, so the same algorithm runs with those grades.
+        ``closure`` takes True or False only.
         """
+        closure = check_bool("closure", closure)
         self._require_positive("normal_form_exact")
         self._require_integer("normal_form_exact")
         if len(x) != self.dim:

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graded.checks import check_bool
+
 __all__ = [
     "DEFAULT_MAX_EXPLICIT_ELEMENTS",
     "attention",
@@ -103,7 +105,15 @@ def attention(
     softmax matrix (after dropout, as ``torch.nn.MultiheadAttention`` returns it) when
     ``need_weights`` is set, else ``None`` and the fused kernel is used.
     ``is_causal`` applies :func:`causal_mask` (bottom-right aligned) on top of ``attn_mask``.
+    ``is_causal`` and ``need_weights`` take True or False only (a NumPy bool too), ``TypeError``
+    otherwise: read truthily, ``need_weights="no"`` would materialise the weights and
+    ``is_causal="false"`` mask the future. The check of a Python bool is one type comparison
+    (a constant under ``torch.compile``).
     """
+    if type(is_causal) is not bool:  # the bool itself passes on one comparison
+        is_causal = check_bool("attention: is_causal", is_causal)
+    if type(need_weights) is not bool:
+        need_weights = check_bool("attention: need_weights", need_weights)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(
             "attention expects q, k, v of shape (batch, heads, length, head_dim); got "

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from graded.checks import check_int
+from graded.checks import check_bool, check_int
 
 __all__ = [
     "AdditiveScore",
@@ -59,13 +59,14 @@ class DotScore(Score):
 class BilinearScore(Score):
     """``qᵀ W_h k`` with one learned (D, D) matrix per head (Luong "general", 002 §2.4).
 
-    Initialised to the identity, so it starts as the dot score. ``scaled=True`` divides by √D.
+    Initialised to the identity, so it starts as the dot score. ``scaled=True`` divides by √D
+    (True or False only: read truthily, ``scaled="false"`` would scale).
     Runs on the fused kernel as ``q · (k W_hᵀ)``.
     """
 
     def __init__(self, num_heads: int, head_dim: int, scaled: bool = False) -> None:
         super().__init__()
-        self.scaled = scaled
+        self.scaled = check_bool("BilinearScore: scaled", scaled)
         self.weight = nn.Parameter(torch.eye(head_dim).repeat(num_heads, 1, 1))
 
     def _keys(self, k: Tensor) -> Tensor:

@@ -12,7 +12,9 @@ magnitude at ``max_slope`` (default 1e4), so gradients are finite at and near 0;
 slope is bounded near 0 and is left exact (a large slope at a large |x| is the true derivative).
 The derivative with respect to the exponent, y·ln|x|, is taken as its limit 0 at x = 0.
 float16 and bfloat16 inputs are computed in float32 (the grades and exponents too) and rounded
-once to the input's dtype.
+once to the input's dtype. The switches (``odd``, ``validate``, ``learnable``) take True or False
+only (a NumPy bool too), ``TypeError`` otherwise: read truthily, ``validate=0`` would skip the
+checks of the grades and ``learnable="no"`` make them learnable.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from graded._precision import at_least_float32
+from graded.checks import check_bool
 from graded.grading import GradesLike, as_grade_tensor, straight_through_floor
 
 __all__ = [
@@ -90,7 +93,10 @@ def signed_power(x: Tensor, p: Tensor | float, *, odd: bool = True,
     p ≥ 1 it is exact: finite at 0, and not cut off at a large |x|); the derivative in p
     is y·ln|x| (0 at x = 0). This is how the graded layers define w^q for negative w and
     non-integer q (000 §3 leaves it undefined): the odd extension sgn(w)|w|^q.
+    ``odd``: True or False only.
     """
+    if type(odd) is not bool:  # the bool itself passes on one comparison
+        odd = check_bool("signed_power: odd", odd)
     if not float(max_slope) > 0:
         raise ValueError(f"max_slope must be a positive number, got {max_slope!r}")
     if not x.is_floating_point():  # p would be cast to x's integer dtype: 0.5 -> 0
@@ -139,8 +145,11 @@ def graded_relu(x: Tensor, grades: GradesLike, *, mode: str = "abs",
     zero for x_i ≠ 0). ``mode="threshold"``: max{0, sgn(x_i)|x_i|^{1/q_i}} (Remark 3.2).
     ``mode="odd"``: sgn(x_i)|x_i|^{1/q_i}. ``abs`` satisfies ReLU(λ⋆x) = |λ|·ReLU(x) for every
     λ ≠ 0, the other two for λ > 0. ``validate=False`` skips the checks on ``grades`` (which
-    read their values on the host); the modules use it for grades validated once.
+    read their values on the host); the modules use it for grades validated once. ``validate``:
+    True or False only.
     """
+    if type(validate) is not bool:
+        validate = check_bool("graded_relu: validate", validate)
     if mode not in RELU_MODES:
         raise ValueError(f"mode must be one of {RELU_MODES}, got {mode!r}")
     _check_input(x)
@@ -155,8 +164,10 @@ def graded_exp(x: Tensor, grades: GradesLike, *, validate: bool = True) -> Tenso
     """Exponential graded activation exp(x_i/q_i) − 1 (000 §3.2 Eq. 1); needs q > 0.
 
     ``expm1`` keeps full precision near 0. Large x_i/q_i overflows to inf as exp does.
-    ``validate`` as in :func:`graded_relu`.
+    ``validate`` as in :func:`graded_relu` (True or False only).
     """
+    if type(validate) is not bool:
+        validate = check_bool("graded_exp: validate", validate)
     _check_input(x)
     q = _positive_grades(grades, x.shape[-1], "the exponential graded activation", x, validate)
     return torch.expm1(x.to(q.dtype) / q).to(x.dtype)
@@ -171,7 +182,9 @@ def register_grades(module: nn.Module, grades: GradesLike, n: int | None, learna
 
     Numbers are validated on the host before the move, so that a module can be built on the
     ``"meta"`` device (whose tensors have no values to check) and materialised later.
+    ``learnable`` takes True or False only (``TypeError`` naming it otherwise).
     """
+    learnable = check_bool("learnable", learnable)
     if n is None and isinstance(grades, (int, float)) and not isinstance(grades, bool):
         raise ValueError(f"{what} got the single grade {grades!r} and no features= to say how "
                          f"many features carry it (or pass one grade per feature)")

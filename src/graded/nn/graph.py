@@ -19,7 +19,8 @@ Remark 3.8 masks the logits with -inf; here with the lowest finite value, then t
 outside N(i) are set to 0, so that a node with an empty N(i) gets the zero message and no NaN).
 ``dropout`` acts on the attention weights, as in GAT. The switches (``concat``,
 ``add_self_loops``, ``bias``, GATv2's ``share_weights`` and ``projection_bias``, ``learn_scale``)
-take True or False only: ``concat="false"`` would concatenate, ``bool("false")`` being True.
+take True or False only: ``concat="false"`` would concatenate, ``bool("false")`` being True;
+so does ``need_weights`` of ``forward`` (``need_weights="no"`` would return the weights).
 Heads are concatenated (output H·F') or averaged (output F'). The output is *before* the
 non-linearity σ of (3.2), so a model chooses σ (ELU in GAT) and can skip it on its last layer.
 Row-vector convention of 003 (h W rather than W h). Dense attention costs O(B·H·N²) memory
@@ -127,6 +128,8 @@ class _GraphAttention(nn.Module):
 
         Returns the new features (B?, N, H·F' or F') and, with ``need_weights``, α (B?, H, N, N).
         """
+        if type(need_weights) is not bool:  # the bool itself passes on one comparison
+            need_weights = check_bool("need_weights", need_weights)
         xb, mask, batched = _check_graph(x, adj)
         if xb.shape[-1] != self.in_features:
             raise ValueError(f"node features have {xb.shape[-1]} channels, the layer expects "
@@ -464,6 +467,8 @@ class GradedGraphAttention(nn.Module):
         grades: Tensor | Sequence[float] | None = None,
         need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
+        if type(need_weights) is not bool:
+            need_weights = check_bool("need_weights", need_weights)
         if grades is None:
             q = self.node_grades(adj)
         else:

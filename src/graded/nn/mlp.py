@@ -8,6 +8,7 @@ from itertools import pairwise
 import torch
 from torch import Tensor, nn
 
+from graded.checks import check_bool
 from graded.grading import GradesLike
 from graded.nn.activations import GradedExp, GradedReLU
 from graded.nn.graded_layers import GradedLinear, InputGradedLinear
@@ -39,6 +40,7 @@ class GradedMLP(nn.Module):
     ``parameters()`` lists it once; ``state_dict()`` holds it under both names (PyTorch's rule
     for shared parameters), and ``load_state_dict`` refuses a checkpoint whose two entries
     differ (one saved before the grades were shared) rather than keep one of them silently.
+    ``learnable_grades`` and ``bias`` take True or False only, as the graded layers' do.
     """
 
     def __init__(self, in_features: int, hidden_features: int | Sequence[int], out_features: int,
@@ -49,6 +51,8 @@ class GradedMLP(nn.Module):
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        learnable_grades = check_bool("learnable_grades", learnable_grades)
+        bias = check_bool("bias", bias)
         if layer not in LAYERS:
             raise ValueError(f"layer must be one of {LAYERS}, got {layer!r}")
         if activation not in ACTIVATIONS:

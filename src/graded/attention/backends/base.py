@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from graded.checks import check_float
+from graded.checks import check_bool, check_float
 
 __all__ = [
     "FEATURES",
@@ -174,7 +174,13 @@ class AttentionBackend(nn.Module):
     are properties made by :func:`checked_option`: set after construction, they are checked
     as the constructor checks them and take effect at the next call. Options that shape what
     the constructor built (parameters, or the projections of the attention module around the
-    backend) are made by :func:`fixed_option`: set to another value later, they are refused."""
+    backend) are made by :func:`fixed_option`: set to another value later, they are refused.
+
+    ``is_causal`` takes True or False only (a NumPy bool too), in every backend and in the
+    public functions they compute with (``causal`` there): ``TypeError`` naming the backend and
+    the value otherwise, since read truthily ``is_causal="false"`` would mask the future and 1
+    may be a count given to the wrong argument. The check of a Python bool is one type
+    comparison (a constant under ``torch.compile``)."""
 
     name: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
@@ -296,6 +302,8 @@ class PatternDecoding:
         included: the keys each query's softmax runs over (used to show the weights of the
         attention the pattern computes). With :attr:`per_head_keep` the (H, T, T) keep-sets
         of ``heads`` heads, which it then needs; other backends ignore ``heads``."""
+        if type(is_causal) is not bool:  # the bool itself passes on one comparison
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         pos = torch.arange(t, device=device)
         keep = self.keep(pos[:, None], pos[None, :], *self._heads(heads, device))
         return keep & (pos[None, :] <= pos[:, None]) if is_causal else keep

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graded.attention.backends.base import compute_dtype, softmax_rows
+from graded.checks import check_bool
 
 __all__ = ["KeepRule", "gathered_block_attention", "pad_to_multiple"]
 
@@ -54,8 +55,10 @@ def gathered_block_attention(
     in a row must be distinct. ``query_blocks`` (nQ,) names the query blocks to compute (default
     all, in order). Returns (B, H, nQ·block, Dv); rows of padded positions past T are included
     and must be dropped by the caller. Half-precision inputs are computed in float32 and the
-    output rounded once (:func:`~.base.compute_dtype`).
+    output rounded once (:func:`~.base.compute_dtype`). ``is_causal``: True or False only.
     """
+    if type(is_causal) is not bool:  # the bool itself passes on one comparison
+        is_causal = check_bool("gathered_block_attention: is_causal", is_causal)
     dtype = v.dtype
     q, k, v = (x.to(compute_dtype(dtype)) for x in (q, k, v))
     b, h, t, d = q.shape

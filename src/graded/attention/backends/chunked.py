@@ -41,6 +41,7 @@ from graded.attention.backends.base import (
     empty_output,
 )
 from graded.attention.backends.dense import FullBackend
+from graded.checks import check_bool
 
 if TYPE_CHECKING:
     from graded.attention.scores import Score
@@ -140,8 +141,11 @@ def chunked_attention(
     Causal alignment is bottom-right. ``checkpointing`` recomputes each query chunk in backward
     (memory O(T·query_chunk) instead of O(Tq·Tk)); it is skipped when no input needs grad.
     ``query_chunk``, ``key_chunk`` and ``checkpointing`` are checked as the backend's options
-    are: positive ints, a bool or a float refused with the value named; a bool.
+    are: positive ints, a bool or a float refused with the value named; a bool. ``is_causal``
+    takes True or False only.
     """
+    if type(is_causal) is not bool:  # the bool itself passes on one comparison
+        is_causal = check_bool("chunked_attention: is_causal", is_causal)
     query_chunk = check_int_option(ChunkedBackend.name, "query_chunk", query_chunk)
     key_chunk = check_int_option(ChunkedBackend.name, "key_chunk", key_chunk)
     checkpointing = check_bool_option(ChunkedBackend.name, "checkpointing", checkpointing)
@@ -179,7 +183,10 @@ def fusable(
 ) -> bool:
     """Whether :func:`fused_attention` computes this call of :func:`chunked_attention` exactly:
     the scaled-dot score, no ``attn_mask`` (neither a keep-mask nor an additive bias), and
-    causality only where it needs no Tq×Tk mask (with no key padding, and Tq <= Tk)."""
+    causality only where it needs no Tq×Tk mask (with no key padding, and Tq <= Tk).
+    ``is_causal``: True or False only."""
+    if type(is_causal) is not bool:
+        is_causal = check_bool("fusable: is_causal", is_causal)
     if score is not None or attn_mask is not None:
         return False
     causal = is_causal and q.shape[2] > 1  # a single bottom-right query sees every key
@@ -202,7 +209,10 @@ def fused_attention(
     Causal attention is bottom-right aligned (``causal_lower_right`` when Tq < Tk); key padding
     is a (B, 1, 1, Tk) mask, never a Tq×Tk one, and a batch row whose keys are all padding
     returns zeros (the backends' convention, where the kernel would return NaN). Attention
-    dropout is the kernel's: the same distribution as the chunk loop's, other random draws."""
+    dropout is the kernel's: the same distribution as the chunk loop's, other random draws.
+    ``is_causal``: True or False only."""
+    if type(is_causal) is not bool:
+        is_causal = check_bool("fused_attention: is_causal", is_causal)
     t_q, t_k = q.shape[2], k.shape[2]
     if is_causal and t_q > 1 and (key_padding_mask is not None or t_q > t_k):
         raise ValueError(
@@ -292,6 +302,8 @@ class ChunkedBackend(AttentionBackend):
         dropout_p: float = 0.0,
         score: Score | None = None,
     ) -> Tensor:
+        if type(is_causal) is not bool:
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p,
                      allow_bias=True)
         empty = empty_output(q, k, v)

@@ -22,6 +22,7 @@ from graded.attention.backends.base import (
     softmax_rows,
 )
 from graded.attention.functional import causal_mask
+from graded.checks import check_bool
 
 if TYPE_CHECKING:
     from graded.attention.scores import Score
@@ -38,7 +39,10 @@ def dense_keep_mask(
 ) -> Tensor | None:
     """The combined keep-mask (``True`` = may attend), broadcastable to (B, H, Tq, Tk), or None.
 
-    Causal alignment is bottom-right (query ``i`` at absolute position ``Tk - Tq + i``)."""
+    Causal alignment is bottom-right (query ``i`` at absolute position ``Tk - Tq + i``).
+    ``is_causal``: True or False only."""
+    if type(is_causal) is not bool:  # the bool itself passes on one comparison
+        is_causal = check_bool("dense_keep_mask: is_causal", is_causal)
     keep = attn_mask
     if key_padding_mask is not None:
         pad_keep = ~key_padding_mask[:, None, None, :]
@@ -68,7 +72,9 @@ def dense_attention_weights(
     Half-precision inputs are computed in float32 (:func:`~.base.compute_dtype`), as torch's
     math SDPA computes them, and the output and weights rounded to the inputs' dtype once; a
     ``score`` module runs on the inputs as given (its parameters share their dtype) and its
-    scores are upcast before the softmax."""
+    scores are upcast before the softmax. ``is_causal``: True or False only."""
+    if type(is_causal) is not bool:
+        is_causal = check_bool("dense_attention_weights: is_causal", is_causal)
     acc = compute_dtype(q.dtype)
     scores = (score(q, k).to(acc) if score is not None
               else torch.matmul(q.to(acc), k.to(acc).transpose(-2, -1))
@@ -121,6 +127,8 @@ class FullBackend(AttentionBackend):
         dropout_p: float = 0.0,
         score: Score | None = None,
     ) -> Tensor:
+        if type(is_causal) is not bool:
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p, allow_bias=True)
         scale = self.scale
         if score is not None:  # a dot product after a change of q and k runs fused
@@ -168,6 +176,8 @@ class FullBackend(AttentionBackend):
         """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk), after dropout, of the same
         attention, softmax(S + bias) with S = q kᵀ · scale or ``score(q, k)``, materialised
         (:func:`dense_attention_weights`): the output is weights @ v."""
+        if type(is_causal) is not bool:
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p, allow_bias=True)
         return dense_attention_weights(
             q, k, v, scale=self.scale, key_padding_mask=key_padding_mask, attn_mask=attn_mask,
@@ -241,6 +251,8 @@ class ExplicitBackend(AttentionBackend):
         score: Score | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Output (B, H, Tq, Dv) and weights (B, H, Tq, Tk) after dropout."""
+        if type(is_causal) is not bool:
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p, allow_bias=True)
         self.check_size((q.shape[0], q.shape[1], q.shape[2], k.shape[2]), q.dtype)
         out, weights = dense_attention_weights(

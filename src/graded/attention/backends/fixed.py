@@ -27,6 +27,7 @@ from graded.attention.backends.base import (
 )
 from graded.attention.backends.blockwise import pad_to_multiple
 from graded.attention.backends.flex import FlexKernel
+from graded.checks import check_bool
 
 __all__ = ["PARTS", "SUMMARY_HEADS", "SparseFixedBackend", "fixed_pattern_attention",
            "summary_offsets"]
@@ -84,7 +85,12 @@ def fixed_pattern_attention(
     one softmax over both: time O(T·(block + T·summary/block)·D), memory
     O(T·(block + T·summary/block)) for the scores and weights. Half-precision inputs are
     computed in float32 and the output rounded once (:func:`~.base.compute_dtype`).
+    ``split_heads`` and ``is_causal`` take True or False only.
     """
+    if type(split_heads) is not bool:  # the bool itself passes on one comparison
+        split_heads = check_bool("fixed_pattern_attention: split_heads", split_heads)
+    if type(is_causal) is not bool:
+        is_causal = check_bool("fixed_pattern_attention: is_causal", is_causal)
     dtype = v.dtype
     q, k, v = (x.to(compute_dtype(dtype)) for x in (q, k, v))
     b, h, t, d = q.shape

@@ -48,6 +48,7 @@ from graded.attention.backends.base import (
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import KeepRule
+from graded.checks import check_bool
 
 if TYPE_CHECKING:  # imported where used: torch's flex_attention module loads torch._dynamo
     # (about a second at every start of a process that imports graded)
@@ -91,7 +92,9 @@ def pattern_block_mask(
     (it becomes the ``mask_mod`` too). Equal to ``create_block_mask`` on the same mask_mod:
     tiles past ``t`` count as masked, so an edge tile is never full. With ``heads`` the
     pattern differs between heads: ``keep(q_pos, k_pos, head)`` also takes broadcastable head
-    indices, and the tile lists are per head, (1, heads, ·)."""
+    indices, and the tile lists are per head, (1, heads, ·). ``causal``: True or False only."""
+    if type(causal) is not bool:  # the bool itself passes on one comparison
+        causal = check_bool("pattern_block_mask: causal", causal)
     n = -(-t // block_size)
     span = n * block_size
     k_pos = torch.arange(span, device=device)[None, :]
@@ -228,6 +231,8 @@ class FlexKernel:
         """Self-attention over the pattern, the inputs checked (self-attention only, no
         ``attn_mask``, a length the pattern serves: :meth:`check_length`): FlexAttention where
         :meth:`uses_flex` says so, the backend's :meth:`native_forward` otherwise."""
+        if type(is_causal) is not bool:
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)
@@ -263,7 +268,9 @@ class FlexKernel:
                    heads: int | None = None) -> BlockMask:
         """The pattern's BlockMask for length ``t`` (cached per length, causal, device,
         :meth:`pattern_key` and, with :attr:`per_head_keep`, the number of ``heads``, which it
-        then needs)."""
+        then needs). ``causal``: True or False only."""
+        if type(causal) is not bool:
+            causal = check_bool(f"{self.name} backend: causal", causal)
         key = (t, causal, torch.device(device), heads if self.per_head_keep else None,
                *self.pattern_key())
         mask = self._block_masks.get(key)

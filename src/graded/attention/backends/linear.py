@@ -31,7 +31,7 @@ from graded.attention.backends.base import (
     reject_attn_mask,
 )
 from graded.attention.backends.blockwise import pad_to_multiple
-from graded.checks import check_float
+from graded.checks import check_bool, check_float
 
 __all__ = ["LinearBackend", "check_dropout", "elu_feature_map", "kernel_attention",
            "kernel_decode"]
@@ -43,7 +43,10 @@ def elu_feature_map(x: Tensor) -> Tensor:
 
 
 def check_dropout(name: str, dropout_p: float, ignore_dropout: bool) -> None:
-    """Kernel attention never forms the weights, so attention dropout has nothing to act on."""
+    """Kernel attention never forms the weights, so attention dropout has nothing to act on.
+    ``ignore_dropout``: True or False only."""
+    if type(ignore_dropout) is not bool:  # the bool itself passes on one comparison
+        ignore_dropout = check_bool(f"{name} backend: ignore_dropout", ignore_dropout)
     if dropout_p > 0.0 and not ignore_dropout:
         raise ValueError(
             f"{name} backend never materialises attention weights, so attention dropout "
@@ -60,7 +63,10 @@ def kernel_attention(
 
     Causal needs Tq == Tk and is computed chunkwise (module docstring). Zero rows of ``phi_k``
     drop keys (padding). ``eps`` is a number or a per-query tensor broadcastable to
-    (B, H, Tq, 1) (features rescaled per query carry their guard rescaled alike)."""
+    (B, H, Tq, 1) (features rescaled per query carry their guard rescaled alike). ``causal``:
+    True or False only."""
+    if type(causal) is not bool:
+        causal = check_bool("kernel_attention: causal", causal)
     if not causal:
         kv = torch.matmul(phi_k.transpose(-2, -1), v)  # (B, H, F, Dv)
         z = phi_k.sum(dim=-2)  # (B, H, F)
@@ -160,6 +166,8 @@ class LinearBackend(AttentionBackend):
         is_causal: bool = False,
         dropout_p: float = 0.0,
     ) -> Tensor:
+        if type(is_causal) is not bool:
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         reject_attn_mask(self.name, attn_mask)
         check_dropout(self.name, dropout_p, self.ignore_dropout)

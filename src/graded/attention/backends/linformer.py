@@ -22,6 +22,7 @@ from graded.attention.backends.base import (
     default_scale,
     fixed_option,
 )
+from graded.checks import check_bool
 
 __all__ = ["LinformerBackend"]
 
@@ -84,6 +85,8 @@ class LinformerBackend(AttentionBackend):
         is_causal: bool = False,
         dropout_p: float = 0.0,
     ) -> Tensor:
+        if type(is_causal) is not bool:  # the bool itself passes on one comparison
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         if is_causal:
             raise ValueError(

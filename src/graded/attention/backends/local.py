@@ -22,6 +22,7 @@ from graded.attention.backends.base import (
 from graded.attention.backends.blockwise import gathered_block_attention, pad_to_multiple
 from graded.attention.backends.chunked import chunked_attention
 from graded.attention.backends.flex import FlexKernel
+from graded.checks import check_bool
 
 __all__ = ["DilatedBackend", "SlidingWindowBackend", "sliding_window_attention"]
 
@@ -42,8 +43,10 @@ def sliding_window_attention(
     ``<= window``).
 
     Blocks of size ``block >= window``: query block ``n`` needs key blocks ``n-1, n, n+1`` (causal:
-    ``n-1, n``), so the cost is O(T·3·block·D), linear in T.
+    ``n-1, n``), so the cost is O(T·3·block·D), linear in T. ``is_causal``: True or False only.
     """
+    if type(is_causal) is not bool:  # the bool itself passes on one comparison
+        is_causal = check_bool("sliding_window_attention: is_causal", is_causal)
     t = q.shape[2]
     n_blocks = -(-t // block)
     rows = torch.arange(n_blocks, device=q.device)[:, None]

@@ -34,6 +34,7 @@ from graded.attention.backends.base import (
     fixed_option,
     reject_attn_mask,
 )
+from graded.checks import check_bool
 
 __all__ = ["LSHBackend", "hash_buckets"]
 
@@ -139,6 +140,8 @@ class LSHBackend(AttentionBackend):
         is_causal: bool = False,
         dropout_p: float = 0.0,
     ) -> Tensor:
+        if type(is_causal) is not bool:  # the bool itself passes on one comparison
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         check_self_attention(self.name, q, k)
         reject_attn_mask(self.name, attn_mask)

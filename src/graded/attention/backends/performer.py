@@ -37,7 +37,7 @@ from graded.attention.backends.base import (
     reject_attn_mask,
 )
 from graded.attention.backends.linear import check_dropout, kernel_attention, kernel_decode
-from graded.checks import check_float
+from graded.checks import check_bool, check_float
 
 __all__ = ["PerformerBackend", "draw_random_features", "favor_features"]
 
@@ -54,8 +54,10 @@ def draw_random_features(
 
     ``orthogonal``: stacked blocks of ``dim`` exactly orthogonal directions (QR of a Gaussian
     matrix with the sign fix that makes Q Haar-distributed), rescaled by independent χ_dim norms
-    (Choromanski et al. 2021, §2.4). Otherwise i.i.d. Gaussian rows.
+    (Choromanski et al. 2021, §2.4). Otherwise i.i.d. Gaussian rows. ``orthogonal``: True or
+    False only.
     """
+    orthogonal = check_bool("draw_random_features: orthogonal", orthogonal)
     if num_features <= 0 or dim <= 0:
         raise ValueError(f"need positive num_features and dim, got {num_features}, {dim}")
     if not orthogonal:
@@ -299,6 +301,8 @@ class PerformerBackend(AttentionBackend):
         is_causal: bool = False,
         dropout_p: float = 0.0,
     ) -> Tensor:
+        if type(is_causal) is not bool:  # the bool itself passes on one comparison
+            is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         reject_attn_mask(self.name, attn_mask)
         check_dropout(self.name, dropout_p, self.ignore_dropout)

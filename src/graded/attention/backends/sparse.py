@@ -19,6 +19,7 @@ from graded.attention.backends.base import (
 from graded.attention.backends.blockwise import KeepRule, gathered_block_attention
 from graded.attention.backends.chunked import chunked_attention
 from graded.attention.backends.flex import FlexKernel, layout_keep_rule
+from graded.checks import check_bool
 
 __all__ = ["BigBirdBackend", "BlockSparseBackend", "check_layout", "layout_to_key_blocks"]
 
@@ -209,7 +210,9 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     def random_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
         """(n_blocks, num_random_blocks) long, -1 where fewer candidates exist; rows of global
-        query blocks are all -1. Deterministic in (n_blocks, causal, seed)."""
+        query blocks are all -1. Deterministic in (n_blocks, causal, seed). ``causal``: True
+        or False only."""
+        causal = check_bool(f"{self.name} backend: causal", causal)
         gen = torch.Generator().manual_seed(self.seed)
         half = self.window_blocks // 2
         out = torch.full((n_blocks, self.num_random_blocks), -1, dtype=torch.long)
@@ -248,7 +251,9 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
 
     def block_layout(self, n_blocks: int, causal: bool = False) -> Tensor:
         """(n_blocks, n_blocks) bool, before causality: global query blocks see every block,
-        the others their window, the global blocks and their random blocks."""
+        the others their window, the global blocks and their random blocks. ``causal``: True or
+        False only."""
+        causal = check_bool(f"{self.name} backend: causal", causal)
         g, half = self.num_global_blocks, self.window_blocks // 2
         rand = self.random_blocks(n_blocks, causal)
         rows = torch.arange(n_blocks)[:, None]
@@ -261,7 +266,10 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
         return layout
 
     def key_blocks(self, n_blocks: int, causal: bool = False) -> Tensor:
-        """Key-block lists of the non-global query blocks (window ∪ global ∪ random)."""
+        """Key-block lists of the non-global query blocks (window ∪ global ∪ random).
+        ``causal``: True or False only."""
+        if type(causal) is not bool:  # the bool itself passes on one comparison
+            causal = check_bool(f"{self.name} backend: causal", causal)
         key = (n_blocks, causal, *self.pattern_key())
         cached = self._key_block_cache.get(key)
         if cached is not None:
@@ -274,7 +282,8 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
                      heads: int | None = None) -> Tensor:
         """The (T, T) keep-set of a call of length ``t`` (its random blocks are drawn for the
         non-causal and the causal pattern apart), causality included; the heads share it
-        (``heads`` is ignored)."""
+        (``heads`` is ignored). ``is_causal``: True or False only."""
+        is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         blocks = torch.arange(t) // self.block_size
         layout = self.block_layout(-(-t // self.block_size), is_causal)
         keep = layout[blocks[:, None], blocks[None, :]]

@@ -1,9 +1,12 @@
-"""E3 (claim 1): the experiment runs in quick mode, and its random-instance differences match an
-independent NumPy computation of softmax attention ranks."""
+"""E3 (claim 1): the experiment runs in quick mode and reports the random instances and the
+trained models as two findings, each with its own replicates; its random-instance differences
+match an independent NumPy computation of softmax attention ranks, and each finding's estimate
+and interval are those of its own population alone."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,13 +14,50 @@ import torch
 
 from graded.study.core import Context
 from graded.study.experiments.e3_rank import BASES, RankExperiment, random_rank_differences
+from graded.study.statistics import mean_interval
 
 
-def test_rank_experiment_quick_gives_one_well_formed_finding(tmp_path, check_findings):
+def test_rank_experiment_reports_random_and_trained_populations_as_separate_findings(
+    tmp_path, check_findings, monkeypatch
+):
+    """Claim 1 twice: the random instances first (the summary row; replicates: the 16 quick
+    draws), then the trained models (replicates: the 2 quick seeds). Each estimate and interval
+    is recomputed from that population's values alone; pooled, the 16 draws outweighed the 2
+    seeds and one finding with 18 replicates stood for both."""
+    import graded.study.experiments.e3_rank as e3
+
+    seen: dict[str, tuple] = {}
+    real = e3.finding_from_values
+
+    def spy(**kw):
+        seen[kw["quantity"]] = (list(kw["values"]), list(kw["clusters"]))
+        return real(**kw)
+
+    monkeypatch.setattr(e3, "finding_from_values", spy)
     experiment = RankExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1))
-    check_findings(findings, experiment, tmp_path)
-    assert "scale-matched" in findings[0].quantity
+    check_findings(findings, SimpleNamespace(name=experiment.name, claims=("1", "1")),
+                   tmp_path)
+    random, trained = findings
+    assert "scale-matched" in random.quantity and "scale-matched" in trained.quantity
+    assert "random Gaussian Q, K" in random.quantity
+    assert "trained EGT language models" in trained.quantity
+    assert random.seeds == 16 and trained.seeds == 2  # quick: 16 draws, 2 models
+    assert "summary row" in random.detail and "first finding" in trained.detail
+    assert random.figures == trained.figures == ["e3_rank.png"]
+    # the random population: the quick study's draws, recomputed independently of the run
+    rows, _ = random_rank_differences(n=32, trials=16, seed=0)
+    values, clusters = seen[random.quantity]
+    assert values == rows["eff_matched"]
+    assert clusters == [f"draw {t}" for _ in BASES for t in range(16)]
+    # the trained population: its own (seed, layer) instances, two layers per seed
+    t_values, t_clusters = seen[trained.quantity]
+    assert t_clusters == ["seed 0", "seed 0", "seed 1", "seed 1"]
+    for finding, (vals, labels) in ((random, (values, clusters)),
+                                    (trained, (t_values, t_clusters))):
+        iv = mean_interval(vals, labels, seed=0)
+        assert finding.estimate == pytest.approx(float(np.mean(vals)), abs=1e-12)
+        assert (finding.low, finding.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
 
 
 def _np_effective_rank(a: np.ndarray) -> float:

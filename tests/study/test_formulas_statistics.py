@@ -669,7 +669,8 @@ def test_e1_pooled_rows_resample_seeds_with_every_task_kept(tmp_path, monkeypatc
 
 def test_e3_replicates_are_random_draws_and_trained_seeds(tmp_path, monkeypatch):
     """The bases of a random draw share its Q, K and the layers of a model share its seed: the
-    interval resamples draws and seeds, each with all its instances."""
+    random finding's interval resamples the draws, the trained finding's the seeds, each with
+    all its instances (the two populations were one pooled sample of draws and seeds)."""
     from types import SimpleNamespace
 
     import torch
@@ -706,12 +707,13 @@ def test_e3_replicates_are_random_draws_and_trained_seeds(tmp_path, monkeypatch)
     monkeypatch.setattr(e3, "train_lm", lambda *a, **k: 0.0)
     monkeypatch.setattr(e3, "save_plot", lambda *a, **k: "x.png")
     ctx = Context(out=tmp_path, quick=True, seeds=3, seeds_given=True)
-    f = e3.RankExperiment()._run(ctx)[0]
-    replicates = draw_value["values"] + list(seed_value.values())
-    assert f.seeds == len(replicates) == 16 + 3
-    assert f.estimate == pytest.approx(np.mean(replicates))
-    iv = mean_interval(replicates)
-    assert (f.low, f.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
+    random, trained = e3.RankExperiment()._run(ctx)
+    for f, replicates in ((random, draw_value["values"]), (trained, list(seed_value.values()))):
+        assert f.seeds == len(replicates)
+        assert f.estimate == pytest.approx(np.mean(replicates))
+        iv = mean_interval(replicates)
+        assert (f.low, f.high) == pytest.approx((iv.low, iv.high), abs=1e-12)
+    assert random.seeds == 16 and trained.seeds == 3
 
 
 def test_e8_replicates_are_seeds_with_both_tools(tmp_path, monkeypatch):

@@ -15,16 +15,27 @@ Instances (each a paired comparison on the same Q, K):
   captures each layer's own Q, K and grading).
 
 Estimate: the mean paired difference of the effective rank exp(H(σ/Σσ)) of the softmax attention,
-graded scale-matched − ungraded, over all instances (the numerical rank #{σ > 10⁻³σ₁} saturates
-near n for these sizes and mostly ties, so it is reported beside it rather than used). The
-instances are not all independent: the bases λ of one random draw share its Q, K, and the layers
-of one trained model share its seed, so the replicates are the draws and the seeds and the
-interval resamples them whole (:func:`graded.study.statistics.cluster_bootstrap`; the study's
-interval, :func:`graded.study.statistics.mean_interval`, is its hull with the t interval over the
-replicates, a draw's or seed's value its size-weighted mean). The claim holds if the 95%
-interval lies above 0 (verdict rule of :func:`graded.study.core.verdict`); the fraction
-of instances with graded ≥ ungraded, the unmatched comparison and the effective ranks are
-reported beside it.
+graded scale-matched − ungraded, over a population's instances (the numerical rank
+#{σ > 10⁻³σ₁} saturates near n for these sizes and mostly ties, so it is reported beside it
+rather than used). The two populations are two findings of claim 1, each with its own interval
+and verdict under the same rule: they answer different questions (any Q, K against the Q, K a
+trained model makes) and have different replicates, so pooling them would let the 50 random
+draws outweigh the 5 trained seeds and hide the trained models' own estimate. Within a
+population the instances are not all independent: the bases λ of one random draw share its
+Q, K, and the layers of one trained model share its seed, so the replicates are the draws, or
+the seeds, and the interval resamples them whole
+(:func:`graded.study.statistics.cluster_bootstrap`; the study's interval,
+:func:`graded.study.statistics.mean_interval`, is its hull with the t interval over the
+replicates, a draw's or seed's value its size-weighted mean). A population's finding holds if
+its 95% interval lies above 0 (verdict rule of :func:`graded.study.core.verdict`); the
+fraction of its instances with graded ≥ ungraded, the unmatched comparison and the effective
+ranks are reported beside it.
+
+The random-instance finding comes first and is claim 1's summary row: 001 Prop 3.5 states the
+rise for every Q, K ("always"), which random Gaussian Q, K test directly, and a statement for
+every Q, K is refuted by one population where it fails; the trained-model finding says
+whether the same holds for the Q, K that training produces, and cannot restore a claim the
+random instances refute.
 """
 
 from __future__ import annotations
@@ -47,6 +58,8 @@ from graded.study.experiments._e_common import (
 __all__ = ["RankExperiment", "random_rank_differences"]
 
 BASES = (1.5, 2.0, 4.0)
+# graded − ungraded: numerical rank scale-matched and unmatched, effective rank likewise
+_KEYS = ("matched", "raw", "eff_matched", "eff_raw")
 
 
 def _per_matrix(comparison, condition: str, kind: str) -> np.ndarray:
@@ -64,7 +77,7 @@ def random_rank_differences(*, n: int, trials: int, seed: int, d_k: int = 16,
     ``b * trials + t`` is draw ``t`` (the same Q, K for every base)."""
     study = random_rank_study(n=n, d_k=d_k, q_max=q_max, bases=(1.0, *BASES), trials=trials,
                               seed=seed)
-    rows: dict[str, list[float]] = {k: [] for k in ("matched", "raw", "eff_matched", "eff_raw")}
+    rows: dict[str, list[float]] = {k: [] for k in _KEYS}
     by_base = {}
     for lam in BASES:
         cmp = study[lam]
@@ -76,6 +89,21 @@ def random_rank_differences(*, n: int, trials: int, seed: int, d_k: int = 16,
         rows["eff_raw"] += list(_per_matrix(cmp, "graded", "effective") - u_er)
         by_base[lam] = {c: cmp.attention[c].effective_rank for c in cmp.attention}
     return rows, by_base
+
+
+def _fractions_text(rows: dict[str, list[float]]) -> str:
+    """The fraction of instances with graded ≥ ungraded and the mean difference, numerical and
+    effective rank, scale-matched and unmatched."""
+    def frac_ge(v: list[float]) -> float:
+        return float(np.mean(np.asarray(v) >= 0))
+
+    return (f"Fraction of instances with graded ≥ ungraded numerical rank: scale-matched "
+            f"{frac_ge(rows['matched']):.2f}, unmatched {frac_ge(rows['raw']):.2f}; effective "
+            f"rank: scale-matched {frac_ge(rows['eff_matched']):.2f}, unmatched "
+            f"{frac_ge(rows['eff_raw']):.2f}. Mean numerical-rank difference: scale-matched "
+            f"{np.mean(rows['matched']):+.2f}, unmatched {np.mean(rows['raw']):+.2f}; mean "
+            f"effective-rank difference: scale-matched {np.mean(rows['eff_matched']):+.2f}, "
+            f"unmatched {np.mean(rows['eff_raw']):+.2f}.")
 
 
 class RankExperiment:
@@ -95,11 +123,56 @@ class RankExperiment:
         steps = 150 if ctx.quick else 400
         n_models = seed_count(ctx, 2, 5)
         rows, by_base = random_rank_differences(n=n, trials=trials, seed=ctx.base_seed)
-        n_random = len(rows["matched"])
         # the replicate of each instance: its random draw (shared by the bases) or its seed
         # (shared by the layers); the interval resamples these whole
-        clusters = [f"draw {t}" for _ in BASES for t in range(trials)]
-        trained: dict[str, list[float]] = {k: [] for k in rows}
+        draws = [f"draw {t}" for _ in BASES for t in range(trials)]
+        trained, seeds, losses = self._trained_differences(ctx, n_models, steps)
+        fig = save_plot(ctx, "e3_rank.png", lambda ax: self._draw(ax, by_base), size=(5, 3.2))
+        rule = ("Rule: holds if the 95% interval of the population's mean paired difference "
+                "lies above 0.")
+        random_detail = (
+            f"Random instances: {len(rows['matched'])} (n={n}, d_k=16, q=linspace(0,2,16), "
+            f"λ∈{BASES}, {trials} Gaussian draws of Q, K each). {_fractions_text(rows)} "
+            "Mean effective rank of A by λ (ungraded/graded/matched): "
+            + "; ".join(f"λ={lam}: {v['ungraded']:.1f}/{v['graded']:.1f}/"
+                        f"{v['graded_matched']:.1f}" for lam, v in by_base.items())
+            + f". Replicates: the {trials} random draws, each with its {len(BASES)} bases on "
+            "the same Q, K, resampled whole; the estimate is the mean over the instances. "
+            "This is claim 1's summary row: 001 Prop 3.5 states the rise for every Q, K; "
+            "the trained models are claim 1's second finding, with their own interval. " + rule)
+        trained_detail = (
+            f"Trained instances: {len(trained['matched'])} (seed, layer) pairs of {n_models} "
+            f"EGT LMs (λ=2, warm-start grades q_k = 2k/31, {steps} steps of lag-copy, final "
+            f"loss {np.mean(losses):.3f}), each the mean over its layer's attention matrices "
+            f"(one per head and sequence; 8 lag-copy sequences of 16 tokens). "
+            f"{_fractions_text(trained)} "
+            f"Replicates: the {n_models} seeds, each with its layers, resampled whole; the "
+            "estimate is the mean over the instances. The random instances are claim 1's "
+            "first finding (its summary row). " + rule)
+        quantity = ("mean paired difference in effective rank of softmax attention, graded "
+                    "scale-matched − ungraded, {}")
+        control = "same Q, K ungraded; graded scores rescaled to the ungraded Frobenius norm"
+        return [
+            finding_from_values(
+                claim="1", experiment=self.name,
+                quantity=quantity.format("random Gaussian Q, K"), control=control,
+                values=rows["eff_matched"], predicted="positive", clusters=draws,
+                detail=random_detail, figures=[fig], seed=ctx.base_seed),
+            finding_from_values(
+                claim="1", experiment=self.name,
+                quantity=quantity.format("trained EGT language models' own Q, K"),
+                control=control, values=trained["eff_matched"], predicted="positive",
+                clusters=seeds, detail=trained_detail, figures=[fig], seed=ctx.base_seed),
+        ]
+
+    @staticmethod
+    def _trained_differences(ctx: Context, n_models: int, steps: int
+                             ) -> tuple[dict[str, list[float]], list[str], list[float]]:
+        """Per (seed, attention layer) of ``n_models`` trained EGT LMs, the graded − ungraded
+        differences of :func:`random_rank_differences`' keys (each the mean over the layer's
+        attention matrices); the seed label of each, and each model's final loss."""
+        trained: dict[str, list[float]] = {k: [] for k in _KEYS}
+        seeds: list[str] = []
         losses = []
         for i in range(n_models):
             seed = ctx.base_seed + i
@@ -117,40 +190,8 @@ class RankExperiment:
                                         ("eff_raw", "graded", "effective")):
                     base = u_nr if kind == "numerical" else u_er
                     trained[key].append(float(np.mean(_per_matrix(cmp, cond, kind) - base)))
-                clusters.append(f"seed {seed}")
-        for k in rows:
-            rows[k] += trained[k]
-
-        def frac_ge(v: list[float]) -> float:
-            return float(np.mean(np.asarray(v) >= 0))
-
-        fig = save_plot(ctx, "e3_rank.png", lambda ax: self._draw(ax, by_base), size=(5, 3.2))
-        detail = (
-            f"{n_random} random instances (n={n}, d_k=16, q=linspace(0,2,16), λ∈{BASES}, "
-            f"{trials} draws each) and {len(trained['matched'])} trained (seed, layer) instances "
-            f"({n_models} EGT LMs, λ=2, warm-start grades q_k = 2k/31, {steps} steps of "
-            f"lag-copy, final loss {np.mean(losses):.3f}). Fraction of instances with graded ≥ "
-            f"ungraded numerical rank: scale-matched {frac_ge(rows['matched']):.2f}, unmatched "
-            f"{frac_ge(rows['raw']):.2f}; effective rank: scale-matched "
-            f"{frac_ge(rows['eff_matched']):.2f}, unmatched {frac_ge(rows['eff_raw']):.2f}. "
-            f"Mean numerical-rank difference: scale-matched {np.mean(rows['matched']):+.2f}, "
-            f"unmatched {np.mean(rows['raw']):+.2f}; mean effective-rank difference, unmatched "
-            f"{np.mean(rows['eff_raw']):+.2f}; trained only, scale-matched "
-            f"{np.mean(trained['eff_matched']):+.2f}. "
-            "Mean effective rank of A by λ (ungraded/graded/matched): "
-            + "; ".join(f"λ={lam}: {v['ungraded']:.1f}/{v['graded']:.1f}/"
-                        f"{v['graded_matched']:.1f}" for lam, v in by_base.items())
-            + f". Replicates: the {trials} random draws (each with its {len(BASES)} bases on "
-            f"the same Q, K) and the {n_models} trained seeds (each with its layers); the "
-            "interval resamples them whole, the estimate is the mean over all instances. "
-            "Rule: holds if the 95% interval of the mean paired difference lies above 0.")
-        return [finding_from_values(
-            claim="1", experiment=self.name,
-            quantity="mean paired difference in effective rank of softmax attention, "
-                     "graded scale-matched − ungraded",
-            control="same Q, K ungraded; graded scores rescaled to the ungraded Frobenius norm",
-            values=rows["eff_matched"], predicted="positive", clusters=clusters,
-            detail=detail, figures=[fig], seed=ctx.base_seed)]
+                seeds.append(f"seed {seed}")
+        return trained, seeds, losses
 
     @staticmethod
     def _draw(ax, by_base: dict[float, dict[str, float]]) -> None:

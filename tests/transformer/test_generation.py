@@ -162,7 +162,7 @@ def test_generation_checks_the_prompt_once_and_trusts_its_own_tokens(options, eo
     where = [s.split(" <- ")[0] for s in reads.sites]
     checks = [w for w in where if "checks.py" in w]
     assert len(checks) == len(first.sites)  # the prompt's check, once
-    per_step = [w for w in where if "generation.py:decode" in w or "generation.py:step" in w]
+    per_step = [w for w in where if "decoding.py:decode" in w or "generation.py:step" in w]
     if "num_beams" in options:
         assert all("checks.py" in w or "_beam_search" in w for w in where)
     elif options.get("use_cache") is False:

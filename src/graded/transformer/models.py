@@ -1,46 +1,36 @@
-"""Transformer models: encoder, decoder, decoder-only LM, seq2seq, encoder classifier.
+"""Transformer models: decoder-only LM, seq2seq, encoder classifier.
 
 002 Ch. 3 (the encoder-decoder transformer), 003 §2 (the decoder-only model), 000 §4.
 Every model takes integer token ids (B, T) — or, for encoder models with
 ``config.vocab_size=None``, real features (B, T, input_dim) — and an optional
 ``key_padding_mask`` (B, T) with ``True`` marking padding, as in ``torch.nn``.
+
+The task models put an output head on the stacks of :mod:`graded.transformer.stacks` (the
+encoder and decoder, also importable from here), which check their inputs at entry
+(:mod:`graded.transformer.entry`) and embed them (:mod:`graded.transformer.embedding`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from graded.attention.graded import apply_grading
-from graded.checks import check_token_ids, checked_inputs, inputs_checked
 from graded.folding import graded_linear
-from graded.positional import (
-    TABLE_POSITIONAL,
-    ALiBi,
-    LearnedPositions,
-    SinusoidalPositions,
-    check_position_range,
-    check_positions,
-    position_start,
-)
-from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
 from graded.transformer.config import TransformerConfig
+from graded.transformer.embedding import InputEmbedding
+from graded.transformer.entry import default_positions
 from graded.transformer.graded import (
     GradingPlan,
-    TokenGrading,
     foldable_grading,
     graded_stage,
     hold_plan,
-    normalize_rows,
     per_token,
-    resolve_plan,
 )
-from graded.transformer.layers import make_norm
+from graded.transformer.stacks import TransformerDecoder, TransformerEncoder, TransformerStack
 
 __all__ = [
     "POOLINGS",
@@ -84,259 +74,6 @@ def unread_fields(model: type[nn.Module], config: TransformerConfig
     return found
 
 
-def default_positions(
-    length: int, key_padding_mask: Tensor | None, cache: KVCache | None, batch: int,
-    device: torch.device,
-) -> Tensor:
-    """Absolute positions (B, T) of new tokens: consecutive after the cached ones, skipping
-    left padding (a padded row's first real token is at position 0). After the cached tokens
-    means after their real ones: a step without a mask that follows a padded one continues
-    each row from its own count."""
-    if key_padding_mask is None:
-        if cache is not None and cache.real is not None:
-            return (cache.real + torch.arange(length, device=device)).expand(batch, length)
-        start = cache.length if cache is not None else 0
-        return torch.arange(start, start + length, device=device).expand(batch, length)
-    real = (~key_padding_mask).long()
-    pos = real.cumsum(dim=1) - 1
-    if cache is not None and cache.real is not None:
-        pos = pos + cache.real
-    return pos.clamp(min=0)
-
-
-def checked_entry(
-    config: TransformerConfig, inputs: Tensor, positions: Tensor | None,
-    key_padding_mask: Tensor | None, cache: KVCache | None, who: str,
-) -> Tensor:
-    """A model's entry check: the token ids against the vocabulary, and the positions of the
-    pass (``positions``, or :func:`default_positions`), which it returns, against
-    ``config.max_len`` where the model adds positions from a table of that many rows (against
-    0 otherwise); given positions are (B, T), or (1, T) or (T,) for every row. Consecutive
-    default positions are checked from the shapes; ids and other positions are read once each
-    (one host–device synchronisation on a GPU; none inside
-    :func:`graded.checks.checked_inputs`). The model then runs its layers inside
-    :func:`trusted_inputs`, where they read no values again."""
-    batch, length = inputs.shape[:2]
-    if config.vocab_size is not None and inputs.dtype in (torch.int64, torch.int32):
-        check_token_ids(inputs, config.vocab_size)  # other dtypes: the embedding's error
-    max_len = config.max_len if config.positional in TABLE_POSITIONAL else None
-    if positions is None and key_padding_mask is None:
-        start = cache.length if cache is not None else 0
-        if length:  # start .. start + length - 1, known from the shapes
-            high = start + length - 1
-            if max_len is not None and high >= max_len and cache is not None \
-                    and cache.real is not None:
-                # each row goes on from its own real tokens (default_positions), fewer than
-                # the cache's width where it holds padding: read their count only here
-                high = int(cache.real.max()) + length - 1
-            check_position_range(start, high, max_len, who)
-        return default_positions(length, None, cache, batch, inputs.device)
-    if positions is None:
-        positions = default_positions(length, key_padding_mask, cache, batch, inputs.device)
-    elif positions.shape not in ((batch, length), (1, length), (length,)):
-        raise ValueError(f"{who}: positions have shape {tuple(positions.shape)}; expected "
-                         f"(batch, length) = ({batch}, {length}), (1, {length}) or ({length},)")
-    check_positions(positions, max_len, who)
-    return positions
-
-
-def sequence_shape(config: TransformerConfig, inputs: Tensor) -> tuple[int, int]:
-    """(batch, length) of a model's inputs: integer token ids (B, T), or for a feature model
-    (``vocab_size=None``) floating features (B, T, input_dim), checked from the dtype and
-    shape alone (no value is read) and refused naming what was expected."""
-    if config.vocab_size is not None:
-        if inputs.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"token ids must be an integer tensor of dtype torch.int64 or "
-                            f"torch.int32 (what the embedding takes), got {inputs.dtype}")
-        if inputs.dim() != 2:
-            raise ValueError(f"token ids must have shape (batch, length), got "
-                             f"{tuple(inputs.shape)}")
-    elif inputs.dim() != 3 or inputs.shape[-1] != config.input_dim:
-        raise ValueError(f"features must have shape (batch, length, {config.input_dim}), got "
-                         f"{tuple(inputs.shape)}")
-    elif not inputs.is_floating_point():
-        raise TypeError(f"features must be a floating tensor, got {inputs.dtype}")
-    return inputs.shape[0], inputs.shape[1]
-
-
-def trusted_inputs() -> contextlib.AbstractContextManager:
-    """:func:`graded.checks.checked_inputs` in eager calls; nothing under the compiler (which
-    reads no values)."""
-    return checked_inputs(not torch.compiler.is_compiling())
-
-
-class InputEmbedding(nn.Module):
-    """Tokens (or features) to vectors, plus additive positions, then dropout.
-
-    ``sinusoidal``/``sinusoidal1``/``learned`` positions are added here; ``rope`` and ``alibi``
-    act inside attention; ``none`` adds nothing (the model is then permutation-equivariant,
-    000 Lemma 4.17). Graded stages, from the plan when the config grades them:
-    ``input_grading`` (000 Def 5.19) acts on the token embedding, or on the raw features before
-    their projection, and ``position_grading`` (000 Def 5.21) on the position vectors.
-
-    In order: token ids x' = M_{q_i} M E[t] (per-token and feature grading), x'' = x'/‖x'‖
-    (``grade_normalize``), h = ReLU(W x'' + b) with ``input_map`` W
-    (``grade_input_activation``); features x'' = M_in x normalised, h = W_in x'' + b_in, its
-    ReLU, then M_{q_i} h (``projected_grading``). Then √d (``embed_scale``), z = h + Pe'(t)
-    and z' = z/‖z‖ (000 Eq. 48, ``grade_position_normalize``), ``embed_norm``, dropout.
-
-    The input grading is not folded into the embedding (``config.fold_grading`` leaves it on
-    the activations): it costs one product per forward pass, not one per layer, and the
-    embedding's output X (ungraded for token inputs) is what :mod:`graded.analysis` perturbs
-    through a hook on ``tokens``, which a folded lookup would bypass.
-    """
-
-    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
-        super().__init__()
-        plan = resolve_plan(config, plan)
-        self.config = config
-        if config.vocab_size is not None:
-            self.tokens: nn.Module = nn.Embedding(config.vocab_size, config.d_model)
-        else:
-            self.tokens = nn.Linear(config.input_dim, config.d_model, bias=config.bias)
-        if config.positional in ("sinusoidal", "sinusoidal1"):
-            start = position_start(config.positional)
-            self.positions: nn.Module | None = SinusoidalPositions(
-                config.d_model, config.max_len, start=start
-            )
-        elif config.positional == "learned":
-            self.positions = LearnedPositions(config.d_model, config.max_len)
-        else:
-            self.positions = None
-        self.input_grading = graded_stage(plan, GradingPlan.input_stage)
-        self.projected_grading = graded_stage(plan, GradingPlan.projected_input_stage)
-        self.position_grading: nn.Module | None = (
-            plan.position_stage() if plan is not None else None
-        )
-        # 000 Def 5.19: h = ReLU(W x'' + b); token inputs get a map W of their own
-        self.input_map: nn.Module | None = None
-        self.input_activation = config.grade_input_activation is not None
-        if self.input_activation and config.vocab_size is not None:
-            self.input_map = nn.Linear(config.d_model, config.d_model, bias=config.bias)
-        self.position_normalize = config.grade_position_normalize
-        # √d_model on token embeddings (Vaswani et al. §3.4); a norm of the sum (BERT)
-        self.scale = math.sqrt(config.d_model) if config.embed_scale else 1.0
-        self.norm = (make_norm(config.norm, config.d_model, config.norm_eps)
-                     if config.embed_norm else nn.Identity())
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, inputs: Tensor, positions: Tensor,
-                token_scales: Tensor | None = None) -> Tensor:
-        """Embedded inputs (B, T, d); ``token_scales`` (B, T, d) are the per-token M_{q_i} when
-        the model grades tokens. Inputs a model checked at its entry (inside
-        :func:`graded.checks.checked_inputs`) are not checked again."""
-        if torch.compiler.is_compiling() or not inputs_checked():  # shapes only: traceable
-            sequence_shape(self.config, inputs)
-        if self.config.vocab_size is not None:
-            check_token_ids(inputs, self.config.vocab_size)
-            x = self._stage(self.input_grading, self.tokens(inputs), token_scales)
-            if self.input_map is not None:
-                x = torch.relu(self.input_map(x))
-        else:  # 000 Def 5.19: the grading acts on the raw features, before the projection
-            weight = self.tokens.weight
-            if not isinstance(self.input_grading, nn.Identity):
-                # graded in the wider of the features' and the model's dtypes, as a grading in
-                # the model's dtype promotes them (whatever the grading's own dtype)
-                inputs = inputs.to(torch.promote_types(inputs.dtype, weight.dtype))
-            graded = self.input_grading(inputs)
-            if graded.dtype != weight.dtype and not torch.is_autocast_enabled(
-                    inputs.device.type):  # the projection's error would not name the features
-                raise TypeError(f"features are {inputs.dtype}, the model's weights "
-                                f"{weight.dtype}; expected the same dtype (e.g. "
-                                f"features.to({weight.dtype}))")
-            x = self.tokens(graded)
-            if self.input_activation:
-                x = torch.relu(x)
-            x = self._stage(self.projected_grading, x, token_scales)
-        if self.scale != 1.0:
-            x = x * self.scale
-        if self.positions is not None:
-            pe = self.positions(positions, dtype=x.dtype)
-            if self.position_grading is not None:
-                pe = self.position_grading(pe, positions)
-            x = x + pe
-        if self.position_normalize:  # 000 Eq. 48: z' = z / ‖z‖
-            x = normalize_rows(x)
-        return self.dropout(self.norm(x))
-
-    @staticmethod
-    def _stage(stage: nn.Module, x: Tensor, token_scales: Tensor | None) -> Tensor:
-        return stage(x, token_scales) if per_token(stage) else stage(x)
-
-
-class TransformerStack(nn.Module):
-    """``n_layers`` blocks, graded as the plan says, and, for pre-norm, a final
-    normalisation. Block r's self-attention runs on the config's backend of layer r
-    (``attn_backend_cycle`` entry r mod its length, when set)."""
-
-    def __init__(
-        self, config: TransformerConfig, n_layers: int, *, causal: bool,
-        cross_attention: bool = False, plan: GradingPlan | None = None,
-    ) -> None:
-        super().__init__()
-        plan = resolve_plan(config, plan)
-        self.causal = causal
-        self.cross_attention = cross_attention
-        if causal:
-            self.blocks = nn.ModuleList(
-                DecoderBlock(config, cross_attention=cross_attention, plan=plan, layer=r)
-                for r in range(n_layers)
-            )
-        else:
-            self.blocks = nn.ModuleList(EncoderBlock(config, plan=plan, layer=r)
-                                        for r in range(n_layers))
-        self.alibi = ALiBi(config.n_heads) if config.positional == "alibi" else None
-        final = config.norm_first if config.final_norm is None else config.final_norm
-        self.final_norm = (
-            make_norm(config.norm, config.d_model, config.norm_eps) if final else nn.Identity()
-        )
-
-    def check_cached_step(self, need_weights: bool) -> bool:
-        """Refuse, before a cached step changes the cache, what a layer's self-attention cannot
-        do with it (:meth:`AttentionSublayer.check_cached_step`: refused in the layer's
-        forward, a step stopped after the earlier layers had cached it); return whether the
-        cache must keep the positions and padding of every cached token: unless every
-        self-attention keeps a decoding state of its own (and there is no ALiBi)."""
-        states = [block.self_attn.check_cached_step(need_weights) for block in self.blocks]
-        return self.alibi is not None or not all(states)
-
-    def forward(
-        self,
-        x: Tensor,
-        positions: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        memory: Tensor | None = None,
-        memory_key_padding_mask: Tensor | None = None,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-        token_scales: Tensor | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
-        key_positions, kpm = positions, key_padding_mask
-        if cache is not None:  # the step's last refusals, before it changes the cache
-            history = self.check_cached_step(need_weights)
-            if self.cross_attention:
-                cache.check_memory(memory, "TransformerDecoder")
-            if kpm is None:
-                kpm = torch.zeros(positions.shape, dtype=torch.bool, device=x.device)
-            key_positions, kpm = cache.extend(positions, kpm, history=history)
-        if (kpm is not None and not torch.compiler.is_compiling() and not inputs_checked()
-                and not bool(kpm.any())):
-            kpm = None  # no padding: the fused kernel's mask-free path (eager, values read)
-        bias = self.alibi(positions, key_positions) if self.alibi is not None else None
-        weights = []
-        for i, block in enumerate(self.blocks):
-            x, w = block(
-                x, positions=positions, attn_bias=bias, key_padding_mask=kpm, memory=memory,
-                memory_key_padding_mask=memory_key_padding_mask,
-                cache=None if cache is None else cache.layers[i], need_weights=need_weights,
-                token_scales=token_scales,
-            )
-            if w is not None:
-                weights.append(w)
-        return self.final_norm(x), weights
-
-
 def _init_weights(module: nn.Module, std: float) -> None:
     """GPT-style initialisation N(0, std) for linear and embedding weights, zero biases."""
     for m in module.modules():
@@ -344,143 +81,6 @@ def _init_weights(module: nn.Module, std: float) -> None:
             nn.init.normal_(m.weight, std=std)
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
-
-
-class TransformerEncoder(nn.Module):
-    """Embedding + bidirectional stack: (B, T) ids or (B, T, F) features -> (B, T, d).
-
-    Graded in every stage the config asks for: with the model's ``plan``, or, built on its
-    own from a graded config, with a plan of its own (whose gradings it then holds)."""
-
-    def __init__(self, config: TransformerConfig, *, plan: GradingPlan | None = None) -> None:
-        super().__init__()
-        owner = plan is None
-        plan = resolve_plan(config, plan)
-        self.config = config
-        self.embed = InputEmbedding(config, plan=plan)
-        self.stack = TransformerStack(config, config.n_layers, causal=False, plan=plan)
-        self.token_grading = plan.token_grading() if plan is not None else None
-        hold_plan(self, plan, register=owner)
-
-    def forward(
-        self, inputs: Tensor, key_padding_mask: Tensor | None = None, *,
-        positions: Tensor | None = None, need_weights: bool = False,
-        token_grades: Tensor | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
-        """Hidden states (B, T, d); ``token_grades`` (B, T) ≥ 0 are required when the model
-        grades tokens (``TransformerConfig.token_grading``) and refused otherwise."""
-        batch, length = sequence_shape(self.config, inputs)
-        _check_padding(key_padding_mask, batch, length)
-        scales = token_scales(self.token_grading, token_grades, batch, length)
-        positions = checked_entry(self.config, inputs, positions, key_padding_mask, None,
-                                  type(self).__name__)
-        with trusted_inputs():
-            x = self.embed(inputs, positions, scales)
-            return self.stack(x, positions, key_padding_mask=key_padding_mask,
-                              need_weights=need_weights, token_scales=scales)
-
-
-class TransformerDecoder(nn.Module):
-    """Embedding + causal stack, optionally cross-attending to an encoder memory; graded as
-    :class:`TransformerEncoder` is.
-
-    A step with a KV cache is checked whole before anything of it is cached: the cache
-    (layers, rows), the memory's shape and the positions here, then, in the stack, what each
-    layer's self-attention can do with a cache (:meth:`TransformerStack.check_cached_step`)
-    and last the memory against the one the cached cross-attention keys were projected from
-    (:meth:`KVCache.check_memory`). A refused step leaves the cache as it was, so the caller
-    may correct the call and repeat the step."""
-
-    def __init__(self, config: TransformerConfig, *, cross_attention: bool,
-                 n_layers: int | None = None, plan: GradingPlan | None = None) -> None:
-        super().__init__()
-        owner = plan is None
-        plan = resolve_plan(config, plan)
-        self.config = config
-        self.cross_attention = cross_attention
-        self.n_layers = n_layers or config.n_layers
-        self.embed = InputEmbedding(config, plan=plan)
-        self.stack = TransformerStack(config, self.n_layers, causal=True,
-                                      cross_attention=cross_attention, plan=plan)
-        self.token_grading = plan.token_grading() if plan is not None else None
-        hold_plan(self, plan, register=owner)
-
-    def forward(
-        self, input_ids: Tensor, key_padding_mask: Tensor | None = None, *,
-        memory: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
-        positions: Tensor | None = None, cache: KVCache | None = None,
-        need_weights: bool = False, token_scales: Tensor | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
-        """Hidden states (B, T, d); ``token_scales`` (B, T, d) from :meth:`scales_for` when
-        the model grades tokens; ``memory`` (B, S, d_model), or (1, S, d_model) for every
-        row, with cross-attention."""
-        who = type(self).__name__
-        batch, length = sequence_shape(self.config, input_ids)
-        _check_padding(key_padding_mask, batch, length)
-        if cache is not None:
-            cache.check(self.n_layers, batch, who)
-        if self.cross_attention:
-            _check_memory(memory, batch, self.config.d_model, who)
-        if memory is not None:  # the source padding, over the memory's keys
-            _check_padding(memory_key_padding_mask, memory.shape[0], memory.shape[1],
-                           "memory_key_padding_mask (the source padding)")
-        positions = checked_entry(self.config, input_ids, positions, key_padding_mask, cache,
-                                  who)
-        with trusted_inputs():
-            x = self.embed(input_ids, positions, token_scales)
-            return self.stack(
-                x, positions, key_padding_mask=key_padding_mask, memory=memory,
-                memory_key_padding_mask=memory_key_padding_mask, cache=cache,
-                need_weights=need_weights, token_scales=token_scales,
-            )
-
-    def scales_for(self, input_ids: Tensor, token_grades: Tensor | None) -> Tensor | None:
-        """The per-token M_{q_i} of ``token_grades`` (B, T), checked against the model."""
-        return token_scales(self.token_grading, token_grades,
-                            *sequence_shape(self.config, input_ids))
-
-
-def token_scales(grading: TokenGrading | None, token_grades: Tensor | None, batch: int,
-                 length: int) -> Tensor | None:
-    """The per-token scales (B, T, d) of a model that grades tokens; None for one that does
-    not. Missing grades on the first and grades given to the second are errors."""
-    if grading is None:
-        if token_grades is not None:
-            raise ValueError("token_grades were given, but this model does not grade tokens "
-                             "(TransformerConfig.token_grading=False)")
-        return None
-    if token_grades is None:
-        raise ValueError("this model grades tokens (TransformerConfig.token_grading=True): pass "
-                         f"token_grades of shape (batch, length) = ({batch}, {length})")
-    return grading(token_grades, batch, length)
-
-
-def _check_memory(memory: Tensor | None, batch: int, d_model: int, who: str) -> None:
-    """Refuse, naming its shape, an encoder memory that is not (B, S, d_model) with B the
-    ``batch`` of the decoder's input, or 1 (one memory for every row, as attention broadcasts
-    it). Shapes only: no value is read."""
-    if memory is None:
-        raise ValueError(f"{who}: cross-attention needs the encoder memory (B, S, d_model)")
-    if not isinstance(memory, Tensor):
-        raise TypeError(f"{who}: the encoder memory must be a tensor (B, S, d_model), got "
-                        f"{type(memory).__name__}")
-    if memory.dim() != 3 or memory.shape[0] not in (1, batch) or memory.shape[2] != d_model:
-        raise ValueError(f"{who}: the encoder memory has shape {tuple(memory.shape)}; expected "
-                         f"(batch, source length, d_model) = ({batch}, S, {d_model}), or 1 "
-                         "row for every input row")
-
-
-def _check_padding(mask: Tensor | None, batch: int, length: int,
-                   name: str = "key_padding_mask") -> None:
-    if mask is None:
-        return
-    if mask.dtype != torch.bool:
-        raise TypeError(f"{name} must be bool (True = padding), got {mask.dtype}")
-    if mask.shape != (batch, length):
-        raise ValueError(
-            f"{name} has shape {tuple(mask.shape)}; expected (batch, length) = "
-            f"({batch}, {length})"
-        )
 
 
 class _OutputHead(nn.Module):

@@ -11,6 +11,10 @@ KV cache or a grading between them.
 Mask conventions are torch's at this public boundary: a boolean ``attn_mask`` or
 ``key_padding_mask`` is ``True`` where attention is *not* allowed; a float mask is added.
 Internally masks are converted to SDPA's convention (``True`` = may attend).
+
+The projections around attention are :class:`~graded.attention.projections.HeadProjections`,
+this module's base; the checks of its arguments and the conversion of its masks are in
+:mod:`graded.attention.mha_checks`.
 """
 
 from __future__ import annotations
@@ -28,30 +32,26 @@ from graded.attention.functional import (
     safe_softmax,
     to_additive_mask,
 )
+from graded.attention.mha_checks import (
+    canonical_attn_mask,
+    canonical_padding_mask,
+    check_backend,
+    check_inputs,
+    check_kv_heads,
+    check_shared_qk,
+    check_sizes,
+    pad_masks,
+)
+from graded.attention.projections import HeadProjections
 from graded.attention.scores import ScaledDotScore, Score, make_score
-from graded.checks import check_bool, check_float
-from graded.folding import folds_rows, graded_linear
+from graded.checks import check_bool
 
 __all__ = ["MultiheadAttention"]
 
 _BUILTIN_BACKENDS = ("full", "explicit")
 
 
-def _unbind_blocks(packed: Tensor, blocks: int, heads: int) -> tuple[Tensor, ...]:
-    """The ``blocks`` projections of a packed (B, T, blocks·heads·head_dim) tensor, each
-    (B, T, heads, head_dim): views, taken with ``unbind`` so that the backward writes their
-    gradients into one (B, T, blocks, heads, head_dim) tensor in one kernel. Indexing the
-    blocks (torch's module does) costs a zero-filled tensor of the packed size per block and
-    their sums, some five passes over it more."""
-    return packed.unflatten(-1, (blocks, heads, -1)).unbind(2)
-
-
-def _check_mask_dtype(name: str, mask: Tensor) -> None:
-    if mask.dtype != torch.bool and not torch.is_floating_point(mask):
-        raise TypeError(f"{name} must be a bool or floating tensor, got dtype {mask.dtype}")
-
-
-class MultiheadAttention(nn.Module):
+class MultiheadAttention(HeadProjections):
     """Multi-head attention with the interface of :class:`torch.nn.MultiheadAttention`.
 
     Args mirror torch's (``embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn,
@@ -120,22 +120,7 @@ class MultiheadAttention(nn.Module):
                 ("batch_first", batch_first)))
         if out_bias is not None:
             out_bias = check_bool("out_bias", out_bias)  # None: as bias
-        if not isinstance(embed_dim, int) or isinstance(embed_dim, bool) or embed_dim <= 0:
-            raise ValueError(f"embed_dim must be a positive int, got {embed_dim!r}")
-        if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
-            )
-        dropout = check_float("dropout", dropout, minimum=0.0)  # no bool, NaN or string
-        if not dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        for name, dim in (("kdim", kdim), ("vdim", vdim)):
-            if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool)
-                                    or dim <= 0):
-                raise ValueError(f"{name} must be None (embed_dim) or a positive int, got "
-                                 f"{dim!r}")
+        dropout = check_sizes(embed_dim, num_heads, dropout, kdim, vdim)
         factory = {"device": device, "dtype": dtype}
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
@@ -143,14 +128,8 @@ class MultiheadAttention(nn.Module):
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
-        kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if (not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1
-                or num_heads % kv_heads):
-            raise ValueError(f"num_kv_heads must be a positive divisor of num_heads={num_heads}, "
-                             f"got {num_kv_heads!r}")
-        if kv_heads != num_heads and (not self._qkv_same_embed_dim or add_bias_kv):
-            raise ValueError("grouped-query attention (num_kv_heads < num_heads) needs "
-                             "kdim = vdim = embed_dim and add_bias_kv=False")
+        kv_heads = check_kv_heads(num_kv_heads, num_heads, self._qkv_same_embed_dim,
+                                  add_bias_kv)
         self.num_kv_heads = kv_heads
         self.kv_dim = kv_heads * self.head_dim
         self.dropout = dropout
@@ -163,27 +142,8 @@ class MultiheadAttention(nn.Module):
         self.backend_name, resolved = self._resolve_backend(backend, backend_options or {})
         self.shared_qk = bool(getattr(resolved, "shared_qk", False))
         if self.shared_qk:
-            self._check_shared_qk(add_bias_kv)
-        # rows: queries (E), keys, values (kv_dim each); no keys with shared QK
-        self._proj_rows = [embed_dim] + ([] if self.shared_qk else [self.kv_dim]) + [self.kv_dim]
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(
-                torch.empty(sum(self._proj_rows), embed_dim, **factory))
-            self.register_parameter("q_proj_weight", None)
-            self.register_parameter("k_proj_weight", None)
-            self.register_parameter("v_proj_weight", None)
-        else:
-            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
-            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
-            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
-            self.register_parameter("in_proj_weight", None)
-        if bias:
-            self.in_proj_bias = nn.Parameter(torch.empty(sum(self._proj_rows), **factory))
-        else:
-            self.register_parameter("in_proj_bias", None)
-        self.out_proj = nn.modules.linear.NonDynamicallyQuantizableLinear(
-            embed_dim, embed_dim, bias=bias if out_bias is None else out_bias, **factory
-        )
+            check_shared_qk(self, add_bias_kv)
+        self._make_projections(bias, out_bias, factory)
         if add_bias_kv:
             self.bias_k = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
             self.bias_v = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
@@ -194,29 +154,8 @@ class MultiheadAttention(nn.Module):
         if not isinstance(score, Score):  # a score built here takes the module's device, dtype
             self.score.to(**factory)
         self.backend = resolved
-        self._check_backend()
+        check_backend(self)
         self._reset_parameters()
-
-    def _check_shared_qk(self, add_bias_kv: bool) -> None:
-        """Reformer's shared-QK attention (Kitaev et al. 2020, §2): the backend takes its keys
-        from the queries (normalised), so the module has no key projection: the packed
-        ``in_proj_weight`` (and bias) holds the query rows, then the value rows."""
-        if not self._qkv_same_embed_dim or self.num_kv_heads != self.num_heads or add_bias_kv:
-            raise ValueError(
-                f"attention backend {self.backend_name!r} with shared_qk=True needs kdim = vdim "
-                f"= embed_dim, num_kv_heads = num_heads and add_bias_kv=False (its keys are "
-                f"its queries), got kdim={self.kdim}, vdim={self.vdim}, num_kv_heads="
-                f"{self.num_kv_heads}, add_bias_kv={add_bias_kv}")
-
-    def _check_backend(self) -> None:
-        """Refuse at build time what the backend cannot serve (its declared capabilities)."""
-        if self.backend is None:
-            return
-        from graded.attention.backends import check_capability
-
-        if not isinstance(self.score, ScaledDotScore):
-            check_capability(self.backend, self.backend_name, "custom_score",
-                             f" (score={type(self.score).__name__})")
 
     @staticmethod
     def _resolve_backend(
@@ -247,122 +186,6 @@ class MultiheadAttention(nn.Module):
             nn.init.xavier_normal_(self.bias_v)
 
     # ------------------------------------------------------------------ stages
-    def project(
-        self, query: Tensor, key: Tensor | None, value: Tensor | None
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """Batch-first (B, T, ·) inputs to per-head (B, H, T, head_dim) queries, keys, values,
-        each projection's rows scaled by :meth:`projection_scales` (folded into the weight).
-
-        ``key``/``value`` may be None to project the queries only (cached cross-attention).
-        """
-        e, kv = self.embed_dim, self.kv_dim
-        b = self.in_proj_bias
-        held = self.__dict__.get("_held_fold")  # the packed weight folded with other layers'
-        if (held is not None and query is key and key is value
-                and folds_rows(self.in_proj_weight, query)):
-            return self._packed_heads(F.linear(query, *held()))
-        grouped = self.num_kv_heads != self.num_heads
-        if (not self.shared_qk and self._qkv_same_embed_dim and query is key and key is value
-                and not grouped):
-            return self._packed_heads(graded_linear(query, self.in_proj_weight, b,
-                                                    out_scales=self.packed_projection_rows()))
-        if self.shared_qk:
-            return self._project_shared_qk(query, key, value)
-        s_q, s_k, s_v = self.projection_scales()
-        if self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.in_proj_weight.split([e, kv, kv])
-        else:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        b_q, b_k, b_v = (None, None, None) if b is None else b.split([e, kv, kv])
-        s_q, s_k, s_v = (None if s is None else s.reshape(-1) for s in (s_q, s_k, s_v))
-        q = self.split_heads(graded_linear(query, w_q, b_q, out_scales=s_q))
-        k = None if key is None else self.split_heads(
-            graded_linear(key, w_k, b_k, out_scales=s_k), self.num_kv_heads)
-        v = None if value is None else self.split_heads(
-            graded_linear(value, w_v, b_v, out_scales=s_v), self.num_kv_heads)
-        return q, k, v
-
-    def _packed_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(B, T, 3E) packed projections -> per-head (B, H, T, head_dim) q, k, v."""
-        q, k, v = (x.transpose(1, 2) for x in _unbind_blocks(qkv, 3, self.num_heads))
-        return q, k, v
-
-    def packs_folded_rows(self) -> bool:
-        """Whether self-attention projects through the packed ``in_proj_weight`` with a
-        grading folded into its rows (:meth:`projection_scales`): never here, see graded
-        attention."""
-        return False
-
-    def _project_shared_qk(self, query: Tensor, key: Tensor | None, value: Tensor | None
-                           ) -> tuple[Tensor, Tensor, Tensor]:
-        """Shared-QK projection: queries and values from the packed (2E, E) weight; the keys
-        passed on are the queries (the backend normalises them)."""
-        if key is not query or value is not query:
-            raise ValueError(
-                f"attention backend {self.backend_name!r} with shared_qk=True attends a "
-                "sequence to itself: query, key and value must be the same tensor")
-        qv = graded_linear(query, self.in_proj_weight, self.in_proj_bias,
-                           out_scales=self.packed_projection_rows())
-        q, v = (x.transpose(1, 2) for x in _unbind_blocks(qv, 2, self.num_heads))
-        return q, q, v
-
-    def packed_projection_rows(self) -> Tensor | None:
-        """The row scales of the packed ``in_proj_weight`` (its blocks: query, key and value;
-        query and value with ``shared_qk``) from :meth:`projection_scales`, or None when no
-        block is scaled."""
-        s_q, s_k, s_v = self.projection_scales()
-        return self._packed_row_scales((s_q, s_v) if self.shared_qk else (s_q, s_k, s_v))
-
-    def _packed_row_scales(self, scales: tuple[Tensor | None, ...]) -> Tensor | None:
-        """The row scales of the packed ``in_proj_weight`` from one (heads, head_dim) scale
-        tensor (or None: 1) per block of rows (``_proj_rows``), in one concatenation; None
-        when every block is unscaled."""
-        if all(s is None for s in scales):
-            return None
-        return self._packed_rows(scales)
-
-    def _packed_rows(self, scales: tuple[Tensor | None, ...]) -> Tensor:
-        """The rows of the packed ``in_proj_weight`` from one (…, heads, head_dim) scale tensor
-        (or None: 1) per block of rows, in one concatenation: (…, rows), leading axes (layers
-        stacked) kept. At least one block is scaled."""
-        weight = self.in_proj_weight
-        one = self._one
-        if one is None or one.dtype != weight.dtype or one.device != weight.device:
-            one = weight.new_ones(())
-            if not (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()):
-                self._one = one  # a constant, made once per dtype and device (not an
-                # inference tensor: a later pass with autograd could not save it)
-        lead = next(s.shape[:-2] for s in scales if s is not None)
-        blocks = [one.expand(*lead, n // self.head_dim, self.head_dim) if s is None
-                  else s.to(one) for s, n in zip(scales, self._proj_rows, strict=True)]
-        return torch.cat(blocks, dim=-2).flatten(-2)
-
-    _one: Tensor | None = None
-
-    def projection_scales(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        """Scales of the output rows of the query, key and value projections, shapes
-        (H, head_dim), (H_kv, head_dim), (H_kv, head_dim), or None for none: a diagonal map
-        after a projection, folded into it (:func:`graded.folding.graded_linear`). None here;
-        graded attention folds its grading in (000 Def 5.22)."""
-        return None, None, None
-
-    def split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
-        """(B, T, heads·head_dim) -> (B, heads, T, head_dim); ``heads`` defaults to H."""
-        heads = self.num_heads if heads is None else heads
-        return x.unflatten(-1, (heads, self.head_dim)).transpose(1, 2)
-
-    def expand_kv(self, x: Tensor) -> Tensor:
-        """Keys or values of the ``num_kv_heads`` groups, (B, H_kv, T, d), repeated for the
-        heads of each group: (B, H, T, d), head i using group i // (H / H_kv) (Ainslie et al.
-        2023, as LLaMA's ``repeat_kv``). The identity without grouping."""
-        if x.shape[1] == self.num_heads:
-            return x
-        return x.repeat_interleave(self.num_heads // x.shape[1], dim=1)
-
-    def merge(self, heads: Tensor) -> Tensor:
-        """(B, H, T, head_dim) -> output projection of the concatenated heads, (B, T, E)."""
-        return self.out_proj(heads.transpose(1, 2).flatten(-2))
-
     def transform_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Hook applied to per-head q, k, v just before attention; identity here.
 
@@ -500,7 +323,7 @@ class MultiheadAttention(nn.Module):
             average_attn_weights = check_bool("average_attn_weights", average_attn_weights)
         if type(is_causal) is not bool:
             is_causal = check_bool("is_causal", is_causal)
-        batched = self._check_inputs(query, key, value)
+        batched = check_inputs(self, query, key, value)
         self_attention = query is key and key is value
         if not batched:
             query, key, value = (x.unsqueeze(0) for x in (query, key, value))
@@ -518,8 +341,8 @@ class MultiheadAttention(nn.Module):
         t_k = key.shape[1]
 
         q, k, v = self.project(query, key, value)
-        mask = self._canonical_attn_mask(attn_mask, bsz, t_q, t_k)
-        kpm = self._canonical_padding_mask(key_padding_mask, bsz, t_k)
+        mask = canonical_attn_mask(attn_mask, bsz, self.num_heads, t_q, t_k)
+        kpm = canonical_padding_mask(key_padding_mask, bsz, t_k)
         if is_causal and (self.bias_k is not None or self.add_zero_attn):
             # causal over the real keys only: the appended bias / zero key is visible to every
             # query (as torch's padded causal mask); a causal mask on the extended length
@@ -529,11 +352,11 @@ class MultiheadAttention(nn.Module):
         if self.bias_k is not None:
             k = torch.cat([k, self.split_heads(self.bias_k.expand(bsz, 1, -1))], dim=2)
             v = torch.cat([v, self.split_heads(self.bias_v.expand(bsz, 1, -1))], dim=2)
-            mask, kpm = self._pad_masks(mask, kpm)
+            mask, kpm = pad_masks(mask, kpm)
         if self.add_zero_attn:
             k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], dim=2)
             v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], dim=2)
-            mask, kpm = self._pad_masks(mask, kpm)
+            mask, kpm = pad_masks(mask, kpm)
         if kpm is not None and kpm.dtype != torch.bool:
             mask = merge_masks(mask, kpm[:, None, None, :], q.dtype)
             kpm = None
@@ -554,82 +377,3 @@ class MultiheadAttention(nn.Module):
         if not batched:
             weights = weights.squeeze(0)
         return out, weights
-
-    # ------------------------------------------------------------------ validation
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> bool:
-        if query.dim() not in (2, 3):
-            raise ValueError(
-                "query must be 2-D (length, embed_dim) or 3-D "
-                f"({'batch, length' if self.batch_first else 'length, batch'}, embed_dim); "
-                f"got shape {tuple(query.shape)}"
-            )
-        if key.dim() != query.dim() or value.dim() != query.dim():
-            raise ValueError(
-                f"query, key and value must have the same number of dimensions; got shapes "
-                f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-            )
-        for name, x, dim in (("query", query, self.embed_dim), ("key", key, self.kdim),
-                             ("value", value, self.vdim)):
-            if x.shape[-1] != dim:
-                raise ValueError(
-                    f"{name} has feature size {x.shape[-1]} (shape {tuple(x.shape)}), "
-                    f"expected {dim}"
-                )
-        seq = 1 if (query.dim() == 3 and self.batch_first) else 0
-        if key.shape[seq] != value.shape[seq]:
-            raise ValueError(
-                f"key and value must have the same length; got shapes {tuple(key.shape)} and "
-                f"{tuple(value.shape)}"
-            )
-        if query.dim() == 3:
-            bdim = 0 if self.batch_first else 1
-            if not query.shape[bdim] == key.shape[bdim] == value.shape[bdim]:
-                raise ValueError(
-                    f"query, key and value batch sizes differ: {tuple(query.shape)}, "
-                    f"{tuple(key.shape)}, {tuple(value.shape)} (batch_first={self.batch_first})"
-                )
-        return query.dim() == 3
-
-    def _canonical_attn_mask(
-        self, attn_mask: Tensor | None, bsz: int, t_q: int, t_k: int
-    ) -> Tensor | None:
-        """torch's (Tq, Tk) or (B·H, Tq, Tk) mask -> keep or additive mask (B|1, H|1, Tq, Tk)."""
-        if attn_mask is None:
-            return None
-        _check_mask_dtype("attn_mask", attn_mask)
-        if attn_mask.dim() == 2 and attn_mask.shape == (t_q, t_k):
-            mask = attn_mask[None, None]
-        elif attn_mask.dim() == 3 and attn_mask.shape == (bsz * self.num_heads, t_q, t_k):
-            mask = attn_mask.view(bsz, self.num_heads, t_q, t_k)
-        else:
-            raise ValueError(
-                f"attn_mask has shape {tuple(attn_mask.shape)}; expected ({t_q}, {t_k}) or "
-                f"({bsz * self.num_heads}, {t_q}, {t_k}) (batch*num_heads, target, source)"
-            )
-        return ~mask if mask.dtype == torch.bool else mask
-
-    @staticmethod
-    def _canonical_padding_mask(kpm: Tensor | None, bsz: int, t_k: int) -> Tensor | None:
-        """torch's key_padding_mask (B, T_k): bool ``True`` = ignore, or additive float."""
-        if kpm is None:
-            return None
-        _check_mask_dtype("key_padding_mask", kpm)
-        if kpm.shape != (bsz, t_k):
-            raise ValueError(
-                f"key_padding_mask has shape {tuple(kpm.shape)}; expected (batch, source "
-                f"length) = ({bsz}, {t_k})"
-            )
-        return kpm
-
-    @staticmethod
-    def _pad_masks(
-        mask: Tensor | None, kpm: Tensor | None
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """Extend masks by one attendable key column (for bias_k/zero attention)."""
-        if mask is not None:
-            fill = True if mask.dtype == torch.bool else 0.0
-            mask = F.pad(mask, (0, 1), value=fill)
-        if kpm is not None:
-            fill = False if kpm.dtype == torch.bool else 0.0
-            kpm = F.pad(kpm, (0, 1), value=fill)
-        return mask, kpm

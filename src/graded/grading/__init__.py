@@ -29,7 +29,7 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   (which annealing calls every step) and in ``scales()`` each time it computes them (fixed
   grades: once per change of grades, base or compute dtype).
   On an accelerator ``scales()`` clamps without synchronising, so it never returns inf or NaN.
-  ``scales_at`` (the per-token grades s·q, :class:`graded.transformer.graded.TokenGrading`)
+  ``scales_at`` (the per-token grades s·q, :class:`graded.transformer.graded_stages.TokenGrading`)
   clamps the same way without the check: a clamp there does not warn.
 - *Fixed grades are computed once.* ``scales()`` of a grading with fixed grades is kept and
   returned again until the grades, the base, an option (``f``, ``floor``, ``max_log_scale``,

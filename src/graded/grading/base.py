@@ -108,7 +108,7 @@ class GradingMap(nn.Module):
     ``role`` says what the grading acts on inside a model: ``"input"`` (raw input features),
     ``"feature"`` (the d_model features, shared by the input, feed-forward and output stages)
     or ``"attention"`` (one layer's head dimension). The graded models and graded attention
-    set it (see :class:`graded.transformer.graded.GradingPlan`); a grading used on its own
+    set it (see :class:`graded.transformer.grading_plan.GradingPlan`); a grading used on its own
     keeps None.
     """
 
@@ -317,8 +317,8 @@ class GradingMap(nn.Module):
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
         """The diagonals of the grading matrices of the grades s·q, one per multiplier s:
-        (…) -> (…, dim) (per-token grading, :class:`graded.transformer.graded.TokenGrading`);
-        None gives :meth:`scales`."""
+        (…) -> (…, dim) (per-token grading,
+        :class:`graded.transformer.graded_stages.TokenGrading`); None gives :meth:`scales`."""
         raise NotImplementedError
 
     def inverse_scales(self) -> Tensor:

@@ -20,6 +20,11 @@ A recipe says how grades are optimised; the trainer calls it at four points:
   scheduled rate is the group's rate as a scheduler (or the user) last set it: without a
   scheduler, a bound that loosens again gives the rate back (the group keeps ``scheduled_lr``
   and ``capped_lr`` to tell the two apart).
+  With per-token grading (000 Remark 6.16: token i scaled by M_{s_i·q}) the bound is still
+  taken at the largest grade q_max, not at the largest s_i·q: the algorithms state it for the
+  grades, the learned parameters, and the multipliers s_i are data that change from batch to
+  batch (a bound read from them would move with the batch). Where the multipliers exceed 1,
+  λ^{s·q} is steeper in q than λ^q, and ``lr_margin`` is the knob that tightens the cap.
   For EGT it also projects learnable grades onto q ≥ 0 (000 Def 6.1), so recorded grades are
   the grades used;
 - :meth:`Recipe.loss_weights` — the graded loss the algorithms minimise (000 Def 5.37,

@@ -197,7 +197,8 @@ BOOL_OPTIONS = [  # (backend, options at construction, bool option)
 def test_a_bool_option_that_is_not_a_bool_is_refused_at_construction_and_later(
         name, options, option, value):
     """The string "false" is truthy: it was taken as True, when built or set later."""
-    message = rf"{name} backend: {option} must be a bool \(True or False\), got {value!r}"
+    message = (rf"{name} backend: {option} must be True or False, got {value!r} "
+               rf"\({type(value).__name__}\)")
     with pytest.raises(ValueError, match=message):
         get_backend(name, **options, **{option: value})
     backend = get_backend(name, **options)

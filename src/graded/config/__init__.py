@@ -1,6 +1,9 @@
 """Run configurations: YAML or TOML files validated, by a dry build, before any work starts.
 
-:mod:`graded.config.schema` holds the sections, loading, overrides and messages;
+:mod:`graded.config.sections` holds the sections and the run config they make;
+:mod:`graded.config.files` reads files and applies ``--set`` overrides;
+:mod:`graded.config.messages` lists the keys (``graded train --help``) and words the errors;
+:mod:`graded.config.schema` loads and validates a run config;
 :mod:`graded.config.compose` is the composition root that builds the task, data, model, recipe
 and trainer of a run. Everything is importable from here.
 """
@@ -17,7 +20,10 @@ from graded.config.compose import (
     morphic_config,
     transformer_config,
 )
-from graded.config.schema import (
+from graded.config.files import apply_overrides, dump_config, parse_yaml, read_config_file
+from graded.config.messages import describe_schema
+from graded.config.schema import load_config, load_run_config, validate_config
+from graded.config.sections import (
     RECIPES,
     TASK_DERIVED,
     ConfigError,
@@ -26,14 +32,6 @@ from graded.config.schema import (
     RecipeSection,
     RunConfig,
     TaskSection,
-    apply_overrides,
-    describe_schema,
-    dump_config,
-    load_config,
-    load_run_config,
-    parse_yaml,
-    read_config_file,
-    validate_config,
 )
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The attention-backend protocol and the input checks and mask algebra every backend shares.
+"""The attention-backend protocol: the base class, its capabilities and incremental decoding.
 
 A backend receives per-head tensors already projected and split (002 Algorithm 1, steps after
 the reshape): ``q`` (B, H, Tq, D), ``k`` (B, H, Tk, D), ``v`` (B, H, Tk, Dv), with the softmax
@@ -10,21 +10,42 @@ absolute position ``Tk - Tq + i``), as in :func:`graded.attention.functional.cau
 
 Convention shared by all backends: a query with no admissible key returns a zero vector (the
 fused kernel alone would return NaN there).
+
+What every backend shares beside the protocol has a module of its own, and is importable from
+here too: the checks of a call's tensors and masks (:mod:`.inputs`), the checks of the options
+and the properties that run them (:mod:`.options`), and the softmax arithmetic of the exact
+backends (:mod:`.softmax`).
 """
 
 from __future__ import annotations
 
 import inspect
-import math
-import numbers
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from graded.checks import check_bool, check_float
+from graded.attention.backends.inputs import (
+    check_inputs,
+    check_self_attention,
+    empty_output,
+    reject_attn_mask,
+)
+from graded.attention.backends.options import (
+    check_bool_option,
+    check_int_option,
+    check_kernel,
+    check_option,
+    check_scale,
+    check_seed,
+    checked_bool_option,
+    checked_int_option,
+    checked_option,
+    fixed_option,
+)
+from graded.attention.backends.softmax import compute_dtype, default_scale, softmax_rows
+from graded.checks import check_bool
 
 __all__ = [
     "FEATURES",
@@ -32,6 +53,7 @@ __all__ = [
     "Capabilities",
     "DecodeState",
     "PatternDecoding",
+    "capabilities_of",
     "check_bool_option",
     "check_inputs",
     "check_int_option",
@@ -88,78 +110,6 @@ FEATURES: dict[str, str] = {
 }
 
 
-def checked_option(option: str, check: Callable[[str, object], object], *,
-                   on_change: Callable[[AttentionBackend], None] | None = None) -> property:
-    """A backend option checked whenever it is set, in the constructor and after it: setting
-    it keeps ``check(backend name, value)``, so ``backend.scale = 0`` is refused as
-    ``scale=0`` is, naming the option and the value, and the option in force is unchanged.
-    ``on_change(backend)`` runs after a value other than the one in force (or the first) is
-    kept: for what is derived from the option. Read as a plain attribute: the check runs on
-    assignment, not on the calls. The getter is a Python function, which the compiler traces
-    (inside ``torch.compile`` and FlexAttention's ``mask_mod``), where it cannot trace
-    ``operator.attrgetter``."""
-    slot = f"_{option}"
-
-    def get(self: AttentionBackend) -> object:
-        try:
-            return self.__dict__[slot]
-        except KeyError:  # never set (a backend without the option): no such attribute
-            raise AttributeError(option) from None
-
-    def set_(self: AttentionBackend, value: object) -> None:
-        value = check(self.name, value)
-        changed = on_change is not None and (slot not in self.__dict__
-                                             or self.__dict__[slot] != value)
-        self.__dict__[slot] = value
-        if changed:
-            on_change(self)
-
-    return property(get, set_, doc=f"The ``{option}`` option (checked when set"
-                                   f"{'; a change acts at once' if on_change else ''}).")
-
-
-def checked_int_option(option: str, minimum: int | None = 1, *, odd: bool = False,
-                       optional: bool = False) -> property:
-    """An integer option (:func:`check_int_option`; ``odd``: odd values only) checked whenever
-    it is set, as :func:`checked_option`."""
-
-    def check(name: str, value: object) -> int | None:
-        value = check_int_option(name, option, value, minimum=minimum, optional=optional)
-        if odd and value is not None and value % 2 == 0:
-            raise ValueError(f"{name} backend: {option} must be odd, got {value}")
-        return value
-
-    return checked_option(option, check)
-
-
-def checked_bool_option(option: str) -> property:
-    """A bool option (:func:`check_bool_option`) checked whenever it is set, as
-    :func:`checked_option`."""
-    return checked_option(option, lambda name, value: check_bool_option(name, option, value))
-
-
-def fixed_option(option: str, check: Callable[[str, object], object], why: str) -> property:
-    """A backend option fixed at construction: the constructor sets it once, checked by
-    ``check(backend name, value)``; set again, a value is checked as the constructor checks it,
-    and one other than the option in force is refused with an ``AttributeError`` naming the
-    option, the value and ``why`` (what was built from it), never taken without effect. The
-    value in force may be set again (nothing changes)."""
-    slot = f"_{option}"
-    getter = checked_option(option, check).fget
-
-    def set_(self: AttentionBackend, value: object) -> None:
-        value = check(self.name, value)
-        if slot in self.__dict__ and value != self.__dict__[slot]:
-            raise AttributeError(
-                f"{self.name} backend: {option} is fixed at construction ({why}), so it cannot "
-                f"be set to {value!r} (it is {self.__dict__[slot]!r}); build a new backend "
-                f"with {option}={value!r}"
-            )
-        self.__dict__[slot] = value
-
-    return property(getter, set_, doc=f"The ``{option}`` option (fixed at construction).")
-
-
 class AttentionBackend(nn.Module):
     """Base class of attention backends: ``forward(q, k, v, *, key_padding_mask, attn_mask,
     is_causal, dropout_p) -> (B, H, Tq, Dv)``. Subclasses set ``name`` and ``capabilities``
@@ -185,7 +135,7 @@ class AttentionBackend(nn.Module):
     name: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
     # the softmax temperature of the backends that take one (None: 1/√D), checked when set
-    scale = checked_option("scale", lambda name, value: check_scale(name, value))  # (below)
+    scale = checked_option("scale", check_scale)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle (``torch.load`` of a whole module, ``copy.deepcopy``, a worker process),
@@ -368,185 +318,3 @@ def capabilities_of(backend: object) -> Capabilities:
         return backend
     caps = getattr(backend, "capabilities", None)
     return caps if isinstance(caps, Capabilities) else UNDECLARED
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype the exact backends compute scores, softmax and weighted sum in: float32 for
-    half-precision inputs (float16, bfloat16), the inputs' own dtype otherwise. Torch's math
-    SDPA (``_scaled_dot_product_attention_math``) does the same, upcasting half-precision
-    q, k and v to float32 and rounding the output once; its fused kernels accumulate in float32
-    too. Scores, an exponential and a sum formed in bfloat16 have about twice their error."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def default_scale(scale: float | None, head_dim: int) -> float:
-    """The softmax temperature: ``scale`` when given, else 1/√D (002 Eq. 2.15)."""
-    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-
-
-def check_scale(name: str, scale: object) -> float | None:
-    """A backend's ``scale`` option: None (1/√D) or a positive finite number, the softmax
-    temperature (:func:`graded.checks.check_float`). A zero or negative temperature is
-    refused: the fused kernel turns the masked scores (-inf) into NaN with it, and FAVOR+ takes
-    its square root."""
-    if scale is None:
-        return None
-    return check_float(f"{name} backend: scale (None for 1/√head_dim)", scale, minimum=0,
-                       strict_min=True)
-
-
-def check_int_option(name: str, option: str, value: object, *, minimum: int | None = 1,
-                     optional: bool = False) -> int | None:
-    """Backend ``name``'s integer option ``option``: an int of at least ``minimum`` (any int
-    for None; None too when ``optional``). A bool is refused: ``True`` would silently be a size
-    of 1; so is a float, which would be truncated."""
-    if value is None and optional:
-        return None
-    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-            or (minimum is not None and value < minimum)):
-        expected = ("an int" if minimum is None else "a positive int" if minimum == 1
-                    else f"an int >= {minimum}")
-        raise ValueError(f"{name} backend: {option} must be {expected}"
-                         f"{' or None' if optional else ''}, got {value!r}")
-    return int(value)
-
-
-def check_bool_option(name: str, option: str, value: object) -> bool:
-    """Backend ``name``'s bool option ``option``: ``True`` or ``False`` only. Anything else
-    is refused, the value named: the string ``"false"`` is truthy, and 0 or 1 may be a count
-    given to the wrong option."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} backend: {option} must be a bool (True or False), got "
-                         f"{value!r}")
-    return value
-
-
-def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:
-    """A backend's ``seed`` option: an int (None too when ``optional``). A float would be
-    truncated by the generator (1.5 would draw what 1 draws), so it is refused."""
-    return check_int_option(name, "seed", seed, minimum=None, optional=optional)
-
-
-def check_inputs(
-    name: str,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    key_padding_mask: Tensor | None,
-    attn_mask: Tensor | None,
-    dropout_p: float,
-    *,
-    allow_bias: bool = False,
-) -> None:
-    """Validate shapes, dtypes and masks of a backend call; messages name the backend and value.
-
-    ``allow_bias``: the backend serves an additive float ``attn_mask`` (capability
-    ``attn_bias``), which is then checked for its shape only; otherwise a mask must be a bool
-    keep-mask."""
-    for label, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} backend: {label} must be a Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} backend: {label} must have shape (batch, heads, length, dim), "
-                f"got {tuple(t.shape)}"
-            )
-        if not torch.is_floating_point(t):
-            raise TypeError(f"{name} backend: {label} must be floating point, got {t.dtype}")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(
-            f"{name} backend: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
-            f"{v.dtype}"
-        )
-    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"{name} backend: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} must "
-            "agree in batch and heads, and k and v in length"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"{name} backend: q and k head dims differ ({q.shape[-1]} vs {k.shape[-1]})"
-        )
-    if key_padding_mask is not None:
-        expected = (q.shape[0], k.shape[2])
-        if key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != expected:
-            raise ValueError(
-                f"{name} backend: key_padding_mask must be a bool tensor of shape {expected} "
-                f"(True = padding), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
-            )
-    if attn_mask is not None:
-        if attn_mask.dtype != torch.bool and not (allow_bias and attn_mask.is_floating_point()):
-            raise ValueError(
-                f"{name} backend: attn_mask must be a bool keep-mask (True = may attend)"
-                f"{' or a float additive bias' if allow_bias else ''}, got dtype "
-                f"{attn_mask.dtype}"
-            )
-        try:
-            full_shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-            torch.broadcast_shapes(attn_mask.shape, full_shape)
-        except RuntimeError as err:
-            raise ValueError(
-                f"{name} backend: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast "
-                f"to (B, H, Tq, Tk) = {(q.shape[0], q.shape[1], q.shape[2], k.shape[2])}"
-            ) from err
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{name} backend: dropout_p must be in [0, 1), got {dropout_p}")
-
-
-def empty_output(q: Tensor, k: Tensor, v: Tensor) -> Tensor | None:
-    """The output (B, H, Tq, Dv) of a call with nothing to attend, or None: zeros for an empty
-    batch, no query, or no key (a query with no admissible key returns zeros). The blocked
-    and kernel computations reshape by the length and cannot run on zero elements. The zeros
-    are (Q Kᵀ) V over the empty dimension, so that q, k and v (and the parameters before them)
-    get zero gradients, not none."""
-    if q.shape[0] and q.shape[2] and k.shape[2]:
-        return None
-    return torch.matmul(torch.matmul(q, k.transpose(-2, -1)).to(v.dtype), v)
-
-
-def check_option(name: str, option: str, value: object, choices: tuple[str, ...]) -> str:
-    """Backend ``name``'s string option ``option``, refused unless it is one of ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(
-            f"{name} backend: {option} must be one of {', '.join(map(repr, choices))}, got "
-            f"{value!r}"
-        )
-    return value
-
-
-def check_kernel(name: str, kernel: object, choices: tuple[str, ...]) -> str:
-    """A backend's ``kernel`` option, refused unless it is one of ``choices``."""
-    return check_option(name, "kernel", kernel, choices)
-
-
-def check_self_attention(name: str, q: Tensor, k: Tensor) -> None:
-    """Positional patterns (windows, strides, buckets) need queries and keys on one axis."""
-    if q.shape[2] != k.shape[2]:
-        raise ValueError(
-            f"{name} backend needs self-attention lengths (Tq == Tk), got Tq={q.shape[2]}, "
-            f"Tk={k.shape[2]}"
-        )
-
-
-def reject_attn_mask(name: str, attn_mask: Tensor | None) -> None:
-    """Backends whose cost depends on never forming (Tq, Tk) cannot honour a general mask."""
-    if attn_mask is not None:
-        raise ValueError(
-            f"{name} backend cannot honour a general attn_mask (it never forms the Tq×Tk score "
-            "matrix); pass key_padding_mask / is_causal, or use the 'chunked' or 'full' backend"
-        )
-
-
-def softmax_rows(scores: Tensor, keep: Tensor | None) -> Tensor:
-    """Row softmax over the last axis with a keep-mask; rows with no kept entry become zeros.
-
-    Subtracts the row maximum (002 Eq. 2.29)."""
-    if scores.shape[-1] == 0:  # no key at all: empty rows (the maximum has nothing to reduce)
-        return scores
-    if keep is not None:
-        scores = scores.masked_fill(~keep, float("-inf"))
-    row_max = scores.amax(dim=-1, keepdim=True)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    p = torch.exp(scores - row_max)
-    denom = p.sum(dim=-1, keepdim=True)
-    return p / torch.where(denom > 0, denom, torch.ones_like(denom))

@@ -1,0 +1,151 @@
+"""Config files: YAML and TOML read into a mapping, ``--set`` overrides applied to it, and
+the YAML a run folder keeps.
+
+YAML is read with YAML 1.1 safe loading, except that ``1e-3`` is a float and a key given twice
+in a mapping is an error; override values are parsed with the same scalar rules (``true`` is a
+bool, ``null`` None). A file or override that does not parse is a
+:class:`~graded.config.sections.ConfigError` saying what and where.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import tomllib
+import yaml
+
+from graded.config.sections import ConfigError, RunConfig
+
+__all__ = ["SHORTHANDS", "apply_overrides", "dump_config", "parse_yaml", "read_config_file"]
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 safe loading, except that ``1e-3`` is a float (YAML 1.1 needs ``1.0e-3``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    """A mapping whose keys are all different: YAML loaders keep the last of two equal keys, so
+    a second ``train:`` section would silently replace the first, keys and all."""
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor`: keys given beside it override the merged ones, by design
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool):
+            continue  # an unhashable key fails in construct_mapping, as in plain YAML
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} is given twice (the second would silently "
+                "replace the first)", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                        _mapping_without_duplicates)
+
+
+def parse_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with ``1e-3``-style floats, refusing a key given twice in a mapping."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no objects
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The raw mapping of a ``.yaml``/``.yml`` or ``.toml`` file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            data = parse_yaml(text)
+        elif path.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"config file {path}: expected a .yaml, .yml or .toml file")
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} does not parse: {_parse_error(exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top, got {data!r}")
+    return data
+
+
+def _parse_error(exc: Exception) -> str:
+    """A YAML or TOML parse error in one line: the problem and where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    return f"{context + ': ' if context else ''}{problem} ({where})"
+
+
+# Sections a config may give as a bare string, and the key that string stands for.
+SHORTHANDS = {"recipe": "name"}
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b=value`` overrides (YAML scalar rules) to a copy of ``data``; a section in
+    its shorthand (``recipe: auto``) is expanded (``{name: auto}``) to set a key inside it,
+    and a section that is off (``early_stopping: null``, as every ``config.yaml`` without it
+    reads, or ``false``, as TOML writes it) is started empty to set a key inside it. An item
+    of a list is named by its index (``model.morphic.layers.1.router.rank=4``)."""
+    data = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
+        try:
+            value = parse_yaml(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: value does not parse: {_parse_error(exc)}"
+                              ) from None
+        node: Any = data
+        parts = key.strip().split(".")
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(node, list):
+                nxt = node[_list_index(item, parts[:i], part, node)]
+            else:
+                nxt = node.setdefault(part, {})
+                if nxt is None or nxt is False:  # a section that is off (null, or false)
+                    nxt = node[part] = {}
+                if node is data and part in SHORTHANDS and isinstance(nxt, str):
+                    nxt = node[part] = {SHORTHANDS[part]: nxt}
+            if not isinstance(nxt, dict | list):
+                where = ".".join(parts[: i + 1])
+                raise ConfigError(f"--set {item!r}: {where} is {nxt!r}, not a section")
+            node = nxt
+        if isinstance(node, list):
+            node[_list_index(item, parts[:-1], parts[-1], node)] = value
+        else:
+            node[parts[-1]] = value
+    return data
+
+
+def _list_index(item: str, where: list[str], part: str, items: list[Any]) -> int:
+    """The index ``part`` names in the list ``items`` (at the dotted key ``where``)."""
+    if not part.isdigit() or int(part) >= len(items):
+        expected = f"an index 0 to {len(items) - 1}" if items else "no index: it is empty"
+        raise ConfigError(f"--set {item!r}: {'.'.join(where)} is a list of {len(items)} "
+                          f"item(s); expected {expected}, got {part!r}")
+    return int(part)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    """The config as YAML (written to every run folder; ``--resume`` reads it back)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import BeforeValidator, Field, model_validator
 
 from graded._schema import (
@@ -65,6 +66,24 @@ def _finite(v: Any) -> bool:
 
 PositiveInt = Annotated[int, positive_int()]
 OptionalPositiveInt = Annotated[int | None, positive_int(optional=True)]
+
+
+def _python_values(value: Any) -> Any:
+    """``value`` with every NumPy scalar in it (through dicts, lists and tuples) as the Python
+    number or bool it holds: a backend accepts ``np.False_`` or ``np.int64(8)`` as its option,
+    and the config keeps the options to save them as JSON or YAML, which take Python values
+    only (a NumPy scalar kept as given made ``to_json`` fail)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: _python_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_python_values(v) for v in value]
+    return value
+
+
+#: A backend's options (name -> value), NumPy scalars read as Python values.
+BackendOptions = Annotated[dict[str, Any], BeforeValidator(_python_values)]
 
 
 class TransformerConfig(ConfigModel):
@@ -167,10 +186,11 @@ class TransformerConfig(ConfigModel):
     logit_bias: bool = False
     tie_embeddings: bool = True
     attn_backend: Annotated[str, choice(available_backends)] = "full"
-    attn_backend_options: dict[str, Any] = Field(default_factory=dict)
-    attn_backend_cycle: list[dict[str, Any]] = Field(default_factory=list)
+    attn_backend_options: BackendOptions = Field(default_factory=dict)
+    attn_backend_cycle: Annotated[list[dict[str, Any]], BeforeValidator(_python_values)] = Field(
+        default_factory=list)
     cross_attn_backend: Annotated[str, choice(available_backends)] = "full"
-    cross_attn_backend_options: dict[str, Any] = Field(default_factory=dict)
+    cross_attn_backend_options: BackendOptions = Field(default_factory=dict)
     attn_score: Annotated[Literal[SCORES], choice(SCORES)] = "scaled_dot"
     # a token id: ints only (pydantic would take True as 1, "3" as 3); its range is checked below
     pad_id: Annotated[int | None, satisfies(is_int, "a token id (an int)", optional=True)] = None

@@ -139,8 +139,9 @@ def run_cli(args: argparse.Namespace) -> int:
     if best is None:  # stopped before the first round finished
         print(f"{config.mode} {config.problem} n={config.n}: no valid object yet{known}")
     else:
+        rounds = f"{result.rounds_done} round{'' if result.rounds_done == 1 else 's'}"
         print(f"{config.mode} {config.problem} n={config.n}: best score {result.best_score:g}"
-              f"{known} after {result.rounds_done} rounds; {result.problem.describe(best)}")
+              f"{known} after {rounds}; {result.problem.describe(best)}")
     print(f"run folder: {out} (metrics.csv, metrics.png, state.json)")
     if result.interrupted:
         print("interrupted: rerun the same command to resume")

@@ -219,14 +219,26 @@ _NO_KERNEL = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_st
 PRODUCTS = {"addmm", "mm", "bmm", "linear", "matmul"}
 
 
+def _has_tensors(func, args) -> bool:
+    """Whether an operator takes or returns a tensor: one that does neither
+    (``torch.promote_types``, ``torch.can_cast``, dispatched like any operator) has no data on
+    a device to launch a kernel on."""
+    if any(isinstance(a, torch.Tensor) or (isinstance(a, (list, tuple))
+                                           and any(isinstance(t, torch.Tensor) for t in a))
+           for a in args):
+        return True
+    return any("Tensor" in str(r.type) for r in func._schema.returns)
+
+
 def kernels_of(func, args) -> int:
-    """The CUDA kernels one dispatched operator launches, as counted here: none for a view or
-    an allocation; one for an operator; for a foreach operator one (torch's fused route, one
-    multi-tensor kernel per few dozen tensors) when its tensor lists agree pairwise in shape,
-    strides and dtype on one dtype and device, else one per tensor (the route that loops over
-    the pairs: a weight times its row scales' column, bf16 gradients times float32 scales)."""
+    """The CUDA kernels one dispatched operator launches, as counted here: none for a view,
+    an allocation or an operator on no tensor (a dtype's promotion); one for an operator; for
+    a foreach operator one (torch's fused route, one multi-tensor kernel per few dozen tensors)
+    when its tensor lists agree pairwise in shape, strides and dtype on one dtype and device,
+    else one per tensor (the route that loops over the pairs: a weight times its row scales'
+    column, bf16 gradients times float32 scales)."""
     name = func.overloadpacket.__name__
-    if func.is_view or name in _NO_KERNEL:
+    if func.is_view or name in _NO_KERNEL or not _has_tensors(func, args):
         return 0
     if not name.startswith("_foreach_"):
         return 1

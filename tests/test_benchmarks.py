@@ -222,8 +222,10 @@ def test_kernels_are_counted_as_a_gpu_would_launch_them():
         a @ b  # the first product: 1
         x.add(1)  # 1
         one.item()  # a value read: none
-    assert (count.count, count.lead_in, count.tail) == (1 + 2 + 1 + 1, 1 + 2, 1)
-    assert count.operators == 8  # every dispatch, launching or not
+        torch.promote_types(torch.bfloat16, torch.float32)  # no tensor: none
+        torch.arange(3)  # no tensor in, one out: 1
+    assert (count.count, count.lead_in, count.tail) == (1 + 2 + 1 + 1 + 1, 1 + 2, 2)
+    assert count.operators == 10  # every dispatch, launching or not
     with timing.KernelCount() as count:
         x.add(1)  # 1
         a @ b  # 1

@@ -268,6 +268,27 @@ def test_a_classifier_answers_a_prompt_that_fills_its_max_len(classifier_run, ca
                       "probabilities": [round(float(p), 4) for p in probs]}
 
 
+@pytest.mark.parametrize("flags", [["--top-k", "2", "--sample"], ["--num-beams", "3"],
+                                   ["--repetition-penalty", "2"], ["--max-new-tokens", "4"],
+                                   ["--seed", "1", "--sample"], ["--min-new-tokens", "1"]])
+def test_decoding_options_given_to_a_classifier_are_refused_naming_them(classifier_run, capsys,
+                                                                        flags):
+    """A classifier answers from the prompt alone: a decoding option would change nothing,
+    so it is refused (it used to print the class as if it had been used)."""
+    capsys.readouterr()
+    assert main(["generate", str(classifier_run), "--prompt", "( )", *flags]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("graded: error: --")
+    assert line.endswith("is classification, answered from the prompt alone with no token "
+                         "generated, so decoding options are not used; leave them out")
+    named = line.removeprefix("graded: error: ").split(": task ")[0].split(", ")
+    expected = {"--top-k": "--top-k 2", "--sample": "--sample", "--num-beams": "--num-beams 3",
+                "--repetition-penalty": "--repetition-penalty 2.0",
+                "--max-new-tokens": "--max-new-tokens 4", "--seed": "--seed 1",
+                "--min-new-tokens": "--min-new-tokens 1"}
+    assert sorted(named) == sorted(expected[f] for f in flags if f.startswith("--"))
+
+
 def test_a_classifier_prompt_longer_than_max_len_is_refused_naming_the_numbers(classifier_run,
                                                                               capsys):
     max_len = _max_len(classifier_run)

@@ -46,6 +46,23 @@ def _new_token_budget(model: Any, kind: Any, prompt_len: int, requested: int | N
     return requested
 
 
+#: The decoding options of ``graded generate`` and the value each has when not given.
+_DECODING_DEFAULTS = {"max_new_tokens": None, "sample": False, "temperature": 1.0,
+                      "top_k": None, "top_p": None, "num_beams": 1, "repetition_penalty": 1.0,
+                      "no_repeat_ngram_size": 0, "min_new_tokens": 0, "seed": None}
+
+
+def _decoding_flags(args: argparse.Namespace) -> list[str]:
+    """The decoding options given away from their defaults, as flags (``--top-k 2``)."""
+    given = []
+    for name, default in _DECODING_DEFAULTS.items():
+        value = getattr(args, name)
+        if value != default:
+            flag = "--" + name.replace("_", "-")
+            given.append(flag if value is True else f"{flag} {value}")
+    return given
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
@@ -69,6 +86,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _fail(f"--prompt {args.prompt!r}: {task.vocab.pad!r} is the padding token, which "
                      "the model never reads as input; give the prompt without it")
     kind = as_kind(task.kind, model)
+    if not kind.generates_tokens:
+        decoding = _decoding_flags(args)
+        if decoding:
+            return _fail(f"{', '.join(decoding)}: task {task.name} is {task.kind}, answered from "
+                         "the prompt alone with no token generated, so decoding options are "
+                         "not used; leave them out")
     unused = [flag for flag, given in (("--temperature", args.temperature != 1.0),
                                        ("--top-k", args.top_k is not None),
                                        ("--top-p", args.top_p is not None),

@@ -12,6 +12,9 @@ import warnings
 from typing import Any
 
 EXIT_INTERRUPTED = 130
+#: The status of a command whose reader closed its output (``graded bench | head``): a shell's
+#: 128 + SIGPIPE.
+EXIT_BROKEN_PIPE = 141
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -21,8 +24,9 @@ def _fail(message: str, code: int = 2) -> int:
 
 def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") -> int:
     """``handler(args)`` as the command line runs it: warnings in one line, Ctrl-C reported as
-    aborted, a user's error (:func:`_user_errors`) in one line ``<prog>: error: ...`` with exit
-    status 2 (GRADED_TRACEBACK=1 shows the tracebacks instead)."""
+    aborted, an output whose reader went away (``| head``) ended quietly with status 141, a
+    user's error (:func:`_user_errors`) in one line ``<prog>: error: ...`` with exit status 2
+    (GRADED_TRACEBACK=1 shows the tracebacks instead)."""
     shown_as = warnings.formatwarning
     if not os.environ.get("GRADED_TRACEBACK"):
         warnings.formatwarning = _one_line_warning
@@ -31,6 +35,9 @@ def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") ->
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except _user_errors() as exc:
         if os.environ.get("GRADED_TRACEBACK"):
             raise
@@ -38,6 +45,19 @@ def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") ->
         return 2
     finally:
         warnings.formatwarning = shown_as
+
+
+def _quiet_stdout() -> None:
+    """After the reader of the output went away (``| head``): send what is left of it to the
+    null device, so that the interpreter's last flush at exit does not fail again; the
+    command stops without an error, as a pipe's writer does."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a capture, a closed stream)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,

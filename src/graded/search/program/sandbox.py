@@ -28,6 +28,11 @@ network (with namespaces), runaway CPU, memory, output, files and processes. Not
 file system (the child runs as the same user and can read what that user can read, and write
 outside its directory up to the file-size limit), shared kernel resources, and timing side
 channels. For untrusted proposers on a shared machine, run the search inside a container or VM.
+
+Its parts live beside it: :mod:`graded.search.program.sandbox_limits` (the limits, environment
+and namespaces), :mod:`graded.search.program.sandbox_runner` (the program the child runs) and
+:mod:`graded.search.program.sandbox_result` (the named failures and the reading back of the
+child's result). Their names are importable from here as well.
 """
 
 from __future__ import annotations
@@ -44,10 +49,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from graded.search.program.sandbox_limits import (
+    CHILD_ENV,
+    Isolation,
+    Limits,
+    _user_processes,
+    detect_isolation,
+)
+from graded.search.program.sandbox_result import (
+    FAILURES,
+    Outcome,
+    _head,
+    _malformed_result,
+    _non_finite,
+    _NonFinite,
+)
+from graded.search.program.sandbox_runner import RUNNER as _RUNNER
 
 __all__ = [
     "FAILURES",
@@ -57,289 +76,6 @@ __all__ = [
     "Sandbox",
     "detect_isolation",
 ]
-
-#: The whole environment of a child: one thread for OpenBLAS, OpenMP and MKL. Without it
-#: numpy's OpenBLAS starts a thread per core, each reserving some 40 MB of address space, so on
-#: a machine of some 24 cores importing numpy alone could reach a 1 GB ``memory_mb`` limit, and
-#: the threads' CPU time would count against ``cpu_s`` several times over.
-CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-#: Named failure reasons of one evaluation.
-FAILURES: dict[str, str] = {
-    "syntax": "the program does not parse",
-    "redefinition": "the program redefines or alters a function or class of the fixed code",
-    "crash": "the program raised an exception or exited abnormally",
-    "timeout": "the wall-clock or CPU-time limit was reached",
-    "memory": "the address-space limit was reached",
-    "output": "the artefact was too large to send back",
-    "non_finite": "an artefact or score is NaN or infinite",
-    "wrong_type": "an artefact is not JSON-serialisable or a score has the wrong type",
-    "invalid": "the verifier rejected the artefact",
-}
-
-_RUNNER = r'''
-import json, math, sys, traceback
-
-def _finite(x):
-    if isinstance(x, float):
-        return math.isfinite(x)
-    if isinstance(x, (list, tuple)):
-        return all(_finite(v) for v in x)
-    if isinstance(x, dict):
-        return all(_finite(v) for v in x.values())
-    return True
-
-def _write(payload):
-    with open("result.json", "w") as f:
-        json.dump(payload, f, allow_nan=False)
-
-import os
-
-def _fixed_guard(fixed, namespace, code):
-    # Trusted: set up before the candidate runs. `fixed`: {file: [[name, kind, line,
-    # has_defaults]]} ("" or "main.py": the candidate's own namespace, compiled as `code`).
-    # Returns check(ran) -> None or why a fixed function or class is not the fixed code's.
-    import builtins, types
-    FunctionType, CodeType = types.FunctionType, types.CodeType  # as they are before it runs
-    modules = {}
-    for file in fixed:
-        if file in ("", "main.py"):
-            modules[file] = (lambda: namespace), code.co_consts, True
-        else:
-            with open(file) as f:
-                consts = compile(f.read(), file, "exec").co_consts
-            modules[file] = (lambda m=file[:-3]: getattr(sys.modules.get(m), "__dict__", None),
-                             consts, False)
-    expected, classes = {}, {}
-    for file, entries in fixed.items():
-        for name, kind, line, _ in entries:
-            expected[file, name] = next(
-                (c for c in modules[file][1] if isinstance(c, CodeType)
-                 and c.co_name == name and c.co_firstlineno == line), None) if line else None
-            if kind == "class" and expected[file, name] is not None:
-                classes[file, name] = []
-    if classes:  # every class built from a fixed class body, to tell the fixed class apart
-        original = builtins.__build_class__
-        def build_class(func, name, *bases, **kw):
-            made = original(func, name, *bases, **kw)
-            for key in classes:
-                if getattr(func, "__code__", None) == expected[key]:
-                    classes[key].append(made)
-            return made
-        builtins.__build_class__ = build_class
-    missing, seen = object(), {}
-
-    def state(obj):  # what must not change during the run
-        if type(obj) is not FunctionType:
-            return (obj,)  # a class, or what a decorator made of a fixed function
-        kw = obj.__kwdefaults__
-        return (obj, obj.__code__, obj.__defaults__, kw, obj.__globals__,
-                *(tuple(kw.items()) if type(kw) is dict else ()))
-
-    def defined(file, name, kind, line, has_defaults, obj, where):
-        if obj is missing:
-            return False
-        if not line:
-            return True  # decorated or bound twice: found now, checked from now on
-        ref = expected[file, name]
-        if kind == "class":
-            return len(classes[file, name]) == 1 and classes[file, name][0] is obj
-        if ref is None or type(obj) is not FunctionType:
-            return False
-        same = obj.__code__ is ref or (not modules[file][2] and obj.__code__ == ref)
-        return (same and obj.__globals__ is where
-                and obj.__closure__ is None
-                and (has_defaults or (obj.__defaults__ is None and obj.__kwdefaults__ is None)))
-
-    def check(ran):
-        for file, entries in fixed.items():
-            of = " of " + file if file not in ("", "main.py") else ""
-            where = modules[file][0]()
-            if where is None:
-                continue  # a module of the program not imported (yet)
-            if type(where) is not dict:
-                return f"the module{of} is not the fixed code's"
-            for name, kind, line, has_defaults in entries:
-                obj = where.get(name, missing)
-                before = seen.get((file, name))
-                if before is None:
-                    try:
-                        ok = defined(file, name, kind, line, has_defaults, obj, where)
-                    except Exception:
-                        ok = False
-                    if not ok:
-                        when = ("after the run" if ran else
-                                "once the program's module code had run")
-                        return (f"the fixed {kind} {name!r}{of} is not the one the fixed code "
-                                f"defined ({when})")
-                    seen[file, name] = state(obj)
-                    continue
-                now = state(obj) if obj is before[0] else (obj,)
-                if now[0] is not before[0]:
-                    return f"the fixed {kind} {name!r}{of} was replaced while the program ran"
-                for attr, old, new in zip(("__code__", "__defaults__", "__kwdefaults__",
-                                           "__globals__"), before[1:5], now[1:5]):
-                    if old is not new:
-                        return (f"the fixed {kind} {name!r}{of} was altered while the program "
-                                f"ran (its {attr} was replaced)")
-                if len(now) != len(before) or any(
-                        a[0] is not b[0] or a[1] is not b[1] for a, b in zip(now[5:], before[5:])):
-                    return (f"the fixed {kind} {name!r}{of} was altered while the program ran "
-                            "(its __kwdefaults__ were changed)")
-        return None
-    return check
-
-def main():
-    for name in sys.argv[1:]:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
-    if sys.stdin.readline().strip() != "go":
-        import shutil
-        shutil.rmtree(os.getcwd(), ignore_errors=True)  # a spare that was never used
-        return
-    request = json.load(open("request.json"))
-    sys.path.insert(0, os.getcwd())  # the other files of a several-file program
-    namespace = {"__name__": "candidate"}
-    try:
-        code = compile(open("candidate.py").read(), "candidate.py", "exec")
-        check = _fixed_guard(request.get("fixed") or {}, namespace, code)
-        exec(code, namespace)
-        redefined = check(False)
-        if redefined is not None:
-            _write({"failure": "redefinition", "reason": redefined})
-            return
-        entry = namespace[request["entry"]]
-        artefacts = []
-        for value in request["inputs"]:
-            artefact = entry(value)
-            if hasattr(artefact, "tolist"):
-                artefact = artefact.tolist()
-            artefacts.append(artefact)
-        redefined = check(True)
-        if redefined is not None:  # the artefacts may not be the fixed code's: discarded
-            _write({"failure": "redefinition", "reason": redefined})
-            return
-    except MemoryError:
-        _write({"failure": "memory", "reason": "MemoryError"})
-        return
-    except RecursionError as e:
-        _write({"failure": "crash", "reason": "RecursionError: " + str(e)[:200]})
-        return
-    except BaseException as e:
-        tb = traceback.format_exc(limit=-3)
-        _write({"failure": "crash", "reason": type(e).__name__ + ": " + str(e)[:300],
-                "traceback": tb[-2000:]})
-        return
-    if not _finite(artefacts):
-        _write({"failure": "non_finite", "reason": "an artefact contains NaN or infinity"})
-        return
-    try:
-        text = json.dumps({"artefacts": artefacts}, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        _write({"failure": "wrong_type", "reason": "artefact is not JSON: " + str(e)[:200]})
-        return
-    with open("result.json", "w") as f:
-        f.write(text)
-
-main()
-'''
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one evaluation.
-
-    ``cpu_s`` defaults to the wall-clock limit rounded up plus one second; ``processes`` is the
-    number of processes the child may add to those its user already runs.
-    """
-
-    wall_s: float = 30.0
-    memory_mb: int = 2048
-    cpu_s: int | None = None
-    file_mb: int = 64
-    open_files: int = 64
-    processes: int = 32
-    output_bytes: int = 65_536
-
-    def __post_init__(self) -> None:
-        wall = self.wall_s
-        if isinstance(wall, bool) or not (isinstance(wall, (int, float)) and 0 < wall < math.inf):
-            raise ValueError(f"Limits.wall_s={wall!r}; expected a positive finite number")
-        # setrlimit takes integers, and reads -1 as "unlimited": these must be integers >= 1
-        for name in ("cpu_s", "memory_mb", "file_mb", "open_files", "processes", "output_bytes"):
-            value = getattr(self, name)
-            if name == "cpu_s" and value is None:
-                continue
-            if isinstance(value, bool) or not (isinstance(value, int) and value > 0):
-                raise ValueError(f"Limits.{name}={value!r}; expected a positive integer")
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """How children are isolated on this machine (see :func:`detect_isolation`)."""
-
-    prefix: tuple[str, ...]
-    network: bool
-    pid: bool
-    description: str
-
-
-@lru_cache(maxsize=1)
-def detect_isolation() -> Isolation:
-    """Checks once whether ``unshare`` can give children new network and PID namespaces."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return Isolation((), False, False, "util-linux unshare not found: no network or PID "
-                         "namespace; children can reach the network")
-    base = [unshare, "--net", "--pid", "--fork", "--kill-child"]
-    if os.geteuid() != 0:
-        base.insert(1, "--map-root-user")
-    probe = [*base, sys.executable, "-I", "-c",
-             "import socket\ntry:\n socket.create_connection(('127.0.0.1', 9), 0.5)\n"
-             "except OSError as e:\n raise SystemExit(0 if e.errno == 101 else 3)\n"]
-    try:
-        result = subprocess.run(probe, env={}, capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return Isolation((), False, False, f"unshare failed ({e}): no network or PID namespace")
-    if result.returncode != 0:
-        err = result.stderr.decode(errors="replace").strip().splitlines()
-        why = err[-1] if err else f"exit status {result.returncode}"
-        return Isolation((), False, False, f"the kernel refused new namespaces ({why}): "
-                         "children can reach the network")
-    return Isolation(tuple(base), True, True,
-                     "network and PID namespaces (unshare): no network, no surviving processes")
-
-
-@dataclass
-class Outcome:
-    """What came back from one sandboxed run."""
-
-    artefacts: list[Any] | None
-    failure: str | None
-    reason: str
-    elapsed_s: float
-    stdout: str = ""
-    stderr: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-
-def _user_processes() -> int:
-    uid = os.getuid()
-    count = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    count += 1
-            except OSError:
-                continue
-    return count
 
 
 class Sandbox:
@@ -520,35 +256,6 @@ class Sandbox:
         return fail("crash", f"the child exited with status {code}: {tail[0][:300]}")
 
 
-class _NonFinite(ValueError):
-    """NaN or ±Infinity in the child's result (the runner never writes them)."""
-
-
-def _non_finite(constant: str) -> Any:
-    raise _NonFinite(constant)
-
-
-def _malformed_result(result: Any, n_inputs: int) -> str | None:
-    """Why ``result`` is not what the runner writes (None when it is): either
-    ``{"failure": <a name of FAILURES>, "reason": <text>, ...}`` or ``{"artefacts": <a list with
-    one artefact per input>}``."""
-    if not isinstance(result, dict):
-        return f"expected a JSON object, got {type(result).__name__}"
-    if "failure" in result:
-        failure, reason = result["failure"], result.get("reason")
-        if not isinstance(failure, str) or failure not in FAILURES:
-            return f"failure {failure!r:.80} is not one of {sorted(FAILURES)}"
-        if not isinstance(reason, str):
-            return f"the reason of failure {failure!r} is {reason!r:.80}; expected text"
-        return None
-    artefacts = result.get("artefacts")
-    if not isinstance(artefacts, list) or len(artefacts) != n_inputs:
-        got = (f"{len(artefacts)} artefacts" if isinstance(artefacts, list)
-               else f"artefacts={artefacts!r}"[:100])
-        return f"expected a list of {n_inputs} artefacts (one per input), got {got}"
-    return None
-
-
 def _kill_group(child: subprocess.Popen) -> None:
     """Kills every process of the child's group, repeatedly while any is left (a fork bomb
     keeps forking), for up to 5 s."""
@@ -577,11 +284,3 @@ def _group_alive(pgid: int) -> bool:
         if int(stat[2]) == pgid and stat[0] != b"Z":
             return True
     return False
-
-
-def _head(path: Path, limit: int) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode(errors="replace")
-    except OSError:
-        return ""

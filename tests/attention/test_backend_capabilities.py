@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend_options import OPTIONS, T  # tests/ is on the path (conftest.py)
 from graded import Seq2SeqTransformer, TransformerConfig, TransformerLM
 from graded.attention import MultiheadAttention
 from graded.attention.backends import (
@@ -25,22 +26,6 @@ from graded.attention.backends import (
 from graded.attention.scores import make_score
 from graded.transformer.models import TransformerEncoder
 
-T = 8  # every sequence length below; the options make each pattern cover it exactly
-OPTIONS = {
-    "full": {},
-    "explicit": {},
-    "chunked": {"query_chunk": 3, "key_chunk": 3},
-    "sliding_window": {"window": T, "block_size": T},
-    "dilated": {"dilation": 1},
-    "sparse_fixed": {"block": T, "summary": 1},
-    "block_sparse": {"layout": [[True, True], [True, True]], "block_size": T // 2},
-    "bigbird": {"block_size": T // 2, "num_global_blocks": 1, "num_random_blocks": 1,
-                "window_blocks": 3},
-    "linear": {"eps": 1e-300},
-    "performer": {"num_features": 6, "seed": 0, "eps": 1e-300},
-    "linformer": {"max_len": T, "rank": T},
-    "lsh": {"n_buckets": 1, "n_rounds": 1, "chunk_size": T},
-}
 # feature of the docs table -> the capability it needs (None: every backend serves it)
 COLUMNS = {
     "encoder": None,

@@ -89,3 +89,32 @@ def test_class_weights_of_the_wrong_size_and_bad_smoothing_are_refused():
         kind_loss(logits, targets, torch.ones(2), 0.1)
     with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\), got 1.5"):
         kind_loss(logits, targets, torch.ones(CLASSES), 1.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32])
+@pytest.mark.parametrize("eps", [0.0, 0.2])
+def test_class_ids_of_any_integer_dtype_weight_their_own_class(dtype, eps):
+    """Targets of any integer dtype (the plain loss takes them all) are class ids: as a uint8
+    index the weights were read as a mask of the rows (five non-zero ids of five classes gave
+    every class's weight in class order, whatever the ids), an int16 index was refused."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, CLASSES, generator=gen, dtype=torch.float64)
+    targets = torch.tensor([4, 1, 1, 3, 2], dtype=dtype)
+    kind = get_kind("classification")
+    batch = {"targets": targets}
+    weights = 2.0 ** kind.loss_grades(batch, CLASS_GRADES)
+    got = kind.output_loss(logits, batch, label_smoothing=eps, weights=weights)
+    want = naive(logits, targets.long(), [2.0 ** float(q) for q in CLASS_GRADES], eps)
+    assert float(got.total) == pytest.approx(want, rel=1e-6)
+
+
+def test_output_grades_of_another_length_than_the_models_classes_are_named():
+    """Grades for three classes against a model of four outputs (every target among the
+    three) reach the loss, whose refusal names the output_grades they came from, not only
+    "loss weights"."""
+    kind = get_kind("classification")
+    batch = {"targets": torch.tensor([0, 2, 1])}
+    weights = 2.0 ** kind.loss_grades(batch, torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"expected one per class, \(4,\), the model's outputs "
+                                         r"\(the weights of the task's output_grades"):
+        kind.output_loss(torch.zeros(3, 4), batch, weights=weights)

@@ -186,3 +186,79 @@ def test_a_reorder_refused_for_its_index_keeps_the_recorded_memory():
         cache.reorder(index, memory=memory.flip(0).clone())
     assert_same_cache(cache, before)
     assert_same_record(cache, before, memory)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("first", [True, False], ids=["first step", "later step"])
+def test_a_step_refused_for_its_memorys_dtype_leaves_the_cache_unchanged(first):
+    """A memory of another dtype than the model's (float64 for a float32 model, or integer)
+    is refused, naming both dtypes, before the step changes the cache: the first step used to
+    record the memory, the step's positions and the first layer's keys before the second
+    layer's projection failed, and the corrected step then failed too ('output with shape
+    [2, 2, 1, 1] doesn't match the broadcast shape [2, 2, 1, 2]')."""
+    model = seq2seq()
+    memory = model.encode(torch.randint(0, 17, (2, 5)))
+    tgt = torch.randint(0, 17, (2, 3))
+    cache = model.new_cache()
+    done = 0 if first else 1
+    if not first:
+        model.decode(tgt[:, :1], memory, cache=cache)
+    before = copy.deepcopy(cache)
+    for bad in (memory.double(), memory.long()):
+        with pytest.raises(TypeError, match=rf"encoder memory is {bad.dtype}, the model's "
+                                            r"weights torch.float32; expected the same dtype"):
+            model.decode(tgt[:, done:done + 1], bad, cache=cache)
+        assert_same_cache(cache, before)
+    got = steps(model, tgt[:, done:], memory, cache)
+    torch.testing.assert_close(got, model.decode(tgt, memory)[:, done:], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_a_first_step_refused_for_its_memorys_device_leaves_the_cache_empty():
+    """A memory on another device than the model (here "meta") is refused, naming both, before
+    the first step records anything: the projection used to fail after the step's positions
+    were cached ('Tensor on device cpu is not on the expected device meta')."""
+    model = seq2seq()
+    memory = model.encode(torch.randint(0, 17, (2, 5)))
+    tgt = torch.randint(0, 17, (2, 3))
+    cache = model.new_cache()
+    with pytest.raises(ValueError, match=r"encoder memory is on meta, the model on cpu"):
+        model.decode(tgt[:, :1], memory.to("meta"), cache=cache)
+    assert_same_cache(cache, model.new_cache())
+    assert cache.memory_record is None
+    got = steps(model, tgt, memory, cache)
+    torch.testing.assert_close(got, model.decode(tgt, memory), atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_under_autocast_a_memory_of_another_half_or_single_dtype_is_taken():
+    """Autocast casts a float16, bfloat16 or float32 memory and the weights to its dtype, so
+    such a memory is not refused for its dtype there (a float64 one it leaves as it is)."""
+    model = seq2seq()
+    memory = model.encode(torch.randint(0, 17, (2, 5)))
+    tgt = torch.randint(0, 17, (2, 3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model.decode(tgt, memory)
+        torch.testing.assert_close(model.decode(tgt, memory.bfloat16()), want,
+                                   atol=0.05, rtol=0.05)
+        with pytest.raises(TypeError, match=r"encoder memory is torch\.float64"):
+            model.decode(tgt, memory.double())
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("value", ["no", 1, None])
+def test_a_step_refused_for_need_weights_not_a_bool_leaves_the_cache_unchanged(value):
+    """need_weights takes True or False only: the first layer's attention refused another value
+    after the step's positions were cached (the length grew by the step at each refusal)."""
+    torch.manual_seed(0)
+    model = TransformerLM(TransformerConfig(**CONFIG)).eval()
+    ids = torch.randint(0, 17, (2, 4))
+    cache = model.new_cache()
+    model(ids[:, :3], cache=cache)
+    before = copy.deepcopy(cache)
+    with pytest.raises(TypeError, match=rf"^need_weights must be True or False, got "
+                                        rf"{value!r} \({type(value).__name__}\)$"):
+        model(ids[:, 3:], cache=cache, need_weights=value)
+    assert_same_cache(cache, before)
+    torch.testing.assert_close(model(ids[:, 3:], cache=cache), model(ids)[:, 3:],
+                               atol=1e-5, rtol=1e-5)

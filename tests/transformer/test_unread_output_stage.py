@@ -37,6 +37,18 @@ def test_a_pooling_models_output_stage_is_refused_naming_the_value_and_the_stage
     validate_config({**base, "model": GRADED})
 
 
+def test_stages_given_as_a_tuple_are_read_as_the_list_the_model_config_takes():
+    """A config built in Python may give the stages as a tuple, which the model config takes
+    as its list: ("input", "output") for a classifier was accepted, the 'output' stage
+    doing nothing."""
+    base = {"task": {"name": "listops", "n_train": 16, "n_eval": 8}}
+    with pytest.raises(ConfigError, match=r"model\.token_grade_stages: got \('input', 'output'\);"
+                                          r" task 'listops' is 'classification'"):
+        validate_config({**base, "model": {**GRADED, "token_grade_stages": ("input", "output")}})
+    cfg = validate_config({**base, "model": {**GRADED, "token_grade_stages": ("input", "ffn")}})
+    assert cfg.built_model_config.token_grade_stages == ["input", "ffn"]
+
+
 @pytest.mark.parametrize("task", ["dyck", "polynomials_seq2seq"])
 def test_models_with_output_tokens_take_the_output_stage(task):
     cfg = validate_config({"task": {"name": task},

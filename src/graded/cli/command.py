@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import warnings
 from typing import Any
@@ -24,9 +25,10 @@ def _fail(message: str, code: int = 2) -> int:
 
 def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") -> int:
     """``handler(args)`` as the command line runs it: warnings in one line, Ctrl-C reported as
-    aborted, an output whose reader went away (``| head``) ended quietly with status 141, a
-    user's error (:func:`_user_errors`) in one line ``<prog>: error: ...`` with exit status 2
-    (GRADED_TRACEBACK=1 shows the tracebacks instead)."""
+    aborted, an output whose reader went away (``| head``) ended quietly with status 141 (a
+    broken pipe that is not the output's is an error), a user's error (:func:`_user_errors`)
+    in one line ``<prog>: error: ...`` with exit status 2 (GRADED_TRACEBACK=1 shows the
+    tracebacks instead)."""
     shown_as = warnings.formatwarning
     if not os.environ.get("GRADED_TRACEBACK"):
         warnings.formatwarning = _one_line_warning
@@ -35,16 +37,40 @@ def run_command(handler: Any, args: argparse.Namespace, prog: str = "graded") ->
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if _stdout_reader_gone() is False:  # another pipe broke: a worker, a child process
+            return _report(exc, prog)
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except _user_errors() as exc:
-        if os.environ.get("GRADED_TRACEBACK"):
-            raise
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return _report(exc, prog)
     finally:
         warnings.formatwarning = shown_as
+
+
+def _report(exc: BaseException, prog: str) -> int:
+    """A user's error in one line with exit status 2 (GRADED_TRACEBACK=1 raises it)."""
+    if os.environ.get("GRADED_TRACEBACK"):
+        raise exc
+    print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+    return 2
+
+
+def _stdout_reader_gone() -> bool | None:
+    """Whether the reader of the output went away (``| head``), so that a ``BrokenPipeError``
+    is the output's and not another pipe's (a worker's that died, a child process's): True
+    when polling stdout reports an error or a hang-up (a pipe or socket whose other end is
+    closed), False when it does not; None where it cannot be told (stdout is not a file
+    descriptor, or there is no ``select.poll``), which is taken as the output's."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a capture, a closed stream)
+        return None
+    if not hasattr(select, "poll"):
+        return None
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
 
 
 def _quiet_stdout() -> None:

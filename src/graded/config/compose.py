@@ -86,13 +86,15 @@ def _refuse_pooled_output_stage(cfg: RunConfig, kind: Any, model_config: Any, ta
     """Refuse ``model.token_grade_stages`` written with "output" for a kind whose model pools
     its tokens (classification, regression): its output layer reads the pooled vector, which
     has no token grade, so the stage would change nothing without a word. Left out, the
-    stages are the config's default, every stage the model has, and are accepted."""
+    stages are the config's default, every stage the model has, and are accepted. Written,
+    they are read as the model config took them (a tuple, from a dict built in Python, is
+    the list it makes)."""
     from graded.kinds import Classification
     from graded.transformer.config import POOLED_TOKEN_GRADE_STAGES
 
     stages = cfg.model.transformer_fields().get("token_grade_stages")
     if (not isinstance(kind, Classification) or not getattr(model_config, "token_grading", False)
-            or not isinstance(stages, list) or "output" not in stages):
+            or stages is None or "output" not in model_config.token_grade_stages):
         return
     model_class = kind.model_class()
     raise fail("model.token_grade_stages",

@@ -113,10 +113,11 @@ class LinearGrading(GradingMap):
         """diag(M_{s·q}) = f(s·q) for each multiplier s: (…) -> (…, dim); None is s = 1.
         s·q and f(s·q) are computed in float32 at least and rounded once, to the dtype s·q
         has: in bfloat16, s·q rounded and then s·q + 1 rounded again gave 1.1·1.3 + 1 (the
-        bfloat16 1.1015625·1.296875 + 1) as 2.4375, where it is 2.421875 rounded once. A
-        scale beyond that dtype's largest finite value (in magnitude) is that value: s·q of
-        two float16 numbers can pass it (300·300 + 1 was inf), where f(q) of one cannot
-        (|f(q)| ≤ |q| + 1, which rounds to at most the largest value)."""
+        bfloat16 1.1015625·1.296875 + 1) as 2.4375, where it is 2.421875 rounded once. In
+        float16 and bfloat16 a scale beyond that dtype's largest finite value (in magnitude)
+        is that value: s·q of two float16 numbers can pass it (300·300 + 1 was inf), where
+        f(q) of one cannot (|f(q)| ≤ |q| + 1, which rounds to at most the largest value); in
+        float32 and wider, computed in that dtype, it is not clamped."""
         if multiplier is None:
             return self._scales_from(self.grades, self.grades.dtype)
         out = torch.promote_types(multiplier.dtype, self.grades.dtype)

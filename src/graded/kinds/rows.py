@@ -178,17 +178,20 @@ def _class_weighted_sum(logits: Tensor, targets: Tensor, weights: Tensor,
     """Σ_i Σ_k w_k·y_ik·(−log p_ik), the graded cross-entropy of 000 Def 5.37 / 7.1 over the
     rows, with the class weights ``weights`` (C,) and each row's target distribution
     y_i = (1 − ε)·one_hot(t_i) + ε/C (002 §6.4): (1 − ε)·w_t·(−log p_t) + (ε/C)·Σ_k w_k·(−log p_k)
-    a row. Without smoothing it is w_t times the plain cross-entropy of the row."""
+    a row. Without smoothing it is w_t times the plain cross-entropy of the row. The class ids
+    index the weights as int64, whatever integer dtype the targets have (the cross-entropy
+    takes them all): a uint8 index would be read as a mask of the rows, an int16 one refused."""
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     classes = logits.shape[-1]
     if tuple(weights.shape) != (classes,):
         raise ValueError(f"loss weights of shape {tuple(weights.shape)}; expected one per "
-                         f"class, ({classes},)")
+                         f"class, ({classes},), the model's outputs (the weights of the task's "
+                         "output_grades, one grade per class)")
     w = weights.to(logits.dtype)
     nll = sequence_cross_entropy(logits, targets, ignore_index=_NO_IGNORED_CLASS,
                                  reduction="none")
-    per_row = w[targets] * nll
+    per_row = w[targets.long()] * nll
     if label_smoothing:
         spread = -(F.log_softmax(logits, -1) * w).sum(-1)
         per_row = (1.0 - label_smoothing) * per_row + (label_smoothing / classes) * spread

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graded.checks import inputs_checked
+from graded.checks import check_bool, inputs_checked
+from graded.folding import _autocast_on
 from graded.positional import ALiBi
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.cache import KVCache
@@ -30,6 +31,9 @@ from graded.transformer.graded import GradingPlan, TokenGrading, hold_plan, reso
 from graded.transformer.layers import make_norm
 
 __all__ = ["TransformerDecoder", "TransformerEncoder", "TransformerStack", "token_scales"]
+
+#: The dtypes autocast casts to its own (it leaves float64 and integer tensors as they are).
+_AUTOCAST_CASTS = (torch.float16, torch.bfloat16, torch.float32)
 
 
 class TransformerStack(nn.Module):
@@ -80,6 +84,10 @@ class TransformerStack(nn.Module):
         need_weights: bool = False,
         token_scales: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
+        """The blocks over ``x`` (B, T, d); ``need_weights`` takes True or False only, checked
+        before a cached step changes the cache (its attention calls refuse another value)."""
+        if type(need_weights) is not bool:  # the bool itself passes on one comparison
+            need_weights = check_bool("need_weights", need_weights)
         key_positions, kpm = positions, key_padding_mask
         if cache is not None:  # the step's last refusals, before it changes the cache
             history = self.check_cached_step(need_weights)
@@ -144,11 +152,11 @@ class TransformerDecoder(nn.Module):
     :class:`TransformerEncoder` is.
 
     A step with a KV cache is checked whole before anything of it is cached: the cache
-    (layers, rows), the memory's shape and the positions here, then, in the stack, what each
-    layer's self-attention can do with a cache (:meth:`TransformerStack.check_cached_step`)
-    and last the memory against the one the cached cross-attention keys were projected from
-    (:meth:`KVCache.check_memory`). A refused step leaves the cache as it was, so the caller
-    may correct the call and repeat the step."""
+    (layers, rows), the memory's shape, dtype and device and the positions here, then, in the
+    stack, what each layer's self-attention can do with a cache
+    (:meth:`TransformerStack.check_cached_step`) and last the memory against the one the
+    cached cross-attention keys were projected from (:meth:`KVCache.check_memory`). A refused
+    step leaves the cache as it was, so the caller may correct the call and repeat the step."""
 
     def __init__(self, config: TransformerConfig, *, cross_attention: bool,
                  n_layers: int | None = None, plan: GradingPlan | None = None) -> None:
@@ -180,6 +188,7 @@ class TransformerDecoder(nn.Module):
             cache.check(self.n_layers, batch, who)
         if self.cross_attention:
             check_memory_shape(memory, batch, self.config.d_model, who)
+            self._check_memory_type(memory, who)
         if memory is not None:  # the source padding, over the memory's keys
             check_padding_mask(memory_key_padding_mask, memory.shape[0], memory.shape[1],
                                "memory_key_padding_mask (the source padding)")
@@ -192,6 +201,24 @@ class TransformerDecoder(nn.Module):
                 memory_key_padding_mask=memory_key_padding_mask, cache=cache,
                 need_weights=need_weights, token_scales=token_scales,
             )
+
+    def _check_memory_type(self, memory: Tensor, who: str) -> None:
+        """Refuse an encoder memory that the cross-attention cannot project: on another device
+        than its weights, or of another dtype, unless autocast casts both (float16, bfloat16
+        and float32 tensors; ``F.linear`` takes one dtype). Its projection would fail, and in
+        a cached step only after the step's positions and the earlier layers' keys were cached
+        (the corrected step then failed as well). Dtypes and devices only: no value is read."""
+        attn = self.stack.blocks[0].cross_attn.attn
+        weight = attn.in_proj_weight if attn.in_proj_weight is not None else attn.k_proj_weight
+        if memory.device != weight.device:
+            raise ValueError(f"{who}: the encoder memory is on {memory.device}, the model on "
+                             f"{weight.device}; expected memory.to({str(weight.device)!r})")
+        cast = (_autocast_on(memory.device.type) is not None  # both cast to its dtype
+                and all(t.dtype in _AUTOCAST_CASTS for t in (memory, weight)))
+        if memory.dtype != weight.dtype and not cast:
+            raise TypeError(f"{who}: the encoder memory is {memory.dtype}, the model's weights "
+                            f"{weight.dtype}; expected the same dtype (what the model's encode "
+                            f"returns, or memory.to({weight.dtype}))")
 
     def scales_for(self, input_ids: Tensor, token_grades: Tensor | None) -> Tensor | None:
         """The per-token M_{q_i} of ``token_grades`` (B, T), checked against the model."""

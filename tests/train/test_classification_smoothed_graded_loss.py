@@ -118,3 +118,26 @@ def test_output_grades_of_another_length_than_the_models_classes_are_named():
     with pytest.raises(ValueError, match=r"expected one per class, \(4,\), the model's outputs "
                                          r"\(the weights of the task's output_grades"):
         kind.output_loss(torch.zeros(3, 4), batch, weights=weights)
+
+
+def test_a_trainer_refuses_output_grades_of_another_length_than_the_models_classes(tmp_path):
+    """Checked when the trainer is built, not at its first step: three grades for a
+    classifier of four classes."""
+    from graded.train.options import TrainOptions
+    from graded.train.trainer import Trainer
+
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=12, max_len=8, d_model=16, n_heads=2, n_layers=1,
+                               d_ff=32, grading="exponential", grading_base=2.0,
+                               learnable_grades=True)
+    model = TransformerClassifier(config, 4)
+    ids = torch.randint(0, 12, (8, 8), generator=torch.Generator().manual_seed(3))
+    data = {"inputs": ids, "targets": torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])}
+    options = TrainOptions(steps=1, batch_size=4, progress=False, tensorboard=False,
+                           device="cpu")
+    with pytest.raises(ValueError, match=r"output_grades of shape \(3,\); the model has 4 "
+                                         r"classes: expected one grade per class, \(4,\)"):
+        Trainer(model, data, None, kind="classification", options=options,
+                run_dir=tmp_path / "run", recipe="egt-alg7.1",
+                output_grades=torch.tensor([0.0, 1.0, 2.0]))
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made

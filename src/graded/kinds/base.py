@@ -185,6 +185,10 @@ class TaskKind:
         (``Task.output_grades``)."""
         return None
 
+    def check_loss_grades(self, model: nn.Module, grades: Tensor) -> None:
+        """Refuse the grades of :meth:`loss_grades` that do not fit ``model`` (checked once,
+        when a trainer is built); every kind's grades fit the batch they were read from."""
+
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
         """The summed loss of a model ``output`` against ``batch["targets"]``; ``weights``,

@@ -79,6 +79,16 @@ class Classification(TaskKind):
                              f"one grade per class, at least {top + 1}")
         return output_grades.to(targets.device)
 
+    def check_loss_grades(self, model: nn.Module, grades: Tensor) -> None:
+        """One grade per class of ``model``'s head: the graded loss weights every class's
+        term (with label smoothing, each class of every row), so the task's ``output_grades``
+        must have as many entries as the model has classes (a model of unknown shape is not
+        checked)."""
+        classes = _num_outputs(model)
+        if classes is not None and tuple(grades.shape) != (classes,):
+            raise ValueError(f"output_grades of shape {tuple(grades.shape)}; the model has "
+                             f"{classes} classes: expected one grade per class, ({classes},)")
+
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
         targets = batch["targets"]
@@ -126,6 +136,9 @@ class Regression(Classification):
 
     def loss_count(self, batch: Batch) -> int:
         return int(batch["targets"].numel())
+
+    def check_loss_grades(self, model: nn.Module, grades: Tensor) -> None:
+        """Nothing more to check: :meth:`loss_grades` checked one grade per target column."""
 
     def loss_grades(self, batch: Batch, output_grades: Tensor | None = None) -> Tensor | None:
         """The grade of each target element: ``output_grades[k]`` for column k. None without

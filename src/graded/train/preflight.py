@@ -92,5 +92,6 @@ def graded_loss_applies(kind: TaskKind, recipe: Recipe | None, model: torch.nn.M
             f"{kind.grades_source}, and this run has none, so it trains on the plain "
             "loss, not the graded loss of 000 Def 5.37 / 7.1 (the recipe option "
             "graded_loss: false asks for the plain loss without this warning)")
+    kind.check_loss_grades(model, grades)
     recipe.check_loss_grades(model, grades)
     return True, None

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from cli_configs import tiny_config
 
-from graded.cli import DEFAULT_NEW_TOKENS, main
+from graded.cli import DEFAULT_NEW_TOKENS, build_parser, main
 
 
 @pytest.fixture(scope="module")
@@ -403,3 +403,12 @@ def test_generate_sampling_options_without_sample_are_told_in_grammatical_englis
     line = _one_error_line(capsys.readouterr().err)
     assert line.startswith(f"graded: error: {subject}"), line
     assert ("leave it out" in line) == (len(options) == 2), line
+
+
+def test_the_decoding_defaults_the_classifier_check_reads_are_the_parsers():
+    """``graded generate`` refuses decoding options given to a classifier by comparing each
+    with its default: those defaults are the parser's own."""
+    from graded.cli.generate import _DECODING_DEFAULTS
+
+    args = build_parser().parse_args(["generate", "RUN", "--prompt", "x"])
+    assert {name: getattr(args, name) for name in _DECODING_DEFAULTS} == _DECODING_DEFAULTS

@@ -30,6 +30,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+if dist.is_available():  # torch.distributed.nn before any group is made: see setup
+    import torch.distributed.nn
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -78,7 +81,17 @@ def resolve_device(name: str) -> torch.device:
 
 
 def setup(device: str = "auto") -> DistContext:
-    """Join the ``torchrun`` process group when launched by it; otherwise a 1-process context."""
+    """Join the ``torchrun`` process group when launched by it; otherwise a 1-process context.
+
+    ``torch.distributed.nn`` is imported with this module, before the group is made: its
+    functions take ``group=group.WORLD`` as a default argument, evaluated when the module is
+    first imported. Imported after (``DistributedDataParallel`` imports it through
+    ``torch._dynamo``), they would hold the default group for good, so that :func:`teardown`
+    could not free it: its gloo threads would outlive ``destroy_process_group`` into the
+    interpreter's finalisation. There a worker thread that frees a finished collective's
+    tensors (Python-owned) asks for the GIL, the interpreter ends that thread (``pthread_exit``)
+    and the unwinding through the work's destructor calls ``std::terminate``: the rank aborts,
+    "terminate called without an active exception" (3 in 135 two-process launches)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistContext(device=resolve_device(device))
@@ -98,7 +111,8 @@ def setup(device: str = "auto") -> DistContext:
 
 
 def teardown(ctx: DistContext) -> None:
-    """Leave the process group if :func:`setup` created it."""
+    """Leave the process group if :func:`setup` created it. The group (and its gloo threads)
+    is freed here unless something else still holds it (see :func:`setup`)."""
     if ctx.initialised_here and dist.is_initialized():
         dist.destroy_process_group()
 

@@ -73,7 +73,8 @@ class ClosesAtExit:
         holder, the gloo group's destructor would join its worker threads under the GIL while
         one of them waits for the GIL to free a finished collective's tensors (a hang at exit,
         seen once in about 45 two-process launches). The group is then destroyed by
-        ``destroy_process_group``, whose Python binding frees it without the GIL. Under
+        ``destroy_process_group``, whose Python binding frees it without the GIL, and its gloo
+        threads end here: nothing else holds it (:func:`graded.train.distributed.setup`). Under
         torchrun a trainer that is never closed is closed at interpreter exit (``atexit``),
         before the interpreter frees what is left in an arbitrary order."""
         if self._close_at_exit is not None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from cli_configs import tiny_config
 
-from graded.cli import DEFAULT_NEW_TOKENS, build_parser, main
+from graded.cli import DEFAULT_NEW_TOKENS, main
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +270,9 @@ def test_a_classifier_answers_a_prompt_that_fills_its_max_len(classifier_run, ca
 
 @pytest.mark.parametrize("flags", [["--top-k", "2", "--sample"], ["--num-beams", "3"],
                                    ["--repetition-penalty", "2"], ["--max-new-tokens", "4"],
-                                   ["--seed", "1", "--sample"], ["--min-new-tokens", "1"]])
+                                   ["--seed", "1", "--sample"], ["--min-new-tokens", "1"],
+                                   ["--temperature", "0.5", "--top-p", "0.9", "--sample"],
+                                   ["--no-repeat-ngram-size", "2"]])
 def test_decoding_options_given_to_a_classifier_are_refused_naming_them(classifier_run, capsys,
                                                                         flags):
     """A classifier answers from the prompt alone: a decoding option would change nothing,
@@ -285,7 +287,8 @@ def test_decoding_options_given_to_a_classifier_are_refused_naming_them(classifi
     expected = {"--top-k": "--top-k 2", "--sample": "--sample", "--num-beams": "--num-beams 3",
                 "--repetition-penalty": "--repetition-penalty 2.0",
                 "--max-new-tokens": "--max-new-tokens 4", "--seed": "--seed 1",
-                "--min-new-tokens": "--min-new-tokens 1"}
+                "--min-new-tokens": "--min-new-tokens 1", "--temperature": "--temperature 0.5",
+                "--top-p": "--top-p 0.9", "--no-repeat-ngram-size": "--no-repeat-ngram-size 2"}
     assert sorted(named) == sorted(expected[f] for f in flags if f.startswith("--"))
 
 
@@ -403,12 +406,3 @@ def test_generate_sampling_options_without_sample_are_told_in_grammatical_englis
     line = _one_error_line(capsys.readouterr().err)
     assert line.startswith(f"graded: error: {subject}"), line
     assert ("leave it out" in line) == (len(options) == 2), line
-
-
-def test_the_decoding_defaults_the_classifier_check_reads_are_the_parsers():
-    """``graded generate`` refuses decoding options given to a classifier by comparing each
-    with its default: those defaults are the parser's own."""
-    from graded.cli.generate import _DECODING_DEFAULTS
-
-    args = build_parser().parse_args(["generate", "RUN", "--prompt", "x"])
-    assert {name: getattr(args, name) for name in _DECODING_DEFAULTS} == _DECODING_DEFAULTS

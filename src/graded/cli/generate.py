@@ -46,16 +46,11 @@ def _new_token_budget(model: Any, kind: Any, prompt_len: int, requested: int | N
     return requested
 
 
-#: The decoding options of ``graded generate`` and the value each has when not given.
-_DECODING_DEFAULTS = {"max_new_tokens": None, "sample": False, "temperature": 1.0,
-                      "top_k": None, "top_p": None, "num_beams": 1, "repetition_penalty": 1.0,
-                      "no_repeat_ngram_size": 0, "min_new_tokens": 0, "seed": None}
-
-
 def _decoding_flags(args: argparse.Namespace) -> list[str]:
-    """The decoding options given away from their defaults, as flags (``--top-k 2``)."""
+    """The decoding options given away from their defaults, as flags (``--top-k 2``); the
+    parser lists them with their defaults (``decoding_defaults``)."""
     given = []
-    for name, default in _DECODING_DEFAULTS.items():
+    for name, default in args.decoding_defaults.items():
         value = getattr(args, name)
         if value != default:
             flag = "--" + name.replace("_", "-")

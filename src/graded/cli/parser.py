@@ -135,28 +135,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", required=True, help="space-separated tokens of the task vocabulary")
     p.add_argument("--checkpoint", default="best", help="'best', 'latest' or a checkpoint "
                    "folder (a path, or a name in RUN/checkpoints/)")
-    p.add_argument("--max-new-tokens", type=_at_least(1), default=None,
-                   help=f"tokens to add (default: {DEFAULT_NEW_TOKENS}, or fewer where the "
-                   "model's max_len leaves less room)")
-    p.add_argument("--sample", action="store_true",
-                   help="sample instead of greedy decoding (what --temperature, --top-k, "
-                   "--top-p and --seed shape; they are refused without it)")
-    p.add_argument("--temperature", type=_positive_float, default=1.0,
-                   help="sampling temperature (> 0)")
-    p.add_argument("--top-k", type=_at_least(1), default=None,
-                   help="sample from the k likeliest tokens")
-    p.add_argument("--top-p", type=_probability, default=None,
-                   help="nucleus sampling mass, in (0, 1]")
-    p.add_argument("--num-beams", type=_at_least(1), default=1, help="beam search width (1 = off)")
-    p.add_argument("--repetition-penalty", type=_positive_float, default=1.0,
-                   help="divide the scores of tokens the sequence holds (> 1 repeats less)")
-    p.add_argument("--no-repeat-ngram-size", type=_at_least(0), default=0,
-                   help="never repeat an n-gram of this size (0 = off)")
-    p.add_argument("--min-new-tokens", type=_at_least(0), default=0,
-                   help="no end token before this many new tokens (tasks with one)")
-    p.add_argument("--seed", type=_at_least(0), default=None,  # None: not given, seed 0
-                   help="sampling seed (default: 0)")
-    p.set_defaults(handler=cmd_generate)
+    # the decoding options: a classifier, which generates nothing, refuses them when given
+    decoding = [
+        p.add_argument("--max-new-tokens", type=_at_least(1), default=None,
+                       help=f"tokens to add (default: {DEFAULT_NEW_TOKENS}, or fewer where the "
+                       "model's max_len leaves less room)"),
+        p.add_argument("--sample", action="store_true",
+                       help="sample instead of greedy decoding (what --temperature, --top-k, "
+                       "--top-p and --seed shape; they are refused without it)"),
+        p.add_argument("--temperature", type=_positive_float, default=1.0,
+                       help="sampling temperature (> 0)"),
+        p.add_argument("--top-k", type=_at_least(1), default=None,
+                       help="sample from the k likeliest tokens"),
+        p.add_argument("--top-p", type=_probability, default=None,
+                       help="nucleus sampling mass, in (0, 1]"),
+        p.add_argument("--num-beams", type=_at_least(1), default=1,
+                       help="beam search width (1 = off)"),
+        p.add_argument("--repetition-penalty", type=_positive_float, default=1.0,
+                       help="divide the scores of tokens the sequence holds (> 1 repeats less)"),
+        p.add_argument("--no-repeat-ngram-size", type=_at_least(0), default=0,
+                       help="never repeat an n-gram of this size (0 = off)"),
+        p.add_argument("--min-new-tokens", type=_at_least(0), default=0,
+                       help="no end token before this many new tokens (tasks with one)"),
+        p.add_argument("--seed", type=_at_least(0), default=None,  # None: not given, seed 0
+                       help="sampling seed (default: 0)"),
+    ]
+    p.set_defaults(handler=cmd_generate,
+                   decoding_defaults={a.dest: a.default for a in decoding})
 
     p = sub.add_parser("bench", help="run scripts of benchmarks/ by name", formatter_class=fmt)
     p.add_argument("names", nargs="*", help="benchmark names (file stems); none = list them")

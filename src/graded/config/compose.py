@@ -81,28 +81,30 @@ def _model_config(cfg: RunConfig, task: Any):
     return transformer_config(cfg, task)
 
 
-def _refuse_pooled_output_stage(cfg: RunConfig, kind: Any, model_config: Any, task: Any,
-                                fail: Callable[[str, str], ConfigError]) -> None:
-    """Refuse ``model.token_grade_stages`` written with "output" for a kind whose model pools
-    its tokens (classification, regression): its output layer reads the pooled vector, which
-    has no token grade, so the stage would change nothing without a word. Left out, the
-    stages are the config's default, every stage the model has, and are accepted. Written,
-    they are read as the model config took them (a tuple, from a dict built in Python, is
-    the list it makes)."""
-    from graded.kinds import Classification
-    from graded.transformer.config import POOLED_TOKEN_GRADE_STAGES
+def _refuse_unapplied_token_stages(cfg: RunConfig, model_class: Any, model_config: Any,
+                                   task: Any, fail: Callable[[str, str], ConfigError]) -> None:
+    """Refuse ``model.token_grade_stages`` written with a stage the model class does not apply
+    (its ``UNAPPLIED_TOKEN_STAGES``: a classifier's output layer reads the pooled vector,
+    which has no token grade), as the stage would change nothing without a word. Left out,
+    the stages are the config's default, every stage a model may have, and are accepted.
+    Written, they are read as the model config took them (a tuple, from a dict built in
+    Python, is the list it makes)."""
+    from graded.transformer.config import TOKEN_GRADE_STAGES
 
     stages = cfg.model.transformer_fields().get("token_grade_stages")
-    if (not isinstance(kind, Classification) or not getattr(model_config, "token_grading", False)
-            or stages is None or "output" not in model_config.token_grade_stages):
+    if stages is None or not getattr(model_config, "token_grading", False):
         return
-    model_class = kind.model_class()
-    raise fail("model.token_grade_stages",
-               f"got {stages!r}; task {task.name!r} is {task.kind!r}, whose model "
-               f"({model_class.__name__}) grades tokens at the stages "
-               f"{list(POOLED_TOKEN_GRADE_STAGES)} only: its output layer reads the pooled "
-               f"vector, which has no token grade, so the 'output' stage would change nothing; "
-               f"expected a list from {list(POOLED_TOKEN_GRADE_STAGES)} (or leave it out)")
+    unapplied = getattr(model_class, "UNAPPLIED_TOKEN_STAGES", {})
+    refused = [s for s in model_config.token_grade_stages if s in unapplied]
+    if refused:
+        applied = [s for s in TOKEN_GRADE_STAGES if s not in unapplied]
+        why = "; ".join(unapplied[s] for s in refused)
+        named = ", ".join(repr(s) for s in refused)
+        raise fail("model.token_grade_stages",
+                   f"got {stages!r}; task {task.name!r} is {task.kind!r}, whose model "
+                   f"({model_class.__name__}) grades tokens at the stages {applied} only: "
+                   f"{why}, so the {named} stage would change nothing; expected a list from "
+                   f"{applied} (or leave it out)")
 
 
 def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
@@ -142,7 +144,7 @@ def dry_build(cfg: RunConfig, source: str = "<dict>") -> RunConfig:
                   for name, value, default, why in unread_fields(model_class, model_config)]
         if unread:
             raise ConfigError("\n  ".join([f"invalid config {source}:", *unread]))
-    _refuse_pooled_output_stage(cfg, kind, model_config, task, fail)
+        _refuse_unapplied_token_stages(cfg, model_class, model_config, task, fail)
     # an LM or seq2seq model pools nothing
     if cfg.model.pooling != "mean" and not isinstance(kind, Classification):
         raise fail("model.pooling", f"got {cfg.model.pooling!r}; pooling is used by the "

@@ -32,19 +32,13 @@ from graded.grading import GRADINGS, LINEAR_FUNCTIONS
 from graded.positional import POSITIONAL, TABLE_POSITIONAL, position_start
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
-__all__ = ["CYCLE_KEYS", "POOLED_TOKEN_GRADE_STAGES", "TOKEN_GRADE_STAGES", "TransformerConfig"]
+__all__ = ["CYCLE_KEYS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
 
 #: The keys of an ``attn_backend_cycle`` entry.
 CYCLE_KEYS = ("backend", "options")
 
 #: Stages that per-token grading acts on (000 §6.2 input representation, Remark 6.16).
 TOKEN_GRADE_STAGES = ("input", "ffn", "output")
-
-#: The stages of :data:`TOKEN_GRADE_STAGES` that a model pooling its tokens into one vector
-#: (:class:`~graded.transformer.models.TransformerClassifier`) grades per token: its output
-#: layer reads the pooled vector, which has no token grade, so its "output" stage is M alone.
-POOLED_TOKEN_GRADE_STAGES = ("input", "ffn")
-
 
 def _grade_inits() -> tuple[str, ...]:
     # graded.transformer.graded imports this module: read its constant when validating.
@@ -142,8 +136,9 @@ class TransformerConfig(ConfigModel):
     each token's grade s_i, passed as ``token_grades`` to the model, at the
     ``token_grade_stages`` input, ffn, output; 000 §6.2, Remark 6.16; a classifier or
     regressor pools its tokens before the output layer, so it grades them per token at the
-    input and ffn stages only, :data:`POOLED_TOKEN_GRADE_STAGES`: left out, the stages are
-    every stage the model has, and a run config refuses a list naming "output" for it),
+    input and ffn stages only, ``TransformerClassifier.UNAPPLIED_TOKEN_STAGES``: left out,
+    the stages are every stage the model has, and a run config refuses a list naming
+    "output" for it),
     ``grade_input_activation`` (``"relu"``: 000 Def 5.19's h_i = σ(W x''_i + b)) and
     ``grade_position_normalize`` (000 Eq. 48: z'_i = z_i/‖z_i‖ after the graded positions are
     added).

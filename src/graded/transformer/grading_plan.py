@@ -166,9 +166,9 @@ class GradingPlan:
         grading itself; with per-token grading at the output also M_{q_i} (Remark 6.16), as a
         :class:`GradedFeatures`. Never normalised. M_{q_i} needs the output's tokens: the LM's
         and the seq2seq decoder's heads get their token scales; a classifier's head gets one
-        pooled vector, which has no token grade, and applies M alone (its stages are
-        :data:`~graded.transformer.config.POOLED_TOKEN_GRADE_STAGES`; a run config refuses
-        "output" for it)."""
+        pooled vector, which has no token grade, and applies M alone
+        (``TransformerClassifier.UNAPPLIED_TOKEN_STAGES``; a run config refuses "output" for
+        it)."""
         c = self.config
         if not self.token_stage("output"):
             return self.feature if c.grade_output else None

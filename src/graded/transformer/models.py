@@ -257,9 +257,14 @@ class TransformerClassifier(nn.Module):
     a CLS-style first token, wherever the padding is) or ``"last"`` (last non-padding token).
     The head is a linear layer with a bias onto ``num_outputs``: the config's
     ``tie_embeddings`` and ``logit_bias`` (of the LM and seq2seq heads onto the vocabulary)
-    are among the fields it does not read (:attr:`UNREAD_FIELDS`).
+    are among the fields it does not read (:attr:`UNREAD_FIELDS`), and its output layer reads
+    the pooled vector, which has no token grade (:attr:`UNAPPLIED_TOKEN_STAGES`).
     """
 
+    #: The per-token grading stages (:data:`~graded.transformer.config.TOKEN_GRADE_STAGES`)
+    #: this model does not apply, and why; a run config refuses them when written.
+    UNAPPLIED_TOKEN_STAGES: ClassVar[dict[str, str]] = {
+        "output": "its output layer reads the pooled vector, which has no token grade"}
     #: The config fields this model does not read, and why (:func:`unread_fields`).
     UNREAD_FIELDS: ClassVar[dict[str, str]] = {
         "n_decoder_layers": f"an encoder model {_ONE_STACK}",

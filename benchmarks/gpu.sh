@@ -13,9 +13,8 @@
 # T_LM, T_LM_B2B, T_LM_COMPILED, T_DIAG, T_IDLE, T_LONG) so that one slow step cannot take the
 # others with it; TEST_WORKERS (default 4) sets the tests' pytest-xdist workers; every log is
 # written to OUT as it is produced. STEPS (default: all but lm_step_folds, the LM step of LGT
-# beside the same with the folds of the code before 28a0b8f, lm_step_layers, the graded
-# LM steps beside the same folding layer by layer, and lm_step_scale_grads, the learnable
-# ones beside the same computing their scales' gradients map by map) picks steps by name
+# beside the same with the folds of the code before 28a0b8f, and lm_step_layers, the graded
+# LM steps beside the same folding layer by layer) picks steps by name
 # and runs them in the order given, e.g. STEPS="long_sequence tests"; a step named again runs
 # again, its log and details suffixed _2, _3, ... (STEPS="lm_step lm_step lm_step": three runs
 # on one machine).
@@ -68,9 +67,6 @@ for base in $STEPS; do
     lm_step_layers) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py \
         --device cuda --dtype bf16 --rounds 15 --no-hf --models LGT EGT "LGT fixed" \
         --compare-layers --out "$DETAILS/$name" ;;
-    lm_step_scale_grads) step "$name" "${T_LM:-90}" "$PY" benchmarks/lm_training_step.py \
-        --device cuda --dtype bf16 --rounds 15 --no-hf --models LGT EGT "LGT fixed" \
-        --compare-scale-grads --out "$DETAILS/$name" ;;
     lm_step_back_to_back) step "$name" "${T_LM_B2B:-120}" "$PY" \
         benchmarks/lm_training_step.py --device cuda --dtype bf16 --back-to-back 5 \
         --rounds 8 --out "$DETAILS/$name" ;;
@@ -85,6 +81,6 @@ for base in $STEPS; do
         --backends full chunked sliding_window dilated block_sparse bigbird linear performer \
         linformer lsh ;;
     *) echo "unknown step $base (expected: tests attention attention_unfolded attention_fixed" \
-        "lm_step lm_step_folds lm_step_layers lm_step_scale_grads lm_step_back_to_back lm_step_compiled diag idle long_sequence)"; exit 2 ;;
+        "lm_step lm_step_folds lm_step_layers lm_step_back_to_back lm_step_compiled diag idle long_sequence)"; exit 2 ;;
     esac
 done

@@ -41,10 +41,6 @@ products with autograd's backward, cast by ``F.linear`` under autocast:
 by layer (``model.batch_grading = False``): the backward of the batched folds is one node,
 run when the last of its layers' gradients is in, after which the GPU waits for the host to
 issue its per-map kernels; layer by layer each fold's backward follows its layer's.
-``--compare-scale-grads`` adds, for each learnable arm, a twin ("…, scale gradients map by
-map") whose folds' backward computes the scales' gradients a map at a time, three kernels per
-map on a GPU (``graded.folding._FOLD_GROUP = 0``), where the maps of one shape are otherwise
-taken together (``graded.folding._scale_parts``).
 """
 
 from __future__ import annotations
@@ -73,7 +69,7 @@ from _timing import (
     table,
 )
 
-from graded import TransformerConfig, TransformerLM, folding
+from graded import TransformerConfig, TransformerLM
 from graded.checks import check_token_ids, checked_inputs
 
 # arm -> (grading, learnable grades)
@@ -81,8 +77,6 @@ GRADINGS = {"ungraded": (None, False), "LGT": ("linear", True), "EGT": ("exponen
             "LGT fixed": ("linear", False), "EGT fixed": ("exponential", False)}
 #: Suffix of the arms that fold and compute their scales layer by layer (``--compare-layers``).
 LAYER_BY_LAYER = ", layer by layer"
-#: Suffix of the arms whose scale gradients are computed map by map (``--compare-scale-grads``).
-MAP_BY_MAP = ", scale gradients map by map"
 QUICK = {"d_model": 64, "layers": 2, "heads": 4, "seq_len": 32, "batch": 2, "vocab": 256,
          "rounds": 3, "warmup": 1}
 
@@ -128,7 +122,6 @@ def build(args: argparse.Namespace, device: torch.device) -> dict[str, torch.nn.
         twins = [name] + ([name + PREVIOUS_FOLDS]
                           if grading is not None and args.compare_folds else [])
         twins += [name + LAYER_BY_LAYER] if grading is not None and args.compare_layers else []
-        twins += [name + MAP_BY_MAP] if learnable and args.compare_scale_grads else []
         for arm in twins:
             torch.manual_seed(0)
             models[arm] = TransformerLM(TransformerConfig(**{**base.model_dump(), **extra}))
@@ -151,18 +144,6 @@ def logits_of(model: torch.nn.Module, compile: bool):
     return lambda ids: forward(input_ids=ids).logits  # a Hugging Face causal LM
 
 
-def map_by_map(fn):
-    """``fn`` with the folds' scale gradients computed a map at a time, as before 2026-11-27's
-    GPU run 17 (``graded.folding._FOLD_GROUP = 0``: no two maps together), for each call."""
-    def run(*args, **kwargs):
-        budget, folding._FOLD_GROUP = folding._FOLD_GROUP, 0
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            folding._FOLD_GROUP = budget
-    return run
-
-
 def back_to_back(step: TrainingStep, k: int):
     """``k`` steps in a row inside ``checked_inputs`` (the ids were checked once)."""
     def steps() -> None:
@@ -182,8 +163,7 @@ def run(args: argparse.Namespace) -> dict:
         steps[name] = TrainingStep(logits_of(model, args.compile), model.parameters(), x,
                                    dtype=dtype)
     k = args.back_to_back
-    single = {name: previous_folds(step) if name.endswith(PREVIOUS_FOLDS)
-              else map_by_map(step) if name.endswith(MAP_BY_MAP) else step
+    single = {name: previous_folds(step) if name.endswith(PREVIOUS_FOLDS) else step
               for name, step in steps.items()}
     calls = single if k == 1 else {name: back_to_back(step, k) for name, step in single.items()}
     if k > 1:
@@ -283,9 +263,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compare-layers", action="store_true",
                    help="each graded arm also folding layer by layer (batch_grading=False; a "
                    "twin arm, same rounds)")
-    p.add_argument("--compare-scale-grads", action="store_true",
-                   help="each learnable arm also computing its scale gradients map by map "
-                   "(a twin arm, same rounds)")
     p.add_argument("--no-hf", dest="hf", action="store_false",
                    help="leave Hugging Face's GPT-2 out even when transformers is importable")
     p.add_argument("--out", type=Path, default=Path("runs/lm_training_step"))

@@ -196,11 +196,9 @@ def _autocast_dtype(weights: Sequence[Tensor]) -> torch.dtype | None:
     return None if dtype == first.dtype else dtype
 
 
-# Entries of the maps whose scale gradients _scale_parts computes at once (32 Mi): their
-# transient memory is about 10 bytes an entry (the stacked bf16 gradients and float32 weights
-# and their float32 product), 320 MiB at most, taken at the end of the backward pass: every
-# map of one shape of a GPT-2-small-sized model, a few layers' of a larger one.
-_FOLD_GROUP = 1 << 25
+# Entries of the products ∂W'_i ⊙ W_i that _FoldRows's backward holds at once (64 MiB in
+# float32): the transient memory of a few layers' weights rather than of all.
+_FOLD_GROUP = 1 << 24
 
 
 def _groups_of_size(items: list[int], sizes: list[int], budget: int) -> Iterator[list[int]]:
@@ -216,38 +214,6 @@ def _groups_of_size(items: list[int], sizes: list[int], budget: int) -> Iterator
         total += size
     if group:
         yield group
-
-
-def _stacked(xs: Sequence[Tensor]) -> Tensor:
-    """The tensors ``xs`` of one shape stacked along a new first dimension (one alone: a view)."""
-    return xs[0][None] if len(xs) == 1 else torch.stack(list(xs))
-
-
-def _scale_parts(grads: Sequence[Tensor], weights: Sequence[Tensor],
-                 bias_terms: Sequence[tuple[Tensor, Tensor] | None]) -> list[Tensor]:
-    """Each map's share of the gradient of its row scales: ∂s_i = Σ_j ∂W'_ij W_ij, plus
-    ∂b'_i b_i where ``bias_terms[i]`` is the pair (∂b'_i, b_i), in the dtype the products
-    promote to. The maps of one shape, dtypes and device are taken together, up to
-    ``_FOLD_GROUP`` entries at a time: one product of the stacked gradients and weights, one
-    row sum and one product of the stacked bias terms, where a map at a time takes three
-    kernels per map (on a GPU the products of bf16 gradients with float32 weights do not
-    take foreach's fused route: one kernel per map)."""
-    alike: dict[tuple, list[int]] = {}
-    for i, (g, w, b) in enumerate(zip(grads, weights, bias_terms, strict=True)):
-        key = (w.shape, w.dtype, g.dtype, w.device,
-               None if b is None else (b[0].dtype, b[1].dtype))
-        alike.setdefault(key, []).append(i)
-    parts: list[Tensor] = [None] * len(grads)  # type: ignore[list-item]
-    for group in alike.values():
-        for chunk in _groups_of_size(group, [weights[i].numel() for i in group], _FOLD_GROUP):
-            rows = (_stacked([grads[i] for i in chunk])
-                    * _stacked([weights[i] for i in chunk])).sum(-1)
-            if bias_terms[chunk[0]] is not None:
-                rows = torch.addcmul(rows, _stacked([bias_terms[i][0] for i in chunk]),
-                                     _stacked([bias_terms[i][1] for i in chunk]))
-            for i, r in zip(chunk, rows.unbind(0), strict=True):
-                parts[i] = r
-    return parts
 
 
 def _products_in(xs: Sequence[Tensor], ys: Sequence[Tensor], dtype: torch.dtype) -> list[Tensor]:
@@ -352,18 +318,21 @@ class _FoldRows(torch.autograd.Function):
             out = products([(grad_b_out[k], scales[scale_of[with_bias[k]]]) for k in used])
             for k, g in zip(used, out, strict=True):
                 grad_b[k] = g
-        # ∂s per map: the row sums of ∂W'_i ⊙ W_i plus ∂b'_i ⊙ b_i, the maps of one shape
-        # together (_scale_parts)
-        used = [i for i in range(n) if grad_w_out[i] is not None and needs_s[scale_of[i]]]
-        bias_of = {i: k for k, i in enumerate(with_bias)
-                   if grad_b_out[k] is not None and needs_s[scale_of[i]]}
+        # ∂s per map: the row sums of ∂W'_i ⊙ W_i (a group of maps at a time), plus ∂b'_i b_i
         part: list[Tensor | None] = [None] * n
-        for i, p in zip(used, _scale_parts(
-                [grad_w_out[i] for i in used], [weights[i] for i in used],
-                [None if i not in bias_of else (grad_b_out[bias_of[i]], biases[bias_of[i]])
-                 for i in used]), strict=True):
-            part[i] = p
-        alone = [(k, i) for i, k in bias_of.items() if part[i] is None]  # no weight gradient
+        used = [i for i in range(n) if grad_w_out[i] is not None and needs_s[scale_of[i]]]
+        for group in _groups_of_size(used, [weights[i].numel() for i in used], _FOLD_GROUP):
+            rows = products([(grad_w_out[i], weights[i]) for i in group])
+            for i, r in zip(group, rows, strict=True):
+                part[i] = r.sum(1)
+            del rows
+        terms = [(k, i) for k, i in enumerate(with_bias)
+                 if grad_b_out[k] is not None and needs_s[scale_of[i]]]
+        onto = [(k, i) for k, i in terms if part[i] is not None]
+        if onto:
+            torch._foreach_addcmul_([part[i] for _, i in onto], [grad_b_out[k] for k, _ in onto],
+                                    [biases[k] for k, _ in onto])
+        alone = [(k, i) for k, i in terms if part[i] is None]
         if alone:
             for (_, i), g in zip(alone, products([(grad_b_out[k], biases[k]) for k, _ in alone]),
                                  strict=True):

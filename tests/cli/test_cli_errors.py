@@ -292,6 +292,21 @@ def test_decoding_options_given_to_a_classifier_are_refused_naming_them(classifi
     assert sorted(named) == sorted(expected[f] for f in flags if f.startswith("--"))
 
 
+def test_sample_with_beams_given_to_a_classifier_is_refused_as_unused_options(classifier_run,
+                                                                            capsys):
+    """For a classifier the two flags are refused for what they are, decoding options it does
+    not use (the conflict between them was named first, as if fixing it would help)."""
+    from graded.config import load_run_config
+
+    capsys.readouterr()
+    assert main(["generate", str(classifier_run), "--prompt", "( )", "--sample",
+                 "--num-beams", "2"]) == 2
+    assert _one_error_line(capsys.readouterr().err) == (
+        "graded: error: --sample, --num-beams 2: task " + load_run_config(
+            classifier_run).built_task.name + " is classification, answered from the prompt "
+        "alone with no token generated, so decoding options are not used; leave them out")
+
+
 def test_a_classifier_prompt_longer_than_max_len_is_refused_naming_the_numbers(classifier_run,
                                                                               capsys):
     max_len = _max_len(classifier_run)

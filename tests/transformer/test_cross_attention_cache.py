@@ -201,3 +201,42 @@ def test_compiled_cached_decoding_is_unchecked_and_equals_eager():
                          dim=1)
     torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
     assert cache.memory_record is None
+
+
+@torch.no_grad()
+def test_a_refused_step_names_the_decoders_own_class():
+    """A subclass of the decoder is named in the refusal as its other checks name it (the
+    refusal named ``TransformerDecoder`` whatever the class)."""
+    from graded.transformer import TransformerDecoder
+    from graded.transformer.cache import KVCache
+
+    class MyDecoder(TransformerDecoder):
+        pass
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=17, d_model=16, n_heads=2, n_layers=2, max_len=32,
+                            dropout=0.0)
+    decoder = MyDecoder(cfg, cross_attention=True).eval()
+    memory = torch.randn(2, 5, 16)
+    cache = KVCache.empty(decoder.n_layers)
+    tgt = torch.randint(0, 17, (2, 2))
+    decoder(tgt[:, :1], memory=memory, cache=cache)
+    with pytest.raises(ValueError, match=r"^MyDecoder, step 2 of the cache: the encoder memory "
+                       r"holds other values"):
+        decoder(tgt[:, 1:], memory=memory + 1, cache=cache)
+
+
+def test_a_memory_of_another_dtype_is_equal_only_to_values_it_holds_exactly():
+    """The recorded memory is compared with a new one of another dtype in the dtype both
+    convert to exactly: a bfloat16 copy of a float32 memory whose values bfloat16 does not
+    hold is another memory (it was taken: the float32 memory was rounded to bfloat16 before
+    the comparison), one whose values it holds is the same."""
+    from graded.transformer.cache import MemoryRecord
+
+    recorded = torch.tensor([[[1.0 + 2.0 ** -12, 2.0]]])  # 1 + 2^-12: not a bfloat16 value
+    record = MemoryRecord(recorded)
+    assert torch.equal(recorded.bfloat16().float(), torch.tensor([[[1.0, 2.0]]]))
+    assert "holds other values" in record.refusal(recorded.bfloat16())
+    exact = MemoryRecord(torch.tensor([[[1.5, 2.0]]]))
+    assert exact.refusal(torch.tensor([[[1.5, 2.0]]], dtype=torch.bfloat16)) is None
+    assert exact.refusal(torch.tensor([[[1.5, 2.0]]], dtype=torch.float64)) is None

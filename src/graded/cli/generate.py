@@ -64,9 +64,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from graded.kinds import as_kind
 
     run_dir = Path(args.run)
-    if args.sample and args.num_beams > 1:  # the flags of generate()'s own refusal
-        return _fail(f"--sample and --num-beams {args.num_beams} cannot go together: beam "
-                     "search does not sample; choose one (--num-beams 1 samples)")
     _, task, model, _, _ = _load_run(run_dir, args.checkpoint)
     if task.vocab is None:
         return _fail(f"task {task.name} has real-valued inputs; generate needs a token task")
@@ -87,6 +84,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             return _fail(f"{', '.join(decoding)}: task {task.name} is {task.kind}, answered from "
                          "the prompt alone with no token generated, so decoding options are "
                          "not used; leave them out")
+    elif args.sample and args.num_beams > 1:  # the flags of generate()'s own refusal
+        return _fail(f"--sample and --num-beams {args.num_beams} cannot go together: beam "
+                     "search does not sample; choose one (--num-beams 1 samples)")
     unused = [flag for flag, given in (("--temperature", args.temperature != 1.0),
                                        ("--top-k", args.top_k is not None),
                                        ("--top-p", args.top_p is not None),

@@ -97,7 +97,11 @@ class MemoryRecord:
         if memory.shape != self.shape:
             return (f"the encoder memory has shape {tuple(memory.shape)}, the one {_PROJECTED} "
                     f"{tuple(self.shape)}")
-        if not torch.equal(memory, self.memory.to(memory.device, memory.dtype)):
+        # compared in the dtype both convert to exactly (an autocast memory of another dtype
+        # is equal only where every recorded value is one it holds)
+        common = torch.promote_types(memory.dtype, self.memory.dtype)
+        if not torch.equal(memory.to(dtype=common),
+                           self.memory.to(memory.device, common)):
             return f"the encoder memory holds other values than the one {_PROJECTED}"
         return None
 

@@ -83,16 +83,18 @@ class TransformerStack(nn.Module):
         cache: KVCache | None = None,
         need_weights: bool = False,
         token_scales: Tensor | None = None,
+        who: str = "TransformerDecoder",
     ) -> tuple[Tensor, list[Tensor]]:
         """The blocks over ``x`` (B, T, d); ``need_weights`` takes True or False only, checked
-        before a cached step changes the cache (its attention calls refuse another value)."""
+        before a cached step changes the cache (its attention calls refuse another value);
+        ``who`` names the caller in a refused cached step."""
         if type(need_weights) is not bool:  # the bool itself passes on one comparison
             need_weights = check_bool("need_weights", need_weights)
         key_positions, kpm = positions, key_padding_mask
         if cache is not None:  # the step's last refusals, before it changes the cache
             history = self.check_cached_step(need_weights)
             if self.cross_attention:
-                cache.check_memory(memory, "TransformerDecoder")
+                cache.check_memory(memory, who)
             if kpm is None:
                 kpm = torch.zeros(positions.shape, dtype=torch.bool, device=x.device)
             key_positions, kpm = cache.extend(positions, kpm, history=history)
@@ -199,7 +201,7 @@ class TransformerDecoder(nn.Module):
             return self.stack(
                 x, positions, key_padding_mask=key_padding_mask, memory=memory,
                 memory_key_padding_mask=memory_key_padding_mask, cache=cache,
-                need_weights=need_weights, token_scales=token_scales,
+                need_weights=need_weights, token_scales=token_scales, who=who,
             )
 
     def _check_memory_type(self, memory: Tensor, who: str) -> None:

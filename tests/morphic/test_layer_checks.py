@@ -195,4 +195,9 @@ def test_banded_shifts_refuse_booleans_and_shift_sets_that_leave_every_grade():
     with pytest.raises(ValueError, match=r"banded shifts \[5, -3\] give no edge; expected some "
                                          r"shift δ .*indices \[0, 1\]"):
         EdgeSet.banded(sp, [5, -3])
-    assert [e.name for e in EdgeSet.banded(sp, [1, 5])] == ["g1<-g0"]  # the shift that fits
+    with pytest.warns(UserWarning, match=r"^banded shift \[5\] of \[1, 5\] gives no edge: "
+                      r"index\(g\) \+ δ is no grade's index for any grade g \(indices \[0, 1\]\); "
+                      r"it adds nothing$"):  # it was dropped without a word
+        assert [e.name for e in EdgeSet.banded(sp, [1, 5])] == ["g1<-g0"]  # the shift that fits
+    with pytest.warns(UserWarning, match=r"^banded shifts \[5, -4\] of \[5, 1, -4\] give"):
+        EdgeSet.banded(sp, [5, 1, -4])

@@ -10,6 +10,7 @@ grade-preserving blocks and are allowed).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -85,22 +86,33 @@ class EdgeSet:
 
     @classmethod
     def banded(cls, space: GradedStateSpace, shifts: Iterable[int]) -> EdgeSet:
-        """𝓔 = {(g, h) : index(h) − index(g) ∈ Δ}; shifts that leave G are dropped (004 §4.1)."""
+        """𝓔 = {(g, h) : index(h) − index(g) ∈ Δ} (004 §4.1): a shift that leaves G from every
+        grade adds no edge (and no kernel) and is named in a warning; shifts that give no edge
+        at all are refused."""
         shifts = list(shifts)
         if not shifts or not all(isinstance(d, int) and not isinstance(d, bool) for d in shifts):
             raise ValueError(f"shifts must be a non-empty list of ints, got {shifts!r}")
         if len(set(shifts)) != len(shifts):  # a repeated δ would name one edge twice
             raise ValueError(f"shifts must be distinct, got {shifts!r}")
         edges = []
+        used: set[int] = set()
         for g in space.labels:
             for delta in shifts:
                 h = space.label_at_index(space.index(g) + delta)
                 if h is not None:
                     edges.append(Edge(g, h, f"{h}<-{g}"))
+                    used.add(delta)
+        indices = [space.index(g) for g in space.labels]
         if not edges:
             raise ValueError(f"banded shifts {shifts} give no edge; expected some shift δ with "
-                             f"index(g) + δ = index(h) for grades g, h (indices "
-                             f"{[space.index(g) for g in space.labels]})")
+                             f"index(g) + δ = index(h) for grades g, h (indices {indices})")
+        idle = [d for d in shifts if d not in used]
+        if idle:
+            warnings.warn(f"banded shift{'s' if len(idle) > 1 else ''} {idle} of {shifts} "
+                          f"give{'' if len(idle) > 1 else 's'} no edge: index(g) + δ is no "
+                          f"grade's index for any grade g (indices {indices}); "
+                          f"{'they add' if len(idle) > 1 else 'it adds'} nothing",
+                          UserWarning, stacklevel=2)
         return cls(space, edges)
 
     # -------------------------------------------------------------- queries

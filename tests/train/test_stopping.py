@@ -203,3 +203,28 @@ def test_a_ctrl_c_after_the_last_step_of_a_pause_reports_an_interruption(tmp_pat
     assert CheckpointManager(tmp_path / "part" / "checkpoints").latest().name == "step_000000006"
     rest = make_trainer(tmp_path / "part", steps=12).fit(resume_from=tmp_path / "part")
     assert first.losses + rest.losses == full.losses
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_nan_evaluation_is_never_the_best_and_counts_as_no_improvement(mode):
+    """Every comparison with NaN is false: the first evaluation, if NaN, became the best, and
+    no later value could beat it (best.json kept naming the NaN checkpoint, and with patience
+    the run stopped early on its finite, improving evaluations)."""
+    from graded.train.stopping import Stopper
+
+    nan = float("nan")
+    sign = 1.0 if mode == "min" else -1.0
+    stopper = Stopper()
+    assert not stopper.observe(nan, 1, mode=mode)
+    assert stopper.best is None and stopper.bad_evals == 1
+    assert stopper.observe(sign * 2.0, 2, mode=mode)
+    assert stopper.observe(sign * 1.0, 3, mode=mode)
+    assert (stopper.best, stopper.best_step, stopper.bad_evals) == (sign * 1.0, 3, 0)
+    assert not stopper.observe(nan, 4, mode=mode)
+    assert (stopper.best, stopper.bad_evals) == (sign * 1.0, 1)
+    assert not stopper.stopped(2) and not stopper.observe(nan, 5, mode=mode)
+    assert stopper.stopped(2)  # two evaluations in a row without improvement
+    # a state saved with NaN as best and reference (before this rule) is beaten by a number
+    old = Stopper(best=nan, best_step=1, reference=nan, bad_evals=0)
+    assert old.observe(sign * 5.0, 2, mode=mode)
+    assert (old.best, old.reference, old.bad_evals) == (sign * 5.0, sign * 5.0, 0)

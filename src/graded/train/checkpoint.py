@@ -345,10 +345,19 @@ class CheckpointManager:
                                          '{"checkpoint": "step_<N>", ...}') from None
         return self.root / named
 
+    def forget_best(self) -> None:
+        """Remove ``best.json``, at the start of a new run: a folder it may start in holds no
+        checkpoint (one that holds any is refused, or overwritten), so a ``best.json`` left there
+        names a checkpoint of an earlier run whose folders were removed, or one this run would
+        write under the same name, which it would then report and keep as its best."""
+        (self.root / "best.json").unlink(missing_ok=True)
+
     def rewind_best(self, step: int, best: float | None) -> None:
         """After a resume from ``step`` (older than a damaged newer checkpoint), make
         ``best.json`` name a checkpoint of the resumed run: one it names beyond ``step`` belongs
-        to the abandoned future (and may be the damaged one). It then names the newest intact
+        to the abandoned future (and may be the damaged one), and one that does not read as
+        written (truncated, JSON of another shape, its ``checkpoint`` not the ``step_<N>`` of
+        its ``step``) would fail every later save's rotation. It then names the newest intact
         checkpoint up to ``step`` that set the monitored ``best`` (its evaluation improved on
         every earlier one, strictly: :func:`~graded.train.stopping.sets_best`), or is removed
         when that checkpoint is gone."""
@@ -356,10 +365,12 @@ class CheckpointManager:
         if not info.is_file():
             return
         try:
-            named = json.loads(info.read_text(encoding="utf-8")).get("step")
+            recorded = json.loads(info.read_text(encoding="utf-8"))
         except ValueError:
-            named = None
-        if isinstance(named, int) and named <= step:
+            recorded = None
+        named = recorded.get("step") if isinstance(recorded, dict) else None
+        if isinstance(named, int) and named <= step \
+                and recorded.get("checkpoint") == self.path_for(named).name:
             return
         for candidate in reversed([s for s in self.steps() if s <= step]):
             try:

@@ -2,10 +2,10 @@
 
 :meth:`Trainer.fit <graded.train.trainer.Trainer.fit>` returns a :class:`TrainResult`; the same
 figures go to ``metrics.json`` (:func:`final_summary`: :func:`run_summary` with
-:func:`end_fields`; a resume that runs no step keeps the figures of the summary it finds), and
-the word of :func:`end_status` to both ``metrics.json``'s ``status`` and ``history.jsonl``'s
-``end`` event. An interrupted run prints :func:`resume_message`, naming its checkpoint and the
-resume command.
+:func:`end_fields`; a resume that runs no step keeps the figures of the summary it finds at its
+step), and the word of :func:`end_status` to both ``metrics.json``'s ``status`` and
+``history.jsonl``'s ``end`` event. An interrupted run prints :func:`resume_message`, naming its
+checkpoint and the resume command.
 """
 
 from __future__ import annotations
@@ -93,12 +93,19 @@ def previous_summary(path: Path) -> dict[str, Any] | None:
 
 
 def final_summary(result: TrainResult, ended: BaseException | None, opts: TrainOptions, *,
-                  graded_loss: bool, world_size: int, run_dir: Path) -> dict[str, Any]:
+                  graded_loss: bool, world_size: int, run_dir: Path,
+                  resumed: bool) -> dict[str, Any]:
     """What ``metrics.json`` in ``run_dir`` holds at the end of a run: its figures
-    (:func:`run_summary`) and its ending (:func:`end_fields`); a resume that ran no step keeps
-    the figures of the summary it finds (:func:`previous_summary`), with its own ending."""
+    (:func:`run_summary`) and its ending (:func:`end_fields`); a resume (``resumed``) that ran
+    no step keeps the figures of the summary it finds (:func:`previous_summary`), with its own
+    ending, when that summary is of the step it resumed at. Those of another step are not its
+    own: a new run's, in the folder of one that ended before its first checkpoint, or a
+    summary past the step resumed at (its checkpoint was damaged)."""
     ending = end_fields(result, ended, opts.steps)
-    previous = None if result.losses else previous_summary(run_dir / "metrics.json")
+    previous = (previous_summary(run_dir / "metrics.json")
+                if resumed and not result.losses else None)
+    if previous is not None and previous.get("step") != result.step:
+        previous = None
     if previous is None:
         return {**run_summary(result, opts, graded_loss=graded_loss, world_size=world_size),
                 **ending}

@@ -1,5 +1,7 @@
 """What a trainer checks when it is built, before it writes anything or runs a step.
 
+The arguments' types first (:func:`check_arguments`; ``fit``'s ``pause_after``:
+:func:`check_pause_after`): a TypeError names the argument, the value given and what it takes.
 The training data are checked once (the tensors a step reads: ``TaskKind.check_batch``; token
 ids against the model's vocabulary and token grades, ``TaskKind.check_data``, by the trainer,
 which keeps the result for :func:`graded.checks.checked_inputs`), the evaluation data as they
@@ -10,8 +12,10 @@ are (:func:`check_eval_data`), the options against the kind and the evaluation
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -20,15 +24,82 @@ from graded.train.data import dataset_size
 from graded.train.options import TrainOptions, monitor_mode_of
 from graded.train.recipes import Recipe
 
-__all__ = ["check_eval_data", "check_options", "check_train_data", "graded_loss_applies"]
+__all__ = ["check_arguments", "check_eval_data", "check_options", "check_pause_after",
+           "check_train_data", "graded_loss_applies"]
+
+
+def _shown(value: Any) -> str:
+    """A bad argument as an error names it: its type and a short repr."""
+    text = " ".join(repr(value).split())
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _check_tensors(name: str, data: Any, *, optional: bool = False) -> None:
+    """``data`` is a mapping of names to tensors (None too when ``optional``)."""
+    if data is None and optional:
+        return
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{name} must be a dict of tensors (a task split's .tensors: inputs, "
+                        f"targets, ...{', or None' if optional else ''}), got {_shown(data)}")
+    for key, value in data.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name}[{key!r}] must be a torch.Tensor, got {_shown(value)} "
+                            "(torch.as_tensor converts an array)")
+
+
+def check_arguments(model: Any, train_data: Any, eval_data: Any, *, run_dir: Any,
+                    options: Any, seed: Any, recipe: Any, config: Any, resume_command: Any,
+                    overwrite: Any) -> None:
+    """The types of a trainer's arguments, before any is used: TypeError naming the argument,
+    the value given and what it takes (otherwise an attribute error deep in the set-up, or a
+    ``seed`` of 1.5 that fails only when :meth:`~graded.train.trainer.Trainer.fit` has
+    written the run folder); ValueError for a ``seed`` torch cannot take. ``config`` is
+    checked JSON-able by the trainer, which stores it."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {_shown(model)}")
+    _check_tensors("train_data", train_data)
+    _check_tensors("eval_data", eval_data, optional=True)
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"run_dir must be a path (str or Path), got {_shown(run_dir)}")
+    if options is not None and not isinstance(options, TrainOptions):
+        raise TypeError(f"options must be a TrainOptions or None, got {_shown(options)}; "
+                        "a dict of options is TrainOptions(**options)")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {_shown(seed)}")
+    if not -2**63 <= seed < 2**64:
+        raise ValueError(f"seed must lie in [-2**63, 2**64) (torch.manual_seed's range), "
+                         f"got {seed}")
+    if recipe is not None and not isinstance(recipe, (str, Recipe)):
+        raise TypeError(f"recipe must be a recipe name, a Recipe or None, got {_shown(recipe)}")
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict (JSON values) or None, got {_shown(config)}")
+    if resume_command is not None and not isinstance(resume_command, str):
+        raise TypeError(f"resume_command must be a str or None, got {_shown(resume_command)}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {_shown(overwrite)}")
+
+
+def check_pause_after(pause_after: Any) -> None:
+    """``fit``'s ``pause_after``: None or a global step, an int >= 0 (0 saves the state before
+    any step); ValueError or TypeError naming the value."""
+    if pause_after is None:
+        return
+    if isinstance(pause_after, bool) or not isinstance(pause_after, int):
+        raise TypeError(f"pause_after must be an int (a global step) or None, got "
+                        f"{_shown(pause_after)}")
+    if pause_after < 0:
+        raise ValueError(f"pause_after must be >= 0 (a global step), got {pause_after}")
 
 
 def check_train_data(kind: TaskKind, train_data: Mapping[str, torch.Tensor]) -> None:
     """The training tensors have one length (:func:`~graded.train.data.dataset_size`) and hold
-    the inputs and targets a step of ``kind`` reads; ValueError naming the training data."""
-    dataset_size(train_data)
-    try:  # the inputs and targets a step reads
-        kind.check_batch(train_data)
+    the inputs and targets a step of ``kind`` reads, at least one example; ValueError naming
+    the training data."""
+    try:
+        if dataset_size(train_data) == 0:  # no batch to draw
+            raise ValueError(f"no examples (tensors {sorted(train_data)} have 0 rows); expected "
+                             "at least train.batch_size")
+        kind.check_batch(train_data)  # the inputs and targets a step reads
     except ValueError as exc:
         raise ValueError(f"training data: {exc}") from None
 
@@ -37,11 +108,17 @@ def check_options(kind: TaskKind, opts: TrainOptions,
                   eval_data: Mapping[str, torch.Tensor] | None) -> None:
     """Options the kind and the evaluation data must agree with, checked before anything
     is written: ``monitor`` is a name the evaluation reports (otherwise the first
-    evaluation would fail after training), and the kind takes ``label_smoothing``. A
-    ``monitor_mode`` against the monitored metric's own direction warns (RuntimeWarning,
-    attributed to the code that builds the trainer)."""
+    evaluation would fail after training), the kind takes ``label_smoothing``, and
+    ``early_stopping`` has evaluations to count (a run without evaluation data never stops
+    early: refused). A ``monitor_mode`` against the monitored metric's own direction warns
+    (RuntimeWarning, attributed to the code that builds the trainer)."""
     kind.check_options(label_smoothing=opts.label_smoothing)
     if eval_data is None:
+        if opts.early_stopping is not None:  # it counts evaluations, and none would run
+            raise ValueError(
+                f"train.early_stopping (patience {opts.early_stopping.patience}) needs "
+                "evaluation data: with eval_data=None the run never evaluates, so it would "
+                "never stop early; expected eval_data, or early_stopping=None")
         return
     monitor, mode = opts.monitor, opts.monitor_mode
     names = kind.report_names(eval_data)

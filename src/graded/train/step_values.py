@@ -3,9 +3,10 @@
 A step's loss, gradient norm and metrics stay on the device (:class:`StepValues`) until the
 trainer needs them: :func:`read_step_values` reads every step since its last read in one
 transfer (the losses and metrics summed over the ranks in one collective), at a log step,
-before an evaluation or a checkpoint, and at the end; a non-finite loss then raises
-``FloatingPointError`` naming its step. :func:`progress_bar` is the bar the trainer shows on
-stderr, which a log step updates with the loss and tokens per second it read.
+before an evaluation or a checkpoint, and at the end; a non-finite loss, or gradient norm
+(which made the parameters non-finite), then raises ``FloatingPointError`` naming its step.
+:func:`progress_bar` is the bar the trainer shows on stderr, which a log step updates with the
+loss and tokens per second it read.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def read_step_values(window: list[StepValues], ctx: D.DistContext, opts: TrainOp
     """The loss and scalars of each step of ``window``, read in one transfer (the losses
     and metrics summed over the ranks in one collective); FloatingPointError naming the
     first step whose loss is not finite (its advice names ``opts.lr`` and ``opts.clip_norm``).
+    A non-finite gradient norm of a step whose loss is finite is a FloatingPointError too,
+    except under fp16, whose gradient scaler skips that step: otherwise the step wrote
+    non-finite parameters, which the next checkpoint would keep.
     ``regularization`` is among the scalars when the run ``has_recipe``. Empties ``window``."""
     if not window:
         return []
@@ -65,14 +69,22 @@ def read_step_values(window: list[StepValues], ctx: D.DistContext, opts: TrainOp
         rows = torch.cat([summed, own], dim=1).tolist()
     out = []
     for w, row in zip(window, rows, strict=True):
-        loss = row[0] / w.count
+        loss, grad_norm = row[0] / w.count, row[1 + len(keys)]
         if not math.isfinite(loss):
             clip = ("enable clip_norm" if opts.clip_norm is None else
                     f"a smaller clip_norm (now {opts.clip_norm})")
             raise FloatingPointError(
                 f"training loss became {loss} at step {w.step}; lower lr (now "
                 f"{opts.lr}) or {clip}")
-        scalars = {"loss": loss, "grad_norm": row[1 + len(keys)], "lr": w.lr,
+        if not math.isfinite(grad_norm) and opts.precision != "fp16":
+            # clipping scales every gradient by a non-finite factor and AdamW writes it into
+            # the parameters (fp16's gradient scaler skips such a step instead)
+            raise FloatingPointError(
+                f"gradient norm became {grad_norm} at step {w.step} (its loss {loss:.6g} is "
+                "finite), so the step made the parameters non-finite; an operation of the "
+                "model has no finite gradient there (sqrt or log at 0, a division by 0), "
+                f"or lower lr (now {opts.lr})")
+        scalars = {"loss": loss, "grad_norm": grad_norm, "lr": w.lr,
                    **dict(zip(keys, row[1:1 + len(keys)], strict=True))}
         if has_recipe:
             scalars["regularization"] = row[2 + len(keys)]

@@ -11,6 +11,10 @@ At each evaluation the trainer compares the monitored metric (``train.monitor``,
   ``early_stopping.min_delta``, which resets ``bad_evals``; otherwise ``bad_evals`` grows, and
   the run stops after ``early_stopping.patience`` of them in a row.
 
+A NaN value (an evaluation whose metric is not a number) beats nothing, in both comparisons:
+it is never the best and counts as no improvement; a NaN recorded as ``best`` or
+``reference`` (a state saved before this rule) is beaten by any number.
+
 So ``min_delta`` affects only the patience count, as in Keras (``EarlyStopping`` beside
 ``ModelCheckpoint(save_best_only=True)``) and PyTorch Lightning (whose ``min_delta`` belongs to
 the early-stopping callback). Without early stopping ``min_delta`` is 0 and both values agree.
@@ -23,6 +27,7 @@ and ``best_step`` unknown (null).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -31,8 +36,12 @@ __all__ = ["Stopper", "sets_best"]
 
 def _beats(value: float, than: float | None, mode: Literal["min", "max"],
            delta: float = 0.0) -> bool:
-    """Whether ``value`` is better than ``than`` by more than ``delta`` (None: anything is)."""
-    if than is None:
+    """Whether ``value`` is better than ``than`` by more than ``delta`` (None: anything is). A
+    NaN ``value`` is better than nothing, any other is better than a NaN ``than`` (every
+    comparison with NaN is false: the first NaN evaluation became the best for good)."""
+    if math.isnan(value):
+        return False
+    if than is None or math.isnan(than):
         return True
     return value < than - delta if mode == "min" else value > than + delta
 

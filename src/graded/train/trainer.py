@@ -28,14 +28,14 @@ and 7.1 when a graded recipe is chosen):
 
 A step's loss, gradient norm and metrics stay on the device until the trainer needs them: it
 reads every step since its last read in one transfer at a log step, before an evaluation or a
-checkpoint, and at the end (a non-finite loss then raises ``FloatingPointError`` naming its
-step, before anything more is saved). The training data are checked once, when the trainer is
-built (token ids against the model's vocabulary, token grades: ``TaskKind.check_data``; the
-evaluation data too), and the steps run inside :func:`graded.checks.checked_inputs`. So with
-plain AdamW a step never waits for a GPU, and the host queues the next step while the device
-computes this one; a graded recipe's bound waits, before the next optimizer step, for a copy
-the device made right after this one; fp16's gradient scaler reads whether the gradients are
-finite.
+checkpoint, and at the end (a non-finite loss, or a non-finite gradient norm outside fp16, then
+raises ``FloatingPointError`` naming its step, before anything more is saved). The training data
+are checked once, when the trainer is built (token ids against the model's vocabulary, token
+grades: ``TaskKind.check_data``; the evaluation data too), and the steps run inside
+:func:`graded.checks.checked_inputs`. So with plain AdamW a step never waits for a GPU, and the
+host queues the next step while the device computes this one; a graded recipe's bound waits,
+before the next optimizer step, for a copy the device made right after this one; fp16's gradient
+scaler reads whether the gradients are finite.
 
 Resuming from a checkpoint restores the model, optimiser, scheduler, RNG states (each rank's
 own) and step, so on CPU with the same seed the losses after resuming equal those of an
@@ -68,14 +68,16 @@ from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
 from graded.train.checkpoint import CheckpointManager
 from graded.train.data import StepSampler, dataset_size
-from graded.train.logging import RunLogger
+from graded.train.logging import RunLogger, read_grades
 from graded.train.objectives import evaluate
 from graded.train.optim import param_groups
 from graded.train.options import TrainOptions
 from graded.train.outcome import TrainResult, end_status, final_summary, resume_message
 from graded.train.preflight import (
+    check_arguments,
     check_eval_data,
     check_options,
+    check_pause_after,
     check_train_data,
     graded_loss_applies,
 )
@@ -134,11 +136,18 @@ class Trainer(OptimizerStep, ClosesAtExit):
         resume_command: str | None = None,
         overwrite: bool = False,
     ) -> None:
+        check_arguments(model, train_data, eval_data, run_dir=run_dir, options=options,
+                        seed=seed, recipe=recipe, config=config,
+                        resume_command=resume_command, overwrite=overwrite)
         self.kind = as_kind(kind, model)
-        self.opts = options or TrainOptions()
+        self.opts = options if options is not None else TrainOptions()
         self.run_dir = Path(run_dir)
         self.seed = seed
-        self.config = config or {}
+        try:  # stored in config.yaml and every checkpoint: refused now, not after the steps
+            self.config = jsonable(config or {})
+        except TypeError as exc:
+            raise TypeError(f"config: {exc}; expected a dict of JSON values (str, numbers, "
+                            "bools, None, lists and dicts of them)") from None
         self.resume_command = resume_command
         self.train_data = dict(train_data)
         self.eval_data = dict(eval_data) if eval_data is not None else None
@@ -278,7 +287,8 @@ class Trainer(OptimizerStep, ClosesAtExit):
         """Train to ``options.steps`` (from a checkpoint or run folder if ``resume_from``).
 
         ``pause_after`` stops after that global step with a checkpoint, as an interruption
-        would (for time-sliced jobs); the schedule still spans ``options.steps``.
+        would (for time-sliced jobs); the schedule still spans ``options.steps``. It is an int
+        >= 0 (TypeError or ValueError naming another value, before anything is written).
 
         The run folder is locked for the call (a second writer gets RunLockedError). A resume
         is checked in full (:meth:`prepare_resume`) before anything is written; without
@@ -287,6 +297,7 @@ class Trainer(OptimizerStep, ClosesAtExit):
         holds a search run of :mod:`graded.search` is refused (RunError) before the lock file
         is written. See :mod:`graded.train.runs`.
         """
+        check_pause_after(pause_after)
         refuse_search_run(self.run_dir)
         with self.run.lock():
             plan = None
@@ -326,6 +337,8 @@ class Trainer(OptimizerStep, ClosesAtExit):
             torch.manual_seed(self.seed)
             random.seed(self.seed)
             np.random.seed(self.seed % 2**32)
+            if self.ctx.is_main:  # a new run has no best yet
+                self.checkpoints.forget_best()
         main = self.ctx.is_main
         logger = RunLogger(self.run_dir, enabled=main, tensorboard=self.opts.tensorboard,
                            resume_step=start if plan is not None else None)
@@ -336,7 +349,12 @@ class Trainer(OptimizerStep, ClosesAtExit):
         tok_window, t_window = 0, time.perf_counter()
         window: list[StepValues] = []  # steps whose values are still on the device
         step = start
-        saved_at = start if plan is not None else -1
+        # the step whose checkpoint this run's folder holds: a resume's, unless it resumed from
+        # a checkpoint elsewhere (an interruption or pause before its first step saves it here)
+        saved_at = start if plan is not None and Path(plan.checkpoint).resolve() \
+            == self.checkpoints.path_for(start).resolve() else -1
+        if saved_at == start:  # what a resume that runs no step leaves as its last checkpoint
+            result.last_checkpoint = self.checkpoints.path_for(start)
         ended: BaseException | None = None  # the exception that ended the run, if one did
         self.model.train()
         if self.recipe is not None:
@@ -344,7 +362,9 @@ class Trainer(OptimizerStep, ClosesAtExit):
             # where it restores λ, which may not be part of the model state.
             prepared = self.recipe.on_step(self.model, self.optimizer, start, total)
             self._recipe_values = lambda: prepared
-        if start == 0 and main:
+        # the grades before the first step, once: a resume from a checkpoint of step 0 (a run
+        # paused or stopped before its first step) finds them logged, unless in a new folder
+        if start == 0 and main and (plan is None or not read_grades(self.run_dir)):
             logger.grades(0, self.model)
         # a run that stopped early resumes stopped: the uninterrupted run ends here too (a
         # larger early_stopping.patience, or none, continues it)
@@ -422,7 +442,8 @@ class Trainer(OptimizerStep, ClosesAtExit):
                 result.best_checkpoint = self.checkpoints.best()
                 logger.summary(final_summary(result, ended, self.opts, run_dir=self.run_dir,
                                              graded_loss=self.graded_loss,
-                                             world_size=self.ctx.world_size))
+                                             world_size=self.ctx.world_size,
+                                             resumed=plan is not None))
             logger.close()
         if result.interrupted and main:
             print(resume_message(step, self.opts.steps, self.checkpoints.path_for(step),

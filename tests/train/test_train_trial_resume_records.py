@@ -160,3 +160,13 @@ def test_a_new_run_in_a_folder_whose_checkpoints_were_removed_has_no_best_of_the
                      options=options, run_dir=run).fit()
     assert result.best_checkpoint is None and _summary(run)["best_checkpoint"] is None
     assert CheckpointManager(run / "checkpoints").steps() == [8]  # keep_last 1: 4 rotated
+
+
+def test_a_resume_from_a_path_that_does_not_exist_is_refused_before_the_folder_is_made(tmp_path):
+    """It was refused after the new run's folder and its lock file were made."""
+    trainer = make_trainer(tmp_path / "new", steps=4)
+    with pytest.raises(FileNotFoundError, match=r"resume_from '.*missing': no such file or "
+                                                r"folder; expected a run folder or one of its "
+                                                r"checkpoints"):
+        trainer.fit(resume_from=tmp_path / "missing")
+    assert not (tmp_path / "new").exists()

@@ -294,10 +294,14 @@ class Trainer(OptimizerStep, ClosesAtExit):
         is checked in full (:meth:`prepare_resume`) before anything is written; without
         ``resume_from``, or with one of another folder, a folder that holds checkpoints is
         refused (RunError) unless the trainer was built with ``overwrite=True``; a folder that
-        holds a search run of :mod:`graded.search` is refused (RunError) before the lock file
-        is written. See :mod:`graded.train.runs`.
+        holds a search run of :mod:`graded.search`, and a ``resume_from`` that does not exist
+        (FileNotFoundError), are refused before the lock file is written. See
+        :mod:`graded.train.runs`.
         """
         check_pause_after(pause_after)
+        if resume_from is not None and not Path(resume_from).exists():  # before the lock file
+            raise FileNotFoundError(f"resume_from {str(resume_from)!r}: no such file or folder; "
+                                    "expected a run folder or one of its checkpoints")
         refuse_search_run(self.run_dir)
         with self.run.lock():
             plan = None

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graded.cli.loading import _load_run
+from graded.cli.loading import _library_entry, _load_run
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -42,14 +42,10 @@ def _refuse_run_file(run_dir: Path, out: Path) -> None:
     (``RUN/config.yaml``, ``RUN/checkpoints/...``): the evaluation would replace what training
     wrote (``--out RUN/config.yaml`` left a run whose config was the evaluation's JSON).
     ``RUN/eval.json``, the default, and the user's own names inside the run are allowed."""
-    from graded.train.runs import LIBRARY_ENTRIES, LOCK_FILE, MANIFEST_FILE
-
-    target, run = out.resolve(), run_dir.resolve()
-    if not target.is_relative_to(run) or target == run:
-        return
-    entry = target.relative_to(run).parts[0]
-    if entry in (*LIBRARY_ENTRIES, LOCK_FILE, MANIFEST_FILE) and entry != "eval.json":
-        raise ValueError(f"--out {out} is {'' if target.name == entry else 'inside '}the run's "
+    entry = _library_entry(run_dir, out)
+    if entry is not None and entry != "eval.json":
+        inside = out.resolve().name != entry
+        raise ValueError(f"--out {out} is {'inside ' if inside else ''}the run's "
                          f"own {entry}, which graded wrote there and the evaluation would "
                          f"replace; give another path, e.g. {run_dir / 'eval.json'} (the "
                          "default) or a name of yours")

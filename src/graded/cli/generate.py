@@ -100,6 +100,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
                      f"{'it' if len(unused) == 1 else 'them'} out for greedy decoding or beam "
                      "search")
     new_tokens = _new_token_budget(model, kind, ids.shape[1], args.max_new_tokens)
+    if kind.generates_tokens and args.min_new_tokens > new_tokens:  # it could hold back nothing
+        budget = (f"--max-new-tokens {new_tokens}" if args.max_new_tokens is not None
+                  else "all that fit in the model's max_len")
+        return _fail(f"--min-new-tokens {args.min_new_tokens} is more than the {new_tokens} "
+                     f"new tokens generated ({budget}); give at most {new_tokens}")
     seed = 0 if args.seed is None else args.seed
     sampling = {"do_sample": args.sample, "temperature": args.temperature, "top_k": args.top_k,
                 "top_p": args.top_p, "num_beams": args.num_beams,

@@ -138,11 +138,15 @@ def _check_checkpoint_config(run_dir: Path, ckpt: Path, meta: dict[str, Any], *,
 
 def _checkpoint_folder(manager: Any, which: str) -> Path:
     """``--checkpoint PATH``: a folder, as given or inside the run's ``checkpoints/`` (e.g.
-    ``step_000000400``); ValueError naming what there is otherwise."""
+    ``step_000000400``); ValueError naming what there is otherwise (an empty ``which``, as
+    ``--checkpoint "$UNSET"`` gives, names no folder: as a path it was the current one)."""
+    found = ", ".join(p.name for p in manager.folders()) or "none"
+    if not which.strip():
+        raise ValueError(f"--checkpoint {which!r} is empty; expected 'best', 'latest', a "
+                         f"checkpoint folder of {manager.root} ({found}) or a path to one")
     for path in (Path(which), manager.root / which):
         if path.is_dir():
             return path
-    found = ", ".join(p.name for p in manager.folders()) or "none"
     raise ValueError(f"--checkpoint {which!r}: no such folder; expected 'best', 'latest', a "
                      f"checkpoint folder of {manager.root} ({found}) or a path to one")
 
@@ -153,3 +157,19 @@ def _is_run_config(run_dir: Path) -> bool:
     from graded.config import read_config_file
 
     return "task" in read_config_file(run_dir / "config.yaml")
+
+
+def _library_entry(run_dir: Path, path: Path) -> str | None:
+    """The entry of ``run_dir`` that graded wrote and manages (``config.yaml``,
+    ``checkpoints``, ..., the lock and the manifest; see :mod:`graded.train.runs`) which
+    ``path`` is or lies inside, or None (a path outside the run, the run folder itself, or a
+    name of the user's inside it). A command's output there would replace what training
+    wrote, or be removed with it (a resume rotates checkpoints away; ``output.overwrite``
+    removes the entries the manifest lists)."""
+    from graded.train.runs import LIBRARY_ENTRIES, LOCK_FILE, MANIFEST_FILE
+
+    target, run = path.resolve(), run_dir.resolve()
+    if not target.is_relative_to(run) or target == run:
+        return None
+    entry = target.relative_to(run).parts[0]
+    return entry if entry in (*LIBRARY_ENTRIES, LOCK_FILE, MANIFEST_FILE) else None

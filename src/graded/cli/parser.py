@@ -5,29 +5,36 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from typing import Any
 
-from graded.cli.command import run_command
+from graded.cli.command import EXIT_BROKEN_PIPE, _quiet_stdout, run_command
 from graded.cli.delegates import cmd_bench, cmd_demo, cmd_search
 from graded.cli.evaluate import cmd_eval
 from graded.cli.generate import DEFAULT_NEW_TOKENS, cmd_generate
 from graded.cli.report import cmd_report
 from graded.cli.train import cmd_train
 
+#: The largest seed a ``torch.Generator`` takes (64 bits).
+MAX_SEED = 2**64 - 1
 
-def _at_least(minimum: int):
-    """An argparse type: an int >= ``minimum`` (argparse turns the error into exit code 2)."""
+
+def _at_least(minimum: int, maximum: int | None = None):
+    """An argparse type: an int >= ``minimum`` (and <= ``maximum`` when given); argparse turns
+    the error into exit code 2."""
+    expected = f"an integer >= {minimum}" if maximum is None else (
+        f"an integer from {minimum} to {maximum}")
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
         return value
 
-    parse.__name__ = f"integer >= {minimum}"
+    parse.__name__ = expected
     return parse
 
 
@@ -50,11 +57,26 @@ def _probability(text: str) -> float:
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Option defaults shown; descriptions and epilogs kept as written.
+    """Option defaults shown; descriptions and epilogs kept line by line as written, each line
+    wrapped to the terminal's width.
 
     A default is added once, and only where it says something: not after a help text that
     states its own default (``--max-new-tokens``: "default: 32, or fewer ..."), and not for
     None, False or an empty list (an option that is off unless given)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Each line of ``text`` wrapped to ``width`` (a description written as one long line
+        ran past the terminal's edge); a wrapped line of an indented list (the config keys of
+        ``graded train --help``) goes on two spaces further in. Words (a path, an option)
+        are not broken."""
+        lines = []
+        for line in text.splitlines():
+            lead = indent + line[:len(line) - len(line.lstrip())]
+            lines.append(textwrap.fill(
+                line.strip(), width, initial_indent=lead,
+                subsequent_indent=lead + "  " if line[:1].isspace() else lead,
+                break_long_words=False, break_on_hyphens=False) or lead.rstrip())
+        return "\n".join(lines)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -85,7 +107,11 @@ class _VersionAction(argparse.Action):
         from graded import __version__
 
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU"
-        print(f"graded {__version__} (torch {torch.__version__}, {build})")
+        try:
+            print(f"graded {__version__} (torch {torch.__version__}, {build})", flush=True)
+        except BrokenPipeError:  # its reader went away (graded --version | head -0)
+            _quiet_stdout()
+            parser.exit(EXIT_BROKEN_PIPE)
         parser.exit()
 
 
@@ -94,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="graded", formatter_class=fmt,
         description="Graded transformers (LGT, EGT) and their baselines: train from config "
-        "files, evaluate, generate, benchmark, report, and run the demo.",
+        "files, evaluate, generate, benchmark, report, and run the demo, the claims study and "
+        "the searches.",
     )
     parser.add_argument("--version", action=_VersionAction,
                         help="print the versions of graded and torch, then exit")
@@ -157,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="never repeat an n-gram of this size (0 = off)"),
         p.add_argument("--min-new-tokens", type=_at_least(0), default=0,
                        help="no end token before this many new tokens (tasks with one)"),
-        p.add_argument("--seed", type=_at_least(0), default=None,  # None: not given, seed 0
+        p.add_argument("--seed", type=_at_least(0, MAX_SEED), default=None,  # None: seed 0
                        help="sampling seed (default: 0)"),
     ]
     p.set_defaults(handler=cmd_generate,

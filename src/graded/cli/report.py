@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from graded.cli.command import _fail
-from graded.cli.loading import _is_run_config, _load_run
+from graded.cli.loading import _is_run_config, _library_entry, _load_run
 
 
 def _morphic_diagnostics(run_dir: Path) -> Callable[[Path], Any]:
@@ -56,6 +57,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     # every check before the first write: a report is written whole or not at all
     first_is_run = runs[0] == given[0]
     out = Path(args.out) if args.out else (runs[0] if first_is_run else given[0]) / "report"
+    for run in runs:  # into a run's own entry (checkpoints/): removed with it, unannounced
+        entry = _library_entry(run, out)
+        if entry not in (None, "report"):
+            return _fail(f"--out {out} is {'inside ' if out.resolve().name != entry else ''}"
+                         f"the run's own {entry}, which graded wrote there and replaces or "
+                         f"removes (a resume, output.overwrite); give another folder, e.g. "
+                         f"{run / 'report'} (the default) or a name of yours")
     for run in runs:  # a run in training is read, but nothing is written into it
         holder = RunFolder(run).holder()
         if holder is not None and out.resolve().is_relative_to(run.resolve()):
@@ -105,7 +113,8 @@ def _report_in_use(run: Path, holder: Any, out: str | None) -> str:
     :class:`~graded.train.runs.LockHolder`) holds it: how to write it elsewhere (``--out``),
     as ``graded eval`` of a run in use does."""
     base = run if run.name not in ("", "..") else run.resolve()  # "." names no folder
-    example = f"graded report {run} --out {base.parent / (base.name + '-report')}"
+    example = shlex.join(["graded", "report", str(run), "--out",
+                          str(base.parent / (base.name + "-report"))])
     if out is not None:
         return (f"--out {out} is inside run folder {run}, which is in use by {holder}; give "
                 f"--out DIR outside it, e.g. {example}")

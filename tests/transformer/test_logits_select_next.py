@@ -66,12 +66,25 @@ def test_rows_with_a_token_left_get_the_argmax_of_a_loop():
     assert all(not torch.isneginf(logits[i, t]) for i, t in enumerate(drawn.tolist()))
 
 
-def test_scores_that_overflow_at_the_temperature_are_refused_naming_it():
-    """Finite scores whose quotient by a small temperature is -inf in float32: the row has
-    tokens, but no distribution is left to sample from after the temperature."""
-    logits = torch.tensor([[-3e38, -3e38], [0.0, 1.0]])
-    with pytest.raises(ValueError, match=r"no token is left to sample in row\(s\) \[0\]: every "
-                                         r"score is -inf after dividing the logits by "
-                                         r"temperature=0.5"):
-        _select(logits, **{**SAMPLING, "temperature": 0.5})
-    assert _select(logits, **GREEDY).tolist() == [0, 1]
+@pytest.mark.parametrize("temperature", [1e-300, 0.5, 1e300])
+def test_a_temperature_whose_quotients_overflow_still_samples_its_distribution(temperature):
+    """Scores whose quotient by the temperature overflows float32: a tiny temperature gave the
+    largest score +inf (softmax NaN: torch.multinomial failed), two scores of -3e38 at 0.5 gave
+    -inf both (the row was refused as having nothing left). The largest score is brought to 0
+    first: a tiny temperature then draws the largest score, a huge one draws uniformly, and
+    at 0.5 the two equal scores are drawn alike, as the limits and the exact softmax say."""
+    logits = torch.tensor([[-3e38, -3e38, INF], [0.0, 1.0, INF], [2.0, -1.0, 0.5]])
+    g = torch.Generator().manual_seed(0)
+    drawn = torch.stack([_select(logits, **{**SAMPLING, "temperature": temperature,
+                                             "generator": g}) for _ in range(400)])
+    assert not torch.isneginf(logits.gather(1, drawn.T)).any()  # never a banned token
+    if temperature == 1e-300:  # the argmax of each row with one largest score
+        assert drawn[:, 1].eq(1).all() and drawn[:, 2].eq(0).all()
+    else:  # every allowed token drawn, at about its softmax share
+        for row in range(3):
+            allowed = (~torch.isneginf(logits[row])).nonzero().flatten().tolist()
+            assert sorted(set(drawn[:, row].tolist())) == allowed
+    if temperature == 1e300:  # the limit: uniform over the allowed tokens
+        share = drawn[:, 2].eq(0).float().mean().item()
+        assert abs(share - 1 / 3) < 0.08
+    assert _select(logits, **GREEDY).tolist() == [0, 1, 0]

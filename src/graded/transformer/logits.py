@@ -82,20 +82,15 @@ def _select_next(
     if not do_sample:
         return logits.argmax(dim=-1)
     check_sampling(temperature)
-    logits = filter_logits(logits / temperature, top_k, top_p)
+    # the row's largest score first brought to 0, and the quotients taken in float64 (the
+    # temperature as a float32 scalar was 0 below 1e-45, inf above 3e38): they are then <= 0,
+    # so a tiny temperature sends the other scores to -inf (a draw of the largest) instead of
+    # its own to inf (softmax's NaN: the draw failed); the same distribution, as softmax,
+    # top-k and top-p do not see a shift
+    shifted = (logits - logits.amax(dim=-1, keepdim=True)).double() / temperature
+    logits = filter_logits(shifted.to(logits.dtype), top_k, top_p)
     probs = torch.softmax(logits.float(), dim=-1)
-    try:
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    except RuntimeError as error:  # read only on failure: which rows had nothing left
-        empty = torch.isneginf(logits).all(dim=-1)
-        if not bool(empty.any()):
-            raise
-        rows = empty.nonzero().flatten().tolist()
-        raise ValueError(
-            f"no token is left to sample in row(s) {_first_rows(rows)}: every score is -inf "
-            f"after dividing the logits by temperature={temperature!r} (some were above -inf "
-            f"before: their quotients overflow {logits.dtype}; a larger temperature or wider "
-            "logits avoid it)") from error
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
 def no_token_left(rows: list[int], step: int | None = None) -> ValueError:

@@ -663,3 +663,26 @@ def test_the_fields_a_kinds_model_is_said_not_to_read_change_nothing_in_it(task,
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
     assert torch.equal(out_first, out_second)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".toml"])
+def test_a_config_file_that_is_not_utf8_is_refused_naming_the_file_and_the_byte(tmp_path,
+                                                                              suffix):
+    """A Latin-1 file gave "'utf-8' codec can't decode byte 0xe9 in position 24", naming no
+    file."""
+    path = tmp_path / f"run{suffix}"
+    path.write_bytes("# run config\nname = 'caf\u00e9'\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(exc.value) == (f"config file {path} is not UTF-8 text: byte 0xe9 at line 2 "
+                              "(position 24); save it as UTF-8")
+
+
+def test_an_empty_config_file_is_refused_as_empty(tmp_path):
+    """It said "expected a mapping at the top, got None"."""
+    path = tmp_path / "run.yaml"
+    path.write_text("# nothing yet\n\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(exc.value) == (f"config file {path} is empty; expected a run config (task:, "
+                              "model:, train:, ...)")

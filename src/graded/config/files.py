@@ -69,7 +69,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line, byte = exc.object[:exc.start].count(b"\n") + 1, exc.object[exc.start]
+        raise ConfigError(f"config file {path} is not UTF-8 text: byte 0x{byte:02x} at line "
+                          f"{line} (position {exc.start}); save it as UTF-8") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             data = parse_yaml(text)
@@ -79,6 +84,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError(f"config file {path}: expected a .yaml, .yml or .toml file")
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path} does not parse: {_parse_error(exc)}") from None
+    if data is None:  # YAML with nothing but comments and blank lines
+        raise ConfigError(f"config file {path} is empty; expected a run config (task:, "
+                          "model:, train:, ...)")
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a mapping at the top, got {data!r}")
     return data

@@ -3,6 +3,7 @@ synced), symbolic links written through, and nothing left behind on an error or 
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,15 @@ def test_bytes_are_written_as_given(tmp_path):
     data = bytes(range(256)) * 300
     _io.atomic_write_bytes(tmp_path / "blob.bin", data)
     assert (tmp_path / "blob.bin").read_bytes() == data
+
+
+def test_an_error_making_the_temporary_file_names_the_file_asked_for(tmp_path):
+    """A folder that takes no new file (here /proc, which no one may create files in) made the
+    error name the temporary file (".x.json.ed8cdcc3.tmp"), a name the caller never gave."""
+    target = Path("/proc/x.json")
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc")
+    with pytest.raises(OSError) as exc:
+        _io.atomic_write_bytes(target, b"{}")
+    assert exc.value.filename == str(target) and ".tmp" not in str(exc.value)
+    assert not any(p.name.endswith(".tmp") for p in Path("/proc").iterdir())

@@ -31,7 +31,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     new one is created with 0o666 less the umask (and the folder's default ACL), where
     ``tempfile.mkstemp`` would make it 0600. A symbolic link is written through, as a plain
     write would: the file it points to is replaced, the link stays. On any exception (a full
-    disk, Ctrl-C) the temporary file is removed and ``path`` is left as it was."""
+    disk, Ctrl-C) the temporary file is removed and ``path`` is left as it was; an OSError
+    about the temporary file names ``path`` instead."""
     path = Path(path)
     if path.is_symlink():
         path = Path(os.path.realpath(path))
@@ -59,12 +60,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         os.replace(tmp, path)
         tmp = None
         _fsync_folder(path.parent)
-    except BaseException:
+    except BaseException as exc:
         if fd >= 0:
             os.close(fd)
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError) and exc.filename == str(tmp):
+                # the error names the file asked for: the temporary one is an inner detail
+                # ("/proc/.x.json.ed8cdcc3.tmp does not exist" for --out /proc/x.json)
+                exc.filename, exc.filename2 = str(path), None
         raise
 
 

@@ -686,3 +686,13 @@ def test_an_empty_config_file_is_refused_as_empty(tmp_path):
         load_config(path)
     assert str(exc.value) == (f"config file {path} is empty; expected a run config (task:, "
                               "model:, train:, ...)")
+
+
+def test_the_output_folder_reads_a_leading_tilde_as_the_home_folder(tmp_path, monkeypatch):
+    """``dir: ~/runs`` (a config file is not read by a shell) made a folder named ``~`` in the
+    current folder."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cfg = validate_config({**BASE, "output": {"dir": "~/runs"}})
+    assert cfg.output.dir == tmp_path / "home" / "runs"
+    assert cfg.run_dir().parent == tmp_path / "home" / "runs"
+    assert validate_config({**BASE, "output": {"dir": "a~b"}}).output.dir == Path("a~b")

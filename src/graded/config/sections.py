@@ -168,10 +168,18 @@ class RecipeSection(Strict):
 
 
 class OutputSection(Strict):
-    dir: Path = Field("runs", validate_default=True, description="parent folder of run folders")
+    dir: Path = Field("runs", validate_default=True, description="parent folder of run folders "
+                      "(~ is the home folder)")
     overwrite: bool = Field(False, description="replace an existing run folder of the same name")
     plots: bool = Field(True, description="when training finishes, write RUN/report/ "
                         "(report.md, learning curves and grade plots as PNG)")
+
+    @field_validator("dir")
+    @classmethod
+    def _home(cls, value: Path) -> Path:
+        """``~`` and ``~user`` as a shell reads them (a config file is not read by one: ``dir:
+        ~/runs`` made a folder named ``~`` in the current one)."""
+        return value.expanduser()
 
 
 class RunConfig(Strict):

@@ -14,7 +14,7 @@ from graded.analysis._common import Inputs, eval_mode, input_length, run_model
 from graded.analysis.capture import call_keys, capture_attention, real_queries
 from graded.analysis.concentration import measured_grading, model_feature_concentration
 from graded.analysis.heads import head_diversity
-from graded.analysis.lipschitz import model_lipschitz
+from graded.analysis.lipschitz import check_lipschitz_counts, model_lipschitz
 from graded.analysis.maps import (
     attention_entropy,
     attention_rollout,
@@ -22,14 +22,17 @@ from graded.analysis.maps import (
 )
 from graded.analysis.plots import plot_head_diversity, plot_rank_comparison, plot_rollout
 from graded.analysis.positional import (
+    check_sweep_alphas,
     check_sweep_k,
     plot_positional_bias,
     positional_bias_sweep,
+    sweep_length,
 )
 from graded.analysis.rank import DEFAULT_RTOL, attention_rank
 from graded.analysis.trajectories import plot_grade_trajectories
 from graded.analysis.twin import ungraded_twin
-from graded.positional import TABLE_POSITIONAL
+from graded.checks import check_float
+from graded.positional import TABLE_POSITIONAL, position_start
 from graded.transformer.models import TransformerStack
 
 __all__ = ["DiagnosticsReport", "default_alphas", "diagnose"]
@@ -47,10 +50,13 @@ class DiagnosticsReport:
 
 
 def default_alphas(model: nn.Module, length: int) -> list[float]:
-    """α values for the positional sweep: 0 and two values inside the LGT domain
-    α(T−1) < 1 (0.4/(T−1), 0.8/(T−1)); for EGT 0, 0.25, 0.5 (λ^{−α t} needs no bound)."""
+    """α values for the positional sweep over ``length`` positions: 0 and two values inside
+    the LGT domain α·t_last < 1 (0.4/t_last, 0.8/t_last), t_last = T − 1 the last position,
+    T with the 1-indexed ``sinusoidal1`` positions (:func:`~graded.positional.position_start`);
+    for EGT 0, 0.25, 0.5 (λ^{−α t} needs no bound)."""
     if model.config.grading == "linear":
-        return [0.0, 0.4 / max(length - 1, 1), 0.8 / max(length - 1, 1)]
+        last = max(length - 1 + position_start(model.config.positional), 1)
+        return [0.0, 0.4 / last, 0.8 / last]
     return [0.0, 0.25, 0.5]
 
 
@@ -150,8 +156,10 @@ def diagnose(
     position) or without ``out_dir``, they would have no effect, and are refused, naming the
     setting that uses them.
     """
-    if alphas is not None:  # checked before any diagnostic runs
-        alphas = [float(a) for a in alphas]
+    # checked before any diagnostic runs: the Lipschitz settings, α, k
+    check_lipschitz_counts(n_random, lipschitz_steps, "lipschitz_steps")
+    if alphas is not None:
+        alphas = [check_float(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
         keys = [_alpha_key(a) for a in alphas]
         if len(set(keys)) < len(keys):
             raise ValueError(f"alphas={alphas} give the metric keys {keys}, some twice: the "
@@ -166,8 +174,10 @@ def diagnose(
     _refuse_unused(model, inputs, graded, sweeps, alphas=alphas, k=k, out_dir=out_dir,
                    grade_records=grade_records)
     k = 1 if k is None else k
-    if sweeps:  # k checked before any diagnostic runs, not after all but the sweep
+    if sweeps:  # k and α checked before any diagnostic runs, not after all but the sweep
         check_sweep_k(k, inputs)
+        if alphas is not None:
+            alphas = check_sweep_alphas(model, alphas, sweep_length(inputs, model_kwargs))
 
     with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
         run_model(model, inputs, **model_kwargs)
@@ -206,7 +216,9 @@ def diagnose(
     if sweeps:
         sweep = positional_bias_sweep(model, inputs,
                                       alphas if alphas is not None
-                                      else default_alphas(model, input_length(inputs)), k=k,
+                                      else default_alphas(model, sweep_length(inputs,
+                                                                              model_kwargs)),
+                                      k=k,
                                       **model_kwargs)
         for a, mass in zip(sweep["alphas"], sweep["mean"]):
             metrics[_alpha_key(a)] = mass

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -98,12 +99,11 @@ def empirical_lipschitz(
     """
     if not isinstance(x, Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating tensor, got {_kind(x)}")
-    n_random = check_int("n_random", n_random, minimum=0)
-    steps = check_int("steps", steps, minimum=0)
-    if n_random + steps == 0:
-        raise ValueError(f"need n_random >= 0 and steps >= 0, not both 0; got n_random="
-                         f"{n_random}, steps={steps}")
+    n_random, steps = check_lipschitz_counts(n_random, steps)
     x = x.detach()
+    if x.numel() == 0:  # no direction to perturb: every ratio would be 0/0
+        raise ValueError(f"x must have at least one entry to perturb, got shape "
+                         f"{tuple(x.shape)}")
     check_finite(x, "x")
     if epsilon is None:
         relative_epsilon = check_float("relative_epsilon", relative_epsilon, minimum=0.0,
@@ -140,6 +140,23 @@ def empirical_lipschitz(
     r_mean = sum(randoms) / len(randoms) if randoms else 0.0
     adv = max(trace) if trace else 0.0
     return LipschitzEstimate(r_max, r_mean, adv, max(r_max, adv), float(epsilon), trace)
+
+
+def check_lipschitz_counts(n_random: int, steps: int,
+                           steps_name: str = "steps") -> tuple[int, int]:
+    """The numbers of random directions and of ascent steps: ints >= 0, not both 0. Ascent
+    steps take gradients, which ``torch.inference_mode`` turns off (``torch.enable_grad``
+    does not turn them back on): refused there, naming the way out."""
+    n_random = check_int("n_random", n_random, minimum=0)
+    steps = check_int(steps_name, steps, minimum=0)
+    if n_random + steps == 0:
+        raise ValueError(f"need n_random >= 0 and {steps_name} >= 0, not both 0; got "
+                         f"n_random={n_random}, {steps_name}={steps}")
+    if steps and torch.is_inference_mode_enabled():
+        raise RuntimeError(f"the adversarial Lipschitz estimate ({steps_name}={steps}) takes "
+                           "gradients, which torch.inference_mode() turns off: call it outside "
+                           f"inference mode (torch.no_grad() is fine), or with {steps_name}=0")
+    return n_random, steps
 
 
 def lipschitz_bound_factors(model: nn.Module) -> dict[str, float]:
@@ -253,13 +270,19 @@ def model_lipschitz(
     ``ungraded/`` for the ungraded twin (same weights, M = I) when ``compare_ungraded``, their
     ``ratio`` (graded/ungraded estimate), ``epsilon`` and the bound factors. With a
     ``key_padding_mask`` (B, T) the perturbation and the output change are those of the real
-    tokens only (:func:`~graded.analysis._common.real_tokens`).
+    tokens only (:func:`~graded.analysis._common.real_tokens`); a batch of padding only has
+    none, and its estimates, ``epsilon`` and ``ratio`` are NaN (the mean of nothing, as the
+    other diagnostics' means over no real query).
 
     A float16/bfloat16 model is measured as a float32 copy (same weights, floating inputs
     cast to float32): at ‖Δ‖ = 1% of ‖X‖ the change of the output is below the resolution of
     a 16-bit float, so its finite differences would measure rounding, not the model.
     """
     check_materialised(model)
+    seed = check_int("seed", seed)  # torch's manual_seed names no argument
+    n_random, steps = check_lipschitz_counts(n_random, steps)  # also where no token is measured
+    relative_epsilon = check_float("relative_epsilon", relative_epsilon, minimum=0.0,
+                                   strict_min=True)
     out: dict[str, float] = {}
     if _low_precision(model):
         model = copy.deepcopy(model)
@@ -275,15 +298,21 @@ def model_lipschitz(
         with eval_mode(m):
             f, x = _embedding_function(m, inputs, **model_kwargs)
             gen = torch.Generator(device=x.device).manual_seed(seed)
-            est = empirical_lipschitz(f, x, relative_epsilon=relative_epsilon,
-                                      n_random=n_random, steps=steps, generator=gen)
+            if x.numel() == 0:  # a batch of padding only: no real token, no estimate
+                nan = float("nan")
+                est = LipschitzEstimate(nan, nan, nan, nan, nan)
+            else:
+                est = empirical_lipschitz(f, x, relative_epsilon=relative_epsilon,
+                                          n_random=n_random, steps=steps, generator=gen)
         out[f"{label}/random_max"] = est.random_max
         out[f"{label}/random_mean"] = est.random_mean
         out[f"{label}/adversarial"] = est.adversarial
         out[f"{label}/estimate"] = est.estimate
         out["epsilon"] = est.epsilon
     if compare_ungraded:
-        base = out["ungraded/estimate"]
-        out["ratio"] = out["graded/estimate"] / base if base > 0 else float("inf")
+        base, graded = out["ungraded/estimate"], out["graded/estimate"]
+        # NaN (no estimate) stays NaN; a twin that does not move at all gives inf
+        out["ratio"] = (graded / base if base > 0 or math.isnan(base) or math.isnan(graded)
+                        else float("inf"))
     out.update(lipschitz_bound_factors(model))
     return out

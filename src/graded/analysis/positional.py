@@ -142,6 +142,37 @@ def _uniform_reference(call: AttentionCall, k: int, queries: Tensor | None = Non
     return float((share * m).sum() / m.sum())  # no query: 0 / 0, NaN
 
 
+def check_sweep_alphas(model: nn.Module, alphas: Sequence[float], length: int) -> list[float]:
+    """``alphas`` as floats, each a finite α ≥ 0 (named by its index when it is not one), at
+    least one; for an LGT model each inside 1 − α t > 0 up to the last of ``length``
+    positions (t = ``length`` − 1, ``length`` with the 1-indexed ``sinusoidal1``): checked
+    before any forward pass, as the position grading each α installs checks it."""
+    alphas = [check_float(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
+    negative = next((i for i, a in enumerate(alphas) if a < 0), None)
+    if negative is not None:  # λ^{−α t}, (1 − α t) with α < 0: a bias toward later positions
+        raise ValueError(f"alphas[{negative}] must be >= 0, got {alphas[negative]}")
+    if not alphas:
+        raise ValueError("alphas must hold at least one value of α")
+    if model.config.grading == "linear":
+        last = length - 1 + position_start(model.config.positional)
+        bad = [a for a in alphas if a * last >= 1.0]
+        if bad:
+            raise ValueError(f"alphas {bad} leave the LGT domain: the position factor "
+                             f"1 - alpha*t must stay positive up to the last position "
+                             f"t = {last}; need alpha < {1 / max(last, 1):.4g}")
+    return alphas
+
+
+def sweep_length(inputs: Inputs, model_kwargs: dict[str, object]) -> int:
+    """The number of positions the sweep's graded positions cover: the input length, or the
+    largest position given (``positions=...``) plus one."""
+    length = input_length(inputs)
+    given = model_kwargs.get("positions")
+    if isinstance(given, torch.Tensor) and given.numel():
+        length = max(length, int(given.max()) + 1)
+    return length
+
+
 def _embeddings(model: nn.Module) -> list[InputEmbedding]:
     return [m for m in model.modules() if isinstance(m, InputEmbedding)]
 
@@ -181,20 +212,14 @@ def positional_bias_sweep(
         raise ValueError(f"positional_bias_sweep needs additive positions (sinusoidal or "
                          f"learned), got positional={config.positional!r}")
     # a list, or a 1-D tensor or array, of numbers; each named by its index when it is not one
-    alphas = [check_float(f"alphas[{i}]", a) for i, a in enumerate(alphas)]
-    if not alphas:
-        raise ValueError("alphas must hold at least one value of α")
+    length = sweep_length(inputs, model_kwargs)
+    alphas = check_sweep_alphas(model, alphas, length)
     check_sweep_k(k, inputs)
     feature = feature_grading(model)
     base = feature if isinstance(feature, ExponentialGrading) else None
     if kind == "exponential" and base is None:
         raise ValueError("an EGT model without a feature grading has no base λ for its "
                          "positions")
-    # the graded positions cover the input length, or the largest position given
-    length = input_length(inputs)
-    given = model_kwargs.get("positions")
-    if isinstance(given, torch.Tensor) and given.numel():
-        length = max(length, int(given.max()) + 1)
     saved = [e.position_grading for e in embeds]
     cross = _cross_attention(model)
     layers: dict[str, list[float]] = {}

@@ -44,7 +44,7 @@ from graded.analysis.capture import (
 )
 from graded.attention.functional import safe_softmax
 from graded.attention.graded import VARIANTS, grade_heads
-from graded.checks import check_finite, check_float
+from graded.checks import check_finite, check_float, check_int
 
 __all__ = [
     "CONDITIONS",
@@ -341,9 +341,18 @@ def random_rank_study(
     """The numerical check of notes/seeds_001_004 Part A (001 Prop 3.5): Gaussian Q, K of shape
     (n, d_k) in ``trials`` draws, EGT grades q = linspace(0, q_max, d_k) with scales λ^q for
     each λ in ``bases`` (λ = 1 is the ungraded case), "scores" variant, no mask."""
+    n, d_k, trials = (check_int(name, v) for name, v in (("n", n), ("d_k", d_k),
+                                                          ("trials", trials)))
     if n < 1 or d_k < 1 or trials < 1:
         raise ValueError(f"need positive n, d_k and trials, got n={n}, d_k={d_k}, "
                          f"trials={trials}")
+    seed = check_int("seed", seed)
+    q_max = check_float("q_max", q_max)
+    # λ^q for λ > 0; λ <= 0 has no real power λ^q at a fractional grade
+    bases = tuple(check_float(f"bases[{i}]", lam, minimum=0, strict_min=True)
+                  for i, lam in enumerate(bases))
+    if not bases:
+        raise ValueError("bases must hold at least one base λ (1.0 is the ungraded case)")
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(trials, 1, n, d_k, generator=gen, dtype=torch.float64)
     k = torch.randn(trials, 1, n, d_k, generator=gen, dtype=torch.float64)

@@ -15,6 +15,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from graded.analysis._common import check_materialised
 from graded.grading import ExponentialGrading, LinearGrading
 from graded.transformer.graded import GradedFeatures, TokenGrading, gradings
 from graded.transformer.models import InputEmbedding
@@ -43,6 +44,7 @@ def ungraded_twin(model: nn.Module) -> nn.Module:
     """A deep copy of ``model`` with every grading neutral (M = I), per-token grading the
     identity (:class:`_IdentityTokenGrading`), the graded positions removed and graded-stage
     normalisation off. An ungraded model is copied unchanged."""
+    check_materialised(model)  # its grades have no values to make neutral
     twin = copy.deepcopy(model)
     for name, m in list(twin.named_modules()):
         if isinstance(m, TokenGrading) and not isinstance(m, _IdentityTokenGrading):

@@ -6,6 +6,7 @@ Reads only what a run wrote (``metrics.csv``, ``grades.jsonl``, ``metrics.json``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,15 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
 
+def _legend_label(label: str, most: int = 48) -> str:
+    """``label`` as a legend shows it: cut in its middle past ``most`` characters (a long run
+    name made the legend wider than the figure), keeping its start and its end."""
+    if len(label) <= most:
+        return label
+    keep = (most - 1) // 2
+    return f"{label[:keep]}…{label[-keep:]}"
+
+
 def plot_curves(
     groups: Mapping[str, Sequence[Series]], out: str | Path, *, title: str, ylabel: str,
     log_y: bool = False,
@@ -49,7 +59,7 @@ def plot_curves(
         mean = [m for m, _ in stats]
         std = [sd for _, sd in stats]
         # a single point (a run evaluated once, at its end) is no line: draw it as a marker
-        (line,) = ax.plot(steps, mean, label=f"{label} (n={len(runs)})",
+        (line,) = ax.plot(steps, mean, label=f"{_legend_label(label)} (n={len(runs)})",
                           marker="o" if len(steps) == 1 else None)
         ax.fill_between(steps, [m - s for m, s in zip(mean, std)],
                         [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2)
@@ -85,9 +95,33 @@ def plot_grade_trajectories(run_dir: str | Path, out: str | Path, *, title: str 
                 title=title or f"grade trajectories: {Path(run_dir).name}")
 
 
+#: The longest :func:`file_label` in UTF-8 bytes: with a prefix (``grades_``, ``morphic_``) and
+#: a suffix (``.png``) it stays within the 255 bytes a file name may have.
+MAX_FILE_LABEL_BYTES = 200
+
+
 def file_label(label: str) -> str:
-    """A :func:`run_labels` label as a file name (its folders joined by ``_``)."""
-    return label.replace("/", "_")
+    """A :func:`run_labels` label as a file name (its folders joined by ``_``). A label longer
+    than :data:`MAX_FILE_LABEL_BYTES` is cut, and ends with 8 hex digits of its hash: two long
+    labels that begin alike keep distinct file names."""
+    name = label.replace("/", "_")
+    data = name.encode("utf-8")
+    if len(data) <= MAX_FILE_LABEL_BYTES:
+        return name
+    digest = hashlib.sha256(data).hexdigest()[:8]
+    head = data[:MAX_FILE_LABEL_BYTES - 9].decode("utf-8", errors="ignore")
+    return f"{head}-{digest}"
+
+
+def _cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table: a ``|`` in it (a run named ``a|b``) would
+    split the cell, so it is escaped."""
+    return text.replace("|", "\\|")
+
+
+def _row(cells: Sequence[str]) -> str:
+    """One Markdown table row of ``cells``."""
+    return "| " + " | ".join(cells) + " |"
 
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
@@ -166,18 +200,16 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     held = {r: RunFolder(r).holder() for r in runs}
     holders = {r: h if h is not None and h.training else None for r, h in held.items()}
     names = sorted({k for s in summaries.values() for k in s.get("eval", {})})
-    lines = ["# Run report", "", "| run | steps | train loss | "
-             + " | ".join(f"eval {n}" for n in names) + " |",
-             "|---|---|---|" + "---|" * len(names)]
+    header = ["run", "steps", "train loss", *(f"eval {_cell(n)}" for n in names)]
+    lines = ["# Run report", "", _row(header), "|" + "---|" * len(header)]
     graded = {r for r, s in summaries.items() if s.get("train_objective") == "graded"}
     for r, s in summaries.items():
         ev = s.get("eval", {})
         cells = [f"{ev[n]:.4g}" if n in ev else "–" for n in names]
         loss = s.get("train_loss")
         mark = " (graded)" if r in graded else ""
-        lines.append(f"| {labels[r]} | {_steps_cell(s, holders[r])} | "
-                     f"{'–' if loss is None else f'{loss:.4g}{mark}'} | " + " | ".join(cells)
-                     + " |")
+        lines.append(_row([_cell(labels[r]), _steps_cell(s, holders[r]),
+                           "–" if loss is None else f"{loss:.4g}{mark}", *cells]))
     lines.append("")
     training = [f"- {labels[r]} is training (process {holders[r].pid} holds it); its figures are "
                 f"from step {s.get('step')}, where it last stopped" for r, s in summaries.items()
@@ -210,7 +242,10 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
              [metrics[r].get("train", {}).get("loss", [])] for r in runs}
     plot_curves(train, out_dir / "train_loss.png", title="training loss", ylabel="loss")
     lines += ["## Learning curves", "", "![training loss](train_loss.png)", ""]
-    for metric in names:
+    # the curves of every metric an evaluation logged: a run that stopped before its first
+    # evaluation since a resume has none in metrics.json, and its earlier ones in metrics.csv
+    logged = sorted({*names, *(n for r in runs for n in metrics[r].get("eval", {}))})
+    for metric in logged:
         curves = {labels[r]: [metrics[r].get("eval", {}).get(metric, [])] for r in runs}
         png = f"eval_{metric}.png"
         plot_curves(curves, out_dir / png, title=f"evaluation {metric}", ylabel=metric)
@@ -221,7 +256,8 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
                                       title=f"grade trajectories: {labels[r]}",
                                       records=grades[r])
         if png is not None:
-            grade_lines += [f"![grades {labels[r]}]({png.name})", ""]
+            # <...>: a file name with a space (a run named "lgt run") is still one link
+            grade_lines += [f"![grades {labels[r]}](<{png.name}>)", ""]
     if grade_lines:
         lines += ["## Grade trajectories", "", *grade_lines]
     report = out_dir / "report.md"

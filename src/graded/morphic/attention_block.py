@@ -18,6 +18,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from graded.morphic.blocks import _check_dims
+
 
 class GradeTypedAttention(nn.Module):
     differentiable = True
@@ -34,10 +36,9 @@ class GradeTypedAttention(nn.Module):
         identity_values: bool = False,
     ) -> None:
         super().__init__()
-        for name, v in (("d_src", d_src), ("d_dst", d_dst), ("num_heads", num_heads),
-                        ("head_dim", head_dim)):
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        _check_dims(d_src=d_src, d_dst=d_dst, num_heads=num_heads, head_dim=head_dim)
+        if not isinstance(identity_values, bool):
+            raise ValueError(f"identity_values must be True or False, got {identity_values!r}")
         for name, v in (("value_source", value_source), ("key_source", key_source)):
             if v not in ("dest", "source"):
                 raise ValueError(f"{name} must be 'dest' or 'source', got {v!r}")

@@ -39,6 +39,7 @@ from graded._schema import (
     ConfigModel,
     Invalid,
     Strict,
+    is_int,
     is_number,
     not_a_key,
     positive_int,
@@ -73,6 +74,13 @@ PositiveFinite = Annotated[float, satisfies(lambda v: is_number(v) and 0 < v < m
                                             "a finite number > 0")]
 NonNegativeFinite = Annotated[float, satisfies(lambda v: is_number(v) and 0 <= v < math.inf,
                                                "a finite number >= 0")]
+# a list of ints as written: pydantic's lax list[int] reads True as 1 and 1.0 as 1, which
+# ``EdgeSet.banded``, ``Router`` and the adder task refuse when called directly
+def _is_int_list(v: Any) -> bool:
+    return isinstance(v, list | tuple) and all(is_int(x) for x in v)
+
+
+IntList = Annotated[list[int], satisfies(_is_int_list, "a list of ints")]
 
 
 class BlockOptions(Strict):
@@ -141,7 +149,7 @@ class RouterOptions(Strict):
     stay: bool = True
     top_k: PositiveInt = 1
     input_type: Literal[INPUT_TYPES] = "context"
-    operator_tokens: tuple[int, ...] = ()
+    operator_tokens: Annotated[tuple[int, ...], satisfies(_is_int_list, "a list of ints")] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> RouterOptions:
@@ -165,7 +173,7 @@ class GradeSpec(Strict):
 
     label: str
     dim: PositiveInt
-    index: int | None = None
+    index: Annotated[int | None, satisfies(is_int, "an int", optional=True)] = None
 
 
 def _typed_block_options(data: Any) -> Any:
@@ -196,7 +204,8 @@ class MorphicLayerSpec(Strict):
     router (004 §4.2), the update rule and the routing hyperparameters."""
 
     edges: list[list[str]] | None = None
-    banded: list[int] | None = None
+    banded: Annotated[list[int] | None, satisfies(_is_int_list, "a list of ints",
+                                                  optional=True)] = None
     dag: bool = False
     block: Literal[BLOCKS] = "linear"
     block_options: SerializeAsAny[BlockOptions] = Field(default_factory=LinearBlockOptions)
@@ -245,7 +254,7 @@ class VariableAdditionOptions(Strict):
     """Options of the ``variable_addition`` preset (004 §5.3.1; :mod:`.tasks.adder`)."""
 
     p: Annotated[int, satisfies(lambda v: isinstance(v, int) and v >= 2, "an int >= 2")] = 11
-    shifts: list[int] = Field(default_factory=lambda: [1, 2, 3, 4])
+    shifts: IntList = Field(default_factory=lambda: [1, 2, 3, 4])
     tool: Literal["internal", "external"] = "internal"
     sem_dim: PositiveInt = 16
     rank: PositiveInt = 8

@@ -170,7 +170,7 @@ def calibration(probs: Tensor, positive: Tensor, bins: int = 10,
     ECE = Σ_b (n_b / N) |mean p in b − mean 1[ΔL > 0] in b|; ``monotone``: the frequencies do not
     decrease from bin to bin.
     """
-    if not isinstance(bins, int) or bins < 1:
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
     if binning not in BINNINGS:
         raise ValueError(f"binning must be one of {BINNINGS}, got {binning!r}")

@@ -190,7 +190,8 @@ def masked_pair_softmax(dense_logits: Tensor, mask: Tensor, temperature: float =
         )
     if not mask.any():
         raise ValueError("mask admits no edge; a softmax over an empty set is undefined")
-    if not (isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
+    if isinstance(temperature, bool) or not (
+            isinstance(temperature, (int, float)) and 0 < temperature < float("inf")):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     flat = dense_logits.masked_fill(~mask, float("-inf")).flatten(-2) / temperature
     return torch.softmax(flat, dim=-1).view_as(dense_logits)

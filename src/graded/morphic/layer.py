@@ -18,7 +18,8 @@ Sparse gives dense's outputs; its gradients equal dense's when α carries no gra
 REINFORCE samples). Under straight-through α (hard / Gumbel training) dense also sends the router
 the term ∂L/∂α_e = ⟨∂L/∂z_h, φ_e − ·⟩ of unselected edges, which needs their φ_e; sparse sends it
 for selected edges only (the mixture-of-experts estimator). "auto" (default) is sparse exactly
-when it is exact: a non-soft router, no probe, and α without gradient.
+when it is exact: a non-soft router, no probe, and α without gradient (and never under
+``torch.compile``, where the gather's data-dependent shapes would break the graph).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ class MorphicLayer(nn.Module):
                                        or self.router.top_k != 1):
             raise ValueError("sample_one draws one edge over all of 𝓔: it needs a router with "
                              "normalization='global', mode in ('hard', 'gumbel', 'reinforce') "
-                             f"and top_k=1, got top_k={self.router.top_k}")
+                             f"and top_k=1, got top_k={self.router.top_k}, normalization="
+                             f"{self.router.normalization!r}, mode={self.router.mode!r}")
         if update == "convex_identity" and self.router.normalization != "global":
             raise ValueError(
                 "convex_identity leaves 1 − Σ_e α_e of the state in place (004 §4.1.4), a convex "
@@ -258,7 +260,11 @@ class MorphicLayer(nn.Module):
                              f"{self.space.total_dim}, got shape {tuple(getattr(z, 'shape', ()))}")
         parts = self.space.split(z)
         ell = self.router.context_logits(z, parts, input_ids)
-        if probe is None and self.execution != "dense" and self.router.mode != "soft":
+        # "auto" stays dense under torch.compile: the sparse gather has data-dependent shapes
+        # (a graph break), and dense gives the same outputs
+        sparse = self.execution == "sparse" or (self.execution == "auto"
+                                                and not torch.compiler.is_compiling())
+        if probe is None and sparse and self.router.mode != "soft":
             route = self.router.route(ell, stochastic=stochastic, disabled=self.disabled,
                                       generator=generator)
             if self.execution == "sparse" or not route.weights.requires_grad:

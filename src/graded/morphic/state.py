@@ -12,7 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+# labels key nn.ModuleDicts (``Router.proj_v``, ``GradewiseNorm.norms``), which refuse the names
+# of their own attributes ("values", "keys", "type", "training", ...)
+_LABEL_HOLDER = nn.ModuleDict()
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,10 @@ class Grade:
         if not isinstance(self.label, str) or not self.label or "." in self.label:
             raise ValueError(f"grade label must be a non-empty string without '.' (labels name "
                              f"the per-grade router and norm modules), got {self.label!r}")
+        if hasattr(_LABEL_HOLDER, self.label):  # add_module raises a bare KeyError on these
+            raise ValueError(f"grade label {self.label!r} is the name of an attribute of "
+                             f"nn.ModuleDict, which holds the per-grade router and norm modules; "
+                             f"expected another label (e.g. {self.label + '_'!r})")
         if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim <= 0:
             raise ValueError(f"grade {self.label!r}: dim must be a positive int, got {self.dim!r}")
         if self.index is not None and (isinstance(self.index, bool)

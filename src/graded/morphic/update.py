@@ -171,6 +171,7 @@ def _mass_rule(mode: str, z: Tensor, candidates: Sequence[Tensor], alpha: Tensor
         shape = (len(labels), dims[0])
         return torch.addcmul(mix.unflatten(-1, shape), z.unflatten(-1, shape),
                              keep.unsqueeze(-1)).flatten(-2)
-    columns = torch.repeat_interleave(torch.arange(len(labels), device=alpha.device),
-                                      torch.tensor(dims, device=alpha.device))
+    # the grade of every column, from Python ints: a repeat_interleave by a tensor of counts
+    # has a data-dependent shape, a graph break under torch.compile
+    columns = torch.tensor([i for i, d in enumerate(dims) for _ in range(d)], device=alpha.device)
     return torch.addcmul(mix, z, keep.index_select(-1, columns))

@@ -106,8 +106,10 @@ class PatternBoostConfig(ConfigModel):
     top_k: Annotated[int | None, positive_int(optional=True)] = None
     workers: AtLeastZero = 1
     chunk_size: Positive = 64
-    # numpy's SeedSequence (the local-search chunks) takes no negative entropy
-    seed: Annotated[int, satisfies(lambda v: is_int(v) and v >= 0, "an integer >= 0")] = 0
+    # numpy's SeedSequence (the local-search chunks) takes no negative entropy, and
+    # torch.manual_seed (the model's initialisation) nothing from 2**64 on
+    seed: Annotated[int, satisfies(lambda v: is_int(v) and 0 <= v < 2**64,
+                                   "an integer >= 0 and < 2**64")] = 0
     time_limit_s: Annotated[float | None, satisfies(
         lambda v: is_number(v) and v > 0, "a positive number of seconds", optional=True)] = None
     stop_at: Annotated[float | None, satisfies(

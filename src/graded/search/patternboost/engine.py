@@ -117,16 +117,29 @@ class _Run:
             plot_metrics(self.out / "metrics.png", self.metrics, title, self.problem.optimum())
 
     def load(self) -> None:
-        state = read_json(self.out / "state.json")
-        self.round = int(state["round"])
-        self.calls = int(state["local_search_calls"])
-        self.elapsed = float(state["elapsed_s"])
-        self.db = Database.from_json(state["database"])
-        self.metrics = list(state["metrics"])
-        self.model_file = state["model_file"]
+        """The state of the last finished round; a ``state.json`` that does not parse or lacks
+        a field, or a model file that does not load, is a ValueError naming the file."""
+        path = self.out / "state.json"
+        state = read_json(path)
+        try:
+            self.round = int(state["round"])
+            self.calls = int(state["local_search_calls"])
+            self.elapsed = float(state["elapsed_s"])
+            self.db = Database.from_json(state["database"])
+            self.metrics = list(state["metrics"])
+            self.model_file = state["model_file"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path} does not hold a PatternBoost state ({type(exc).__name__}: "
+                             f"{exc}); expected the round, local_search_calls, elapsed_s, "
+                             "model_file, database and metrics a run saves") from exc
         if self.model_file is not None:
             self._ensure_model()
-            self.model.load_state_dict(load_weights(self.out / self.model_file))
+            weights = load_weights(self.out / self.model_file)
+            try:
+                self.model.load_state_dict(weights)
+            except RuntimeError as exc:  # missing, extra or misshapen tensors
+                raise ValueError(f"{self.out / self.model_file} does not hold this run's "
+                                 f"model ({exc})") from exc
 
     def _ensure_model(self) -> None:
         if self.model is None:
@@ -229,7 +242,11 @@ def _check_resumable(config: PatternBoostConfig, out: Path) -> None:
     """Refuse a folder whose run was made with another config (the fields of
     RESUMABLE_CHANGES aside); reads only, so a refusal leaves the folder as it was."""
     saved_path = out / "config.json"
-    if (out / "state.json").exists() and saved_path.exists():
+    if (out / "state.json").exists() and not saved_path.exists():
+        raise ValueError(f"{out} holds a PatternBoost state.json but no config.json, so the run "
+                         "it continues cannot be checked against the config given; restore "
+                         "config.json or use a new folder")
+    if (out / "state.json").exists():
         saved = PatternBoostConfig.from_dict(read_json(saved_path))
         changed = config.differs_from(saved)
         if changed:

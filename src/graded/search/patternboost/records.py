@@ -51,8 +51,14 @@ def write_json(path: str | os.PathLike, data: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """The JSON document in ``path``; one that does not parse (a file cut short or edited by
+    hand) is a ValueError that names the file."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        try:
+            return json.load(fh)
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            raise ValueError(f"{path} is not a readable JSON file ({exc}); expected the file "
+                             "a PatternBoost run writes") from exc
 
 
 def save_weights(path: str | os.PathLike, state_dict: dict[str, Any]) -> None:
@@ -64,9 +70,16 @@ def save_weights(path: str | os.PathLike, state_dict: dict[str, Any]) -> None:
 
 
 def load_weights(path: str | os.PathLike) -> dict[str, Any]:
+    """The tensors of a safetensors file; one that does not load (cut short, not safetensors)
+    is a ValueError that names the file."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    return load_file(str(path))
+    try:
+        return load_file(str(path))
+    except SafetensorError as exc:
+        raise ValueError(f"{path} is not a readable safetensors file ({exc}); expected the "
+                         "model weights a PatternBoost run writes") from exc
 
 
 def write_csv(path: str | os.PathLike, rows: Sequence[dict[str, Any]]) -> None:

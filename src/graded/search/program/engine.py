@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import csv
+import io
 import json
 import multiprocessing
 import signal
@@ -117,8 +118,24 @@ def _noop() -> None:
 
 
 def _ignore_interrupts() -> None:
-    # Ctrl-C reaches the whole process group: the parent decides when to stop, not the workers
+    # Ctrl-C reaches the whole process group: the parent decides when to stop, not the workers;
+    # SIGTERM, which the parent sends them on an abort, ends the evaluation at hand as an
+    # exception (the sandbox's child is killed on the way out), as it ends an idle worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_evaluation)
+
+
+def _end_evaluation(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _stop_workers(pool: cf.Executor) -> None:
+    """SIGTERM to the worker processes of a local pool: an abort does not wait for the
+    evaluations under way (a verifier that hangs would hold it for ever, a candidate for its
+    time limit)."""
+    processes = getattr(pool, "_processes", None) or {}  # (a ProcessPoolExecutor's own)
+    for process in list(processes.values()):
+        process.terminate()
 
 
 class _Stop(StopSignals):
@@ -153,6 +170,9 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
     after the current round (its state saved; ``SearchResult.stopped``); a second SIGINT aborts
     at once, leaving the last finished round's state.
     """
+    if resume and out is None:
+        raise ValueError("resume=True with out=None; expected out, the folder of the run to "
+                         "continue")
     skeleton = parse_skeleton(problem.skeleton)
     folder = Path(out) if out is not None else None
     log_lines: list[str] = []
@@ -175,22 +195,16 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
     folder_ready = resume  # a resumed run's folder is checked to hold a run below
     if folder is not None:
         _check_folder(folder, config_doc, resume)
+    # a resumed run's state is read (and refused, naming the file) before run.log is written
+    restored = _restore(folder / "database.json", proposer) if resume else None
 
     isolation = detect_isolation() if config.isolation != "none" else None
     log(f"problem {problem.name}, proposer {proposer.name}, budget {config.budget}, "
         f"workers {config.workers}, isolation: "
         f"{isolation.description if isolation else 'none (isolation=none)'}")
 
-    if resume:
-        state = json.loads((folder / "database.json").read_text())
-        db = ProgramsDatabase.from_state(state["database"])
-        proposer.load_state(state["proposer"])
-        pending = [(int(i), Program(tuple(b)), op) for i, b, op in state["pending"]]
-        # a round cut short by the budget keeps the next round, already proposed (older
-        # folders have none saved: it is proposed afresh)
-        upcoming = ([(int(i), Program(tuple(b)), op) for i, b, op in state["upcoming"]]
-                    if state.get("upcoming") is not None else None)
-        best_curve = state["best_curve"]
+    if restored is not None:
+        db, pending, upcoming, best_curve = restored
         earlier_failures = _resume_log(folder / "evaluations.csv", db.evaluations)
         log(f"resumed at {db.evaluations} evaluations")
     else:
@@ -292,10 +306,13 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
         if next_round is not None and not aborted:
             cf.wait([next_round])  # (an abort leaves a slow proposer behind, on a daemon thread)
         if own_executor:
+            if aborted:
+                _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
-    if folder is not None:
+    if folder is not None:  # again at the end: a resume with no round left rebuilds them too
+        _write_best(folder, skeleton, db)
         _plot(folder, best_curve, len(db.islands))
     if stop.flag:
         log(f"stopped by a signal after {db.evaluations} evaluations (a finished round); "
@@ -317,7 +334,13 @@ def _check_folder(folder: Path, config_doc: dict[str, Any], resume: bool) -> Non
     if resume:
         if not state_path.exists():
             raise FileNotFoundError(f"--resume: {state_path} does not exist")
-        saved = json.loads((folder / "config.json").read_text())
+        try:
+            saved = json.loads((folder / "config.json").read_text())
+            if not isinstance(saved, dict):
+                raise ValueError(f"a JSON {type(saved).__name__}, not an object")
+        except ValueError as exc:
+            raise ValueError(f"--resume: {folder / 'config.json'} is not a readable JSON file "
+                             f"({exc}); expected the config.json a run writes") from exc
         current = json.loads(json.dumps(config_doc))
         saved.pop("budget", None)
         current.pop("budget", None)
@@ -337,21 +360,47 @@ def _check_folder(folder: Path, config_doc: dict[str, Any], resume: bool) -> Non
             "folder")
 
 
+def _restore(path: Path, proposer: Proposer) -> tuple[ProgramsDatabase, list, list | None,
+                                                      list]:
+    """The database, pending round, next round and best-score curve saved in ``path``, the
+    proposer's state loaded into ``proposer``; a file that does not parse or lacks a field is a
+    ValueError that names it."""
+    try:
+        state = json.loads(path.read_text())
+        db = ProgramsDatabase.from_state(state["database"])
+        proposer.load_state(state["proposer"])
+        pending = [(int(i), Program(tuple(b)), op) for i, b, op in state["pending"]]
+        # a round cut short by the budget keeps the next round, already proposed (older
+        # folders have none saved: it is proposed afresh)
+        upcoming = ([(int(i), Program(tuple(b)), op) for i, b, op in state["upcoming"]]
+                    if state.get("upcoming") is not None else None)
+        best_curve = list(state["best_curve"])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ValueError(f"--resume: {path} does not hold a program search's state "
+                         f"({type(exc).__name__}: {exc}); expected the database.json a run "
+                         "writes (start a new run in another folder)") from exc
+    return db, pending, upcoming, best_curve
+
+
 def _resume_log(path: Path, evaluations: int) -> dict[str, int]:
     """Drops the rows past the saved state's ``evaluations`` (a run killed between appending a
     round's rows and saving its state), so that the resumed run does not log them twice;
-    returns the failures counted by reason in the rows kept."""
-    if not path.exists():
-        return {}
-    with open(path, newline="") as f:
-        table = list(csv.reader(f))
-    kept = table[:1] + [r for r in table[1:] if r and r[0].isdigit() and int(r[0]) <= evaluations]
-    if len(kept) != len(table):
-        with open(path, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
+    returns the failures counted by reason in the rows kept. The file is rewritten atomically,
+    with its header row (also where the file or its header was lost: the resumed run's rows
+    then follow the header)."""
+    table = []
+    if path.exists():
+        with open(path, newline="") as f:
+            table = list(csv.reader(f))
+    rows = [r for r in table if r and r[0].isdigit() and int(r[0]) <= evaluations]
+    kept = [list(_CSV_FIELDS), *rows]
+    if kept != table:
+        text = io.StringIO(newline="")
+        csv.writer(text).writerows(kept)
+        atomic_write_text(path, text.getvalue())
     column = _CSV_FIELDS.index("failure")
     failures: dict[str, int] = {}
-    for row in kept[1:]:
+    for row in rows:
         if len(row) > column and row[column]:
             failures[row[column]] = failures.get(row[column], 0) + 1
     return failures

@@ -143,10 +143,25 @@ def mean_score(values: Sequence[float]) -> float:
     return float(sum(map(Fraction, values)) / len(values))
 
 
+def _verify(problem: Problem, value: Any, artefact: Any) -> Any:
+    """The verifier's result on one artefact. Any exception it raises but ``InvalidArtefact``
+    (an ``IndexError`` on an artefact shorter than it expected, a ``TypeError`` on a number
+    where it expected a list) is an ``InvalidArtefact`` naming that exception: the candidate
+    fails as ``invalid``, not as ``wrong_type`` or ``non_finite`` (which name what the verifier
+    returns), and the search goes on instead of stopping at the first such artefact (and again
+    at every resume, which would evaluate the same round)."""
+    try:
+        return problem.score(value, artefact)
+    except InvalidArtefact:
+        raise
+    except Exception as e:
+        raise InvalidArtefact(f"the verifier raised {type(e).__name__}: {e}") from e
+
+
 def _score_inputs(problem: Problem, inputs, artefacts) -> tuple[list[float], list[dict]]:
     primary, named = [], []
     for value, artefact in zip(inputs, artefacts, strict=True):
-        p, n = scalar_score(problem, problem.score(value, artefact))
+        p, n = scalar_score(problem, _verify(problem, value, artefact))
         if named and sorted(n) != sorted(named[0]):  # each name is averaged over the inputs
             raise TypeError(f"the verifier named the scores {sorted(n)} on input {len(named)} "
                             f"but {sorted(named[0])} on input 0; expected the same names on "

@@ -70,14 +70,18 @@ def check_inputs(
                 f"{' or a float additive bias' if allow_bias else ''}, got dtype "
                 f"{attn_mask.dtype}"
             )
+        # broadcast *to* (B, H, Tq, Tk): a mask with more dimensions, or a size where the
+        # call has 1 (a batch of 2 masks for one sequence), would widen the output instead
+        full_shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         try:
-            full_shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-            torch.broadcast_shapes(attn_mask.shape, full_shape)
-        except RuntimeError as err:
+            widened = torch.broadcast_shapes(attn_mask.shape, full_shape) != full_shape
+        except RuntimeError:
+            widened = True
+        if widened:
             raise ValueError(
                 f"{name} backend: attn_mask of shape {tuple(attn_mask.shape)} does not broadcast "
-                f"to (B, H, Tq, Tk) = {(q.shape[0], q.shape[1], q.shape[2], k.shape[2])}"
-            ) from err
+                f"to (B, H, Tq, Tk) = {full_shape}"
+            )
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{name} backend: dropout_p must be in [0, 1), got {dropout_p}")
 

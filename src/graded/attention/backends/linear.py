@@ -27,6 +27,7 @@ from graded.attention.backends.base import (
     checked_bool_option,
     checked_int_option,
     checked_option,
+    compute_dtype,
     empty_output,
     reject_attn_mask,
 )
@@ -132,7 +133,9 @@ class LinearBackend(AttentionBackend):
     outputs. Causal (Tq == Tk): chunked prefix sums, time O(B·H·T·(C·D + D·Dv)), memory
     O(B·H·(T·C + (T/C)·D·Dv)). Padded keys get φ(k) = 0. No general ``attn_mask``.
     Incremental decoding keeps the running sums (:func:`kernel_decode`): memory O(D·Dv) per
-    layer and head, whatever the length.
+    layer and head, whatever the length. Half-precision inputs are computed in float32 and the
+    output rounded once (in float16 the normaliser passes 65504 near D·T = 5·10⁴, and the
+    output collapses); float32 and float64 as given.
 
     Options: ``chunk_size`` (C, default 64), ``eps`` (denominator guard, default 1e-6, as in
     the paper's code), ``ignore_dropout`` (default False: a positive ``dropout_p`` raises);
@@ -176,12 +179,15 @@ class LinearBackend(AttentionBackend):
         empty = empty_output(q, k, v)
         if empty is not None:
             return empty
-        phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+        # half precision computed in float32 and rounded once (float32 and float64 as given):
+        # the normaliser φ(q)ᵀΣφ(k) grows as D·T and passes float16's 65504 near D·T = 5·10⁴
+        acc, out_dtype = compute_dtype(q.dtype), v.dtype
+        phi_q, phi_k = elu_feature_map(q.to(acc)), elu_feature_map(k.to(acc))
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
         return kernel_attention(
-            phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size, eps=self.eps
-        )
+            phi_q, phi_k, v.to(acc), causal=is_causal, chunk=self.chunk_size, eps=self.eps
+        ).to(out_dtype)
 
     def decode(
         self,
@@ -195,7 +201,10 @@ class LinearBackend(AttentionBackend):
     ) -> tuple[Tensor, DecodeState]:
         check_inputs(self.name, q, k, v, key_padding_mask, None, dropout_p)
         check_dropout(self.name, dropout_p, self.ignore_dropout)
-        phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+        acc, out_dtype = compute_dtype(q.dtype), v.dtype  # as forward: half in float32
+        phi_q, phi_k = elu_feature_map(q.to(acc)), elu_feature_map(k.to(acc))
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-        return kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size, eps=self.eps)
+        out, state = kernel_decode(phi_q, phi_k, v.to(acc), state, chunk=self.chunk_size,
+                                   eps=self.eps)
+        return out.to(out_dtype), state

@@ -16,6 +16,7 @@ Kitaev, Kaiser & Levskaya 2020, "Reformer: The Efficient Transformer", §2 (seed
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ from graded.attention.backends.base import (
     Capabilities,
     check_bool_option,
     check_inputs,
+    check_seed,
     check_self_attention,
     checked_int_option,
     checked_option,
@@ -99,7 +101,7 @@ class LSHBackend(AttentionBackend):
     n_buckets = checked_option("n_buckets", _check_buckets)
     n_rounds = checked_int_option("n_rounds")
     chunk_size = checked_int_option("chunk_size")
-    seed = checked_int_option("seed", None, optional=True)  # as check_seed's
+    seed = checked_option("seed", partial(check_seed, optional=True))
     shared_qk = fixed_option("shared_qk", lambda name, value: check_bool_option(
         name, "shared_qk", value), "MultiheadAttention builds its key projection, or none, by it")
 

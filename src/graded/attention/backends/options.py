@@ -152,10 +152,20 @@ def check_bool_option(name: str, option: str, value: object) -> bool:
         raise BoolOptionError(str(error)) from None
 
 
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes
+
+
 def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:
-    """A backend's ``seed`` option: an int (None too when ``optional``). A float would be
-    truncated by the generator (1.5 would draw what 1 draws), so it is refused."""
-    return check_int_option(name, "seed", seed, minimum=None, optional=optional)
+    """A backend's ``seed`` option: an int in :data:`SEED_RANGE` (None too when
+    ``optional``). A float would be truncated by the generator (1.5 would draw what 1 draws),
+    so it is refused; so is an int the generator cannot take, which would otherwise fail at
+    the first call with torch's "Overflow when unpacking long long", naming nothing."""
+    seed = check_int_option(name, "seed", seed, minimum=None, optional=optional)
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ValueError(f"{name} backend: seed must be an int in [{SEED_RANGE[0]}, "
+                         f"{SEED_RANGE[1]}] (what torch.Generator.manual_seed takes), got "
+                         f"{seed}")
+    return seed
 
 
 def check_option(name: str, option: str, value: object, choices: tuple[str, ...]) -> str:

@@ -32,6 +32,7 @@ from graded.attention.backends.base import (
     checked_bool_option,
     checked_int_option,
     checked_option,
+    compute_dtype,
     default_scale,
     empty_output,
     reject_attn_mask,
@@ -160,7 +161,9 @@ class PerformerBackend(AttentionBackend):
     Stabilisation: each query's exponents are shifted by their maximum and the keys' by the
     largest over the unpadded keys; ``eps`` is carried through both shifts, so the output is
     Σφ(q)ᵀφ(k)v / (Σφ(q)ᵀφ(k) + eps) whatever they are (causally, a row never depends on a
-    later key).
+    later key). Half-precision inputs are computed in float32 and the output rounded once
+    (float16 cannot hold the features of keys far below the largest, e^{-17} and less: a causal
+    query's first keys then vanish and its output is wrong); float32 and float64 as given.
 
     Incremental decoding keeps the running sums of :func:`.linear.kernel_decode` with the key
     features' stabilising shift (the largest unpadded exponent so far; the sums are rescaled
@@ -319,6 +322,11 @@ class PerformerBackend(AttentionBackend):
             self._calls += 1
         root = math.sqrt(default_scale(self.scale, d))
         omega = self.omega.to(q.device)
+        # half precision computed in float32 and rounded once (float32 and float64 as given):
+        # float16's range cannot hold the features e^{ωᵀk − c} of keys far below the largest,
+        # which a causal query's first keys are
+        acc, out_dtype = compute_dtype(q.dtype), v.dtype
+        q, k, v = q.to(acc), k.to(acc), v.to(acc)
         phi_q, shift_q = _shifted_query_features(q * root, omega)
         log_k = _log_features(k * root, omega)
         key_max = _key_maxima(log_k, key_padding_mask)
@@ -326,8 +334,9 @@ class PerformerBackend(AttentionBackend):
         phi_k = torch.exp(log_k - shift) / math.sqrt(omega.shape[0])
         if key_padding_mask is not None:
             phi_k = phi_k.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-        return kernel_attention(phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size,
-                                eps=self._guard(shift_q, shift))
+        out = kernel_attention(phi_q, phi_k, v, causal=is_causal, chunk=self.chunk_size,
+                               eps=self._guard(shift_q, shift))
+        return out.to(out_dtype)
 
     def _guard(self, shift_q: Tensor, shift_k: Tensor) -> Tensor:
         """The denominator guard ``eps`` of the unshifted formula, carried into the shifted
@@ -362,6 +371,8 @@ class PerformerBackend(AttentionBackend):
                 "new ones: decode the sequence again from its start")
         root = math.sqrt(default_scale(self.scale, d))
         omega = self.omega.to(q.device)
+        acc, out_dtype = compute_dtype(q.dtype), v.dtype  # as forward: half in float32
+        q, k, v = q.to(acc), k.to(acc), v.to(acc)
         phi_q, shift_q = _shifted_query_features(q * root, omega)
         log_k = _log_features(k * root, omega)
         latest = _key_maxima(log_k, key_padding_mask).amax(dim=-1, keepdim=True).unsqueeze(-1)
@@ -379,4 +390,4 @@ class PerformerBackend(AttentionBackend):
         out, state = kernel_decode(phi_q, phi_k, v, state, chunk=self.chunk_size,
                                    eps=self._guard(shift_q, shift), extra={"shift": latest})
         state.source = draw
-        return out, state
+        return out.to(out_dtype), state

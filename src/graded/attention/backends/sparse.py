@@ -13,7 +13,9 @@ from graded.attention.backends.base import (
     AttentionBackend,
     Capabilities,
     PatternDecoding,
+    check_seed,
     checked_int_option,
+    checked_option,
     default_scale,
 )
 from graded.attention.backends.blockwise import KeepRule, gathered_block_attention
@@ -180,7 +182,7 @@ class BigBirdBackend(FlexKernel, PatternDecoding, AttentionBackend):
     num_global_blocks = checked_int_option("num_global_blocks", 0)
     num_random_blocks = checked_int_option("num_random_blocks", 0)
     window_blocks = checked_int_option("window_blocks", 1, odd=True)
-    seed = checked_int_option("seed", None)  # any int, as check_seed's
+    seed = checked_option("seed", check_seed)  # an int the generator takes
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
-from graded.checks import check_finite_nonnegative, check_id_range
+from graded.checks import check_finite, check_finite_nonnegative, check_id_range
 from graded.evaluation.metrics import compute_metric
 from graded.prompt_grading import prompt_grading
 from graded.tasks.base import TaskDataset
@@ -109,14 +109,18 @@ class TaskKind:
 
     def check_data(self, model: nn.Module, data: Batch) -> bool:
         """Check once, on the host, the values ``model`` would check in every forward pass:
-        the token ids of the input keys against its vocabulary, and token grades (finite,
-        ≥ 0); ValueError naming the key and the range found. True when nothing is left to
-        check, so that the steps may run inside :func:`graded.checks.checked_inputs` (no
-        value read, no wait for a GPU); False where the model's vocabulary is unknown."""
+        the token ids of the input keys against its vocabulary, real input features (finite:
+        a NaN or ∞ feature made the first step's loss NaN, reported as a learning rate too
+        high) and token grades (finite, ≥ 0); ValueError naming the key and the range found.
+        True when nothing is left to check, so that the steps may run inside
+        :func:`graded.checks.checked_inputs` (no value read, no wait for a GPU); False where
+        the model's vocabulary is unknown."""
         vocab = _vocabulary(model)
         checked = True
         for key in self.input_keys:
             ids = data.get(key)
+            if ids is not None and ids.is_floating_point():
+                check_finite(ids, f"{key!r}: features")
             if ids is None or ids.dtype not in (torch.int64, torch.int32):
                 continue  # features; a missing key fails in check_batch
             if vocab is None:

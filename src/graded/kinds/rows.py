@@ -8,7 +8,7 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graded.checks import check_finite, check_id_range, inputs_checked
+from graded.checks import check_finite, check_finite_nonnegative, check_id_range, inputs_checked
 from graded.evaluation import baselines as B
 from graded.kinds.base import Batch, LossSum, TaskKind, _weighted_sum
 from graded.tasks.base import TaskDataset
@@ -44,8 +44,9 @@ class Classification(TaskKind):
         if targets is not None and targets.dim() == 1 and not targets.is_floating_point():
             classes = _num_outputs(model)
             if classes is None:  # the upper bound is the loss's to check
-                classes = int(targets.max()) + 1 if targets.numel() else 1
-            check_id_range(targets, classes, "'targets': class ids")
+                check_finite_nonnegative(targets, "'targets': class ids")
+            else:
+                check_id_range(targets, classes, "'targets': class ids")
         return checked
 
     def loss_count(self, batch: Batch) -> int:

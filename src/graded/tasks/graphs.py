@@ -312,7 +312,8 @@ class GraphProperties(Task):
     def grade_tokens(self, tokens: str | Sequence[str]) -> list[int]:
         """0 for ``n=K``, then the degree of the vertex each token names, as the datasets
         grade a graph: its number of occurrences in the edge list (the degree when no edge is
-        repeated). A vertex's degree depends on later edges, so the grades are not causal."""
+        repeated); 0 for ``<pad>``, as the datasets pad ``token_grades``. A vertex's degree
+        depends on later edges, so the grades are not causal."""
         toks = self._tokens(tokens)
         if not toks or not toks[0].startswith("n="):
             raise ValueError(f"a graph prompt starts with its vertex count n=K, got "
@@ -320,7 +321,7 @@ class GraphProperties(Task):
         if any(t.startswith("n=") for t in toks[1:]):
             raise ValueError(f"a graph prompt has one n=K token, first; got {' '.join(toks)!r}")
         counts = Counter(toks[1:])
-        return [0, *(counts[t] for t in toks[1:])]
+        return [0, *(0 if t == self.vocab.pad else counts[t] for t in toks[1:])]
 
     def graphs(self, data: TaskDataset) -> list[np.ndarray]:
         """The adjacency matrices of a dataset, decoded from its tokens."""

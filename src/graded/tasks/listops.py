@@ -190,17 +190,25 @@ class ListOps(Task):
 
     def sample_tree(self, rng: random.Random) -> Tree:
         """One tree with token length in [min_length, max_length] (rejection sampling)."""
+        too_long = 0
         for _ in range(self.max_tries):
             try:
                 tree = self._tree(rng, 0, [self.max_length])
             except _TooLong:
+                too_long += 1
                 continue
             if self.min_length <= len(to_tokens(tree)):
                 return tree
+        # the hint follows the rejections: long trees need smaller ones, short trees larger
+        hint = ("widen the length range (raise max_length) or lower max_depth, max_args or "
+                "value_p" if too_long * 2 > self.max_tries else
+                "widen the length range (lower min_length) or raise max_depth, max_args or "
+                "value_p")
         raise ValueError(
             f"no ListOps tree with length in [{self.min_length}, {self.max_length}] in "
-            f"{self.max_tries} tries (max_depth={self.max_depth}, max_args={self.max_args}, "
-            f"value_p={self.value_p}); widen the length range or raise max_depth/max_args"
+            f"{self.max_tries} tries ({too_long} too long, {self.max_tries - too_long} too "
+            f"short; max_depth={self.max_depth}, max_args={self.max_args}, "
+            f"value_p={self.value_p}); {hint}"
         )
 
     def encode_trees(self, trees: list[Tree]) -> dict[str, Tensor]:

@@ -128,13 +128,25 @@ class ModularArithmetic(Task):
         """(a, b) decoded from the inputs (number tokens have id value + 1)."""
         return data.inputs[:, 0] - 1, data.inputs[:, 2] - 1
 
+    @property
+    def table_size(self) -> int:
+        """The number of admissible pairs: p², or p(p - 1) for ``div`` (b ≠ 0)."""
+        return self.p * (self.p - (self.operation == "div"))
+
+    def table_pairs(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        """The pairs (a, b) at positions ``index`` of :meth:`table`, computed from the
+        positions (row-major: a = index // columns) without building the table."""
+        if self.operation == "div":  # columns b = 1..p-1
+            return index // (self.p - 1), index % (self.p - 1) + 1
+        return index // self.p, index % self.p
+
     def _generate(self, n: int, seed: int) -> dict[str, Tensor]:
-        a, b = self.table()
-        if n > a.shape[0]:
-            raise ValueError(f"n={n} exceeds the {a.shape[0]} distinct pairs of the table "
+        total = self.table_size
+        if n > total:
+            raise ValueError(f"n={n} exceeds the {total} distinct pairs of the table "
                              f"(p={self.p}, operation={self.operation!r})")
-        idx = torch.randperm(a.shape[0], generator=torch.Generator().manual_seed(seed))[:n]
-        return self.encode_pairs(a[idx], b[idx])
+        idx = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:n]
+        return self.encode_pairs(*self.table_pairs(idx))
 
     def split(self, kind: str = "random", n_train: int | None = None,
               n_test: int | None = None, seed: int = 0, *, unseen: bool = True
@@ -152,7 +164,7 @@ class ModularArithmetic(Task):
         unseen = check_bool("unseen", unseen)  # read by "relabelled" only, checked for any kind
         if kind in ("size", "family"):
             return super().split(kind)  # raises: the table has no sizes or families
-        total = self.table()[0].shape[0]
+        total = self.table_size
         if n_train is None:
             n_train = max(1, min(total - 1, round(self.train_fraction * total)))
         check_int("n_train", n_train, minimum=1, maximum=total - 1)
@@ -161,12 +173,14 @@ class ModularArithmetic(Task):
             if n_train + n_test > total:
                 raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {total} "
                                  "pairs")
-        pool = self.generate(total, seed)
+        # the first examples of generate(total, seed) are generate(m, seed) for every m: a
+        # random split of given sizes encodes only the pairs it returns, not the whole table
+        size = total if n_test is None or kind != "random" else n_train + n_test
+        pool = self.generate(size, seed)
         train = pool.subset(torch.arange(n_train))
-        held_out = pool.subset(torch.arange(n_train, total))
+        held_out = pool.subset(torch.arange(n_train, size))
         if kind == "random":
-            return train, held_out.subset(torch.arange(total - n_train if n_test is None
-                                                       else n_test))
+            return train, held_out
         shown = self.relabel(held_out, derived_seed(seed, 1))
         seen = set(input_keys(train)) if unseen else set()
         fresh = [i for i, key in enumerate(input_keys(shown)) if key not in seen]

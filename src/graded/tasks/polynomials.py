@@ -160,10 +160,11 @@ class PolynomialArithmetic(Task):
 
     @staticmethod
     def token_degrees(tokens: list[str]) -> list[int]:
-        """Grade of each token: its monomial degree for coefficients, 0 for special tokens."""
+        """Grade of each token: its monomial degree for coefficients, 0 for special tokens
+        (``<pad>`` included, as the datasets pad ``token_grades`` with 0)."""
         out, k = [], 0
         for t in tokens:
-            if t in ("<bos>", "*", "o", "=", "<eos>"):
+            if t in ("<pad>", "<bos>", "*", "o", "=", "<eos>"):
                 out.append(0)
                 k = 0
             else:
@@ -216,6 +217,11 @@ class PolynomialArithmetic(Task):
             raise ValueError("a size split needs max_degree > min_degree, got "
                              f"{self.min_degree}..{self.max_degree}")
         mid = (self.min_degree + self.max_degree) // 2
+        if mid < 1:  # the training side would have max_degree 0, which the task refuses
+            raise ValueError(f"a size split of degrees {self.min_degree}..{self.max_degree} "
+                             f"(min_degree={self.min_degree}, max_degree={self.max_degree}) "
+                             "cuts at degree 0 and would train on constants only; use "
+                             "max_degree >= 2")
         small = dataclasses.replace(self, max_degree=mid, vocab_degree=self._vdeg)
         large = dataclasses.replace(self, min_degree=mid + 1, vocab_degree=self._vdeg)
         return small, large

@@ -34,6 +34,11 @@ from graded.tasks.base import Task, TaskDataset, check_numbers, check_seed
 
 INVARIANTS = ("normal_form", "igusa")
 NEGATIVES = ("perturbed", "independent")
+#: The largest factor λ^{w_i} (and smallest, as its inverse) a representative may be scaled by,
+#: in powers of ten: the float32 inputs span 1e±38, which leaves 1e8 for the coordinates
+#: themselves; beyond it coordinates become ∞ (NaN in every later computation) or 0 (the point
+#: is lost).
+MAX_SCALE_DIGITS = 30.0
 
 
 @dataclasses.dataclass
@@ -70,6 +75,7 @@ class WeightedProjectiveInvariants(Task):
         if not 0 < lo <= hi:
             raise ValueError(f"lambda_range must satisfy 0 < low <= high, got {self.lambda_range}")
         self.lambda_range = (lo, hi)
+        self._check_scale(1, "")
         check_choice("invariants", self.invariants, INVARIANTS)
         if self.norm_p is not None:
             check_float("norm_p", self.norm_p, minimum=0.0, strict_min=True)
@@ -81,6 +87,20 @@ class WeightedProjectiveInvariants(Task):
             if any(not math.isclose(r, round(r), rel_tol=1e-9) for r in ratios):
                 raise ValueError(f"invariants='igusa' needs weights divisible by the first, got "
                                  f"{self.weights}")
+
+    def _check_scale(self, actions: int, what: str) -> None:
+        """ValueError unless ``actions`` actions of λ in ``lambda_range`` (1 for a generated
+        representative λ⋆x, 2 for a relabelled one λ'⋆(λ⋆x)) scale every coordinate by
+        |λ|^{w_i} within 10^±``MAX_SCALE_DIGITS``, inside the float32 range of the inputs."""
+        lo, hi = self.lambda_range
+        digits = actions * max(self.weights) * max(abs(math.log10(lo)), abs(math.log10(hi)))
+        if digits > MAX_SCALE_DIGITS:
+            raise ValueError(
+                f"lambda_range={self.lambda_range} with weights={self.weights} scales "
+                f"{what}coordinates by up to 10^±{digits:.1f} (|λ|^{actions * max(self.weights):g}"
+                f"), beyond the 10^±{MAX_SCALE_DIGITS:g} that float32 inputs hold (they would "
+                "become inf or 0); narrow lambda_range towards 1 or lower the weights"
+            )
 
     @property
     def grades(self) -> tuple[float, ...]:
@@ -138,8 +158,11 @@ class WeightedProjectiveInvariants(Task):
         return data.replace(inputs=self.space.normal_form(x, self.norm_p)[:, None].float())
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
-        """Every input moved to another representative λ⋆x of its point (labels unchanged)."""
+        """Every input moved to another representative λ⋆x of its point (labels unchanged).
+        A generated input is itself λ⋆x, so a relabelled one is (λ'λ)⋆x: ValueError when that
+        can leave the float32 range (``MAX_SCALE_DIGITS``)."""
         seed = check_seed(seed)
+        self._check_scale(2, "relabelled ")
         g = torch.Generator().manual_seed(seed)
         x = data.inputs[:, 0].to(torch.float64)
         rep = self.space.act(self.sample_lambdas(len(data), g), x)
@@ -207,6 +230,7 @@ class WeightedProjectiveSamePoint(WeightedProjectiveInvariants):
 
     def relabel(self, data: TaskDataset, seed: int) -> TaskDataset:
         seed = check_seed(seed)
+        self._check_scale(2, "relabelled ")
         g = torch.Generator().manual_seed(seed)
         x = data.inputs.to(torch.float64)
         n, t, d = x.shape

@@ -256,8 +256,10 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
                                       title=f"grade trajectories: {labels[r]}",
                                       records=grades[r])
         if png is not None:
-            # <...>: a file name with a space (a run named "lgt run") is still one link
-            grade_lines += [f"![grades {labels[r]}](<{png.name}>)", ""]
+            # <...> where needed: a file name with a space or parenthesis (a run named
+            # "lgt run") is still one link
+            target = f"<{png.name}>" if any(c in png.name for c in " ()") else png.name
+            grade_lines += [f"![grades {labels[r]}]({target})", ""]
     if grade_lines:
         lines += ["## Grade trajectories", "", *grade_lines]
     report = out_dir / "report.md"

@@ -12,6 +12,7 @@ computations from the paper's formulas and the router's documented normalisation
 """
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -108,12 +109,21 @@ def test_routing_from_utility_augmented_logits_section_4_2_3(norm):
        shifts=st.lists(st.integers(-3, 3), min_size=1, max_size=3, unique=True))
 def test_banded_edges_are_the_pairs_h_equals_g_plus_delta_def_2_3(indices, shifts):
     """004 Def 2.3 / §4.1: (g, h) ∈ 𝓔 iff index(h) − index(g) ∈ Δ, over grades with any
-    integer indices (gaps and negative ones); 𝓔 = ∅ is refused."""
+    integer indices (gaps and negative ones); 𝓔 = ∅ is refused, and the shifts that give no
+    edge beside ones that do are named in a warning."""
     space = GradedStateSpace([Grade(f"g{i}", 2, i) for i in indices])
     want = {(f"g{i}", f"g{i + d}") for i in indices for d in shifts if i + d in indices}
     if not want:
         with pytest.raises(ValueError, match="no edge"):
             EdgeSet.banded(space, shifts)
         return
-    got = {(e.source, e.dest) for e in EdgeSet.banded(space, shifts)}
+    idle = [d for d in shifts if not any(i + d in indices for i in indices)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = {(e.source, e.dest) for e in EdgeSet.banded(space, shifts)}
     assert got == want
+    named = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert named == ([] if not idle else [
+        f"banded shift{'s' if len(idle) > 1 else ''} {idle} of {shifts} "
+        f"give{'' if len(idle) > 1 else 's'} no edge: index(g) + δ is no grade's index for any "
+        f"grade g (indices {indices}); {'they add' if len(idle) > 1 else 'it adds'} nothing"])

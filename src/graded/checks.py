@@ -16,9 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NotANumberError", "check_bool", "check_choice", "check_finite_nonnegative",
-           "check_float", "check_id_range", "check_int", "check_token_ids", "checked_inputs",
-           "inputs_checked", "value_range"]
+__all__ = ["SEED_RANGE", "NotANumberError", "check_bool", "check_choice",
+           "check_finite_nonnegative", "check_float", "check_id_range", "check_int",
+           "check_token_ids", "checked_inputs", "inputs_checked", "value_range"]
+
+#: The seeds a ``torch.Generator`` takes (``manual_seed``; one from 2**64 on fails with "Overflow
+#: when unpacking long long", naming nothing), the bounds included.
+SEED_RANGE = (-(2**63), 2**64 - 1)
 
 # True inside checked_inputs(): token ids and positions were checked by the caller
 _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("inputs_checked", default=False)

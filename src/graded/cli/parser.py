@@ -8,6 +8,7 @@ import argparse
 import textwrap
 from typing import Any
 
+from graded.checks import SEED_RANGE
 from graded.cli.command import EXIT_BROKEN_PIPE, _quiet_stdout, run_command
 from graded.cli.delegates import cmd_bench, cmd_demo, cmd_search
 from graded.cli.evaluate import cmd_eval
@@ -16,7 +17,7 @@ from graded.cli.report import cmd_report
 from graded.cli.train import cmd_train
 
 #: The largest seed a ``torch.Generator`` takes (64 bits).
-MAX_SEED = 2**64 - 1
+MAX_SEED = SEED_RANGE[1]
 
 
 def _at_least(minimum: int, maximum: int | None = None):

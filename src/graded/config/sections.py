@@ -40,6 +40,7 @@ from pydantic import (
 )
 
 from graded._schema import Strict, unknown_key_message
+from graded.checks import SEED_RANGE
 from graded.kinds import ARCHITECTURES
 from graded.tasks.base import SPLIT_KINDS
 from graded.train.options import TrainOptions, number_not_bool, takes_false_for_null
@@ -62,7 +63,7 @@ __all__ = [
 # Recipe names a config may give: "auto" (follow model.grading) or one of the recipes.
 RECIPES = ("auto", *RECIPE_OBJECTS)
 # Seeds end in torch.manual_seed, which takes at most 64 bits.
-SEED_LIMIT = 2**64
+SEED_LIMIT = SEED_RANGE[1] + 1
 # Model fields the task decides (vocabulary, feature size, length, padding id).
 TASK_DERIVED = ("vocab_size", "input_dim", "max_len", "pad_id")
 

@@ -32,13 +32,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graded.checks import check_bool, check_float, check_int
+from graded.checks import SEED_RANGE, check_bool, check_float, check_int
 from graded.encodings.base import token_ids
 
 IGNORE_INDEX = -100
 SPLIT_KINDS = ("random", "size", "family", "relabelled")
 GRADED_OBJECTS = ("positions", "tokens", "features", "vocabulary", "none")
-MAX_SEED = 2**64 - 1  # the largest seed a torch.Generator takes
+MAX_SEED = SEED_RANGE[1]  # the largest seed a torch.Generator takes
 
 
 def check_seed(seed: Any, name: str = "seed") -> int:

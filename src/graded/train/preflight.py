@@ -1,7 +1,7 @@
 """What a trainer checks when it is built, before it writes anything or runs a step.
 
-The arguments' types first (:func:`check_arguments`; ``fit``'s ``pause_after``:
-:func:`check_pause_after`): a TypeError names the argument, the value given and what it takes.
+The arguments' types first (:func:`check_arguments`): a TypeError names the argument, the
+value given and what it takes.
 The training data are checked once (the tensors a step reads: ``TaskKind.check_batch``; token
 ids against the model's vocabulary and token grades, ``TaskKind.check_data``, by the trainer,
 which keeps the result for :func:`graded.checks.checked_inputs`), the evaluation data as they
@@ -19,13 +19,14 @@ from typing import Any
 
 import torch
 
+from graded.checks import SEED_RANGE, check_bool, check_int
 from graded.kinds import TaskKind
 from graded.train.data import dataset_size
 from graded.train.options import TrainOptions, monitor_mode_of
 from graded.train.recipes import Recipe
 
-__all__ = ["check_arguments", "check_eval_data", "check_options", "check_pause_after",
-           "check_train_data", "graded_loss_applies"]
+__all__ = ["check_arguments", "check_eval_data", "check_options", "check_train_data",
+           "graded_loss_applies"]
 
 
 def _shown(value: Any) -> str:
@@ -49,12 +50,14 @@ def _check_tensors(name: str, data: Any, *, optional: bool = False) -> None:
 
 def check_arguments(model: Any, train_data: Any, eval_data: Any, *, run_dir: Any,
                     options: Any, seed: Any, recipe: Any, config: Any, resume_command: Any,
-                    overwrite: Any) -> None:
+                    overwrite: Any) -> tuple[int, bool]:
     """The types of a trainer's arguments, before any is used: TypeError naming the argument,
     the value given and what it takes (otherwise an attribute error deep in the set-up, or a
     ``seed`` of 1.5 that fails only when :meth:`~graded.train.trainer.Trainer.fit` has
-    written the run folder); ValueError for a ``seed`` torch cannot take. ``config`` is
-    checked JSON-able by the trainer, which stores it."""
+    written the run folder); ValueError for a ``seed`` torch cannot take. Returns ``seed``
+    and ``overwrite`` as checked (:func:`~graded.checks.check_int`, a NumPy integer as an int;
+    :func:`~graded.checks.check_bool`). ``config`` is checked JSON-able by the trainer, which
+    stores it."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {_shown(model)}")
     _check_tensors("train_data", train_data)
@@ -64,31 +67,14 @@ def check_arguments(model: Any, train_data: Any, eval_data: Any, *, run_dir: Any
     if options is not None and not isinstance(options, TrainOptions):
         raise TypeError(f"options must be a TrainOptions or None, got {_shown(options)}; "
                         "a dict of options is TrainOptions(**options)")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {_shown(seed)}")
-    if not -2**63 <= seed < 2**64:
-        raise ValueError(f"seed must lie in [-2**63, 2**64) (torch.manual_seed's range), "
-                         f"got {seed}")
+    seed = check_int("seed", seed, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1])
     if recipe is not None and not isinstance(recipe, (str, Recipe)):
         raise TypeError(f"recipe must be a recipe name, a Recipe or None, got {_shown(recipe)}")
     if config is not None and not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict (JSON values) or None, got {_shown(config)}")
     if resume_command is not None and not isinstance(resume_command, str):
         raise TypeError(f"resume_command must be a str or None, got {_shown(resume_command)}")
-    if not isinstance(overwrite, bool):
-        raise TypeError(f"overwrite must be True or False, got {_shown(overwrite)}")
-
-
-def check_pause_after(pause_after: Any) -> None:
-    """``fit``'s ``pause_after``: None or a global step, an int >= 0 (0 saves the state before
-    any step); ValueError or TypeError naming the value."""
-    if pause_after is None:
-        return
-    if isinstance(pause_after, bool) or not isinstance(pause_after, int):
-        raise TypeError(f"pause_after must be an int (a global step) or None, got "
-                        f"{_shown(pause_after)}")
-    if pause_after < 0:
-        raise ValueError(f"pause_after must be >= 0 (a global step), got {pause_after}")
+    return seed, check_bool("overwrite", overwrite)
 
 
 def check_train_data(kind: TaskKind, train_data: Mapping[str, torch.Tensor]) -> None:

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from graded.checks import check_int
 from graded.kinds import TaskKind, as_kind
 from graded.train import distributed as D
 from graded.train.checkpoint import CheckpointManager
@@ -77,7 +78,6 @@ from graded.train.preflight import (
     check_arguments,
     check_eval_data,
     check_options,
-    check_pause_after,
     check_train_data,
     graded_loss_applies,
 )
@@ -136,9 +136,9 @@ class Trainer(OptimizerStep, ClosesAtExit):
         resume_command: str | None = None,
         overwrite: bool = False,
     ) -> None:
-        check_arguments(model, train_data, eval_data, run_dir=run_dir, options=options,
-                        seed=seed, recipe=recipe, config=config,
-                        resume_command=resume_command, overwrite=overwrite)
+        seed, overwrite = check_arguments(
+            model, train_data, eval_data, run_dir=run_dir, options=options, seed=seed,
+            recipe=recipe, config=config, resume_command=resume_command, overwrite=overwrite)
         self.kind = as_kind(kind, model)
         self.opts = options if options is not None else TrainOptions()
         self.run_dir = Path(run_dir)
@@ -298,7 +298,8 @@ class Trainer(OptimizerStep, ClosesAtExit):
         (FileNotFoundError), are refused before the lock file is written. See
         :mod:`graded.train.runs`.
         """
-        check_pause_after(pause_after)
+        if pause_after is not None:  # a global step, before anything is written
+            pause_after = check_int("pause_after", pause_after, minimum=0)
         if resume_from is not None and not Path(resume_from).exists():  # before the lock file
             raise FileNotFoundError(f"resume_from {str(resume_from)!r}: no such file or folder; "
                                     "expected a run folder or one of its checkpoints")

@@ -14,7 +14,7 @@ import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from graded.checks import check_bool, check_float
+from graded.checks import SEED_RANGE, check_bool, check_float
 
 if TYPE_CHECKING:
     from graded.attention.backends.base import AttentionBackend
@@ -150,9 +150,6 @@ def check_bool_option(name: str, option: str, value: object) -> bool:
         return check_bool(f"{name} backend: {option}", value)
     except TypeError as error:
         raise BoolOptionError(str(error)) from None
-
-
-SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes
 
 
 def check_seed(name: str, seed: object, *, optional: bool = False) -> int | None:

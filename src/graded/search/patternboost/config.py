@@ -23,6 +23,7 @@ from graded._schema import (
     positive_int,
     satisfies,
 )
+from graded.checks import SEED_RANGE
 
 __all__ = ["MODES", "RESUMABLE_CHANGES", "PatternBoostConfig"]
 
@@ -108,7 +109,7 @@ class PatternBoostConfig(ConfigModel):
     chunk_size: Positive = 64
     # numpy's SeedSequence (the local-search chunks) takes no negative entropy, and
     # torch.manual_seed (the model's initialisation) nothing from 2**64 on
-    seed: Annotated[int, satisfies(lambda v: is_int(v) and 0 <= v < 2**64,
+    seed: Annotated[int, satisfies(lambda v: is_int(v) and 0 <= v <= SEED_RANGE[1],
                                    "an integer >= 0 and < 2**64")] = 0
     time_limit_s: Annotated[float | None, satisfies(
         lambda v: is_number(v) and v > 0, "a positive number of seconds", optional=True)] = None

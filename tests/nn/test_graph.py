@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graded.nn.graph import GATLayer, GATv2Layer, GradedGraphAttention, centrality
+from graded.nn.centrality import centrality
+from graded.nn.graph import GATLayer, GATv2Layer, GradedGraphAttention
 
 
 def random_graph(n: int, p: float, seed: int) -> torch.Tensor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graded.nn.graph import CENTRALITIES, GradedGraphAttention, centrality
+from graded.nn.centrality import CENTRALITIES, centrality
+from graded.nn.graph import GradedGraphAttention
 
 
 def random_graph(n: int, p: float, seed: int) -> torch.Tensor:

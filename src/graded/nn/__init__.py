@@ -8,13 +8,14 @@ from graded.nn.activations import (
     graded_relu,
     signed_power,
 )
+from graded.nn.centrality import centrality
 from graded.nn.graded_layers import (
     GradedLinear,
     InputGradedLinear,
     MultiplicativeGradedLinear,
     OutputGradedLinear,
 )
-from graded.nn.graph import GATLayer, GATv2Layer, GradedGraphAttention, centrality
+from graded.nn.graph import GATLayer, GATv2Layer, GradedGraphAttention
 from graded.nn.mlp import GradedMLP
 
 __all__ = [

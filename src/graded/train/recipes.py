@@ -9,7 +9,8 @@ A recipe says how grades are optimised; the trainer calls it at four points:
   coordination term (000 Alg 5.1, 7.1);
 - :meth:`Recipe.on_step` — after each optimizer and scheduler step, it prepares the next step:
   sets λ_{t} = 1 + (λ_max − 1)·t/T on every exponential grading (000 Alg 7.1, §7.2 (iii)) and
-  caps the grade learning rate below the bound of the algorithms, η_q < 1/q_max (LGT, q_max =
+  caps the grade learning rate below the bound of the algorithms
+  (:mod:`graded.train.grade_lr`), η_q < 1/q_max (LGT, q_max =
   max f(q), the largest entry of M_q) or η_q < 1/(λ_t^{q_max} ln λ_t) (EGT, q_max the largest
   grade), recomputed from the current grades (over feature and head grades); with
   ``lr_bound="off"`` the bound is logged but not applied. The cap is ``lr_margin`` × bound;
@@ -66,8 +67,6 @@ The printed grade-gradient formulas of 000 are not used: gradients come from aut
 from __future__ import annotations
 
 import contextlib
-import math
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -76,6 +75,7 @@ from torch import Tensor, nn
 
 from graded.checks import check_float
 from graded.grading import ExponentialGrading, GradingMap
+from graded.train.grade_lr import cap_grade_lr, grade_groups, grade_lr_bound, read_host, to_host
 from graded.train.optim import is_grade_parameter, param_groups
 from graded.transformer.graded import feature_grading, gradings
 
@@ -110,10 +110,6 @@ KIND_OPTIONS: dict[str | None, tuple[str, ...]] = {
 }
 
 
-# optimizer -> (signature of its groups, model and lr_bound; indices of its grade groups)
-_GRADE_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def anneal_lambda(step: int, total_steps: int, lambda_max: float) -> float:
     """λ_t = 1 + (λ_max − 1)·t/T, clamped to [1, λ_max] (000 Alg 7.1)."""
     if total_steps <= 0:
@@ -121,24 +117,6 @@ def anneal_lambda(step: int, total_steps: int, lambda_max: float) -> float:
     check_float("lambda_max", lambda_max, minimum=1, strict_min=True)
     frac = min(max(step / total_steps, 0.0), 1.0)
     return 1.0 + (lambda_max - 1.0) * frac
-
-
-def grade_lr_bound(kind: str, q_max: float, lam: float | None = None) -> float:
-    """The grade learning-rate bound: 1/q_max for LGT (000 Alg 5.1), 1/(λ^{q_max} ln λ) for
-    EGT (000 Alg 7.1, Prop 7.5). Infinite where the algorithms' expression has no bound. The
-    EGT bound is computed as exp(−q_max·ln λ)/ln λ: where λ^{q_max} is beyond the largest float
-    it is 0 (the grades' rate is 0), not an OverflowError. NaN grades (q_max NaN) have no
-    bound: it is 0, so that they do not lift the cap and take the scheduled rate."""
-    if kind not in ("linear", "exponential"):
-        raise ValueError(f"kind must be 'linear' or 'exponential', got {kind!r}")
-    if math.isnan(q_max):
-        return 0.0
-    if kind == "linear":
-        return 1.0 / q_max if q_max > 0 else math.inf
-    if lam is None or lam <= 1.0:
-        return math.inf
-    log_lam = math.log(lam)
-    return math.exp(-max(q_max, 0.0) * log_lam) / log_lam
 
 
 def coordination_penalty(grades: Tensor) -> Tensor:
@@ -349,7 +327,7 @@ class Recipe:
         gs = list(gradings(model).values()) if self.kind is not None else []
         if not gs:
             return lambda: {}
-        capped = self._grade_groups(model, optimizer)
+        capped = grade_groups(model, optimizer, recipe=self.name, lr_bound=self.lr_bound)
         lam = None
         queued = []
         with torch.no_grad():
@@ -370,103 +348,20 @@ class Recipe:
             tops = [(g.scales() if self.kind == "linear" else g.grades).detach().max().double()
                     for g in gs]
             queued.insert(0, torch.stack([t.to(tops[0].device) for t in tops]).max())
-            values = _to_host(torch.stack([t.to(queued[0].device) for t in queued]))
+            values = to_host(torch.stack([t.to(queued[0].device) for t in queued]))
         done: dict[str, float] | None = None
 
         def finish() -> dict[str, float]:
             nonlocal done
             if done is None:
-                read = _read_host(values)  # q_max, then a fixed λ
-                done = self._cap_grade_lr(optimizer, capped, read[0], lam if lam is not None
-                                          else read[1] if len(read) > 1 else None)
+                read = read_host(values)  # q_max, then a fixed λ
+                done = cap_grade_lr(optimizer, capped, kind=self.kind, lr_bound=self.lr_bound,
+                                    lr_margin=self.lr_margin, q_max=read[0],
+                                    lam=lam if lam is not None else read[1] if len(read) > 1
+                                    else None)
             return done
 
         return finish
-
-    def _grade_groups(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> list[int]:
-        """Indices of the optimizer's groups that hold grades: the ``grades`` group of
-        :meth:`param_groups`, and any other group holding a grading's grades (an optimizer
-        built without :meth:`param_groups`), whose rate the bound then caps too. A group that
-        mixes grades with other parameters cannot be capped alone: ValueError.
-
-        Kept per optimizer while its groups (their first parameter, size and name), the model
-        and ``lr_bound`` stay the same: finding them walks every parameter, a few hundred
-        microseconds of host time per step on a 12-layer model."""
-        groups = optimizer.param_groups
-        signature = (id(model), self.lr_bound, tuple(
-            (id(g["params"][0]) if g["params"] else None, len(g["params"]), g.get("name"))
-            for g in groups))
-        kept = _GRADE_GROUPS.get(optimizer)
-        if kept is not None and kept[0] == signature:
-            return kept[1]
-        found = self._find_grade_groups(model, optimizer)
-        _GRADE_GROUPS[optimizer] = (signature, found)
-        return found
-
-    def _find_grade_groups(self, model: nn.Module, optimizer: torch.optim.Optimizer
-                           ) -> list[int]:
-        grade_ids = {id(p) for n, p in model.named_parameters() if is_grade_parameter(n)}
-        grade_ids |= {id(g.grades) for g in gradings(model).values() if g.learnable}
-        found = []
-        for i, group in enumerate(optimizer.param_groups):
-            params = group["params"]
-            held = sum(id(p) in grade_ids for p in params)
-            if group.get("name") != "grades" and held == 0:
-                continue
-            if held < len(params) and self.lr_bound == "paper":
-                name = group.get("name", f"#{i}")
-                raise ValueError(
-                    f"recipe {self.name!r}: optimizer group {name!r} holds {held} grade "
-                    f"parameter(s) together with {len(params) - held} other(s); the grade "
-                    "learning-rate bound needs the grades in a group of their own (build the "
-                    "optimizer from recipe.param_groups(model, ...), or set lr_bound: off)")
-            found.append(i)
-        return found
-
-    def _cap_grade_lr(self, optimizer: torch.optim.Optimizer, groups: list[int], q_max: float,
-                      lam: float | None) -> dict[str, float]:
-        """Cap the learning rate of the grade ``groups`` by the bound at ``q_max`` (and λ for
-        EGT); the values to log."""
-        logged: dict[str, float] = {}
-        if self.kind == "exponential":
-            logged["lambda"] = lam
-        bound = grade_lr_bound(self.kind, q_max, lam)
-        logged["q_max"] = q_max
-        logged["grade_lr_bound"] = bound if math.isfinite(bound) else -1.0
-        for i in groups:
-            group = optimizer.param_groups[i]
-            if self.lr_bound == "paper":
-                # the rate to cap is the scheduled one: what a scheduler (or the user) set since
-                # the last cap, else the rate the last cap started from, so that a bound that
-                # loosens again (smaller grades) gives the rate back without a scheduler
-                lr = group["lr"]
-                scheduled = (group["scheduled_lr"] if lr == group.get("capped_lr", math.nan)
-                             else lr)
-                if math.isfinite(bound):
-                    lr = min(scheduled, self.lr_margin * bound)
-                else:
-                    lr = scheduled
-                group.update(lr=lr, scheduled_lr=scheduled, capped_lr=lr)
-            logged["grade_lr"] = max(logged.get("grade_lr", 0.0), group["lr"])
-        return logged
-
-
-def _to_host(values: Tensor) -> tuple[Tensor, torch.cuda.Event | None]:
-    """``values`` copied to the host without waiting for them (on a GPU: into pinned memory,
-    an event marking when the copy is done)."""
-    if values.device.type != "cuda":
-        return values, None
-    host = values.to("cpu", non_blocking=True)
-    event = torch.cuda.Event()
-    event.record()
-    return host, event
-
-
-def _read_host(queued: tuple[Tensor, torch.cuda.Event | None]) -> list[float]:
-    values, event = queued
-    if event is not None:
-        event.synchronize()
-    return values.tolist()
 
 
 #: Grade learning-rate policies: ``paper`` caps η_q below the algorithms' bound; ``off`` leaves

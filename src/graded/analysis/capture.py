@@ -5,11 +5,17 @@ per-head queries, keys and values (after rotary positions and the KV cache, *bef
 grading of :meth:`transform_heads`). :func:`capture_attention` wraps ``attend`` on every
 attention module of a model for the duration of a ``with`` block and records each call, so
 the diagnostics can recompute attention with and without the grading from the very same Q, K.
+
+A morphic model's grade-typed attention (:class:`graded.morphic.GradeTypedAttention`, 004
+§2.1.1) runs on the fused kernel, which returns no weights: a forward hook records each call's
+per-head Q, K, V from the block's own projections and the causal softmax weights beside it
+(the block's own scale 1/√head_dim), so the same diagnostics read both kinds of model.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +23,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from graded.analysis._common import INPUT_PADDING, padding_argument
 from graded.attention.backends.base import capabilities_of, default_scale, softmax_rows
 from graded.attention.functional import causal_mask
 from graded.attention.multihead import MultiheadAttention
 from graded.folding import activation_grading
+from graded.morphic.attention_block import GradeTypedAttention
 from graded.transformer.blocks import AttentionSublayer, DecoderBlock
 from graded.transformer.models import InputEmbedding
 
@@ -29,6 +37,7 @@ __all__ = [
     "attention_modules",
     "call_keys",
     "capture_attention",
+    "check_calls",
     "embedding_perturbation",
     "real_queries",
     "self_attention_modules",
@@ -51,7 +60,7 @@ class AttentionCall:
     """
 
     name: str
-    module: MultiheadAttention
+    module: MultiheadAttention | GradeTypedAttention
     q: Tensor
     k: Tensor
     v: Tensor
@@ -62,6 +71,17 @@ class AttentionCall:
     weights: Tensor | None
     pattern: Tensor | None = None
     query_padding_mask: Tensor | None = None
+
+    def keys_per_head(self) -> Tensor:
+        """The keys (B, H, Tk, head_dim), one per query head (grouped-query keys repeated as
+        the layer repeats them; a grade-typed attention has one per head already)."""
+        expand = getattr(self.module, "expand_kv", None)
+        return self.k if expand is None else expand(self.k)
+
+    def scale(self) -> float | None:
+        """The layer's softmax scale when its backend sets one; None for the default
+        1/√head_dim (a grade-typed attention's)."""
+        return getattr(getattr(self.module, "backend", None), "scale", None)
 
     def keep_and_bias(self) -> tuple[Tensor | None, Tensor | None]:
         """The call's masks as a boolean keep-mask and an additive finite bias, both
@@ -135,9 +155,37 @@ def real_queries(call: AttentionCall) -> Tensor | None:
     return None if bool(real.all()) else real
 
 
-def attention_modules(model: nn.Module) -> dict[str, MultiheadAttention]:
-    """Every attention module of ``model`` by qualified name, in forward order of layers."""
-    return {n: m for n, m in model.named_modules() if isinstance(m, MultiheadAttention)}
+#: The attention layers the diagnostics read.
+ATTENTION_TYPES = (MultiheadAttention, GradeTypedAttention)
+
+
+def attention_modules(model: nn.Module) -> dict[str, MultiheadAttention | GradeTypedAttention]:
+    """Every attention module of ``model`` by qualified name, in forward order of layers: the
+    graded transformers' :class:`~graded.attention.MultiheadAttention` and the morphic models'
+    :class:`~graded.morphic.GradeTypedAttention`."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, ATTENTION_TYPES)}
+
+
+def check_calls(calls: Sequence[AttentionCall], model: nn.Module, caller: str) -> None:
+    """ValueError when ``model`` made no attention call on the inputs (a diagnostic of its
+    attention would otherwise return nothing, silently), naming the model's class and the
+    attention layers the diagnostics read; or, for a model that has such layers, that none of
+    them ran (a morphic layer with a hard router runs a grade-typed attention only for the
+    tokens routed to it)."""
+    if calls:
+        return
+    present = list(attention_modules(model))
+    if present:
+        why = (f"its attention layers {present} did not run on these inputs (a morphic "
+               "layer runs a grade-typed attention block only when its router selects it)")
+    else:
+        why = "it has no attention layer"
+    raise ValueError(
+        f"{caller} needs a model with attention layers: {type(model).__name__} made no "
+        f"attention call on these inputs ({why}). "
+        "Supported are models whose attention layers are graded.attention.MultiheadAttention "
+        "(the graded.transformer models) or graded.morphic.GradeTypedAttention (a "
+        "MorphicTransformer)")
 
 
 @contextlib.contextmanager
@@ -171,6 +219,11 @@ def capture_attention(
     def remember_target_padding(block: nn.Module, _args: Any, kwargs: dict[str, Any]) -> None:
         target_padding[id(block.cross_attn.attn)] = kwargs.get("key_padding_mask")
 
+    input_padding: dict[str, Tensor | None] = {}  # the model call's key padding
+
+    def remember_input_padding(_model: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        input_padding["mask"] = padding_argument(model, tuple(args), kwargs, INPUT_PADDING)
+
     def wrap(name: str, module: MultiheadAttention, original: Any) -> Any:
         def attend(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> tuple[Tensor, Any]:
             backend = getattr(module, "backend", None)
@@ -197,8 +250,13 @@ def capture_attention(
 
     hooks = [m.register_forward_pre_hook(remember_target_padding, with_kwargs=True)
              for m in model.modules() if isinstance(m, DecoderBlock) and m.cross_attn is not None]
+    hooks.append(model.register_forward_pre_hook(remember_input_padding, with_kwargs=True))
     try:
         for name, module in attention_modules(model).items():
+            if isinstance(module, GradeTypedAttention):
+                hooks.append(module.register_forward_hook(
+                    _typed_attention_recorder(name, calls, input_padding), with_kwargs=True))
+                continue
             patched.append((module, "attend", module.__dict__.get("attend")))
             module.attend = wrap(name, module, module.attend)
             patched.append((module, "attend_incremental",
@@ -214,6 +272,33 @@ def capture_attention(
                 delattr(module, attr)
             else:
                 setattr(module, attr, previous)
+
+
+def _typed_attention_recorder(name: str, calls: list[AttentionCall],
+                              input_padding: dict[str, Tensor | None]) -> Any:
+    """A forward hook of a :class:`GradeTypedAttention` that records its call: per-head Q, K, V
+    (B, H, T, head_dim) from the block's own projections of the inputs it was given, the causal
+    softmax weights softmax_s(⟨q_t, k_s⟩/√head_dim) over s ≤ t, which the fused kernel it runs
+    on does not return, and the per-head outputs Σ_s A_ts v_s (before the output projection,
+    or the head mean of ``identity_values``). The queries' padding is the model call's
+    ``key_padding_mask`` (the block reads every token of the sequence; padding follows the
+    real tokens, so their rows never see it)."""
+
+    def hook(module: GradeTypedAttention, args: tuple[Any, ...], kwargs: dict[str, Any],
+             _output: Tensor) -> None:
+        x_src = args[0] if args else kwargs["x_src"]
+        x_dst = args[1] if len(args) > 1 else kwargs["x_dst"]
+        with torch.no_grad():
+            q, k, v = module.heads(x_src, x_dst)
+            t, dh = q.shape[-2], q.shape[-1]
+            keep = causal_mask(t, t, q.device)
+            weights = softmax_rows(torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh), keep)
+            calls.append(AttentionCall(
+                name=name, module=module, q=q, k=k, v=v, attn_mask=None, key_padding_mask=None,
+                is_causal=True, heads=torch.matmul(weights, v), weights=weights,
+                query_padding_mask=_query_padding(input_padding.get("mask"), q)))
+
+    return hook
 
 
 def _refuse_incremental(name: str, module: MultiheadAttention) -> Any:

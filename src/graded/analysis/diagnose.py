@@ -11,7 +11,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from graded.analysis._common import Inputs, eval_mode, input_length, run_model
-from graded.analysis.capture import call_keys, capture_attention, real_queries
+from graded.analysis.capture import call_keys, capture_attention, check_calls, real_queries
 from graded.analysis.concentration import measured_grading, model_feature_concentration
 from graded.analysis.heads import head_diversity
 from graded.analysis.lipschitz import check_lipschitz_counts, model_lipschitz
@@ -33,7 +33,7 @@ from graded.analysis.trajectories import plot_grade_trajectories
 from graded.analysis.twin import ungraded_twin
 from graded.checks import check_float
 from graded.positional import TABLE_POSITIONAL, position_start
-from graded.transformer.models import TransformerStack
+from graded.transformer.models import InputEmbedding, TransformerStack
 
 __all__ = ["DiagnosticsReport", "default_alphas", "diagnose"]
 
@@ -42,7 +42,9 @@ __all__ = ["DiagnosticsReport", "default_alphas", "diagnose"]
 class DiagnosticsReport:
     """``metrics``: flat name → float; ``plots``: name → PNG path (empty without out_dir);
     ``notes``: metric name → why that metric is absent or what it leaves out (e.g.
-    ``heads/mean_js`` for a model whose layers have one head each: no pair of heads)."""
+    ``heads/mean_js`` for a model whose layers have one head each: no pair of heads;
+    ``rollout/entropy`` for a model that is not one stack; ``lipschitz`` for a morphic
+    model)."""
 
     metrics: dict[str, float]
     plots: dict[str, Path] = field(default_factory=dict)
@@ -181,11 +183,7 @@ def diagnose(
 
     with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
         run_model(model, inputs, **model_kwargs)
-    if not calls:
-        raise ValueError(f"diagnose needs a model with attention layers: {type(model).__name__}"
-                         f" made no attention call on these inputs (expected a graded "
-                         f"transformer, whose attention modules are graded.attention."
-                         f"MultiheadAttention)")
+    check_calls(calls, model, "diagnose")
     keys = call_keys(calls)
     maps = {key: call.weights for key, call in zip(keys, calls, strict=True)}
     queries = [real_queries(call) for call in calls]  # each call's real query rows
@@ -196,6 +194,11 @@ def diagnose(
     if stacks == 1 and len({w.shape for w in maps.values()}) == 1:  # one self-attention stack
         rollout = attention_rollout(maps)  # its rows are the tokens' (the calls' queries)
         metrics["rollout/entropy"] = _query_mean(attention_entropy(rollout), queries[0])
+    else:
+        notes["rollout/entropy"] = (
+            f"not computed: the rollout composes the self-attention maps of one transformer "
+            f"stack, and {type(model).__name__} has {stacks} graded.transformer stacks"
+            if stacks != 1 else "not computed: the layers' attention maps differ in shape")
 
     ranks = attention_rank(model, inputs, rtol=rtol, **model_kwargs)
     per_layer = [r.to_dict() for r in ranks.values()]
@@ -208,9 +211,14 @@ def diagnose(
         twin = head_diversity(ungraded_twin(model), inputs, rtol=rtol, **model_kwargs)
         metrics.update(_head_metrics(twin, "heads/ungraded/", notes))
 
-    lip = model_lipschitz(model, inputs, compare_ungraded=graded, n_random=n_random,
-                          steps=lipschitz_steps, seed=seed, **model_kwargs)
-    metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
+    if any(isinstance(m, InputEmbedding) for m in model.modules()):
+        lip = model_lipschitz(model, inputs, compare_ungraded=graded, n_random=n_random,
+                              steps=lipschitz_steps, seed=seed, **model_kwargs)
+        metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
+    else:  # a morphic model: its grade-typed attention is measured, its Lipschitz constant not
+        notes["lipschitz"] = (f"not measured: {type(model).__name__} has no graded.transformer "
+                              "input embedding, the input X that the estimate perturbs "
+                              "(000 §5)")
 
     sweep = None
     if sweeps:

@@ -29,6 +29,7 @@ from graded.analysis._common import (
 from graded.analysis.capture import (
     call_keys,
     capture_attention,
+    check_calls,
     real_queries,
 )
 from graded.analysis.rank import DEFAULT_RTOL, effective_rank, numerical_rank
@@ -122,6 +123,7 @@ def head_diversity(model: nn.Module, inputs: Inputs, *, rtol: float = DEFAULT_RT
     padding has no row to measure, and its numbers are NaN."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
+    check_calls(calls, model, "head_diversity")
     out: dict[str, dict[str, object]] = {}
     for key, call in zip(call_keys(calls), calls, strict=True):
         rows = real_queries(call)

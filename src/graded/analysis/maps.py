@@ -30,7 +30,7 @@ from graded.analysis._common import (
     short_names,
     widened,
 )
-from graded.analysis.capture import call_keys, capture_attention
+from graded.analysis.capture import call_keys, capture_attention, check_calls
 from graded.checks import check_finite_nonnegative
 
 __all__ = ["attention_entropy", "attention_maps", "attention_rollout", "plot_attention_maps"]
@@ -42,9 +42,14 @@ HEAD_FUSIONS = ("mean", "max", "min")
 def attention_maps(model: nn.Module, inputs: Inputs, **model_kwargs: object) -> dict[str, Tensor]:
     """The softmax weights (B, H, Tq, Tk) of every attention layer during one forward pass,
     keyed by the attention module's qualified name in call order (:func:`call_keys`: a module
-    called twice gives ``name`` and ``name#1``). Runs in eval mode, so dropout is off."""
+    called twice gives ``name`` and ``name#1``). Runs in eval mode, so dropout is off.
+
+    Reads a graded transformer's attention layers and a morphic model's grade-typed attention
+    blocks (:func:`~graded.analysis.capture_attention`); a model that makes no attention call
+    on ``inputs`` is refused (ValueError naming its class), not answered with ``{}``."""
     with eval_mode(model), capture_attention(model) as calls:
         run_model(model, inputs, **model_kwargs)
+    check_calls(calls, model, "attention_maps")
     return {key: call.weights for key, call in zip(call_keys(calls), calls, strict=True)}
 
 

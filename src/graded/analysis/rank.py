@@ -40,6 +40,7 @@ from graded.analysis.capture import (
     AttentionCall,
     call_keys,
     capture_attention,
+    check_calls,
     real_queries,
 )
 from graded.attention.functional import safe_softmax
@@ -240,9 +241,12 @@ def _call_grading(call: AttentionCall) -> tuple[Tensor | None, str]:
 
 
 def _check_score(call: AttentionCall) -> None:
+    """A layer with a score other than the scaled dot product is refused; a grade-typed
+    attention (no ``score``) has the scaled dot product."""
     from graded.attention.scores import ScaledDotScore
 
-    if not isinstance(call.module.score, ScaledDotScore):
+    score = getattr(call.module, "score", None)
+    if score is not None and not isinstance(score, ScaledDotScore):
         raise ValueError(
             f"attention_rank supports the scaled dot-product score only; layer {call.name!r} "
             f"uses {type(call.module.score).__name__}"
@@ -274,13 +278,14 @@ def attention_rank(
     """
     with eval_mode(model), capture_attention(model, need_weights=False) as calls:
         run_model(model, inputs, **model_kwargs)
+    check_calls(calls, model, "attention_rank")
     out: dict[str, RankComparison] = {}
     for key, call in zip(call_keys(calls), calls, strict=True):
         _check_score(call)
         scales, variant = _call_grading(call)
         keep, bias = call.keep_and_bias()
-        k = call.module.expand_kv(call.k)  # grouped-query keys, one per query head
-        scale = getattr(call.module.backend, "scale", None)  # the layer's temperature
+        k = call.keys_per_head()  # grouped-query keys, one per query head
+        scale = call.scale()  # the layer's temperature
         rows = real_queries(call)
         if rows is None:
             out[key] = compare_attention_rank(call.q, k, scales, variant, keep=keep,

@@ -62,6 +62,20 @@ class GradeTypedAttention(nn.Module):
             self.v = nn.Linear(d_val_in, num_heads * head_dim, bias=False)
             self.out = nn.Linear(num_heads * head_dim, d_dst, bias=False)
 
+    def heads(self, x_src: Tensor, x_dst: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The per-head queries (of ``x_src``), keys and values (of the source or destination
+        state, as ``key_source`` and ``value_source`` say): (B, H, T, head_dim) each, the
+        values (B, H, T, d_h) with ``identity_values`` (the state itself, every head)."""
+        b, t, _ = x_src.shape
+        h, dh = self.num_heads, self.head_dim
+        key_in = x_dst if self.key_source == "dest" else x_src
+        val_in = x_dst if self.value_source == "dest" else x_src
+        q = self.q(x_src).view(b, t, h, dh).transpose(1, 2)
+        k = self.k(key_in).view(b, t, h, dh).transpose(1, 2)
+        if self.identity_values:
+            return q, k, val_in.unsqueeze(1).expand(b, h, t, val_in.shape[-1])
+        return q, k, self.v(val_in).view(b, t, h, dh).transpose(1, 2)
+
     def forward(self, x_src: Tensor, x_dst: Tensor) -> Tensor:
         if (not isinstance(x_dst, Tensor) or x_src.dim() != 3
                 or x_dst.shape[:-1] != x_src.shape[:-1]):
@@ -69,15 +83,9 @@ class GradeTypedAttention(nn.Module):
                              f"expected x_src (B, T, {self.d_in}) and x_dst (B, T, {self.d_out}), "
                              f"got {tuple(x_src.shape)} and "
                              f"{tuple(getattr(x_dst, 'shape', ())) or type(x_dst).__name__}")
-        b, t, _ = x_src.shape
-        h, dh = self.num_heads, self.head_dim
-        key_in = x_dst if self.key_source == "dest" else x_src
-        val_in = x_dst if self.value_source == "dest" else x_src
-        q = self.q(x_src).view(b, t, h, dh).transpose(1, 2)  # (B, H, T, dq)
-        k = self.k(key_in).view(b, t, h, dh).transpose(1, 2)
+        q, k, v = self.heads(x_src, x_dst)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh or d_h)
         if self.identity_values:
-            v = val_in.unsqueeze(1).expand(b, h, t, val_in.shape[-1])  # (B, H, T, d_h)
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True).mean(dim=1)
-        v = self.v(val_in).view(b, t, h, dh).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
-        return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
+            return y.mean(dim=1)
+        b, t, _ = x_src.shape
+        return self.out(y.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))

@@ -1,7 +1,8 @@
 """Diagnostics of 004 §5.4 for a trained ``MorphicTransformer`` (notes C4).
 
 - utility histograms of ΔL_t(e) before and after training (Thm 5.1 predicts mass moving > 0);
-- routing entropy H_t and thresholded support #{α > ε}, and the smallest set holding 90% mass;
+- routing entropy H_t and thresholded support #{α > ε}, and the smallest set holding 90% mass,
+  over the edges the router chooses (an always-on block, ``Router.always_on``, is no choice);
 - per destination group (the edges e → h of a destination h with ≥ 2 incoming edges, the only
   place where a router chooses *between edges*): agreement of argmax_{e→h} K(ℓ)_e with
   argmax_{e→h} K(ℓ̃)_e, and entropy and support of the in-group distribution
@@ -41,6 +42,7 @@ from torch.nn import functional as F
 
 from graded.morphic.edges import EdgeSet
 from graded.morphic.model import MorphicTransformer
+from graded.morphic.objective import check_edge_positions
 
 Batch = tuple[Tensor, Tensor]
 
@@ -83,15 +85,25 @@ def collect(model: MorphicTransformer, batches: Iterable[Batch]) -> list[dict[st
     return [{k: torch.cat(v) for k, v in store.items()} for store in per_layer]
 
 
-def routing_sparsity(probs: Tensor, entropy: Tensor, eps: float = 0.05) -> dict[str, float]:
+def routing_sparsity(probs: Tensor, entropy: Tensor, eps: float = 0.05,
+                     always_on: Iterable[int] = ()) -> dict[str, float]:
     """Mean entropy, mean #{α > ε}, mean size of the smallest edge set holding 90% of the mass
-    on the edges (0 for a token with no mass on any edge, e.g. every edge disabled)."""
+    on the edges (0 for a token with no mass on any edge, e.g. every edge disabled), over the
+    edges the router chooses. An always-on block (``always_on``, the router's: the only option
+    of its group, α ≡ 1) is no choice: it is left out, as the routing entropy leaves it out
+    (it added 1 to every token's support, and its mass of 1 to the 90% set), and
+    ``always_on`` says how many there are."""
+    always_on = sorted(set(always_on))
+    check_edge_positions(always_on, probs.shape[-1])
+    routed = [i for i in range(probs.shape[-1]) if i not in always_on]
+    probs = probs[..., routed]
     sorted_p = probs.sort(dim=-1, descending=True).values
     mass = probs.sum(-1, keepdim=True)
     cover = (sorted_p.cumsum(-1) / mass.clamp_min(1e-12) < 0.9).sum(-1) + 1
     cover = torch.where(mass.squeeze(-1) > 0, cover, 0)  # was |E| + 1 there
     return {"entropy": float(entropy.mean()), "support_eps": float((probs > eps).float().sum(-1)
-            .mean()), "support_90": float(cover.float().mean()), "eps": eps}
+            .mean()), "support_90": float(cover.float().mean()), "eps": eps,
+            "always_on": len(always_on)}
 
 
 def destination_groups(edges: EdgeSet) -> tuple[dict[str, list[int]], dict[str, int]]:
@@ -167,6 +179,8 @@ def calibration(probs: Tensor, positive: Tensor, bins: int = 10,
     ``binning="equal_count"`` (default, adaptive): sort the N probabilities and cut them into
     ``bins`` consecutive runs whose sizes differ by at most one (``torch.tensor_split``); ties may
     straddle a cut. ``"equal_width"``: bin b = [b/bins, (b+1)/bins). Empty bins are dropped.
+    ``probs`` must be at least one probability in [0, 1] (NaN refused) and ``positive`` the
+    0/1 outcomes of the same entries.
     ECE = Σ_b (n_b / N) |mean p in b − mean 1[ΔL > 0] in b|; ``monotone``: the frequencies do not
     decrease from bin to bin.
     """
@@ -178,6 +192,15 @@ def calibration(probs: Tensor, positive: Tensor, bins: int = 10,
     if p.shape != y.shape:
         raise ValueError(f"probs has {p.numel()} entries and positive {y.numel()}; expected "
                          "the same number")
+    if p.numel() == 0:  # the ECE of no token read 0.0, a perfect calibration
+        raise ValueError("calibration needs at least one routing probability, got none")
+    bad = ~((p >= 0) & (p <= 1))  # NaN included
+    if bool(bad.any()):
+        raise ValueError(f"probs must be probabilities in [0, 1], got {float(p[bad][0])} at "
+                         f"entry {int(bad.nonzero()[0])}")
+    if not bool(((y == 0) | (y == 1)).all()):
+        raise ValueError(f"positive must hold 0/1 (or bool) outcomes 1[ΔL > 0], got "
+                         f"{float(y[(y != 0) & (y != 1)][0])}")
     if binning == "equal_count":
         members = [m for m in torch.tensor_split(p.argsort(stable=True), bins) if m.numel()]
     else:
@@ -340,7 +363,8 @@ def write_report(
             "edges": [e.name for e in layer.edges],
             "mean_utility": stats["utilities"].mean(0).tolist(),
             "frac_positive_utility": positive.float().mean(0).tolist(),
-            "routing": routing_sparsity(stats["context_probs"], stats["entropy"], eps),
+            "routing": routing_sparsity(stats["context_probs"], stats["entropy"], eps,
+                                        always_on=router.always_on),
             "groups": groups,
             "calibration": {"utility": calibration(stats["utility_probs"][:, cols],
                                                    positive[:, cols]),

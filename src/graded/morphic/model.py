@@ -236,7 +236,8 @@ class MorphicTransformer(nn.Module):
             penalty = penalty + utility_penalty(tr.utilities, tau, layer.beta, valid,
                                                 disabled=layer.disabled)
             ent = router.entropy(tr.routing_logits, layer.disabled)
-            omega = omega + routing_regularizer(obj.omega, entropy=ent, alpha=tr.probs, valid=valid)
+            omega = omega + routing_regularizer(obj.omega, entropy=ent, alpha=tr.probs,
+                                                valid=valid, always_on=router.always_on)
             entropy_sum = entropy_sum + _masked_mean(ent.detach(), valid)
             if layer.train_routing == "utility":
                 teacher = layer.beta * (tr.utilities.detach() - tau)

@@ -6,7 +6,8 @@ Utilities are detached inside the routing logits ℓ̃ = ℓ + β(ΔL − τ) (L
 the penalty (Prop 4.8). Ω ∈ {"entropy_penalty" (+H, sparsity: §3.3 and App. B),
 "entropy_bonus" (−H, the Gibbs form of §6.2.4), "group_lasso" (Σ_e ‖K(e)‖₂ over tokens, K the
 routing kernel: α for softmax routing, the gate probabilities for logistic gates; 004 does not
-define the groups; the norm is divided by √N so it does not grow with the batch)}.
+define the groups; the norm is divided by √N so it does not grow with the batch; the sum runs
+over the edges the router chooses, always-on blocks left out)}.
 
 Per-token terms are averaged over the valid tokens, as 004 §4.7's expectation writes them;
 §3.3 (boxed, R(α) = Σ_t Σ_e Ω) and §4.3 sum them over the tokens instead, so their λ and μ are
@@ -69,23 +70,40 @@ def _drop_edges(per_edge: Tensor, disabled: Collection[int]) -> Tensor:
 
 
 def routing_regularizer(
-    kind: str, *, entropy: Tensor, alpha: Tensor, valid: Tensor
+    kind: str, *, entropy: Tensor, alpha: Tensor, valid: Tensor,
+    always_on: Collection[int] = (),
 ) -> Tensor:
     """Ω: ``entropy`` is the per-token routing entropy (B, T), ``alpha`` (B, T, |E|) the routing
     kernel K per edge (the layer trace's ``probs``: α itself for softmax routing), over the
-    ``valid`` tokens (B, T): ±mean_t H_t for the entropies, Σ_e √(mean_t K_t(e)²) for the
-    group lasso (means, not the sums of 004 §3.3: the module's docstring)."""
+    ``valid`` tokens (B, T): ±mean_t H_t for the entropies, :func:`group_lasso` for the group
+    lasso (means, not the sums of 004 §3.3: the module's docstring). ``always_on``: the edge
+    positions of the router's always-on blocks (``Router.always_on``), which the group lasso
+    leaves out as the routing entropy does."""
     if kind == "entropy_penalty":
         return _masked_mean(entropy, valid)
     if kind == "entropy_bonus":
         return -_masked_mean(entropy, valid)
     if kind == "group_lasso":
-        w = valid.unsqueeze(-1).to(alpha.dtype)  # the valid tokens' rows, without indexing
-        n = w.sum().clamp(min=1.0)
-        return ((alpha * w).pow(2).sum((0, 1)) / n + 1e-12).sqrt().sum()
+        return group_lasso(alpha, valid, always_on=always_on)
     if kind == "none":
         return entropy.new_zeros(())
     raise ValueError(f"omega must be one of {OMEGAS}, got {kind!r}")
+
+
+def group_lasso(alpha: Tensor, valid: Tensor, *, always_on: Collection[int] = ()) -> Tensor:
+    """Σ_e √(mean_t K_t(e)²) over the ``valid`` tokens (B, T) of the kernel ``alpha``
+    (B, T, |E|): 004 §3.3's group-lasso Ω with one group per edge across the tokens (notes
+    B8: 004 does not define the groups), the sum over tokens divided by N (the norm by √N).
+
+    The sum runs over the edges the router chooses. An always-on block (``always_on``, the
+    router's: the only option of its group, K ≡ 1) cannot be switched off, so a penalty
+    "encouraging selectivity" (§3.3) has nothing to select there: it is left out, as the
+    routing entropy leaves it out, instead of adding a constant 1 per such block to Ω."""
+    check_edge_positions(always_on, alpha.shape[-1])
+    w = valid.unsqueeze(-1).to(alpha.dtype)  # the valid tokens' rows, without indexing
+    n = w.sum().clamp(min=1.0)
+    norms = ((alpha * w).pow(2).sum((0, 1)) / n + 1e-12).sqrt()  # (|E|,)
+    return _drop_edges(norms, always_on).sum()
 
 
 def reinforce_surrogate(
@@ -123,11 +141,14 @@ def _masked_mean(x: Tensor, valid: Tensor) -> Tensor:
 def lgt_objective(
     lm_loss: Tensor, utilities: Tensor, thresholds: Tensor, *, beta: float, lam: float, mu: float,
     omega: str, entropy: Tensor, alpha: Tensor, valid: Tensor, disabled: Collection[int] = (),
+    always_on: Collection[int] = (),
 ) -> Tensor:
     """L_GT for one layer's routing (the full model sums the penalty terms over layers);
-    ``disabled`` edges are left out of the penalty (:func:`utility_penalty`)."""
+    ``disabled`` edges are left out of the penalty (:func:`utility_penalty`), ``always_on``
+    blocks out of the group lasso (:func:`group_lasso`)."""
     penalty = utility_penalty(utilities, thresholds, beta, valid, disabled=disabled)
-    reg = routing_regularizer(omega, entropy=entropy, alpha=alpha, valid=valid)
+    reg = routing_regularizer(omega, entropy=entropy, alpha=alpha, valid=valid,
+                              always_on=always_on)
     return lm_loss + lam * penalty + mu * reg
 
 

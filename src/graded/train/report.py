@@ -101,16 +101,50 @@ MAX_FILE_LABEL_BYTES = 200
 
 
 def file_label(label: str) -> str:
-    """A :func:`run_labels` label as a file name (its folders joined by ``_``). A label longer
-    than :data:`MAX_FILE_LABEL_BYTES` is cut, and ends with 8 hex digits of its hash: two long
-    labels that begin alike keep distinct file names."""
+    """A :func:`run_labels` label as a file name: its folders joined by ``_``, unique for each
+    label. Joining alone is not: ``a/b_c``, ``a_b/c`` and a run named ``a_b_c`` all give
+    ``a_b_c``. So a label with an ``_`` of its own ends with ``-`` and 8 hex digits of its
+    hash (``lgt_seed0-…``); a label without one (``task/lgt-seed0``) keeps the joined name,
+    which gives it back (every ``_`` there was a ``/``). A label longer than
+    :data:`MAX_FILE_LABEL_BYTES` is cut, and ends with the hash too: two long labels that
+    begin alike keep distinct file names."""
     name = label.replace("/", "_")
-    data = name.encode("utf-8")
-    if len(data) <= MAX_FILE_LABEL_BYTES:
+    if "_" not in label and len(name.encode("utf-8")) <= MAX_FILE_LABEL_BYTES:
         return name
-    digest = hashlib.sha256(data).hexdigest()[:8]
-    head = data[:MAX_FILE_LABEL_BYTES - 9].decode("utf-8", errors="ignore")
+    return _hashed(name, label)
+
+
+def metric_file_labels(names: Sequence[str]) -> dict[str, str]:
+    """Each metric name as a file name (``eval_<label>.png``): the name with ``/`` as ``_``
+    (``accuracy/exact`` → ``accuracy_exact``), unique among ``names``. Where two names would
+    give the same file name, or two that a case-insensitive file system (macOS, Windows) takes
+    for one (``accuracy/exact`` and ``accuracy_exact``; ``R2`` and ``r2``), or a name is too
+    long for a file, each of them ends with ``-`` and 8 hex digits of its hash instead."""
+    plain = {n: n.replace("/", "_") for n in names}
+    count: dict[str, int] = {}
+    for label in plain.values():
+        count[label.casefold()] = count.get(label.casefold(), 0) + 1
+    out = {}
+    for n, label in plain.items():
+        if count[label.casefold()] == 1 and len(label.encode("utf-8")) <= MAX_FILE_LABEL_BYTES:
+            out[n] = label
+        else:
+            out[n] = _hashed(label, n)
+    return out
+
+
+def _hashed(name: str, label: str) -> str:
+    """``name`` cut to fit :data:`MAX_FILE_LABEL_BYTES`, then ``-`` and 8 hex digits of the
+    hash of ``label`` (what it names)."""
+    digest = hashlib.sha256(label.encode("utf-8")).hexdigest()[:8]
+    head = name.encode("utf-8")[:MAX_FILE_LABEL_BYTES - 9].decode("utf-8", errors="ignore")
     return f"{head}-{digest}"
+
+
+def _link(name: str) -> str:
+    """``name`` as the target of a Markdown link or image: in ``<...>`` where it holds a
+    space or a parenthesis (a run named ``lgt run``), which would otherwise end the target."""
+    return f"<{name}>" if any(c in name for c in " ()") else name
 
 
 def _cell(text: str) -> str:
@@ -245,21 +279,19 @@ def write_runs_report(run_dirs: Sequence[str | Path], out_dir: str | Path) -> Pa
     # the curves of every metric an evaluation logged: a run that stopped before its first
     # evaluation since a resume has none in metrics.json, and its earlier ones in metrics.csv
     logged = sorted({*names, *(n for r in runs for n in metrics[r].get("eval", {}))})
+    metric_files = metric_file_labels(logged)
     for metric in logged:
         curves = {labels[r]: [metrics[r].get("eval", {}).get(metric, [])] for r in runs}
-        png = f"eval_{metric}.png"
+        png = f"eval_{metric_files[metric]}.png"
         plot_curves(curves, out_dir / png, title=f"evaluation {metric}", ylabel=metric)
-        lines += [f"![eval {metric}]({png})", ""]
+        lines += [f"![eval {metric}]({_link(png)})", ""]
     grade_lines = []
     for r in runs:
         png = plot_grade_trajectories(r, out_dir / f"grades_{file_label(labels[r])}.png",
                                       title=f"grade trajectories: {labels[r]}",
                                       records=grades[r])
         if png is not None:
-            # <...> where needed: a file name with a space or parenthesis (a run named
-            # "lgt run") is still one link
-            target = f"<{png.name}>" if any(c in png.name for c in " ()") else png.name
-            grade_lines += [f"![grades {labels[r]}]({target})", ""]
+            grade_lines += [f"![grades {labels[r]}]({_link(png.name)})", ""]
     if grade_lines:
         lines += ["## Grade trajectories", "", *grade_lines]
     report = out_dir / "report.md"

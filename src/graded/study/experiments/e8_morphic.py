@@ -114,7 +114,8 @@ def adder_run(tool: str, seed: int, steps: int, *, report_dir=None) -> dict[str,
     h_ids, h_targets, _ = task.examples(held_pairs)
     if report_dir is not None:
         write_report(model, data, report_dir, before=result.initial_model)
-    sparsity = routing_sparsity(after["context_probs"], after["entropy"])
+    sparsity = routing_sparsity(after["context_probs"], after["entropy"],
+                                always_on=layer.router.always_on)
     return {
         "frac_positive_after": float(positive.float().mean()),
         "frac_positive_before": float((before["utilities"] > 0).float().mean()),

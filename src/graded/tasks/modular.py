@@ -23,10 +23,10 @@ from graded.tasks.base import (
     Vocab,
     check_seed,
     derived_seed,
-    input_keys,
 )
 
 OPERATIONS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "quad": "^"}
+_CHUNK = 1 << 20  # held-out positions checked at a time by a relabelled split
 
 
 def is_prime(n: int) -> bool:
@@ -140,6 +140,20 @@ class ModularArithmetic(Task):
             return index // (self.p - 1), index % (self.p - 1) + 1
         return index // self.p, index % self.p
 
+    def table_positions(self, a: Tensor, b: Tensor) -> Tensor:
+        """The positions in :meth:`table` of the pairs (a, b): the inverse of
+        :meth:`table_pairs` (for ``div``, b ≠ 0)."""
+        if self.operation == "div":
+            return a * (self.p - 1) + (b - 1)
+        return a * self.p + b
+
+    def _examples_at(self, index: Tensor) -> TaskDataset:
+        """The examples at positions ``index`` of :meth:`table`, as :meth:`generate` makes
+        them: ``generate(n, seed)`` is ``_examples_at`` of the first n positions of the seed's
+        order of the table."""
+        return TaskDataset(self.encode_pairs(*self.table_pairs(index)), task=self.name,
+                           kind=self.kind, info=self.info())
+
     def _generate(self, n: int, seed: int) -> dict[str, Tensor]:
         total = self.table_size
         if n > total:
@@ -173,26 +187,57 @@ class ModularArithmetic(Task):
             if n_train + n_test > total:
                 raise ValueError(f"n_train + n_test = {n_train + n_test} exceeds the {total} "
                                  "pairs")
+        if kind == "relabelled":
+            return self._relabelled_split(n_train, n_test, seed, unseen)
         # the first examples of generate(total, seed) are generate(m, seed) for every m: a
         # random split of given sizes encodes only the pairs it returns, not the whole table
-        size = total if n_test is None or kind != "random" else n_train + n_test
+        size = total if n_test is None else n_train + n_test
         pool = self.generate(size, seed)
-        train = pool.subset(torch.arange(n_train))
-        held_out = pool.subset(torch.arange(n_train, size))
-        if kind == "random":
-            return train, held_out
-        shown = self.relabel(held_out, derived_seed(seed, 1))
-        seen = set(input_keys(train)) if unseen else set()
-        fresh = [i for i, key in enumerate(input_keys(shown)) if key not in seen]
+        return pool.subset(torch.arange(n_train)), pool.subset(torch.arange(n_train, size))
+
+    def _relabelled_split(self, n_train: int, n_test: int | None, seed: int, unseen: bool
+                          ) -> tuple[TaskDataset, TaskDataset]:
+        """The relabelled split of :meth:`split`, encoding only the pairs it returns.
+
+        The table's order is ``generate(table_size, seed)``'s: its first ``n_train`` positions
+        train, the rest are held out. A held-out pair is kept when the position of its image
+        (σa, σb) is not a training position (a mask of one byte per pair); the held-out
+        positions are scanned in chunks, and the scan stops at the ``n_test``-th kept pair. So
+        the split is the one of encoding the whole table, keying every example by its inputs
+        and relabelling every held-out pair, without the memory of that (gigabytes near
+        p = 10⁴): the order (8 bytes per pair), the mask and what is returned.
+        """
+        seed = check_seed(seed)
+        sigma = self.automorphism(derived_seed(seed, 1))  # raises for ``quad``
+        order = torch.randperm(self.table_size, generator=torch.Generator().manual_seed(seed))
+        train = self._examples_at(order[:n_train])
+        held_out = order[n_train:]
+        in_train = None
+        if unseen:
+            in_train = torch.zeros(self.table_size, dtype=torch.bool)
+            in_train[order[:n_train]] = True
+        wanted = len(held_out) if n_test is None else n_test
+        kept: list[Tensor] = []
+        found = 0
+        for start in range(0, len(held_out), _CHUNK):
+            part = held_out[start:start + _CHUNK]
+            if in_train is not None:
+                a, b = self.table_pairs(part)
+                part = part[~in_train[self.table_positions(sigma[a], sigma[b])]]
+            kept.append(part[:wanted - found])
+            found += len(kept[-1])
+            if found == wanted:
+                break
         if n_test is None:
-            n_test = len(fresh)
-        if n_test > len(fresh) or n_test == 0:
+            n_test = found
+        if n_test > found or n_test == 0:  # then every held-out pair was scanned
             raise ValueError(
-                f"a relabelled split with n_train={n_train} has {len(fresh)} held-out pairs "
+                f"a relabelled split with n_train={n_train} has {found} held-out pairs "
                 f"whose relabelled pair is not a training pair, fewer than n_test="
                 f"{max(n_test, 1)}; lower n_train or n_test"
             )
-        return train, shown.subset(fresh[:n_test])
+        test = self._examples_at(torch.cat(kept))
+        return train, self.relabel(test, derived_seed(seed, 1))
 
     def automorphism(self, seed: int) -> Tensor:
         """A table σ of 0..p-1 with σ(a ∘ b) = σ(a) ∘ σ(b): x ↦ u·x (u a unit ≠ 1) for add/sub;

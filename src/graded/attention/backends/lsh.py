@@ -31,6 +31,7 @@ from graded.attention.backends.base import (
     check_self_attention,
     checked_int_option,
     checked_option,
+    compute_dtype,
     default_scale,
     empty_output,
     fixed_option,
@@ -43,11 +44,17 @@ __all__ = ["LSHBackend", "hash_buckets"]
 
 def hash_buckets(x: Tensor, rotations: Tensor) -> Tensor:
     """Angular LSH buckets (Reformer §2, Eq. for h(x)): x (B, H, T, D), rotations (R, D, b/2) ->
-    (B, H, R, T) long in [0, b). With b = 1 every position is in bucket 0."""
+    (B, H, R, T) long in [0, b). With b = 1 every position is in bucket 0.
+
+    The projection xR is computed in float32 for half-precision x (:func:`compute_dtype`; float32
+    and float64 as given), R, drawn in float32, not rounded to x's dtype: bfloat16 and float16
+    inputs fall in the buckets of their float32 values (in their own precision, R rounded to
+    8 or 11 bits and the sums accumulated there moved near-ties to other buckets)."""
     if rotations.shape[-1] == 0:
         return torch.zeros(*x.shape[:2], rotations.shape[0], x.shape[2], dtype=torch.long,
                            device=x.device)
-    proj = torch.einsum("bhtd,rdk->bhrtk", x, rotations.to(x.dtype))
+    dtype = compute_dtype(x.dtype)
+    proj = torch.einsum("bhtd,rdk->bhrtk", x.to(dtype), rotations.to(dtype))
     return torch.cat([proj, -proj], dim=-1).argmax(dim=-1)
 
 
@@ -84,6 +91,8 @@ class LSHBackend(AttentionBackend):
     for R rounds and chunk size m (the last R for the duplicate counts; O(B·H·R·T·m) with one
     round). Departures: the first chunk does not wrap around to look at the last one; N_ij
     counts rounds by bucket equality, ignoring chunk boundaries (as the reference code does).
+    Half-precision inputs are hashed and attended in float32 and the output rounded once, so
+    they fall in the buckets of their float32 values (:func:`hash_buckets`).
     Self-attention only (Tq == Tk); no general ``attn_mask``.
 
     Options: ``n_buckets`` (even, or 1; default max(2, T/chunk_size rounded up to even)),
@@ -150,6 +159,10 @@ class LSHBackend(AttentionBackend):
         empty = empty_output(q, k, v)
         if empty is not None:
             return empty
+        # half precision computed in float32 and the output rounded once (float32 and float64
+        # as given): hashing, scores, the per-round softmax and the combination of rounds
+        out_dtype = v.dtype
+        q, k, v = (x.to(compute_dtype(q.dtype)) for x in (q, k, v))
         b, h, t, d = q.shape
         m, r = self.chunk_size, self.n_rounds
         n_buckets = self.n_buckets
@@ -220,4 +233,4 @@ class LSHBackend(AttentionBackend):
         total = torch.logsumexp(lse_u, dim=2, keepdim=True)
         total = torch.where(torch.isfinite(total), total, torch.zeros_like(total))
         round_w = torch.exp(lse_u - total)  # (B, H, R, T, 1), zero for rounds with no key
-        return (round_w * unsorted).sum(dim=2)
+        return (round_w * unsorted).sum(dim=2).to(out_dtype)

@@ -44,7 +44,9 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     a("--problem", default="cap-set", help="registered problem (cap-set, bin-packing, matmul)")
     a("--n", type=int, help="size option of the problem (cap-set: dimension; matmul: n)")
     a("--option", action="append", type=_problem_option, default=[], metavar="KEY=VALUE",
-      help="another problem option (JSON value), e.g. --option dataset=\"weibull5k\"")
+      help="another problem option (JSON value), e.g. --option dataset=\"weibull5k\"; every "
+      "problem takes verify_timeout_s=SECONDS, the verifier's time limit per stage of a "
+      "candidate (default: none)")
     a("--proposer", choices=("offline", "openai", "ensemble"), default="offline",
       help="who writes candidates: offline genetic programming (no network), a language "
       "model at --base-url, or both in turn (default offline)")

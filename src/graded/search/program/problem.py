@@ -15,6 +15,7 @@ e.g. ``priority``.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Callable
@@ -54,6 +55,15 @@ class Problem:
     - ``time_limit_s`` and ``memory_mb``: the sandbox's wall-clock and address-space limits for
       one sandboxed run, which calls ``entry`` on all the inputs of a stage: the prechecks, the
       inputs and (when asked) the held-out inputs each run once, under limits of their own.
+    - ``verify_timeout_s``: the wall-clock limit, in seconds, of the verifier on one stage's
+      artefacts (the prechecks', the inputs', the held-out inputs'), or None (the default):
+      no limit. With a limit, the verifier runs in a child forked from the evaluating process
+      for each stage; a stage that does not finish in time fails the candidate as
+      ``verify_timeout``, the child and any process it started are killed, and the search goes
+      on. With None the verifier runs in the evaluating process itself, as a call: a verifier
+      that hangs then holds the search for ever. The forked child shares nothing back: what
+      the verifier changes in its own module state is lost, and it cannot use a CUDA context
+      the parent had already opened.
     """
 
     name: str
@@ -69,6 +79,7 @@ class Problem:
     memory_mb: int = 2048
     description: str = ""
     options: dict = field(default_factory=dict)
+    verify_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -87,6 +98,11 @@ class Problem:
         if isinstance(self.memory_mb, bool) or not (isinstance(self.memory_mb, int)
                                                     and self.memory_mb > 0):
             raise ValueError(f"memory_mb={self.memory_mb!r}; expected a positive integer")
+        verify = self.verify_timeout_s
+        if verify is not None and (isinstance(verify, bool) or not (
+                isinstance(verify, (int, float)) and 0 < verify < math.inf)):
+            raise ValueError(f"verify_timeout_s={verify!r}; expected a positive number of "
+                             "seconds, finite, or None (no limit)")
 
 
 _REGISTRY: dict[str, Callable[..., Problem]] = {}
@@ -112,18 +128,27 @@ def available_problems() -> list[str]:
 
 def get_problem(name: str, **options: Any) -> Problem:
     """Builds the registered problem ``name`` with ``options``, e.g.
-    ``get_problem("cap-set", n=4)``."""
+    ``get_problem("cap-set", n=4)``.
+
+    ``verify_timeout_s`` is an option of every problem (``--option verify_timeout_s=60`` on the
+    command line, recorded with the run's other options): unless the factory names it, it is
+    set on the problem the factory builds."""
     _load_shipped()
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
         raise ValueError(f"unknown problem {name!r}; known problems: {known}")
     factory = _REGISTRY[name]
     allowed = _option_names(factory)
+    options = dict(options)
+    verify = {}
+    if allowed is None or "verify_timeout_s" not in allowed:
+        verify = {k: options.pop(k) for k in ("verify_timeout_s",) if k in options}
     unknown = sorted(set(options) - allowed) if allowed is not None else []
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for problem {name!r}; expected some of "
-                         f"{sorted(allowed)}")
-    return factory(**options)
+                         f"{sorted({*allowed, 'verify_timeout_s'})}")
+    problem = factory(**options)
+    return dataclasses.replace(problem, **verify) if verify else problem
 
 
 def _option_names(factory: Callable[..., Problem]) -> set[str] | None:

@@ -35,6 +35,7 @@ import http.client
 import json
 import os
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -137,12 +138,17 @@ class OpenAIProposer:
         for label, value, least in (("max_requests", max_requests, 1), ("retries", retries, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{label}={value!r}; expected an integer >= {least}")
+        # a socket's timeout and time.sleep stop at threading.TIMEOUT_MAX (about 292 years):
+        # inf was accepted here and every request then failed with an OverflowError
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-                or not timeout_s > 0:
-            raise ValueError(f"timeout_s={timeout_s!r}; expected a positive number of seconds")
+                or not 0 < timeout_s <= threading.TIMEOUT_MAX:
+            raise ValueError(f"timeout_s={timeout_s!r}; expected a positive number of seconds, "
+                             f"at most {threading.TIMEOUT_MAX:g}")
         if isinstance(backoff_s, bool) or not isinstance(backoff_s, (int, float)) \
-                or not backoff_s >= 0:
-            raise ValueError(f"backoff_s={backoff_s!r}; expected a number of seconds >= 0")
+                or not 0 <= backoff_s * 2**retries <= threading.TIMEOUT_MAX:
+            raise ValueError(f"backoff_s={backoff_s!r}; expected a number of seconds >= 0 whose "
+                             f"last back-off, backoff_s·2^retries with retries={retries}, is "
+                             f"at most {threading.TIMEOUT_MAX:g} s")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self.key = os.environ.get(api_key_env, "")

@@ -78,6 +78,9 @@ __all__ = [
 ]
 
 
+_RLIM_MAX = 2**63 - 1  # the largest limit setrlimit takes (a signed 64-bit rlim_t)
+
+
 class Sandbox:
     """Evaluates programs in fresh, limited child processes (see the module docstring).
 
@@ -124,6 +127,9 @@ class Sandbox:
             (resource.RLIMIT_NPROC, self._nproc),
         ]
         for kind, value in settings:
+            # a limit past what rlim_t holds (time_limit_s=1e300 for "no limit") is no limit;
+            # setrlimit refused it, and the child failed to start
+            value = value if value <= _RLIM_MAX else resource.RLIM_INFINITY
             resource.setrlimit(kind, (value, value))
 
     def _spawn(self) -> tuple[subprocess.Popen, Path]:

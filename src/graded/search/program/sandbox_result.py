@@ -27,6 +27,7 @@ FAILURES: dict[str, str] = {
     "non_finite": "an artefact or score is NaN or infinite",
     "wrong_type": "an artefact is not JSON-serialisable or a score has the wrong type",
     "invalid": "the verifier rejected the artefact",
+    "verify_timeout": "the verifier did not finish within the problem's verify_timeout_s",
 }
 
 

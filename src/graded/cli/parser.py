@@ -192,10 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
                    decoding_defaults={a.dest: a.default for a in decoding})
 
     p = sub.add_parser("bench", help="run scripts of benchmarks/ by name", formatter_class=fmt)
-    p.add_argument("names", nargs="*", help="benchmark names (file stems); none = list them")
-    p.add_argument("--list", action="store_true", help="list the benchmarks")
+    p.add_argument("names", nargs="*", help="benchmark names (file stems), run in turn; none "
+                   "= list them all")
+    p.add_argument("--list", action="store_true", help="list the benchmarks instead of running "
+                   "them: the named ones (an unknown name is refused), or all")
     p.add_argument("--args", nargs=argparse.REMAINDER, default=[],
-                   help="arguments passed to every benchmark script")
+                   help="arguments passed to every benchmark script run (refused where "
+                   "none runs)")
     p.set_defaults(handler=cmd_bench)
 
     p = sub.add_parser("report", help="Markdown + PNG summary of finished runs",
@@ -233,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     from graded.search.program.cli import add_cli as add_program_cli
 
     add_program_cli(search_sub)
-    p.set_defaults(handler=cmd_search)
+    p.set_defaults(handler=cmd_search, search_methods=sorted(search_sub.choices))
     return parser
 
 

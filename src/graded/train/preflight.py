@@ -1,7 +1,7 @@
 """What a trainer checks when it is built, before it writes anything or runs a step.
 
-The arguments' types first (:func:`check_arguments`): a TypeError names the argument, the
-value given and what it takes.
+The arguments' types first (:func:`check_arguments`; a fit's ``resume_from``:
+:func:`check_resume_from`): a TypeError names the argument, the value given and what it takes.
 The training data are checked once (the tensors a step reads: ``TaskKind.check_batch``; token
 ids against the model's vocabulary and token grades, ``TaskKind.check_data``, by the trainer,
 which keeps the result for :func:`graded.checks.checked_inputs`), the evaluation data as they
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,8 +26,8 @@ from graded.train.data import dataset_size
 from graded.train.options import TrainOptions, monitor_mode_of
 from graded.train.recipes import Recipe
 
-__all__ = ["check_arguments", "check_eval_data", "check_options", "check_train_data",
-           "graded_loss_applies"]
+__all__ = ["check_arguments", "check_eval_data", "check_options", "check_resume_from",
+           "check_train_data", "graded_loss_applies"]
 
 
 def _shown(value: Any) -> str:
@@ -75,6 +76,26 @@ def check_arguments(model: Any, train_data: Any, eval_data: Any, *, run_dir: Any
     if resume_command is not None and not isinstance(resume_command, str):
         raise TypeError(f"resume_command must be a str or None, got {_shown(resume_command)}")
     return seed, check_bool("overwrite", overwrite)
+
+
+def check_resume_from(resume_from: Any) -> Path | None:
+    """A :meth:`~graded.train.trainer.Trainer.fit`'s ``resume_from`` as a path (None stays
+    None), checked before anything is loaded or written: TypeError for another type than a
+    path, ValueError for an empty one (``Path("")`` is the working folder: an unset variable
+    would resume whatever run is there), FileNotFoundError for a path that does not exist."""
+    if resume_from is None:
+        return None
+    if not isinstance(resume_from, (str, os.PathLike)):
+        raise TypeError(f"resume_from must be a path (str or Path) or None, got "
+                        f"{_shown(resume_from)}")
+    if not os.fspath(resume_from).strip():
+        raise ValueError("resume_from is empty; expected a run folder or one of its "
+                         "checkpoints (None for a new run)")
+    path = Path(resume_from)
+    if not path.exists():
+        raise FileNotFoundError(f"resume_from {str(resume_from)!r}: no such file or folder; "
+                                "expected a run folder or one of its checkpoints")
+    return path
 
 
 def check_train_data(kind: TaskKind, train_data: Mapping[str, torch.Tensor]) -> None:

@@ -82,6 +82,14 @@ def plan_resume(
         raise CheckpointError(f"run folder {source} holds no checkpoint: it stopped before "
                               "its first one, so there is nothing to resume; train it anew "
                               "(without resuming)")
+    elif not (source / STATE_FILE).is_file():
+        what = "a file" if source.is_file() else ("a folder holding no checkpoint "
+                                                   "(checkpoints/step_<N>), config.yaml or "
+                                                   "state.json")
+        raise CheckpointError(f"cannot resume from {source}: it is {what}, neither a run "
+                              "folder nor one of its checkpoint folders (step_<N>, holding "
+                              "state.json); expected a run folder of the trainer or "
+                              "RUN/checkpoints/step_<N>")
     else:
         found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
                                                          restore_rng=False), [])

@@ -215,14 +215,25 @@ class RunFolder:
             holder = LockHolder.parse(os.pread(fd, 64, 0).decode(errors="replace")) \
                 or LockHolder("unknown", "unknown")
             os.close(fd)
-            raise RunLockedError(
-                f"run folder {self.path} is in use by process {holder.pid} for "
-                f"{holder.purpose} (it holds {self.path / LOCK_FILE}); wait for it to end or "
-                "stop it", holder.pid, holder.purpose
-            ) from None
+            raise self._in_use(holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {self.purpose}\n".encode(), 0)
         self._fd, self._depth = fd, 1
+
+    def _in_use(self, holder: LockHolder) -> RunLockedError:
+        return RunLockedError(
+            f"run folder {self.path} is in use by process {holder.pid} for {holder.purpose} "
+            f"(it holds {self.path / LOCK_FILE}); wait for it to end or stop it",
+            holder.pid, holder.purpose)
+
+    def refuse_in_use(self) -> None:
+        """Raise the :class:`RunLockedError` that :meth:`acquire` would if another process
+        holds the lock now (:meth:`holder`), writing nothing: a resume checks it before it
+        loads a checkpoint, which it does before taking the lock. A no-op for a rank that
+        does not write (``writer=False``): its rank 0 may hold the lock already."""
+        holder = self.holder() if self.writer else None
+        if holder is not None:
+            raise self._in_use(holder)
 
     def holder(self) -> LockHolder | None:
         """The process that holds the lock now, another than this one, with its purpose as

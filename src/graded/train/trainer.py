@@ -78,12 +78,13 @@ from graded.train.preflight import (
     check_arguments,
     check_eval_data,
     check_options,
+    check_resume_from,
     check_train_data,
     graded_loss_applies,
 )
 from graded.train.recipes import Recipe, get_recipe
 from graded.train.resume import ResumePlan, plan_resume
-from graded.train.runs import RunFolder, open_run, refuse_search_run, run_view
+from graded.train.runs import RunError, RunFolder, open_run, refuse_search_run, run_view
 from graded.train.schedules import make_scheduler
 from graded.train.shutdown import ClosesAtExit, TrainerStopSignal
 from graded.train.state_tensors import (
@@ -193,6 +194,10 @@ class Trainer(OptimizerStep, ClosesAtExit):
         self.overwrite = overwrite
         self.run = RunFolder(self.run_dir, writer=self.ctx.is_main)
         self._plan: ResumePlan | None = None
+        # what the model and optimizer hold besides their state as built (an earlier fit's
+        # steps, a checkpoint a resume loaded); a fit without resume_from is refused then
+        self._holds: str | None = None
+        self._closed = False
         # the recipe's values of the next step: what its last on_step or start_step prepared
         self._recipe_values: Callable[[], dict[str, float]] = no_values
 
@@ -252,11 +257,41 @@ class Trainer(OptimizerStep, ClosesAtExit):
         """Check and load all that resuming from ``source`` (a run folder or a checkpoint folder)
         needs, writing nothing (:func:`graded.train.resume.plan_resume`): a config key that
         cannot change raises RunError, no intact checkpoint CheckpointError. The CLI calls it
-        as its preflight; ``fit(resume_from=source)`` then starts from this plan."""
+        as its preflight; ``fit(resume_from=source)`` then starts from this plan. ``source``
+        is checked as ``fit``'s ``resume_from`` is (:func:`~graded.train.preflight.
+        check_resume_from`: a path that exists, not empty)."""
+        if source is None:
+            raise TypeError("prepare_resume: source must be a path (str or Path) to a run "
+                            "folder or one of its checkpoints, got None")
+        source = check_resume_from(source)
         now = run_view(self.run_config(), options=self.opts.model_dump(mode="json"),
                        seed=self.seed, kind=self.kind.name)
+        # a refused resume may have loaded a damaged checkpoint's weights before its optimizer:
+        # neither a fit nor an earlier plan may start from what it left
+        self._holds, self._plan = f"what a resume from {source} loaded", None
         self._plan = plan_resume(source, self.model, self.optimizer, self.scheduler, now)
+        self._holds = f"checkpoint {self._plan.checkpoint} (step {self._plan.step})"
         return self._plan
+
+    def close(self) -> None:
+        """Leave the process group this trainer joined (under torchrun); call once at the end:
+        a later :meth:`fit` is refused (:meth:`ClosesAtExit.close
+        <graded.train.shutdown.ClosesAtExit.close>`)."""
+        super().close()
+        self._closed = True
+
+    def _refuse_reuse(self) -> None:
+        """Refuse a fit without ``resume_from`` once the model and optimizer are no longer as
+        built: it would start a new run at step 0 (its schedule, logs and checkpoints anew)
+        from weights and optimizer state that another run or a checkpoint left."""
+        if self._holds is None:
+            return
+        source = self.run_dir if self._plan is None else self._plan.source  # a plan not yet run
+        raise RunError(
+            f"this Trainer's model and optimizer already hold {self._holds}, so fit() without "
+            "resume_from would start a new run at step 0 from that state, mixing two runs; "
+            f"continue the run with fit(resume_from={str(source)!r}), or build a new Trainer "
+            "with a freshly initialised model for a new run")
 
     # ----------------------------------------------------------------- loop
 
@@ -290,27 +325,44 @@ class Trainer(OptimizerStep, ClosesAtExit):
         would (for time-sliced jobs); the schedule still spans ``options.steps``. It is an int
         >= 0 (TypeError or ValueError naming another value, before anything is written).
 
+        One trainer runs one run. A second ``fit`` of the same trainer continues it only
+        through ``resume_from`` (``fit(resume_from=run_dir)`` after a pause, an interruption
+        or a failure: the model, optimizer, schedule, RNG and step are reloaded from the
+        newest checkpoint). Without ``resume_from``, a fit is refused (RunError) once the
+        model and optimizer are no longer as built: after an earlier fit ran a step, or after
+        a resume (:meth:`prepare_resume`) loaded a checkpoint; a new run needs a new trainer
+        with a freshly initialised model (``overwrite`` replaces the folder's files, not the
+        model's state). A trainer that was closed (:meth:`close`) refuses to fit
+        (RuntimeError).
+
         The run folder is locked for the call (a second writer gets RunLockedError). A resume
-        is checked in full (:meth:`prepare_resume`) before anything is written; without
-        ``resume_from``, or with one of another folder, a folder that holds checkpoints is
-        refused (RunError) unless the trainer was built with ``overwrite=True``; a folder that
-        holds a search run of :mod:`graded.search`, and a ``resume_from`` that does not exist
-        (FileNotFoundError), are refused before the lock file is written. See
-        :mod:`graded.train.runs`.
+        is checked and loaded in full (:meth:`prepare_resume`) before anything is written,
+        before the lock file too: a ``resume_from`` that is not a path (TypeError), is empty
+        (ValueError), does not exist (FileNotFoundError), is not a run or checkpoint folder
+        (CheckpointError), has a refused config or no intact checkpoint, leaves no lock file
+        and no new folder behind. Without ``resume_from``, or with one of another folder, a
+        folder that holds checkpoints is refused (RunError) unless the trainer was built with
+        ``overwrite=True``; a folder that holds a search run of :mod:`graded.search` is refused
+        before the lock file is written. See :mod:`graded.train.runs`.
         """
+        if self._closed:  # under torchrun its steps would no longer sync the ranks
+            raise RuntimeError("this Trainer is closed: close() left its process group and "
+                               "unwrapped its model, so it trains no more; build a new "
+                               "Trainer to train again")
         if pause_after is not None:  # a global step, before anything is written
             pause_after = check_int("pause_after", pause_after, minimum=0)
-        if resume_from is not None and not Path(resume_from).exists():  # before the lock file
-            raise FileNotFoundError(f"resume_from {str(resume_from)!r}: no such file or folder; "
-                                    "expected a run folder or one of its checkpoints")
+        resume_from = check_resume_from(resume_from)
+        if resume_from is None:
+            self._refuse_reuse()
         refuse_search_run(self.run_dir)
+        plan = None
+        if resume_from is not None:  # checked and loaded before the lock file is written
+            self.run.refuse_in_use()  # as the lock would, before a checkpoint is read
+            plan = self._plan
+            if plan is None or plan.source.resolve() != resume_from.resolve():
+                plan = self.prepare_resume(resume_from)
+            self._plan = None
         with self.run.lock():
-            plan = None
-            if resume_from is not None:
-                plan = self._plan
-                if plan is None or plan.source != Path(resume_from):
-                    plan = self.prepare_resume(resume_from)
-                self._plan = None
             open_run(self.run, self.run_config(), plan, overwrite=self.overwrite,
                      existing=bool(self.checkpoints.folders()),
                      entries=("metrics.csv", "grades.jsonl", "metrics.json", "checkpoints",
@@ -383,6 +435,7 @@ class Trainer(OptimizerStep, ClosesAtExit):
                     if vote(stop.flag):
                         result.interrupted = True
                         break
+                    self._holds = f"the training of an earlier fit() (to step {step + 1})"
                     values, items = self._train_step(step)
                     step += 1
                     window.append(values)

@@ -1,5 +1,13 @@
-"""File writes that a crash or Ctrl-C cannot leave half done, and the reading of line files
-that such a crash may have cut short."""
+"""File writes that a crash or Ctrl-C cannot leave half done, the reading of line files that
+such a crash may have cut short, and the YAML rules the library reads and writes by.
+
+The library's YAML (:func:`graded.config.parse_yaml` reads it, :func:`dump_yaml` writes it) is
+YAML 1.1 safe loading with two changes: floats are those YAML 1.2 reads (``1e-3``, ``-.5``,
+which YAML 1.1 reads as text) and a number whose reading YAML 1.1 and 1.2 disagree on (``010``,
+octal 8 in YAML 1.1 and 10 in YAML 1.2; ``1:30``, 90 in base 60 in YAML 1.1 and text in YAML
+1.2) is refused rather than read either way. :func:`dump_yaml` quotes every string that these
+rules would read as something else, so what it writes reads back as it was.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,46 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "read_jsonl"]
+import yaml
+
+__all__ = ["YAML_AMBIGUOUS_NUMBER", "YAML_FLOAT", "atomic_write_bytes", "atomic_write_text",
+           "dump_yaml", "read_jsonl"]
+
+# Plain scalars read as floats beyond YAML 1.1's: YAML 1.1 needs a dot and a signed exponent
+# (``1.0e-3``) and no sign before a leading dot (``-.5``); YAML 1.2 does not.
+YAML_FLOAT = re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+# Plain scalars YAML 1.1 and YAML 1.2 read differently: a leading zero (``010`` is octal 8 in
+# YAML 1.1, 10 in YAML 1.2; ``08`` text in YAML 1.1) and base 60 (``1:30`` is 90 in YAML 1.1,
+# text in YAML 1.2).
+YAML_AMBIGUOUS_NUMBER = re.compile(r"""^(?:[-+]?0[0-9][0-9_]*
+    |[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*)$""", re.X)
+YAML_NUMBER_START = list("-+0123456789.")
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe dumping that quotes the strings :data:`YAML_FLOAT` or :data:`YAML_AMBIGUOUS_NUMBER`
+    match (plain ``1e3`` would read back as a float)."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", YAML_FLOAT, YAML_NUMBER_START)
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:int", YAML_AMBIGUOUS_NUMBER, YAML_NUMBER_START)
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` (plain values: dicts, lists, strings, numbers, booleans, None) as YAML that the
+    library reads back equal, keys in their order and text as written (not ``\\u`` escapes)."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

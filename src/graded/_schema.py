@@ -39,6 +39,7 @@ __all__ = [
     "allowed_keys",
     "check_keys",
     "choice",
+    "closest_key",
     "is_int",
     "is_number",
     "not_a_key",
@@ -113,11 +114,26 @@ class Invalid(ValueError):
         return f"{where} is invalid: expected {self.expected}"
 
 
+def closest_key(key: str, allowed: Iterable[str]) -> str | None:
+    """The allowed key ``key`` most likely stands for: the one that differs in case only, else
+    the closest in spelling, case aside (``LR`` and ``Batch_Sise`` find ``lr`` and
+    ``batch_size``); None when none is close."""
+    by_lower: dict[str, str] = {}
+    for name in sorted(allowed):
+        by_lower.setdefault(str(name).lower(), str(name))
+    close = difflib.get_close_matches(str(key).lower(), by_lower, n=1)
+    return by_lower[close[0]] if close else None
+
+
+def _did_you_mean(key: str, allowed: Iterable[str]) -> str:
+    close = closest_key(key, allowed)
+    return f" (did you mean {close!r}?)" if close is not None else ""
+
+
 def not_a_key(key: str, allowed: Iterable[str], what: str) -> Invalid:
     """The error for an unknown ``key`` among ``what`` (e.g. "options of an 'ffn' block")."""
     allowed = sorted(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = _did_you_mean(key, allowed)
     return Invalid(f"{what}, not {key!r}{hint}; allowed keys: {', '.join(allowed)}")
 
 
@@ -126,8 +142,7 @@ def unknown_key_message(where: str, key: str, allowed: Iterable[str], *,
     """``where: unknown key (did you mean 'x'?); allowed keys: ...``; ``name_key`` puts the
     key itself after "unknown key"."""
     allowed = sorted(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = _did_you_mean(key, allowed)
     named = f" {key!r}" if name_key else ""
     return f"{where}: unknown key{named}{hint}; allowed keys: {', '.join(allowed)}"
 
@@ -159,7 +174,7 @@ def check_keys(owner: str, data: Mapping[str, Any], known: Iterable[str]) -> Non
     known = sorted(known)
     unknown = sorted(set(data) - set(known))
     if unknown:
-        close = [m for k in unknown for m in difflib.get_close_matches(k, known, n=1)]
+        close = [m for k in unknown if (m := closest_key(k, known)) is not None]
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise ValueError(f"unknown {owner} key(s) {unknown}{hint}; known keys are {known}")
 

@@ -1,8 +1,9 @@
 """Config files: YAML and TOML read into a mapping, ``--set`` overrides applied to it, and
 the YAML a run folder keeps.
 
-YAML is read with YAML 1.1 safe loading, except that ``1e-3`` is a float and a key given twice
-in a mapping is an error; override values are parsed with the same scalar rules (``true`` is a
+YAML is read with YAML 1.1 safe loading, except that ``1e-3`` is a float, a number YAML 1.1
+and 1.2 read differently (``010``, ``1:30``) and a key given twice in a mapping are errors
+(:mod:`graded._io`); override values are parsed with the same scalar rules (``true`` is a
 bool, ``null`` None). A file or override that does not parse is a
 :class:`~graded.config.sections.ConfigError` saying what and where.
 """
@@ -10,31 +11,51 @@ bool, ``null`` None). A file or override that does not parse is a
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
 import tomllib
 import yaml
 
+from graded._io import YAML_AMBIGUOUS_NUMBER, YAML_FLOAT, YAML_NUMBER_START, dump_yaml
 from graded.config.sections import ConfigError, RunConfig
 
 __all__ = ["SHORTHANDS", "apply_overrides", "dump_config", "parse_yaml", "read_config_file"]
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 safe loading, except that ``1e-3`` is a float (YAML 1.1 needs ``1.0e-3``)."""
+    """YAML 1.1 safe loading, except that ``1e-3`` and ``-.5`` are floats (YAML 1.1 needs
+    ``1.0e-3`` and ``-0.5``) and that ``010`` and ``1:30``, which YAML 1.1 and 1.2 read
+    differently, are refused (:mod:`graded._io`)."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
+_AMBIGUOUS_TAG = "tag:graded:ambiguous-number"
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", YAML_FLOAT, YAML_NUMBER_START)
+for _first in YAML_NUMBER_START:  # before YAML 1.1's own int resolver, which reads 010 as 8
+    _Loader.yaml_implicit_resolvers[_first].insert(0, (_AMBIGUOUS_TAG, YAML_AMBIGUOUS_NUMBER))
+
+
+def _ambiguous_number(loader: _Loader, node: yaml.ScalarNode) -> Any:
+    """Refuse a number YAML 1.1 and YAML 1.2 read differently, naming both readings."""
+    text = node.value
+    digits = text.replace("_", "")
+    if ":" in text:
+        as_11 = yaml.SafeLoader.construct_yaml_float(loader, node) if "." in text \
+            else yaml.SafeLoader.construct_yaml_int(loader, node)
+        readings = f"YAML 1.1 reads it as {as_11!r} (base 60), YAML 1.2 as text"
+        fix = repr(as_11)
+    else:
+        as_12 = int(digits, 10)
+        octal = all(c in "01234567" for c in digits.lstrip("+-"))
+        as_11 = f"{int(digits, 8)!r} (octal)" if octal else "text"
+        readings = f"YAML 1.1 reads it as {as_11}, YAML 1.2 as {as_12!r}"
+        fix = " or ".join(dict.fromkeys(map(repr, (as_12, *([int(digits, 8)] if octal else [])))))
+    raise yaml.constructor.ConstructorError(
+        None, None, f"{text} is ambiguous: {readings}; write {fix}, or quote it ('{text}') "
+        "for text", node.start_mark)
+
+
+_Loader.add_constructor(_AMBIGUOUS_TAG, _ambiguous_number)
 
 
 def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -155,5 +176,6 @@ def _list_index(item: str, where: list[str], part: str, items: list[Any]) -> int
 
 
 def dump_config(cfg: RunConfig) -> str:
-    """The config as YAML (written to every run folder; ``--resume`` reads it back)."""
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    """The config as YAML that :func:`parse_yaml` reads back as it was (a run name such as
+    ``1e3`` is quoted: plain, it would read back as the float 1000.0)."""
+    return dump_yaml(cfg.model_dump(mode="json"))

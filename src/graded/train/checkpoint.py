@@ -19,19 +19,22 @@ A checkpoint of a run on several processes holds every rank's RNG state, each un
 Writes are atomic: the folder is assembled under a temporary name and moved into place with
 :func:`os.replace`, so a crash or an exception leaves either the previous checkpoints or the new
 one, never a partial folder (a writer killed mid-save leaves its hidden temporary folder, which
-the next save of the run removes). Nothing here calls :func:`torch.load`: loading a checkpoint
-cannot execute code. :class:`CheckpointManager` keeps the last ``keep_last`` checkpoints and the
-best.
+the next save of the run removes). A checkpoint of the same step is replaced only once the new
+one is complete; a write the disk refuses (full, read-only) is an :class:`OSError` naming the
+checkpoint folder. Nothing here calls :func:`torch.load`: loading a checkpoint cannot execute
+code. :class:`CheckpointManager` keeps the last ``keep_last`` checkpoints and the best.
 :mod:`graded.train.state_tensors` turns the model, optimiser and RNG states into the files.
 
 Loading checks before it changes anything it can: ``state.json`` records the SHA-256 of both
-tensor files, and a missing, truncated or corrupt file, or weights and optimiser state that do
-not fit the model (keys, shapes, parameter groups), raise :class:`CheckpointError`, whose one-line
-message names the file and the problem. A weights-only load (``optimizer=None,
-restore_rng=False``, for evaluation and generation) reads ``model.safetensors`` and
-``state.json`` only. :meth:`CheckpointManager.find_intact` returns the newest checkpoint that
-loads, with the newer damaged ones and why they were skipped; a checkpoint removed while it is
-read (the rotation of a run training meanwhile) is not damaged: the folder is listed again.
+tensor files, and a missing, truncated or corrupt file, weights and optimiser state that do
+not fit the model (keys, shapes, parameter groups; a model still on the meta device), or RNG
+states that do not restore, raise :class:`CheckpointError` before the model, optimiser or
+generators change; its one-line message names the file and the problem. A weights-only load
+(``optimizer=None, restore_rng=False``, for evaluation and generation) reads
+``model.safetensors`` and ``state.json`` only. :meth:`CheckpointManager.find_intact` returns
+the newest checkpoint that loads, with the newer damaged ones and why they were skipped; a
+checkpoint removed while it is read (the rotation of a run training meanwhile) is not damaged:
+the folder is listed again.
 """
 
 from __future__ import annotations
@@ -55,10 +58,11 @@ from graded.train.state_tensors import (
     CheckpointError,
     RngState,
     capture_rng_state,
+    check_rng_state,
     checkpoint_error,
     jsonable,
     load_model_state,
-    load_optimizer_state,
+    optimizer_state_for,
     optimizer_to_flat,
     ranked_rng_state,
     read_tensors,
@@ -86,22 +90,25 @@ def save_checkpoint(
     state: dict[str, Any],
     *,
     rng: Sequence[RngState] | None = None,
+    replace: bool = False,
 ) -> Path:
     """Write one checkpoint folder atomically and return its path.
 
     ``state`` holds the JSON part (step, scheduler state, config, ...); it must be JSON-able.
     The optimiser tensors and the RNG states are added here: ``rng`` every rank's, by rank
     (:func:`~graded.train.state_tensors.capture_rng_state` on each), else this process's. The
-    folder appears only once every file in it is complete.
+    folder appears only once every file in it is complete; with ``replace`` it replaces a
+    folder of that name then, which stays as it was if the write fails. A write that fails on
+    the disk (full, read-only) is an :class:`OSError` naming ``directory``, with its errno.
     """
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    if directory.exists():
+    if directory.exists() and not replace:
         raise FileExistsError(f"checkpoint folder {directory} already exists")
     # os.mkdir honours the umask (mkdtemp's folder is 0700: a checkpoint others cannot read)
     tmp = directory.parent / f".{directory.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp"
-    tmp.mkdir()
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
         save_model_state(model, tmp / MODEL_FILE)
         extra_tensors, rng_rest = ranked_rng_state(rng or [capture_rng_state()])
         meta: dict[str, Any] = {"format": "graded-checkpoint-1", **jsonable(state)}
@@ -119,11 +126,50 @@ def save_checkpoint(
         mode = stat.S_IMODE(tmp.stat().st_mode) & 0o666
         for name in (MODEL_FILE, OPTIM_FILE, STATE_FILE):
             os.chmod(tmp / name, mode)
+        _move_into_place(tmp, directory)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        error = _write_error(directory, tmp, exc)
+        if error is None:
+            raise
+        raise error from exc
+    return directory
+
+
+def _move_into_place(tmp: Path, directory: Path) -> None:
+    """Rename the complete folder ``tmp`` to ``directory``; a ``directory`` there already is
+    moved aside first (under a temporary name the next rotation removes) and removed after, or
+    put back if the rename fails."""
+    if not directory.exists():
+        os.replace(tmp, directory)
+        return
+    old = directory.parent / f".{directory.name}.{os.getpid()}-{secrets.token_hex(6)}.old.tmp"
+    os.replace(directory, old)
+    try:
         os.replace(tmp, directory)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.replace(old, directory)
         raise
-    return directory
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_error(directory: Path, tmp: Path, exc: BaseException) -> OSError | None:
+    """The error of a checkpoint write that failed on the disk, naming ``directory`` (not the
+    temporary folder it was assembled in), or None to raise ``exc`` as it is. safetensors
+    reports a full disk as ``SafetensorError('... No space left on device (os error 28)')``."""
+    if isinstance(exc, OSError):
+        if exc.errno is None or (exc.filename is not None
+                                 and not str(exc.filename).startswith(str(tmp))):
+            return None  # names its own file (the parent folder that cannot be made)
+        code = exc.errno
+    elif isinstance(exc, SafetensorError):
+        found = re.search(r"os error (\d+)", str(exc))
+        if found is None:
+            return None
+        code = int(found.group(1))
+    else:
+        return None
+    return OSError(code, f"{os.strerror(code)} (writing checkpoint)", str(directory))
 
 
 def read_checkpoint_state(directory: str | os.PathLike[str]) -> dict[str, Any]:
@@ -173,6 +219,8 @@ def _rng_part(directory: Path, tensors: dict[str, torch.Tensor],
         raise checkpoint_error(directory / STATE_FILE,
                                f"RNG state of rank {', '.join(lacking)}: expected a JSON object "
                                f"here and rng.rank<r>.torch in {OPTIM_FILE}")
+    check_rng_state(rng, meta["rng"], path=directory / OPTIM_FILE,
+                    state_path=directory / STATE_FILE)
     return rng, meta["rng"]
 
 
@@ -192,19 +240,22 @@ def load_checkpoint(
     directory = Path(directory)
     meta = read_checkpoint_state(directory)
     sums = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
-    load_model_state(model, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
     if optimizer is None and not restore_rng:
+        load_model_state(model, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
         return meta
     path = directory / OPTIM_FILE
     if not path.is_file():
         raise checkpoint_error(path, "missing; it holds the optimizer and RNG state a resume "
                                      "needs (a weights-only load, restore_rng=False, needs "
                                      "only model.safetensors and state.json)")
+    # everything that can be checked is, before the model, optimiser or RNG changes
     tensors, _ = read_tensors(path, sums.get(OPTIM_FILE))
     rng = _rng_part(directory, tensors, meta)
+    optimizer_state = None if optimizer is None else optimizer_state_for(
+        optimizer, tensors, meta.get("optimizer"), path=path, state_path=directory / STATE_FILE)
+    load_model_state(model, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
     if optimizer is not None:
-        load_optimizer_state(optimizer, tensors, meta.get("optimizer"), path=path,
-                             state_path=directory / STATE_FILE)
+        optimizer.load_state_dict(optimizer_state)
     if restore_rng:
         restore_rng_state(*rng)
     return meta
@@ -394,7 +445,8 @@ class CheckpointManager:
         metric: float | None = None,
         rng: Sequence[RngState] | None = None,
     ) -> Path:
-        """Save the checkpoint of ``step`` (replacing one of the same step), then rotate;
+        """Save the checkpoint of ``step`` (replacing one of the same step once it is complete:
+        a failed save leaves it as it was), then rotate;
         ``rng``: every rank's RNG state, by rank, as :func:`save_checkpoint` takes it.
 
         Checkpoints beyond ``step`` belong to a future the run abandoned when it was resumed
@@ -403,9 +455,7 @@ class CheckpointManager:
         ``keep_last`` (which would rotate this very checkpoint away) nor are taken by the next
         resume instead of it."""
         path = self.path_for(step)
-        if path.exists():
-            shutil.rmtree(path)
-        save_checkpoint(path, model, optimizer, {**state, "step": step}, rng=rng)
+        save_checkpoint(path, model, optimizer, {**state, "step": step}, rng=rng, replace=True)
         if is_best:
             atomic_write_text(
                 self.root / "best.json",

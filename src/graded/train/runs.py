@@ -51,8 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from graded._io import dump_yaml
 from graded.train.checkpoint import atomic_write_text
 
 if TYPE_CHECKING:
@@ -333,7 +332,7 @@ class RunFolder:
         """Write ``config.yaml`` from ``config`` unless the caller wrote one (present, not in the
         manifest); return whether the file was written (an identical one is left alone)."""
         path = self.path / CONFIG_FILE
-        text = yaml.safe_dump(dict(config), sort_keys=False)
+        text = dump_yaml(dict(config))  # read back equal (a name like 1e3 stays text)
         if path.exists() and (CONFIG_FILE not in (self._manifest() or [])
                               or path.read_text(encoding="utf-8") == text):
             return False

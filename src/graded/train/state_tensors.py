@@ -90,6 +90,11 @@ def save_model_state(model: torch.nn.Module, path: str | os.PathLike[str]) -> No
     memory (which safetensors refuses).
     """
     state = model.state_dict()
+    empty = [name for name, t in state.items() if t.is_meta]
+    if empty:
+        raise ValueError(f"cannot save the model's {_first(empty)}: on the meta device, they "
+                         "hold no values (materialise the model first, e.g. "
+                         "model.to_empty(device=...) and load or initialise its weights)")
     canonical: dict[tuple, str] = {}
     aliases: dict[str, str] = {}
     tensors: dict[str, torch.Tensor] = {}
@@ -118,6 +123,11 @@ def load_model_state(
     except (ValueError, KeyError, AttributeError) as exc:
         raise checkpoint_error(path, f"corrupt alias metadata ({exc!r})") from None
     expected = model.state_dict()
+    empty = [k for k, v in expected.items() if v.is_meta]
+    if empty:  # load_state_dict would copy into them as a no-op, with a warning only
+        raise checkpoint_error(path, f"cannot load into the model's {_first(empty)}: on the "
+                                     "meta device, they have no storage; materialise the model "
+                                     "first (model.to_empty(device=...))")
     missing = [k for k in expected if k not in tensors]
     unexpected = [k for k in tensors if k not in expected]
     shapes = [f"{k} is {tuple(tensors[k].shape)} in the file, {tuple(v.shape)} in the model"
@@ -199,6 +209,31 @@ def restore_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any],
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
+def check_rng_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any], *, path: Path,
+                    state_path: Path) -> None:
+    """Check every rank's RNG state (tensors from ``path``, the rest from ``state_path``) by
+    restoring it into new generators, so that :func:`restore_rng_state` cannot fail half-way
+    (the global generators are not touched; CUDA states are checked by the CUDA runtime)."""
+    ranks = [0, *(int(r) for r in (rest.get("ranks") or {}) if str(r).isdigit())]
+    for rank in ranks:
+        own, own_rest = rank_rng_state(tensors, rest, rank)
+        where = f"RNG state{f' of rank {rank}' if rank else ''}"
+        try:
+            torch.Generator().set_state(own["rng.torch"])
+        except (KeyError, TypeError, RuntimeError) as exc:
+            raise checkpoint_error(path, f"{where}: not a torch generator state "
+                                         f"({' '.join(str(exc).split())})") from None
+        try:
+            version, internal, gauss = own_rest["python"]
+            random.Random().setstate((version, tuple(internal), gauss))
+            name, keys, pos, has_gauss, cached = own_rest["numpy"]
+            np.random.RandomState().set_state(
+                (name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise checkpoint_error(state_path, f"{where}: corrupt Python or NumPy generator "
+                                               f"state ({exc!r})") from None
+
+
 def ranked_rng_state(states: Sequence[RngState]) -> RngState:
     """Every rank's RNG state (``states[r]`` of rank r, each from :func:`capture_rng_state`)
     as one checkpoint's tensors and JSON: rank 0's under the names a one-process checkpoint
@@ -247,15 +282,24 @@ def rng_state_from_bytes(data: bytes) -> RngState:
 def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
                          rest: Any, *, path: Path, state_path: Path) -> None:
     """Load the optimiser state (tensors from ``path``, the rest from ``state_path``) after
-    checking it fits ``optimizer``: parameter groups, their sizes, the state tensors' shapes."""
+    checking it fits ``optimizer`` (:func:`optimizer_state_for`)."""
+    optimizer.load_state_dict(optimizer_state_for(optimizer, tensors, rest, path=path,
+                                                  state_path=state_path))
+
+
+def optimizer_state_for(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
+                        rest: Any, *, path: Path, state_path: Path) -> dict[str, Any]:
+    """The state dict for ``optimizer.load_state_dict`` of the tensors of ``path`` and the
+    rest of ``state_path``, checked to fit ``optimizer``: parameter groups, their sizes, the
+    state tensors' shapes (:class:`CheckpointError` otherwise; ``optimizer`` is not changed)."""
     if not isinstance(rest, dict):
         raise checkpoint_error(state_path, "holds no optimizer state (saved without one)")
     try:
         state = optimizer_from_flat({k: v for k, v in tensors.items() if k.startswith("state.")},
                                     rest)
+        saved = [len(g["params"]) for g in state["param_groups"]]
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise checkpoint_error(state_path, f"corrupt optimizer state ({exc!r})") from None
-    saved = [len(g["params"]) for g in state["param_groups"]]
     have = [len(g["params"]) for g in optimizer.param_groups]
     if saved != have:
         raise checkpoint_error(path, f"optimizer state for parameter groups of sizes {saved} "
@@ -268,4 +312,4 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, to
             if isinstance(value, torch.Tensor) and value.dim() and tuple(value.shape) != shape:
                 raise checkpoint_error(path, f"optimizer state state.{pid}.{key} is "
                                              f"{tuple(value.shape)}, its parameter is {shape}")
-    optimizer.load_state_dict(state)
+    return state

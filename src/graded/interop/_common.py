@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,39 @@ def _dtype(model: Any) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
+def _hf_model(cls: Any, config: Any, dtype: torch.dtype, **init: Any) -> Any:
+    """A Hugging Face model of ``cls`` built in ``dtype`` as ``from_pretrained`` builds it (its
+    ``_from_config``): what it computes in float32 whatever the dtype stays so. Casting a float32
+    model (``.to(dtype)``) would cast those buffers too: LLaMA's rotary frequencies ω rounded to
+    bfloat16 put the angle at position p off by up to p·ω·2⁻⁹ (0.2 radian at p = 2047 in the
+    tests' model), and the model computed otherwise than once saved and loaded."""
+    return cls._from_config(config, dtype=dtype, **init)
+
+
 def _tied(src: dict[str, Tensor], embedding: str) -> bool:
     """Whether the output layer a model computes with holds its token embedding. A model whose
     config ties them may still not (an output layer replaced after loading); its weights
     decide."""
     head = src.get("lm_head.weight")
     return head is None or torch.equal(head, src[embedding])
+
+
+_REFUSED_FIELD = re.compile(r"TransformerConfig\.(\w+)=")
+
+
+def _config_of(hf: Any, names: dict[str, str], **fields: Any) -> TransformerConfig:
+    """``TransformerConfig(**fields)`` for the Hugging Face config ``hf``. A value our config
+    refuses (a ``layer_norm_epsilon`` of 0, ...) is named as the option of ``hf`` it came from
+    (``names``: our field -> theirs) as well as ours."""
+    try:
+        return TransformerConfig(**fields)
+    except ValueError as error:
+        found = _REFUSED_FIELD.search(str(error))
+        ours = found.group(1) if found else None
+        if ours not in names:
+            raise
+        raise ValueError(f"{type(hf).__name__}.{names[ours]}={fields[ours]!r} is not mapped: "
+                         f"{error}") from error
 
 
 # Hugging Face's activation names -> ours, for the ones computed by the same formula

@@ -19,7 +19,9 @@ import torch
 from graded.interop._common import (
     _ACTIVATION_OF,
     _activation,
+    _config_of,
     _dtype,
+    _hf_model,
     _load,
     _only_buffers,
     _same_function,
@@ -29,6 +31,13 @@ from graded.transformer import TransformerConfig
 from graded.transformer.models import TransformerEncoder
 
 __all__ = ["bert_config", "from_bert", "to_bert"]
+
+
+# our fields -> the Hugging Face options they come from (named when ours refuses a value)
+_BERT_NAMES = {"vocab_size": "vocab_size", "d_model": "hidden_size",
+               "n_heads": "num_attention_heads", "n_layers": "num_hidden_layers",
+               "d_ff": "intermediate_size", "max_len": "max_position_embeddings",
+               "norm_eps": "layer_norm_eps"}
 
 
 def bert_config(hf: Any) -> TransformerConfig:
@@ -41,8 +50,9 @@ def bert_config(hf: Any) -> TransformerConfig:
     if hf.is_decoder:
         raise ValueError("BertConfig.is_decoder=True is not mapped; expected False (the "
                          "bidirectional encoder)")
-    return TransformerConfig(
-        vocab_size=hf.vocab_size, d_model=hf.hidden_size, n_heads=hf.num_attention_heads,
+    return _config_of(
+        hf, _BERT_NAMES, vocab_size=hf.vocab_size, d_model=hf.hidden_size,
+        n_heads=hf.num_attention_heads,
         n_layers=hf.num_hidden_layers, d_ff=hf.intermediate_size,
         max_len=hf.max_position_embeddings, dropout=0.0, positional="learned",
         activation=activation, norm="layer", norm_eps=hf.layer_norm_eps,
@@ -96,7 +106,7 @@ def to_bert(encoder: TransformerEncoder) -> Any:
         pad_token_id=encoder.embed.tokens.padding_idx)
     _same_function(c, bert_config(config), "to_bert", "BERT",
                    unused=("tie_embeddings", "logit_bias"))
-    hf = BertModel(config, add_pooling_layer=False).to(_dtype(encoder))
+    hf = _hf_model(BertModel, config, _dtype(encoder), add_pooling_layer=False)
     mine = encoder.state_dict()
     state = {"embeddings.word_embeddings.weight": mine["embed.tokens.weight"],
              "embeddings.position_embeddings.weight": mine["embed.positions.embedding.weight"],

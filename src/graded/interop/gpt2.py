@@ -17,7 +17,9 @@ from torch import Tensor
 from graded.interop._common import (
     _ACTIVATION_OF,
     _activation,
+    _config_of,
     _dtype,
+    _hf_model,
     _load,
     _only_buffers,
     _same_function,
@@ -29,6 +31,12 @@ from graded.transformer import TransformerConfig, TransformerLM
 __all__ = ["from_gpt2", "gpt2_config", "to_gpt2"]
 
 
+# our fields -> the Hugging Face options they come from (named when ours refuses a value)
+_GPT2_NAMES = {"vocab_size": "vocab_size", "d_model": "n_embd", "n_heads": "n_head",
+               "n_layers": "n_layer", "d_ff": "n_inner", "max_len": "n_positions",
+               "norm_eps": "layer_norm_epsilon"}
+
+
 def gpt2_config(hf: Any) -> TransformerConfig:
     """The :class:`TransformerConfig` of a Hugging Face ``GPT2Config``."""
     activation = _activation(hf, "activation_function")
@@ -38,8 +46,12 @@ def gpt2_config(hf: Any) -> TransformerConfig:
             f"{hf.scale_attn_by_inverse_layer_idx!r}, scale_attn_weights="
             f"{hf.scale_attn_weights!r} is not mapped; expected False and True (scores scaled "
             "by 1/sqrt(head_dim) only)")
-    return TransformerConfig(
-        vocab_size=hf.vocab_size, d_model=hf.n_embd, n_heads=hf.n_head, n_layers=hf.n_layer,
+    if getattr(hf, "add_cross_attention", False):
+        raise ValueError("GPT2Config.add_cross_attention=True is not mapped; expected False (a "
+                         "TransformerLM has no cross-attention: its weights would be dropped)")
+    return _config_of(
+        hf, _GPT2_NAMES, vocab_size=hf.vocab_size, d_model=hf.n_embd, n_heads=hf.n_head,
+        n_layers=hf.n_layer,
         d_ff=hf.n_inner or 4 * hf.n_embd, max_len=hf.n_positions, dropout=0.0,
         positional="learned", activation=activation,
         norm="layer", norm_eps=hf.layer_norm_epsilon, norm_first=True, bias=True,
@@ -95,7 +107,7 @@ def to_gpt2(lm: TransformerLM) -> Any:
         layer_norm_epsilon=c.norm_eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
         tie_word_embeddings=c.tie_embeddings, bos_token_id=None, eos_token_id=None)
     _same_function(c, gpt2_config(config), "to_gpt2", "GPT-2")
-    hf = GPT2LMHeadModel(config).to(_dtype(lm))
+    hf = _hf_model(GPT2LMHeadModel, config, _dtype(lm))
     mine = lm.state_dict()
     state = {"transformer.wte.weight": mine["decoder.embed.tokens.weight"],
              "transformer.wpe.weight": mine["decoder.embed.positions.embedding.weight"],

@@ -4,10 +4,14 @@ function itself."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
+from graded._precision import at_least_float32
 from graded.grading import GradingMap
 from graded.interop._common import _GRADING_FIELDS
 from graded.transformer import Seq2SeqTransformer, TransformerLM
@@ -17,6 +21,20 @@ __all__ = ["graft_grading"]
 
 
 _GRAFTABLE = (TransformerLM, TransformerEncoder, Seq2SeqTransformer)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Tensors made without a dtype are ``dtype`` inside the block. A grading's initial grades
+    (the neutral log(e − 1) of softplus, a ``grade_init_value``) are made so: built in float32
+    and cast, a float64 model's softplus scales were 1 − 4.5e-10, not 1 to float64 rounding.
+    Half precision models are still built in float32 and rounded once (``at_least_float32``)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
@@ -47,7 +65,8 @@ def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
                          f"names among {sorted(_GRADING_FIELDS)}")
     config = lm.config.replace(grading=grading, **options)
     weight = next(lm.parameters())
-    graded = type(lm)(config).to(device=weight.device, dtype=weight.dtype)
+    with _default_dtype(at_least_float32(weight.dtype)):  # float64 grades for a float64 model
+        graded = type(lm)(config).to(device=weight.device, dtype=weight.dtype)
     missing, unexpected = graded.load_state_dict(lm.state_dict(), strict=False)
     grading_maps = {name for name, m in graded.named_modules(remove_duplicate=False)
                     if isinstance(m, GradingMap)}

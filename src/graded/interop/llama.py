@@ -18,10 +18,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graded.interop._common import _dtype, _load, _only_buffers, _same_function, _tied, _ungraded
+from graded.interop._common import (
+    _config_of,
+    _dtype,
+    _hf_model,
+    _load,
+    _only_buffers,
+    _same_function,
+    _tied,
+    _ungraded,
+)
 from graded.transformer import TransformerConfig, TransformerLM
 
 __all__ = ["from_llama", "llama_config", "to_llama"]
+
+
+# our fields -> the Hugging Face options they come from (named when ours refuses a value)
+_LLAMA_NAMES = {"vocab_size": "vocab_size", "d_model": "hidden_size",
+                "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
+                "n_layers": "num_hidden_layers", "d_ff": "intermediate_size",
+                "max_len": "max_position_embeddings", "rope_base": "rope_parameters['rope_theta']",
+                "norm_eps": "rms_norm_eps"}
 
 
 def llama_config(hf: Any) -> TransformerConfig:
@@ -40,8 +57,8 @@ def llama_config(hf: Any) -> TransformerConfig:
     if getattr(hf, "head_dim", None) not in (None, hf.hidden_size // heads):
         raise ValueError(f"LlamaConfig.head_dim={hf.head_dim!r} is not mapped; expected "
                          f"hidden_size / num_attention_heads = {hf.hidden_size // heads}")
-    return TransformerConfig(
-        vocab_size=hf.vocab_size, d_model=hf.hidden_size, n_heads=heads,
+    return _config_of(
+        hf, _LLAMA_NAMES, vocab_size=hf.vocab_size, d_model=hf.hidden_size, n_heads=heads,
         n_kv_heads=hf.num_key_value_heads or heads, n_layers=hf.num_hidden_layers,
         d_ff=hf.intermediate_size, max_len=hf.max_position_embeddings, dropout=0.0,
         positional="rope", rope_base=float(theta), activation="swiglu", norm="rms",
@@ -117,7 +134,7 @@ def to_llama(lm: TransformerLM) -> Any:
         mlp_bias=ffn_bias, tie_word_embeddings=c.tie_embeddings, bos_token_id=None,
         eos_token_id=None, pad_token_id=lm.decoder.embed.tokens.padding_idx)
     _same_function(c, llama_config(config), "to_llama", "LLaMA")
-    hf = LlamaForCausalLM(config).to(_dtype(lm))
+    hf = _hf_model(LlamaForCausalLM, config, _dtype(lm))
     mine = lm.state_dict()
     d = c.head_dim
     q_rows = _rope_rows(c.n_heads, d, to_interleaved=False)

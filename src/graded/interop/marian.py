@@ -55,7 +55,9 @@ import torch
 from graded.interop._common import (
     _ACTIVATION_OF,
     _activation,
+    _config_of,
     _dtype,
+    _hf_model,
     _load,
     _only_buffers,
     _same_function,
@@ -70,6 +72,13 @@ __all__ = ["from_marian", "marian_config", "marian_generation_options", "to_mari
 _IGNORED_OPTIONS = {"normalize_before": False, "normalize_embedding": False,
                     "add_final_layer_norm": False, "static_position_embeddings": True}
 _MARIAN_ACTIVATION_OF = {**_ACTIVATION_OF, "silu": "swish"}
+
+
+# our fields -> the Hugging Face options they come from (named when ours refuses a value)
+_MARIAN_NAMES = {"vocab_size": "vocab_size", "d_model": "d_model",
+                 "n_heads": "encoder_attention_heads", "n_layers": "encoder_layers",
+                 "n_decoder_layers": "decoder_layers", "d_ff": "encoder_ffn_dim",
+                 "max_len": "max_position_embeddings"}
 
 
 def marian_config(hf: Any) -> TransformerConfig:
@@ -88,8 +97,9 @@ def marian_config(hf: Any) -> TransformerConfig:
             raise ValueError(f"MarianConfig.{name}={value!r} is not mapped; expected "
                              f"{expected!r} (Hugging Face's Marian ignores it)")
     pad = hf.pad_token_id
-    return TransformerConfig(
-        vocab_size=hf.vocab_size, d_model=hf.d_model, n_heads=hf.encoder_attention_heads,
+    return _config_of(
+        hf, _MARIAN_NAMES, vocab_size=hf.vocab_size, d_model=hf.d_model,
+        n_heads=hf.encoder_attention_heads,
         n_layers=hf.encoder_layers, n_decoder_layers=hf.decoder_layers,
         d_ff=hf.encoder_ffn_dim, max_len=hf.max_position_embeddings, dropout=0.0,
         positional="learned", activation=activation, norm="layer",
@@ -261,7 +271,7 @@ def to_marian(model: Seq2SeqTransformer, *, pad_token_id: int | None = None,
     # without a logits bias ours is Marian's with final_logits_bias = 0
     expected = marian_config(config).replace(logit_bias=c.logit_bias)
     _same_function(c, expected, "to_marian", "Marian", cross_attention=True)
-    hf = MarianMTModel(config).to(_dtype(model))
+    hf = _hf_model(MarianMTModel, config, _dtype(model))
     mine = model.state_dict()
     state = {"model.encoder.embed_tokens.weight": mine["encoder.embed.tokens.weight"],
              "model.decoder.embed_tokens.weight": mine["decoder.embed.tokens.weight"],

@@ -1,5 +1,6 @@
 """Modules split off others (centralities off graph attention, the grade learning-rate bound
-off the recipes, a task's data off the task interface): the old module still gives the same
+off the recipes, a task's data off the task interface, one checkpoint folder off a run's
+checkpoints): the old module still gives the same
 objects under the old names, and the split keeps the classes' behaviour."""
 
 import importlib
@@ -12,6 +13,7 @@ from moved_names import own_names  # tests/ is on the path (conftest.py)
 # new module -> (old module, the names the old one still gives)
 MOVED = {
     "graded.nn.centrality": ("graded.nn.graph", None),
+    "graded.train.checkpoint_folder": ("graded.train.checkpoint", None),
     "graded.tasks.dataset": ("graded.tasks.base", None),
     "graded.train.grade_lr": ("graded.train.recipes", ["grade_lr_bound"]),
 }

@@ -15,6 +15,7 @@ import torch
 from tiny_training import TinyClassifier
 
 from graded.train import checkpoint as ck
+from graded.train import checkpoint_folder
 from graded.train.state_tensors import capture_rng_state, restore_rng_state
 
 
@@ -114,7 +115,7 @@ def test_failed_write_leaves_no_partial_checkpoint(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(ck, "save_file", broken)
+    monkeypatch.setattr(checkpoint_folder, "save_file", broken)
     with pytest.raises(OSError, match="disk full"):
         ck.save_checkpoint(tmp_path / "step_000000001", model, opt, {"step": 1})
     assert list(tmp_path.iterdir()) == []  # neither the folder nor a temporary one
@@ -180,11 +181,12 @@ def test_manager_keeps_last_k_and_the_best(tmp_path):
 KILLED_MID_SAVE = """
 import os, sys, torch
 from graded.train import checkpoint as ck
+from graded.train import checkpoint_folder
 from graded.train.state_tensors import capture_rng_state, restore_rng_state
 model = torch.nn.Linear(3, 2)
 def killed(*args, **kwargs):  # the process dies after model.safetensors, before the rest
     os._exit(9)
-ck.save_file = killed
+checkpoint_folder.save_file = killed
 ck.CheckpointManager(sys.argv[1]).save(2, model, None, {"step": 2})
 """
 

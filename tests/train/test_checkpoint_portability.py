@@ -17,6 +17,7 @@ from tiny_training import TinyClassifier
 
 from graded.config import build_run, load_config
 from graded.train import checkpoint as ck
+from graded.train import checkpoint_folder
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 
@@ -203,7 +204,7 @@ def test_a_save_that_fails_over_a_checkpoint_of_the_same_step_leaves_that_checkp
     manager = ck.CheckpointManager(tmp_path / "checkpoints")
     path = manager.save(2, model, opt, {})
     saved = {name: (path / name).read_bytes() for name in ("model.safetensors", "state.json")}
-    monkeypatch.setattr(ck, "save_file", _no_space)
+    monkeypatch.setattr(checkpoint_folder, "save_file", _no_space)
     with pytest.raises(OSError):
         manager.save(2, *_trained(seed=1), {})
     assert {name: (path / name).read_bytes() for name in saved} == saved
@@ -221,7 +222,7 @@ def test_a_save_that_fails_over_a_checkpoint_of_the_same_step_leaves_that_checkp
 
 def test_a_full_disk_is_an_oserror_naming_the_checkpoint_folder(tmp_path, monkeypatch):
     """It was safetensors' SafetensorError, naming no file."""
-    monkeypatch.setattr(ck, "save_file", _no_space)
+    monkeypatch.setattr(checkpoint_folder, "save_file", _no_space)
     target = tmp_path / "checkpoints" / "step_000000002"
     with pytest.raises(OSError) as exc:
         ck.save_checkpoint(target, *_trained(), {"step": 2})

@@ -12,6 +12,7 @@ import torch
 from tiny_training import TinyClassifier
 
 from graded.train import checkpoint as ck
+from graded.train.state_tensors import read_tensors
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ def test_all_listed_checkpoints_removed_then_the_new_one_is_taken(root, monkeypa
             shutil.rmtree(directory)
             shutil.rmtree(root / "step_000000004")
 
-    stored = ck.read_tensors(root / "step_000000008" / ck.MODEL_FILE)[0]
+    stored = read_tensors(root / "step_000000008" / ck.MODEL_FILE)[0]
     asked = _removing(monkeypatch, rotate)
     model = TinyClassifier()
     found = ck.CheckpointManager(root).find_intact(model)

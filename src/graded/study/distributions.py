@@ -33,8 +33,8 @@ def _check_level(level: float, caller: str, example: float = 0.95) -> None:
 def t_quantile(p: float, nu: float) -> float:
     """The ``p`` quantile of Student's t with ``nu`` degrees of freedom: the root of
     F(t) = p, F(t) = 1 − ½·I_{ν/(ν+t²)}(ν/2, ½) for t ≥ 0 (and symmetric), by bisection."""
-    if not 0.0 < p < 1.0 or nu <= 0:
-        raise ValueError(f"t_quantile needs 0 < p < 1 and nu > 0, got p={p}, nu={nu}")
+    if not 0.0 < p < 1.0 or not 0.0 < nu < math.inf:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and finite nu > 0, got p={p}, nu={nu}")
     if p < 0.5:
         return -t_quantile(1.0 - p, nu)
     if p == 0.5:

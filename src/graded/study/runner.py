@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graded.checks import check_int
 from graded.study.core import Context, Experiment, Finding, atomic_write_text
 
 __all__ = ["DEFAULT_SEEDS", "StudyRun", "experiment_dir", "job_file", "run_study"]
@@ -68,6 +69,39 @@ def _json_safe(value: Any) -> Any:
 
 def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(_json_safe(data), indent=1, ensure_ascii=False))
+
+
+def _read_stored(path: Path, what: str, keys: tuple[str, ...] = ()) -> dict:
+    """The JSON object stored in ``path`` (``what`` it holds), with ``keys``; a file that is
+    not such an object (cut short by a crash, edited by hand) is refused by name rather than
+    read as empty or failing later with no file named."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} ({what}) cannot be read: {e}; delete it to redo what it "
+                         "stored") from None
+    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+    if not isinstance(data, dict) or missing:
+        raise ValueError(f"{path} ({what}) is damaged: expected a JSON object with "
+                         f"{', '.join(keys) or 'fields'}, missing {missing or type(data).__name__}"
+                         "; delete it to redo what it stored")
+    return data
+
+
+def _load_findings(study: StudyRun, name: str, path: Path) -> None:
+    """Reuse an experiment's stored findings (:meth:`_Scheduler._finish` wrote them); a file
+    that does not hold findings is refused by name."""
+    stored = _read_stored(path, f"the stored findings of {name}", ("findings",))
+    try:
+        findings = [Finding.from_dict(f) for f in stored["findings"]]
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"{path} (the stored findings of {name}) is damaged: {e}; delete it "
+                         f"to rerun {name}") from None
+    study.findings[name] = findings
+    study.wall[name] = float(stored.get("wall_s") or 0.0)
+    if stored.get("job_seconds") is not None:
+        study.job_seconds[name] = float(stored["job_seconds"])
+    study.reused[name] = True
 
 
 def _job_result_from_json(data: dict) -> dict:
@@ -164,12 +198,7 @@ class _Scheduler:
         for name, exp in self.experiments.items():
             done = experiment_dir(self.study.out, name) / "findings.json"
             if done.exists():
-                stored = json.loads(done.read_text(encoding="utf-8"))
-                self.study.findings[name] = [Finding.from_dict(f) for f in stored["findings"]]
-                self.study.wall[name] = float(stored.get("wall_s", 0.0))
-                if stored.get("job_seconds") is not None:
-                    self.study.job_seconds[name] = float(stored["job_seconds"])
-                self.study.reused[name] = True
+                _load_findings(self.study, name, done)
                 self._log(f"{name}: finished earlier, reusing {done}")
                 continue
             self.study.reused[name] = False
@@ -199,7 +228,7 @@ class _Scheduler:
                 path = job_file(self.study.out, name, job["key"])
                 if path.exists():
                     state["results"][job["key"]] = _job_result_from_json(
-                        json.loads(path.read_text(encoding="utf-8")))
+                        _read_stored(path, f"a finished job of {name}"))
                     continue
                 state["waiting"].add(job["key"])
                 self.queue.append(("job", name, job))
@@ -230,7 +259,11 @@ class _Scheduler:
                      "findings": [f.as_dict() for f in findings]})
         self._log(f"{name}: finished in {wall:.0f} s ({len(findings)} findings)")
 
-    def _fail(self, name: str, error: str) -> None:
+    def _fail(self, name: str, error: str, wall: float | None = None) -> None:
+        """Record ``name``'s failure and its wall time (``wall``, the failed unit's own, or the
+        time since it was started), which the report and results.json both give."""
+        now = time.perf_counter()
+        self.study.wall[name] = wall if wall is not None else now - self.began.get(name, now)
         self.pending.pop(name, None)
         self.queue = [u for u in self.queue if u[1] != name]
         self.study.errors[name] = error
@@ -241,7 +274,7 @@ class _Scheduler:
         if name in self.study.errors:
             return
         if not out["ok"]:
-            self._fail(name, out["error"])
+            self._fail(name, out["error"], out["wall_s"] if kind == "whole" else None)
             return
         if kind == "whole":
             findings = [Finding.from_dict(f) for f in out["findings"]]
@@ -282,10 +315,24 @@ class _Scheduler:
                 finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in finished:
                     self.done(running.pop(fut), fut.result())
-        except BaseException:  # Ctrl-C or a bug: drop queued units; stored results stay
-            pool.shutdown(wait=False, cancel_futures=True)
+        except BaseException:  # Ctrl-C, SIGTERM or a bug: stored results stay
+            _stop_pool(pool)
             raise
         pool.shutdown(wait=True)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued units and end the running ones, whose results would not be stored: a
+    worker left running keeps the interpreter from exiting until its unit is done (the pool
+    joins its workers at exit), and SIGTERM reaches only this process (Ctrl-C in a terminal
+    reaches the workers too). ``ProcessPoolExecutor`` offers no public way to end its workers
+    before Python 3.14 (``terminate_workers``), hence its ``_processes``."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        process.join(timeout=10)
 
 
 @contextlib.contextmanager
@@ -306,13 +353,21 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _check_settings(out: Path, settings: dict[str, Any]) -> None:
-    """A folder holds the results of one setting: refuse to mix another into it."""
+    """A folder holds the results of one setting: refuse to mix another into it, whether
+    ``study.json`` or a stored experiment's own ``findings.json`` says so (before ``study.json``
+    is written, so a refused call changes nothing)."""
     path = out / "study.json"
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = _read_stored(path, "the folder's study settings")
         if {k: stored.get(k) for k in settings} != settings:
             raise ValueError(f"{out} holds a study run with settings {stored}, not {settings}; "
                              "use another --out (or delete the folder) to start afresh")
+    for done in sorted(out.glob("*/findings.json")):
+        own = _read_stored(done, "an experiment's stored findings", ("findings",))
+        if own.get("settings") is not None and own["settings"] != settings:
+            raise ValueError(f"{done} holds findings of settings {own['settings']}, not "
+                             f"{settings}; delete it (or use another --out) to rerun its "
+                             "experiment")
     _write_json(path, settings)
 
 
@@ -326,12 +381,15 @@ def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str 
     from graded.study.experiments import select
     from graded.study.report import write_report
 
-    if seeds is not None and seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if seeds is not None:
+        seeds = check_int("seeds", seeds, minimum=1)
+    workers = check_int("workers", workers, minimum=1)
+    base_seed = check_int("base_seed", base_seed, minimum=0)
     experiments = select(only)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; expected a folder (new or of an earlier "
+                         "study)")
     out.mkdir(parents=True, exist_ok=True)
     study = StudyRun(out=out, quick=quick, seeds=seeds or DEFAULT_SEEDS[quick],
                      seeds_given=seeds is not None, base_seed=base_seed, workers=workers,
@@ -359,12 +417,7 @@ def _load_others(study: StudyRun, selected: dict[str, Experiment]) -> None:
         path = experiment_dir(study.out, name) / "findings.json"
         if name in selected or not path.exists():
             continue
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        study.findings[name] = [Finding.from_dict(f) for f in stored["findings"]]
-        study.wall[name] = float(stored.get("wall_s", 0.0))
-        if stored.get("job_seconds") is not None:
-            study.job_seconds[name] = float(stored["job_seconds"])
-        study.reused[name] = True
+        _load_findings(study, name, path)
 
 
 def _command(quick: bool, only: str | None, seeds: int | None, workers: int, out: Path) -> str:

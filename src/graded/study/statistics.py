@@ -123,6 +123,17 @@ class Interval:
                 f"{exact}{cut}.")
 
 
+def _hull(*intervals: tuple[float, float]) -> tuple[float, float]:
+    """The smallest interval holding every one of ``intervals``; NaN where any end is NaN (a
+    value that could not be measured leaves no interval, whatever the order of the parts:
+    Python's ``min(1.0, nan)`` is 1.0 but ``min(nan, 1.0)`` is nan)."""
+    lows = [float(i[0]) for i in intervals]
+    highs = [float(i[1]) for i in intervals]
+    if any(math.isnan(v) for v in lows + highs):
+        return math.nan, math.nan
+    return min(lows), max(highs)
+
+
 def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float = 0.95,
                   seed: int = 0, bounds: tuple[float, float] | None = None,
                   trials: int | None = None) -> Interval:
@@ -140,7 +151,11 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
 
     ``bounds`` (low, high): the range the quantity can take (an accuracy [0, 1], a
     correlation [−1, 1]); the interval is cut to it, as the t interval of a mean near a bound
-    can pass it and the mean cannot.
+    can pass it and the mean cannot. A mean outside ``bounds`` is refused: cut there, the
+    interval would no longer hold its estimate.
+
+    A value that is NaN or infinite leaves no interval: [low, high] is NaN (no verdict),
+    whatever the order in which the parts of the hull meet it.
 
     ``trials``: for a mean accuracy (values in [0, 1]) over that many independent trials in
     all (distinct items: runs that answer the same items count them once), the hull also
@@ -166,16 +181,20 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
         t_low, t_high = -math.inf, math.inf
     else:
         _, t_low, t_high = t_interval(u, level=level)
-    low, high = min(b_low, t_low), max(b_high, t_high)
+    low, high = _hull((b_low, b_high), (t_low, t_high))
     exact = None
-    if trials is not None:
+    if trials is not None and not math.isnan(est):  # NaN: no interval to join
         n = check_int("trials", trials, minimum=1)
         if not 0.0 <= est <= 1.0:
             raise ValueError(f"mean_interval(trials={n}) is for accuracies in [0, 1]; the "
                              f"mean of the values is {est!r}")
         exact = (*binomial_interval(min(max(est * n, 0.0), float(n)), n, level=level), n)
-        low, high = min(low, exact[0]), max(high, exact[1])
+        low, high = _hull((low, high), exact[:2])
     if bounds is not None:
+        if not bounds[0] <= est <= bounds[1] and not math.isnan(est):
+            raise ValueError(f"mean_interval: the mean of the values, {est!r}, lies outside "
+                             f"bounds={bounds!r}, the range the quantity can take; cutting the "
+                             "interval to them would leave the estimate outside its interval")
         low, high = max(low, bounds[0]), min(high, bounds[1])
     return Interval(est, low, high, (b_low, b_high), (t_low, t_high), int(u.size), bounds,
                     binomial=exact)
@@ -220,12 +239,14 @@ def stratified_interval(values, strata, *, n_boot: int = 10_000, level: float = 
         t_low, t_high, df = -math.inf, math.inf, 0.0
     else:
         v = np.array([g.var(ddof=1) / (k * k * g.size) for g in groups])
-        if v.sum() == 0.0:
+        if not math.isfinite(float(v.sum())):  # a value that could not be measured
+            t_low = t_high = df = math.nan
+        elif v.sum() == 0.0:
             t_low = t_high = estimate
         else:
             df = float(v.sum() ** 2 / np.sum(v * v / np.array([g.size - 1.0 for g in groups])))
             half = t_quantile((1.0 + level) / 2.0, df) * math.sqrt(float(v.sum()))
             t_low, t_high = estimate - half, estimate + half
-    return Interval(estimate, min(b_low, t_low), max(b_high, t_high), (b_low, b_high),
-                    (t_low, t_high), int(x.size), None, df)
+    low, high = _hull((b_low, b_high), (t_low, t_high))
+    return Interval(estimate, low, high, (b_low, b_high), (t_low, t_high), int(x.size), None, df)
 

@@ -46,10 +46,11 @@ def registry() -> dict[str, Experiment]:
 
 def select(only: str | None) -> dict[str, Experiment]:
     """The experiments named in ``only`` (comma-separated, e.g. ``"E1,E3"``; ``E4`` or ``E5``
-    select ``E4/E5``), or all of them for None/empty. An unknown name is a ValueError listing
-    the known ones."""
+    select ``E4/E5``), or all of them for None. An unknown name is a ValueError listing
+    the known ones; so is an ``only`` that names none (``""``, ``","``: an empty shell variable
+    would otherwise run the whole study)."""
     every = registry()
-    if not only:
+    if only is None:
         return every
     alias = {part: name for name in every for part in name.split("/")}
     chosen: dict[str, Experiment] = {}

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from graded.attention.scores import ScaledDotScore
 from graded.checks import check_float
+from graded.folding import _autocast_on
 
 if TYPE_CHECKING:
     from graded.attention.multihead import MultiheadAttention
@@ -27,6 +28,7 @@ __all__ = [
     "canonical_attn_mask",
     "canonical_padding_mask",
     "check_backend",
+    "check_input_dtypes",
     "check_inputs",
     "check_kv_heads",
     "check_mask_dtype",
@@ -126,6 +128,7 @@ def check_inputs(m: MultiheadAttention, query: Tensor, key: Tensor, value: Tenso
                 f"{name} has feature size {x.shape[-1]} (shape {tuple(x.shape)}), "
                 f"expected {dim}"
             )
+    check_input_dtypes(m, query, key, value)
     seq = 1 if (query.dim() == 3 and m.batch_first) else 0
     if key.shape[seq] != value.shape[seq]:
         raise ValueError(
@@ -142,10 +145,30 @@ def check_inputs(m: MultiheadAttention, query: Tensor, key: Tensor, value: Tenso
     return query.dim() == 3
 
 
+def check_input_dtypes(m: MultiheadAttention, query: Tensor, key: Tensor, value: Tensor
+                       ) -> None:
+    """Refuse a ``query``, ``key`` or ``value`` whose dtype is not the dtype of ``m``'s
+    parameters, naming it (the projection would fail on "mat1 and mat2", naming neither),
+    except under autocast on the query's device, which casts both to its own dtype."""
+    dtype = m.out_proj.weight.dtype
+    if query.dtype == key.dtype == value.dtype == dtype:  # the common case: three comparisons
+        return
+    if _autocast_on(query.device.type) is not None:
+        return
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dtype != dtype:
+            raise TypeError(
+                f"{name} has dtype {x.dtype}, but the attention's parameters are {dtype}; "
+                f"convert the inputs or the module (.to({dtype}) or .to({x.dtype})), or run "
+                "under torch.autocast")
+
+
 def canonical_attn_mask(
-    attn_mask: Tensor | None, bsz: int, num_heads: int, t_q: int, t_k: int
+    attn_mask: Tensor | None, bsz: int, num_heads: int, t_q: int, t_k: int,
+    batched: bool = True,
 ) -> Tensor | None:
-    """torch's (Tq, Tk) or (B·H, Tq, Tk) mask -> keep or additive mask (B|1, H|1, Tq, Tk)."""
+    """torch's (Tq, Tk) or (B·H, Tq, Tk) mask -> keep or additive mask (B|1, H|1, Tq, Tk);
+    for an unbatched query (``batched=False``, B = 1) the 3-D mask is (H, Tq, Tk)."""
     if attn_mask is None:
         return None
     check_mask_dtype("attn_mask", attn_mask)
@@ -154,9 +177,11 @@ def canonical_attn_mask(
     elif attn_mask.dim() == 3 and attn_mask.shape == (bsz * num_heads, t_q, t_k):
         mask = attn_mask.view(bsz, num_heads, t_q, t_k)
     else:
+        per_head = ("batch*num_heads, target, source" if batched else
+                    "num_heads, target, source, for an unbatched (2-D) query")
         raise ValueError(
             f"attn_mask has shape {tuple(attn_mask.shape)}; expected ({t_q}, {t_k}) or "
-            f"({bsz * num_heads}, {t_q}, {t_k}) (batch*num_heads, target, source)"
+            f"({bsz * num_heads}, {t_q}, {t_k}) ({per_head})"
         )
     return ~mask if mask.dtype == torch.bool else mask
 

@@ -77,10 +77,18 @@ class MultiheadAttention(HeadProjections):
     shared-QK attention: no key projection (``in_proj_weight`` is (2E, E): queries, values),
     keys the normalised queries; self-attention only.
 
+    With ``attn_mask``, ``is_causal=True`` is what torch documents it to be, a hint that the
+    mask is causal: the mask alone decides, as in torch's module wherever it applies the mask
+    (weights requested, or a ``key_padding_mask`` given). Torch's fused path (neither) drops
+    the mask for the kernel's top-left causal mask; the two agree where the hint is true.
+
     Departure from torch: ``is_causal=True`` without ``attn_mask`` builds the causal mask
-    instead of raising. It is causal over the real keys: the key that ``add_bias_kv`` or
-    ``add_zero_attn`` appends is visible to every query, as torch's padded mask makes it
-    (torch's own fused path with ``need_weights=False`` hides it from every query).
+    instead of raising, aligned bottom-right (:func:`~graded.attention.functional.causal_mask`:
+    query i sees the keys up to S - L + i, as after a cache of earlier keys; the same as
+    torch's top-left mask when L = S). It is causal over the real keys: the key that
+    ``add_bias_kv`` or ``add_zero_attn`` appends is visible to every query, as torch's padded
+    mask makes it (torch's fused path with ``need_weights=False`` and no
+    ``key_padding_mask`` hides it from every query, with or without ``attn_mask``).
 
     Departure from torch: the switches ``bias``, ``add_bias_kv``, ``add_zero_attn`` and
     ``batch_first`` take True or False only, ``out_bias`` also None (``TypeError`` otherwise).
@@ -328,7 +336,7 @@ class MultiheadAttention(HeadProjections):
         if not batched:
             query, key, value = (x.unsqueeze(0) for x in (query, key, value))
             if key_padding_mask is not None:
-                if key_padding_mask.dim() != 1:
+                if key_padding_mask.shape != key.shape[1:2]:  # named as given, not unsqueezed
                     raise ValueError(
                         f"key_padding_mask has shape {tuple(key_padding_mask.shape)}; expected "
                         f"(source length,) = ({key.shape[1]},) for an unbatched (2-D) query")
@@ -341,8 +349,13 @@ class MultiheadAttention(HeadProjections):
         t_k = key.shape[1]
 
         q, k, v = self.project(query, key, value)
-        mask = canonical_attn_mask(attn_mask, bsz, self.num_heads, t_q, t_k)
+        mask = canonical_attn_mask(attn_mask, bsz, self.num_heads, t_q, t_k, batched)
         kpm = canonical_padding_mask(key_padding_mask, bsz, t_k)
+        if mask is not None:
+            # a hint that the mask is causal (torch's contract): the mask decides, not its
+            # intersection with the bottom-right causal mask (a top-left causal mask of more
+            # queries than keys would lose its first rows)
+            is_causal = False
         if is_causal and (self.bias_k is not None or self.add_zero_attn):
             # causal over the real keys only: the appended bias / zero key is visible to every
             # query (as torch's padded causal mask); a causal mask on the extended length

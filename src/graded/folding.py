@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -216,19 +217,24 @@ def _groups_of_size(items: list[int], sizes: list[int], budget: int) -> Iterator
         yield group
 
 
-def _products_in(xs: Sequence[Tensor], ys: Sequence[Tensor], dtype: torch.dtype) -> list[Tensor]:
+def _products_in(xs: Sequence[Tensor], ys: Sequence[Tensor], dtype: torch.dtype, *,
+                 shared: bool = True) -> list[Tensor]:
     """The products x_i·y_i, each rounded to ``dtype`` as it is stored (one kernel per product
-    on a GPU); the outputs of the x_i that share a shape are the slices of one allocation (one
-    dispatch instead of one per product)."""
+    on a GPU); with ``shared``, the outputs of the x_i that share a shape are the slices of one
+    allocation (one dispatch instead of one per product). Not inside a forward-mode AD level:
+    there an output of :class:`_FoldRows` that is a view needs a tangent that is a view of
+    the same layout, and forward AD failed on an internal assertion for two maps of one shape."""
     alike: dict[tuple, list[int]] = {}
     for i, x in enumerate(xs):
-        alike.setdefault((x.shape, x.device), []).append(i)
+        key = (x.shape, x.device) if shared else (i,)
+        alike.setdefault(key, []).append(i)
     outs: list[Tensor] = [None] * len(xs)  # type: ignore[list-item]
-    for (shape, device), group in alike.items():
+    for group in alike.values():
         if len(group) == 1:
             outs[group[0]] = torch.empty_like(xs[group[0]], dtype=dtype)
             continue
-        block = torch.empty((len(group), *shape), dtype=dtype, device=device)
+        first = xs[group[0]]
+        block = torch.empty((len(group), *first.shape), dtype=dtype, device=first.device)
         for i, out in zip(group, block.unbind(0), strict=True):
             outs[i] = out
     return [torch.mul(x, y, out=o) for x, y, o in zip(xs, ys, outs, strict=True)]
@@ -265,8 +271,9 @@ class _FoldRows(torch.autograd.Function):
             folded_w = torch._foreach_mul(weights, cols)
             folded_b = torch._foreach_mul(biases, rows) if biases else []
         else:  # the product rounded to dtype as it is stored: one kernel (on a GPU) per map
-            folded_w = _products_in(weights, cols, dtype)
-            folded_b = _products_in(biases, rows, dtype)
+            shared = forward_ad._current_level < 0  # views of one block: no forward AD
+            folded_w = _products_in(weights, cols, dtype, shared=shared)
+            folded_b = _products_in(biases, rows, dtype, shared=shared)
         return (*folded_w, *folded_b)
 
     @staticmethod

@@ -13,16 +13,20 @@ Rules where the papers are silent (documented once here, tested in ``tests/test_
   ``q >= 0`` for the exponential map. Learnable grades can leave that domain during training, so
   ``scales()`` evaluates them at a floor instead: ``max(f(q), floor)`` for ``f`` in
   {"shift", "identity"} (the two ``f`` that can reach zero) and ``max(q, 0)`` for the
-  exponential map. The clamp is straight-through: the forward value is clamped but the gradient
-  passes as if unclamped, so the loss can pull a grade back into the domain (a plain clamp would
-  freeze it there for good).
+  exponential map. A floor below the least positive value of the scales' dtype is raised to
+  it, and learnable "softplus" grades are floored there too (softplus(−30) rounds to 0 in
+  float16, softplus(−200) in float32): every scale of learnable grades is positive. The
+  clamp is straight-through: the forward value is clamped but the gradient passes as if
+  unclamped, so the loss can pull a grade back into the domain (a plain clamp would freeze it
+  there for good).
 - *Overflow guard (exponential).* The exponent q·ln λ is clamped at ``max_log_scale`` (default:
   half the log of the dtype's largest finite value, minus 1, so that even the squared grading
   of the "queries_keys" attention variant stays finite). The dtype is the compute dtype: the
   grades', or the autocast dtype when narrower. A ``max_log_scale`` may exceed the default
   (where a product of two scales may then overflow), but not the largest exponent whose exp
   is finite in that dtype (ln 65504 ≈ 11.09 in float16, ≈ 88.7 in bfloat16 and float32): a
-  larger one is lowered to it, so every scale is finite (``scale_of``: in q's dtype). A clamp
+  larger one is lowered to it, so every scale is finite (``scale_of``: in q's dtype), also as
+  rounded to the grades' dtype (bfloat16 grades under a float16 autocast: at most 65280). A clamp
   emits a ``RuntimeWarning``, which says when the cap is a lowered ``max_log_scale``.
   The check that warns needs the exponent's value on the host; it runs at construction, in
   ``set_grades``, ``max_grade``/``max_scale``, and, for tensors on the CPU, in ``set_base``

@@ -49,6 +49,19 @@ def stacked_scales(gradings: Sequence[GradingMap]) -> Tensor | None:
     return gradings[0]._batched_scales(gradings)
 
 
+def _stack_grades(gradings: Sequence[GradingMap]) -> Tensor:
+    """The grades of ``gradings`` (one dtype and device) stacked on a new first axis, outside
+    autocast: its promotion of ``torch.stack`` fails on a float16 tensor under a bfloat16
+    autocast and the reverse ("Unexpected floating ScalarType"), and has nothing to promote
+    among tensors of one dtype."""
+    grades = [g.grades for g in gradings]
+    device = grades[0].device.type
+    if _autocast_on(device) is None:
+        return torch.stack(grades)
+    with torch.autocast(device, enabled=False):
+        return torch.stack(grades)
+
+
 @contextlib.contextmanager
 def shared_scales(grading: GradingMap) -> Iterator[GradingMap]:
     """Inside the block, ``grading.scales()`` is computed once per grad mode and autocast dtype

@@ -4,6 +4,7 @@ described in :mod:`graded.grading`."""
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -14,20 +15,35 @@ from torch import Tensor
 
 from graded._precision import at_least_float32, held_precision, widen_loaded
 from graded.folding import _autocast_on
-from graded.grading.base import GradingMap
+from graded.grading.base import GradingMap, _stack_grades
 from graded.grading.grades import GradesLike, _describe_bad, has_values, straight_through_floor
 
 __all__ = ["ExponentialGrading"]
 
 
-def _finite_exponent(dtype: torch.dtype) -> float:
+def _finite_exponent(dtype: torch.dtype, rounded_to: torch.dtype | None = None) -> float:
     """The largest exponent e whose exp(e), computed in float32 (or ``dtype``, when wider)
     and rounded to ``dtype``, is finite: ln of the largest finite value of ``dtype``, lowered
     by the relative 8ε of the exponent's precision (some ten units in its last place), since
     ln(max) rounded to float32 (88.7228391 up to 88.7228394) has an exp that is inf in
-    float32; exp's own error stays well below that margin."""
+    float32; exp's own error stays well below that margin. With ``rounded_to``, the dtype
+    the scale is rounded to before it is cast to ``dtype`` (bfloat16 grades under a float16
+    autocast), the largest value of ``rounded_to`` not above that of ``dtype`` takes its
+    place: exp(ln 65504) rounds to 65536 in bfloat16, inf in float16."""
     eps = torch.finfo(at_least_float32(dtype)).eps
-    return math.log(torch.finfo(dtype).max) * (1.0 - 8.0 * eps)
+    top = torch.finfo(dtype).max
+    if rounded_to is not None and rounded_to != dtype:
+        top = _largest_not_above(top, rounded_to)
+    return math.log(top) * (1.0 - 8.0 * eps)
+
+
+@functools.cache
+def _largest_not_above(top: float, dtype: torch.dtype) -> float:
+    """The largest value of ``dtype`` that is at most ``top`` (computed once per pair)."""
+    held = torch.tensor(top, dtype=torch.float64).to(dtype)
+    if float(held) > top:
+        held = torch.nextafter(held, torch.zeros_like(held))
+    return min(top, float(held))
 
 
 # λ is held in float32 at least, whatever the module is cast to (graded._precision)
@@ -143,7 +159,8 @@ class ExponentialGrading(GradingMap):
             dtype = fast
         return dtype
 
-    def _cap(self, dtype: torch.dtype | None = None) -> float:
+    def _cap(self, dtype: torch.dtype | None = None,
+             rounded_to: torch.dtype | None = None) -> float:
         """The largest exponent q·ln λ used, for scales rounded to ``dtype`` (None: the compute
         dtype, :meth:`_compute_dtype`). Without ``max_log_scale``, half the log of the largest
         finite value of ``dtype``, minus 1: exp(cap)² stays finite, so a product of two
@@ -152,12 +169,14 @@ class ExponentialGrading(GradingMap):
         may exceed the default (the user's choice, where one scale is used alone: the
         "scores" variant, the weights of the graded losses), where a product of two scales
         can overflow, but never the exponent whose exp is not finite in ``dtype`` (exp(20) is
-        inf in float16); :meth:`_check_overflow` says when the lower cap clamps."""
+        inf in float16); :meth:`_check_overflow` says when the lower cap clamps.
+        ``rounded_to``: the dtype the scales are rounded to, when it is not ``dtype``
+        (:func:`_finite_exponent`)."""
         if dtype is None:
             dtype = self._compute_dtype()
         if self.max_log_scale is None:
             return 0.5 * math.log(torch.finfo(dtype).max) - 1.0
-        return min(self.max_log_scale, _finite_exponent(dtype))
+        return min(self.max_log_scale, _finite_exponent(dtype, rounded_to))
 
     def _sources(self) -> tuple[Tensor, ...]:
         return (self.grades, self.base)
@@ -183,7 +202,7 @@ class ExponentialGrading(GradingMap):
         return (*super()._batch_signature(), self.max_log_scale)
 
     def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
-        q = torch.stack([g.grades for g in gradings])
+        q = _stack_grades(gradings)
         log_base = torch.stack([g._log_base() for g in gradings])  # each its own λ
         e = self._exponent_of(q, log_base.reshape((-1,) + (1,) * (q.dim() - 1)))
         if e.device.type == "cpu":
@@ -197,7 +216,7 @@ class ExponentialGrading(GradingMap):
         above the cap, where the scales are clamped; the warning says when the cap is
         ``max_log_scale`` lowered to what the compute dtype holds (:meth:`_cap`)."""
         dtype = self._compute_dtype()
-        cap = self._cap(dtype)
+        cap = self._cap(dtype, self.grades.dtype)
         if top is None:
             top = float(self._exponent().detach().max())
         if top > cap:
@@ -228,7 +247,7 @@ class ExponentialGrading(GradingMap):
         exponent q·ln λ, computed in float32 at least, to a scale, overflow-guarded
         (:meth:`_cap` of the compute dtype, which ``dtype`` is at least as wide as: exp(cap)
         is finite in it, and under autocast in the autocast dtype too)."""
-        e = e.clamp(max=self._cap())
+        e = e.clamp(max=self._cap(rounded_to=dtype))
         return torch.exp(-e if inverse else e).to(dtype)
 
     def scale_of(self, q: Tensor) -> Tensor:
@@ -241,7 +260,7 @@ class ExponentialGrading(GradingMap):
         come out as 1000, three units in the last place from 1024."""
         wide = at_least_float32(q.dtype)
         out = q.dtype if q.is_floating_point() else wide
-        e = q.to(wide) * torch.log(self.base).to(wide)
+        e = q.to(wide) * torch.log(self.base.to(wide))  # ln λ in q's precision when wider
         return torch.exp(e.clamp(max=self._cap(out))).to(out)
 
     def scales_at(self, multiplier: Tensor | None) -> Tensor:
@@ -253,7 +272,9 @@ class ExponentialGrading(GradingMap):
         out = torch.promote_types(multiplier.dtype, self.grades.dtype)
         e = self._exponent()
         wide = torch.promote_types(at_least_float32(out), e.dtype)
-        return self._capped_exp(multiplier.unsqueeze(-1).to(wide) * e.to(wide), out)
+        # a grade whose q·ln λ overflows (inf) times s = 0 is NaN; λ^{0·q} is 1 (exponent 0)
+        product = (multiplier.unsqueeze(-1).to(wide) * e.to(wide)).nan_to_num(nan=0.0)
+        return self._capped_exp(product, out)
 
     def inverse_scales(self) -> Tensor:
         """diag(M_{q,λ}^{-1}) = λ^{-q} (001 Prop 2.4 (1)), consistent with the clamp of scales(),

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from graded._precision import at_least_float32
-from graded.grading.base import GradingMap
+from graded.grading.base import GradingMap, _stack_grades
 from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
 
 __all__ = ["LINEAR_FUNCTIONS", "LinearGrading"]
@@ -21,6 +21,12 @@ LINEAR_FUNCTIONS = ("shift", "abs_shift", "softplus", "identity")
 _SOFTPLUS_NEUTRAL = math.log(math.expm1(1.0))
 
 
+def _least_positive(dtype: torch.dtype) -> float:
+    """The smallest positive value of the floating ``dtype`` (its least subnormal)."""
+    info = torch.finfo(dtype)
+    return info.tiny * info.eps
+
+
 class LinearGrading(GradingMap):
     """LGT grading map M_q = diag(f(q)) (000 Def 5.1, Lemma 5.5; Def 5.37 (iv)).
 
@@ -29,7 +35,8 @@ class LinearGrading(GradingMap):
     ``grades=None`` gives the neutral grading, whose scales are 1 (0 for "shift"/"abs_shift",
     1 for "identity", log(e − 1) for "softplus", where the scale is 1 up to rounding), so a
     model built with it equals its ungraded twin. Learnable grades under "shift" and "identity"
-    are floored at ``floor`` (straight-through; see :mod:`graded.grading`).
+    are floored at ``floor``, those under "softplus" at the least positive value of the scales'
+    dtype (straight-through; see :mod:`graded.grading`).
     """
 
     def __init__(
@@ -122,30 +129,39 @@ class LinearGrading(GradingMap):
             return self._scales_from(self.grades, self.grades.dtype)
         out = torch.promote_types(multiplier.dtype, self.grades.dtype)
         wide = at_least_float32(out)
-        s = self._scales_from(multiplier.unsqueeze(-1).to(wide) * self.grades.to(wide), wide)
+        s = self._scales_from(multiplier.unsqueeze(-1).to(wide) * self.grades.to(wide), wide,
+                              rounded_to=out)
         if out != wide:  # float16, bfloat16: saturate instead of rounding to ±inf
             big = torch.finfo(out).max
             s = s.clamp(-big, big)
         return s.to(out)
 
-    def _scales_from(self, q: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    def _scales_from(self, q: Tensor, dtype: torch.dtype | None = None, *,
+                     rounded_to: torch.dtype | None = None) -> Tensor:
         """f(q) (floored for learnable grades), computed in float32 at least and rounded once
         to ``dtype`` (None: q's); the gradient reaches q in its own dtype. f(q) of a q in
-        ``dtype`` is finite in it (|f(q)| ≤ |q| + 1)."""
+        ``dtype`` is finite in it (|f(q)| ≤ |q| + 1). ``rounded_to`` (default ``dtype``) is
+        the dtype the caller rounds the scales to in the end: a learnable grade's floor is
+        at least its smallest positive value, so that the floored scale does not round to 0."""
         dtype = dtype or q.dtype
         q = q.to(at_least_float32(q.dtype))
-        if self.learnable and self.f in ("shift", "identity"):
-            # max(f(q), floor) forward, exactly, and f'(q) = 1 backward (straight-through);
-            # the form q + max(floor − q, f(q) − q) would round floor − q, giving the scale 0
-            # (inverse ∞) for q = −3 in bfloat16 and for q = −3000 in float32
-            return straight_through_floor(self._raw_scales(q), self.floor).to(dtype)
-        return self._raw_scales(q).to(dtype)
+        s = self._raw_scales(q)
+        if self.learnable and self.f != "abs_shift":  # abs_shift: f(q) >= 1
+            # max(f(q), floor) forward, exactly, and f'(q) backward (straight-through); the
+            # form q + max(floor − q, f(q) − q) would round floor − q, giving the scale 0
+            # (inverse ∞) for q = −3 in bfloat16 and for q = −3000 in float32. The floor is
+            # never below the least positive value of the final dtype, which softplus (no
+            # floor of its own) needs too: softplus(−30) is 0 in float16, −200 in float32
+            least = _least_positive(rounded_to or dtype)
+            floor = max(self.floor, least) if self.f in ("shift", "identity") else least
+            s = straight_through_floor(s, floor)
+        return s.to(dtype)
 
     def _batch_signature(self) -> tuple:
         return (*super()._batch_signature(), self.f, self.floor)
 
     def _batched_scales(self, gradings: Sequence[GradingMap]) -> Tensor:
-        return self._scales_from(torch.stack([g.grades for g in gradings]))
+        return self._scales_from(_stack_grades(gradings))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, f={self.f!r}"

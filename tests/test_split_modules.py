@@ -1,6 +1,7 @@
 """Modules split off others (centralities off graph attention, the grade learning-rate bound
 off the recipes, a task's data off the task interface, one checkpoint folder off a run's
-checkpoints): the old module still gives the same
+checkpoints, the weighted terms off the graded losses, the learning study's tasks off its arms
+and training loop, one run folder off the resume rule): the old module still gives the same
 objects under the old names, and the split keeps the classes' behaviour."""
 
 import importlib
@@ -16,6 +17,11 @@ MOVED = {
     "graded.train.checkpoint_folder": ("graded.train.checkpoint", None),
     "graded.tasks.dataset": ("graded.tasks.base", None),
     "graded.train.grade_lr": ("graded.train.recipes", ["grade_lr_bound"]),
+    "graded.loss_terms": ("graded.losses", ["BaseLoss", "GradesArg", "_elementwise",
+                                            "_exponential_factors", "_scales", "_weighted",
+                                            "_weights"]),
+    "graded.study.learning_tasks": ("graded.study.learning", None),
+    "graded.train.run_folder": ("graded.train.runs", None),
 }
 
 

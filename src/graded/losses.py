@@ -9,7 +9,9 @@ gradients flow into learnable grades. Tensor grades are used as the weights q_i 
 must be finite and ≥ 0 (a negative weight makes a loss unbounded below). A grading's scales
 that are beyond the input's dtype (a float32 scale above 65504 for a float16 input) weight the
 terms in the wider dtype, so a term is finite wherever the weighted term is (``_weighted``;
-λ^q of :func:`exponentially_graded_loss` is split into factors instead).
+λ^q of :func:`exponentially_graded_loss` is split into factors instead). These terms (the
+elementwise base loss ℓ, the weights of the grades and their products) are
+:mod:`graded.loss_terms`, which this module uses.
 
 Reductions: the elementwise losses (graded MSE, linearly and exponentially graded losses) return
 elementwise terms for ``"none"``, so ``"mean"``/``"sum"`` match ``torch.nn.functional`` for unit
@@ -22,7 +24,6 @@ indices all equal to ``ignore_index`` too, as ``F.cross_entropy``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +31,15 @@ from torch.nn import functional as F
 
 from graded.algebra.space import power_norm
 from graded.grading import ExponentialGrading, GradingMap, LinearGrading, as_grade_tensor
+from graded.loss_terms import (
+    BaseLoss,
+    GradesArg,
+    _elementwise,
+    _exponential_factors,
+    _scales,
+    _weighted,
+    _weights,
+)
 
 __all__ = [
     "ExponentiallyGradedLoss",
@@ -48,17 +58,7 @@ __all__ = [
     "max_graded_loss",
 ]
 
-GradesArg = Tensor | GradingMap
-BaseLoss = str | Callable[[Tensor, Tensor], Tensor]
 REDUCTIONS = ("mean", "sum", "none")
-_BASE_LOSSES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "mse": lambda i, t: F.mse_loss(i, t, reduction="none"),
-    "l1": lambda i, t: F.l1_loss(i, t, reduction="none"),
-    "smooth_l1": lambda i, t: F.smooth_l1_loss(i, t, reduction="none"),
-    "huber": lambda i, t: F.huber_loss(i, t, reduction="none"),
-    "bce": lambda i, t: F.binary_cross_entropy(i, t, reduction="none"),
-    "bce_with_logits": lambda i, t: F.binary_cross_entropy_with_logits(i, t, reduction="none"),
-}
 
 
 def _reduce(x: Tensor, reduction: str) -> Tensor:
@@ -82,85 +82,6 @@ def _check(input: Tensor, target: Tensor | None, reduction: str) -> None:
     if target is not None and target.shape != input.shape:
         raise ValueError(f"input shape {tuple(input.shape)} and target shape "
                          f"{tuple(target.shape)} differ")
-
-
-def _scales(grading: GradingMap, input: Tensor, *, what: str) -> Tensor:
-    """The scales (d,) of ``grading``, in its own dtype, for an input of d features."""
-    d = input.shape[-1]
-    if grading.grades.ndim != 1 or grading.dim != d:
-        raise ValueError(f"{what}: the grading has grades of shape "
-                         f"{tuple(grading.grades.shape)}, expected ({d},) for {d} features")
-    return grading.scales()
-
-
-def _weights(grades: GradesArg, input: Tensor, *, what: str, own_dtype: bool = False,
-             dtype: torch.dtype | None = None) -> Tensor:
-    """The weight vector (d,) of ``grades``: a tensor as given (in ``dtype``, default the
-    input's), a grading module's scales(), cast to the input's dtype unless ``own_dtype``
-    (then for :func:`_weighted`)."""
-    d = input.shape[-1]
-    if isinstance(grades, GradingMap):
-        scales = _scales(grades, input, what=what)
-        return scales if own_dtype else scales.to(input.dtype)
-    dtype = input.dtype if dtype is None else dtype
-    if not isinstance(grades, Tensor):
-        grades = torch.as_tensor(grades, dtype=dtype, device=input.device)
-    q = as_grade_tensor(grades, dim=d, dtype=dtype, device=input.device, allow_heads=False)
-    if not torch.compiler.is_compiling():
-        bad = q.detach() < 0
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{what} needs grades q >= 0 as weights, got {float(q[i])!r} "
-                             f"at index {i}")
-    return q
-
-
-def _weighted(weights: Tensor, ell: Tensor, *, narrow: Tensor | None = None) -> Tensor:
-    """The terms w_k·ℓ_k in ℓ's dtype, finite wherever the product is in that dtype.
-
-    ``weights`` (d,), or any shape that broadcasts against ℓ, are a grading's scales in their
-    own dtype (or tensor grades, already in ℓ's). A weight that fits ℓ's dtype is rounded to
-    it and multiplies ℓ there: the terms of w·ℓ bit for bit. A weight beyond it (a float32
-    scale above 65504 for a float16 ℓ, where the cast gave ∞, so ∞·0 = NaN for an exact
-    prediction and ∞ for 10⁵·10⁻⁴) multiplies ℓ in the wider of the two dtypes, and the
-    product is rounded to ℓ's. As for
-    :func:`exponentially_graded_loss`, the gradient with respect to ℓ is the weight (times
-    the reduction's factor), rounded to ℓ's dtype: ∞ where that is beyond it. ``narrow``:
-    the weights already rounded to ℓ's dtype (gathered from the rounded scales, as
-    :func:`graded_cross_entropy` gathers them, so that their gradients sum in that dtype)."""
-    dtype = ell.dtype
-    wide = torch.promote_types(weights.dtype, dtype)
-    if narrow is None:
-        narrow = weights.to(dtype)
-    if wide == dtype:  # every weight is exact in ℓ's dtype (or tensor grades, already in it)
-        return narrow * ell
-    over = narrow.isinf() & weights.isfinite()  # the cast overflowed
-    near = torch.where(over, torch.ones_like(narrow), narrow) * ell
-    # ℓ is zeroed where the weight fits, so no ∞·0 reaches the weights' gradient there
-    far_ell = torch.where(over, ell, torch.zeros_like(ell)).to(wide)
-    far = (weights.to(wide) * far_ell).to(dtype)
-    return torch.where(over, far, near)
-
-
-def _base_loss(base_loss: BaseLoss) -> Callable[[Tensor, Tensor], Tensor]:
-    if callable(base_loss):
-        return base_loss
-    if base_loss not in _BASE_LOSSES:
-        raise ValueError(f"base_loss must be one of {tuple(_BASE_LOSSES)} or a callable "
-                         f"returning elementwise losses, got {base_loss!r}")
-    return _BASE_LOSSES[base_loss]
-
-
-def _elementwise(base_loss: BaseLoss, input: Tensor, target: Tensor) -> Tensor:
-    """ℓ(ŷ, y) elementwise; a callable that reduces (``F.mse_loss`` with its default
-    ``reduction="mean"``) would otherwise be broadcast against the weights and weight nothing."""
-    ell = _base_loss(base_loss)(input, target)
-    if not isinstance(ell, Tensor) or ell.shape != input.shape:
-        got = tuple(ell.shape) if isinstance(ell, Tensor) else type(ell).__name__
-        raise ValueError(f"base_loss returned {got}; expected elementwise losses of the input's "
-                         f"shape {tuple(input.shape)} (a torch.nn.functional loss needs "
-                         "reduction='none')")
-    return ell
 
 
 def graded_mse(input: Tensor, target: Tensor, grades: GradesArg, *,
@@ -318,28 +239,6 @@ def linearly_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,
                         "exponentially_graded_loss for weights λ^q")
     q = _weights(grades, input, what="linearly_graded_loss", own_dtype=True)
     return _reduce(_weighted(q, _elementwise(base_loss, input, target)), reduction)
-
-
-def _exponential_factors(log_weights: Tensor, dtype: torch.dtype,
-                         weights: Tensor | None = None) -> tuple[Tensor, ...]:
-    """λ^q = exp(q·ln λ) as three factors exp(e_1)·exp(e_2)·exp(e_3), each finite in ``dtype``.
-
-    e_1 = min(e, c), e_2 = min(e − e_1, c), e_3 = min(e − e_1 − e_2, c) with c = ln(max) − 1.
-    Every factor is ≥ 1 and at most λ^q, so each partial product ((ℓ·w_1)·w_2)·w_3 is at most
-    |λ^q·ℓ|: a term is finite wherever λ^q·ℓ is, though λ^q alone is not (float32:
-    q·ln λ > 88.7, float16: > 11.1). Past 3c (float32: 263) the weight is held at exp(3c),
-    where every ℓ ≠ 0 of the dtype (≥ its smallest subnormal) gives ±∞ as λ^q·ℓ does, and
-    ℓ = 0 gives 0 rather than 0·∞ = NaN. Below c the factors are λ^q, 1, 1 (``weights``, the
-    scales themselves where given, else exp(e)): the terms are those of λ^q·ℓ bit for bit. The
-    factors are computed in the dtype of ``log_weights`` and then rounded to ``dtype``."""
-    c = math.log(torch.finfo(dtype).max) - 1.0
-    e1 = log_weights.clamp(max=c)
-    e2 = (log_weights - e1).clamp(max=c)
-    e3 = (log_weights - e1 - e2).clamp(max=c)
-    w1 = torch.exp(e1)
-    if weights is not None:
-        w1 = torch.where(log_weights <= c, weights.to(w1.dtype), w1)
-    return w1.to(dtype), torch.exp(e2).to(dtype), torch.exp(e3).to(dtype)
 
 
 def exponentially_graded_loss(input: Tensor, target: Tensor, grades: GradesArg, *,

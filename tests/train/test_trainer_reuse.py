@@ -83,7 +83,7 @@ def test_a_fit_refused_before_its_first_step_leaves_the_trainer_as_built(tmp_pat
 
 def test_a_plan_prepared_under_another_spelling_of_its_path_is_loaded_once(tmp_path,
                                                                           monkeypatch):
-    import graded.train.trainer as trainer_module
+    import graded.train.run_state as trainer_module  # where prepare_resume calls it
 
     make_trainer(tmp_path / "run", **OPTIONS).fit(pause_after=4)
     calls = []

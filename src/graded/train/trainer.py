@@ -44,8 +44,9 @@ the ranks agree on stopping one step late, :class:`~graded.train.distributed.Sto
 checkpoint and returns with ``interrupted=True`` and a message naming the resume command (a
 second Ctrl-C aborts at once).
 
-This module holds the trainer's set-up, checkpoints and loop; beside it, the optimizer step
+This module holds the trainer's set-up and loop; beside it, the optimizer step
 (:mod:`graded.train.step`), its values and the progress bar (:mod:`graded.train.step_values`),
+the run's checkpointed state, its saves and resume (:mod:`graded.train.run_state`),
 the checks made when a trainer is built (:mod:`graded.train.preflight`), how a run ended
 (:mod:`graded.train.outcome`), and the stop signal and ``close`` (:mod:`graded.train.shutdown`).
 """
@@ -83,16 +84,14 @@ from graded.train.preflight import (
     graded_loss_applies,
 )
 from graded.train.recipes import Recipe, get_recipe
-from graded.train.resume import ResumePlan, plan_resume
-from graded.train.runs import RunError, RunFolder, open_run, refuse_search_run, run_view
+from graded.train.resume import ResumePlan
+from graded.train.run_state import RunState
+from graded.train.runs import RunFolder, open_run, refuse_search_run
 from graded.train.schedules import make_scheduler
 from graded.train.shutdown import ClosesAtExit, TrainerStopSignal
 from graded.train.state_tensors import (
-    capture_rng_state,
     jsonable,
     restore_rng_state,
-    rng_state_from_bytes,
-    rng_state_to_bytes,
 )
 from graded.train.step import AUTOCAST_DTYPES, OptimizerStep
 from graded.train.step_values import StepValues, no_values, progress_bar
@@ -100,7 +99,7 @@ from graded.train.stopping import Stopper
 from graded.transformer.graded import held_gradings
 
 
-class Trainer(OptimizerStep, ClosesAtExit):
+class Trainer(OptimizerStep, RunState, ClosesAtExit):
     """Train ``model`` on ``train_data`` and evaluate on ``eval_data`` (dicts of tensors).
 
     Parameters: ``kind`` is a task kind of :mod:`graded.kinds`, or its name ("lm",
@@ -209,89 +208,12 @@ class Trainer(OptimizerStep, ClosesAtExit):
             self.model, lr=o.lr, weight_decay=o.weight_decay, grade_lr=o.grade_lr
         )
 
-    # ----------------------------------------------------------------- state
-
-    def _state(self, step: int, stopper: Stopper) -> dict[str, Any]:
-        return {
-            "step": step,
-            "seed": self.seed,
-            "kind": self.kind.name,
-            "data_position": {"epoch": step // self.sampler.steps_per_epoch,
-                              "batch": step % self.sampler.steps_per_epoch},
-            "scheduler": self.scheduler.state_dict(),  # lr_lambdas are plain functions: None
-            "grad_scaler": None if self.scaler is None else self.scaler.state_dict(),
-            "stopper": stopper.to_state(),
-            "options": self.opts.model_dump(mode="json"),
-            "config": self.run_config(),
-        }
-
-    def _save(self, step: int, stopper: Stopper, *, is_best: bool = False) -> Path | None:
-        self._finish_recipe()  # the saved optimizer state has the bounded grade learning rate
-        rng = None  # one process: save_checkpoint takes its own
-        if self.ctx.distributed:  # every rank's RNG state, by rank, to rank 0
-            sent = D.gather_bytes(self.ctx, rng_state_to_bytes(capture_rng_state()))
-            rng = [rng_state_from_bytes(data) for data in sent or ()]
-        path = None
-        if self.ctx.is_main:
-            path = self.checkpoints.save(
-                step, self.model, self.optimizer, self._state(step, stopper),
-                is_best=is_best, metric=stopper.best, rng=rng,
-            )
-        D.barrier(self.ctx)
-        return path
-
-    def run_config(self) -> dict[str, Any]:
-        """What ``config.yaml`` holds and every checkpoint stores: the caller's ``config`` (from
-        :mod:`graded.config` a ``RunConfig`` dump) with the options in use; without one, what
-        the trainer knows: task kind, seed, recipe, the model's config and the options."""
-        options = self.opts.model_dump(mode="json")
-        if self.config:
-            return {**self.config, "train": options}
-        to_dict = getattr(getattr(self.model, "config", None), "to_dict", None)
-        model = jsonable(to_dict()) if callable(to_dict) else {"class": type(self.model).__name__}
-        recipe = getattr(self.recipe, "name", type(self.recipe).__name__) if self.recipe else None
-        return {"kind": self.kind.name, "seed": self.seed, "recipe": recipe, "model": model,
-                "train": options}
-
-    def prepare_resume(self, source: str | Path) -> ResumePlan:
-        """Check and load all that resuming from ``source`` (a run folder or a checkpoint folder)
-        needs, writing nothing (:func:`graded.train.resume.plan_resume`): a config key that
-        cannot change raises RunError, no intact checkpoint CheckpointError. The CLI calls it
-        as its preflight; ``fit(resume_from=source)`` then starts from this plan. ``source``
-        is checked as ``fit``'s ``resume_from`` is (:func:`~graded.train.preflight.
-        check_resume_from`: a path that exists, not empty)."""
-        if source is None:
-            raise TypeError("prepare_resume: source must be a path (str or Path) to a run "
-                            "folder or one of its checkpoints, got None")
-        source = check_resume_from(source)
-        now = run_view(self.run_config(), options=self.opts.model_dump(mode="json"),
-                       seed=self.seed, kind=self.kind.name)
-        # a refused resume may have loaded a damaged checkpoint's weights before its optimizer:
-        # neither a fit nor an earlier plan may start from what it left
-        self._holds, self._plan = f"what a resume from {source} loaded", None
-        self._plan = plan_resume(source, self.model, self.optimizer, self.scheduler, now)
-        self._holds = f"checkpoint {self._plan.checkpoint} (step {self._plan.step})"
-        return self._plan
-
     def close(self) -> None:
         """Leave the process group this trainer joined (under torchrun); call once at the end:
         a later :meth:`fit` is refused (:meth:`ClosesAtExit.close
         <graded.train.shutdown.ClosesAtExit.close>`)."""
         super().close()
         self._closed = True
-
-    def _refuse_reuse(self) -> None:
-        """Refuse a fit without ``resume_from`` once the model and optimizer are no longer as
-        built: it would start a new run at step 0 (its schedule, logs and checkpoints anew)
-        from weights and optimizer state that another run or a checkpoint left."""
-        if self._holds is None:
-            return
-        source = self.run_dir if self._plan is None else self._plan.source  # a plan not yet run
-        raise RunError(
-            f"this Trainer's model and optimizer already hold {self._holds}, so fit() without "
-            "resume_from would start a new run at step 0 from that state, mixing two runs; "
-            f"continue the run with fit(resume_from={str(source)!r}), or build a new Trainer "
-            "with a freshly initialised model for a new run")
 
     # ----------------------------------------------------------------- loop
 

@@ -222,7 +222,12 @@ class RunConfig(Strict):
         if self.recipe.name != "auto":
             return self.recipe.name
         grading = self.model.transformer_fields().get("grading")
-        by_kind = {r.kind: name for name, r in RECIPE_OBJECTS.items() if r.kind is not None}
+        # the first recipe of each kind (the paper's algorithm): a recipe added later does
+        # not take over the runs that name none
+        by_kind: dict[str, str] = {}
+        for name, recipe in RECIPE_OBJECTS.items():
+            if recipe.kind is not None:
+                by_kind.setdefault(recipe.kind, name)
         return by_kind.get(grading, "plain")
 
     def run_dir(self) -> Path:

@@ -4,7 +4,7 @@ Def 5.37 (iv)); rules shared with the exponential map are in :mod:`graded.gradin
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -15,10 +15,19 @@ from graded.grading.grades import GradesLike, _describe_bad, straight_through_fl
 
 __all__ = ["LINEAR_FUNCTIONS", "LinearGrading"]
 
-# LinearGrading's f (000 Ex. 5.4/5.38): q + 1, |q| + 1, softplus(q), q.
-LINEAR_FUNCTIONS = ("shift", "abs_shift", "softplus", "identity")
-# softplus(q) == 1 at q = log(e - 1): the neutral grade of the softplus map.
-_SOFTPLUS_NEUTRAL = math.log(math.expm1(1.0))
+# LinearGrading's f (000 Ex. 5.4/5.38), each with its neutral grade (f(q) = 1): q + 1, |q| + 1,
+# softplus(q) (1 at q = log(e − 1)), q. A new f is one entry here; learnable grades under it
+# are floored at ``floor`` unless it is listed below.
+_FUNCTIONS: dict[str, tuple[Callable[[Tensor], Tensor], float]] = {
+    "shift": (lambda q: q + 1.0, 0.0),
+    "abs_shift": (lambda q: q.abs() + 1.0, 0.0),
+    "softplus": (nn.functional.softplus, math.log(math.expm1(1.0))),
+    "identity": (lambda q: q, 1.0),
+}
+LINEAR_FUNCTIONS = tuple(_FUNCTIONS)
+# f ≥ 1 everywhere: no floor; positive but unbounded below 1: floored at the least positive value
+_UNFLOORED = ("abs_shift",)
+_LEAST_FLOORED = ("softplus",)
 
 
 def _least_positive(dtype: torch.dtype) -> float:
@@ -53,9 +62,7 @@ class LinearGrading(GradingMap):
     ) -> None:
         self.f = f  # each checked by its property, here and when set later
         self.floor = floor
-        neutral = {"shift": 0.0, "abs_shift": 0.0, "identity": 1.0,
-                   "softplus": _SOFTPLUS_NEUTRAL}[f]
-        super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=neutral,
+        super().__init__(dim, grades, learnable, num_heads=num_heads, neutral=_FUNCTIONS[f][1],
                          device=device, dtype=dtype)
 
     _options = ("f", "floor")
@@ -87,13 +94,7 @@ class LinearGrading(GradingMap):
         self._set_option("floor", float(value))
 
     def _raw_scales(self, q: Tensor) -> Tensor:
-        if self.f == "shift":
-            return q + 1.0
-        if self.f == "abs_shift":
-            return q.abs() + 1.0
-        if self.f == "softplus":
-            return nn.functional.softplus(q)
-        return q
+        return _FUNCTIONS[self.f][0](q)
 
     def _validate(self, grades: Tensor) -> None:
         if self.learnable:
@@ -101,8 +102,9 @@ class LinearGrading(GradingMap):
         s = self._raw_scales(grades)
         bad = s <= 0
         if bool(bad.any()):
-            need = {"identity": "q > 0", "shift": "q > -1"}.get(
-                self.f, f"q for which softplus(q) does not underflow to 0 in {grades.dtype}")
+            need = {"identity": "q > 0", "shift": "q > -1",
+                    "softplus": f"q for which softplus(q) does not underflow to 0 in "
+                                f"{grades.dtype}"}.get(self.f, "q with f(q) > 0")
             raise ValueError(
                 f"f={self.f!r} needs {need} so that every scale f(q) is positive; got grades "
                 f"{_describe_bad(grades, bad)}"
@@ -146,14 +148,14 @@ class LinearGrading(GradingMap):
         dtype = dtype or q.dtype
         q = q.to(at_least_float32(q.dtype))
         s = self._raw_scales(q)
-        if self.learnable and self.f != "abs_shift":  # abs_shift: f(q) >= 1
+        if self.learnable and self.f not in _UNFLOORED:  # abs_shift: f(q) >= 1
             # max(f(q), floor) forward, exactly, and f'(q) backward (straight-through); the
             # form q + max(floor − q, f(q) − q) would round floor − q, giving the scale 0
             # (inverse ∞) for q = −3 in bfloat16 and for q = −3000 in float32. The floor is
             # never below the least positive value of the final dtype, which softplus (no
             # floor of its own) needs too: softplus(−30) is 0 in float16, −200 in float32
             least = _least_positive(rounded_to or dtype)
-            floor = max(self.floor, least) if self.f in ("shift", "identity") else least
+            floor = least if self.f in _LEAST_FLOORED else max(self.floor, least)
             s = straight_through_floor(s, floor)
         return s.to(dtype)
 

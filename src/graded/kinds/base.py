@@ -68,6 +68,10 @@ class LossSum:
 _REGISTRY: dict[tuple[str, str], TaskKind] = {}
 
 
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 class TaskKind:
     """Base of the task kinds; a subclass with a ``name`` registers itself for :func:`get_kind`."""
 
@@ -85,9 +89,28 @@ class TaskKind:
     grades_source: ClassVar[str] = "no grades"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register ``cls`` under (name, architecture) when it sets either of them itself.
+
+        A subclass that sets neither (a helper between a kind and its variants) inherits its
+        parent's name and is not registered, so it does not replace the parent's kind. A name
+        taken by another class is refused, naming both classes; the same class defined again
+        (its module reloaded) replaces its earlier definition."""
         super().__init_subclass__(**kwargs)
-        if cls.name:
-            _REGISTRY[(cls.name, cls.architecture)] = cls()
+        if "name" not in vars(cls) and "architecture" not in vars(cls):
+            return
+        if not isinstance(cls.name, str) or not isinstance(cls.architecture, str):
+            raise TypeError(f"task kind {cls.__qualname__}: name and architecture must be "
+                            f"strings, got name={cls.name!r}, "
+                            f"architecture={cls.architecture!r}")
+        if not cls.name:
+            return
+        key = (cls.name, cls.architecture)
+        existing = _REGISTRY.get(key)
+        if existing is not None and _qualified(type(existing)) != _qualified(cls):
+            raise ValueError(f"task kind {cls.name!r} ({cls.architecture!r} architecture) is "
+                             f"already registered to {_qualified(type(existing))}; "
+                             f"{_qualified(cls)} needs another name")
+        _REGISTRY[key] = cls()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, architecture={self.architecture!r})"

@@ -385,6 +385,9 @@ def get_recipe(name: str, **options: object) -> Recipe:
     if name not in RECIPES:
         raise ValueError(f"unknown recipe {name!r}; expected one of {sorted(RECIPES)}")
     recipe = RECIPES[name]
+    if recipe.name != name:
+        raise ValueError(f"recipe {name!r} in RECIPES is a Recipe named {recipe.name!r}; "
+                         f"its key and its name must agree (runs record the name)")
     fields = set(recipe.__dataclass_fields__) - {"name", "kind"}
     unknown = sorted(set(options) - fields)
     if unknown:

@@ -60,8 +60,14 @@ class InputEmbedding(nn.Module):
             )
         elif config.positional == "learned":
             self.positions = LearnedPositions(config.d_model, config.max_len)
-        else:
+        elif config.positional in ("rope", "alibi", "none"):  # in the attention, or none
             self.positions = None
+        else:  # a name added to POSITIONAL with no construction here would train without it
+            raise NotImplementedError(
+                f"positional encoding {config.positional!r} is listed in "
+                f"graded.positional.POSITIONAL but the embedding builds only 'sinusoidal', "
+                f"'sinusoidal1' and 'learned' (and leaves 'rope', 'alibi', 'none' to the "
+                f"attention); add its construction to graded/transformer/embedding.py")
         self.input_grading = graded_stage(plan, GradingPlan.input_stage)
         self.projected_grading = graded_stage(plan, GradingPlan.projected_input_stage)
         self.position_grading: nn.Module | None = (

@@ -109,10 +109,17 @@ _REGISTRY: dict[str, Callable[..., Problem]] = {}
 
 
 def register_problem(name: str, factory: Callable[..., Problem]) -> None:
-    """Registers ``factory(**options) -> Problem`` under ``name`` (replacing an earlier one)."""
-    if not name or not callable(factory):
+    """Registers ``factory(**options) -> Problem`` under ``name``. A name already registered
+    to another factory (a shipped problem's included) is refused, naming it; registering the
+    same factory again (its module imported again) is a no-op."""
+    if not isinstance(name, str) or not name or not callable(factory):
         raise ValueError(f"register_problem needs a name and a callable, got {name!r}, "
                          f"{factory!r}")
+    _load_shipped()  # so that a shipped name is taken before a user's module registers
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing is not factory:
+        raise ValueError(f"problem {name!r} is already registered to {existing!r}; register "
+                         f"{factory!r} under another name")
     _REGISTRY[name] = factory
 
 

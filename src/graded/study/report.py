@@ -21,7 +21,7 @@ from graded.study.core import CLAIMS, RULE, Finding, atomic_write_text
 if TYPE_CHECKING:
     from graded.study.runner import StudyRun
 
-__all__ = ["PRIMARY", "claim_rows", "write_report"]
+__all__ = ["PRIMARY", "claim_rows", "default_seeds_note", "write_report"]
 
 # Claims measured by several experiments whose summary row belongs to a later one: the layer
 # Jacobian bounds (6) and the grade-gradient scaling (7) are E6's subject; E2 (the model-level
@@ -29,11 +29,32 @@ __all__ = ["PRIMARY", "claim_rows", "write_report"]
 PRIMARY = {"6": "E6", "7": "E6"}
 
 
-# How many replicates each experiment takes when --seeds is not given (seed_count's defaults).
-_DEFAULT_SEEDS = {
-    True: " (default of the mode: E3 trains 2 models and E4/E5, E6 and E8 train 3)",
-    False: " (default of the mode: E1 uses 10 at n ≤ 400)",
-}
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def default_seeds_note(quick: bool) -> str:
+    """How many replicates each experiment takes in the mode when ``--seeds`` is not given:
+    the ``default_seeds = (quick, full)`` of every experiment that declares them (grouped by
+    count, in registry order) and E1's seeds per training size from its budget."""
+    from graded.study.experiments import e1_sample_efficiency as e1
+    from graded.study.experiments import registry
+
+    by_count: dict[int, list[str]] = {}
+    for name, experiment in registry().items():
+        declared = getattr(experiment, "default_seeds", None)
+        if declared is not None:
+            by_count.setdefault(declared[0 if quick else 1], []).append(name)
+    parts = [f"{_names(names)} {'takes' if len(names) == 1 else 'take'} {count}"
+             for count, names in by_count.items()]
+    b = e1.budget(quick)
+    small, large = b["small_seeds"], b["large_seeds"]
+    if small == large:
+        parts.append(f"E1 takes {small} at every training size")
+    else:
+        upto = max(n for n in b["sizes"] if e1.seeds_at(b, n) == small)
+        parts.append(f"E1 takes {small} at n ≤ {upto} and {large} above")
+    return f" (default of the mode: {'; '.join(parts)})"
 
 
 def _num(x: float) -> str:
@@ -104,7 +125,7 @@ def write_report(study: StudyRun, *, machine: dict[str, Any]) -> Path:
              f"Wall time {study.total_wall:.0f} s with {study.workers} worker process(es) on "
              f"{machine['cpus']} CPU(s) ({machine['processor']}, {machine['platform']}), Python "
              f"{machine['python']}, torch {machine['torch']}. Seeds: {study.seeds}"
-             f"{' (given)' if study.seeds_given else _DEFAULT_SEEDS[study.quick]}, first seed "
+             f"{' (given)' if study.seeds_given else default_seeds_note(study.quick)}, first seed "
              f"{study.base_seed}.", "",
              "## The verdict rule", "", RULE, "",
              "## Predictions (stated before the numbers)", "",

@@ -45,7 +45,8 @@ IGNORE = -100
 
 
 def seed_count(ctx: Context, quick: int, full: int) -> int:
-    """The user's ``--seeds`` when given, else the experiment's default for the mode."""
+    """The user's ``--seeds`` when given, else the experiment's default for the mode: each
+    experiment passes its ``default_seeds = (quick, full)``, which the report's note lists."""
     return ctx.seeds if ctx.seeds_given else (quick if ctx.quick else full)
 
 

@@ -239,9 +239,9 @@ def test_a_new_score_function_is_listed_and_built_by_the_scores_module(tmp_path)
           '        NegatedScore.calls += 1\n'
           '        return -(q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5\n\n\n'
           'SCORES = ("scaled_dot", "dot", "bilinear", "additive", "negated")'),
-         ('    raise ValueError(f"unknown attention score',
+         ('    # a new score adds its branch above this line',
           '    if name == "negated":\n        return NegatedScore()\n'
-          '    raise ValueError(f"unknown attention score')],
+          '    # a new score adds its branch above this line')],
         model={"attn_score": "negated", "attn_backend": "explicit"},
         listed="one of scaled_dot, dot, bilinear, additive, negated",
         check="""

@@ -119,4 +119,10 @@ def make_score(name: str | Score, num_heads: int, head_dim: int) -> Score:
         return BilinearScore(num_heads, head_dim)
     if name == "additive":
         return AdditiveScore(head_dim)
+    # a new score adds its branch above this line
+    if name in SCORES:  # listed, but no branch above builds it
+        raise NotImplementedError(
+            f"attention score {name!r} is listed in graded.attention.scores.SCORES but "
+            "make_score has no construction for it; add its branch to make_score in "
+            "graded/attention/scores.py")
     raise ValueError(f"unknown attention score {name!r}; expected one of {SCORES} or a Score")

@@ -51,10 +51,14 @@ def _initial_grades(config: TransformerConfig, dim: int, heads: int | None) -> T
     if init == "warm_start":
         q = c * torch.arange(dim, dtype=torch.get_default_dtype())
         return q.expand(shape).clone()
-    raise ValueError(
-        f"TransformerConfig.grade_init={init!r} is invalid: expected 'neutral', 'zeros', "
-        "'constant' or 'warm_start'"
-    )
+    if init not in GRADE_INITS:
+        raise ValueError(f"TransformerConfig.grade_init={init!r} is invalid: expected one of "
+                         f"{', '.join(map(repr, GRADE_INITS))}")
+    # A name added to GRADE_INITS without its construction above.
+    raise NotImplementedError(
+        f"TransformerConfig.grade_init={init!r} is listed in "
+        f"graded.transformer.grading_plan.GRADE_INITS but _initial_grades has no construction "
+        f"for it; add its branch to _initial_grades in graded/transformer/grading_plan.py")
 
 
 class GradingPlan:

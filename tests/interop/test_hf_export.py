@@ -287,3 +287,13 @@ def test_a_value_our_config_refuses_is_named_as_the_hugging_face_option(kind, op
     with pytest.raises(ValueError, match=re.escape(f"{name}.{option}={value!r} is not mapped: "
                                                    f"TransformerConfig.{ours}=")):
         _CONVERT[kind][0](hf)
+
+
+def test_a_llama_with_swish_the_other_name_of_silu_is_taken_as_silu():
+    swish, silu = _llama(hidden_act="swish").double(), _llama(hidden_act="silu").double()
+    ids = _ids(41, (2, 7))
+    with torch.no_grad():  # the same weights (one seed): Hugging Face computes the same
+        assert torch.equal(swish(ids).logits, silu(ids).logits)
+        assert torch.equal(from_llama(swish)(ids), from_llama(silu)(ids))
+    with pytest.raises(ValueError, match=r"LlamaConfig.hidden_act='gelu' is not mapped"):
+        from_llama(_llama(hidden_act="gelu"))

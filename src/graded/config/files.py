@@ -66,6 +66,14 @@ def _mapping_without_duplicates(loader: _Loader, node: yaml.MappingNode) -> dict
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue  # `<<: *anchor`: keys given beside it override the merged ones, by design
         key = loader.construct_object(key_node, deep=True)
+        if (isinstance(key, bool) or key is None) and isinstance(key_node, yaml.ScalarNode) \
+                and key_node.style is None:
+            # `on:`, `yes:`, `off:`, `null:`: YAML 1.1 reads these names as True, False, None,
+            # which no config key is; the message would otherwise name True, not what was typed
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key_node.value!r} is read by YAML as {key!r}, not as the "
+                f"name {key_node.value!r}; quote it ('{key_node.value}') to use it as a name",
+                key_node.start_mark)
         if not isinstance(key, str | int | float | bool):
             continue  # an unhashable key fails in construct_mapping, as in plain YAML
         if key in seen:

@@ -50,9 +50,9 @@ def llama_config(hf: Any) -> TransformerConfig:
     if kind != "default":
         raise ValueError(f"LLaMA rotary positions of type {kind!r} ({rope}) are not mapped; "
                          "only the default ones are")
-    if hf.hidden_act != "silu":
+    if hf.hidden_act not in ("silu", "swish"):  # Hugging Face's two names of one function
         raise ValueError(f"LlamaConfig.hidden_act={hf.hidden_act!r} is not mapped; expected "
-                         "'silu'")
+                         "'silu' (or 'swish', the same function)")
     heads = hf.num_attention_heads
     if getattr(hf, "head_dim", None) not in (None, hf.hidden_size // heads):
         raise ValueError(f"LlamaConfig.head_dim={hf.head_dim!r} is not mapped; expected "

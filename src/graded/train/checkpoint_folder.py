@@ -76,6 +76,7 @@ TEMP_DIR = re.compile(r"^\.step_\d{9}\..+\.tmp$")
 STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
 OPTIM_FILE = "optimizer.safetensors"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def save_checkpoint(
@@ -176,8 +177,19 @@ def read_checkpoint_state(directory: str | os.PathLike[str]) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise checkpoint_error(path, f"truncated, corrupt or unreadable ({exc})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+    if not isinstance(meta, dict):
         raise checkpoint_error(path, "not a checkpoint state (no integer 'step')")
+    step = meta.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise checkpoint_error(path, f"not a checkpoint state: 'step' is {step!r}, expected an "
+                                     "integer >= 0")
+    sums = meta.get("sha256")
+    if sums is not None and not (
+            isinstance(sums, dict) and all(
+                isinstance(v, str) and _SHA256.fullmatch(v) for v in sums.values())):
+        # a damaged record would skip the check of the tensor files it is there for
+        raise checkpoint_error(path, f"'sha256' is {sums!r}, expected a map of file names to "
+                                     "64 hexadecimal digits")
     return meta
 
 

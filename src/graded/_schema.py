@@ -34,6 +34,7 @@ from typing_extensions import Self
 
 __all__ = [
     "ConfigModel",
+    "ConfigValueError",
     "Invalid",
     "Strict",
     "allowed_keys",
@@ -107,8 +108,12 @@ class Invalid(ValueError):
         super().__init__(expected)
         self.expected, self.field, self.value = expected, field, value
 
+    def name(self, field: str) -> str:
+        """The dotted name of the field blamed, under ``field`` (where the validator ran)."""
+        return ".".join(p for p in (field, self.field) if p)
+
     def message(self, owner: str, field: str, value: Any) -> str:
-        name = ".".join(p for p in (field, self.field) if p)
+        name = self.name(field)
         shown = value if self.value is Invalid._unset else self.value
         where = f"{owner}.{name}" + ("" if shown is ... else f"={shown!r}")
         return f"{where} is invalid: expected {self.expected}"
@@ -224,39 +229,62 @@ def choice(options: Iterable[Any] | Callable[[], Iterable[Any]], *, optional: bo
     return BeforeValidator(check)
 
 
-def error_lines(model: type[BaseModel], err: ValidationError) -> list[str]:
-    """One ``Owner.field=value is invalid: expected ...`` line per error of ``err``, raised
-    while validating ``model``."""
-    owner, lines = model.__name__, []
+class ConfigValueError(ValueError):
+    """A config refused: its message has one line per problem (:func:`error_lines`);
+    ``fields`` are the dotted names of the fields blamed, in the order of the lines."""
+
+    def __init__(self, message: str, fields: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+def refused_fields(model: type[BaseModel], err: ValidationError) -> list[tuple[str, str]]:
+    """(field, line) per error of ``err``, raised while validating ``model``: the dotted name
+    of the field blamed and its ``Owner.field=value is invalid: expected ...`` line."""
+    owner, out = model.__name__, []
     for e in err.errors():
         loc = [str(p) for p in e["loc"] if not str(p).startswith(("function-", "json-"))]
         field = ".".join(loc)
         cause = (e.get("ctx") or {}).get("error")
         if isinstance(cause, Invalid):
-            lines.append(cause.message(owner, field, e["input"]))
+            out.append((cause.name(field), cause.message(owner, field, e["input"])))
         elif e["type"] == "extra_forbidden":
             where = ".".join([owner, *loc[:-1]])
-            lines.append(unknown_key_message(where, loc[-1], allowed_keys(model, e["loc"][:-1]),
-                                             name_key=True))
+            out.append((field, unknown_key_message(where, loc[-1],
+                                                   allowed_keys(model, e["loc"][:-1]),
+                                                   name_key=True)))
         elif e["type"] == "missing":
-            lines.append(f"{owner}.{field}: required key is missing")
+            out.append((field, f"{owner}.{field}: required key is missing"))
         else:
             expected = e["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
-            lines.append(f"{owner}.{field}={e['input']!r} is invalid: expected {expected}")
-    return lines
+            out.append((field, f"{owner}.{field}={e['input']!r} is invalid: expected {expected}"))
+    return out
+
+
+def error_lines(model: type[BaseModel], err: ValidationError) -> list[str]:
+    """One ``Owner.field=value is invalid: expected ...`` line per error of ``err``, raised
+    while validating ``model`` (:func:`refused_fields`)."""
+    return [line for _, line in refused_fields(model, err)]
+
+
+def _config_error(model: type[BaseModel], err: ValidationError) -> ConfigValueError:
+    refused = refused_fields(model, err)
+    return ConfigValueError("\n".join(line for _, line in refused),
+                            tuple(field for field, _ in refused))
 
 
 class ConfigModel(Strict):
     """A serialisable model config: keyword constructor, dict/JSON round trips, ``replace``.
 
-    Construction and assignment raise a plain :class:`ValueError` naming the field, the bad
-    value and what is allowed (one line per problem)."""
+    Construction and assignment raise a :class:`ConfigValueError` (a ValueError) naming the
+    field, the bad value and what is allowed (one line per problem), its ``fields`` the fields
+    blamed."""
 
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise ValueError("\n".join(error_lines(type(self), exc))) from None
+            raise _config_error(type(self), exc) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         old = self.__dict__.get(name)
@@ -265,7 +293,7 @@ class ConfigModel(Strict):
         except ValidationError as exc:
             if name in type(self).model_fields:  # a failed check across fields keeps the old
                 self.__dict__[name] = old
-            raise ValueError("\n".join(error_lines(type(self), exc))) from None
+            raise _config_error(type(self), exc) from None
 
     def validate(self) -> None:  # type: ignore[override]
         """Check the config again (it is checked when built and on every assignment)."""

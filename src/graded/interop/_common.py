@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from graded._schema import ConfigValueError
 from graded.transformer import TransformerConfig, TransformerLM
 
 
@@ -79,19 +79,15 @@ def _tied(src: dict[str, Tensor], embedding: str) -> bool:
     return head is None or torch.equal(head, src[embedding])
 
 
-_REFUSED_FIELD = re.compile(r"TransformerConfig\.(\w+)=")
-
-
 def _config_of(hf: Any, names: dict[str, str], **fields: Any) -> TransformerConfig:
     """``TransformerConfig(**fields)`` for the Hugging Face config ``hf``. A value our config
     refuses (a ``layer_norm_epsilon`` of 0, ...) is named as the option of ``hf`` it came from
     (``names``: our field -> theirs) as well as ours."""
     try:
         return TransformerConfig(**fields)
-    except ValueError as error:
-        found = _REFUSED_FIELD.search(str(error))
-        ours = found.group(1) if found else None
-        if ours not in names:
+    except ConfigValueError as error:
+        ours = next((f for f in error.fields if f in names), None)
+        if ours is None:
             raise
         raise ValueError(f"{type(hf).__name__}.{names[ours]}={fields[ours]!r} is not mapped: "
                          f"{error}") from error

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graded._processes import pool_workers
 from graded.checks import check_int
 from graded.study.core import Context, Experiment, Finding, atomic_write_text
 
@@ -325,9 +326,8 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Drop the queued units and end the running ones, whose results would not be stored: a
     worker left running keeps the interpreter from exiting until its unit is done (the pool
     joins its workers at exit), and SIGTERM reaches only this process (Ctrl-C in a terminal
-    reaches the workers too). ``ProcessPoolExecutor`` offers no public way to end its workers
-    before Python 3.14 (``terminate_workers``), hence its ``_processes``."""
-    workers = list((getattr(pool, "_processes", None) or {}).values())
+    reaches the workers too)."""
+    workers = pool_workers(pool)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in workers:
         process.terminate()

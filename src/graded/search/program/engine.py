@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from graded._io import atomic_write_text
+from graded._processes import pool_workers
 from graded.search.program.database import DatabaseConfig, ProgramsDatabase
 from graded.search.program.evaluate import Evaluation, evaluate
 from graded.search.program.problem import Problem
@@ -133,8 +134,7 @@ def _stop_workers(pool: cf.Executor) -> None:
     """SIGTERM to the worker processes of a local pool: an abort does not wait for the
     evaluations under way (a verifier that hangs would hold it for ever, a candidate for its
     time limit)."""
-    processes = getattr(pool, "_processes", None) or {}  # (a ProcessPoolExecutor's own)
-    for process in list(processes.values()):
+    for process in pool_workers(pool):
         process.terminate()
 
 

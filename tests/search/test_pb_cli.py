@@ -59,8 +59,7 @@ def test_cli_runs_local_only_baseline_and_reports(tmp_path, capsys):
 def test_the_add_a_problem_example_in_the_docs_runs(tmp_path):
     from pathlib import Path
 
-    from graded.search.patternboost import PatternBoostConfig, run_patternboost
-    from graded.search.patternboost.problems import PROBLEMS
+    from graded.search.patternboost import PatternBoostConfig, problems, run_patternboost
 
     doc = (Path(__file__).parents[2] / "docs" / "patternboost.md").read_text()
     section = doc.split("## Adding a problem", 1)[1]
@@ -75,7 +74,7 @@ def test_the_add_a_problem_example_in_the_docs_runs(tmp_path):
         assert result.best_score == 4.0  # α(C_9) = ⌊9/2⌋
         assert result.problem.is_valid(result.best_object)
     finally:
-        PROBLEMS.pop("independent-cycle", None)
+        problems._REGISTRY.pop("independent-cycle", None)
 
 
 def test_module_entry_point_shows_help(capsys):

@@ -1,7 +1,8 @@
 """PatternBoost (003 §3.3; Charton, Ellenberg, Wagner, Williamson, arXiv:2411.00566).
 
 Local search polishes objects; a transformer trained on the best objects proposes new ones;
-the two alternate. Point it at a new question by writing a `Problem` (see docs/patternboost.md).
+the two alternate. Point it at a new question by writing a `Problem` and registering it with
+`register_problem` (see docs/patternboost.md).
 """
 
 from .config import MODES, PatternBoostConfig
@@ -11,7 +12,7 @@ from .graphs import C4_FREE_MAXIMA, C4Free, TriangleFree, count_c4, count_triang
 from .hypercube import HypercubeDiameter, far_pairs, hypercube_edges
 from .permanent import PatternAvoidingPermanent, pattern_counts, permanent
 from .problem import DecodeError, Problem, pack_bits, unpack_bits
-from .problems import PROBLEMS, make_problem, problem_from_size
+from .problems import PROBLEMS, make_problem, problem_from_size, register_problem
 
 __all__ = [
     "C4_FREE_MAXIMA",
@@ -36,6 +37,7 @@ __all__ = [
     "pattern_counts",
     "permanent",
     "problem_from_size",
+    "register_problem",
     "run_patternboost",
     "unpack_bits",
 ]

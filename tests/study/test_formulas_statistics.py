@@ -127,7 +127,7 @@ def test_t_interval_is_the_mean_plus_minus_the_quantile_times_the_standard_error
     se = np.std(x, ddof=1) / math.sqrt(len(x))
     assert _two_sided_p_by_integration((mean - low) / se, len(x) - 1) == pytest.approx(0.05,
                                                                                        abs=1e-9)
-    assert t_interval([0.7]) == (0.7, 0.7, 0.7)
+    assert t_interval([0.7]) == (0.7, -math.inf, math.inf)  # 0 df: no interval
 
 
 def test_a_five_replicate_verdict_interval_contains_the_t_interval_and_the_bootstrap():

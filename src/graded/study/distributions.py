@@ -60,14 +60,19 @@ def t_quantile(p: float, nu: float) -> float:
 
 def t_interval(values, *, level: float = 0.95) -> tuple[float, float, float]:
     """Mean of ``values`` and its Student t interval mean ± t_{(1+level)/2, n−1}·s/√n (s with
-    n − 1 in the denominator); one value gives the point."""
+    n − 1 in the denominator).
+
+    One value has no t interval: with n − 1 = 0 degrees of freedom there is no spread to
+    estimate and t_{(1+level)/2, 0} is infinite, so the bounds are (−∞, +∞), which every verdict
+    of the study (:func:`graded.study.core.verdict`) reads as inconclusive. The point
+    (mean, mean) would claim certainty from one sample."""
     _check_level(level, "t_interval")
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
         raise ValueError("t_interval needs at least one value")
     mean = float(x.mean())
     if x.size == 1:
-        return mean, mean, mean
+        return mean, -math.inf, math.inf
     half = t_quantile((1.0 + level) / 2.0, x.size - 1.0) * float(x.std(ddof=1)) / math.sqrt(x.size)
     return mean, mean - half, mean + half
 

@@ -118,9 +118,14 @@ class Interval:
                      f"{c[2]} trials")
         cut = "" if self.bounds is None or (self.low, self.high) == hull else (
             f", cut to the quantity's range [{self.bounds[0]:g}, {self.bounds[1]:g}]")
+        if t == (-math.inf, math.inf):  # 0 degrees of freedom: no spread to estimate
+            why = (f"n = {self.replicates}: no interval" if self.df is None
+                   else "a stratum of one value: no interval")
+            t_part = f"the t interval (−∞, ∞) ({why}, so no verdict)"
+        else:
+            t_part = f"the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({df} df)"
         return (f"Interval: the hull of the percentile bootstrap [{b[0]:{fmt}}, {b[1]:{fmt}}]"
-                f"{',' if exact else ' and'} the t interval [{t[0]:{fmt}}, {t[1]:{fmt}}] ({df} df)"
-                f"{exact}{cut}.")
+                f"{',' if exact else ' and'} {t_part}{exact}{cut}.")
 
 
 def _hull(*intervals: tuple[float, float]) -> tuple[float, float]:
@@ -177,10 +182,7 @@ def mean_interval(values, clusters=None, *, n_boot: int = 10_000, level: float =
         est, b_low, b_high = cluster_bootstrap(x, clusters, n_boot=n_boot, level=level,
                                                seed=seed)
     u = replicate_values(x, clusters)
-    if u.size < 2:  # 0 degrees of freedom: the t interval is the whole line, no verdict
-        t_low, t_high = -math.inf, math.inf
-    else:
-        _, t_low, t_high = t_interval(u, level=level)
+    _, t_low, t_high = t_interval(u, level=level)  # one replicate: the whole line, no verdict
     low, high = _hull((b_low, b_high), (t_low, t_high))
     exact = None
     if trials is not None and not math.isnan(est):  # NaN: no interval to join

@@ -47,6 +47,14 @@ def _grade_inits() -> tuple[str, ...]:
     return GRADE_INITS
 
 
+def _grade_inits_reading_value() -> dict[str, bool]:
+    """Whether each grade init reads ``grade_init_value``, as its entry says
+    (:attr:`graded.transformer.grading_plan.GradeInit.reads_value`), read when validating."""
+    from graded.transformer.grading_plan import GRADE_INIT_ENTRIES
+
+    return {name: entry.reads_value for name, entry in GRADE_INIT_ENTRIES.items()}
+
+
 def _probability(optional: bool = False) -> BeforeValidator:
     return satisfies(lambda v: is_number(v) and 0.0 <= v < 1.0, "a probability in [0, 1)",
                      optional=optional)
@@ -389,10 +397,11 @@ class TransformerConfig(ConfigModel):
              f"positional={self.positional!r} has no rotary positions, whose theta it is"),
         ]
         if self.grading is not None:
+            reads = _grade_inits_reading_value()  # an init without an entry: its build says so
             unread += [
-                ("grade_init_value", self.grade_init not in ("constant", "warm_start"),
-                 f"grade_init={self.grade_init!r} reads no value: c is the value of "
-                 "'constant' and the slope of 'warm_start' only"),
+                ("grade_init_value", not reads.get(self.grade_init, True),
+                 f"grade_init={self.grade_init!r} reads no value; the grade inits that read "
+                 f"it: {', '.join(repr(name) for name, read in reads.items() if read)}"),
                 ("grade_position_alpha", not self.grade_positions,
                  "grade_positions=False grades no position vectors"),
                 ("grades_per_head", not self.grade_attention,

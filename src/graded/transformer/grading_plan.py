@@ -5,12 +5,13 @@ Each stage method of the plan returns the module of a stage
 (:mod:`graded.transformer.graded_stages`) or None where the config leaves it ungraded;
 :func:`graded_stage` turns None into the identity, and :func:`resolve_plan` gives a part built on
 its own a plan of its own. Every grading made carries its ``role`` (:data:`ROLES`); its grades
-start as ``config.grade_init`` says (:data:`GRADE_INITS`).
+start as ``config.grade_init`` says (:data:`GRADE_INIT_ENTRIES`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -23,7 +24,9 @@ from graded.transformer.graded_stages import GradedFeatures, GradedPositions, To
 
 __all__ = [
     "GRADE_INITS",
+    "GRADE_INIT_ENTRIES",
     "ROLES",
+    "GradeInit",
     "GradingPlan",
     "graded_stage",
     "resolve_plan",
@@ -33,32 +36,54 @@ __all__ = [
 # d_model features shared by the input, feed-forward and output stages, or one attention
 # layer's head dimension, or the per-token profile p of per-token grading.
 ROLES = ("input", "feature", "attention", "token")
-# How a new grading's grades start (TransformerConfig.grade_init; see _initial_grades).
-GRADE_INITS = ("neutral", "zeros", "constant", "warm_start")
+
+
+@dataclass(frozen=True)
+class GradeInit:
+    """One way a new grading's grades start (``TransformerConfig.grade_init``).
+
+    ``grades(shape, c)``: the grades of a grading of ``shape`` ((dim,), or (heads, dim) per
+    head) with c = ``grade_init_value``, or None for the grading's neutral grades (M = I).
+    ``reads_value``: whether ``grades`` reads c; :class:`TransformerConfig` refuses a
+    ``grade_init_value`` set beside an init that does not, as it would change nothing."""
+
+    grades: Callable[[tuple[int, ...], float], Tensor | None]
+    reads_value: bool = False
+
+
+def _warm_start(shape: tuple[int, ...], c: float) -> Tensor:
+    """The warm start q_k = c·k along the grading's dimension (000 Alg 5.1 / 7.1)."""
+    q = c * torch.arange(shape[-1], dtype=torch.get_default_dtype())
+    return q.expand(shape).clone()
+
+
+# How a new grading's grades start, by name (TransformerConfig.grade_init): neutral (M = I),
+# zeros, the constant c = grade_init_value, or the warm start. One entry adds an init.
+GRADE_INIT_ENTRIES: dict[str, GradeInit] = {
+    "neutral": GradeInit(lambda shape, c: None),
+    "zeros": GradeInit(lambda shape, c: torch.zeros(shape)),
+    "constant": GradeInit(lambda shape, c: torch.full(shape, c), reads_value=True),
+    "warm_start": GradeInit(_warm_start, reads_value=True),
+}
+GRADE_INITS = tuple(GRADE_INIT_ENTRIES)
 
 
 def _initial_grades(config: TransformerConfig, dim: int, heads: int | None) -> Tensor | None:
-    """Grades for a new grading from ``config.grade_init``: neutral (M = I), zeros, constant
-    c = grade_init_value, or the warm start q_k = c·k of 000 Alg 5.1 / 7.1."""
-    init, c = config.grade_init, float(config.grade_init_value)
-    shape = (dim,) if heads is None else (heads, dim)
-    if init == "neutral":
-        return None
-    if init == "zeros":
-        return torch.zeros(shape)
-    if init == "constant":
-        return torch.full(shape, c)
-    if init == "warm_start":
-        q = c * torch.arange(dim, dtype=torch.get_default_dtype())
-        return q.expand(shape).clone()
+    """Grades for a new grading from the entry of ``config.grade_init`` in
+    :data:`GRADE_INIT_ENTRIES`, with c = ``grade_init_value``."""
+    init = config.grade_init
+    entry = GRADE_INIT_ENTRIES.get(init)
+    if entry is not None:
+        return entry.grades((dim,) if heads is None else (heads, dim),
+                            float(config.grade_init_value))
     if init not in GRADE_INITS:
         raise ValueError(f"TransformerConfig.grade_init={init!r} is invalid: expected one of "
                          f"{', '.join(map(repr, GRADE_INITS))}")
-    # A name added to GRADE_INITS without its construction above.
+    # A name added to GRADE_INITS without its entry.
     raise NotImplementedError(
         f"TransformerConfig.grade_init={init!r} is listed in "
         f"graded.transformer.grading_plan.GRADE_INITS but _initial_grades has no construction "
-        f"for it; add its branch to _initial_grades in graded/transformer/grading_plan.py")
+        f"for it; add its GradeInit to GRADE_INIT_ENTRIES in graded/transformer/grading_plan.py")
 
 
 class GradingPlan:

@@ -89,7 +89,8 @@ def test_a_plan_prepared_under_another_spelling_of_its_path_is_loaded_once(tmp_p
     calls = []
     plan_resume = trainer_module.plan_resume
     monkeypatch.setattr(trainer_module, "plan_resume",
-                        lambda source, *a: calls.append(source) or plan_resume(source, *a))
+                        lambda source, *a, **k: calls.append(source)
+                        or plan_resume(source, *a, **k))
     monkeypatch.chdir(tmp_path)
     trainer = make_trainer(tmp_path / "run", **OPTIONS)
     trainer.prepare_resume("run")  # relative: fit below names it absolute, with a slash more
@@ -115,17 +116,17 @@ def test_a_fit_that_failed_after_steps_without_a_checkpoint_refuses_a_fresh_fit(
         trainer.fit()
 
 
-def test_a_failed_prepare_resume_withdraws_the_plan_made_before_it(tmp_path):
+def test_a_failed_prepare_resume_leaves_the_plan_made_before_it(tmp_path):
     whole = make_trainer(tmp_path / "whole", **OPTIONS).fit()
     make_trainer(tmp_path / "a", **OPTIONS).fit(pause_after=4)
     make_trainer(tmp_path / "b", **{**OPTIONS, "lr": 1e-2}).fit(pause_after=4)  # other weights
     damaged = tmp_path / "b" / "checkpoints" / "step_000000004" / "optimizer.safetensors"
-    damaged.write_bytes(damaged.read_bytes()[:-8])  # read after the weights were loaded
+    damaged.write_bytes(damaged.read_bytes()[:-8])  # found before any of b's weights load
     trainer = make_trainer(tmp_path / "new", **OPTIONS)
     trainer.prepare_resume(tmp_path / "a")
     with pytest.raises(CheckpointError, match=r"optimizer\.safetensors"):
         trainer.prepare_resume(tmp_path / "b")
-    rest = trainer.fit(resume_from=tmp_path / "a")  # loaded again, not b's weights
+    rest = trainer.fit(resume_from=tmp_path / "a")  # a's plan, not b's weights
     assert rest.losses == whole.losses[4:]
 
 

@@ -5,7 +5,10 @@ One checkpoint folder (its files, atomic writes, loading with every check first)
 :mod:`graded.train.checkpoint_folder`, whose functions this module also names.
 :meth:`CheckpointManager.find_intact` returns the newest checkpoint that loads, with the newer
 damaged ones and why they were skipped; a checkpoint removed while it is read (the rotation of
-a run training meanwhile) is not damaged: the folder is listed again.
+a run training meanwhile) is not damaged: the folder is listed again. A step whose
+``step_<N>`` folder is missing but whose copy a save of the same step moved aside is complete
+(the save was cut short between its two renames: :data:`~graded.train.checkpoint_folder.
+MOVED_ASIDE`) has that copy as its checkpoint; the run's next save puts it back in place.
 """
 
 from __future__ import annotations
@@ -20,12 +23,15 @@ from typing import Any, NamedTuple
 
 import torch
 
-from graded._io import atomic_write_text
+from graded._io import _fsync_folder, atomic_write_text
 from graded.train.checkpoint_folder import (
     MODEL_FILE,
+    MOVED_ASIDE,
     OPTIM_FILE,
     STATE_FILE,
     TEMP_DIR,
+    CheckedCheckpoint,
+    check_checkpoint,
     load_checkpoint,
     read_checkpoint_state,
     read_rng_state,
@@ -34,10 +40,10 @@ from graded.train.checkpoint_folder import (
 from graded.train.state_tensors import CheckpointError, RngState, checkpoint_error
 from graded.train.stopping import sets_best
 
-__all__ = ["CHECKPOINT_LOOKUPS", "MODEL_FILE", "OPTIM_FILE", "STATE_FILE", "STEP_DIR",
-           "CheckpointError", "CheckpointManager", "CheckpointRemovedError", "IntactCheckpoint",
-           "atomic_write_text", "load_checkpoint", "read_checkpoint_state", "read_rng_state",
-           "save_checkpoint"]
+__all__ = ["CHECKPOINT_LOOKUPS", "MODEL_FILE", "MOVED_ASIDE", "OPTIM_FILE", "STATE_FILE",
+           "STEP_DIR", "TEMP_DIR", "CheckedCheckpoint", "CheckpointError", "CheckpointManager",
+           "CheckpointRemovedError", "IntactCheckpoint", "atomic_write_text", "check_checkpoint",
+           "load_checkpoint", "read_checkpoint_state", "read_rng_state", "save_checkpoint"]
 
 STEP_DIR = re.compile(r"^step_(\d{9})$")
 
@@ -58,6 +64,7 @@ class IntactCheckpoint(NamedTuple):
     path: Path
     meta: dict[str, Any]
     skipped: list[tuple[Path, str]]  # newer checkpoints that did not load, and why
+    rng: RngState | None = None  # its RNG states, as checked; None for a weights-only load
 
 
 class CheckpointManager:
@@ -76,16 +83,46 @@ class CheckpointManager:
         return self.root / f"step_{step:09d}"
 
     def folders(self) -> list[Path]:
-        """Every ``step_<N>`` folder, intact or not, by ascending step."""
+        """Every step's checkpoint folder, intact or not, by ascending step: ``step_<N>``, or
+        the copy of it a same-step save moved aside (:meth:`_by_step`)."""
+        found = self._by_step()
+        return [found[step] for step in sorted(found)]
+
+    def _by_step(self) -> dict[int, Path]:
+        """Each step's checkpoint folder: ``step_<N>``; where it is missing, the complete copy
+        (holding ``state.json``) a save of that step moved aside before it was cut short
+        between its two renames (:data:`~graded.train.checkpoint_folder.MOVED_ASIDE`), the one
+        moved aside last should there be several."""
         if not self.root.is_dir():
-            return []
-        found = [c for c in self.root.iterdir() if STEP_DIR.match(c.name) and c.is_dir()]
-        return sorted(found, key=lambda c: c.name)
+            return {}
+        found: dict[int, Path] = {}
+        aside: dict[int, list[Path]] = {}
+        for child in self.root.iterdir():
+            if (match := STEP_DIR.match(child.name)) and child.is_dir():
+                found[int(match.group(1))] = child
+            elif (match := MOVED_ASIDE.match(child.name)) and (child / STATE_FILE).is_file():
+                aside.setdefault(int(match.group(1)), []).append(child)
+        for step, copies in aside.items():
+            if step not in found:
+                found[step] = max(copies, key=_changed_at)
+        return found
+
+    def _put_back_moved_aside(self) -> None:
+        """Rename each moved-aside checkpoint :meth:`_by_step` reads (its ``step_<N>``
+        missing) back to ``step_<N>``: the writer of the run does, before its rotation removes
+        the temporary folders."""
+        moved = [(step, path) for step, path in self._by_step().items()
+                 if MOVED_ASIDE.match(path.name)]
+        for step, path in moved:
+            os.replace(path, self.path_for(step))
+        if moved:
+            _fsync_folder(self.root)
 
     def find_intact(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
         accept: Callable[[dict[str, Any]], object] | None = None,
         reject: type[Exception] = CheckpointError,
+        confirm: Callable[[Path, dict[str, Any]], object] | None = None,
         lookups: int = CHECKPOINT_LOOKUPS,
     ) -> IntactCheckpoint:
         """Load the newest checkpoint that loads (into ``model`` and ``optimizer``, RNG states
@@ -94,6 +131,9 @@ class CheckpointManager:
         ``accept(state)`` sees each checkpoint's JSON state before any of its tensors is read;
         raising ``reject`` skips the checkpoint. If no checkpoint is taken and ``accept``
         rejected any, its newest rejection is raised: the caller's reason comes first.
+        ``confirm(path, state)`` sees the checkpoint to be taken once every check of its files
+        passed, before anything is loaded: what it raises is raised, with ``model`` and
+        ``optimizer`` as they were.
 
         A checkpoint whose folder is gone after it failed to load was removed while it was read
         (another process trains the run and rotated it away): it is not damaged, so it is not
@@ -108,18 +148,25 @@ class CheckpointManager:
             skipped: list[tuple[Path, str]] = []
             rejection: Exception | None = None
             for path in reversed(self.folders()):
+                taken: list[CheckedCheckpoint] = []  # once its files passed every check
                 try:
                     if accept is not None:
                         accept(read_checkpoint_state(path))
-                    meta = load_checkpoint(path, model, optimizer, restore_rng=False)
+                    load_checkpoint(path, model, optimizer, restore_rng=False,
+                                    confirm=_taking(path, taken, confirm))
                 except CheckpointError as exc:
+                    if taken:  # the caller's refusal, or a failure while loading
+                        raise
                     skipped.append((path, str(exc)))
                     continue
                 except reject as exc:
+                    if taken:
+                        raise
                     rejection = rejection or exc
                     skipped.append((path, f"not accepted: {exc}"))
                     continue
-                return IntactCheckpoint(path, meta, [s for s in skipped if s[0].is_dir()])
+                return IntactCheckpoint(path, taken[0].meta,
+                                        [s for s in skipped if s[0].is_dir()], taken[0].rng)
             gone = [path for path, _ in skipped if not path.is_dir()]
             removed.extend(gone)
             skipped = [s for s in skipped if s[0].is_dir()]
@@ -139,25 +186,23 @@ class CheckpointManager:
                               + "; ".join(reason for _, reason in skipped))
 
     def steps(self) -> list[int]:
-        """Steps of the complete checkpoints present, ascending (temporary folders ignored)."""
-        if not self.root.is_dir():
-            return []
-        found = []
-        for child in self.root.iterdir():
-            match = STEP_DIR.match(child.name)
-            if match and (child / STATE_FILE).is_file():
-                found.append(int(match.group(1)))
-        return sorted(found)
+        """Steps of the complete checkpoints present (a moved-aside copy of a missing
+        ``step_<N>`` too: :meth:`folders`), ascending; other temporary folders ignored."""
+        return sorted(step for step, path in self._by_step().items()
+                      if (path / STATE_FILE).is_file())
 
     def latest(self) -> Path | None:
-        steps = self.steps()
-        return self.path_for(steps[-1]) if steps else None
+        found = self._by_step()
+        steps = [step for step, path in found.items() if (path / STATE_FILE).is_file()]
+        return found[max(steps)] if steps else None
 
     def best(self) -> Path | None:
-        """The checkpoint ``best.json`` names; None without one or when that folder is gone
-        (:meth:`best_named` says which)."""
+        """The checkpoint ``best.json`` names (or its moved-aside copy: :meth:`folders`); None
+        without one or when that folder is gone (:meth:`best_named` says which)."""
         named = self.best_named()
-        return named if named is not None and named.is_dir() else None
+        if named is None or named.is_dir():
+            return named
+        return self._by_step().get(int(STEP_DIR.match(named.name).group(1)))
 
     def best_named(self) -> Path | None:
         """The folder ``best.json`` names, whether or not it is there; None without a
@@ -201,9 +246,10 @@ class CheckpointManager:
         if isinstance(named, int) and named <= step \
                 and recorded.get("checkpoint") == self.path_for(named).name:
             return
+        folders = self._by_step()
         for candidate in reversed([s for s in self.steps() if s <= step]):
             try:
-                stopper = read_checkpoint_state(self.path_for(candidate)).get("stopper")
+                stopper = read_checkpoint_state(folders[candidate]).get("stopper")
             except CheckpointError:
                 continue
             if sets_best(candidate, stopper, best):
@@ -246,11 +292,13 @@ class CheckpointManager:
         """Remove the checkpoints beyond ``saved`` (the one just saved: they are of an abandoned
         future) and those older than the last ``keep_last`` (not the best), and the temporary
         folders a writer killed mid-save left: the run has one writer (its lock), and its own
-        save is complete, so any temporary folder here is stale."""
+        save is complete, so any temporary folder here is stale, but for a checkpoint moved
+        aside by a save of its step that was cut short (:meth:`_by_step`): it is put back
+        first."""
+        self._put_back_moved_aside()
         best = self.best()
         # beyond ``saved``: every step folder, a damaged one without state.json too
-        stale = [int(STEP_DIR.match(p.name).group(1)) for p in self.folders()]
-        stale = [s for s in stale if s > saved]
+        stale = [s for s in self._by_step() if s > saved]
         kept = [s for s in self.steps() if s <= saved]
         for step in stale + kept[: -self.keep_last]:
             path = self.path_for(step)
@@ -259,3 +307,24 @@ class CheckpointManager:
         for child in self.root.iterdir():
             if TEMP_DIR.match(child.name) and child.is_dir():
                 shutil.rmtree(child, ignore_errors=True)
+
+
+def _taking(
+    path: Path, taken: list[CheckedCheckpoint],
+    confirm: Callable[[Path, dict[str, Any]], object] | None,
+) -> Callable[[CheckedCheckpoint], None]:
+    """A ``confirm`` for :func:`load_checkpoint` of ``path`` that keeps the checked checkpoint
+    in ``taken``, then asks the caller's ``confirm(path, state)``."""
+    def confirming(checked: CheckedCheckpoint) -> None:
+        taken.append(checked)
+        if confirm is not None:
+            confirm(path, checked.meta)
+    return confirming
+
+
+def _changed_at(folder: Path) -> int:
+    """When ``folder``'s ``state.json`` last changed (ns), or -1 once it is gone."""
+    try:
+        return (folder / STATE_FILE).stat().st_mtime_ns
+    except OSError:
+        return -1

@@ -17,22 +17,28 @@ A checkpoint of a run on several processes holds every rank's RNG state, each un
 (:func:`~graded.train.state_tensors.ranked_rng_state`); a rank it holds none for restores rank
 0's.
 
-Writes are atomic: the folder is assembled under a temporary name and moved into place with
-:func:`os.replace`, so a crash or an exception leaves either the previous checkpoints or the new
-one, never a partial folder (a writer killed mid-save leaves its hidden temporary folder, which
-the next save of the run removes). A checkpoint of the same step is replaced only once the new
-one is complete; a write the disk refuses (full, read-only) is an :class:`OSError` naming the
-checkpoint folder. Nothing here calls :func:`torch.load`: loading a checkpoint cannot execute
-code. :mod:`graded.train.state_tensors` turns the model, optimiser and RNG states into the
-files; :mod:`graded.train.checkpoint` keeps a run's checkpoints.
+Writes are atomic and durable: the folder is assembled under a temporary name, each of its
+files ``fsync``-ed, and moved into place with :func:`os.replace`, the parent folder ``fsync``-ed
+after, so a crash, a power cut or an exception leaves either the previous checkpoints or the
+new one, never a partial folder (a writer killed mid-save leaves its hidden temporary folder,
+which the next save of the run removes). A checkpoint of the same step is replaced only once
+the new one is complete: the old folder is moved aside (:data:`MOVED_ASIDE`) and the new one
+renamed into place, as POSIX cannot replace a folder that holds files in one rename; a crash
+between the two leaves the old folder under its moved-aside name, which
+:class:`~graded.train.checkpoint.CheckpointManager` reads as that step's checkpoint. A write
+the disk refuses (full, read-only) is an :class:`OSError` naming the checkpoint folder.
+Nothing here calls :func:`torch.load`: loading a checkpoint cannot execute code.
+:mod:`graded.train.state_tensors` turns the model, optimiser and RNG states into the files;
+:mod:`graded.train.checkpoint` keeps a run's checkpoints.
 
 Loading checks before it changes anything it can: ``state.json`` records the SHA-256 of both
 tensor files, and a missing, truncated or corrupt file, weights and optimiser state that do
 not fit the model (keys, shapes, parameter groups; a model still on the meta device), or RNG
 states that do not restore, raise :class:`CheckpointError` before the model, optimiser or
-generators change; its one-line message names the file and the problem. A weights-only load
-(``optimizer=None, restore_rng=False``, for evaluation and generation) reads
-``model.safetensors`` and ``state.json`` only.
+generators change (:func:`check_checkpoint` does those checks alone, for a caller that has
+its own to make before anything is loaded); its one-line message names the file and the
+problem. A weights-only load (``optimizer=None, restore_rng=False``, for evaluation and
+generation) reads ``model.safetensors`` and ``state.json`` only.
 """
 
 from __future__ import annotations
@@ -43,15 +49,15 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from graded._io import atomic_write_text
+from graded._io import _fsync_folder, atomic_write_text
 from graded.train.state_tensors import (
     RngState,
     capture_rng_state,
@@ -68,11 +74,14 @@ from graded.train.state_tensors import (
     sha256_of,
 )
 
-__all__ = ["MODEL_FILE", "OPTIM_FILE", "STATE_FILE", "TEMP_DIR", "load_checkpoint",
-           "read_checkpoint_state", "read_rng_state", "save_checkpoint"]
+__all__ = ["MODEL_FILE", "MOVED_ASIDE", "OPTIM_FILE", "STATE_FILE", "TEMP_DIR",
+           "CheckedCheckpoint", "check_checkpoint", "load_checkpoint", "read_checkpoint_state",
+           "read_rng_state", "save_checkpoint"]
 
 # the temporary folder a checkpoint is assembled in (save_checkpoint), left by a killed writer
 TEMP_DIR = re.compile(r"^\.step_\d{9}\..+\.tmp$")
+# a checkpoint a save of the same step moved aside (a TEMP_DIR too), its step grouped
+MOVED_ASIDE = re.compile(r"^\.step_(\d{9})\..+\.old\.tmp$")
 STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
 OPTIM_FILE = "optimizer.safetensors"
@@ -122,7 +131,10 @@ def save_checkpoint(
         mode = stat.S_IMODE(tmp.stat().st_mode) & 0o666
         for name in (MODEL_FILE, OPTIM_FILE, STATE_FILE):
             os.chmod(tmp / name, mode)
+            _fsync_file(tmp / name)  # on disk before the folder's name says it is complete
+        _fsync_folder(tmp)
         _move_into_place(tmp, directory)
+        _fsync_folder(directory.parent)  # the rename itself survives a power cut
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         error = _write_error(directory, tmp, exc)
@@ -132,10 +144,20 @@ def save_checkpoint(
     return directory
 
 
+def _fsync_file(path: Path) -> None:
+    """``fsync`` of the file ``path``: its bytes and metadata are on the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _move_into_place(tmp: Path, directory: Path) -> None:
     """Rename the complete folder ``tmp`` to ``directory``; a ``directory`` there already is
-    moved aside first (under a temporary name the next rotation removes) and removed after, or
-    put back if the rename fails."""
+    moved aside first (:data:`MOVED_ASIDE`: read as that step's checkpoint while
+    ``directory`` is missing, put back or removed by the next save's rotation) and removed
+    after, or put back if the rename fails."""
     if not directory.exists():
         os.replace(tmp, directory)
         return
@@ -231,38 +253,91 @@ def _rng_part(directory: Path, tensors: dict[str, torch.Tensor],
     return rng, meta["rng"]
 
 
+class CheckedCheckpoint(NamedTuple):
+    """A checkpoint read and checked against a model (and optimizer) by
+    :func:`check_checkpoint`, not yet loaded into them (:meth:`load_into`)."""
+
+    meta: dict[str, Any]  # the JSON state
+    model_state: dict[str, torch.Tensor]  # for model.load_state_dict, aliases included
+    optimizer_state: dict[str, Any] | None  # for optimizer.load_state_dict; None without one
+    rng: RngState | None  # every rank's RNG state; None for a weights-only read
+
+    def load_into(self, model: torch.nn.Module,
+                  optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Load the checked state into ``model`` (and ``optimizer``, as checked for)."""
+        model.load_state_dict(self.model_state, strict=True)
+        if optimizer is not None:
+            optimizer.load_state_dict(self.optimizer_state)
+
+
+class _CheckedModel:
+    """Stands in for a model in :func:`load_model_state`: its checks (names, shapes, a model
+    on the meta device) run against the model's state dict, and the tensors that pass them are
+    kept here instead of being loaded."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._expected = model.state_dict()
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self._expected
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], strict: bool = True) -> None:
+        self.tensors = tensors
+
+
+def check_checkpoint(
+    directory: str | os.PathLike[str],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    rng: bool = True,
+) -> CheckedCheckpoint:
+    """Read a checkpoint folder and check it fits ``model`` (and ``optimizer``), changing
+    nothing; :class:`CheckpointError` naming the file otherwise. ``optimizer.safetensors`` is
+    read (and its RNG states checked) when ``optimizer`` is given or ``rng``: a weights-only
+    read (``optimizer=None, rng=False``) needs only ``model.safetensors`` and ``state.json``."""
+    directory = Path(directory)
+    meta = read_checkpoint_state(directory)
+    sums = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
+    rng_state = optimizer_state = None
+    if optimizer is not None or rng:
+        path = directory / OPTIM_FILE
+        if not path.is_file():
+            raise checkpoint_error(path, "missing; it holds the optimizer and RNG state a "
+                                         "resume needs (a weights-only load, restore_rng=False, "
+                                         "needs only model.safetensors and state.json)")
+        tensors, _ = read_tensors(path, sums.get(OPTIM_FILE))
+        rng_state = _rng_part(directory, tensors, meta)
+        if optimizer is not None:
+            optimizer_state = optimizer_state_for(optimizer, tensors, meta.get("optimizer"),
+                                                  path=path, state_path=directory / STATE_FILE)
+    checked = _CheckedModel(model)
+    load_model_state(checked, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
+    return CheckedCheckpoint(meta, checked.tensors, optimizer_state, rng_state)
+
+
 def load_checkpoint(
     directory: str | os.PathLike[str],
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     *,
     restore_rng: bool = True,
+    confirm: Callable[[CheckedCheckpoint], object] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint folder into ``model`` (and ``optimizer``); return its JSON state.
 
     Only safetensors and JSON are read: no pickle, so an untrusted checkpoint cannot run code.
     With ``optimizer=None, restore_rng=False`` (a weights-only load) ``optimizer.safetensors`` is
-    neither needed nor read. Every problem raises :class:`CheckpointError` naming the file.
+    neither needed nor read. Every problem raises :class:`CheckpointError` naming the file,
+    before the model, optimiser or RNG changes (:func:`check_checkpoint`). ``confirm`` sees
+    the checked checkpoint then, before anything changes: what it raises is raised, with the
+    model, optimiser and RNG as they were (a caller's own refusal, all or nothing).
     """
-    directory = Path(directory)
-    meta = read_checkpoint_state(directory)
-    sums = meta.get("sha256") if isinstance(meta.get("sha256"), dict) else {}
-    if optimizer is None and not restore_rng:
-        load_model_state(model, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
-        return meta
-    path = directory / OPTIM_FILE
-    if not path.is_file():
-        raise checkpoint_error(path, "missing; it holds the optimizer and RNG state a resume "
-                                     "needs (a weights-only load, restore_rng=False, needs "
-                                     "only model.safetensors and state.json)")
-    # everything that can be checked is, before the model, optimiser or RNG changes
-    tensors, _ = read_tensors(path, sums.get(OPTIM_FILE))
-    rng = _rng_part(directory, tensors, meta)
-    optimizer_state = None if optimizer is None else optimizer_state_for(
-        optimizer, tensors, meta.get("optimizer"), path=path, state_path=directory / STATE_FILE)
-    load_model_state(model, directory / MODEL_FILE, sha256=sums.get(MODEL_FILE))
-    if optimizer is not None:
-        optimizer.load_state_dict(optimizer_state)
+    checked = check_checkpoint(directory, model, optimizer, rng=restore_rng)
+    if confirm is not None:
+        confirm(checked)
+    checked.load_into(model, optimizer)
     if restore_rng:
-        restore_rng_state(*rng)
-    return meta
+        restore_rng_state(*checked.rng)
+    return checked.meta

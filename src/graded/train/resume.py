@@ -6,29 +6,29 @@ tensors, and loads the newest checkpoint that accepts it (a key the resume rule 
 :mod:`graded.train.runs` keeps fixed refuses it) and that is intact, into the model and
 optimizer (newer damaged or foreign ones are skipped, and listed; when none accepts the config,
 the refusal is the error), its scheduler state, its best metric and early-stopping count
-(:class:`~graded.train.stopping.Stopper`), and the peak
-learning rates now configured (:func:`use_peak_lrs`). Its :class:`ResumePlan` is what
-:meth:`Trainer.fit` starts from; the only state it leaves for later is the RNG, restored when the
-first resumed step is about to run.
+(:class:`~graded.train.stopping.Stopper`), and the peak learning rates now configured
+(:func:`use_peak_lrs`). It is all or nothing: every check that can refuse the resume runs
+before the first tensor is loaded, so a refused resume leaves the model, optimizer and
+scheduler as they were. Its :class:`ResumePlan` is what :meth:`Trainer.fit` starts from; the
+only state it leaves for later is the RNG, restored when the first resumed step is about to
+run.
 """
 
 from __future__ import annotations
 
+import copy
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from graded.train.checkpoint import (
-    STATE_FILE,
-    CheckpointManager,
-    IntactCheckpoint,
-    load_checkpoint,
-    read_rng_state,
-)
+from graded.train.checkpoint import STATE_FILE, CheckpointManager, IntactCheckpoint
+from graded.train.checkpoint_folder import check_checkpoint
 from graded.train.runs import CONFIG_FILE, RunError, checked_changes
-from graded.train.state_tensors import CheckpointError, checkpoint_error
+from graded.train.state_tensors import CheckpointError, RngState, checkpoint_error
 from graded.train.stopping import Stopper
 
 
@@ -40,7 +40,7 @@ class ResumePlan:
     checkpoint: Path  # the checkpoint loaded: the newest intact one
     step: int
     stopper: Stopper  # best metric and early-stopping count (a one-value stopper: as both)
-    rng: tuple[dict[str, torch.Tensor], dict[str, Any]]
+    rng: RngState  # every rank's, as checked when the checkpoint was read
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # newer, damaged checkpoints
     changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # accepted overrides
     grad_scaler: dict[str, Any] | None = None  # the fp16 gradient scaler's state
@@ -63,21 +63,36 @@ def plan_resume(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LambdaLR,
     now: dict[str, Any],
+    *,
+    loading: Callable[[Path], object] | None = None,
 ) -> ResumePlan:
     """Check and load a resume from ``source`` (a run folder or one checkpoint folder) into
     ``model``, ``optimizer`` and ``scheduler`` as built for the config ``now`` (a
     :func:`graded.train.runs.run_view`); write nothing. Raises RunError for a config that cannot
-    resume, CheckpointError when no checkpoint loads."""
+    resume, CheckpointError when no checkpoint loads.
+
+    All or nothing: every check that can refuse (the config, ``train.steps``, the files, the
+    stopper and scheduler states) passes before the first tensor is loaded, so a refusal leaves
+    ``model``, ``optimizer`` and ``scheduler`` as they were. ``loading(checkpoint)`` is called
+    once they passed, just before the loading starts: an exception after that call (a failure
+    of torch's own loading) may leave them part loaded."""
     source = Path(source)
     peaks = list(scheduler.base_lrs)  # as built from the options now
     checkpoints = CheckpointManager(source / "checkpoints")
+    confirmed: list[tuple[dict[str, tuple[Any, Any]], Stopper, dict[str, Any]]] = []
+
+    def confirm(path: Path, meta: dict[str, Any]) -> None:
+        confirmed.append(_checked_resume(source, path, meta, now, scheduler))
+        if loading is not None:
+            loading(path)
+
     if checkpoints.folders():
         # each checkpoint's config is checked before its tensors are read; a newer checkpoint
         # that is damaged or of another run is skipped; a config no checkpoint accepts is
         # refused (RunError: the config changed in a way a run cannot)
         found = checkpoints.find_intact(
             model, optimizer, accept=lambda state: checked_changes(source, state, now),
-            reject=RunError)
+            reject=RunError, confirm=confirm)
     elif (source / CONFIG_FILE).is_file() and not (source / STATE_FILE).is_file():
         raise CheckpointError(f"run folder {source} holds no checkpoint: it stopped before "
                               "its first one, so there is nothing to resume; train it anew "
@@ -91,27 +106,56 @@ def plan_resume(
                               "state.json); expected a run folder of the trainer or "
                               "RUN/checkpoints/step_<N>")
     else:
-        found = IntactCheckpoint(source, load_checkpoint(source, model, optimizer,
-                                                         restore_rng=False), [])
-    changes = checked_changes(source, found.meta, now)
+        checked = check_checkpoint(source, model, optimizer)
+        confirm(source, checked.meta)
+        checked.load_into(model, optimizer)
+        found = IntactCheckpoint(source, checked.meta, [], checked.rng)
+    changes, stopper, scheduler_state = confirmed[-1]
+    scheduler.load_state_dict(scheduler_state)
+    use_peak_lrs(optimizer, scheduler, peaks)
+    return ResumePlan(source, found.path, found.meta["step"], stopper, found.rng, found.skipped,
+                      changes, found.meta.get("grad_scaler"))
+
+
+def _checked_resume(
+    source: Path, path: Path, meta: dict[str, Any], now: dict[str, Any],
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+) -> tuple[dict[str, tuple[Any, Any]], Stopper, dict[str, Any]]:
+    """Every check a resume from the checkpoint ``path`` (its state ``meta``) makes besides
+    its files', changing nothing: the config changes ``now`` makes (RunError for one a run
+    cannot make), ``train.steps`` not below its step (RunError), and its stopper and scheduler
+    states (CheckpointError naming ``state.json``). Returns the changes, the stopper and the
+    scheduler state to load."""
+    changes = checked_changes(source, meta, now)
     steps = (now.get("train") or {}).get("steps")
-    if isinstance(steps, int) and steps < found.meta["step"]:
+    if isinstance(steps, int) and steps < meta["step"]:
         # the run is past it: nothing could be trained, and recording the new total would
         # leave config.yaml (and the run's "finished" end) at fewer steps than were made
         raise RunError(f"cannot resume {source} with train.steps={steps}: its checkpoint "
-                       f"{found.path} is at step {found.meta['step']}; expected train.steps "
-                       f">= {found.meta['step']} (more steps continue the run)")
+                       f"{path} is at step {meta['step']}; expected train.steps "
+                       f">= {meta['step']} (more steps continue the run)")
     try:
-        stopper = Stopper.from_state(found.meta.get("stopper"))
+        stopper = Stopper.from_state(meta.get("stopper"))
     except (AttributeError, TypeError, ValueError) as exc:
-        raise checkpoint_error(found.path / STATE_FILE,
-                               f"no usable stopper state ({exc!r})") from None
+        raise checkpoint_error(path / STATE_FILE, f"no usable stopper state ({exc!r})") from None
     try:
-        scheduler.load_state_dict(found.meta["scheduler"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise checkpoint_error(found.path / STATE_FILE,
+        state = meta["scheduler"]
+        _check_scheduler_state(scheduler, state)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise checkpoint_error(path / STATE_FILE,
                                f"no usable scheduler state ({exc!r})") from None
-    use_peak_lrs(optimizer, scheduler, peaks)
-    return ResumePlan(source, found.path, found.meta["step"], stopper,
-                      read_rng_state(found.path), found.skipped, changes,
-                      found.meta.get("grad_scaler"))
+    return changes, stopper, state
+
+
+def _check_scheduler_state(scheduler: torch.optim.lr_scheduler.LambdaLR,
+                           state: dict[str, Any]) -> None:
+    """Load ``state`` into a stand-in of ``scheduler`` (its own attributes and multipliers;
+    ``scheduler`` and ``state`` unchanged) and compute the multipliers at its step, as
+    :func:`use_peak_lrs` will: whatever of that fails raises."""
+    trial = copy.copy(scheduler)  # a shallow copy: load_state_dict rebinds its attributes only
+    trial.lr_lambdas = [types.SimpleNamespace() for _ in scheduler.lr_lambdas]
+    trial.load_state_dict(copy.deepcopy(state))
+    if isinstance(trial.last_epoch, bool) or not isinstance(trial.last_epoch, int):
+        raise TypeError(f"last_epoch is {trial.last_epoch!r}, expected an int")
+    for multiplier in scheduler.lr_lambdas:
+        float(multiplier(trial.last_epoch))

@@ -101,7 +101,10 @@ class RunState:
     def prepare_resume(self, source: str | Path) -> ResumePlan:
         """Check and load all that resuming from ``source`` (a run folder or a checkpoint folder)
         needs, writing nothing (:func:`graded.train.resume.plan_resume`): a config key that
-        cannot change raises RunError, no intact checkpoint CheckpointError. The CLI calls it
+        cannot change raises RunError, no intact checkpoint CheckpointError. A refusal leaves
+        the trainer as it was (its checks all run before anything is loaded: a fit without
+        ``resume_from`` of a trainer as built still starts a new run), unless torch's loading
+        itself failed part way, after which only a completed resume may train. The CLI calls it
         as its preflight; ``fit(resume_from=source)`` then starts from this plan. ``source``
         is checked as ``fit``'s ``resume_from`` is (:func:`~graded.train.preflight.
         check_resume_from`: a path that exists, not empty)."""
@@ -111,12 +114,21 @@ class RunState:
         source = check_resume_from(source)
         now = run_view(self.run_config(), options=self.opts.model_dump(mode="json"),
                        seed=self.seed, kind=self.kind.name)
-        # a refused resume may have loaded a damaged checkpoint's weights before its optimizer:
-        # neither a fit nor an earlier plan may start from what it left
-        self._holds, self._plan = f"what a resume from {source} loaded", None
-        self._plan = plan_resume(source, self.model, self.optimizer, self.scheduler, now)
-        self._holds = f"checkpoint {self._plan.checkpoint} (step {self._plan.step})"
-        return self._plan
+        loading: list[Path] = []
+        try:
+            plan = plan_resume(source, self.model, self.optimizer, self.scheduler, now,
+                               loading=loading.append)
+        except BaseException:
+            # refused before loading (every check runs first): the model, optimizer and
+            # scheduler are as they were, and so is what they hold (as built, or an earlier
+            # plan); refused while loading: neither a fit nor an earlier plan may start from
+            # what it left
+            if loading:
+                self._holds, self._plan = f"what a resume from {loading[-1]} loaded", None
+            raise
+        self._holds = f"checkpoint {plan.checkpoint} (step {plan.step})"
+        self._plan = plan
+        return plan
 
     def _refuse_reuse(self) -> None:
         """Refuse a fit without ``resume_from`` once the model and optimizer are no longer as

@@ -46,7 +46,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     a("--option", action="append", type=_problem_option, default=[], metavar="KEY=VALUE",
       help="another problem option (JSON value), e.g. --option dataset=\"weibull5k\"; every "
       "problem takes verify_timeout_s=SECONDS, the verifier's time limit per stage of a "
-      "candidate (default: none)")
+      "candidate (defaults: cap-set 5, matmul 30, bin-packing none; verify_timeout_s=none "
+      "turns it off)")
     a("--proposer", choices=("offline", "openai", "ensemble"), default="offline",
       help="who writes candidates: offline genetic programming (no network), a language "
       "model at --base-url, or both in turn (default offline)")

@@ -14,15 +14,8 @@ trimmed program.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import math
 import numbers
-import os
-import pickle
-import select
-import signal
-import struct
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,6 +34,7 @@ from graded.search.program.program import (
 )
 from graded.search.program.proposers import ProposalError
 from graded.search.program.sandbox import Limits, Sandbox
+from graded.search.program.sandbox_verifier import VerifyTimeout, call_within
 
 __all__ = ["Evaluation", "evaluate", "mean_score", "scalar_score"]
 
@@ -178,93 +172,13 @@ def _score_inputs(problem: Problem, inputs, artefacts) -> tuple[list[float], lis
     return primary, named
 
 
-class _VerifyTimeout(Exception):
-    """The verifier did not finish one stage within the problem's ``verify_timeout_s``."""
-
-
 def _score_within(problem: Problem, inputs, artefacts) -> tuple[list[float], list[dict]]:
-    """:func:`_score_inputs`, in a child forked for it when ``problem.verify_timeout_s`` is set.
-
-    The child sends back the scores, or the kind and message of the exception that ended them
-    (raised here again as that kind, so the caller reads it as it reads an in-process one). It
-    leads a process group of its own, killed whole once the scores are back or the limit is
-    reached (``_VerifyTimeout``): a verifier that hangs, or the processes it started, never
-    outlive the stage. The reply is length-prefixed: a process forked meanwhile by another
-    thread may hold a copy of the pipe, so its end of file is not awaited.
-    """
+    """:func:`_score_inputs`, in a child forked for it when ``problem.verify_timeout_s`` is set
+    (:func:`graded.search.program.sandbox_verifier.call_within`), else in this process."""
     limit = problem.verify_timeout_s
     if limit is None:
         return _score_inputs(problem, inputs, artefacts)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        status = 1
-        try:
-            os.close(read_fd)
-            os.setpgid(0, 0)
-            try:
-                reply: tuple = ("scores", _score_inputs(problem, inputs, artefacts))
-            except (InvalidArtefact, TypeError, ValueError) as e:
-                reply = (type(e).__name__, str(e))
-            except BaseException as e:  # sys.exit() in the verifier, say
-                reply = ("InvalidArtefact", f"the verifier raised {type(e).__name__}: {e}")
-            data = pickle.dumps(reply)
-            with os.fdopen(write_fd, "wb") as f:
-                f.write(struct.pack("<Q", len(data)) + data)
-            status = 0
-        finally:
-            with contextlib.suppress(BaseException):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(status)
-    fds = [read_fd, write_fd]  # those still open here (never closed twice: a number reused)
-    try:  # (a SIGTERM that ends a worker's evaluation raises SystemExit anywhere in here)
-        os.close(fds.pop())  # the write end, the child's
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # as the child does: the kill below cannot miss its group
-        data = _read_reply(read_fd, time.monotonic() + limit)
-    finally:
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        for kill in (os.killpg, os.kill):  # the group, and the child should it have none yet
-            with contextlib.suppress(OSError):
-                kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-    if data is None:
-        raise _VerifyTimeout(f"the verifier did not finish within verify_timeout_s={limit:g} s")
-    if len(data) < 8 or len(data) != 8 + struct.unpack("<Q", data[:8])[0]:
-        raise InvalidArtefact(f"the verifier's process ended ({_exit_status(status)}) before "
-                              "it returned the scores")
-    kind, value = pickle.loads(data[8:])
-    if kind == "scores":
-        return value
-    raise {"InvalidArtefact": InvalidArtefact, "TypeError": TypeError,
-           "ValueError": ValueError}[kind](value)
-
-
-def _read_reply(fd: int, deadline: float) -> bytes | None:
-    """What the child wrote to ``fd``: its whole length-prefixed reply, what it wrote before it
-    ended (short), or None once ``deadline`` (``time.monotonic``) has passed."""
-    data = b""
-    while len(data) < 8 or len(data) < 8 + struct.unpack("<Q", data[:8])[0]:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        # in slices of a day at most: select refuses a timeout past time_t (1e300 for "no limit")
-        if not select.select([fd], [], [], min(left, 86_400.0))[0]:
-            continue
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:  # the child ended (no other process holds the pipe)
-            break
-        data += chunk
-    return data
-
-
-def _exit_status(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by signal {os.WTERMSIG(status)}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
+    return call_within(limit, _score_inputs, problem, inputs, artefacts)
 
 
 def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = None,
@@ -315,7 +229,7 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
             return failed(outcome.failure, outcome.reason + where)
         try:
             results[stage] = _score_within(problem, inputs, outcome.artefacts)
-        except _VerifyTimeout as e:
+        except VerifyTimeout as e:
             return failed("verify_timeout", f"{e}{where}")
         except InvalidArtefact as e:
             return failed("invalid", f"{e}{where}")

@@ -56,8 +56,9 @@ class Problem:
       one sandboxed run, which calls ``entry`` on all the inputs of a stage: the prechecks, the
       inputs and (when asked) the held-out inputs each run once, under limits of their own.
     - ``verify_timeout_s``: the wall-clock limit, in seconds, of the verifier on one stage's
-      artefacts (the prechecks', the inputs', the held-out inputs'), or None (the default):
-      no limit. With a limit, the verifier runs in a child forked from the evaluating process
+      artefacts (the prechecks', the inputs', the held-out inputs'), or None (the default
+      here; the shipped cap-set and matmul problems set limits of their own): no limit. With
+      a limit, the verifier runs in a child forked from the evaluating process
       for each stage; a stage that does not finish in time fails the candidate as
       ``verify_timeout``, the child and any process it started are killed, and the search goes
       on. With None the verifier runs in the evaluating process itself, as a call: a verifier
@@ -138,8 +139,10 @@ def get_problem(name: str, **options: Any) -> Problem:
     ``get_problem("cap-set", n=4)``.
 
     ``verify_timeout_s`` is an option of every problem (``--option verify_timeout_s=60`` on the
-    command line, recorded with the run's other options): unless the factory names it, it is
-    set on the problem the factory builds."""
+    command line, recorded with the run's other options): unless the factory names it (as the
+    shipped problems with a default limit do), it is set on the problem the factory builds.
+    None, or the text ``"none"`` (``--option verify_timeout_s=none``; JSON's ``null`` reads as
+    None already), turns the limit off."""
     _load_shipped()
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
@@ -147,6 +150,9 @@ def get_problem(name: str, **options: Any) -> Problem:
     factory = _REGISTRY[name]
     allowed = _option_names(factory)
     options = dict(options)
+    text = options.get("verify_timeout_s")
+    if isinstance(text, str) and text.lower() == "none":  # the command line's text
+        options["verify_timeout_s"] = None
     verify = {}
     if allowed is None or "verify_timeout_s" not in allowed:
         verify = {k: options.pop(k) for k in ("verify_timeout_s",) if k in options}

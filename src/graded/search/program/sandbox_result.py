@@ -26,7 +26,8 @@ FAILURES: dict[str, str] = {
     "output": "the artefact was too large to send back",
     "non_finite": "an artefact or score is NaN or infinite",
     "wrong_type": "an artefact is not JSON-serialisable or a score has the wrong type",
-    "invalid": "the verifier rejected the artefact",
+    "invalid": "the verifier rejected the artefact, raised, or its process ended (an exit "
+               "status, a signal) before it returned the scores",
     "verify_timeout": "the verifier did not finish within the problem's verify_timeout_s",
 }
 

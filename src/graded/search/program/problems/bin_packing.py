@@ -262,6 +262,12 @@ def bin_packing_problem(
     FunSearch trained on generated instances); held out: the five shipped Weibull 5k instances.
     Each input is one instance (a dict with its group, capacity, items and bounds). There is
     no precheck: packing the evolved-on instances costs little more than starting the sandbox.
+
+    The verifier has no time limit by default (``verify_timeout_s=None``, the option every
+    problem takes): its work is bounded by the problem, not by the candidate. `count_bins`
+    refuses an assignment whose length is not the instance's number of items before anything
+    else, then does a fixed amount of work per item (about 3 ms for OR3's 10 evolved-on
+    instances, 28 ms for 10 generated Weibull ones of 5000 items, 22 ms for the 15 held out).
     """
     or3 = load_instances("or3")
     weibull = load_instances("weibull5k")

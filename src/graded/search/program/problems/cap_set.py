@@ -19,6 +19,7 @@ __all__ = [
     "BEST_KNOWN_SIZES",
     "INITIAL_PRIORITIES",
     "SKELETON",
+    "VERIFY_TIMEOUT_S",
     "cap_set_problem",
     "cap_set_size",
     "check_cap_set",
@@ -133,7 +134,17 @@ def _dimension(n: Any) -> int:
     return n
 
 
-def cap_set_problem(n: int = 4, initial: str = "zero", time_limit_s: float = 30.0) -> Problem:
+#: The verifier's default time limit per stage (``Problem.verify_timeout_s``), in seconds. The
+#: checks cost O(k·n) per entry and O(k²·n) for the lines of a cap set of k vectors: about
+#: 1 ms for n = 4, 43 ms for the 1024 vectors of {0, 1}^10 and 0.11 s for a 1458-vector cap
+#: set of F_3^10 (the product of three 9-caps of F_3^3 and {0, 1}). The fixed `solve` builds
+#: the artefact, but a candidate runs in the process that writes the result and can send any
+#: list up to the sandbox's 64 MB file limit: 2 million vectors of F_3^10 held the checks 9.7 s.
+VERIFY_TIMEOUT_S = 5.0
+
+
+def cap_set_problem(n: int = 4, initial: str = "zero", time_limit_s: float = 30.0,
+                    verify_timeout_s: float | None = VERIFY_TIMEOUT_S) -> Problem:
     """The cap-set problem in F_3^n (003 §3.4, Fig. 3.1), evolving `priority(el, n)`.
 
     The score signature has one entry, the size of the cap set built for `n`. There is no
@@ -141,6 +152,8 @@ def cap_set_problem(n: int = 4, initial: str = "zero", time_limit_s: float = 30.
     priority gives the cap set {0, 1}^n of size 2^n; the best known sizes are in
     `BEST_KNOWN_SIZES`. Dimensions above 10 are refused: the skeleton enumerates all 3^n vectors.
     `initial` picks the starting `priority` from `INITIAL_PRIORITIES` ("zero" is FunSearch's).
+    `verify_timeout_s`: the verifier's limit per stage (`VERIFY_TIMEOUT_S`; None: no limit,
+    the verifier called in the evaluating process).
     """
     if initial not in INITIAL_PRIORITIES:
         raise ValueError(
@@ -160,6 +173,7 @@ def cap_set_problem(n: int = 4, initial: str = "zero", time_limit_s: float = 30.
         score=cap_set_size,
         time_limit_s=time_limit_s,
         memory_mb=1024,
+        verify_timeout_s=verify_timeout_s,
         description=(
             f"Largest cap set in F_3^{n} built greedily in decreasing `priority` order "
             f"(initial priority: {initial}) "

@@ -33,6 +33,7 @@ from graded.search.program.problem import InvalidArtefact, Problem
 __all__ = [
     "SKELETON",
     "STRASSEN",
+    "VERIFY_TIMEOUT_S",
     "decomposition_rank",
     "exact_decomposition",
     "matmul_problem",
@@ -340,6 +341,18 @@ def score_decompositions(problem: dict[str, Any], artefact: Any) -> dict[str, fl
     }
 
 
+#: The verifier's default time limit per stage (``Problem.verify_timeout_s``), in seconds. The
+#: exact check of one decomposition of the schoolbook rank n·m·p takes about 0.8 ms for
+#: ⟨2,2,2⟩ (all 32 restarts: 18 ms), 4 ms for ⟨3,3,3⟩, 20 ms for ⟨4,4,4⟩ and 83 ms for ⟨5,5,5⟩
+#: (32 restarts: 2.7 s). The fixed `decompose` sends `rank` columns of integers and halves,
+#: but a candidate runs in the process that writes the result and can send any factors (up to
+#: the sandbox's 64 MB file limit), and the cost grows past any bound with their width and
+#: denominators: one ⟨2,2,2⟩ decomposition of 250 columns of entries 1/p (a distinct prime p
+#: each, 29 kB of JSON) took 4.4 s, one of 500 columns (62 kB) 47 s. Raise the limit for many
+#: restarts of large tensors.
+VERIFY_TIMEOUT_S = 30.0
+
+
 def matmul_problem(
     n: int = 2,
     m: int = 2,
@@ -352,12 +365,15 @@ def matmul_problem(
     refine_rounds: int = 10,
     refine_steps: int = 800,
     time_limit_s: float = 120.0,
+    verify_timeout_s: float | None = VERIFY_TIMEOUT_S,
 ) -> Problem:
     """The ⟨n,m,p⟩ rank-`rank` decomposition problem with a vector score ranked by `success`.
 
     Known upper bounds on the rank: ⟨2,2,2⟩ 7 (Strassen), ⟨2,2,3⟩ 11 (Hopcroft–Kerr),
     ⟨3,3,3⟩ 23 (Laderman). The input carries the optimiser's budget (restarts, steps, seed).
     The precheck (cascade evaluation) runs the same search with 2 restarts and 20 steps a phase.
+    `verify_timeout_s`: the verifier's limit per stage (`VERIFY_TIMEOUT_S`; None: no limit, the
+    verifier called in the evaluating process).
     """
     matmul_tensor(n, m, p)  # validates n, m, p
     for name, value in (
@@ -398,6 +414,7 @@ def matmul_problem(
         minimise=("rank", "time"),
         time_limit_s=time_limit_s,
         memory_mb=2048,
+        verify_timeout_s=verify_timeout_s,
         description=(
             f"Exact rank-{rank} decomposition of the <{n},{m},{p}> matrix-multiplication tensor "
             "(score: success rate over restarts, fewest exact terms, reported time)"

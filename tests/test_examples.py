@@ -37,8 +37,8 @@ def output_of(done: subprocess.CompletedProcess) -> str:
 
 
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
-# documents whose examples run for a minute or more: behind the slow marker
-SLOW_DOCS = {"patternboost.md"}
+# documents whose examples run for half a minute or more: behind the slow marker
+SLOW_DOCS = {"patternboost.md", "training.md"}
 
 
 def readme_example() -> str:

@@ -111,6 +111,7 @@ def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp
     assert CheckpointManager(folder / "ddp" / "checkpoints").latest().name == "step_000000006"
 
 
+@pytest.mark.slow  # three or four torchrun launches: about 30 s
 def test_a_resumed_two_process_run_whose_ranks_draw_apart_equals_the_uninterrupted_run(
         tmp_path):
     """Each rank's RNG stream is its own (the model draws 7 × (rank + 1) numbers before its
@@ -128,6 +129,7 @@ def test_a_resumed_two_process_run_whose_ranks_draw_apart_equals_the_uninterrupt
     assert not torch.equal(tensors["rng.torch"], tensors["rng.rank1.torch"])  # they drew apart
 
 
+@pytest.mark.slow  # three or four torchrun launches: about 30 s
 def test_a_run_resumes_on_another_number_of_processes(tmp_path):
     """Two processes paused after step 3 resume on one (rank 0's RNG state), and one process
     paused resumes on two (rank 1 takes rank 0's state: the checkpoint holds none for it); both
@@ -144,6 +146,7 @@ def test_a_run_resumes_on_another_number_of_processes(tmp_path):
         assert torch.allclose(torch.tensor(losses), torch.tensor(single), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # three or four torchrun launches: about 30 s
 def test_a_sigint_to_one_rank_stops_both_after_the_next_step_and_the_resume_equals_one_process(
         tmp_path):
     """SIGINT reaches rank 1 alone, after step 2. The ranks agree on stopping one step late,

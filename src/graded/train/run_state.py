@@ -35,6 +35,11 @@ from graded.train.stopping import Stopper
 __all__ = ["RunState"]
 
 
+#: The attribute a trainer sets on a model it trained or loaded a checkpoint into
+#: (:meth:`RunState._mark_model`).
+TRAINED_MARK = "_graded_trained"
+
+
 class RunState:
     """The checkpointed state of a run and its resume, mixed into
     :class:`~graded.train.trainer.Trainer`, which sets the attributes below."""
@@ -127,8 +132,28 @@ class RunState:
                 self._holds, self._plan = f"what a resume from {loading[-1]} loaded", None
             raise
         self._holds = f"checkpoint {plan.checkpoint} (step {plan.step})"
+        self._mark_model(self._holds)
         self._plan = plan
         return plan
+
+    def _mark_model(self, holds: str) -> None:
+        """Note on the model itself what it holds besides its state as built (a run's
+        training, a loaded checkpoint): a new Trainer given this model then says its run starts
+        from those weights (:meth:`_trained_elsewhere`)."""
+        self.model.__dict__[TRAINED_MARK] = f"{holds} of run {self.run_dir}"
+
+    def _trained_elsewhere(self) -> str | None:
+        """For a new run of this trainer: the warning that its model holds what another
+        trainer's run left (:meth:`_mark_model`), so the run starts from those weights and not
+        from the initialisation its config records; None for a model as built."""
+        held = self.model.__dict__.get(TRAINED_MARK)
+        if held is None:
+            return None
+        return (f"the model given to this Trainer holds {held}: this run starts from those "
+                "weights, not from the initialisation its config.yaml records, so what is "
+                "rebuilt from that config (a rerun, the initial model of `graded report`) has "
+                "other weights; build a freshly initialised model for a run its config "
+                "reproduces, or continue the earlier run with fit(resume_from=...)")
 
     def _refuse_reuse(self) -> None:
         """Refuse a fit without ``resume_from`` once the model and optimizer are no longer as

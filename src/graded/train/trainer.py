@@ -290,9 +290,12 @@ class Trainer(OptimizerStep, RunState, ClosesAtExit):
                      entries=("metrics.csv", "grades.jsonl", "metrics.json", "checkpoints",
                               "history.jsonl", *(("tensorboard",) if self.opts.tensorboard
                                                  else ())))
-            if self.plain_loss_note is not None and self.ctx.is_main:
-                warnings.warn(self.plain_loss_note, RuntimeWarning, stacklevel=2)
-                self.run.append_history("warning", message=self.plain_loss_note)
+            notes = [self.plain_loss_note,
+                     None if plan is not None else self._trained_elsewhere()]
+            for note in notes:
+                if note is not None and self.ctx.is_main:
+                    warnings.warn(note, RuntimeWarning, stacklevel=2)
+                    self.run.append_history("warning", message=note)
             try:
                 result = self._loop(plan, pause_after)
             except BaseException as exc:  # the history says how the run ended, as metrics.json
@@ -358,6 +361,7 @@ class Trainer(OptimizerStep, RunState, ClosesAtExit):
                         result.interrupted = True
                         break
                     self._holds = f"the training of an earlier fit() (to step {step + 1})"
+                    self._mark_model(f"the training to step {step + 1}")
                     values, items = self._train_step(step)
                     step += 1
                     window.append(values)

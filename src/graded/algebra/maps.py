@@ -93,10 +93,21 @@ def is_homogeneous_map(matrix: Tensor, source: GradedSpace, target: GradedSpace,
 
 
 def _basis(vectors: Tensor, rtol: float) -> Tensor:
-    """Orthonormal rows spanning the row space of ``vectors`` (k, n), via the SVD."""
+    """Orthonormal rows spanning the row space of ``vectors`` (k, n), via the SVD.
+
+    Each row is scaled to unit length first (zero rows dropped): the span does not depend on
+    the rows' lengths, but a rank cut relative to the largest singular value did, and dropped
+    a short row as noise (span{(1, 0, 0), c·(0, 1, 1)} on grades (1, 2, 3) was called
+    invariant for c = 1e-10 and not for c = 1).
+    """
     v = vectors.detach().to(torch.float64)
+    # by the largest entry, then by the length: the squares of 1e200 overflow
+    big = v.abs().amax(-1, keepdim=True)  # (k, 1); n >= 1 (checked), so k = 0 is fine
+    keep = big.squeeze(-1) > 0
+    v = v[keep] / big[keep]
+    v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)
     if v.numel() == 0:
-        return v.new_zeros((0, v.shape[-1]))
+        return v.new_zeros((0, vectors.shape[-1]))
     _u, s, vh = torch.linalg.svd(v, full_matrices=False)
     rank = int((s > rtol * max(float(s.max()), 1e-300)).sum()) if s.numel() else 0
     return vh[:rank]

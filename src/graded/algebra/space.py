@@ -274,7 +274,8 @@ class GradedSpace:
         ln N = (1/w) logsumexp_i(w ln|x_i| / q_i), so that no intermediate leaves the dtype's
         range: the factor N^{−q_i} of (1/N)⋆x is ∞ in float32 already for N = 10^{−30},
         q_i = 2 (and ∞·0 made zero coordinates NaN), and N or |x_i|^{1/q_i} themselves can
-        under- or overflow (q_i < 1) while y cannot, as |y_i| ≤ 1.
+        under- or overflow (q_i < 1) while y cannot, as |y_i| ≤ 1. At a zero coordinate x_i
+        the slope ∂y_i/∂x_i is N^{−q_i} (capped at float64's largest value), as elsewhere.
         """
         self._check(x, floating="the weighted projective normalisation")
         w = self._norm_exponent(w)
@@ -292,8 +293,15 @@ class GradedSpace:
             log_n = torch.logsumexp(w * log_a, -1, keepdim=True) / w
         if bool(torch.isneginf(log_n).any()):
             raise ValueError("the zero vector is not a point of a weighted projective space")
-        y = torch.sign(x) * torch.exp(log_x - q * log_n)
-        return torch.where(zero, torch.zeros_like(y), y).to(out_dtype)
+        # the exponent of a zero coordinate is set to 0 before exp: ln 1 − q_i ln N was beyond
+        # float64 for a small N (exp = ∞), and the unused ∞ made the backward pass NaN
+        y = torch.sign(x) * torch.exp(torch.where(zero, torch.zeros_like(x), log_x - q * log_n))
+        # a zero coordinate is x_i·N^{−q_i}: 0 in value, with the slope N^{−q_i} in x_i (a
+        # constant 0 there gave the Jacobian a zero column); the exponent is capped so that
+        # 0·N^{−q_i} is not 0·∞ = NaN where N^{−q_i} is beyond float64
+        cap = math.log(torch.finfo(torch.float64).max)
+        at_zero = (x + 0.0) * torch.exp((-q * log_n).clamp(max=cap))  # + 0.0: −0 gives +0
+        return torch.where(zero, at_zero, y).to(out_dtype)
 
     def normal_form(self, x: Tensor, w: float | None = None, *, closure: bool = False) -> Tensor:
         """Canonical representative of the orbit of x ≠ 0 (a point of weighted projective space).

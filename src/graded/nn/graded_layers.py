@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from numbers import Integral
 
 import torch
 from torch import Tensor, nn
@@ -71,16 +72,23 @@ def _check_switches(bias: bool, learnable_grades: bool) -> tuple[bool, bool]:
 class _LinearBase(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool, device, dtype) -> None:
         super().__init__()
-        for name, v in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        self.in_features, self.out_features = in_features, out_features
-        ref = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.in_features, self.out_features = _check_sizes(in_features, out_features)
+        ref = nn.Linear(self.in_features, self.out_features, bias=bias, device=device,
+                        dtype=dtype)
         self.weight = ref.weight
         self.bias = ref.bias
 
     def _check_x(self, x: Tensor) -> None:
         _check_features(x, self.in_features)
+
+
+def _check_sizes(in_features: int, out_features: int) -> tuple[int, int]:
+    """The layer's sizes as ints, each a positive integer (a NumPy one too, as ``nn.Linear``
+    takes); ``ValueError`` naming the argument otherwise."""
+    for name, v in (("in_features", in_features), ("out_features", out_features)):
+        if not isinstance(v, Integral) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    return int(in_features), int(out_features)
 
 
 def _check_features(x: Tensor, in_features: int) -> None:
@@ -230,15 +238,28 @@ def _activation(activation: str | Callable[[Tensor], Tensor]) -> tuple[Callable,
 
 
 class _ExponentialGradedLinear(nn.Module):
-    def __init__(self, in_features: int, out_features: int, graded_features: int,
+    _graded_side = "in_features"  # the features the grading scales
+
+    def __init__(self, in_features: int, out_features: int,
                  grades: GradesLike | None, base: float, activation, bias: bool,
                  learnable_grades: bool, device, dtype) -> None:
         super().__init__()
         # checked here, under the names the user passed (ExponentialGrading's is learnable)
         bias, learnable_grades = _check_switches(bias, learnable_grades)
+        # checked here: nn.Linear takes 0 features, and ExponentialGrading named a bad size "dim"
+        in_features, out_features = _check_sizes(in_features, out_features)
+        graded_features = in_features if self._graded_side == "in_features" else out_features
         self.linear = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.grading = ExponentialGrading(graded_features, grades, base, learnable_grades,
                                           device=device, dtype=dtype or self.linear.weight.dtype)
+        if self.grading.grades.ndim != 1:
+            # ExponentialGrading reads a 2-d tuple as per-head grades, which the layer has no
+            # heads for: its forward failed asking for "heads at axis -3" of the input
+            raise ValueError(
+                f"{type(self).__name__} takes one grade per feature, grades of shape "
+                f"({graded_features},) ({self._graded_side}), got shape "
+                f"{tuple(self.grading.grades.shape)}"
+            )
         self.activation, self.activation_lipschitz = _activation(activation)
         self.in_features, self.out_features = in_features, out_features
 
@@ -263,7 +284,7 @@ class InputGradedLinear(_ExponentialGradedLinear):
                  bias: bool = True, learnable_grades: bool = False, *,
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
-        super().__init__(in_features, out_features, in_features, grades, base, activation, bias,
+        super().__init__(in_features, out_features, grades, base, activation, bias,
                          learnable_grades, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -275,13 +296,15 @@ class OutputGradedLinear(_ExponentialGradedLinear):
     """001 Def 2.6 (output form): x ↦ diag(λ'^{q'}) σ(W x + b), grades of length
     ``out_features``. Same arguments as :class:`InputGradedLinear`."""
 
+    _graded_side = "out_features"
+
     def __init__(self, in_features: int, out_features: int, grades: GradesLike | None = None,
                  base: float = 2.0, activation: str | Callable[[Tensor], Tensor] = "relu",
                  bias: bool = True, learnable_grades: bool = False, *,
                  device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
-        super().__init__(in_features, out_features, out_features, grades, base, activation,
-                         bias, learnable_grades, device, dtype)
+        super().__init__(in_features, out_features, grades, base, activation, bias,
+                         learnable_grades, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         _check_features(x, self.in_features)

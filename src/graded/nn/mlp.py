@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
+from numbers import Integral
 
 import torch
 from torch import Tensor, nn
 
 from graded.checks import check_bool
-from graded.grading import GradesLike
+from graded.grading import GradesLike, as_grade_tensor
 from graded.nn.activations import GradedExp, GradedReLU
 from graded.nn.graded_layers import GradedLinear, InputGradedLinear
 
@@ -57,7 +58,7 @@ class GradedMLP(nn.Module):
             raise ValueError(f"layer must be one of {LAYERS}, got {layer!r}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-        hidden = [hidden_features] if isinstance(hidden_features, int) else list(hidden_features)
+        hidden = _hidden_widths(hidden_features)
         dims = [in_features, *hidden, out_features]
         if isinstance(hidden_grades, (int, float)) or (
                 isinstance(hidden_grades, Tensor) and hidden_grades.ndim == 0):
@@ -70,6 +71,10 @@ class GradedMLP(nn.Module):
                 raise ValueError(f"hidden_grades has {len(hgrades)} entries but there are "
                                  f"{len(hidden)} hidden layers (one number or grade tuple "
                                  f"per hidden layer: [[q_1, ..., q_n]] for a single one)")
+            for i, (g, width) in enumerate(zip(hgrades, hidden)):
+                # checked here so that the error names the entry, not a layer's "grades"
+                if not isinstance(g, (int, float)):
+                    as_grade_tensor(g, dim=width, name=f"hidden_grades[{i}]", allow_heads=False)
         layer_grades = [grades, *hgrades]
         kw = {"device": device, "dtype": dtype}
         mods: list[nn.Module] = []
@@ -144,6 +149,23 @@ class GradedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.layers(x)
+
+
+def _hidden_widths(hidden_features: int | Sequence[int]) -> list[int]:
+    """``hidden_features`` as a list of widths, each a positive int (``ValueError`` naming the
+    entry otherwise: the layers' own check named it ``out_features``)."""
+    if isinstance(hidden_features, Integral) and not isinstance(hidden_features, bool):
+        widths, names = [hidden_features], ["hidden_features"]
+    elif isinstance(hidden_features, (str, bytes)) or not isinstance(hidden_features, Iterable):
+        raise TypeError(f"hidden_features must be an int or a sequence of ints (one width per "
+                        f"hidden layer), got {hidden_features!r}")
+    else:
+        widths = list(hidden_features)
+        names = [f"hidden_features[{i}]" for i in range(len(widths))]
+    for name, w in zip(names, widths):
+        if isinstance(w, bool) or not isinstance(w, Integral) or w < 1:
+            raise ValueError(f"{name} must be a positive int (a hidden width), got {w!r}")
+    return [int(w) for w in widths]
 
 
 def _input_grades_name(layer: nn.Module) -> str:

@@ -52,11 +52,24 @@ def _nan_logits(predictions: Tensor, targets: Tensor, keep: Tensor) -> bool:
 
 
 def _mask(targets: Tensor, mask: Tensor | None) -> Tensor:
+    """The kept entries: target != -100 and, with ``mask``, mask True.
+
+    Float targets are class ids only when whole numbers (a NaN or 0.5 would count as a wrong
+    guess, silently). The mask is boolean or holds only 0 and 1: ``bool()`` of a weight such as
+    0.5 would keep its entry, a weighted mean read as a plain one."""
+    if targets.is_floating_point() and not bool((targets == targets.round()).all()):
+        bad = targets[targets != targets.round()]
+        raise ValueError(f"targets are {targets.dtype} values that are not whole numbers (e.g. "
+                         f"{bad[0].item()}); expected class ids")
     keep = targets != IGNORE_INDEX
     if mask is not None:
         if mask.shape != targets.shape:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not match targets of "
                              f"shape {tuple(targets.shape)}")
+        if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
+            bad = mask[(mask != 0) & (mask != 1)]
+            raise ValueError(f"mask holds {bad[0].item()!r} ({mask.dtype}); expected a boolean "
+                             "mask (True = scored) or one of only 0s and 1s")
         keep = keep & mask.bool()
     return keep
 
@@ -111,8 +124,9 @@ def mae(predictions: Tensor, targets: Tensor) -> float:
 def r2(predictions: Tensor, targets: Tensor) -> float:
     """Coefficient of determination 1 - SS_res/SS_tot, per output column, averaged.
 
-    Follows scikit-learn's ``r2_score`` (uniform average): a constant column scores 1 when
-    predicted exactly and 0 otherwise. Predicting the test mean scores 0. A column whose
+    Follows scikit-learn's ``r2_score`` (uniform average): a constant column (all its targets
+    equal, told from the values rather than from the rounded mean) scores 1 when predicted
+    exactly and 0 otherwise. Predicting the test mean scores 0. A column whose
     SS_res or SS_tot is NaN (a NaN target or prediction, an infinite target) scores NaN, so
     the average is NaN, as ``mse`` is.
     """
@@ -123,7 +137,10 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
     y = targets.double().reshape(n, -1)
     p = predictions.double().reshape(n, -1)
     ss_res = ((y - p) ** 2).sum(0)
-    ss_tot = ((y - y.mean(0)) ** 2).sum(0)
+    # a column of equal values has SS_tot = 0 exactly, although y - mean need not be 0 in
+    # floating point (seven 0.1s average to 0.10000000000000002): 1 - SS_res/1e-33 is no score
+    constant = (y == y[:1]).all(0) & y[0].isfinite()  # an infinite column stays NaN
+    ss_tot = torch.where(constant, 0.0, ((y - y.mean(0)) ** 2).sum(0))
     col = torch.where(ss_tot > 0, 1 - ss_res / torch.where(ss_tot > 0, ss_tot, 1.0),
                       torch.where(ss_res == 0, 1.0, 0.0).double())
     col = torch.where(ss_res.isnan() | ss_tot.isnan(), math.nan, col)

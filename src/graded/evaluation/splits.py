@@ -10,13 +10,15 @@ others) tests whether the rule transfers to objects from another generator; a re
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import math
+from collections import Counter
+from collections.abc import Collection, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
 from graded.checks import check_int
-from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, input_keys
+from graded.tasks.base import SPLIT_KINDS, Task, TaskDataset, check_seed, input_keys
 
 
 def make_split(task: Task, kind: str = "random", n_train: int = 1000, n_test: int = 1000,
@@ -37,22 +39,29 @@ def random_split(data: TaskDataset, n_test: int, seed: int = 0
     one group where its first copy comes; a group goes to the test side when it fits in what
     is left of ``n_test`` and the groups after it can still fill the rest exactly, else to the
     train side. Without repeated inputs this is the first ``n_test`` of the random order. Only
-    a test size that no set of whole groups reaches raises ``ValueError``.
+    a test size that no set of whole groups reaches raises ``ValueError``. ``seed`` is checked
+    as a task's split checks it (an int in [0, ``MAX_SEED``]).
+
+    Memory: which test sizes the later groups can fill is a bit set of n_test + 1 bits per
+    group, kept for about √(groups) groups at a time (recomputed block by block from
+    checkpoints), not for every group: quadratic memory would be gigabytes at 10⁵ examples.
     """
+    if len(data) < 2:
+        raise ValueError(f"random_split needs at least 2 examples (one per side), the data "
+                         f"has {len(data)}")
     check_int("n_test", n_test, minimum=1, maximum=len(data) - 1)
+    seed = check_seed(seed)
     perm = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed)).tolist()
     copies: dict[bytes, list[int]] = {}
     keys = input_keys(data)
     for i in perm:
         copies.setdefault(keys[i], []).append(i)
     groups = list(copies.values())  # in the order of their first copies
-    # reachable[g]: bit s set when the groups g, g+1, ... hold a subset of s examples
-    reachable = [1] * (len(groups) + 1)
-    for g in range(len(groups) - 1, -1, -1):
-        reachable[g] = reachable[g + 1] | (reachable[g + 1] << len(groups[g]))
-    if not reachable[0] >> n_test & 1:
-        below = (reachable[0] & ((1 << n_test) - 1)).bit_length() - 1
-        above = reachable[0] >> (n_test + 1)
+    sizes = [len(group) for group in groups]
+    reachable = _subset_sums(sizes)  # bit s set when some groups hold s examples together
+    if not reachable >> n_test & 1:
+        below = (reachable & ((1 << n_test) - 1)).bit_length() - 1
+        above = reachable >> (n_test + 1)
         above = n_test + 1 + (above & -above).bit_length() - 1 if above else None
         raise ValueError(
             f"n_test={n_test} cannot be met without putting copies of one input on both sides: "
@@ -60,13 +69,55 @@ def random_split(data: TaskDataset, n_test: int, seed: int = 0
             f"{'' if above is None else f' or {above}'}, no size between; {len(data)} "
             f"examples hold {len(groups)} distinct inputs"
         )
+    if len(groups) == len(data):  # no repeated input: the first n_test of the order
+        return data.subset(perm[n_test:]), data.subset(perm[:n_test])
     test: list[int] = []
     train: list[int] = []
-    for g, group in enumerate(groups):
-        left = n_test - len(test) - len(group)
-        fits = left >= 0 and reachable[g + 1] >> left & 1
-        (test if fits else train).extend(group)
+    for g, later in _later_sums(sizes, n_test):
+        left = n_test - len(test) - sizes[g]
+        fits = left >= 0 and later >> left & 1
+        (test if fits else train).extend(groups[g])
     return data.subset(train), data.subset(test)
+
+
+def _subset_sums(sizes: Sequence[int]) -> int:
+    """The sums of the sub-multisets of ``sizes`` as a bit set (bit s: sum s reachable).
+
+    Equal sizes are added by binary splitting (1, 2, 4, ... copies at a time), a bounded
+    knapsack: O(√N log N) shifts of N-bit sets, as sizes summing to N take O(√N) values."""
+    reach = 1
+    for size, count in Counter(sizes).items():
+        k = 1
+        while count > 0:
+            take = min(k, count)
+            reach |= reach << (size * take)
+            count -= take
+            k *= 2
+    return reach
+
+
+def _later_sums(sizes: Sequence[int], limit: int) -> Iterator[tuple[int, int]]:
+    """(g, the sums up to ``limit`` of subsets of the groups after g) for g = 0, 1, ...
+
+    The sets are a backward recurrence read forwards: checkpoints every √G groups are kept
+    from one backward pass, and each block's sets are recomputed from its checkpoint when the
+    forward pass reaches it."""
+    mask = (1 << (limit + 1)) - 1
+    n = len(sizes)
+    block = max(1, math.isqrt(n))
+    checkpoints = {n: 1}  # the groups from b on (b a multiple of block, or n)
+    reach = 1
+    for g in range(n - 1, 0, -1):
+        reach = (reach | reach << sizes[g]) & mask
+        if g % block == 0:
+            checkpoints[g] = reach
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        sums = [checkpoints[stop]]  # the groups after stop - 1, stop - 2, ..., start
+        for g in range(stop - 1, start, -1):
+            sums.append((sums[-1] | sums[-1] << sizes[g]) & mask)
+        for g in range(start, stop):
+            yield g, sums[stop - 1 - g]
 
 
 def sequence_lengths(data: TaskDataset) -> Tensor:
@@ -120,6 +171,9 @@ def family_split(data: TaskDataset, family_ids: Tensor | Sequence[object],
         raise ValueError(f"family_ids must give one family per example ({len(data)}), "
                          f"got {len(ids)}")
     held_out = set(test_families)
+    if not held_out:
+        raise ValueError(f"test_families is empty; expected at least one of the data's "
+                         f"families {sorted(map(str, set(ids)))}")
     missing = sorted(map(str, held_out - set(ids)))
     if missing:
         raise ValueError(f"test families {missing} do not occur in the data; its families are "

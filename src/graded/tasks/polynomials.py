@@ -19,6 +19,7 @@ import random
 from collections.abc import Sequence
 from typing import ClassVar
 
+import numpy as np
 from torch import Tensor
 
 from graded.checks import check_choice, check_int
@@ -54,13 +55,37 @@ def poly_compose(p: list[int], q: list[int]) -> list[int]:
     return out
 
 
-def composition_bound(degree: int, coeff_range: int) -> int:
-    """A bound on |coefficient| of p(q(x)) for deg p, deg q <= degree, |coefficients| <= c.
+def composition_bound(degree: int, coeff_range: int, limit: int | None = None) -> int:
+    """The largest |coefficient| of p(q(x)) over deg p, deg q <= degree, |coefficients| <= c.
 
-    The l1 norm is submultiplicative, so ‖p∘q‖₁ <= Σ_i |p_i| ‖q‖₁^i <= c Σ_i (c (d+1))^i.
+    With C = c(1 + x + ... + x^degree), |[x^k] p∘q| = |Σ_i p_i [x^k] q^i| <= [x^k] C∘C (the
+    triangle inequality in every convolution sum), and p = q = C attains it: the bound is the
+    largest coefficient of C∘C. (The l1 bound c Σ_i (c(d+1))^i is 5.3 times larger at d = 3,
+    c = 5: 42 105 against 7 875.)
+
+    With ``limit``, a value above it is returned as soon as one is known: c³(d+1) (the
+    coefficient of x^d in c·C² alone, degree >= 2), or the first of Horner's partial results
+    with a coefficient above it (all coefficients are positive, so they only grow). Below the
+    limit every value is at most limit², so the partial products are exact in int64.
     """
-    s = coeff_range * (degree + 1)
-    return coeff_range * sum(s**i for i in range(degree + 1))
+    c = coeff_range
+    if limit is None:
+        top = [c] * (degree + 1)
+        out = [c]
+        for _ in range(degree):
+            out = poly_mul(out, top)
+            out[0] += c
+        return max(out)
+    if degree >= 2 and c**3 * (degree + 1) > limit:
+        return c**3 * (degree + 1)
+    top_array = np.full(degree + 1, c, dtype=np.int64)
+    partial = np.array([c], dtype=np.int64)
+    for _ in range(degree):
+        if int(partial.max()) > limit:
+            break
+        partial = np.convolve(partial, top_array)
+        partial[0] += c
+    return int(partial.max())
 
 
 @dataclasses.dataclass
@@ -95,14 +120,15 @@ class PolynomialArithmetic(Task):
         check_int("coeff_range", self.coeff_range, minimum=1)
         if self.vocab_degree is not None:
             check_int("vocab_degree", self.vocab_degree, minimum=self.max_degree)
-        if 2 * self.coeff_bound + 6 > MAX_VOCAB:
+        bound = self.coeff_bound
+        if 2 * bound + 6 > MAX_VOCAB:
             raise ValueError(
                 f"coefficients of a {self.operation} with max_degree={self.max_degree} and "
-                f"coeff_range={self.coeff_range} reach ±{self.coeff_bound}, more than the "
+                f"coeff_range={self.coeff_range} reach at least ±{bound}, more than the "
                 f"{MAX_VOCAB} one-token integers allowed; lower max_degree or coeff_range"
             )
         self._vocab = Vocab(["<pad>", "<bos>", "<eos>", "*", "o", "=",
-                             *(str(v) for v in range(-self.coeff_bound, self.coeff_bound + 1))])
+                             *(str(v) for v in range(-bound, bound + 1))])
 
     @property
     def _vdeg(self) -> int:
@@ -110,11 +136,13 @@ class PolynomialArithmetic(Task):
 
     @property
     def coeff_bound(self) -> int:
-        """The largest |coefficient| any answer of this configuration can have."""
+        """The largest |coefficient| any answer of degree <= ``vocab_degree`` can have:
+        c²(d+1) for products, :func:`composition_bound` for compositions (a value above the
+        vocabulary's limit once the limit is passed)."""
         d, c = self._vdeg, self.coeff_range
         if self.operation == "product":
             return c * c * (d + 1)
-        return composition_bound(d, c)
+        return composition_bound(d, c, MAX_VOCAB)
 
     @property
     def answer_degree(self) -> int:

@@ -34,14 +34,15 @@ def _new_token_budget(model: Any, kind: Any, prompt_len: int, requested: int | N
         return DEFAULT_NEW_TOKENS if requested is None else requested
     used = 1 if seq2seq else prompt_len  # a decoder starts at BOS, an LM after the prompt
     room = limit - used
-    what = "the start token" if seq2seq else f"the prompt's {prompt_len} tokens"
+    what = ("the start token leaves" if seq2seq else "the prompt's 1 token leaves"
+            if prompt_len == 1 else f"the prompt's {prompt_len} tokens leave")
     if room < 1:
-        raise ValueError(f"--prompt: {what} leave no room in the model's max_len={limit}; "
+        raise ValueError(f"--prompt: {what} no room in the model's max_len={limit}; "
                          f"use a prompt of at most {limit - 1} tokens")
     if requested is None:
         return min(DEFAULT_NEW_TOKENS, room)
     if requested > room:
-        raise ValueError(f"--max-new-tokens {requested} does not fit: {what} leave room for "
+        raise ValueError(f"--max-new-tokens {requested} does not fit: {what} room for "
                          f"{room} in the model's max_len={limit}")
     return requested
 

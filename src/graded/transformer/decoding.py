@@ -30,7 +30,7 @@ from graded.transformer.logits import (
     no_token_left,
 )
 
-__all__ = ["EARLY_STOPPING", "PROCESSOR_OPTIONS", "Step", "decode"]
+__all__ = ["EARLY_STOPPING", "PROCESSOR_OPTIONS", "Step", "decode", "fill_id"]
 
 #: The options of Hugging Face's logits processors that generation takes, with their defaults
 #: (:func:`~graded.transformer.logits.logits_processing`).
@@ -91,7 +91,7 @@ def decode(
     start = (None if processing is None or processing.repetition_penalty is None
              else (~key_padding_mask).int().argmax(dim=1))
     eos = eos_ids(eos_token_id, vocab_size)
-    pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+    pad = fill_id(pad_token_id, eos)
     if pad_token_id is not None and (isinstance(pad, bool)
                                      or not isinstance(pad, numbers.Integral)):
         raise ValueError(f"pad_token_id must be an int token id or None, got {pad!r}")
@@ -100,6 +100,7 @@ def decode(
                 "beam search continues the beams it cannot fill with it")
         raise ValueError(f"pad_token_id must be a token id in [0, {vocab_size}): {used}; got "
                          f"{pad!r}")
+    pad = int(pad)  # a NumPy integer too
     if num_beams > 1 and do_sample:
         raise ValueError("beam search with do_sample=True is not supported; choose one")
     if max_new_tokens == 0 or input_ids.shape[0] == 0:
@@ -162,6 +163,11 @@ def decode(
                 logits = _run(step, ids, kpm, None, grades)
     _check_stuck(stuck, max_new_tokens)
     return ids
+
+
+def fill_id(pad_token_id: int | None, eos: tuple[int, ...]) -> int:
+    """The id that continues finished rows: ``pad_token_id``, else the first EOS id, else 0."""
+    return pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
 
 
 def _check_stuck(stuck: Tensor, max_new_tokens: int) -> None:

@@ -1,11 +1,12 @@
 """What generation checks before it decodes: the prompt, the decoding options, the room
-the positions leave, and whether the model's attention can decode with a KV cache.
+the positions leave, whether the model's attention can decode with a KV cache, and whether it
+reads a left-padded prompt as it reads the prompt alone.
 
 :func:`check_prompt` (a prompt and the room for its new tokens within :func:`position_limit`),
-:func:`check_decoding` (the options of :func:`~graded.transformer.decoding.decode`), and
+:func:`check_decoding` (the options of :func:`~graded.transformer.decoding.decode`),
 :func:`resolve_use_cache` (``use_cache`` as generation runs it, from
-:func:`cacheless_backends`), used by :mod:`graded.transformer.generation` and the morphic
-models' generation.
+:func:`cacheless_backends`) and :func:`slot_placed_backends`, used by
+:mod:`graded.transformer.generation` and the morphic models' generation.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from torch import Tensor
 from graded.positional import TABLE_POSITIONAL
 from graded.transformer.logits import _is_number, check_sampling, eos_ids
 
-__all__ = ["cacheless_backends", "check_cache_support", "check_decoding", "check_prompt",
-           "position_limit", "resolve_use_cache"]
+__all__ = ["SHIFT_INVARIANT_BACKENDS", "cacheless_backends", "check_cache_support",
+           "check_decoding", "check_prompt", "position_limit", "resolve_use_cache",
+           "slot_placed_backends"]
 
 
 def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
@@ -98,23 +100,47 @@ def position_limit(config: object) -> int | None:
     return None
 
 
+def _self_attention_backends(model: torch.nn.Module) -> list[tuple[str, object]]:
+    """(module name, MultiheadAttention) of every self-attention module of ``model.decoder``
+    that runs a backend (cross-attention left out: its keys are the whole memory)."""
+    from graded.attention.multihead import MultiheadAttention
+
+    found = []
+    for name, sub in model.decoder.named_modules():
+        module = getattr(sub, "attn", None)  # an AttentionSublayer's MultiheadAttention
+        if (isinstance(module, MultiheadAttention) and module.backend is not None
+                and not getattr(sub, "cross", False)):
+            found.append((name, module))
+    return found
+
+
 def cacheless_backends(model: torch.nn.Module) -> list[tuple[str, str]]:
     """(module name, backend name) of every self-attention module of ``model.decoder`` whose
     backend cannot decode incrementally (its capabilities lack ``incremental``): one query
     against the cached keys would not reproduce its pattern. Cross-attention is not listed (its
     keys are the whole memory at every step, as in the uncached pass)."""
     from graded.attention.backends import capabilities_of
-    from graded.attention.multihead import MultiheadAttention
 
-    found = []
-    for name, sub in model.decoder.named_modules():
-        module = getattr(sub, "attn", None)  # an AttentionSublayer's MultiheadAttention
-        if (not isinstance(module, MultiheadAttention) or module.backend is None
-                or getattr(sub, "cross", False)):
-            continue
-        if not capabilities_of(module.backend).incremental:
-            found.append((name, module.backend_name))
-    return found
+    return [(name, module.backend_name) for name, module in _self_attention_backends(model)
+            if not capabilities_of(module.backend).incremental]
+
+
+#: The self-attention backends whose output for a row's real tokens does not depend on how
+#: many padding slots come before them: dense attention and the patterns placed relative to
+#: each query (a window, a dilated window, kernel attention's running sums). The others place
+#: their pattern by slot index (BigBird's and block_sparse's blocks, sparse_fixed's blocks and
+#: summary positions, LSH's chunks), so left padding moves a prompt's tokens across it.
+SHIFT_INVARIANT_BACKENDS = ("full", "explicit", "chunked", "linear", "performer",
+                            "sliding_window", "dilated")
+
+
+def slot_placed_backends(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(module name, backend name) of every self-attention module of ``model.decoder`` whose
+    backend is not one of :data:`SHIFT_INVARIANT_BACKENDS` (a backend registered by a user
+    included): a left-padded prompt would not attend as it does alone, so generation decodes
+    the rows of each padding length by themselves, their padding removed."""
+    return [(name, module.backend_name) for name, module in _self_attention_backends(model)
+            if module.backend_name not in SHIFT_INVARIANT_BACKENDS]
 
 
 def resolve_use_cache(model: torch.nn.Module, use_cache: bool | None) -> bool:

@@ -5,7 +5,11 @@ Works for any model exposing a decoding step ``step(ids, key_padding_mask, cache
 :func:`generate_seq2seq` a :class:`~graded.transformer.models.Seq2SeqTransformer`.
 Prompts of different lengths are left-padded with ``pad_token_id`` and passed with a
 ``key_padding_mask``; positions skip the padding, so a padded prompt generates exactly what it
-would alone, and ``max_len`` must hold the longest real prompt plus the new tokens. With
+would alone, and ``max_len`` must hold the longest real prompt plus the new tokens. A model
+whose attention pattern is placed by slot index (BigBird, block_sparse, sparse_fixed, LSH:
+:func:`~graded.transformer.decoding_inputs.slot_placed_backends`) would see the padding move
+a prompt across its blocks: it decodes the rows of each real length together, their padding
+removed (:func:`_decode_by_padding`). With
 ``use_cache`` each step feeds only the newest token and reuses cached keys and values; without
 it every step recomputes the whole sequence (the two agree). Hugging Face's ``sequence_bias``,
 ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, ``min_new_tokens`` and
@@ -28,7 +32,7 @@ import torch
 from torch import Tensor
 
 from graded.transformer.cache import KVCache
-from graded.transformer.decoding import PROCESSOR_OPTIONS, decode
+from graded.transformer.decoding import PROCESSOR_OPTIONS, Step, decode, fill_id
 from graded.transformer.decoding_grades import TokenGrader, token_grading
 from graded.transformer.decoding_inputs import (
     cacheless_backends,
@@ -36,8 +40,16 @@ from graded.transformer.decoding_inputs import (
     check_prompt,
     position_limit,
     resolve_use_cache,
+    slot_placed_backends,
 )
-from graded.transformer.logits import _is_token, filter_logits, select_next
+from graded.transformer.logits import (
+    NoTokenLeft,
+    _is_token,
+    eos_ids,
+    filter_logits,
+    no_token_left,
+    select_next,
+)
 
 __all__ = ["PROCESSOR_OPTIONS", "cacheless_backends", "check_prompt", "decode", "filter_logits",
            "generate", "generate_seq2seq", "position_limit", "resolve_use_cache",
@@ -105,7 +117,10 @@ def generate(
     ends, as in Hugging Face's ``generate``
     (:func:`~graded.transformer.decoding._beam_search`). ``use_cache``: None caches
     where every backend can (:func:`resolve_use_cache`), True requires it, False recomputes the
-    prefix each step; the tokens are the same. Hugging Face's options of these names
+    prefix each step; the tokens are the same (up to rounding: a graded model in bfloat16 or
+    float16 folds its gradings into the weights or scales the activations by the number of
+    rows, :func:`graded.folding.graded_linear`, so two scores within a rounding step may order
+    differently). Ids and counts may be NumPy integers. Hugging Face's options of these names
     (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.
     ``[[pad_id]]``: never generate the pad token; ``[[a, b]]``: never ``b`` right after ``a``),
     ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS),
@@ -133,19 +148,67 @@ def generate(
         return model(ids, mask if cache is not None or bool(mask.any()) else None, cache=cache,
                      **extra)
 
+    options = dict(n_layers=model.decoder.n_layers, do_sample=do_sample,
+                   temperature=temperature, top_k=top_k, top_p=top_p, num_beams=num_beams,
+                   eos_token_id=eos_token_id, pad_token_id=pad_token_id, use_cache=use_cache,
+                   generator=generator, length_penalty=length_penalty,
+                   early_stopping=early_stopping, vocab_size=model.config.vocab_size,
+                   grade_last=grade_last, bad_words_ids=bad_words_ids,
+                   forced_eos_token_id=forced_eos_token_id, sequence_bias=sequence_bias,
+                   repetition_penalty=repetition_penalty,
+                   no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
+                   renormalize_logits=renormalize_logits)
+    # one read of the mask, for a model whose attention pattern is placed by slot index only
+    by_padding = (max_new_tokens > 0 and input_ids.shape[0] > 0
+                  and key_padding_mask is not None and bool(slot_placed_backends(model))
+                  and bool(kpm.any()))
     try:
-        return decode(step, input_ids, kpm, max_new_tokens, n_layers=model.decoder.n_layers,
-                    do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                    num_beams=num_beams, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
-                    use_cache=use_cache, generator=generator, length_penalty=length_penalty,
-                    early_stopping=early_stopping, vocab_size=model.config.vocab_size,
-                    token_grades=token_grades, grade_last=grade_last,
-                    bad_words_ids=bad_words_ids, forced_eos_token_id=forced_eos_token_id,
-                    sequence_bias=sequence_bias, repetition_penalty=repetition_penalty,
-                    no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
-                    renormalize_logits=renormalize_logits)
+        if by_padding:
+            return _decode_by_padding(step, input_ids, kpm, max_new_tokens, token_grades,
+                                      options)
+        return decode(step, input_ids, kpm, max_new_tokens, token_grades=token_grades,
+                      **options)
     finally:
         model.train(was_training)
+
+
+def _decode_by_padding(step: Step, input_ids: Tensor, key_padding_mask: Tensor,
+                       max_new_tokens: int, token_grades: Tensor | None,
+                       options: dict[str, object]) -> Tensor:
+    """:func:`decode` of a padded prompt for a model whose attention pattern is placed by slot
+    index (:func:`slot_placed_backends`): the rows with the same number of real tokens are
+    decoded together with their padding removed, so each row generates what it generates
+    alone, and put back in one (B, T + n) tensor, n the most new tokens of any group (a group
+    that ended sooner is continued with the fill id, as a finished row is). Each group draws
+    from ``generator`` in turn (groups by ascending real length), and a row's history for the
+    logits processors is its real tokens. A row with no token left is refused as
+    :func:`decode` refuses it, naming its row of the batch."""
+    batch, length = input_ids.shape
+    real = (~key_padding_mask).sum(dim=1)
+    parts, stuck = [], []
+    for n in real.unique().tolist():
+        rows = (real == n).nonzero().flatten()
+        keep = ~key_padding_mask[rows]
+        ids = input_ids[rows][keep].view(len(rows), n)
+        grades = None if token_grades is None else token_grades[rows][keep].view(len(rows), n)
+        try:
+            out = decode(step, ids, torch.zeros_like(keep[:, :n]), max_new_tokens,
+                         token_grades=grades, **options)
+        except NoTokenLeft as error:
+            stuck.append((error.step, [int(rows[r]) for r in error.rows]))
+            continue
+        parts.append((rows, out[:, n:]))
+    if stuck:  # the first step at which a row had no token left, as decode reports it
+        first = min(at for at, _ in stuck)
+        raise no_token_left(sorted(r for at, rs in stuck if at == first for r in rs), first)
+    width = max(new.shape[1] for _, new in parts)
+    fill = fill_id(options["pad_token_id"],
+                   eos_ids(options["eos_token_id"], options["vocab_size"]))
+    out = input_ids.new_full((batch, length + width), fill, dtype=torch.long)
+    out[:, :length] = input_ids
+    for rows, new in parts:
+        out[rows, length : length + new.shape[1]] = new
+    return out
 
 
 @torch.no_grad()

@@ -8,14 +8,15 @@ logits processors of Hugging Face's ``generate`` that ours offers (:class:`Logit
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["LogitsProcessing", "TokenSequences", "check_sampling", "filter_logits",
-           "logits_processing", "no_token_left", "select_next"]
+__all__ = ["LogitsProcessing", "NoTokenLeft", "TokenSequences", "check_sampling",
+           "filter_logits", "logits_processing", "no_token_left", "select_next"]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -50,7 +51,7 @@ def check_sampling(temperature: float = 1.0, top_k: int | None = None,
     beam decoding ignore them, as Hugging Face's do, but not a value no sampling could use."""
     if not _is_number(temperature) or not 0 < temperature < math.inf:  # NaN too
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral)
                               or top_k <= 0):
         raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
     if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
@@ -93,14 +94,23 @@ def _select_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def no_token_left(rows: list[int], step: int | None = None) -> ValueError:
+class NoTokenLeft(ValueError):
+    """The error of :func:`no_token_left`, holding its ``rows`` and ``step`` (None: not in a
+    generation) so that a caller decoding part of a batch can name the batch's rows."""
+
+    def __init__(self, rows: list[int], step: int | None = None) -> None:
+        at = "" if step is None else f" at new token {step + 1}"
+        super().__init__(
+            f"no token is left to generate{at} in row(s) {_first_rows(rows)}: every score is "
+            "-inf there (the logits processors, e.g. bad_words_ids, no_repeat_ngram_size, "
+            "sequence_bias or min_new_tokens, or the model's scores ban every token)")
+        self.rows, self.step = rows, step
+
+
+def no_token_left(rows: list[int], step: int | None = None) -> NoTokenLeft:
     """The error for the rows (batch indices) whose scores are all -inf, at new token
     ``step + 1`` of a generation when ``step`` is given: no token is left to choose."""
-    at = "" if step is None else f" at new token {step + 1}"
-    return ValueError(
-        f"no token is left to generate{at} in row(s) {_first_rows(rows)}: every score is -inf "
-        "there (the logits processors, e.g. bad_words_ids, no_repeat_ngram_size, "
-        "sequence_bias or min_new_tokens, or the model's scores ban every token)")
+    return NoTokenLeft(rows, step)
 
 
 def _first_rows(rows: list[int]) -> str:
@@ -285,8 +295,9 @@ def logits_processing(
             repetition_penalty = None
     for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
                         ("min_new_tokens", min_new_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"{name} must be an int >= 0 (0 for none), got {value!r}")
+    no_repeat_ngram_size, min_new_tokens = int(no_repeat_ngram_size), int(min_new_tokens)
     if min_new_tokens and not eos:
         raise ValueError(f"min_new_tokens={min_new_tokens} needs eos_token_id: it keeps the EOS "
                          "from being chosen before that many new tokens")
@@ -333,7 +344,9 @@ def _entry(word: Sequence[object], name: str, vocab_size: int) -> tuple[int, ...
 
 
 def _is_token(value: object, vocab_size: int) -> bool:
-    return (isinstance(value, int) and not isinstance(value, bool)
+    """An int id in [0, ``vocab_size``): a Python int or a NumPy integer (as ``max_new_tokens``
+    and ``num_beams`` take them), never a bool."""
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
             and 0 <= value < vocab_size)
 
 
@@ -350,7 +363,7 @@ def eos_ids(eos_token_id: object, vocab_size: int, *, name: str = "eos_token_id"
         raise ValueError(f"{name} must be a token id in [0, {vocab_size}) or a non-empty list "
                          f"of them, got {eos_token_id!r}: the model could never emit it to end "
                          "a row")
-    return ids
+    return tuple(int(i) for i in ids)
 
 
 def _is_number(value: object) -> bool:

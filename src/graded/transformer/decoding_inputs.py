@@ -21,7 +21,7 @@ from torch import Tensor
 from graded.positional import TABLE_POSITIONAL
 from graded.transformer.logits import _is_number, check_sampling, eos_ids
 
-__all__ = ["SHIFT_INVARIANT_BACKENDS", "cacheless_backends", "check_cache_support",
+__all__ = ["cacheless_backends", "check_cache_support",
            "check_decoding", "check_prompt", "position_limit", "resolve_use_cache",
            "slot_placed_backends"]
 
@@ -125,22 +125,16 @@ def cacheless_backends(model: torch.nn.Module) -> list[tuple[str, str]]:
             if not capabilities_of(module.backend).incremental]
 
 
-#: The self-attention backends whose output for a row's real tokens does not depend on how
-#: many padding slots come before them: dense attention and the patterns placed relative to
-#: each query (a window, a dilated window, kernel attention's running sums). The others place
-#: their pattern by slot index (BigBird's and block_sparse's blocks, sparse_fixed's blocks and
-#: summary positions, LSH's chunks), so left padding moves a prompt's tokens across it.
-SHIFT_INVARIANT_BACKENDS = ("full", "explicit", "chunked", "linear", "performer",
-                            "sliding_window", "dilated")
-
-
 def slot_placed_backends(model: torch.nn.Module) -> list[tuple[str, str]]:
     """(module name, backend name) of every self-attention module of ``model.decoder`` whose
-    backend is not one of :data:`SHIFT_INVARIANT_BACKENDS` (a backend registered by a user
-    included): a left-padded prompt would not attend as it does alone, so generation decodes
-    the rows of each padding length by themselves, their padding removed."""
+    backend is not ``shift_invariant`` (:class:`~graded.attention.backends.Capabilities`; a
+    backend registered without declaring it included): its pattern is placed by slot index, so
+    a left-padded prompt would not attend as it does alone, and generation decodes the rows of
+    each padding length by themselves, their padding removed."""
+    from graded.attention.backends import capabilities_of
+
     return [(name, module.backend_name) for name, module in _self_attention_backends(model)
-            if module.backend_name not in SHIFT_INVARIANT_BACKENDS]
+            if not capabilities_of(module.backend).shift_invariant]
 
 
 def resolve_use_cache(model: torch.nn.Module, use_cache: bool | None) -> bool:

@@ -88,6 +88,10 @@ class Capabilities:
     with ``incremental`` either takes the whole cached key/value sequence each step (the dense
     backends) or keeps a state of its own through :meth:`AttentionBackend.decode` (a rolling
     window, the running sums of kernel attention, the cached keys of a sparse pattern).
+    ``shift_invariant``: a row's output at its real tokens does not depend on how many masked
+    padding slots come before them (dense attention; a pattern placed relative to each query,
+    as a window); a pattern placed by slot index (blocks, chunks, summary positions) is not,
+    and generation decodes a left-padded batch by real length for it.
     """
 
     causal: bool = False
@@ -97,6 +101,7 @@ class Capabilities:
     custom_score: bool = False
     attention_weights: bool = False
     incremental: bool = False
+    shift_invariant: bool = False
 
 
 FEATURES: dict[str, str] = {
@@ -107,6 +112,7 @@ FEATURES: dict[str, str] = {
     "custom_score": "a custom score function (attn_score other than 'scaled_dot')",
     "attention_weights": "attention weights (need_weights=True)",
     "incremental": "incremental decoding with a KV cache (generate with use_cache=True)",
+    "shift_invariant": "left padding that leaves a row's output as without it",
 }
 
 

@@ -268,6 +268,7 @@ class ChunkedBackend(AttentionBackend):
     capabilities = Capabilities(
         causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
         custom_score=True, attention_weights=True, incremental=True,
+        shift_invariant=True,
     )
     # checked when set, in the constructor and after it (as ``scale``, see checked_option)
     query_chunk = checked_int_option("query_chunk")

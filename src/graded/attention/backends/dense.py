@@ -109,6 +109,7 @@ class FullBackend(AttentionBackend):
     capabilities = Capabilities(
         causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
         custom_score=True, attention_weights=True, incremental=True,
+        shift_invariant=True,
     )
 
     def __init__(self, scale: float | None = None) -> None:
@@ -201,6 +202,7 @@ class ExplicitBackend(AttentionBackend):
     capabilities = Capabilities(
         causal=True, cross_attention=True, key_padding_mask=True, attn_bias=True,
         custom_score=True, attention_weights=True, incremental=True,
+        shift_invariant=True,
     )
     max_elements = checked_int_option("max_elements")  # checked when set, as ``scale``
 

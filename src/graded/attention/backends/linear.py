@@ -144,7 +144,7 @@ class LinearBackend(AttentionBackend):
 
     name = "linear"
     capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
-                                incremental=True)
+                                incremental=True, shift_invariant=True)
     chunk_size = checked_int_option("chunk_size")
     eps = checked_option("eps", lambda name, value: check_float(
         f"{name} backend: eps", value, minimum=0, strict_min=True))

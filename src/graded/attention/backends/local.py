@@ -82,7 +82,8 @@ class SlidingWindowBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """
 
     name = "sliding_window"
-    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
+    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True,
+                                shift_invariant=True)
 
     def __init__(
         self, window: int = 128, block_size: int | None = None, scale: float | None = None,
@@ -184,7 +185,8 @@ class DilatedBackend(FlexKernel, PatternDecoding, AttentionBackend):
     """
 
     name = "dilated"
-    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True)
+    capabilities = Capabilities(causal=True, key_padding_mask=True, incremental=True,
+                                shift_invariant=True)
     dilation = checked_int_option("dilation")
     window = checked_int_option("window", optional=True)
 

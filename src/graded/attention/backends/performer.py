@@ -176,7 +176,7 @@ class PerformerBackend(AttentionBackend):
 
     name = "performer"
     capabilities = Capabilities(causal=True, cross_attention=True, key_padding_mask=True,
-                                incremental=True)
+                                incremental=True, shift_invariant=True)
     # checked whenever set (checked_option), as the constructor does; the features' options
     # restart the features when they change (_restart_features)
     num_features = _feature_option("num_features", lambda name, value: check_int_option(

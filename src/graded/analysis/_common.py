@@ -164,8 +164,21 @@ def input_lengths(inputs: Inputs) -> list[int]:
     xs = [inputs] if isinstance(inputs, Tensor) else [x for x in inputs if isinstance(x, Tensor)]
     lengths = [int(x.shape[1]) for x in xs if x.dim() >= 2]
     if not lengths:
-        raise ValueError("inputs hold no (batch, length, ...) tensor")
+        raise ValueError(f"inputs hold no (batch, length, ...) tensor; got tensors of shape "
+                         f"{[tuple(x.shape) for x in xs]}")
     return lengths
+
+
+def check_not_empty(inputs: Inputs, caller: str) -> None:
+    """ValueError naming the shape of an input tensor (batch, length, ...) with no sequence or
+    no position: every mean of the diagnostics would be over nothing (NaN), and their report
+    would blame padding."""
+    input_lengths(inputs)  # at least one (batch, length, ...) tensor
+    xs = [inputs] if isinstance(inputs, Tensor) else [x for x in inputs if isinstance(x, Tensor)]
+    empty = next((tuple(x.shape) for x in xs if x.dim() >= 2 and 0 in x.shape[:2]), None)
+    if empty is not None:
+        raise ValueError(f"{caller} needs at least one sequence of at least one position, got "
+                         f"an input of shape {empty} (batch, length, ...)")
 
 
 def input_length(inputs: Inputs) -> int:

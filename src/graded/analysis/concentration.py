@@ -99,10 +99,13 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
     its shares and fraction are NaN, the mean of nothing, as the other diagnostics' means
     over no real query)."""
     grading, features = measured_grading(model)
-    if features and grading is None:
-        raise ValueError(f"{type(model).__name__} is a model over real features without an "
-                         "input grading (config.grade_input is False): its raw features, "
-                         "which 000 Def 5.19 grades, have no grading to measure")
+    if grading is None and getattr(getattr(model, "config", None), "grading", None) is not None:
+        kind = "real features" if features else "tokens"
+        vectors = "raw features" if features else "token embeddings"
+        raise ValueError(f"{type(model).__name__} is a graded model over {kind} without an "
+                         f"input grading (config.grade_input is False): its {vectors}, which "
+                         "000 Def 5.19 grades, are not graded in this model, so there is no "
+                         "grading of them to measure")
     if grading is None:
         raise ValueError(f"{type(model).__name__} has no feature grading: build it with "
                          "TransformerConfig(grading='linear' or 'exponential')")
@@ -125,11 +128,14 @@ def model_feature_concentration(model: nn.Module, inputs: Inputs, *, delta: floa
 
 def measured_grading(model: nn.Module) -> tuple[nn.Module | None, bool]:
     """The grading :func:`model_feature_concentration` measures (None when the model has
-    none), and whether the model is over real features: a token model's feature grading, or
-    the input grading of a model over real features (000 Def 5.19), which acts on its raw
-    features."""
+    none), and whether the model is over real features: the input grading (000 Def 5.19) of
+    the model's input vectors, a token model's token embeddings (its feature grading) or the
+    raw features of a model over real features. A model whose input stage is not graded
+    (``grade_input=False``) has none: its feature grading acts on the feed-forward and output
+    stages only, never on the vectors measured."""
     embed = next((m for m in model.modules() if isinstance(m, InputEmbedding)), None)
-    if embed is None or embed.config.vocab_size is not None:
+    if embed is None:  # not a graded.transformer model: its feature grading, if any
         return feature_grading(model), False
     stage = embed.input_grading
-    return (stage.grading if isinstance(stage, GradedFeatures) else None), True
+    return ((stage.grading if isinstance(stage, GradedFeatures) else None),
+            embed.config.vocab_size is None)

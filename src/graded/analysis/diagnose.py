@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, eval_mode, input_length, run_model
+from graded.analysis._common import Inputs, check_not_empty, eval_mode, input_length, run_model
 from graded.analysis.capture import call_keys, capture_attention, check_calls, real_queries
 from graded.analysis.concentration import measured_grading, model_feature_concentration
 from graded.analysis.heads import head_diversity
@@ -158,7 +158,8 @@ def diagnose(
     position) or without ``out_dir``, they would have no effect, and are refused, naming the
     setting that uses them.
     """
-    # checked before any diagnostic runs: the Lipschitz settings, α, k
+    # checked before any diagnostic runs: the inputs, the Lipschitz settings, α, k
+    check_not_empty(inputs, "diagnose")
     check_lipschitz_counts(n_random, lipschitz_steps, "lipschitz_steps")
     if alphas is not None:
         alphas = [check_float(f"alphas[{i}]", a) for i, a in enumerate(alphas)]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -51,9 +51,9 @@ from graded.analysis._common import (
 )
 from graded.analysis.capture import embedding_perturbation
 from graded.analysis.twin import ungraded_twin
-from graded.checks import check_finite, check_float, check_int
+from graded.checks import check_finite, check_finite_nonnegative, check_float, check_int
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
-from graded.transformer.graded import gradings
+from graded.transformer.graded import GradedFeatures, TokenGrading, gradings
 from graded.transformer.models import InputEmbedding
 
 __all__ = [
@@ -159,19 +159,31 @@ def check_lipschitz_counts(n_random: int, steps: int,
     return n_random, steps
 
 
-def lipschitz_bound_factors(model: nn.Module) -> dict[str, float]:
+def lipschitz_bound_factors(
+    model: nn.Module, *, token_grades: Tensor | Sequence[Tensor] | None = None,
+) -> dict[str, float]:
     """The grading factors of the papers' bounds for ``model``.
 
     ``max_scale`` s: the largest scale of any grading of the model (``max_scale()``);
     ``prop_5_12_factor`` = s^{N·h+3} (000 Prop 5.12 for LGT, Prop 6.13 for EGT);
     ``prop_3_7_factor`` = s (001 Prop 3.7). An ungraded model has s = 1.
+
+    A model that grades tokens (``TransformerConfig.token_grading``, 000 §6.2) scales a
+    stage's features by diag(M)·M_{q_i}, with q_i = s_i·p set by the token grades of the call:
+    its largest scale is that of the grades ``token_grades`` (the call's ``token_grades``; a
+    seq2seq model's ``decoder_token_grades`` too, as a sequence), over every per-token stage.
+    The profile p alone is the grading of s_i = 1, no bound for the grades of a call, so such
+    a model without ``token_grades`` is refused.
     """
     config = getattr(model, "config", None)
     if config is None:
         raise ValueError(f"{type(model).__name__} has no config: expected a graded.transformer "
                          "model")
     check_materialised(model)  # the scales are read from the grades
-    scales = [g.max_scale() for g in gradings(model).values()]
+    scales = [g.max_scale() for g in gradings(model).values() if g.role != "token"]
+    token_scale = _token_stage_scale(model, token_grades)
+    if token_scale is not None:
+        scales.append(token_scale)
     s = max(scales) if scales else 1.0
     # N counts every transformer block (encoder and decoder stacks of a seq2seq model), a
     # block shared across depth once per place it holds in the stack (once per application).
@@ -184,6 +196,44 @@ def lipschitz_bound_factors(model: nn.Module) -> dict[str, float]:
         factor = float("inf")
     return {"max_scale": s, "n_layers": float(n_layers), "n_heads": float(config.n_heads),
             "prop_5_12_factor": factor, "prop_3_7_factor": s}
+
+
+#: The keyword arguments of the graded.transformer models that carry per-token grades.
+TOKEN_GRADE_ARGUMENTS = ("token_grades", "decoder_token_grades")
+
+
+def _token_stage_scale(model: nn.Module,
+                       token_grades: Tensor | Sequence[Tensor] | None) -> float | None:
+    """The largest scale max_{i,k} diag(M)_k·(M_{q_i})_k of the per-token stages of ``model``
+    (:class:`GradedFeatures` with ``per_token``) under the grades ``token_grades``; None for a
+    model that grades no token. Each token grading's scales are taken over all the grades
+    given (a seq2seq model's source and target grades alike: at most the exact value's
+    larger)."""
+    token_gradings = [m for m in model.modules() if isinstance(m, TokenGrading)]
+    if not token_gradings:
+        return None
+    grades = ([token_grades] if isinstance(token_grades, Tensor)
+              else [] if token_grades is None else list(token_grades))
+    if not grades:
+        raise ValueError(f"{type(model).__name__} grades tokens (token_grading): the largest "
+                         "scale of its per-token stages depends on the token grades of the "
+                         "call; pass token_grades (the model's token_grades tensor(s))")
+    token_max = None  # (d,) the largest per-token scale of each feature
+    for tg in token_gradings:
+        for i, g in enumerate(grades):
+            if not isinstance(g, Tensor) or g.numel() == 0:
+                raise ValueError(f"token_grades[{i}] must be a non-empty tensor of token "
+                                 f"grades, got {g!r}")
+            check_finite_nonnegative(g, f"token_grades[{i}]")
+            t = tg.profile.scales_at(g.detach().to(tg.profile.grades.dtype)).detach()
+            t = t.reshape(-1, t.shape[-1]).amax(dim=0)
+            token_max = t if token_max is None else torch.maximum(token_max, t)
+    assert token_max is not None
+    stages = [m for m in model.modules() if isinstance(m, GradedFeatures) and m.per_token]
+    stage_max = [float((token_max if m.grading is None
+                        else m.grading.scales().detach().to(token_max.dtype) * token_max).max())
+                 for m in stages]
+    return max(stage_max) if stage_max else float(token_max.max())
 
 
 @contextlib.contextmanager
@@ -268,7 +318,8 @@ def model_lipschitz(
 
     Keys: ``graded/{random_max, random_mean, adversarial, estimate}``, the same under
     ``ungraded/`` for the ungraded twin (same weights, M = I) when ``compare_ungraded``, their
-    ``ratio`` (graded/ungraded estimate), ``epsilon`` and the bound factors. With a
+    ``ratio`` (graded/ungraded estimate), ``epsilon`` and the bound factors (of the call's
+    ``token_grades``/``decoder_token_grades`` for a model that grades tokens). With a
     ``key_padding_mask`` (B, T) the perturbation and the output change are those of the real
     tokens only (:func:`~graded.analysis._common.real_tokens`); a batch of padding only has
     none, and its estimates, ``epsilon`` and ``ratio`` are NaN (the mean of nothing, as the
@@ -314,5 +365,7 @@ def model_lipschitz(
         # NaN (no estimate) stays NaN; a twin that does not move at all gives inf
         out["ratio"] = (graded / base if base > 0 or math.isnan(base) or math.isnan(graded)
                         else float("inf"))
-    out.update(lipschitz_bound_factors(model))
+    grades = [v for key, v in model_kwargs.items()
+              if key in TOKEN_GRADE_ARGUMENTS and v is not None]
+    out.update(lipschitz_bound_factors(model, token_grades=grades or None))
     return out

@@ -3,7 +3,8 @@
 000 §5-6 compare a graded model Ψ_q = T ∘ φ_q with the standard transformer T. With the
 weights fixed, T is the same model with M = I in every stage: neutral grades (q = 0 for EGT
 and for LGT's "shift"/"abs_shift", q = 1 for "identity", softplus⁻¹(1) for "softplus"), no
-position grading (α = 0) and no normalisation of the graded stages. By the core's guarantee
+position grading (α = 0), no normalisation of the graded stages and none of the graded
+positions (000 Eq. 48's z/‖z‖, ``grade_position_normalize``). By the core's guarantee
 (SPEC C5: "with q = 0 (EGT) or f(q) = 1 (LGT) every graded model equals its ungraded twin")
 this is exactly the ungraded model with the same weights.
 """
@@ -42,8 +43,9 @@ class _IdentityTokenGrading(TokenGrading):
 
 def ungraded_twin(model: nn.Module) -> nn.Module:
     """A deep copy of ``model`` with every grading neutral (M = I), per-token grading the
-    identity (:class:`_IdentityTokenGrading`), the graded positions removed and graded-stage
-    normalisation off. An ungraded model is copied unchanged."""
+    identity (:class:`_IdentityTokenGrading`), the graded positions removed (with their
+    normalisation z/‖z‖, 000 Eq. 48) and graded-stage normalisation off. An ungraded model
+    is copied unchanged."""
     check_materialised(model)  # its grades have no values to make neutral
     twin = copy.deepcopy(model)
     for name, m in list(twin.named_modules()):
@@ -55,6 +57,7 @@ def ungraded_twin(model: nn.Module) -> nn.Module:
     for m in twin.modules():
         if isinstance(m, InputEmbedding):
             m.position_grading = None
+            m.position_normalize = False  # 000 Eq. 48's z/‖z‖ belongs to the graded positions
         if isinstance(m, GradedFeatures):
             m.normalize = False
     return twin

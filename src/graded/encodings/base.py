@@ -226,14 +226,26 @@ class Codec(ABC, Generic[T]):
         return True
 
 
+def short_repr(token: str) -> str:
+    """``repr(token)``, cut to its first 12 characters and its length for a long one (a token of
+    thousands of digits should not fill the error message)."""
+    return repr(token) if len(token) <= 20 else f"{token[:12]!r}... ({len(token)} characters)"
+
+
 def parse_token_int(token: str, lo: int, hi: int, what: str) -> int:
-    """The value of ``token`` if it is a canonical decimal in [lo, hi], else DecodeError."""
+    """The value of ``token`` if it is a canonical decimal in [lo, hi], else DecodeError.
+
+    A token with more digits than ``hi`` is refused before ``int`` reads it: it is above
+    ``hi`` anyway, and ``int`` raises a plain ``ValueError`` past 4300 digits."""
     if (
         not isinstance(token, str)
         or not (token.isascii() and token.isdigit())
         or (len(token) > 1 and token[0] == "0")
     ):
         raise DecodeError(f"bad token {token!r}: expected {what} in {lo}..{hi}")
+    if len(token) > len(str(hi)):
+        shown = token if len(token) <= 20 else short_repr(token)
+        raise DecodeError(f"{what} {shown} is outside {lo}..{hi}")
     value = int(token)
     if not lo <= value <= hi:
         raise DecodeError(f"{what} {value} is outside {lo}..{hi}")

@@ -27,7 +27,9 @@ isomorphic. It is *not* the minimum over all n! orders (refinement restricts the
 keep the tree small on the graphs tried: random graphs take about a millisecond at n = 64; the
 most symmetric ones (empty, complete, complete bipartite) visit O(n²) nodes, about 0.02 s at
 n = 20 and 0.3-0.5 s at n = 64; Paley, hypercube and grid graphs up to 64 vertices take under
-0.05 s (timings on a shared 2-core CPU, as in docs/encodings.md). The worst case is
+0.05 s; strongly regular graphs with few automorphisms (refinement splits nothing, and no
+automorphism prunes) about 1 s at n = 57 (block graphs of Steiner triple systems STS(19))
+(timings on a shared 2-core CPU, as in docs/encodings.md). The worst case is
 exponential, as for every known practical canonical labelling (there are hard families built
 to defeat refinement). Graphs with more than ``MAX_CANONICAL_VERTICES`` = 64 vertices are
 refused.

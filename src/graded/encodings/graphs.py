@@ -117,12 +117,22 @@ class UpperTriangleCodec(_GraphCodec):
     """Strict upper triangle, row-major: (0,1), (0,2), ..., (0,n-1), (1,2), ...
 
     With ``canonical=True`` the encoder first relabels the graph to its canonical form, so that
-    isomorphic graphs get the same tokens (the decoder then returns the canonical graph).
+    isomorphic graphs get the same tokens (the decoder then returns the canonical graph). Canonical
+    labelling stops at ``MAX_CANONICAL_VERTICES`` = 64, so a canonical codec with more vertices
+    is refused here (it could encode nothing, and ``is_valid`` would raise instead of answering).
     """
 
     def __init__(self, n: int, canonical: bool = False) -> None:
         super().__init__(n)
         self.canonical = check_bool("canonical", canonical)
+        if self.canonical:
+            from graded.encodings.canonical import MAX_CANONICAL_VERTICES
+
+            if self.n > MAX_CANONICAL_VERTICES:
+                raise ValueError(
+                    f"UpperTriangleCodec(n={self.n}, canonical=True): canonical labelling is "
+                    f"limited to {MAX_CANONICAL_VERTICES} vertices; use canonical=False"
+                )
         self._rows, self._cols = np.triu_indices(self.n, 1)
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from graded.checks import check_bool, check_int
-from graded.encodings.base import Codec, DecodeError
+from graded.encodings.base import Codec, DecodeError, short_repr
 
 SIGNS = ("+", "-")
 
@@ -67,13 +67,14 @@ class IntegerCodec(Codec[int]):
         end = pos + 1
         digits = []
         while end < len(tokens) and is_digit_token(tokens[end]):
-            d = int(tokens[end])
-            if d >= self.base or (len(tokens[end]) > 1 and tokens[end][0] == "0"):
+            token = tokens[end]  # its length is checked before int(), which stops at 4300 digits
+            if (len(token) > len(str(self.base - 1)) or (len(token) > 1 and token[0] == "0")
+                    or int(token) >= self.base):
                 raise DecodeError(
-                    f"bad digit token {tokens[end]!r} at position {end}: base {self.base} "
+                    f"bad digit token {short_repr(token)} at position {end}: base {self.base} "
                     f"digits are 0..{self.base - 1}"
                 )
-            digits.append(d)
+            digits.append(int(token))
             end += 1
         if not digits:
             raise DecodeError(f"sign at position {pos} is followed by no digit")

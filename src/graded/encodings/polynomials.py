@@ -17,10 +17,9 @@ Zero coefficients in an input dict are dropped (they do not change the polynomia
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import product
 
 from graded.checks import check_int
-from graded.encodings.base import Codec, DecodeError
+from graded.encodings.base import Codec, DecodeError, short_repr
 from graded.encodings.integers import IntegerCodec
 
 Polynomial = dict[tuple[int, ...], int]
@@ -33,8 +32,27 @@ def monomials(n_vars: int, max_degree: int) -> list[tuple[int, ...]]:
     """
     n_vars = check_int("n_vars", n_vars, minimum=1)
     max_degree = check_int("max_degree", max_degree, minimum=0)
-    out = [e for e in product(range(max_degree + 1), repeat=n_vars) if sum(e) <= max_degree]
-    return sorted(out, key=lambda e: (sum(e), tuple(-x for x in e)))
+    return [e for d in range(max_degree + 1) for e in _of_degree(n_vars, d)]
+
+
+def _of_degree(n_vars: int, degree: int) -> list[tuple[int, ...]]:
+    """Exponent tuples of ``n_vars`` entries summing to ``degree``, in descending lex order.
+
+    Each tuple is made from the previous one (its last non-zero entry before the final position
+    gives one unit to its right neighbour, which also takes every unit after it), so the cost
+    is the number of monomials, C(n + D, D) in all, not the (D + 1)^n tuples of a filtered
+    product: degree 2 in 20 variables is 231 monomials, the product 3^20 = 3.5e9.
+    """
+    e = [degree] + [0] * (n_vars - 1)
+    out = [tuple(e)]
+    i = 0 if n_vars > 1 and degree > 0 else -1
+    while i >= 0:
+        rest = sum(e[i + 1 :])
+        e[i] -= 1
+        e[i + 1 :] = [rest + 1] + [0] * (n_vars - i - 2)
+        out.append(tuple(e))
+        i = next((k for k in range(n_vars - 2, -1, -1) if e[k]), -1)
+    return out
 
 
 def _term_key(exponent: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
@@ -107,12 +125,12 @@ class SparsePolynomialCodec(Codec[Polynomial]):
             and token[1:].isdigit()
         ):
             raise DecodeError(f"bad token {token!r} at position {pos}: expected an exponent 'e<k>'")
-        k = int(token[1:])
-        if k > self.max_exponent or token != f"e{k}":
-            raise DecodeError(
-                f"exponent token {token!r} at position {pos} is outside e0..e{self.max_exponent}"
-            )
-        return k
+        digits = token[1:]  # the length first: int() stops at 4300 digits with a ValueError
+        if (len(digits) > len(str(self.max_exponent)) or token != f"e{int(digits)}"
+                or int(digits) > self.max_exponent):
+            raise DecodeError(f"exponent token {short_repr(token)} at position {pos} is outside "
+                              f"e0..e{self.max_exponent}")
+        return int(digits)
 
     def decode(self, tokens: Sequence[str]) -> Polynomial:
         poly: Polynomial = {}

@@ -297,6 +297,13 @@ class BPETokenizer(StringTokenizer):
         self.hf.encode_special_tokens = True
         self.specials = tuple(specials)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling (a DataLoader worker, ``copy.deepcopy``) rebuilds the Hugging Face
+        tokenizer from its JSON, which drops ``encode_special_tokens``: set it again, or the
+        copy would cut "a<pad>b" at "<pad>" and give other ids than the original."""
+        self.__dict__.update(state)
+        self.hf.encode_special_tokens = True
+
     @classmethod
     def train(
         cls,
@@ -309,6 +316,8 @@ class BPETokenizer(StringTokenizer):
         from tokenizers import Tokenizer, decoders, models, trainers
 
         texts = _texts(texts)
+        for k, text in enumerate(texts):
+            _check_utf8(text, f"texts[{k}]")
         check_int("vocab_size", vocab_size)
         check_int("min_frequency", min_frequency, minimum=0)
         alphabet = sorted({ch for text in texts for ch in text})
@@ -344,6 +353,7 @@ class BPETokenizer(StringTokenizer):
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise TypeError(f"a tokenizer encodes a str, got {type(text).__name__} {text!r}")
+        _check_utf8(text, "the text")
         encoding = self.hf.encode(text, add_special_tokens=False)
         reserved = {self.hf.token_to_id(t) for t in (*self.specials, self.UNK)}
         ids: list[int] = []
@@ -396,6 +406,20 @@ def _merge_seed(seed: Any) -> int:
     """The seed of the merge draws checked: an ``int`` >= 0 (``random.Random`` seeds with
     ``abs(seed)``, so -3 would repeat the segmentations of 3)."""
     return check_int("seed", seed, minimum=0)
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """``ValueError`` naming the first lone surrogate of ``text`` (a ``str`` may hold one, but
+    it is no Unicode character and has no UTF-8 form): the Hugging Face library works on UTF-8
+    and said "TextInputSequence must be str" (a ``TypeError``) for such a text."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{what} has the lone surrogate {text[err.start]!r} at position "
+                         f"{err.start}, which is not a Unicode character: BPE works on "
+                         "UTF-8 text") from None
 
 
 def _texts(texts: Any) -> list[str]:

@@ -24,6 +24,7 @@ when it is exact: a non-soft router, no probe, and α without gradient (and neve
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,6 +80,25 @@ class LayerTrace:
     utility_logits: Tensor | None = None
     log_prob: Tensor | None = None
     execution: str = "dense"
+
+
+def _check_call(e: Edge, block: nn.Module) -> None:
+    """A ValueError naming the edge when ``block`` cannot be called as ``block(x_src, x_dst)``,
+    the call every block gets (``blocks.py``): an ``nn.Linear`` or ``nn.Sequential`` handed to
+    a layer used to fail on the first forward pass with "forward() takes 2 positional
+    arguments but 3 were given", naming neither the edge nor the protocol."""
+    try:
+        signature = inspect.signature(block.forward)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call will tell
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise ValueError(
+            f"edge {e.name!r} ({e.dest} <- {e.source}): block {type(block).__name__} has "
+            f"forward{signature}; expected a block called as block(x_src, x_dst) with x_src = "
+            f"z^({e.source}) and x_dst = z^({e.dest}) (graded.morphic.blocks), e.g. a forward "
+            "(x_src, x_dst=None) that ignores x_dst, or LinearBlock / FFNBlock") from None
 
 
 class MorphicLayer(nn.Module):
@@ -167,6 +187,8 @@ class MorphicLayer(nn.Module):
                              "selected edges (mode 'hard', 'gumbel' or 'reinforce'), got "
                              "mode 'soft'")
         self.execution = execution
+        for e, block in zip(edges, self.blocks):  # last: the arguments' own errors come first
+            _check_call(e, block)
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> MorphicLayer:
         """``nn.Module._apply`` (``.to``, ``.bfloat16``, ...) with the thresholds τ kept in
@@ -189,20 +211,30 @@ class MorphicLayer(nn.Module):
             parts = self.space.split(z)
         out = []
         for e, block in zip(self.edges, self.blocks):
-            y = self._checked(e, block, block(parts[e.source], parts[e.dest]), z.shape[:-1])
+            y = self._checked(e, block, block(parts[e.source], parts[e.dest]), z)
             out.append(y if getattr(block, "differentiable", True) else y.detach())
         return out
 
-    def _checked(self, e: Edge, block: nn.Module, y: Tensor, rows: torch.Size) -> Tensor:
-        """``y`` if it is φ_e's output for ``rows`` tokens, (…rows, d_h); a ValueError naming
-        the edge otherwise (a narrower output would broadcast in the update, silently)."""
+    def _checked(self, e: Edge, block: nn.Module, y: Tensor, z: Tensor,
+                 rows: torch.Size | None = None) -> Tensor:
+        """``y`` if it is φ_e's output for ``rows`` tokens (default: the rows of the state z),
+        (…rows, d_h); a ValueError naming the edge otherwise (a narrower output would
+        broadcast in the update, silently).
+
+        A floating output whose dtype would promote the state's (a float64 tool in a float32
+        model) is cast to z's dtype, as the sparse mix and ``ExternalTool`` cast theirs:
+        promoted, the dense update turned the state float64 and the next layer or the readout
+        refused it, while sparse execution of the same layer ran. A narrower output (bf16
+        under autocast) is left to the update's promotion, which is exact."""
+        rows = z.shape[:-1] if rows is None else rows
         expected = (*rows, self.space.dim(e.dest))
         if not isinstance(y, Tensor) or tuple(y.shape) != expected:
             raise ValueError(
                 f"edge {e.name!r} ({e.dest} <- {e.source}): block {type(block).__name__} "
                 f"returned shape {tuple(getattr(y, 'shape', ()))}; expected {expected} "
                 f"(d_{e.dest} = {expected[-1]})")
-        return y
+        wider = y.is_floating_point() and torch.promote_types(y.dtype, z.dtype) != z.dtype
+        return y.to(z.dtype) if wider else y
 
     def sparse_mixes(self, z: Tensor, alpha: Tensor, parts: dict[str, Tensor] | None = None
                      ) -> Tensor:
@@ -238,9 +270,9 @@ class MorphicLayer(nn.Module):
                 dst = (flat[e.dest].index_select(0, rows).unsqueeze(1)
                        if getattr(block, "reads_dest", True) else None)
                 y = block(flat[e.source].index_select(0, rows).unsqueeze(1), dst)
-                y = self._checked(e, block, y, torch.Size((rows.numel(), 1))).squeeze(1)
+                y = self._checked(e, block, y, z, torch.Size((rows.numel(), 1))).squeeze(1)
             else:
-                y = self._checked(e, block, block(parts[e.source], parts[e.dest]), z.shape[:-1])
+                y = self._checked(e, block, block(parts[e.source], parts[e.dest]), z)
                 y = y.reshape(n, -1).index_select(0, rows)
             if not getattr(block, "differentiable", True):
                 y = y.detach()

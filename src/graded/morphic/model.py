@@ -210,9 +210,10 @@ class MorphicTransformer(nn.Module):
         ``metrics["lm_loss"]`` is the LM loss under the training routing;
         ``metrics["loss_context"]`` is the LM loss under context-only routing, the routing
         evaluation has: when some layer routes by the utilities (``train_routing="utility"``,
-        which reads the targets and so is optimistic), it is computed by a second,
-        gradient-free pass with ``stochastic=False``;
-        when every layer routes by context it is ``lm_loss`` itself. ``routing_entropy`` is a mean
+        which reads the targets and so is optimistic) or samples its route (a Gumbel or
+        REINFORCE router in training mode, where evaluation takes the argmax), it is computed
+        by a second, gradient-free pass with ``stochastic=False``; otherwise it is ``lm_loss``
+        itself. ``routing_entropy`` is a mean
         over the layers, ``context_agreement`` a mean over the layers that have a routed group
         (nan when no layer has one or no token is scored)."""
         loss, terms = self.training_terms(input_ids, targets, key_padding_mask)
@@ -252,7 +253,11 @@ class MorphicTransformer(nn.Module):
                                                 valid, layer.disabled))
         loss = (lm + obj.utility_weight * penalty + obj.omega_weight * omega
                 + obj.distill_weight * distill + obj.reinforce_weight * reinforce)
-        if any(layer.train_routing == "utility" for layer in self.layers):
+        # the routing evaluation has: not the utility routing (it reads the targets), nor a
+        # route sampled in training (Gumbel, REINFORCE), which evaluation takes by argmax
+        sampled = self.training and any(layer.router.mode in ("gumbel", "reinforce")
+                                        for layer in self.layers)
+        if sampled or any(layer.train_routing == "utility" for layer in self.layers):
             with torch.no_grad():
                 context_logits = self._run(input_ids, None, stochastic=False)[0]
                 loss_context = scored_token_mean_ce(context_logits, targets, valid,

@@ -167,6 +167,25 @@ class PatternBoostConfig(ConfigModel):
                                  f"TransformerConfig fields that fit together: {err}") from None
 
     def differs_from(self, other: PatternBoostConfig) -> list[str]:
-        """Names of the fields, other than RESUMABLE_CHANGES, whose values differ."""
+        """Names of the fields, other than RESUMABLE_CHANGES, whose values differ.
+
+        `problem_options` are compared as the problem they build (its `params()`), so an option
+        spelled out at its default (`bits_per_token=4`, `pattern="312"` or `(3, 1, 2)`) is the
+        same run as the option left out."""
         mine, theirs = self.to_dict(), other.to_dict()
+        if self.problem == other.problem:
+            mine["problem_options"] = self._problem_params()
+            theirs["problem_options"] = other._problem_params()
         return [k for k in mine if k not in RESUMABLE_CHANGES and mine[k] != theirs[k]]
+
+    def _problem_params(self) -> dict[str, Any]:
+        """The built problem's `params()` less its size (the field `n`), or the options as
+        given where the problem is not built."""
+        from .problems import SIZE_ARGUMENT, problem_from_size
+
+        try:
+            params = problem_from_size(self.problem, self.n, **self.problem_options).params()
+        except (TypeError, ValueError):
+            return dict(self.problem_options)
+        params.pop(SIZE_ARGUMENT.get(self.problem, "n"), None)
+        return params

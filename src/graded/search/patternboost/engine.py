@@ -298,6 +298,10 @@ def run_patternboost(
     # the folder as it was)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config.to_dict())
+    if run.metrics:
+        # state.json is written before metrics.csv: a run stopped between the two leaves the
+        # CSV a round behind, and a resumed run that is already finished saves no round
+        write_csv(out / "metrics.csv", run.metrics)
     interrupted = False
     own_executor = executor is None
     if own_executor:

@@ -52,10 +52,12 @@ def permanent(matrix: np.ndarray) -> int:
     return int(sum(int(s) * p for s, p in zip(signs, products)))
 
 
-def _check_pattern(pattern: Sequence[int] | str) -> tuple[int, int, int]:
-    """`pattern` as a tuple; a string is its digits ("312")."""
+def _check_pattern(pattern: Sequence[int] | str | int) -> tuple[int, int, int]:
+    """`pattern` as a tuple; a string or an int is its digits ("312", 312: YAML and JSON config
+    files read an unquoted `pattern: 312` as the int)."""
+    digits = str(pattern) if isinstance(pattern, int) and not isinstance(pattern, bool) else pattern
     try:
-        p = tuple(int(x) for x in pattern)
+        p = tuple(int(x) for x in digits)
     except (TypeError, ValueError):
         p = ()
     if sorted(p) != [1, 2, 3]:
@@ -132,7 +134,8 @@ class PatternAvoidingPermanent(Problem):
 
     name = "permanent"
 
-    def __init__(self, n: int, pattern: Sequence[int] | str = (3, 1, 2), bits_per_token: int = 4):
+    def __init__(self, n: int, pattern: Sequence[int] | str | int = (3, 1, 2),
+                 bits_per_token: int = 4):
         if not isinstance(n, int) or not 1 <= n <= 12:
             raise ValueError(f"n must be an int in 1..12 (pattern counting is cubic), got {n!r}")
         self.n = n

@@ -1,3 +1,4 @@
+import signal
 import sys
 from pathlib import Path
 
@@ -5,6 +6,15 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # host_reads: shared by the test folders
+
+
+def pytest_configure(config):
+    """Python's own SIGINT handler, even where the run inherited SIGINT ignored: a shell without
+    job control starts a background command (``make test &`` in a script) that way, and Python
+    keeps an inherited ``SIG_IGN``, so the tests that interrupt themselves, which check what
+    Ctrl-C does in a terminal, would wait out the work they interrupt."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: Test folders of tiny models and many small tensor operations (batched linear algebra above

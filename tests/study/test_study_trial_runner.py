@@ -224,10 +224,6 @@ def slow_unit(kind, name, ctx, job):
     return {"ok": True, "findings": [], "wall_s": 120.0}
 
 
-# slow: in two full default runs (2026-11-28) the SIGINT this test sends itself raised no
-# KeyboardInterrupt, and the test waited out its three 120 s units (363 s, failed once); alone,
-# and after every test before it in one session, it passes in 3.4 s. Cause not found yet.
-@pytest.mark.slow
 def test_an_interrupt_ends_the_running_workers_not_only_the_queue(monkeypatch, tmp_path):
     # SIGTERM (or SIGINT sent to this process alone) left a worker running its unit: the pool
     # only cancelled the queued ones, and the interpreter would wait at exit for the rest

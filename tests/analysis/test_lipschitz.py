@@ -158,3 +158,21 @@ def test_a_feature_model_is_perturbed_on_its_raw_features_as_a_brute_force_searc
             brute = float((m(x + circle) - m(x)).norm(dim=-1).max()) / eps
         # a lower bound (every iterate lies on the circle) within 1% of the largest ratio
         assert 0.99 * brute <= est[f"{label}/estimate"] <= brute * (1 + 1e-6), label
+
+
+@pytest.mark.parametrize("variant,applications", [("scores", 1), ("values", 1),
+                                                  ("multi_head", 1), ("queries_keys", 2)])
+def test_the_bound_counts_each_graded_side_of_a_head(variant, applications):
+    # 000 Prop 5.12's proof counts one M per head (s^{Nh+3}); "queries_keys" scales its
+    # scores by Q M² Kᵀ, up to s² per head, so s^{Nh+3} would undercount it
+    model = TransformerLM(tiny_config(grading="exponential", grading_base=2.0,
+                                      grade_init="warm_start", grade_init_value=0.25,
+                                      grade_attention_variant=variant))
+    f = lipschitz_bound_factors(model)
+    s = f["max_scale"]
+    assert f["attention_applications"] == applications
+    assert f["prop_5_12_factor"] == pytest.approx(s ** (2 * 2 * applications + 3), rel=1e-5)
+    ungraded_attention = lipschitz_bound_factors(TransformerLM(tiny_config(
+        grading="exponential", grading_base=2.0, grade_init="warm_start",
+        grade_init_value=0.25, grade_attention=False)))
+    assert ungraded_attention["attention_applications"] == 1  # the proof's count, an upper bound

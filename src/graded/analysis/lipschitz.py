@@ -2,7 +2,9 @@
 
 Claims tested: 000 Prop 5.12 (LGT) and Prop 6.13 (EGT), ‖Ψ(X+Δ) − Ψ(X)‖₂ ≤ Λ‖Δ‖₂ with
 Λ ≤ L_T·s^{Nh+3}, s the grading's largest scale (q_max for LGT, where the paper writes q for
-f(q); λ^{q_max} for EGT), N layers, h heads; and 001 Prop 3.7, ≤ L_T·λ^{q_max}·ε.
+f(q); λ^{q_max} for EGT), N layers, h heads (h counted twice for the ``"queries_keys"``
+variant, which applies M on both sides of a head: :func:`lipschitz_bound_factors`); and 001
+Prop 3.7, ≤ L_T·λ^{q_max}·ε.
 
 :func:`empirical_lipschitz` estimates ‖f(x+Δ) − f(x)‖/‖Δ‖ (Frobenius norms over the whole
 input tensor) at radius ‖Δ‖ = ε for
@@ -51,6 +53,7 @@ from graded.analysis._common import (
 )
 from graded.analysis.capture import embedding_perturbation
 from graded.analysis.twin import ungraded_twin
+from graded.attention.graded import graded_parts
 from graded.checks import check_finite, check_finite_nonnegative, check_float, check_int
 from graded.transformer.blocks import DecoderBlock, EncoderBlock
 from graded.transformer.graded import GradedFeatures, TokenGrading, gradings
@@ -165,8 +168,15 @@ def lipschitz_bound_factors(
     """The grading factors of the papers' bounds for ``model``.
 
     ``max_scale`` s: the largest scale of any grading of the model (``max_scale()``);
-    ``prop_5_12_factor`` = s^{N·h+3} (000 Prop 5.12 for LGT, Prop 6.13 for EGT);
+    ``prop_5_12_factor`` = s^{N·h·a+3} (000 Prop 5.12 for LGT, Prop 6.13 for EGT);
     ``prop_3_7_factor`` = s (001 Prop 3.7). An ungraded model has s = 1.
+
+    ``attention_applications`` a: how many times a head's attention applies M. The proof of
+    Prop 5.12 counts one M per head (Def 5.13), a = 1, which is what the ``"scores"``,
+    ``"values"`` and ``"multi_head"`` variants do; ``"queries_keys"`` grades both sides, Q M²
+    Kᵀ, so each head scales by up to s², and the proof's count, s^{N·h+3}, would undercount
+    it: its a is 2 (:func:`graded.attention.graded.graded_parts`), as 001 Thm 4.6's bound
+    squares for it in the study's E6.
 
     A model that grades tokens (``TransformerConfig.token_grading``, 000 §6.2) scales a
     stage's features by diag(M)·M_{q_i}, with q_i = s_i·p set by the token grades of the call:
@@ -189,13 +199,16 @@ def lipschitz_bound_factors(
     # block shared across depth once per place it holds in the stack (once per application).
     n_layers = sum(1 for _, m in model.named_modules(remove_duplicate=False)
                    if isinstance(m, (EncoderBlock, DecoderBlock)))
-    exponent = n_layers * config.n_heads + 3
+    applications = (len(graded_parts(config.grade_attention_variant))
+                    if getattr(config, "grade_attention", False) else 1)
+    exponent = n_layers * config.n_heads * applications + 3
     try:
         factor = s**exponent
     except OverflowError:  # the bound is astronomically loose: report it as inf
         factor = float("inf")
     return {"max_scale": s, "n_layers": float(n_layers), "n_heads": float(config.n_heads),
-            "prop_5_12_factor": factor, "prop_3_7_factor": s}
+            "attention_applications": float(applications), "prop_5_12_factor": factor,
+            "prop_3_7_factor": s}
 
 
 #: The keyword arguments of the graded.transformer models that carry per-token grades.

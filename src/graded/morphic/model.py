@@ -47,6 +47,7 @@ from graded.checks import check_int, check_token_ids, inputs_checked
 from graded.morphic.layer import LayerTrace, MorphicLayer, UtilityProbe
 from graded.morphic.objective import (
     OMEGAS,
+    PENALTIES,
     _masked_mean,
     reinforce_surrogate,
     routing_regularizer,
@@ -66,7 +67,9 @@ class MorphicObjective:
 
     ``distill_teacher`` is the teacher of the distillation term: ``"utility"`` (default) the
     utility part β(ΔL − τ) alone, ``"full"`` the whole ℓ̃ = ℓ + β(ΔL − τ) (ℓ attached, as in
-    the student), kept only as the ablation that shows why the default drops ℓ (module doc)."""
+    the student), kept only as the ablation that shows why the default drops ℓ (module doc).
+    ``penalty`` is the utility penalty's form (:data:`~graded.morphic.objective.PENALTIES`):
+    ``"sum"`` Σ_e ψ over the edges, ``"expectation"`` Σ_e p_e ψ under the routing kernel."""
 
     utility_weight: float = 0.1
     omega: str = "entropy_penalty"
@@ -76,8 +79,11 @@ class MorphicObjective:
     utility: str = "exact"
     attach: str = "phi"
     distill_teacher: str = "utility"
+    penalty: str = "sum"
 
     def __post_init__(self) -> None:
+        if self.penalty not in PENALTIES:
+            raise ValueError(f"penalty must be one of {PENALTIES}, got {self.penalty!r}")
         if self.omega not in OMEGAS:
             raise ValueError(f"omega must be one of {OMEGAS}, got {self.omega!r}")
         if self.utility not in UTILITY_KINDS:
@@ -234,8 +240,9 @@ class MorphicTransformer(nn.Module):
         for layer, tr in zip(self.layers, traces):
             tau = layer.thresholds.to(logits.dtype)
             router = layer.router
+            weights = tr.probs if obj.penalty == "expectation" else None
             penalty = penalty + utility_penalty(tr.utilities, tau, layer.beta, valid,
-                                                disabled=layer.disabled)
+                                                disabled=layer.disabled, weights=weights)
             ent = router.entropy(tr.routing_logits, layer.disabled)
             omega = omega + routing_regularizer(obj.omega, entropy=ent, alpha=tr.probs,
                                                 valid=valid, always_on=router.always_on)

@@ -9,6 +9,11 @@ routing kernel: α for softmax routing, the gate probabilities for logistic gate
 define the groups; the norm is divided by √N so it does not grow with the batch; the sum runs
 over the edges the router chooses, always-on blocks left out)}.
 
+The penalty's form: SPEC writes Σ_e ψ(τ_e − ΔL_e) over all edges (``penalty="sum"``, the
+default); the proof of 004 Prop 4.16 uses the expectation under the routing kernel,
+Σ_e p_e ψ(τ_e − ΔL_e) (``penalty="expectation"``, K's probabilities p_e attached, so the
+penalty also moves probability away from the edges whose utility is below their threshold).
+
 Per-token terms are averaged over the valid tokens, as 004 §4.7's expectation writes them;
 §3.3 (boxed, R(α) = Σ_t Σ_e Ω) and §4.3 sum them over the tokens instead, so their λ and μ are
 this module's divided by the number of tokens N (for the group lasso, its μ is this μ divided by
@@ -28,6 +33,8 @@ from torch import Tensor
 from torch.nn import functional as F
 
 OMEGAS = ("entropy_penalty", "entropy_bonus", "group_lasso", "none")
+#: The utility penalty's forms: ψ summed over the edges, or weighted by the kernel's p_e.
+PENALTIES = ("sum", "expectation")
 
 
 def utility_augmented_logits(
@@ -38,8 +45,10 @@ def utility_augmented_logits(
 
 
 def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: Tensor, *,
-                    disabled: Collection[int] = ()) -> Tensor:
-    """mean over valid tokens of Σ_e ψ(τ_e − ΔL_t(e)), ψ(u) = log(1 + e^{βu}) (004 §3.3).
+                    disabled: Collection[int] = (), weights: Tensor | None = None) -> Tensor:
+    """mean over valid tokens of Σ_e ψ(τ_e − ΔL_t(e)), ψ(u) = log(1 + e^{βu}) (004 §3.3);
+    with ``weights`` (B, T, |E|), the routing kernel's p_t(e), Σ_e p_t(e) ψ(τ_e − ΔL_t(e)), the
+    expectation form of 004 Prop 4.16's proof.
 
     The sum runs over the edges the router can choose: ``disabled`` edge positions
     (``MorphicLayer.disabled``, edge ablation) are not options and add nothing, nor any
@@ -47,6 +56,12 @@ def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: T
     if beta <= 0:
         raise ValueError(f"beta must be > 0, got {beta}")
     per_edge = F.softplus(beta * (thresholds - utilities))  # (B, T, |E|)
+    if weights is not None:
+        if weights.shape != per_edge.shape:
+            raise ValueError(f"weights must have the utilities' shape {tuple(per_edge.shape)} "
+                             f"(one kernel probability per token and edge), got "
+                             f"{tuple(weights.shape)}")
+        per_edge = per_edge * weights
     return _masked_mean(_drop_edges(per_edge, disabled).sum(-1), valid)
 
 
@@ -153,9 +168,15 @@ def lgt_objective(
 
 
 def threshold_gradient(utilities: Tensor, thresholds: Tensor, *, beta: float, lam: float,
-                       valid: Tensor, disabled: Collection[int] = ()) -> Tensor:
+                       valid: Tensor, disabled: Collection[int] = (),
+                       weights: Tensor | None = None) -> Tensor:
     """Closed form ∂L_GT/∂τ_e = λβ mean_t σ(β(τ_e − ΔL_t(e))) ≥ 0 (corrected Prop 4.8); 0 for
-    ``disabled`` edges, which the penalty leaves out."""
-    s = _drop_edges(torch.sigmoid(beta * (thresholds - utilities)), disabled)
+    ``disabled`` edges, which the penalty leaves out. With ``weights`` (the expectation form
+    of :func:`utility_penalty`) each token's term is weighted by its p_t(e) (held fixed: the
+    kernel does not depend on τ)."""
+    s = torch.sigmoid(beta * (thresholds - utilities))
+    if weights is not None:
+        s = s * weights
+    s = _drop_edges(s, disabled)
     s = s * valid.unsqueeze(-1).to(utilities.dtype)
     return lam * beta * s.sum((0, 1)) / valid.to(utilities.dtype).sum().clamp(min=1.0)

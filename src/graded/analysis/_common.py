@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from graded.plotting import pyplot
 __all__ = ["INPUT_PADDING", "LOW_PRECISION", "OUTPUT_PADDING", "Inputs", "check_distributions",
            "eval_mode",
            "input_length", "padding_argument", "pyplot", "real_rows", "real_tokens", "run_model",
-           "save_figure", "widened"]
+           "same_draw", "save_figure", "widened"]
 
 # What a diagnostic feeds the model: one tensor (token ids or features), or a tuple of
 # positional arguments (e.g. ``(src_ids, tgt_ids)`` for a seq2seq model).
@@ -36,10 +37,44 @@ def check_materialised(model: nn.Module) -> None:
                          "before running a diagnostic")
 
 
+#: The random state every forward pass of :func:`run_model` starts from inside
+#: :func:`same_draw`: torch's CPU generator state and (device index, state) of CUDA devices.
+_DRAW: contextvars.ContextVar[tuple[Tensor, list[tuple[int, Tensor]]] | None] = (
+    contextvars.ContextVar("graded_analysis_draw", default=None))
+
+
+@contextlib.contextmanager
+def same_draw(model: nn.Module) -> Iterator[None]:
+    """Inside the block, every forward pass of :func:`run_model` starts from the random state
+    the block started in (torch's CPU generator, and the generators of the CUDA devices
+    ``model`` is on), which is restored when the block ends.
+
+    A backend that draws at every call (``lsh`` without a ``seed``: fresh rotations each
+    forward pass, as in the Reformer) gives each pass another attention; the diagnostics of
+    one report then each measure a different draw (the maps of one pass, the ranks of
+    another). With every pass on the same draw they all measure the one the first pass
+    made, and the caller's random state is left as it was."""
+    devices = sorted({t.device.index or 0 for t in [*model.parameters(), *model.buffers()]
+                      if t.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
+        token = _DRAW.set((torch.get_rng_state(),
+                           [(d, torch.cuda.get_rng_state(d)) for d in devices]))
+        try:
+            yield
+        finally:
+            _DRAW.reset(token)
+
+
 def run_model(model: nn.Module, inputs: Inputs, **kwargs: Any) -> Any:
     """``model(inputs)`` for a tensor, ``model(*inputs)`` for a tuple (of a model with values:
-    :func:`check_materialised`)."""
+    :func:`check_materialised`); inside :func:`same_draw`, from the block's random state."""
     check_materialised(model)
+    draw = _DRAW.get()
+    if draw is not None:
+        cpu, cuda = draw
+        torch.set_rng_state(cpu)
+        for device, state in cuda:
+            torch.cuda.set_rng_state(state, device)
     if isinstance(inputs, Tensor):
         return model(inputs, **kwargs)
     if isinstance(inputs, tuple):

@@ -10,7 +10,14 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from graded.analysis._common import Inputs, check_not_empty, eval_mode, input_length, run_model
+from graded.analysis._common import (
+    Inputs,
+    check_not_empty,
+    eval_mode,
+    input_length,
+    run_model,
+    same_draw,
+)
 from graded.analysis.capture import call_keys, capture_attention, check_calls, real_queries
 from graded.analysis.concentration import measured_grading, model_feature_concentration
 from graded.analysis.heads import head_diversity
@@ -157,6 +164,12 @@ def diagnose(
     does not run (an ungraded model, positions that are not an additive table, inputs of one
     position) or without ``out_dir``, they would have no effect, and are refused, naming the
     setting that uses them.
+
+    Every forward pass of the call starts from the random state the call began in
+    (:func:`~graded.analysis._common.same_draw`): with a backend that draws at each call
+    (``lsh`` without a ``seed``) the maps, ranks, head metrics, sweep and estimates are all of
+    one draw, that of a single forward pass from that state, and the caller's random state is
+    left as it was.
     """
     # checked before any diagnostic runs: the inputs, the Lipschitz settings, α, k
     check_not_empty(inputs, "diagnose")
@@ -182,70 +195,73 @@ def diagnose(
         if alphas is not None:
             alphas = check_sweep_alphas(model, alphas, sweep_length(inputs, model_kwargs))
 
-    with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
-        run_model(model, inputs, **model_kwargs)
-    check_calls(calls, model, "diagnose")
-    keys = call_keys(calls)
-    maps = {key: call.weights for key, call in zip(keys, calls, strict=True)}
-    queries = [real_queries(call) for call in calls]  # each call's real query rows
-    metrics["entropy/mean"] = _mean([_query_mean(attention_entropy(w), rows)
-                                     for w, rows in zip(maps.values(), queries, strict=True)])
-    rollout = None
-    stacks = sum(1 for m in model.modules() if isinstance(m, TransformerStack))
-    if stacks == 1 and len({w.shape for w in maps.values()}) == 1:  # one self-attention stack
-        rollout = attention_rollout(maps)  # its rows are the tokens' (the calls' queries)
-        metrics["rollout/entropy"] = _query_mean(attention_entropy(rollout), queries[0])
-    else:
-        notes["rollout/entropy"] = (
-            f"not computed: the rollout composes the self-attention maps of one transformer "
-            f"stack, and {type(model).__name__} has {stacks} graded.transformer stacks"
-            if stacks != 1 else "not computed: the layers' attention maps differ in shape")
+    # every forward pass below starts from one random state: a backend that draws at each
+    # call (lsh without a seed) gives every metric and plot the attention of one draw
+    with same_draw(model):
+        with eval_mode(model), capture_attention(model) as calls:  # attention_maps, with queries
+            run_model(model, inputs, **model_kwargs)
+        check_calls(calls, model, "diagnose")
+        keys = call_keys(calls)
+        maps = {key: call.weights for key, call in zip(keys, calls, strict=True)}
+        queries = [real_queries(call) for call in calls]  # each call's real query rows
+        metrics["entropy/mean"] = _mean([_query_mean(attention_entropy(w), rows)
+                                         for w, rows in zip(maps.values(), queries, strict=True)])
+        rollout = None
+        stacks = sum(1 for m in model.modules() if isinstance(m, TransformerStack))
+        if stacks == 1 and len({w.shape for w in maps.values()}) == 1:  # one self-attention stack
+            rollout = attention_rollout(maps)  # its rows are the tokens' (the calls' queries)
+            metrics["rollout/entropy"] = _query_mean(attention_entropy(rollout), queries[0])
+        else:
+            notes["rollout/entropy"] = (
+                f"not computed: the rollout composes the self-attention maps of one transformer "
+                f"stack, and {type(model).__name__} has {stacks} graded.transformer stacks"
+                if stacks != 1 else "not computed: the layers' attention maps differ in shape")
 
-    ranks = attention_rank(model, inputs, rtol=rtol, **model_kwargs)
-    per_layer = [r.to_dict() for r in ranks.values()]
-    for key in per_layer[0]:
-        metrics[f"rank/{key}"] = _mean([d[key] for d in per_layer])
+        ranks = attention_rank(model, inputs, rtol=rtol, **model_kwargs)
+        per_layer = [r.to_dict() for r in ranks.values()]
+        for key in per_layer[0]:
+            metrics[f"rank/{key}"] = _mean([d[key] for d in per_layer])
 
-    diversity = head_diversity(model, inputs, rtol=rtol, **model_kwargs)
-    metrics.update(_head_metrics(diversity, "heads/", notes))
-    if graded:
-        twin = head_diversity(ungraded_twin(model), inputs, rtol=rtol, **model_kwargs)
-        metrics.update(_head_metrics(twin, "heads/ungraded/", notes))
+        diversity = head_diversity(model, inputs, rtol=rtol, **model_kwargs)
+        metrics.update(_head_metrics(diversity, "heads/", notes))
+        if graded:
+            twin = head_diversity(ungraded_twin(model), inputs, rtol=rtol, **model_kwargs)
+            metrics.update(_head_metrics(twin, "heads/ungraded/", notes))
 
-    if any(isinstance(m, InputEmbedding) for m in model.modules()):
-        lip = model_lipschitz(model, inputs, compare_ungraded=graded, n_random=n_random,
-                              steps=lipschitz_steps, seed=seed, **model_kwargs)
-        metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
-    else:  # a morphic model: its grade-typed attention is measured, its Lipschitz constant not
-        notes["lipschitz"] = (f"not measured: {type(model).__name__} has no graded.transformer "
-                              "input embedding, the input X that the estimate perturbs "
-                              "(000 §5)")
+        if any(isinstance(m, InputEmbedding) for m in model.modules()):
+            lip = model_lipschitz(model, inputs, compare_ungraded=graded, n_random=n_random,
+                                  steps=lipschitz_steps, seed=seed, **model_kwargs)
+            metrics.update({f"lipschitz/{key}": v for key, v in lip.items()})
+        else:  # a morphic model: its grade-typed attention is measured, its Lipschitz constant not
+            notes["lipschitz"] = (f"not measured: {type(model).__name__} has no graded.transformer "
+                                  "input embedding, the input X that the estimate perturbs "
+                                  "(000 §5)")
 
-    sweep = None
-    if sweeps:
-        sweep = positional_bias_sweep(model, inputs,
-                                      alphas if alphas is not None
-                                      else default_alphas(model, sweep_length(inputs,
-                                                                              model_kwargs)),
-                                      k=k,
-                                      **model_kwargs)
-        for a, mass in zip(sweep["alphas"], sweep["mean"]):
-            metrics[_alpha_key(a)] = mass
-        metrics["positional/uniform"] = sweep["uniform"]
-    if graded and measured_grading(model)[0] is not None:
-        conc = model_feature_concentration(model, inputs, **model_kwargs)
-        metrics.update({f"concentration/{key}": v for key, v in conc.to_dict().items()})
+        sweep = None
+        if sweeps:
+            sweep = positional_bias_sweep(model, inputs,
+                                          alphas if alphas is not None
+                                          else default_alphas(model, sweep_length(inputs,
+                                                                                  model_kwargs)),
+                                          k=k,
+                                          **model_kwargs)
+            for a, mass in zip(sweep["alphas"], sweep["mean"]):
+                metrics[_alpha_key(a)] = mass
+            metrics["positional/uniform"] = sweep["uniform"]
+        if graded and measured_grading(model)[0] is not None:
+            conc = model_feature_concentration(model, inputs, **model_kwargs)
+            metrics.update({f"concentration/{key}": v for key, v in conc.to_dict().items()})
 
-    if out_dir is not None:
-        plots["attention_maps"] = plot_attention_maps(maps, out_dir)
-        plots["attention_rank"] = plot_rank_comparison(ranks, out_dir)
-        plots["head_diversity"] = plot_head_diversity(diversity, out_dir)
-        if rollout is not None:
-            plots["attention_rollout"] = plot_rollout(rollout, out_dir)
-        if sweep is not None:
-            plots["positional_bias"] = plot_positional_bias(sweep, out_dir)
-        if grade_records is not None:
-            plots["grade_trajectories"] = plot_grade_trajectories(grade_records, out_dir)
+        if out_dir is not None:
+            plots["attention_maps"] = plot_attention_maps(maps, out_dir)
+            plots["attention_rank"] = plot_rank_comparison(ranks, out_dir)
+            plots["head_diversity"] = plot_head_diversity(diversity, out_dir)
+            if rollout is not None:
+                plots["attention_rollout"] = plot_rollout(rollout, out_dir)
+            if sweep is not None:
+                plots["positional_bias"] = plot_positional_bias(sweep, out_dir)
+            if grade_records is not None:
+                plots["grade_trajectories"] = plot_grade_trajectories(grade_records, out_dir)
     bad = [key for key, v in metrics.items() if isinstance(v, float) and math.isnan(v)
            and key != "concentration/lemma_bound_fraction"]
     if bad:

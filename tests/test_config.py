@@ -443,7 +443,7 @@ def test_registry_choices_are_read_from_the_registry_when_validating():
                                  attn_backend_options=needed.get(backend, {})
                                  ).attn_backend == backend
     for init in GRADE_INITS:
-        assert TransformerConfig(grade_init=init).grade_init == init
+        assert TransformerConfig(grading="linear", grade_init=init).grade_init == init
     with pytest.raises(ValueError, match=r"grade_init='warm' is invalid: expected one of "
                                          + re.escape(str(GRADE_INITS))):
         TransformerConfig(grade_init="warm")

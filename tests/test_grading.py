@@ -177,6 +177,16 @@ def test_initialisers_zeros_constant_warm_start_and_from_tensor():
     assert torch.equal(from_t.grades, user) and from_t.grades.data_ptr() != user.data_ptr()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, F64])
+def test_each_warm_start_grade_is_the_nearest_value_of_its_dtype(dtype):
+    # c·(k + offset) computed in float32 rounds c first: 12 of 64 grades missed the nearest
+    # float32 for c = 0.1
+    grading = LinearGrading.warm_start(64, 0.1, offset=1, dtype=dtype)
+    exact = [0.1 * (k + 1) for k in range(64)]  # Python floats: float64
+    assert grading.grades.dtype == dtype
+    assert torch.equal(grading.grades, torch.tensor(exact, dtype=F64).to(dtype))
+
+
 def test_fixed_grades_are_buffers_and_learnable_grades_are_parameters():
     fixed = LinearGrading(3, [0.0, 1.0, 2.0])
     assert "grades" in dict(fixed.named_buffers()) and not list(fixed.parameters())

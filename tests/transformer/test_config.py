@@ -109,7 +109,7 @@ def test_graded_positions_without_position_vectors_are_refused_not_ignored(posit
                                          r"default 0.0 \(or left out\): grade_positions=False"):
         TransformerConfig(grading="exponential", positional=positional,
                           grade_position_alpha=0.1, grade_positions=False)
-    TransformerConfig(positional=positional, grade_position_alpha=0.1)
+    TransformerConfig(grading=None, positional=positional, grade_position_alpha=0.1)
     for table in ("sinusoidal", "sinusoidal1", "learned"):
         TransformerConfig(grading="exponential", positional=table, grade_position_alpha=0.1)
 
@@ -217,9 +217,12 @@ def test_a_field_the_config_leaves_unread_is_refused_naming_it_and_the_setting(
 
 
 def test_on_an_ungraded_config_the_gradings_fields_stay_its_settings():
-    """``grading=None`` alone turns grading off (the shipped configs' ungraded twins): the
-    fields of the grading it would have are kept, and so are the other kind's f and base."""
-    TransformerConfig(learnable_grades=True, grade_init_value=0.5, grade_position_alpha=0.01,
-                      grade_positions=False, grades_per_head=True, grade_attention=False)
+    """``grading=None`` given alone turns grading off (the shipped configs' ungraded twins):
+    the fields of the grading it would have are kept, and so are the other kind's f and base.
+    (With ``grading`` left out they are refused: tests/transformer/
+    test_config_trial_forgotten_grading.py.)"""
+    TransformerConfig(grading=None, learnable_grades=True, grade_init_value=0.5,
+                      grade_position_alpha=0.01, grade_positions=False, grades_per_head=True,
+                      grade_attention=False)
     TransformerConfig(grading="linear", grading_base=3.0)
     TransformerConfig(grading="exponential", grading_f="softplus")

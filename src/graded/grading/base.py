@@ -423,11 +423,13 @@ class GradingMap(nn.Module):
                    num_heads: int | None = None, **kwargs: Any) -> _G:
         """Domain-informed warm start q_k = c·(k + offset), k = 0, ..., dim − 1 (000 Alg 5.1,
         §7.2 (ii)). ``offset=0`` gives the degree grading (0, c, 2c, ...) of 000 Ex. 5.11;
-        ``offset=1`` the 1-based q_k = c·k of Alg 5.1. Per-head grades repeat the tuple."""
+        ``offset=1`` the 1-based q_k = c·k of Alg 5.1. Per-head grades repeat the tuple.
+        Each grade is computed in float64 and rounded once to ``dtype`` (the value nearest to
+        c·(k + offset), not the product of a rounded c)."""
         c = check_float("c (the grade step of the warm start)", c)
         offset = check_int("offset", offset)
         dtype = kwargs.pop("dtype", None) or torch.get_default_dtype()
-        q = c * (torch.arange(dim, dtype=dtype) + offset)
+        q = (c * (torch.arange(dim, dtype=torch.float64) + offset)).to(dtype)
         if num_heads is not None:
             q = q.expand(num_heads, dim).clone()
         return cls(dim, q, num_heads=num_heads, dtype=dtype, **kwargs)

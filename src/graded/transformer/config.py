@@ -32,13 +32,25 @@ from graded.grading import GRADINGS, LINEAR_FUNCTIONS
 from graded.positional import POSITIONAL, TABLE_POSITIONAL, position_start
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
-__all__ = ["CYCLE_KEYS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
+__all__ = ["CYCLE_KEYS", "GRADING_FIELDS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
 
 #: The keys of an ``attn_backend_cycle`` entry.
 CYCLE_KEYS = ("backend", "options")
 
 #: Stages that per-token grading acts on (000 §6.2 input representation, Remark 6.16).
 TOKEN_GRADE_STAGES = ("input", "ffn", "output")
+
+#: The fields of the grading that ``grading`` selects (000 §5-7): only a graded model reads
+#: them, so set on a config that leaves ``grading`` out they would change nothing
+#: (:meth:`TransformerConfig._refuse_forgotten_grading`). ``input_grades``, ``token_grading``,
+#: ``grade_input_activation`` and ``grade_position_normalize`` are refused on every ungraded
+#: config, ``grading=None`` given or not: they would add a stage to the model.
+GRADING_FIELDS = (
+    "grading_f", "grading_base", "learnable_grades", "grades_per_head", "grade_init",
+    "grade_init_value", "grade_attention_variant", "grade_input", "grade_positions",
+    "grade_attention", "grade_ffn", "grade_output", "grade_normalize", "grade_position_alpha",
+    "fold_grading", "token_grade_stages",
+)
 
 def _grade_inits() -> tuple[str, ...]:
     # graded.transformer.graded imports this module: read its constant when validating.
@@ -154,7 +166,10 @@ class TransformerConfig(ConfigModel):
     A field set away from its default where this config leaves it unread (``input_grades``
     with ``grade_input=False``, ``rope_base`` without rotary positions, ...) is refused, as it
     would change nothing (:meth:`_refuse_unread`); the fields a model kind leaves unread are
-    refused by a run config (:func:`graded.transformer.models.unread_fields`).
+    refused by a run config (:func:`graded.transformer.models.unread_fields`). The grading's
+    fields (:data:`GRADING_FIELDS`) set on a config that leaves ``grading`` out are refused
+    too, naming them: the model would be ungraded (:meth:`_refuse_forgotten_grading`);
+    ``grading=None`` given explicitly keeps them, the ungraded twin of a graded config.
 
     Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
     ...``. A switch (a bool field) takes True or False only: 1, 0 or ``"yes"`` are refused (the
@@ -355,6 +370,7 @@ class TransformerConfig(ConfigModel):
             need(self.grading is not None or not getattr(self, name), name,
                  "unset on an ungraded model (it is a stage of the graded transformer): set "
                  "grading='linear' or 'exponential'")
+        self._refuse_forgotten_grading()
         need(not (self.token_grading and self.grading == "linear"
                   and self.grading_f == "identity"), "grading_f",
              "'shift', 'abs_shift' or 'softplus' with token_grading: f = identity gives f(0) = 0, "
@@ -378,13 +394,37 @@ class TransformerConfig(ConfigModel):
         self._refuse_unread()
         return self
 
+    def _refuse_forgotten_grading(self) -> None:
+        """Refuse fields of :data:`GRADING_FIELDS` set away from their defaults on a config
+        that leaves ``grading`` out: the model built is ungraded and reads none of them, so a
+        config meant to be graded (``learnable_grades=True`` without ``grading``) would
+        train an ungraded model without a word. The error blames ``grading`` and names each
+        such field with its value. A ``grading=None`` given explicitly (or assigned) keeps
+        them as the settings of the grading the config would have, so that it alone turns
+        a graded config's grading off (the ungraded twins the shipped configs suggest,
+        ``--set model.grading=null``)."""
+        if self.grading is not None or "grading" in self.model_fields_set:
+            return
+        fields = type(self).model_fields
+        given = [f"{name}={getattr(self, name)!r}" for name in GRADING_FIELDS
+                 if getattr(self, name)
+                 != fields[name].get_default(call_default_factory=True)]
+        if given:
+            raise Invalid(
+                f"'linear' or 'exponential' for the grading settings {', '.join(given)} to "
+                "have effect: with grading left out the model is ungraded and reads no "
+                "grading setting; set grading, or leave those settings out (given explicitly, "
+                "grading=None keeps them, as the settings of the grading an ungraded twin "
+                "would have)", "grading", self.grading)
+
     def _refuse_unread(self) -> None:
         """Refuse a field set away from its default where the model would not read it, which
         would change nothing without a word; the error names the field, the setting that
         leaves it unread and why. The grading's own fields are checked on a graded config
-        only: on an ungraded one (``grading=None``) they stay the settings of the grading it
-        would have, so that ``grading=None`` alone turns grading off (the ungraded twins the
-        shipped configs suggest); so do ``grading_f`` on an EGT and ``grading_base`` on an
+        only: on one given ``grading=None`` they stay the settings of the grading it would
+        have, so that ``grading=None`` alone turns grading off (the ungraded twins the
+        shipped configs suggest; with ``grading`` left out they are refused,
+        :meth:`_refuse_forgotten_grading`); so do ``grading_f`` on an EGT and ``grading_base`` on an
         LGT, the settings of the other kind, so that ``grading`` alone switches the kind.
         Fields that one model kind reads and another does not (``n_decoder_layers``,
         ``tie_embeddings``, ...) are checked where the kind is known:

@@ -41,6 +41,18 @@ def test_a_token_id_that_is_not_an_int_is_refused_naming_it_and_its_position(bad
             tok.decode([ids[0], bad])
 
 
+@pytest.mark.parametrize("single", [5, np.int64(5), torch.tensor(5)])
+def test_one_id_not_in_a_sequence_is_refused_saying_to_wrap_it(single):
+    # was Python's "'int' object is not iterable" (or "iteration over a 0-d tensor")
+    codec = IntegerCodec()
+    for decode in [codec.decode_ids, codec.vocabulary().decode,
+                   *(tok.decode for tok in tokenizers())]:
+        with pytest.raises(TypeError, match=r"token ids must be a sequence of ints, got the "
+                                            r"single value .*wrap one id in a list"):
+            decode(single)
+    assert codec.vocabulary().decode(torch.tensor([5])) == codec.vocabulary().decode([5])
+
+
 def test_integer_ids_of_any_integer_type_still_decode_to_the_object():
     codec = PermutationOneLineCodec(5)
     ids = codec.encode_ids((4, 5, 2, 3, 1))

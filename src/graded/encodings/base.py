@@ -41,6 +41,9 @@ def token_ids(ids: Iterable[Any]) -> list[int]:
     which the position says). Integer tensors and NumPy integers are accepted."""
     if isinstance(ids, (str, bytes)):
         raise TypeError(f"token ids must be a sequence of ints, got the string {ids!r}")
+    if not isinstance(ids, Iterable) or getattr(ids, "ndim", 1) == 0:
+        raise TypeError(f"token ids must be a sequence of ints, got the single value {ids!r} "
+                        f"({type(ids).__name__}): wrap one id in a list, [id]")
     out = []
     for pos, i in enumerate(ids):
         try:

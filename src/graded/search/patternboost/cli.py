@@ -81,18 +81,33 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
+    """The mapping of PatternBoostConfig fields in a JSON or YAML `--config` file. YAML is read
+    as run configs are (:func:`graded.config.files.parse_yaml`: `lr: 1e-3` is a float, where
+    PyYAML's own rules made it a string the config refused; a key given twice is refused). A
+    file that does not parse is a ValueError naming it (a YAML error was a traceback)."""
+    import yaml
 
-        data = yaml.safe_load(text)
-    elif path.suffix == ".json":
-        data = json.loads(text)
-    else:
+    from graded.config.files import _parse_error, parse_yaml
+
+    if path.suffix not in (".yaml", ".yml", ".json"):
         raise ValueError(f"--config must be a .json, .yaml or .yml file, got {path}")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        data = json.loads(text) if path.suffix == ".json" else parse_yaml(text)
+    except (ValueError, yaml.YAMLError) as exc:  # JSON's errors say where already
+        raise ValueError(f"--config {path} does not parse ({_parse_error(exc)}); expected a "
+                         "mapping of PatternBoostConfig fields") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a mapping of PatternBoostConfig fields")
     return data
+
+
+def _merged(section: Any, args: argparse.Namespace, options: tuple[str, ...]) -> Any:
+    """The config file's `section` with the command-line `options` that are set over it; a
+    section that is not a mapping is left as it is, for the config to refuse naming it (it was
+    a TypeError traceback, `model: 64`, or a message naming no field, `problem_options: abc`)."""
+    given = {k: getattr(args, k) for k in options if getattr(args, k, None) is not None}
+    return {**section, **given} if isinstance(section, dict) else section
 
 
 def build_config(args: argparse.Namespace) -> PatternBoostConfig:
@@ -104,13 +119,8 @@ def build_config(args: argparse.Namespace) -> PatternBoostConfig:
         value = getattr(args, option, None)
         if value is not None:
             data[name] = value
-    model = dict(data.get("model", PatternBoostConfig().model))
-    model.update({k: getattr(args, k) for k in _MODEL_FIELDS if getattr(args, k, None) is not None})
-    data["model"] = model
-    options = dict(data.get("problem_options", {}))
-    options.update({k: getattr(args, k) for k in _PROBLEM_FIELDS
-                    if getattr(args, k, None) is not None})
-    data["problem_options"] = options
+    data["model"] = _merged(data.get("model", PatternBoostConfig().model), args, _MODEL_FIELDS)
+    data["problem_options"] = _merged(data.get("problem_options", {}), args, _PROBLEM_FIELDS)
     if getattr(args, "no_progress", False):
         data["progress"] = False
     config = PatternBoostConfig.from_dict(data)

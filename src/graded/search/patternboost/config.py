@@ -167,16 +167,36 @@ class PatternBoostConfig(ConfigModel):
                                  f"TransformerConfig fields that fit together: {err}") from None
 
     def differs_from(self, other: PatternBoostConfig) -> list[str]:
-        """Names of the fields, other than RESUMABLE_CHANGES, whose values differ.
+        """Names of the fields, other than RESUMABLE_CHANGES, whose values differ, as
+        :meth:`resume_differences` compares them."""
+        names = [key.split(".")[0] for key in self.resume_differences(other)]
+        return list(dict.fromkeys(names))
+
+    def resume_differences(self, saved: PatternBoostConfig) -> dict[str, tuple[Any, Any]]:
+        """``{name: (value in saved, value here)}`` of the fields, other than
+        RESUMABLE_CHANGES, that make this config another run than `saved`.
 
         `problem_options` are compared as the problem they build (its `params()`), so an option
         spelled out at its default (`bits_per_token=4`, `pattern="312"` or `(3, 1, 2)`) is the
-        same run as the option left out."""
-        mine, theirs = self.to_dict(), other.to_dict()
-        if self.problem == other.problem:
+        same run as the option left out. `model` is compared as the model it builds (every
+        TransformerConfig field, defaults filled in: :func:`.model.model_settings`), so
+        `dropout: 0.0` or `d_ff: 256` with `d_model: 64` written out is the same run as the
+        option left out; a model option that differs is named ``model.<option>``."""
+        mine, theirs = self.to_dict(), saved.to_dict()
+        if self.problem == saved.problem:
             mine["problem_options"] = self._problem_params()
-            theirs["problem_options"] = other._problem_params()
-        return [k for k in mine if k not in RESUMABLE_CHANGES and mine[k] != theirs[k]]
+            theirs["problem_options"] = saved._problem_params()
+        changed = {k: (getattr(saved, k), getattr(self, k)) for k in mine
+                   if k not in RESUMABLE_CHANGES and k != "model" and mine[k] != theirs[k]}
+        model, saved_model = self._model_settings(), saved._model_settings()
+        if model is None or saved_model is None:  # a model that is not built: as given
+            model, saved_model = self.model, saved.model
+        missing = "(not set)"
+        for key in [*saved_model, *(k for k in model if k not in saved_model)]:
+            before, after = saved_model.get(key, missing), model.get(key, missing)
+            if before != after:
+                changed[f"model.{key}"] = (before, after)
+        return changed
 
     def _problem_params(self) -> dict[str, Any]:
         """The built problem's `params()` less its size (the field `n`), or the options as
@@ -189,3 +209,15 @@ class PatternBoostConfig(ConfigModel):
             return dict(self.problem_options)
         params.pop(SIZE_ARGUMENT.get(self.problem, "n"), None)
         return params
+
+    def _model_settings(self) -> dict[str, Any] | None:
+        """The model's settings (:func:`.model.model_settings`); None where the problem or the
+        model is not built."""
+        from .model import model_settings
+        from .problems import problem_from_size
+
+        try:
+            problem = problem_from_size(self.problem, self.n, **self.problem_options)
+            return model_settings(problem.vocab_size, problem.max_length, self.model)
+        except (TypeError, ValueError):
+            return None

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from graded.train.runs import PROGRAM_SEARCH_FILES, search_run_files, training_run_files
 
 from .config import PatternBoostConfig
@@ -66,8 +68,28 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+_SEED_STEP, _ROUND_STEP = 1_000_003, 7_919  # coprime primes
+_PLAIN_SEEDS = 2**63 - 1  # round seeds below it are seed·_SEED_STEP + round·_ROUND_STEP
+
+
 def _round_seed(seed: int, round_index: int) -> int:
-    return (seed * 1_000_003 + round_index * 7_919) % (2**63 - 1)
+    """The torch seed of round `round_index`'s training and sampling in a run of `seed`, in
+    [0, 2**64): distinct (seed, round) pairs get distinct seeds (a chance collision of the
+    hash below aside).
+
+    seed·1_000_003 + round·7_919 where that is below 2**63 − 1 and round < 1_000_003 (so
+    runs of seeds below about 9.2·10**12 keep their draws); the two primes are coprime, so
+    the value gives back (seed, round). Otherwise a 64-bit hash of
+    (seed, round) (numpy's SeedSequence) placed in [2**63 − 1, 2**64), above every value of
+    the first rule. (That rule taken modulo 2**63 − 1 for every seed gave seeds 2**63 − 1
+    apart the same draws, and other pairs: seed 2240820737263692846's round 2 drew as seed
+    0's round 1.)"""
+    plain = seed * _SEED_STEP + round_index * _ROUND_STEP
+    if plain < _PLAIN_SEEDS and round_index < _SEED_STEP:
+        return plain
+    digest = int(np.random.SeedSequence(seed, spawn_key=(round_index,)).generate_state(
+        1, np.uint64)[0])
+    return _PLAIN_SEEDS + digest % (2**64 - _PLAIN_SEEDS)
 
 
 class _Run:
@@ -247,14 +269,20 @@ def _check_resumable(config: PatternBoostConfig, out: Path) -> None:
                          "it continues cannot be checked against the config given; restore "
                          "config.json or use a new folder")
     if (out / "state.json").exists():
-        saved = PatternBoostConfig.from_dict(read_json(saved_path))
-        changed = config.differs_from(saved)
+        data = read_json(saved_path)
+        try:
+            saved = PatternBoostConfig.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{saved_path} does not hold a config of a PatternBoost run "
+                             f"({exc}); expected the config.json the run wrote (its problem "
+                             "registered); restore it or use a new folder") from exc
+        changed = config.resume_differences(saved)
         if changed:
-            values = ", ".join(f"{name}: {getattr(saved, name)!r} -> {getattr(config, name)!r}"
-                               for name in changed)
-            raise ValueError(f"{out} holds a run with a different config (fields {changed}; "
-                             f"saved -> given: {values}); use a new folder, or change only "
-                             "the stopping fields")
+            values = ", ".join(f"{name}: {before!r} -> {after!r}"
+                               for name, (before, after) in changed.items())
+            raise ValueError(f"{out} holds a run with a different config (fields "
+                             f"{list(changed)}; saved -> given: {values}); use a new folder, "
+                             "or change only the stopping fields")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -52,6 +52,7 @@ class HypercubeDiameter(Problem):
     """
 
     name = "hypercube"
+    size_argument = "d"
 
     def __init__(self, d: int, bits_per_token: int = 4) -> None:
         if not isinstance(d, int) or not 2 <= d <= 8:

@@ -19,8 +19,10 @@ from torch import Tensor, nn
 
 from graded.train.stream import train_on_stream
 
-__all__ = ["SpecialTokens", "build_model", "sample_sequences", "train_on_sequences",
-           "transformer_config"]
+from .config import _DERIVED_MODEL_FIELDS
+
+__all__ = ["SpecialTokens", "build_model", "model_settings", "sample_sequences",
+           "train_on_sequences", "transformer_config"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,31 @@ def transformer_config(problem_vocab: int, max_length: int, model_options: dict[
         "max_len": max_length + 2,
         "pad_id": special.pad,
     })
+
+
+# TransformerConfig fields whose None stands for another field's value in the built model
+_FOLLOWS = {"attn_dropout": "dropout", "qkv_bias": "bias", "out_bias": "bias",
+            "ffn_bias": "bias", "final_norm": "norm_first", "n_kv_heads": "n_heads"}
+
+
+def model_settings(problem_vocab: int, max_length: int,
+                   model_options: dict[str, Any]) -> dict[str, Any]:
+    """Every `TransformerConfig` field of the model `build_model` makes from `model_options`,
+    less those the problem sets: defaults filled in, values as the config holds them, and a
+    field set to the value its None stands for (`d_ff` = 4·d_model, `attn_dropout` =
+    `dropout`, a bias = `bias`, ...) set to None. Two option dicts that build the same model
+    give equal settings however they spell it, and a changed field is not repeated in the
+    fields that follow it; a resumed run compares these."""
+    config = transformer_config(problem_vocab, max_length, model_options)
+    settings = config.to_dict()
+    for field in _DERIVED_MODEL_FIELDS:
+        del settings[field]
+    if settings["d_ff"] == 4 * config.d_model:
+        settings["d_ff"] = None
+    for field, source in _FOLLOWS.items():
+        if settings[field] == settings[source]:
+            settings[field] = None
+    return settings
 
 
 def _batch(sequences: Sequence[Sequence[int]], special: SpecialTokens) -> tuple[Tensor, Tensor]:

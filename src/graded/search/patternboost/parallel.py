@@ -19,7 +19,7 @@ import numpy as np
 from .database import key_to_str
 from .problems import make_problem
 
-__all__ = ["LocalSearchResult", "make_executor", "run_local_searches"]
+__all__ = ["LocalSearchResult", "chunk_seed", "make_executor", "run_local_searches"]
 
 # (tokens, score, key) of a locally optimised object
 LocalSearchResult = tuple[list[int], float, str]
@@ -38,16 +38,30 @@ def _search_chunk(
     name: str,
     params: dict[str, Any],
     starts: Sequence[Sequence[int] | None],
-    entropy: tuple[int, ...],
+    entropy: tuple[int, int, int],
 ) -> list[LocalSearchResult]:
     problem = _problem(name, params)
-    rng = np.random.default_rng(np.random.SeedSequence(list(entropy)))
+    rng = np.random.default_rng(chunk_seed(*entropy))
     out = []
     for start in starts:
         obj = problem.empty() if start is None else problem.decode(start)
         found = problem.local_search(obj, rng)
         out.append((problem.encode(found), problem.score(found), key_to_str(problem.key(found))))
     return out
+
+
+def chunk_seed(seed: int, stage: int, chunk: int) -> np.random.SeedSequence:
+    """The numpy seed of local-search chunk `chunk` of round `stage` in a run of `seed`:
+    distinct (seed, stage, chunk) get distinct entropy.
+
+    The entropy [seed, stage, chunk] where all three are below 2**32 (a 32-bit word each);
+    otherwise `seed` as the entropy and (stage, chunk) as the spawn key, which numpy places
+    after the seed padded to its 4-word pool. (The list [seed, stage, chunk] for every seed let
+    numpy split a seed from 2**32 on into two words: seed 2**32 + 5's round 7 chunk 0 drew as
+    seed 5's round 1 chunk 7.)"""
+    if max(seed, stage, chunk) < 2**32:
+        return np.random.SeedSequence([seed, stage, chunk])
+    return np.random.SeedSequence(seed, spawn_key=(stage, chunk))
 
 
 def make_executor(workers: int) -> Executor | None:

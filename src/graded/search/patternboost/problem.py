@@ -23,12 +23,15 @@ __all__ = ["DecodeError", "Problem", "pack_bits", "unpack_bits"]
 class Problem(ABC):
     """A PatternBoost problem (003 §3.3): "we need two functions: a score and local search".
 
-    Subclasses set `name`, implement the abstract methods and describe their arguments in
-    `params()` so that the engine can rebuild the problem in worker processes and in a resumed
-    run. Tokens are integers in `range(vocab_size)`; sequences are at most `max_length` long.
+    Subclasses set `name` (and `size_argument` where their size is not the argument `n`),
+    implement the abstract methods and describe their arguments in `params()` so that the
+    engine can rebuild the problem in worker processes and in a resumed run. Tokens are
+    integers in `range(vocab_size)`; sequences are at most `max_length` long.
     """
 
     name: str = ""
+    #: The constructor argument that the size (`PatternBoostConfig.n`, --n) sets.
+    size_argument: str = "n"
 
     @property
     @abstractmethod

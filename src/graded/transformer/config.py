@@ -30,6 +30,11 @@ from graded.attention.graded import VARIANTS
 from graded.attention.scores import SCORES
 from graded.grading import GRADINGS, LINEAR_FUNCTIONS
 from graded.positional import POSITIONAL, TABLE_POSITIONAL, position_start
+from graded.transformer.config_reads import (
+    GRADING_FIELDS,
+    refuse_forgotten_grading,
+    refuse_unread,
+)
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
 __all__ = ["CYCLE_KEYS", "GRADING_FIELDS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
@@ -40,31 +45,11 @@ CYCLE_KEYS = ("backend", "options")
 #: Stages that per-token grading acts on (000 §6.2 input representation, Remark 6.16).
 TOKEN_GRADE_STAGES = ("input", "ffn", "output")
 
-#: The fields of the grading that ``grading`` selects (000 §5-7): only a graded model reads
-#: them, so set on a config that leaves ``grading`` out they would change nothing
-#: (:meth:`TransformerConfig._refuse_forgotten_grading`). ``input_grades``, ``token_grading``,
-#: ``grade_input_activation`` and ``grade_position_normalize`` are refused on every ungraded
-#: config, ``grading=None`` given or not: they would add a stage to the model.
-GRADING_FIELDS = (
-    "grading_f", "grading_base", "learnable_grades", "grades_per_head", "grade_init",
-    "grade_init_value", "grade_attention_variant", "grade_input", "grade_positions",
-    "grade_attention", "grade_ffn", "grade_output", "grade_normalize", "grade_position_alpha",
-    "fold_grading", "token_grade_stages",
-)
-
 def _grade_inits() -> tuple[str, ...]:
     # graded.transformer.graded imports this module: read its constant when validating.
     from graded.transformer.graded import GRADE_INITS
 
     return GRADE_INITS
-
-
-def _grade_inits_reading_value() -> dict[str, bool]:
-    """Whether each grade init reads ``grade_init_value``, as its entry says
-    (:attr:`graded.transformer.grading_plan.GradeInit.reads_value`), read when validating."""
-    from graded.transformer.grading_plan import GRADE_INIT_ENTRIES
-
-    return {name: entry.reads_value for name, entry in GRADE_INIT_ENTRIES.items()}
 
 
 def _probability(optional: bool = False) -> BeforeValidator:
@@ -165,10 +150,10 @@ class TransformerConfig(ConfigModel):
 
     A field set away from its default where this config leaves it unread (``input_grades``
     with ``grade_input=False``, ``rope_base`` without rotary positions, ...) is refused, as it
-    would change nothing (:meth:`_refuse_unread`); the fields a model kind leaves unread are
-    refused by a run config (:func:`graded.transformer.models.unread_fields`). The grading's
-    fields (:data:`GRADING_FIELDS`) set on a config that leaves ``grading`` out are refused
-    too, naming them: the model would be ungraded (:meth:`_refuse_forgotten_grading`);
+    would change nothing (:mod:`graded.transformer.config_reads`); the fields a model kind
+    leaves unread are refused by a run config (:func:`graded.transformer.models.unread_fields`).
+    The grading's fields (:data:`GRADING_FIELDS`) set on a config that leaves ``grading`` out are
+    refused too, naming them: the model would be ungraded;
     ``grading=None`` given explicitly keeps them, the ungraded twin of a graded config.
 
     Errors are ValueErrors reading ``TransformerConfig.<field>=<value> is invalid: expected
@@ -370,7 +355,7 @@ class TransformerConfig(ConfigModel):
             need(self.grading is not None or not getattr(self, name), name,
                  "unset on an ungraded model (it is a stage of the graded transformer): set "
                  "grading='linear' or 'exponential'")
-        self._refuse_forgotten_grading()
+        refuse_forgotten_grading(self)
         need(not (self.token_grading and self.grading == "linear"
                   and self.grading_f == "identity"), "grading_f",
              "'shift', 'abs_shift' or 'softplus' with token_grading: f = identity gives f(0) = 0, "
@@ -391,73 +376,5 @@ class TransformerConfig(ConfigModel):
              f"alpha*{last} < 1 so that the LGT factor 1 - alpha*t stays positive up to the "
              f"last position t = {last} (max_len={self.max_len}, positional="
              f"{self.positional!r})")
-        self._refuse_unread()
+        refuse_unread(self)
         return self
-
-    def _refuse_forgotten_grading(self) -> None:
-        """Refuse fields of :data:`GRADING_FIELDS` set away from their defaults on a config
-        that leaves ``grading`` out: the model built is ungraded and reads none of them, so a
-        config meant to be graded (``learnable_grades=True`` without ``grading``) would
-        train an ungraded model without a word. The error blames ``grading`` and names each
-        such field with its value. A ``grading=None`` given explicitly (or assigned) keeps
-        them as the settings of the grading the config would have, so that it alone turns
-        a graded config's grading off (the ungraded twins the shipped configs suggest,
-        ``--set model.grading=null``)."""
-        if self.grading is not None or "grading" in self.model_fields_set:
-            return
-        fields = type(self).model_fields
-        given = [f"{name}={getattr(self, name)!r}" for name in GRADING_FIELDS
-                 if getattr(self, name)
-                 != fields[name].get_default(call_default_factory=True)]
-        if given:
-            raise Invalid(
-                f"'linear' or 'exponential' for the grading settings {', '.join(given)} to "
-                "have effect: with grading left out the model is ungraded and reads no "
-                "grading setting; set grading, or leave those settings out (given explicitly, "
-                "grading=None keeps them, as the settings of the grading an ungraded twin "
-                "would have)", "grading", self.grading)
-
-    def _refuse_unread(self) -> None:
-        """Refuse a field set away from its default where the model would not read it, which
-        would change nothing without a word; the error names the field, the setting that
-        leaves it unread and why. The grading's own fields are checked on a graded config
-        only: on one given ``grading=None`` they stay the settings of the grading it would
-        have, so that ``grading=None`` alone turns grading off (the ungraded twins the
-        shipped configs suggest; with ``grading`` left out they are refused,
-        :meth:`_refuse_forgotten_grading`); so do ``grading_f`` on an EGT and ``grading_base`` on an
-        LGT, the settings of the other kind, so that ``grading`` alone switches the kind.
-        Fields that one model kind reads and another does not (``n_decoder_layers``,
-        ``tie_embeddings``, ...) are checked where the kind is known:
-        :func:`graded.transformer.models.unread_fields`."""
-        stages = self.token_grade_stages if self.token_grading else []
-        unread = [
-            ("input_grades", not self.grade_input,
-             "grade_input=False grades no input features, so their grades are never read"),
-            ("rope_base", self.positional != "rope",
-             f"positional={self.positional!r} has no rotary positions, whose theta it is"),
-        ]
-        if self.grading is not None:
-            reads = _grade_inits_reading_value()  # an init without an entry: its build says so
-            unread += [
-                ("grade_init_value", not reads.get(self.grade_init, True),
-                 f"grade_init={self.grade_init!r} reads no value; the grade inits that read "
-                 f"it: {', '.join(repr(name) for name, read in reads.items() if read)}"),
-                ("grade_position_alpha", not self.grade_positions,
-                 "grade_positions=False grades no position vectors"),
-                ("grades_per_head", not self.grade_attention,
-                 "grade_attention=False grades no attention"),
-                ("grade_attention_variant", not self.grade_attention,
-                 "grade_attention=False grades no attention"),
-                ("token_grade_stages", not self.token_grading,
-                 "token_grading=False grades no stage per token"),
-                ("grade_normalize", not (self.grade_input or self.grade_ffn or "ffn" in stages
-                                         or ("input" in stages and self.vocab_size is not None)),
-                 "grade_input=False and grade_ffn=False (and no per-token input or ffn stage) "
-                 "leave no graded input or ffn stage, the stages it normalises (000 Def 5.19, "
-                 "5.23)"),
-            ]
-        for name, ignored, why in unread:
-            default = type(self).model_fields[name].get_default(call_default_factory=True)
-            if ignored and getattr(self, name) != default:
-                raise Invalid(f"its default {default!r} (or left out): {why}", name,
-                              getattr(self, name))

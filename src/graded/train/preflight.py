@@ -26,8 +26,8 @@ from graded.train.data import dataset_size
 from graded.train.options import TrainOptions, monitor_mode_of
 from graded.train.recipes import Recipe
 
-__all__ = ["check_arguments", "check_eval_data", "check_options", "check_resume_from",
-           "check_train_data", "graded_loss_applies"]
+__all__ = ["check_arguments", "check_eval_data", "check_options", "check_precision",
+           "check_resume_from", "check_train_data", "graded_loss_applies"]
 
 
 def _shown(value: Any) -> str:
@@ -58,9 +58,19 @@ def check_arguments(model: Any, train_data: Any, eval_data: Any, *, run_dir: Any
     written the run folder); ValueError for a ``seed`` torch cannot take. Returns ``seed``
     and ``overwrite`` as checked (:func:`~graded.checks.check_int`, a NumPy integer as an int;
     :func:`~graded.checks.check_bool`). ``config`` is checked JSON-able by the trainer, which
-    stores it."""
+    stores it. A model already wrapped by ``torch.compile`` is refused (TypeError): the
+    wrapper's state dict prefixes every key with ``_orig_mod.``, and ``train.compile``
+    compiles the training step while the checkpoints keep the model's own keys."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {_shown(model)}")
+    inner = getattr(model, "_orig_mod", None)  # torch.compile's wrapper (OptimizedModule)
+    if isinstance(inner, torch.nn.Module):
+        name = type(inner).__name__
+        raise TypeError(
+            f"model is torch.compile's wrapper of a {name}: its checkpoints would hold "
+            f"'_orig_mod.'-prefixed keys, which the {name} itself (a resume without the "
+            "wrapper, a report) cannot load; expected the model itself, with "
+            "TrainOptions(compile=True) (train.compile: true) to compile the training step")
     _check_tensors("train_data", train_data)
     _check_tensors("eval_data", eval_data, optional=True)
     if not isinstance(run_dir, (str, os.PathLike)):
@@ -140,6 +150,26 @@ def check_options(kind: TaskKind, opts: TrainOptions,
             f"{monitor}, though a {'larger' if better == 'max' else 'smaller'} one is "
             f"better (monitor_mode: {better}, the default for {monitor})", RuntimeWarning,
             stacklevel=3)
+
+
+def check_precision(model: torch.nn.Module, opts: TrainOptions) -> None:
+    """Under ``precision`` bf16 or fp16 the model's floating parameters are float32: autocast
+    computes in the low dtype from fp32 master weights, which AdamW updates. ValueError
+    naming the first other parameter and its dtype: a float16 model fails only at the first
+    fp16 step, after the run folder is written (torch's "Attempting to unscale FP16
+    gradients"); a bfloat16 one trains without master weights; and autocast leaves float64
+    operations as they are, so a float64 model would train in float64 under a bf16 run's
+    name."""
+    if opts.precision == "fp32":
+        return
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and param.dtype != torch.float32:
+            dtype = str(param.dtype).removeprefix("torch.")
+            raise ValueError(
+                f"train.precision={opts.precision!r} runs autocast over float32 parameters "
+                f"(the master weights AdamW updates), but parameter {name!r} of the model is "
+                f"{dtype}; expected a float32 model (model.float() before the Trainer is "
+                "built)")
 
 
 def check_eval_data(kind: TaskKind, model: torch.nn.Module,

@@ -17,6 +17,7 @@ run.
 from __future__ import annotations
 
 import copy
+import math
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,10 +73,11 @@ def plan_resume(
     resume, CheckpointError when no checkpoint loads.
 
     All or nothing: every check that can refuse (the config, ``train.steps``, the files, the
-    stopper and scheduler states) passes before the first tensor is loaded, so a refusal leaves
-    ``model``, ``optimizer`` and ``scheduler`` as they were. ``loading(checkpoint)`` is called
-    once they passed, just before the loading starts: an exception after that call (a failure
-    of torch's own loading) may leave them part loaded."""
+    stopper and scheduler states, an fp16 run's gradient scaler state) passes before the first
+    tensor is loaded, so a refusal leaves ``model``, ``optimizer`` and ``scheduler`` as they
+    were. ``loading(checkpoint)`` is called once they passed, just before the loading starts:
+    an exception after that call (a failure of torch's own loading) may leave them part
+    loaded."""
     source = Path(source)
     peaks = list(scheduler.base_lrs)  # as built from the options now
     checkpoints = CheckpointManager(source / "checkpoints")
@@ -124,8 +126,8 @@ def _checked_resume(
     """Every check a resume from the checkpoint ``path`` (its state ``meta``) makes besides
     its files', changing nothing: the config changes ``now`` makes (RunError for one a run
     cannot make), ``train.steps`` not below its step (RunError), and its stopper and scheduler
-    states (CheckpointError naming ``state.json``). Returns the changes, the stopper and the
-    scheduler state to load."""
+    states and, under fp16, its gradient scaler state (CheckpointError naming
+    ``state.json``). Returns the changes, the stopper and the scheduler state to load."""
     changes = checked_changes(source, meta, now)
     steps = (now.get("train") or {}).get("steps")
     if isinstance(steps, int) and steps < meta["step"]:
@@ -144,7 +146,48 @@ def _checked_resume(
     except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise checkpoint_error(path / STATE_FILE,
                                f"no usable scheduler state ({exc!r})") from None
+    if (now.get("train") or {}).get("precision") == "fp16":
+        try:
+            _check_grad_scaler_state(meta.get("grad_scaler"))
+        except (TypeError, ValueError) as exc:
+            raise checkpoint_error(path / STATE_FILE,
+                                   f"no usable grad_scaler state ({exc})") from None
     return changes, stopper, state
+
+
+#: The fields of a gradient scaler's state (``torch.amp.GradScaler.state_dict``), each with
+#: the check its value passes: those of the scaler's constructor, a finite positive scale
+#: and a step count the scaler can have reached.
+_GRAD_SCALER_FIELDS: dict[str, tuple[type, Callable[[Any], bool], str]] = {
+    "scale": (float, lambda v: _finite(v) and v > 0, "a finite number > 0"),
+    "growth_factor": (float, lambda v: _finite(v) and v > 1, "a finite number > 1"),
+    "backoff_factor": (float, lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "growth_interval": (int, lambda v: v >= 1, "an int >= 1"),
+    "_growth_tracker": (int, lambda v: v >= 0, "an int >= 0"),
+}
+
+
+def _finite(value: float) -> bool:
+    """Whether a JSON number is finite (an int is, however large: no float conversion)."""
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def _check_grad_scaler_state(state: Any) -> None:
+    """The fp16 gradient scaler's checkpointed state, checked before anything is loaded:
+    TypeError or ValueError naming the field that a scaler cannot resume from (loading it
+    would fail only at the first resumed step, after the run folder is written; a state left
+    out would restart the scaler at its initial scale, and the resumed losses would no longer
+    be the uninterrupted run's)."""
+    if not isinstance(state, dict):
+        raise TypeError(f"it is {state!r}, expected the scaler's state (a dict) since "
+                        "train.precision is 'fp16'")
+    for name, (kind, ok, expected) in _GRAD_SCALER_FIELDS.items():
+        if name not in state:
+            raise ValueError(f"{name} is missing, expected {expected}")
+        value = state[name]
+        numeric = (int,) if kind is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, numeric) or not ok(value):
+            raise ValueError(f"{name} is {value!r}, expected {expected}")
 
 
 def _check_scheduler_state(scheduler: torch.optim.lr_scheduler.LambdaLR,

@@ -157,5 +157,17 @@ class OptimizerStep:
     def _read(self, window: list[StepValues]) -> list[tuple[float, dict[str, float]]]:
         """The loss and scalars of each step of ``window``, read in one transfer
         (:func:`~graded.train.step_values.read_step_values`); FloatingPointError naming the
-        first step whose loss is not finite."""
-        return read_step_values(window, self.ctx, self.opts, has_recipe=self.recipe is not None)
+        first step whose loss is not finite, and under fp16 the last step of ``window`` once
+        the gradient scaler's scale has fallen to 0: halved at each skipped step from 2^16,
+        it gets there only after some 166 steps in a row with non-finite gradients, which
+        no smaller scale cures (a NaN gradient of the model itself), and from then on every
+        step is skipped, so the run would end "finished" with the weights it had."""
+        last = window[-1].step if window else None
+        read = read_step_values(window, self.ctx, self.opts, has_recipe=self.recipe is not None)
+        if self.scaler is not None and last is not None and self.scaler.get_scale() == 0.0:
+            raise FloatingPointError(
+                f"the fp16 gradient scaler's scale fell to 0 by step {last}: the steps before "
+                "it all had non-finite gradients and were skipped, so the model no longer "
+                "trains; an operation of the model has no finite gradient there (sqrt or log "
+                f"at 0, a division by 0), or lower lr (now {self.opts.lr})")
+        return read

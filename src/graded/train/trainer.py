@@ -13,8 +13,9 @@ and 7.1 when a graded recipe is chosen):
    :mod:`graded.train.recipes`), plus ``recipe.regularization(model)`` once (DDP syncs on the
    last micro-batch);
    Forward passes run under autocast with ``precision`` bf16 or fp16 (parameters, optimizer
-   state, the loss sum and evaluation stay fp32); fp16 scales the loss with a gradient scaler
-   (its state is checkpointed); ``compile`` wraps the training module in ``torch.compile``;
+   state, the loss sum and evaluation stay fp32: a model given in another dtype is refused);
+   fp16 scales the loss with a gradient scaler (its state is checkpointed); ``compile`` wraps
+   the training module in ``torch.compile`` (a model given already compiled is refused);
 3. clip the gradient norm (unscaled first under fp16), step AdamW (skipped by the scaler when
    fp16 gradients are not finite) and the learning-rate schedule (which counts the trainer's
    steps, a skipped one included);
@@ -29,7 +30,8 @@ and 7.1 when a graded recipe is chosen):
 A step's loss, gradient norm and metrics stay on the device until the trainer needs them: it
 reads every step since its last read in one transfer at a log step, before an evaluation or a
 checkpoint, and at the end (a non-finite loss, or a non-finite gradient norm outside fp16, then
-raises ``FloatingPointError`` naming its step, before anything more is saved). The training data
+raises ``FloatingPointError`` naming its step, before anything more is saved; under fp16, a
+gradient scale fallen to 0 by skipped steps does too). The training data
 are checked once, when the trainer is built (token ids against the model's vocabulary, token
 grades: ``TaskKind.check_data``; the evaluation data too), and the steps run inside
 :func:`graded.checks.checked_inputs`. So with plain AdamW a step never waits for a GPU, and the
@@ -79,6 +81,7 @@ from graded.train.preflight import (
     check_arguments,
     check_eval_data,
     check_options,
+    check_precision,
     check_resume_from,
     check_train_data,
     graded_loss_applies,
@@ -153,6 +156,7 @@ class Trainer(OptimizerStep, RunState, ClosesAtExit):
         self.eval_data = dict(eval_data) if eval_data is not None else None
         check_train_data(self.kind, self.train_data)
         check_options(self.kind, self.opts, self.eval_data)
+        check_precision(model, self.opts)
         self.ctx = D.setup(self.opts.device)
         self.model = model.to(self.ctx.device)
         self.recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe

@@ -103,9 +103,16 @@ def run_cli(args: argparse.Namespace) -> int:
     from graded.search.program.problem import get_problem
     from graded.search.program.proposers import ProposalError, ProposerError
 
-    options = dict(args.option)
+    options: dict[str, Any] = {}
+    flags: dict[str, str] = {}
+    given = [(k, v, f"--option {k}={v!r}") for k, v in args.option]
     if args.n is not None:
-        options["n"] = args.n
+        given.append(("n", args.n, f"--n {args.n}"))
+    for key, value, flag in given:  # the last of two values won, silently
+        if key in options and options[key] != value:
+            raise ValueError(f"the problem option {key} is given twice, {flags[key]} and "
+                             f"{flag}; expected one value")
+        options[key], flags[key] = value, flag
     if args.bins is not None and args.selection != "map-elites":
         raise ValueError(f"--bins {args.bins} sizes the grid of --selection map-elites only; "
                          f"--selection {args.selection} would ignore it")

@@ -34,7 +34,7 @@ from graded._io import atomic_write_text
 from graded._processes import pool_workers
 from graded.search.program.database import DatabaseConfig, ProgramsDatabase
 from graded.search.program.evaluate import Evaluation, evaluate
-from graded.search.program.problem import Problem
+from graded.search.program.problem import Problem, problem_spec
 from graded.search.program.program import Program, check_seed, parse_skeleton
 from graded.search.program.sandbox import detect_isolation
 from graded.train.runs import PATTERNBOOST_FILES, search_run_files, training_run_files
@@ -187,7 +187,8 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
             written = len(log_lines)
 
     config_doc = {"problem": problem.name, "proposer": proposer.name,
-                  **asdict(config), "database": asdict(config.database)}
+                  **asdict(config), "database": asdict(config.database),
+                  "problem_spec": problem_spec(problem)}
     config_doc["database"]["descriptors"] = list(config.database.descriptors)
     # nothing is written before every check has passed, the database's included (pareto
     # selection of a problem with one score, map-elites descriptors it does not name), so a
@@ -344,12 +345,22 @@ def _check_folder(folder: Path, config_doc: dict[str, Any], resume: bool) -> Non
         current = json.loads(json.dumps(config_doc))
         saved.pop("budget", None)
         current.pop("budget", None)
-        if saved != current:
+        built = []  # the fields of the problem built that differ
+        given_spec = current.pop("problem_spec")
+        if "problem_spec" in saved:  # (folders of older runs have none: options compared)
+            spec = saved.pop("problem_spec")
+            spec = spec if isinstance(spec, dict) else {}  # damaged: every field differs
+            built = sorted(k for k in {*spec, *given_spec} if spec.get(k) != given_spec.get(k))
+            if not built:  # options that build the same problem: --n 4 and cap-set's default
+                saved.pop("problem_options", None)
+                current.pop("problem_options", None)
+        if saved != current or built:
             diff = sorted(k for k in current if saved.get(k) != current[k])
             values = "; ".join(f"{k}: {saved.get(k)!r} -> {current[k]!r}" for k in diff)
+            why = [f"differs in {diff}; saved -> given: {values}"] if diff else []
+            why += [f"the problem built differs in {built}"] if built else []
             raise ValueError(f"{folder} was started with a different configuration "
-                             f"(differs in {diff}; saved -> given: {values}); resume with "
-                             "the same settings")
+                             f"({'; '.join(why)}); resume with the same settings")
     elif state_path.exists():
         raise SearchRunExists(folder)
     elif other := (training_run_files(folder) or search_run_files(folder, PATTERNBOOST_FILES)):

@@ -234,9 +234,9 @@ def evaluate(problem: Problem, program: Program, *, skeleton: Skeleton | None = 
         except InvalidArtefact as e:
             return failed("invalid", f"{e}{where}")
         except TypeError as e:
-            return failed("wrong_type", str(e))
+            return failed("wrong_type", f"{e}{where}")
         except ValueError as e:
-            return failed("non_finite", str(e))
+            return failed("non_finite", f"{e}{where}")
     primary, named = results["inputs"]
     if names is not None and sorted(named[0]) != sorted(names):
         return failed("wrong_type", f"the verifier named the scores {sorted(named[0])} but "

@@ -16,7 +16,9 @@ e.g. ``priority``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ __all__ = [
     "Problem",
     "available_problems",
     "get_problem",
+    "problem_spec",
     "register_problem",
 ]
 
@@ -89,6 +92,14 @@ class Problem:
             raise ValueError(f"entry={self.entry!r} is not a Python function name")
         if not self.inputs:
             raise ValueError(f"problem {self.name!r} has no inputs to evaluate on")
+        for group in ("inputs", "held_out", "prechecks"):
+            for index, value in enumerate(getattr(self, group)):
+                try:  # the sandbox sends them to the child as JSON: a NumPy integer stopped
+                    json.dumps(value)  # the search at its first evaluation, naming no input
+                except (TypeError, ValueError, RecursionError) as e:
+                    raise ValueError(f"problem {self.name!r}: {group}[{index}] = {value!r:.80} "
+                                     f"is not JSON ({e}); expected JSON values (int, float, "
+                                     "str, bool, None, lists and dicts of them)") from None
         if not callable(self.score):
             raise ValueError(f"problem {self.name!r}: score must be callable, got {self.score!r}")
         # as the sandbox's Limits will check them: inf, True or "30" failed only in evaluate
@@ -104,6 +115,30 @@ class Problem:
                 isinstance(verify, (int, float)) and 0 < verify < math.inf)):
             raise ValueError(f"verify_timeout_s={verify!r}; expected a positive number of "
                              "seconds, finite, or None (no limit)")
+
+
+def problem_spec(problem: Problem) -> dict[str, Any]:
+    """The problem as built, which a resumed run must share with the run it continues.
+
+    A resume compares this in place of the options that built the problem: two spellings of
+    one problem (cap-set's default ``n`` and ``--n 4``) resume, and a problem of the same name
+    built otherwise is refused (the Python API records no options, and its scores would mix
+    with the saved ones). The skeleton and the inputs enter as SHA-256 digests (16 hex digits),
+    the verifier as its qualified name.
+    """
+    def digest(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    score = problem.score
+    return {"skeleton": digest(problem.skeleton), "entry": problem.entry,
+            "inputs": digest(problem.inputs), "held_out": digest(problem.held_out),
+            "prechecks": digest(problem.prechecks),
+            "score": f"{getattr(score, '__module__', None)}."
+                     f"{getattr(score, '__qualname__', type(score).__qualname__)}",
+            "primary": problem.primary, "minimise": list(problem.minimise),
+            "time_limit_s": problem.time_limit_s, "memory_mb": problem.memory_mb,
+            "verify_timeout_s": problem.verify_timeout_s}
 
 
 _REGISTRY: dict[str, Callable[..., Problem]] = {}

@@ -23,7 +23,8 @@ FAILURES: dict[str, str] = {
     "crash": "the program raised an exception or exited abnormally",
     "timeout": "the wall-clock or CPU-time limit was reached",
     "memory": "the address-space limit was reached",
-    "output": "the artefact was too large to send back",
+    "output": "the program wrote past the file-size limit (a print flood, a file, an artefact "
+              "too large to send back), or its result could not be read back",
     "non_finite": "an artefact or score is NaN or infinite",
     "wrong_type": "an artefact is not JSON-serialisable or a score has the wrong type",
     "invalid": "the verifier rejected the artefact, raised, or its process ended (an exit "

@@ -17,7 +17,7 @@ package on its path, and imports only the standard library and the preimport mod
 __all__ = ["RUNNER"]
 
 RUNNER = r'''
-import json, math, sys, traceback
+import errno, json, math, sys, traceback
 
 def _finite(x):
     if isinstance(x, float):
@@ -167,17 +167,24 @@ def main():
         _write({"failure": "crash", "reason": "RecursionError: " + str(e)[:200]})
         return
     except BaseException as e:
+        if isinstance(e, OSError) and e.errno == errno.EFBIG:
+            # CPython ignores SIGXFSZ: a write past RLIMIT_FSIZE (a print flood) is this error
+            _write({"failure": "output", "reason": "file-size limit reached (stdout, stderr or "
+                    "a file the program wrote): " + str(e)[:200]})
+            return
         tb = traceback.format_exc(limit=-3)
         _write({"failure": "crash", "reason": type(e).__name__ + ": " + str(e)[:300],
                 "traceback": tb[-2000:]})
         return
-    if not _finite(artefacts):
-        _write({"failure": "non_finite", "reason": "an artefact contains NaN or infinity"})
-        return
-    try:
+    try:  # RecursionError: an artefact that holds itself, or nested past the recursion limit
+        if not _finite(artefacts):
+            _write({"failure": "non_finite", "reason": "an artefact contains NaN or infinity"})
+            return
         text = json.dumps({"artefacts": artefacts}, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        _write({"failure": "wrong_type", "reason": "artefact is not JSON: " + str(e)[:200]})
+    except (TypeError, ValueError, RecursionError) as e:
+        _write({"failure": "wrong_type", "reason": "artefact is not JSON: "
+                + (str(e)[:200] if not isinstance(e, RecursionError) else
+                   "it contains itself or is nested too deeply (RecursionError)")})
         return
     with open("result.json", "w") as f:
         f.write(text)

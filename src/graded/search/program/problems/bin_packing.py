@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from graded.search.program.problem import InvalidArtefact, Problem
+from graded.search.program.program import check_seed
 
 __all__ = [
     "DATASETS",
@@ -112,9 +113,12 @@ def weibull_instances(
 ) -> dict[str, dict[str, Any]]:
     """Fresh Weibull instances like FunSearch's training set: capacity 100, items drawn from
     Weibull(scale 45, shape 3), rounded to the nearest integer and clipped to [1, 100]."""
-    if count < 1 or items < 1:
-        raise ValueError(f"weibull instances count={count}, items={items}; expected both >= 1")
-    rng = np.random.default_rng(seed)
+    for name, value in (("count", count), ("items", items)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"weibull instances {name}={value!r}; expected an integer >= 1")
+    # numpy names neither the option nor the value (-1: "expected non-negative integer"; 1.5: a
+    # TypeError from SeedSequence)
+    rng = np.random.default_rng(check_seed(seed, "bin-packing seed"))
     out = {}
     for i in range(count):
         sizes = np.clip(np.rint(scale * rng.weibull(shape, size=items)), 1, 100).astype(int)
@@ -269,6 +273,10 @@ def bin_packing_problem(
     else, then does a fixed amount of work per item (about 3 ms for OR3's 10 evolved-on
     instances, 28 ms for 10 generated Weibull ones of 5000 items, 22 ms for the 15 held out).
     """
+    for name, value in (("evolve_instances", evolve_instances), ("train_items", train_items)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"bin-packing {name}={value!r}; expected an integer >= 1")
+    check_seed(seed, "bin-packing seed")  # also for "or3", which draws nothing with it
     or3 = load_instances("or3")
     weibull = load_instances("weibull5k")
     if dataset == "or3":

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from graded.search.program.problem import InvalidArtefact, Problem
+from graded.search.program.program import check_seed
 
 __all__ = [
     "SKELETON",
@@ -387,6 +388,9 @@ def matmul_problem(
     for name, value in (("sparsify_steps", sparsify_steps), ("refine_rounds", refine_rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"matmul {name}={value!r}; expected an integer >= 0")
+    # the candidate seeds numpy with it: -1 or 1.5 failed the initial program with numpy's
+    # "expected non-negative integer", naming neither the option nor the value
+    check_seed(seed, "matmul seed")
     spec = {
         "n": n,
         "m": m,

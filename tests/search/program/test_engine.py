@@ -7,7 +7,7 @@ import json
 import pytest
 
 from graded.search.program.database import DatabaseConfig
-from graded.search.program.engine import SearchConfig, run_search
+from graded.search.program.engine import PARENT_DRAWS, NoNewProgram, SearchConfig, run_search
 from graded.search.program.offline import OfflineProposer
 from graded.search.program.problem import InvalidArtefact, Problem
 
@@ -278,3 +278,50 @@ def test_a_folder_holding_a_patternboost_run_is_refused_and_left_as_it_was(tmp_p
         run_patternboost(PatternBoostConfig(problem="triangle-free", n=5, rounds=0, initial=10,
                                             keep=8, database_size=10, progress=False), searched)
     assert {p.name: p.read_bytes() for p in searched.iterdir() if p.is_file()} == before
+
+
+# Parents that give the proposer nothing new: the search draws other parents instead of
+# stopping (the offline proposer's RuntimeError used to end run_search uncaught).
+class Stuck:
+    """The offline proposer, finding nothing new at the calls listed in ``stuck``."""
+
+    name = "stuck"
+
+    def __init__(self, stuck):
+        self.inner = OfflineProposer(seed=3)
+        self.stuck = set(stuck)
+        self.calls = 0
+
+    def propose(self, parents, prompt=""):
+        self.calls += 1
+        if self.calls in self.stuck:
+            raise NoNewProgram(f"nothing new at call {self.calls}")
+        return self.inner.propose(parents, prompt)
+
+    def state(self):
+        return {"inner": self.inner.state(), "calls": self.calls}
+
+    def load_state(self, state):
+        self.inner.load_state(state["inner"])
+        self.calls = state["calls"]
+
+
+def test_parents_that_give_nothing_new_are_drawn_again_and_the_run_completes():
+    proposer = Stuck(stuck={2, 3, 7})
+    with cf.ThreadPoolExecutor(2) as pool:
+        result = run_search(toy_problem(), proposer, config(12), executor=pool)
+    assert result.evaluations == 12
+    assert proposer.calls >= 12 + 3  # every stuck call was followed by another draw
+
+
+def test_a_database_that_gives_nothing_new_stops_the_run_naming_the_draws():
+    proposer = Stuck(stuck=range(1, 10_000))
+    with (cf.ThreadPoolExecutor(2) as pool,
+          pytest.raises(NoNewProgram, match=rf"stuck proposer found no new program in "
+                                            rf"{PARENT_DRAWS} draws of parents \(the last: "
+                                            rf"nothing new at call {PARENT_DRAWS}\)")):
+        run_search(toy_problem(), proposer, config(12), executor=pool)
+
+
+def test_the_offline_proposer_reports_nothing_new_as_no_new_program():
+    assert issubclass(NoNewProgram, RuntimeError)  # callers catching RuntimeError still do

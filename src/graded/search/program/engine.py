@@ -40,7 +40,8 @@ from graded.search.program.sandbox import detect_isolation
 from graded.train.runs import PATTERNBOOST_FILES, search_run_files, training_run_files
 from graded.train.signals import StopSignals
 
-__all__ = ["Proposer", "SearchConfig", "SearchResult", "SearchRunExists", "run_search"]
+__all__ = ["PARENT_DRAWS", "NoNewProgram", "Proposer", "SearchConfig", "SearchResult",
+           "SearchRunExists", "run_search"]
 
 _CSV_FIELDS = ("index", "island", "score", "failure", "reason", "seconds", "operator",
                "best_score", "island_best")
@@ -56,8 +57,20 @@ class SearchRunExists(FileExistsError):
         self.folder = folder
 
 
+class NoNewProgram(RuntimeError):
+    """A proposer found no new valid program from the parents it was given (e.g. every
+    variation of a program whose block is ``pass`` was seen or invalid): the search draws
+    other parents."""
+
+
+#: How many draws of parents one proposal may take when the proposer finds no new program
+#: from them (:class:`NoNewProgram`) before the run stops with an error.
+PARENT_DRAWS = 20
+
+
 class Proposer(Protocol):
-    """Makes a new program from a prompt's parents (sorted by increasing score) and its text."""
+    """Makes a new program from a prompt's parents (sorted by increasing score) and its text;
+    raises :class:`NoNewProgram` when those parents give none."""
 
     name: str
 
@@ -231,13 +244,23 @@ def run_search(problem: Problem, proposer: Proposer, config: SearchConfig, *,
     bar = _progress(progress, config.budget, db.evaluations)
 
     def propose_round(n: int) -> list[tuple[int, Program, str]]:
-        round_ = []
-        for _ in range(n):
+        return [propose_one() for _ in range(n)]
+
+    def propose_one() -> tuple[int, Program, str]:
+        # parents that give nothing new (a database of "pass" blocks, say) are drawn again:
+        # the run stopped at the first such draw, whatever the other programs could give
+        for _ in range(PARENT_DRAWS):
             island, parents = db.sample()
             text = db.prompt(island, parents).text
-            child, op = proposer.propose([p.program for p in parents], text)
-            round_.append((island, child, op))
-        return round_
+            try:
+                child, op = proposer.propose([p.program for p in parents], text)
+            except NoNewProgram as exc:
+                last = exc
+                continue
+            return island, child, op
+        raise NoNewProgram(f"the {proposer.name} proposer found no new program in "
+                           f"{PARENT_DRAWS} draws of parents (the last: {last}); the "
+                           "database's programs give no variation it has not seen")
 
     def save() -> None:
         if folder is None:

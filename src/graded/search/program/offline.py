@@ -30,6 +30,7 @@ import copy
 
 import numpy as np
 
+from graded.search.program.engine import NoNewProgram
 from graded.search.program.program import Program, check_seed, parse_python
 
 __all__ = ["OPERATORS", "OfflineProposer"]
@@ -121,8 +122,9 @@ class OfflineProposer:
         self.seen = set(state["seen"])
 
     def propose(self, parents: list[Program], prompt: str = "") -> tuple[Program, str]:
-        """A new program and the operator that made it; raises ``RuntimeError`` when no valid new
-        child was found in ``attempts`` draws."""
+        """A new program and the operator that made it; raises
+        :class:`~graded.search.program.engine.NoNewProgram` when no valid new child was found
+        in ``attempts`` draws (the search then draws other parents)."""
         for p in parents:
             self.seen.add(p.key)
         for _ in range(self.attempts):
@@ -132,7 +134,7 @@ class OfflineProposer:
                 continue
             self.seen.add(child.key)
             return child, op
-        raise RuntimeError(f"no new valid program after {self.attempts} attempts")
+        raise NoNewProgram(f"no new valid program after {self.attempts} attempts")
 
     def _apply(self, op: str, parents: list[Program]) -> Program | None:
         best = parents[-1]

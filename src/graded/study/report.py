@@ -107,7 +107,7 @@ def _rewrite_figures(text: str, folder: str) -> str:
 def write_report(study: StudyRun, *, machine: dict[str, Any]) -> Path:
     """Write ``report.md`` and ``results.json`` for ``study``; returns the report's path."""
     from graded.study.experiments import registry
-    from graded.study.runner import experiment_dir, slug
+    from graded.study.storage import experiment_dir, slug
 
     every = registry()
     experiments_of = {n: tuple(e.claims) for n, e in every.items()}
@@ -176,7 +176,7 @@ def write_report(study: StudyRun, *, machine: dict[str, Any]) -> Path:
         lines.append("")
     report = Path(study.out) / "report.md"
     atomic_write_text(report, "\n".join(lines) + "\n")
-    from graded.study.runner import _json_safe
+    from graded.study.storage import _json_safe
 
     results = {"command": study.command, "settings": study.settings(), "machine": machine,
                "wall_s": study.total_wall, "rule": RULE, "claims": rows,

@@ -7,23 +7,22 @@ Layout of the output folder::
                               only with the same settings
     OUT/<E>/findings.json     a finished experiment's findings and wall time (written atomically:
                               a finished experiment is not rerun)
-    OUT/<E>/jobs/<key>.json   each finished job of a job experiment (E1), likewise not rerun
+    OUT/<E>/jobs/<key>.json   each finished job of a job experiment (E1) with the settings it
+                              ran with, likewise not rerun
     OUT/<E>/*.png, section.md figures and the experiment's own section of the report
     OUT/report.md, OUT/results.json
 
 An experiment is a plain :class:`graded.study.core.Experiment` (run whole in one worker) or a
 :class:`graded.study.core.JobExperiment`, whose jobs are spread over all workers stage by stage
-and summarised in the main process. ``workers = 1`` runs everything in this process.
+and summarised in the main process. ``workers = 1`` runs everything in this process. What is
+stored, and the check that a folder holds one setting, is :mod:`graded.study.storage`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import platform
-import re
 import signal
 import sys
 import threading
@@ -31,62 +30,26 @@ import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graded._processes import pool_workers
 from graded.checks import check_int
-from graded.study.core import Context, Experiment, Finding, atomic_write_text
+from graded.study.core import Context, Experiment, Finding
+from graded.study.storage import (
+    _job_result_from_json,
+    _read_stored,
+    _write_json,
+    check_settings,
+    experiment_dir,
+    job_file,
+)
 
 __all__ = ["DEFAULT_SEEDS", "StudyRun", "experiment_dir", "job_file", "run_study"]
 
 DEFAULT_SEEDS = {True: 2, False: 5}  # quick, full
-
-
-def slug(name: str) -> str:
-    """A file-system name for an experiment or job key (``E4/E5`` → ``E4-E5``)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")
-
-
-def experiment_dir(out: Path, name: str) -> Path:
-    return Path(out) / slug(name)
-
-
-def job_file(out: Path, name: str, key: str) -> Path:
-    return experiment_dir(out, name) / "jobs" / f"{slug(key)}.json"
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN and infinities become None (JSON has no such numbers)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(_json_safe(data), indent=1, ensure_ascii=False))
-
-
-def _read_stored(path: Path, what: str, keys: tuple[str, ...] = ()) -> dict:
-    """The JSON object stored in ``path`` (``what`` it holds), with ``keys``; a file that is
-    not such an object (cut short by a crash, edited by hand) is refused by name rather than
-    read as empty or failing later with no file named."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} ({what}) cannot be read: {e}; delete it to redo what it "
-                         "stored") from None
-    missing = [k for k in keys if not isinstance(data, dict) or k not in data]
-    if not isinstance(data, dict) or missing:
-        raise ValueError(f"{path} ({what}) is damaged: expected a JSON object with "
-                         f"{', '.join(keys) or 'fields'}, missing {missing or type(data).__name__}"
-                         "; delete it to redo what it stored")
-    return data
 
 
 def _load_findings(study: StudyRun, name: str, path: Path) -> None:
@@ -103,11 +66,6 @@ def _load_findings(study: StudyRun, name: str, path: Path) -> None:
     if stored.get("job_seconds") is not None:
         study.job_seconds[name] = float(stored["job_seconds"])
     study.reused[name] = True
-
-
-def _job_result_from_json(data: dict) -> dict:
-    return {k: (math.nan if v is None and k in ("val", "test", "train_first", "train_last")
-                else v) for k, v in data.items()}
 
 
 @dataclass
@@ -285,7 +243,8 @@ class _Scheduler:
         if state is None:
             return
         out["result"]["_wall_s"] = out["wall_s"]
-        _write_json(job_file(self.study.out, name, job["key"]), out["result"])
+        _write_json(job_file(self.study.out, name, job["key"]),
+                    {**out["result"], "_settings": self.study.settings()})
         state["results"][job["key"]] = out["result"]
         state["waiting"].discard(job["key"])
         if not state["waiting"]:
@@ -302,10 +261,16 @@ class _Scheduler:
             self.done(unit, _execute(unit[0], unit[1], self.ctx_dict(unit[1]), unit[2]))
 
     def run_pool(self, workers: int) -> None:
+        """Run the queue in ``workers`` spawned processes. A worker that dies (killed by a
+        signal, by the kernel for want of memory) breaks the pool and every unit in it: those
+        units fail, named as such, and the rest of the queue goes on in a fresh pool."""
         import multiprocessing as mp
 
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                   initializer=_worker_init)
+        def new_pool() -> ProcessPoolExecutor:
+            return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                       initializer=_worker_init)
+
+        pool = new_pool()
         running: dict[Future, tuple[str, str, dict | None]] = {}
         try:
             while self.queue or running:
@@ -314,12 +279,30 @@ class _Scheduler:
                     running[pool.submit(_execute, unit[0], unit[1], self.ctx_dict(unit[1]),
                                         unit[2])] = unit
                 finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                broken = [f for f in finished if isinstance(f.exception(), BrokenProcessPool)]
                 for fut in finished:
-                    self.done(running.pop(fut), fut.result())
+                    if fut not in broken:
+                        self.done(running.pop(fut), fut.result())
+                if broken:
+                    self._lost(list(running.values()), broken[0].exception())
+                    running.clear()
+                    _stop_pool(pool)
+                    pool = new_pool()
         except BaseException:  # Ctrl-C, SIGTERM or a bug: stored results stay
             _stop_pool(pool)
             raise
         pool.shutdown(wait=True)
+
+    def _lost(self, units: list[tuple[str, str, dict | None]], error: BaseException) -> None:
+        """Fail the experiments of ``units``, which were in a pool when one of its workers died
+        (the pool ends them all, and which unit the dead worker ran is not known)."""
+        for kind, name, job in units:
+            if name in self.study.errors:
+                continue
+            what = name if kind == "whole" else f"{name}'s job {job['key']!r}"
+            self._fail(name, f"a worker process died while {what} was running or queued in "
+                       f"the pool (killed by a signal, or out of memory: {error}); what was "
+                       "stored stays, and the same command reruns the rest")
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
@@ -352,25 +335,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _check_settings(out: Path, settings: dict[str, Any]) -> None:
-    """A folder holds the results of one setting: refuse to mix another into it, whether
-    ``study.json`` or a stored experiment's own ``findings.json`` says so (before ``study.json``
-    is written, so a refused call changes nothing)."""
-    path = out / "study.json"
-    if path.exists():
-        stored = _read_stored(path, "the folder's study settings")
-        if {k: stored.get(k) for k in settings} != settings:
-            raise ValueError(f"{out} holds a study run with settings {stored}, not {settings}; "
-                             "use another --out (or delete the folder) to start afresh")
-    for done in sorted(out.glob("*/findings.json")):
-        own = _read_stored(done, "an experiment's stored findings", ("findings",))
-        if own.get("settings") is not None and own["settings"] != settings:
-            raise ValueError(f"{done} holds findings of settings {own['settings']}, not "
-                             f"{settings}; delete it (or use another --out) to rerun its "
-                             "experiment")
-    _write_json(path, settings)
-
-
 def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str | None = None,
               seeds: int | None = None, workers: int = 2, base_seed: int = 0,
               command: str | None = None) -> Path:
@@ -394,7 +358,7 @@ def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str 
     study = StudyRun(out=out, quick=quick, seeds=seeds or DEFAULT_SEEDS[quick],
                      seeds_given=seeds is not None, base_seed=base_seed, workers=workers,
                      command=command or _command(quick, only, seeds, workers, out))
-    _check_settings(out, study.settings())
+    check_settings(out, study.settings())
     began = time.perf_counter()
     sched = _Scheduler(study, experiments)
     with _sigterm_as_interrupt():

@@ -219,8 +219,11 @@ class MultiheadAttention(HeadProjections):
         Keys and values of grouped-query attention come in per group and are repeated here.
         A backend gets the custom score and an additive mask only if its capabilities say it
         serves them, and returns weights only through its ``forward_with_weights``; otherwise
-        this raises (naming the backends that can). The dense backends with options run this
-        module's exact path, with their ``scale``, for weights, a bias or a custom score.
+        this raises (naming the backends that can). A dense backend module (``full``,
+        ``explicit``, or either named with options) computes the call itself, weights included,
+        as it does when called alone (its ``scale``, half precision in float32, ``explicit``'s
+        ``max_elements`` and ``last_weights``), under this module's ``max_explicit_elements``
+        wherever it materialises the weights.
         ``is_causal`` and ``need_weights`` take True or False only (class docstring)."""
         if type(is_causal) is not bool:  # the bool itself passes on one comparison
             is_causal = check_bool("is_causal", is_causal)
@@ -228,18 +231,18 @@ class MultiheadAttention(HeadProjections):
             need_weights = check_bool("need_weights", need_weights)
         q, k, v = self.transform_heads(q, self.expand_kv(k), self.expand_kv(v))
         dropout_p = self.dropout if self.training else 0.0
-        backend, scale = self.backend, None
+        backend = self.backend
         bias = attn_mask is not None and attn_mask.dtype != torch.bool
         custom = not isinstance(self.score, ScaledDotScore)
-        from graded.attention.backends import ExplicitBackend, FullBackend, check_capability
-
-        if isinstance(backend, (FullBackend, ExplicitBackend)) and (need_weights or bias
-                                                                     or custom):
-            # the dense backends are served by this module's own exact path, their scale kept
-            scale = backend.scale
-            need_weights = need_weights or isinstance(backend, ExplicitBackend)
-            backend = None
         if backend is not None:
+            from graded.attention.backends import ExplicitBackend, FullBackend, check_capability
+
+            if isinstance(backend, (FullBackend, ExplicitBackend)) and (
+                    need_weights or isinstance(backend, ExplicitBackend)
+                    or type(self.score).fused_inputs is Score.fused_inputs):
+                # the dense backends materialise the weights here: this module's limit holds
+                check_explicit_size((q.shape[0], q.shape[1], q.shape[2], k.shape[2]), q.dtype,
+                                    self.max_explicit_elements)
             if bias:
                 check_capability(backend, self.backend_name, "attn_bias",
                                  f" (an additive attn_mask of dtype {attn_mask.dtype})")
@@ -256,7 +259,7 @@ class MultiheadAttention(HeadProjections):
         need_weights = need_weights or self.backend_name == "explicit"
         if isinstance(self.score, ScaledDotScore):
             return attention(
-                q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p, scale=scale,
+                q, k, v, attn_mask, is_causal=is_causal, dropout_p=dropout_p,
                 need_weights=need_weights, max_explicit_elements=self.max_explicit_elements,
             )
         fused = self.score.fused_inputs(q, k)

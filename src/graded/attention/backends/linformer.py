@@ -19,6 +19,7 @@ from graded.attention.backends.base import (
     check_bool_option,
     check_inputs,
     check_int_option,
+    compute_dtype,
     default_scale,
     fixed_option,
 )
@@ -39,7 +40,9 @@ class LinformerBackend(AttentionBackend):
     Departures: the paper has no causal form (projecting the sequence mixes future positions),
     so ``is_causal`` raises, as does a general ``attn_mask``. Padded keys and values are zeroed
     before the projection, so they add nothing to E·K and F·V; with a real (mixing)
-    projection this is the usual practice, not an exact masking.
+    projection this is the usual practice, not an exact masking. Half-precision inputs are
+    computed in float32 (E and F not rounded to their dtype) and the output rounded once, as
+    the other backends compute them.
 
     Options: ``max_len`` (required), ``rank`` (k, default 256), ``share_kv`` (False), ``scale``
     (default 1/√D). ``max_len``, ``rank`` and ``share_kv`` give E and F their shapes: they are
@@ -105,12 +108,16 @@ class LinformerBackend(AttentionBackend):
                 f"linformer backend: key length {t_k} exceeds max_len={self.max_len} fixed at "
                 "construction"
             )
-        e = self.E[:, :t_k].to(k.dtype)
-        f = e if self.F is None else self.F[:, :t_k].to(v.dtype)
+        # half precision computed in float32, E and F unrounded, and the output rounded once
+        out_dtype, acc = v.dtype, compute_dtype(q.dtype)
+        q, k, v = q.to(acc), k.to(acc), v.to(acc)
+        e = self.E[:, :t_k].to(acc)
+        f = e if self.F is None else self.F[:, :t_k].to(acc)
         if key_padding_mask is not None:
-            keep = (~key_padding_mask)[:, None, :, None].to(k.dtype)
+            keep = (~key_padding_mask)[:, None, :, None].to(acc)
             k, v = k * keep, v * keep
         k_proj = torch.matmul(e, k)  # (B, H, rank, D)
         v_proj = torch.matmul(f, v)  # (B, H, rank, Dv)
         scale = default_scale(self.scale, q.shape[-1])
-        return F.scaled_dot_product_attention(q, k_proj, v_proj, dropout_p=dropout_p, scale=scale)
+        return F.scaled_dot_product_attention(q, k_proj, v_proj, dropout_p=dropout_p,
+                                              scale=scale).to(out_dtype)

@@ -49,6 +49,14 @@ def _float_in(text: str, ok: Any, expected: str) -> float:
     return value
 
 
+def _path(text: str) -> str:
+    """A path argument that names something: an empty one (``"$UNSET"``) is the current folder
+    to ``Path``, so ``graded report ""`` reported the runs there, into ``./report``."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
+
+
 def _positive_float(text: str) -> float:
     return _float_in(text, lambda v: v > 0 and v != float("inf"), "a finite number > 0")
 
@@ -134,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(output.dir/name).\nCtrl-C writes a checkpoint and prints the resume "
                        "command.\nUnder torchrun: torchrun --nproc-per-node N -m graded.cli "
                        "train CONFIG")
-    p.add_argument("config", nargs="?", help="run config (.yaml/.yml/.toml); optional with "
-                   "--resume, which reads RUN/config.yaml")
+    p.add_argument("config", nargs="?", type=_path, help="run config (.yaml/.yml/.toml); "
+                   "optional with --resume, which reads RUN/config.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.lr=3e-4 (YAML scalar rules; "
                    "repeatable)")
@@ -145,13 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoint on its evaluation split",
                        formatter_class=fmt)
-    p.add_argument("run", help="run folder")
+    p.add_argument("run", type=_path, help="run folder")
     p.add_argument("--checkpoint", default="best",
                    help="'best', 'latest' or a checkpoint folder (a path, or a name in "
                    "RUN/checkpoints/)")
     p.add_argument("--baselines", action="store_true",
                    help="also run the simple baselines (graded.evaluation) on the same split")
-    p.add_argument("--out", metavar="PATH", default=None,
+    p.add_argument("--out", metavar="PATH", type=_path, default=None,
                    help="write the result (JSON) to PATH instead of RUN/eval.json; without it, "
                    "a run in use by another process (training) is evaluated and the result "
                    "printed only")
@@ -159,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="continue a prompt with a trained LM (or classify it)",
                        formatter_class=fmt)
-    p.add_argument("run", help="run folder")
+    p.add_argument("run", type=_path, help="run folder")
     p.add_argument("--prompt", required=True, help="space-separated tokens of the task vocabulary")
     p.add_argument("--checkpoint", default="best", help="'best', 'latest' or a checkpoint "
                    "folder (a path, or a name in RUN/checkpoints/)")
@@ -203,10 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="Markdown + PNG summary of finished runs",
                        formatter_class=fmt)
-    p.add_argument("runs", nargs="+", help="run folders, or folders holding run folders "
-                   "(e.g. runs: every finished run directly inside)")
-    p.add_argument("--out", help="output folder (default: FIRST_RUN/report, or FOLDER/report "
-                   "when the first argument is a folder of runs)")
+    p.add_argument("runs", nargs="+", type=_path, help="run folders, or folders holding run "
+                   "folders (e.g. runs: every finished run directly inside)")
+    p.add_argument("--out", type=_path, help="output folder (default: FIRST_RUN/report, or "
+                   "FOLDER/report when the first argument is a folder of runs)")
     p.set_defaults(handler=cmd_report)
 
     p = sub.add_parser("demo", help="baseline vs LGT vs EGT on two graded tasks",

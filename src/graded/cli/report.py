@@ -51,8 +51,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not inside:
             missing.append(str(path))
     if missing:
-        return _fail(f"not finished run folders (no metrics.json), nor folders holding "
-                     f"finished runs: {missing}")
+        return _fail(_not_finished(missing))
     runs = list(run_labels(runs))  # a run given twice, by two spellings, is one run
     # every check before the first write: a report is written whole or not at all
     first_is_run = runs[0] == given[0]
@@ -106,6 +105,21 @@ def _read_reported(runs: list[Path]) -> None:
         read_summary(run)
         read_metrics(run)
         read_grades(run)
+
+
+def _not_finished(missing: list[str]) -> str:
+    """Why ``graded report`` has nothing to read in ``missing``: a run training for the first
+    time (its lock held by the trainer; ``metrics.json`` is written when the run ends) is
+    named with its process; otherwise these are not finished runs, nor folders of them."""
+    from graded.train.runs import RunFolder
+
+    for path in map(Path, missing):
+        holder = RunFolder(path).holder() if (path / "config.yaml").is_file() else None
+        if holder is not None and holder.training:
+            return (f"run folder {path} is being trained by process {holder.pid} and has no "
+                    "metrics.json until that run ends (or is interrupted); report it then")
+    return (f"not finished run folders (no metrics.json), nor folders holding finished runs: "
+            f"{missing}")
 
 
 def _report_in_use(run: Path, holder: Any, out: str | None) -> str:

@@ -141,8 +141,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     its shorthand (``recipe: auto``) is expanded (``{name: auto}``) to set a key inside it,
     and a section that is off (``early_stopping: null``, as every ``config.yaml`` without it
     reads, or ``false``, as TOML writes it) is started empty to set a key inside it. An item
-    of a list is named by its index (``model.morphic.layers.1.router.rank=4``)."""
+    of a list is named by its index (``model.morphic.layers.1.router.rank=4``).
+
+    A key is given one value: a key given twice with two values, or a section given after a
+    key inside it (which it would replace), is refused naming both overrides, as a key given
+    twice in a file is, rather than the last one silently winning."""
     data = copy.deepcopy(data)
+    given: dict[tuple[str, ...], tuple[str, Any]] = {}  # key -> the override and its value
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -154,6 +159,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                               ) from None
         node: Any = data
         parts = key.strip().split(".")
+        if "" in parts:
+            raise ConfigError(f"--set {item!r}: the key {key.strip()!r} has an empty part; "
+                              "expected names joined by single dots, e.g. train.lr=3e-4")
+        _refuse_second_value(given, tuple(parts), item, value)
         for i, part in enumerate(parts[:-1]):
             if isinstance(node, list):
                 nxt = node[_list_index(item, parts[:i], part, node)]
@@ -172,6 +181,22 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         else:
             node[parts[-1]] = value
     return data
+
+
+def _refuse_second_value(given: dict[tuple[str, ...], tuple[str, Any]],
+                         parts: tuple[str, ...], item: str, value: Any) -> None:
+    """Record the override ``item`` of the key ``parts``; ConfigError when an earlier one
+    gave that key another value, or set a key inside it (this one would replace it)."""
+    key = ".".join(parts)
+    for earlier, (other, other_value) in given.items():
+        if earlier == parts and repr(other_value) != repr(value):
+            raise ConfigError(f"--set {other!r} and --set {item!r} give {key} two values; "
+                              "give it once")
+        if earlier[:len(parts)] == parts and earlier != parts:
+            raise ConfigError(f"--set {item!r} replaces the section {key}, which "
+                              f"--set {other!r} set a key of before; give the section first, "
+                              "then the keys inside it")
+    given[parts] = (item, value)
 
 
 def _list_index(item: str, where: list[str], part: str, items: list[Any]) -> int:

@@ -104,6 +104,17 @@ def format_errors(err: ValidationError, source: str) -> str:
         elif e["type"] == "value_error":  # our validators' messages name key and value
             msg = e["msg"].removeprefix("Value error, ")
             lines.append(f"  {msg}" if msg.startswith(f"{where}.") else f"  {where}: {msg}")
+        elif e["type"] == "string_type" and isinstance(e["input"], bool | int | float):
+            lines.append(f"  {where}: {_not_text(where, e['input'])}")
         else:
             lines.append(f"  {where}: got {e['input']!r}; {e['msg']}")
     return "\n".join(lines)
+
+
+def _not_text(where: str, value: bool | float) -> str:
+    """The refusal of a number or boolean where text is expected: YAML or TOML read an
+    unquoted ``2024`` (or YAML's ``yes``) so, and quoting it gives the text."""
+    kind = "a boolean" if isinstance(value, bool) else "a number"
+    text = str(value) if type(value) is int else "..."
+    return (f"got {value!r} ({kind}: the value is not quoted); expected text: quote it, "
+            f"e.g. --set \"{where}='{text}'\"")

@@ -80,7 +80,14 @@ def ahead(request, tmp_path_factory):
     runs.close()
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+#: the scripts whose quick run takes ten seconds or more of a core (on 2 cores): their quick
+#: runs are behind the slow marker; the others, and the scripts' own tests below, run by default
+SLOW_QUICK_RUNS = {"gpu_diagnostics", "host_overhead", "listops_backends", "long_sequence",
+                   "morphic_fixed_adder", "morphic_variable_k", "recipe_host", "trainer_overhead"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_QUICK_RUNS else []) for n in SCRIPTS])
 def test_benchmark_quick_run_succeeds(name, ahead):
     done, _ = ahead("quick", name)
     assert done.stdout.strip(), f"{name} printed nothing"

@@ -37,8 +37,8 @@ def output_of(done: subprocess.CompletedProcess) -> str:
 
 
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
-# documents whose examples run for half a minute or more: behind the slow marker
-SLOW_DOCS = {"patternboost.md", "training.md"}
+# documents whose examples run for ten seconds or more (on 2 cores): behind the slow marker
+SLOW_DOCS = {"patternboost.md", "program_search.md", "tasks.md", "training.md"}
 
 
 def readme_example() -> str:

@@ -208,6 +208,7 @@ def _run_edited(tmp_path, module: str, edits: list[tuple[str, str]], *, model: d
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_a_new_lgt_function_is_one_entry_of_the_linear_module(tmp_path):
     """f(q) = q² + 1 (neutral grade 0), added as one entry of graded/grading/linear.py."""
     _run_edited(
@@ -228,6 +229,7 @@ assert LinearGrading(3, f="square_shift").grades.eq(0).all()  # the neutral grad
 """)
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_a_new_score_function_is_listed_and_built_by_the_scores_module(tmp_path):
     """A negated scaled dot product, s(q, k) = −q·k/√d, added to SCORES and make_score."""
     _run_edited(
@@ -269,6 +271,7 @@ assert layers and all(m.variant == "keys" for m in layers) and graded_parts("key
 """)
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_a_new_recipe_is_one_entry_of_recipes_and_auto_keeps_the_papers(tmp_path):
     _run_edited(
         tmp_path, "train/recipes.py",
@@ -338,6 +341,7 @@ def test_a_new_program_search_problem_registers_once_by_name(monkeypatch):
         register_problem(3, small_cap_set)
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_a_new_morphic_block_is_an_options_model_with_build(tmp_path):
     """docs/cli.md: a block kind is one entry of BLOCK_OPTIONS, its options model's ``build``
     making the block of an edge (here a linear map scaled by a fixed factor). The morphic

@@ -238,6 +238,7 @@ def test_overwrite_removes_only_what_graded_wrote(run, tmp_path, capsys):
     assert "removed" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_report_eval_and_resume_work_on_demo_runs(tmp_path, capsys):
     from graded.demo import run_demo
 

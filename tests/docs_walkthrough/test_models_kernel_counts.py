@@ -10,6 +10,7 @@ them and the page's rows are read back and compared.
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from test_benchmarks import _load  # tests/ is on the path (conftest.py)
@@ -35,6 +36,7 @@ def page_table(text: str) -> dict[str, list[tuple[int, int | None]]]:
     return rows
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_the_pages_kernel_counts_are_the_benchmarks():
     module = _load("host_overhead")
     torch.manual_seed(0)

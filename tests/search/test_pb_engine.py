@@ -67,6 +67,7 @@ def test_run_writes_config_state_weights_csv_and_png(tmp_path):
     assert result.metrics[-1]["local_search_calls"] > 40
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tmp_path):
     run_patternboost(tiny(), tmp_path / "straight")
     run_patternboost(tiny(rounds=1), tmp_path / "resumed")
@@ -74,6 +75,7 @@ def test_resumed_run_ends_in_the_same_state_as_an_uninterrupted_one(tmp_path):
     assert_same_state(tmp_path / "straight", tmp_path / "resumed")
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_ctrl_c_keeps_the_last_finished_round_and_resume_completes(tmp_path, monkeypatch):
     run_patternboost(tiny(), tmp_path / "straight")
     calls = {"n": 0}
@@ -115,6 +117,7 @@ def test_global_only_baseline_adds_unrepaired_samples(tmp_path):
     assert result.metrics[-1]["samples"] == 48
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_parallel_workers_give_the_same_database_as_one_process(tmp_path):
     run_patternboost(tiny(mode="local-only", rounds=1, workers=1), tmp_path / "one")
     run_patternboost(tiny(mode="local-only", rounds=1, workers=2), tmp_path / "two")

@@ -233,6 +233,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_a_second_sigint_aborts_at_once_while_an_evaluation_hangs(tmp_path):
     import contextlib
     import os

@@ -57,6 +57,7 @@ def test_size_split_trains_short_and_tests_long():
     assert d.pool["inputs"].shape[1] == d.test["inputs"].shape[1] == 8
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_e2_runs_and_reports_its_claims(tmp_path):
     ctx = Context(out=tmp_path, quick=True, seeds=1, seeds_given=True)
     findings = RobustnessExperiment().run(ctx)

@@ -26,6 +26,7 @@ from graded.study.experiments.e45_heads_positions import (
 from graded.transformer.graded import head_gradings
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_positions_heads_experiment_quick_gives_findings_for_claims_4_and_5(
     tmp_path, check_findings
 ):

@@ -13,6 +13,7 @@ from graded.study.experiments._e_common import spearman
 from graded.study.experiments.e8_morphic import MorphicExperiment, adder_run
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_morphic_experiment_quick_gives_findings_for_claims_11_to_17(tmp_path, check_findings):
     experiment = MorphicExperiment()
     findings = experiment.run(Context(out=tmp_path, quick=True, seeds=1, seeds_given=True))

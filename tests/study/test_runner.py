@@ -172,6 +172,7 @@ def test_the_cli_has_the_study_subcommand():
         build_parser().parse_args(["study", "--workers", "0"])
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_worker_processes_run_a_real_experiment_and_store_it(tmp_path):
     out = tmp_path / "out"
     report = run_study(out, quick=True, only="E7", workers=2).read_text()

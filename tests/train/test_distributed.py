@@ -227,6 +227,7 @@ def test_a_torchrun_script_that_never_closes_its_trainer_exits_cleanly(unclosed_
 
 
 @pytest.mark.parametrize("task", ["dyck", "polynomials"])
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_two_process_language_model_matches_one_process_to_1e6(tmp_path, task):
     # Rows differ in scored tokens, so the ranks' halves of a batch do too: the step's loss is
     # the global token mean, here also split into two micro-batches per rank.

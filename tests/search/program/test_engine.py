@@ -74,6 +74,7 @@ def test_search_improves_and_writes_its_folder(tmp_path):
     assert "isolation" in (folder / "run.log").read_text()
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_resume_gives_the_same_run_as_no_interruption(tmp_path):
     straight = run(tmp_path, "straight", 24)
     run(tmp_path, "split", 10)

@@ -10,6 +10,7 @@ from graded.search.program.problem import get_problem
 pytest.importorskip("dask.distributed")
 
 
+@pytest.mark.slow  # a process or a whole run of tens of seconds: `pytest -m slow`
 def test_search_runs_on_a_local_dask_cluster(tmp_path):
     from graded.search.program.scale import dask_executor
 

@@ -50,3 +50,12 @@ def test_an_empty_path_argument_is_refused_naming_it(runs, monkeypatch, capsys, 
         f"error: argument {name}: expected a path, got {given!r}")
     assert not (runs / "tiny" / "eval.json").exists()
     assert not (runs / "tiny" / "report").exists()
+
+
+@pytest.mark.parametrize("command", [["demo"], ["study"], ["search", "patternboost"],
+                                     ["search", "program"]])
+def test_an_empty_out_of_the_other_commands_is_refused(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # "" read as "." would have written the run here
+    assert _usage_error(capsys, [*command, "--out", ""]).endswith(
+        "error: argument --out: expected a path, got ''")
+    assert list(tmp_path.iterdir()) == []

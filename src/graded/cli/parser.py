@@ -49,9 +49,10 @@ def _float_in(text: str, ok: Any, expected: str) -> float:
     return value
 
 
-def _path(text: str) -> str:
+def path_argument(text: str) -> str:
     """A path argument that names something: an empty one (``"$UNSET"``) is the current folder
-    to ``Path``, so ``graded report ""`` reported the runs there, into ``./report``."""
+    to ``Path``, so ``graded report ""`` reported the runs there, into ``./report`` (the type of
+    every path argument of the ``graded`` commands)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
     return text
@@ -142,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(output.dir/name).\nCtrl-C writes a checkpoint and prints the resume "
                        "command.\nUnder torchrun: torchrun --nproc-per-node N -m graded.cli "
                        "train CONFIG")
-    p.add_argument("config", nargs="?", type=_path, help="run config (.yaml/.yml/.toml); "
+    p.add_argument("config", nargs="?", type=path_argument, help="run config (.yaml/.yml/.toml); "
                    "optional with --resume, which reads RUN/config.yaml")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set train.lr=3e-4 (YAML scalar rules; "
@@ -153,13 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoint on its evaluation split",
                        formatter_class=fmt)
-    p.add_argument("run", type=_path, help="run folder")
+    p.add_argument("run", type=path_argument, help="run folder")
     p.add_argument("--checkpoint", default="best",
                    help="'best', 'latest' or a checkpoint folder (a path, or a name in "
                    "RUN/checkpoints/)")
     p.add_argument("--baselines", action="store_true",
                    help="also run the simple baselines (graded.evaluation) on the same split")
-    p.add_argument("--out", metavar="PATH", type=_path, default=None,
+    p.add_argument("--out", metavar="PATH", type=path_argument, default=None,
                    help="write the result (JSON) to PATH instead of RUN/eval.json; without it, "
                    "a run in use by another process (training) is evaluated and the result "
                    "printed only")
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="continue a prompt with a trained LM (or classify it)",
                        formatter_class=fmt)
-    p.add_argument("run", type=_path, help="run folder")
+    p.add_argument("run", type=path_argument, help="run folder")
     p.add_argument("--prompt", required=True, help="space-separated tokens of the task vocabulary")
     p.add_argument("--checkpoint", default="best", help="'best', 'latest' or a checkpoint "
                    "folder (a path, or a name in RUN/checkpoints/)")
@@ -211,9 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="Markdown + PNG summary of finished runs",
                        formatter_class=fmt)
-    p.add_argument("runs", nargs="+", type=_path, help="run folders, or folders holding run "
-                   "folders (e.g. runs: every finished run directly inside)")
-    p.add_argument("--out", type=_path, help="output folder (default: FIRST_RUN/report, or "
+    p.add_argument("runs", nargs="+", type=path_argument,
+                   help="run folders, or folders holding run folders (e.g. runs: every "
+                   "finished run directly inside)")
+    p.add_argument("--out", type=path_argument,
+                   help="output folder (default: FIRST_RUN/report, or "
                    "FOLDER/report when the first argument is a folder of runs)")
     p.set_defaults(handler=cmd_report)
 
@@ -221,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=fmt, description="Train a baseline transformer, an LGT "
                        "and an EGT (learnable grades, 000 Alg. 5.1/7.1) on two graded tasks "
                        "with several seeds, next to simple baselines; write OUT/report.md.")
-    p.add_argument("--out", default="runs/demo", help="output folder")
+    p.add_argument("--out", type=path_argument, default="runs/demo", help="output folder")
     p.add_argument("--seeds", type=_at_least(1), default=3, help="seeds per model and task")
     p.add_argument("--workers", type=_at_least(1), default=2,
                    help="runs trained in parallel processes")

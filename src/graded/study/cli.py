@@ -7,6 +7,8 @@ import argparse
 
 __all__ = ["add_study_parser", "cmd_study"]
 
+from graded.cli.parser import path_argument
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -37,7 +39,7 @@ def add_study_parser(sub: argparse._SubParsersAction, formatter: type) -> None:
                    "10 at n <= 400 unless given)")
     p.add_argument("--workers", type=_positive_int, default=2,
                    help="worker processes (1 = everything in this process)")
-    p.add_argument("--out", default="runs/study", help="output folder")
+    p.add_argument("--out", type=path_argument, default="runs/study", help="output folder")
     p.set_defaults(handler=cmd_study)
 
 

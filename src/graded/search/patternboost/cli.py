@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from graded.cli.parser import path_argument
+
 from .config import MODES, PatternBoostConfig
 from .problems import PROBLEMS
 
@@ -46,7 +48,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     a("--mode", choices=MODES, help="patternboost, or a baseline: local-only (local search "
       "from the empty object only), global-only (samples enter unrepaired) (default "
       "patternboost)")
-    a("--out", type=Path, help="run folder (default runs/patternboost/<problem>-n<n>-<mode>)")
+    a("--out", type=lambda text: Path(path_argument(text)),
+      help="run folder (default runs/patternboost/<problem>-n<n>-<mode>)")
     a("--config", type=Path, help="JSON or YAML file of PatternBoostConfig fields; command-line "
       "options override it")
     a("--rounds", type=int, help="rounds after the initial one (default 20)")

@@ -13,6 +13,8 @@ from typing import Any
 
 __all__ = ["add_cli", "run_cli"]
 
+from graded.cli.parser import path_argument
+
 
 def _problem_option(text: str) -> tuple[str, Any]:
     if "=" not in text:
@@ -75,7 +77,8 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
       help="network and PID namespaces for candidates: use when available, require, or never")
     a("--dask", metavar="ADDRESS", help="run evaluations on a dask.distributed scheduler "
       "(e.g. tcp://host:8786; 'local' starts a LocalCluster); needs the `dask` extra")
-    a("--out", type=Path, help="run folder (default runs/program/<problem>-seed<seed>)")
+    a("--out", type=lambda text: Path(path_argument(text)),
+      help="run folder (default runs/program/<problem>-seed<seed>)")
     a("--resume", action="store_true", help="continue the run in --out")
     p.set_defaults(func=run_cli)
     return p

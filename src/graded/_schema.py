@@ -316,5 +316,12 @@ class ConfigModel(Strict):
         return cls.from_dict(json.loads(text))
 
     def replace(self, **changes: Any) -> Self:
-        """A copy with some fields changed (validated)."""
-        return type(self).from_dict({**self.to_dict(), **changes})
+        """A copy with some fields changed (validated). A field this config left out (not in
+        ``model_fields_set``, still at its default) stays left out of the copy, so that a check
+        that tells a field left out from one given (``grading`` of
+        :class:`graded.TransformerConfig`) reads the copy as it read this config."""
+        fields = type(self).model_fields
+        kept = {name: value for name, value in self.to_dict().items()
+                if name in self.model_fields_set
+                or getattr(self, name) != fields[name].get_default(call_default_factory=True)}
+        return type(self).from_dict({**kept, **changes})

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from graded._schema import ConfigValueError
 from graded.transformer import TransformerConfig, TransformerLM
+from graded.transformer.config import FOLLOWS
 
 
 def _load(model_or_path: Any, cls_name: str, model_type: str, **init: Any) -> Any:
@@ -127,13 +128,8 @@ def _architecture(c: TransformerConfig) -> dict[str, Any]:
     """The fields that fix what an ungraded ``c`` computes, with their defaults resolved."""
     fields = {name: getattr(c, name) for name in TransformerConfig.model_fields
               if name not in _NOT_FUNCTION}
-    fields.update(
-        d_ff=c.ff_dim, n_kv_heads=c.n_kv_heads or c.n_heads,
-        qkv_bias=c.bias if c.qkv_bias is None else c.qkv_bias,
-        out_bias=c.bias if c.out_bias is None else c.out_bias,
-        ffn_bias=c.bias if c.ffn_bias is None else c.ffn_bias,
-        final_norm=c.norm_first if c.final_norm is None else c.final_norm,
-        rope_base=c.rope_base if c.positional == "rope" else None)
+    fields.update({name: c.resolved(name) for name in FOLLOWS if name in fields},
+                  rope_base=c.rope_base if c.positional == "rope" else None)
     del fields["bias"]  # an LM's biases are the three switches above
     return fields
 

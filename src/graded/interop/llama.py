@@ -86,7 +86,7 @@ def from_llama(model_or_path: Any) -> TransformerLM:
     lm = TransformerLM(c).to(_dtype(hf))
     d = c.head_dim
     q_rows = _rope_rows(c.n_heads, d, to_interleaved=True)
-    kv_rows = _rope_rows(c.n_kv_heads or c.n_heads, d, to_interleaved=True)
+    kv_rows = _rope_rows(c.resolved("n_kv_heads"), d, to_interleaved=True)
     state = {"decoder.embed.tokens.weight": src["model.embed_tokens.weight"],
              "decoder.stack.final_norm.weight": src["model.norm.weight"],
              "head.proj.weight": src.get("lm_head.weight", src["model.embed_tokens.weight"])}
@@ -95,7 +95,7 @@ def from_llama(model_or_path: Any) -> TransformerLM:
         parts = [src[f"{t}self_attn.q_proj.weight"][q_rows],
                  src[f"{t}self_attn.k_proj.weight"][kv_rows], src[f"{t}self_attn.v_proj.weight"]]
         state[f"{o}self_attn.attn.in_proj_weight"] = torch.cat(parts)
-        if c.qkv_bias:
+        if c.resolved("qkv_bias"):
             state[f"{o}self_attn.attn.in_proj_bias"] = torch.cat([
                 src[f"{t}self_attn.q_proj.bias"][q_rows], src[f"{t}self_attn.k_proj.bias"][kv_rows],
                 src[f"{t}self_attn.v_proj.bias"]])
@@ -123,9 +123,8 @@ def to_llama(lm: TransformerLM) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     c = _ungraded(lm)
-    qkv_bias = c.bias if c.qkv_bias is None else c.qkv_bias
-    ffn_bias = c.bias if c.ffn_bias is None else c.ffn_bias
-    kv_heads = c.n_kv_heads or c.n_heads
+    qkv_bias, ffn_bias = c.resolved("qkv_bias"), c.resolved("ffn_bias")
+    kv_heads = c.resolved("n_kv_heads")
     config = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.ff_dim,
         num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,

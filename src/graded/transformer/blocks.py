@@ -46,11 +46,10 @@ def make_attention(config: TransformerConfig, grading: nn.Module | None = None, 
     :meth:`TransformerConfig.layer_backend`).
     The grading is folded into the projections as ``fold_grading`` says, except on queries
     and keys that the caller rotates (``qk_rotated``: rotary positions)."""
-    attn_dropout = config.dropout if config.attn_dropout is None else config.attn_dropout
     kwargs = dict(
-        embed_dim=config.d_model, num_heads=config.n_heads, dropout=attn_dropout,
-        bias=_or(config.qkv_bias, config.bias), out_bias=_or(config.out_bias, config.bias),
-        num_kv_heads=config.n_kv_heads,
+        embed_dim=config.d_model, num_heads=config.n_heads,
+        dropout=config.resolved("attn_dropout"), bias=config.resolved("qkv_bias"),
+        out_bias=config.resolved("out_bias"), num_kv_heads=config.resolved("n_kv_heads"),
         batch_first=True, score=config.attn_score,
         backend=_backend(config, cross=cross, layer=layer),
     )
@@ -59,10 +58,6 @@ def make_attention(config: TransformerConfig, grading: nn.Module | None = None, 
                                         fold_grading=config.fold_grading, qk_rotated=qk_rotated,
                                         **kwargs)
     return MultiheadAttention(**kwargs)
-
-
-def _or(value: bool | None, default: bool) -> bool:
-    return default if value is None else value
 
 
 def _backend(config: TransformerConfig, *, cross: bool = False,
@@ -216,7 +211,7 @@ class FeedForwardSublayer(nn.Module):
         super().__init__()
         plan = resolve_plan(config, plan)
         self.ffn = FeedForward(config.d_model, config.ff_dim, config.activation, config.dropout,
-                               _or(config.ffn_bias, config.bias))
+                               config.resolved("ffn_bias"))
         self.grading = graded_stage(plan, GradingPlan.ffn_stage)
         self.per_token = per_token(self.grading)
         self.fold_grading = config.fold_grading

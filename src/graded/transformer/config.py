@@ -31,13 +31,14 @@ from graded.attention.scores import SCORES
 from graded.grading import GRADINGS, LINEAR_FUNCTIONS
 from graded.positional import POSITIONAL, TABLE_POSITIONAL, position_start
 from graded.transformer.config_reads import (
+    FOLLOWS,
     GRADING_FIELDS,
     refuse_forgotten_grading,
     refuse_unread,
 )
 from graded.transformer.layers import ACTIVATIONS, NORMS
 
-__all__ = ["CYCLE_KEYS", "GRADING_FIELDS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
+__all__ = ["CYCLE_KEYS", "FOLLOWS", "GRADING_FIELDS", "TOKEN_GRADE_STAGES", "TransformerConfig"]
 
 #: The keys of an ``attn_backend_cycle`` entry.
 CYCLE_KEYS = ("backend", "options")
@@ -102,6 +103,9 @@ class TransformerConfig(ConfigModel):
     post-norm stack too, as ``torch.nn.Transformer``); ``embed_scale`` multiplies token
     embeddings by √d_model (Vaswani et al. §3.4); ``embed_norm`` normalises the summed
     embeddings (BERT); ``logit_bias`` adds a bias to the LM/seq2seq output layer.
+    ``d_ff`` (None: 4·``d_model``), ``n_kv_heads`` (None: ``n_heads``), ``attn_dropout`` (None:
+    ``dropout``) and these switches take another field's value when None, as :data:`FOLLOWS`
+    says; :meth:`resolved` reads the value a model takes.
     ``attn_backend`` names the self-attention backend and ``cross_attn_backend`` (default
     ``"full"``) the cross-attention one of seq2seq decoders (see
     :mod:`graded.attention.backends`), each with its ``*_options``. A combination a backend
@@ -238,7 +242,23 @@ class TransformerConfig(ConfigModel):
 
     @property
     def ff_dim(self) -> int:
-        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+        """The FFN's hidden width: ``d_ff``, or 4·``d_model`` where it is None."""
+        return self.resolved("d_ff")
+
+    def follows(self, name: str) -> Any:
+        """The value that None stands for in field ``name`` of :data:`FOLLOWS` (4·``d_model``
+        for ``d_ff``, ``bias`` for ``qkv_bias``, ...), whatever ``name`` holds."""
+        if name not in FOLLOWS:
+            raise KeyError(f"TransformerConfig.{name} follows no other field; expected one of "
+                           f"{list(FOLLOWS)}")
+        source, rule = FOLLOWS[name]
+        return rule(getattr(self, source))
+
+    def resolved(self, name: str) -> Any:
+        """Field ``name`` of :data:`FOLLOWS` as the model takes it: its value, or where it is
+        None the value of the field it follows (:meth:`follows`)."""
+        followed, value = self.follows(name), getattr(self, name)
+        return followed if value is None else value
 
     def layer_backend(self, layer: int) -> tuple[str, dict[str, Any]]:
         """The (backend name, options) of self-attention layer ``layer`` of a stack:

@@ -1,18 +1,38 @@
-"""The fields a :class:`~graded.transformer.config.TransformerConfig` would leave unread: set
-away from their defaults they would change nothing without a word, so the config refuses them
-(its cross-field validation calls these), naming the field and the setting that leaves it
-unread. ``config`` is the config being validated."""
+"""How a :class:`~graded.transformer.config.TransformerConfig` reads its fields: the fields whose
+None follows another (:data:`FOLLOWS`), and the fields it would leave unread: set away from
+their defaults they would change nothing without a word, so the config refuses them (its
+cross-field validation calls these), naming the field and the setting that leaves it unread.
+``config`` is the config being validated."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from graded._schema import Invalid
 
 if TYPE_CHECKING:
     from graded.transformer.config import TransformerConfig
 
-__all__ = ["GRADING_FIELDS", "refuse_forgotten_grading", "refuse_unread"]
+__all__ = ["FOLLOWS", "GRADING_FIELDS", "refuse_forgotten_grading", "refuse_unread"]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+#: The fields whose None follows another field, each with the field it follows and the rule
+#: that turns that field's value into the one None stands for:
+#: :meth:`TransformerConfig.resolved` reads a field's value as a model takes it.
+FOLLOWS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "d_ff": ("d_model", lambda d_model: 4 * d_model),
+    "n_kv_heads": ("n_heads", _same),
+    "attn_dropout": ("dropout", _same),
+    "qkv_bias": ("bias", _same),
+    "out_bias": ("bias", _same),
+    "ffn_bias": ("bias", _same),
+    "final_norm": ("norm_first", _same),
+}
 
 #: The fields of the grading that ``grading`` selects (000 §5-7): only a graded model reads
 #: them, so set on a config that leaves ``grading`` out they would change nothing

@@ -58,9 +58,9 @@ class TransformerStack(nn.Module):
             self.blocks = nn.ModuleList(EncoderBlock(config, plan=plan, layer=r)
                                         for r in range(n_layers))
         self.alibi = ALiBi(config.n_heads) if config.positional == "alibi" else None
-        final = config.norm_first if config.final_norm is None else config.final_norm
         self.final_norm = (
-            make_norm(config.norm, config.d_model, config.norm_eps) if final else nn.Identity()
+            make_norm(config.norm, config.d_model, config.norm_eps)
+            if config.resolved("final_norm") else nn.Identity()
         )
 
     def check_cached_step(self, need_weights: bool) -> bool:

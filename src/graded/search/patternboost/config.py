@@ -157,7 +157,7 @@ class PatternBoostConfig(ConfigModel):
                 field, value = "problem_options", self.problem_options
             raise ValueError(f"PatternBoostConfig.{field}={value!r} is invalid: expected a value "
                              f"that problem {self.problem!r} accepts: {err}") from None
-        if self.mode != "local-only":
+        if self.builds_model:
             from .model import transformer_config
 
             try:
@@ -165,6 +165,12 @@ class PatternBoostConfig(ConfigModel):
             except ValueError as err:
                 raise ValueError(f"PatternBoostConfig.model={self.model!r} is invalid: expected "
                                  f"TransformerConfig fields that fit together: {err}") from None
+
+    @property
+    def builds_model(self) -> bool:
+        """Whether the run builds the transformer: every mode but "local-only", whose rounds
+        are local searches only."""
+        return self.mode != "local-only"
 
     def differs_from(self, other: PatternBoostConfig) -> list[str]:
         """Names of the fields, other than RESUMABLE_CHANGES, whose values differ, as
@@ -181,13 +187,16 @@ class PatternBoostConfig(ConfigModel):
         same run as the option left out. `model` is compared as the model it builds (every
         TransformerConfig field, defaults filled in: :func:`.model.model_settings`), so
         `dropout: 0.0` or `d_ff: 256` with `d_model: 64` written out is the same run as the
-        option left out; a model option that differs is named ``model.<option>``."""
+        option left out; a model option that differs is named ``model.<option>``. Two
+        local-only runs build no model, so their `model` is not compared."""
         mine, theirs = self.to_dict(), saved.to_dict()
         if self.problem == saved.problem:
             mine["problem_options"] = self._problem_params()
             theirs["problem_options"] = saved._problem_params()
         changed = {k: (getattr(saved, k), getattr(self, k)) for k in mine
                    if k not in RESUMABLE_CHANGES and k != "model" and mine[k] != theirs[k]}
+        if not (self.builds_model or saved.builds_model):
+            return changed
         model, saved_model = self._model_settings(), saved._model_settings()
         if model is None or saved_model is None:  # a model that is not built: as given
             model, saved_model = self.model, saved.model

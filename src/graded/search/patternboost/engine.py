@@ -107,7 +107,7 @@ class _Run:
         self.model = None
         self.model_file: str | None = None
         self.special = None
-        if config.mode != "local-only":
+        if config.builds_model:
             from .model import SpecialTokens
 
             self.special = SpecialTokens(self.problem.vocab_size)
@@ -185,7 +185,7 @@ class _Run:
         started = time.perf_counter()
         samples, invalid, loss = 0, 0, None
         reasons: dict[str, int] = {}  # why samples did not decode, with counts
-        if r == 0 or cfg.mode == "local-only":
+        if r == 0 or not cfg.builds_model:
             count = cfg.initial if r == 0 else cfg.samples
             results = run_local_searches(self.problem, [None] * count, seed=cfg.seed, stage=r,
                                          executor=executor, chunk_size=cfg.chunk_size)

@@ -81,11 +81,6 @@ def transformer_config(problem_vocab: int, max_length: int, model_options: dict[
     })
 
 
-# TransformerConfig fields whose None stands for another field's value in the built model
-_FOLLOWS = {"attn_dropout": "dropout", "qkv_bias": "bias", "out_bias": "bias",
-            "ffn_bias": "bias", "final_norm": "norm_first", "n_kv_heads": "n_heads"}
-
-
 def model_settings(problem_vocab: int, max_length: int,
                    model_options: dict[str, Any]) -> dict[str, Any]:
     """Every `TransformerConfig` field of the model `build_model` makes from `model_options`,
@@ -93,15 +88,16 @@ def model_settings(problem_vocab: int, max_length: int,
     field set to the value its None stands for (`d_ff` = 4·d_model, `attn_dropout` =
     `dropout`, a bias = `bias`, ...) set to None. Two option dicts that build the same model
     give equal settings however they spell it, and a changed field is not repeated in the
-    fields that follow it; a resumed run compares these."""
+    fields that follow it (:data:`graded.transformer.config.FOLLOWS`); a resumed run compares
+    these."""
+    from graded.transformer.config import FOLLOWS
+
     config = transformer_config(problem_vocab, max_length, model_options)
     settings = config.to_dict()
     for field in _DERIVED_MODEL_FIELDS:
         del settings[field]
-    if settings["d_ff"] == 4 * config.d_model:
-        settings["d_ff"] = None
-    for field, source in _FOLLOWS.items():
-        if settings[field] == settings[source]:
+    for field in FOLLOWS:
+        if settings[field] == config.follows(field):
             settings[field] = None
     return settings
 

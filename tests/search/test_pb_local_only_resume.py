@@ -33,6 +33,13 @@ def test_local_only_resume_ignores_model_options_it_never_builds(tmp_path):
 
 def test_local_only_configs_differ_in_no_model_field():
     assert _small().resume_differences(_small(model=OTHER_MODEL)) == {}
+    # nor in the fields that train and sample the model; a field local search reads still is
+    unread = dict(train_steps=9, batch_size=2, lr=0.1, weight_decay=0.5, temperature=2.0,
+                  top_k=3)
+    assert _small().resume_differences(_small(**unread)) == {}
+    assert _small().resume_differences(_small(samples=9)) == {"samples": (9, 8)}
+    assert _small(mode="patternboost").differs_from(_small(mode="patternboost", lr=0.1)) == [
+        "lr"]
     # a model option that would not even build is not read either
     assert _small().differs_from(_small(model={"d_model": 30, "n_heads": 4})) == []
 

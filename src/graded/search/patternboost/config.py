@@ -32,6 +32,9 @@ MODES = ("patternboost", "local-only", "global-only")
 # Fields a resumed run may change: they decide when to stop or how to run, not what is computed.
 RESUMABLE_CHANGES = ("rounds", "time_limit_s", "stop_at", "max_local_search_calls", "workers",
                      "progress")
+# Fields only a run that builds the transformer reads: training and sampling.
+_MODEL_RUN_FIELDS = ("model", "train_steps", "batch_size", "lr", "weight_decay", "temperature",
+                     "top_k")
 # TransformerConfig fields the problem decides (see .model.build_model).
 _DERIVED_MODEL_FIELDS = ("vocab_size", "max_len", "pad_id")
 
@@ -188,14 +191,17 @@ class PatternBoostConfig(ConfigModel):
         TransformerConfig field, defaults filled in: :func:`.model.model_settings`), so
         `dropout: 0.0` or `d_ff: 256` with `d_model: 64` written out is the same run as the
         option left out; a model option that differs is named ``model.<option>``. Two
-        local-only runs build no model, so their `model` is not compared."""
+        local-only runs build no model, so neither `model` nor the fields that train and
+        sample it (`train_steps`, `lr`, `top_k`, ...) are compared."""
         mine, theirs = self.to_dict(), saved.to_dict()
         if self.problem == saved.problem:
             mine["problem_options"] = self._problem_params()
             theirs["problem_options"] = saved._problem_params()
+        builds = self.builds_model or saved.builds_model
+        unread = ("model",) if builds else _MODEL_RUN_FIELDS
         changed = {k: (getattr(saved, k), getattr(self, k)) for k in mine
-                   if k not in RESUMABLE_CHANGES and k != "model" and mine[k] != theirs[k]}
-        if not (self.builds_model or saved.builds_model):
+                   if k not in RESUMABLE_CHANGES and k not in unread and mine[k] != theirs[k]}
+        if not builds:
             return changed
         model, saved_model = self._model_settings(), saved._model_settings()
         if model is None or saved_model is None:  # a model that is not built: as given

@@ -232,3 +232,19 @@ def test_recipe_arms_grade_the_positions_of_the_sequence_task():
     assert any(type(m).__name__ == "GradedPositions" for m in egt.modules())
     assert not any(type(m).__name__ == "GradedPositions"
                    for m in build_model(dyck, "none", 0).modules())
+
+
+def test_e1_declares_every_field_of_a_jobs_result(poly, monkeypatch, tmp_path):
+    # the runner refuses a stored job that lacks one of result_fields: they must be what
+    # run_job returns (a graded arm's input grades aside), neither more nor fewer
+    import graded.study.experiments.e1_sample_efficiency as e1
+
+    monkeypatch.setattr(e1, "_data", lambda task, n_eval: poly)
+    monkeypatch.setattr(e1, "budget", lambda quick, seeds=None: {"n_eval": 64, "steps": 4})
+    exp = SampleEfficiencyExperiment()
+    ctx = Context(out=tmp_path, quick=True, seeds=2)
+    job = {"key": "run|poly_e5|none|64|0", "task": "poly_e5", "arm": "none", "n": 64,
+           "seed": 0, "lr": 3e-3}
+    assert sorted(exp.run_job(ctx, job)) == sorted(exp.result_fields)
+    graded = exp.run_job(ctx, {**job, "arm": "egt"})
+    assert sorted(graded) == sorted((*exp.result_fields, "input_grades"))

@@ -47,18 +47,14 @@ def cmd_study(args: argparse.Namespace) -> int:
     """Run the study and print the report's path. The exit status is 1 when an experiment of
     this call failed (the report names it and says "not measured" for its claims), so that a
     script or ``make demo`` does not take a study with a crashed experiment for a good one."""
-    import json
-
     from graded.cli.command import _fail
-    from graded.study.runner import run_study
+    from graded.study.runner import execute_study
 
-    report = run_study(args.out, quick=args.quick, only=args.only, seeds=args.seeds,
-                       workers=args.workers)
-    print(f"report: {report}")
-    ran = json.loads((report.parent / "results.json").read_text(encoding="utf-8"))
-    failed = [name for name, e in ran["experiments"].items() if e.get("error")]
-    if failed:
-        return _fail(f"experiment{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed "
-                     f"(see the tracebacks above and {report}); the others' results are "
-                     "stored, and the same command reruns what failed", code=1)
+    run = execute_study(args.out, quick=args.quick, only=args.only, seeds=args.seeds,
+                        workers=args.workers)
+    print(f"report: {run.report}")
+    if run.failed:
+        return _fail(f"experiment{'s' if len(run.failed) > 1 else ''} {', '.join(run.failed)} "
+                     f"failed (see the tracebacks above and {run.report}); the others' results "
+                     "are stored, and the same command reruns what failed", code=1)
     return 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from graded._io import atomic_write_text
+from graded.checks import check_int
 
 __all__ = [
     "CLAIMS",
@@ -140,10 +141,26 @@ class Finding:
 
     @classmethod
     def from_dict(cls, data: dict) -> Finding:
-        """The finding :meth:`as_dict` wrote (``None`` read back from JSON as NaN)."""
+        """The finding :meth:`as_dict` wrote (``None`` read back from JSON as NaN). A field of
+        another type (a stored file edited by hand) is refused by name (``TypeError``), not
+        left for the report to fail on."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a finding is {data!r}; expected a JSON object of its fields")
         data = dict(data)
         for key in ("estimate", "low", "high"):
-            data[key] = float("nan") if data.get(key) is None else float(data[key])
+            try:
+                data[key] = float("nan") if data.get(key) is None else float(data[key])
+            except (TypeError, ValueError):
+                raise TypeError(f"{key} is {data[key]!r}; expected a number") from None
+        texts = [k for k in ("claim", "experiment", "quantity", "control", "verdict", "detail")
+                 if k in data and not isinstance(data[k], str)]
+        if texts:
+            raise TypeError(f"{texts[0]} is {data[texts[0]]!r}; expected a string")
+        if "seeds" in data:
+            data["seeds"] = check_int("seeds", data["seeds"], minimum=0)
+        figures = data.get("figures", [])
+        if not (isinstance(figures, (list, tuple)) and all(isinstance(g, str) for g in figures)):
+            raise TypeError(f"figures is {figures!r}; expected a list of file names")
         return cls(**data)
 
 
@@ -181,7 +198,9 @@ class JobExperiment(Experiment, Protocol):
     Jobs come in ``stages``: :meth:`plan` returns the jobs of ``stage`` (JSON-able dicts, each
     with a unique string ``"key"``) given the results of every earlier stage (a dict key →
     result); :meth:`run_job` runs one job and returns a JSON-able result; :meth:`summarise`
-    turns all results into findings. ``run(ctx)`` does the same in one process.
+    turns all results into findings. ``run(ctx)`` does the same in one process. An optional
+    ``result_fields`` names the fields every result holds: a stored job that lacks one (a file
+    edited by hand) is refused by name rather than reused.
     """
 
     stages: int

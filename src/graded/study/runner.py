@@ -15,39 +15,38 @@ Layout of the output folder::
 An experiment is a plain :class:`graded.study.core.Experiment` (run whole in one worker) or a
 :class:`graded.study.core.JobExperiment`, whose jobs are spread over all workers stage by stage
 and summarised in the main process. ``workers = 1`` runs everything in this process. What is
-stored, and the check that a folder holds one setting, is :mod:`graded.study.storage`.
+stored, and the check that a folder holds one setting, is :mod:`graded.study.storage`; what a
+worker process runs, :mod:`graded.study.workers`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
-import signal
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graded._processes import pool_workers
 from graded.checks import check_int
 from graded.study.core import Context, Experiment, Finding
 from graded.study.storage import (
-    _job_result_from_json,
-    _read_stored,
+    _read_findings,
+    _read_job,
     _write_json,
+    check_layout,
     check_settings,
     experiment_dir,
     job_file,
 )
+from graded.study.workers import _execute, _sigterm_as_interrupt, _stop_pool, _worker_init
 
-__all__ = ["DEFAULT_SEEDS", "StudyRun", "experiment_dir", "job_file", "run_study"]
+__all__ = ["DEFAULT_SEEDS", "StudyRun", "execute_study", "experiment_dir", "job_file",
+           "run_study"]
 
 DEFAULT_SEEDS = {True: 2, False: 5}  # quick, full
 
@@ -55,23 +54,16 @@ DEFAULT_SEEDS = {True: 2, False: 5}  # quick, full
 def _load_findings(study: StudyRun, name: str, path: Path) -> None:
     """Reuse an experiment's stored findings (:meth:`_Scheduler._finish` wrote them); a file
     that does not hold findings is refused by name."""
-    stored = _read_stored(path, f"the stored findings of {name}", ("findings",))
-    try:
-        findings = [Finding.from_dict(f) for f in stored["findings"]]
-    except (TypeError, ValueError, KeyError) as e:
-        raise ValueError(f"{path} (the stored findings of {name}) is damaged: {e}; delete it "
-                         f"to rerun {name}") from None
-    study.findings[name] = findings
-    study.wall[name] = float(stored.get("wall_s") or 0.0)
-    if stored.get("job_seconds") is not None:
-        study.job_seconds[name] = float(stored["job_seconds"])
+    study.findings[name], study.wall[name], job_seconds = _read_findings(path, name)
+    if job_seconds is not None:
+        study.job_seconds[name] = job_seconds
     study.reused[name] = True
 
 
 @dataclass
 class StudyRun:
     """What one ``graded study`` call did: per experiment, its findings (or error), wall time
-    and whether it was reused from an earlier call."""
+    and whether it was reused from an earlier call; ``report``, the report it wrote."""
 
     out: Path
     quick: bool
@@ -86,6 +78,13 @@ class StudyRun:
     reused: dict[str, bool] = field(default_factory=dict)
     job_seconds: dict[str, float] = field(default_factory=dict)  # summed job times (E1)
     total_wall: float = 0.0
+    report: Path | None = None
+
+    @property
+    def failed(self) -> list[str]:
+        """The experiments that failed in this call (those of earlier calls are rerun, not
+        recorded), in the registry's order."""
+        return list(self.errors)
 
     def context(self, name: str) -> Context:
         return Context(out=experiment_dir(self.out, name), quick=self.quick, seeds=self.seeds,
@@ -94,43 +93,6 @@ class StudyRun:
     def settings(self) -> dict[str, Any]:
         return {"quick": self.quick, "seeds": self.seeds, "seeds_given": self.seeds_given,
                 "base_seed": self.base_seed}
-
-
-# --------------------------------------------------------------------------- worker side
-
-
-def _worker_init() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _context(ctx: dict) -> Context:
-    return Context(out=Path(ctx["out"]), quick=ctx["quick"], seeds=ctx["seeds"],
-                   base_seed=ctx["base_seed"], seeds_given=ctx["seeds_given"])
-
-
-def _experiment(name: str) -> Experiment:
-    from graded.study.experiments import registry
-
-    return registry()[name]
-
-
-def _execute(kind: str, name: str, ctx: dict, job: dict | None = None) -> dict:
-    """Run one unit in this process: a whole experiment or one job. Never raises: a failure
-    comes back as its traceback."""
-    began = time.perf_counter()
-    try:
-        experiment = _experiment(name)
-        context = _context(ctx)
-        if kind == "whole":
-            findings = [f.as_dict() for f in experiment.run(context)]
-            return {"ok": True, "findings": findings, "wall_s": time.perf_counter() - began}
-        result = experiment.run_job(context, job)
-        return {"ok": True, "result": result, "wall_s": time.perf_counter() - began}
-    except Exception:  # a failed experiment is reported, the others go on
-        return {"ok": False, "error": traceback.format_exc(),
-                "wall_s": time.perf_counter() - began}
 
 
 # --------------------------------------------------------------------------- main side
@@ -186,8 +148,8 @@ class _Scheduler:
             for job in jobs:
                 path = job_file(self.study.out, name, job["key"])
                 if path.exists():
-                    state["results"][job["key"]] = _job_result_from_json(
-                        _read_stored(path, f"a finished job of {name}"))
+                    state["results"][job["key"]] = _read_job(
+                        path, name, tuple(getattr(exp, "result_fields", ())))
                     continue
                 state["waiting"].add(job["key"])
                 self.queue.append(("job", name, job))
@@ -236,7 +198,11 @@ class _Scheduler:
             self._fail(name, out["error"], out["wall_s"] if kind == "whole" else None)
             return
         if kind == "whole":
-            findings = [Finding.from_dict(f) for f in out["findings"]]
+            try:  # findings that could not be read back once stored fail their experiment
+                findings = [Finding.from_dict(f) for f in out["findings"]]
+            except (TypeError, ValueError):
+                self._fail(name, traceback.format_exc(), out["wall_s"])
+                return
             self._finish(name, findings, out["wall_s"])
             return
         state = self.pending.get(name)
@@ -262,29 +228,47 @@ class _Scheduler:
 
     def run_pool(self, workers: int) -> None:
         """Run the queue in ``workers`` spawned processes. A worker that dies (killed by a
-        signal, by the kernel for want of memory) breaks the pool and every unit in it: those
-        units fail, named as such, and the rest of the queue goes on in a fresh pool."""
+        signal, by the kernel for want of memory) breaks the pool, which ends every unit in
+        it, and which one the dead worker ran is not known: each of those units (up to
+        2 × ``workers``) is rerun alone in a fresh pool before the rest of the queue goes on,
+        so that the pool-mates of the dead worker's unit are stored as if nothing had happened
+        and a unit whose worker dies again fails, named as the one that kills it."""
         import multiprocessing as mp
 
         def new_pool() -> ProcessPoolExecutor:
             return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
                                        initializer=_worker_init)
 
+        def submit(unit: tuple[str, str, dict | None]) -> None:
+            running[pool.submit(_execute, unit[0], unit[1], self.ctx_dict(unit[1]),
+                                unit[2])] = unit
+
         pool = new_pool()
         running: dict[Future, tuple[str, str, dict | None]] = {}
+        lost: list[tuple[str, str, dict | None]] = []  # units of a broken pool, to rerun
         try:
-            while self.queue or running:
-                while self.queue and len(running) < 2 * workers:
-                    unit = self.queue.pop(0)
-                    running[pool.submit(_execute, unit[0], unit[1], self.ctx_dict(unit[1]),
-                                        unit[2])] = unit
+            while self.queue or running or lost:
+                alone = bool(lost)  # a unit of a broken pool runs alone, to be named if it dies
+                if alone:
+                    unit = lost.pop(0)
+                    if unit[1] in self.study.errors:  # its experiment failed meanwhile
+                        continue
+                    submit(unit)
+                while not alone and self.queue and len(running) < 2 * workers:
+                    submit(self.queue.pop(0))
                 finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 broken = [f for f in finished if isinstance(f.exception(), BrokenProcessPool)]
                 for fut in finished:
                     if fut not in broken:
                         self.done(running.pop(fut), fut.result())
                 if broken:
-                    self._lost(list(running.values()), broken[0].exception())
+                    units = list(running.values())
+                    if alone:
+                        self._killed(units[0], broken[0].exception())
+                    else:
+                        lost = [u for u in units if u[1] not in self.study.errors]
+                        self._log(f"a worker process died ({broken[0].exception()}); the "
+                                  f"{len(lost)} units of its pool run again, one at a time")
                     running.clear()
                     _stop_pool(pool)
                     pool = new_pool()
@@ -293,46 +277,14 @@ class _Scheduler:
             raise
         pool.shutdown(wait=True)
 
-    def _lost(self, units: list[tuple[str, str, dict | None]], error: BaseException) -> None:
-        """Fail the experiments of ``units``, which were in a pool when one of its workers died
-        (the pool ends them all, and which unit the dead worker ran is not known)."""
-        for kind, name, job in units:
-            if name in self.study.errors:
-                continue
-            what = name if kind == "whole" else f"{name}'s job {job['key']!r}"
-            self._fail(name, f"a worker process died while {what} was running or queued in "
-                       f"the pool (killed by a signal, or out of memory: {error}); what was "
-                       "stored stays, and the same command reruns the rest")
-
-
-def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop the queued units and end the running ones, whose results would not be stored: a
-    worker left running keeps the interpreter from exiting until its unit is done (the pool
-    joins its workers at exit), and SIGTERM reaches only this process (Ctrl-C in a terminal
-    reaches the workers too)."""
-    workers = pool_workers(pool)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in workers:
-        process.terminate()
-    for process in workers:
-        process.join(timeout=10)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the study like Ctrl-C (queued work dropped, stored results kept)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def _killed(self, unit: tuple[str, str, dict | None], error: BaseException) -> None:
+        """Fail the experiment of ``unit``, whose worker died while it ran alone in its pool,
+        after a first pool with it in had broken too."""
+        kind, name, job = unit
+        what = name if kind == "whole" else f"{name}'s job {job['key']!r}"
+        self._fail(name, f"the worker process running {what} died, twice: in a pool with other "
+                   "units, then with it alone (killed by a signal, or out of memory: "
+                   f"{error}); what was stored stays, and the same command reruns the rest")
 
 
 def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str | None = None,
@@ -341,7 +293,20 @@ def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str 
     """Run the experiments selected by ``only`` (all by default) and write ``OUT/report.md``
     and ``OUT/results.json``; returns the report's path. ``seeds`` overrides the mode's default
     (2 quick, 5 full); experiments finished by an earlier call with the same settings are
-    reused, not rerun."""
+    reused, not rerun. :func:`execute_study` does the same and returns what the call did."""
+    report = execute_study(out, quick=quick, only=only, seeds=seeds, workers=workers,
+                           base_seed=base_seed, command=command).report
+    assert report is not None  # execute_study writes it
+    return report
+
+
+def execute_study(out: str | Path = "runs/study", *, quick: bool = False,
+                  only: str | None = None, seeds: int | None = None, workers: int = 2,
+                  base_seed: int = 0, command: str | None = None) -> StudyRun:
+    """:func:`run_study`, returning the :class:`StudyRun` of the call: its report's path
+    (``report``), every experiment's findings, and the experiments that failed (``failed``,
+    with their tracebacks in ``errors``), for a caller that acts on them (``graded study``
+    exits 1 after the report when one failed)."""
     from graded.study.experiments import select
     from graded.study.report import write_report
 
@@ -358,6 +323,7 @@ def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str 
     study = StudyRun(out=out, quick=quick, seeds=seeds or DEFAULT_SEEDS[quick],
                      seeds_given=seeds is not None, base_seed=base_seed, workers=workers,
                      command=command or _command(quick, only, seeds, workers, out))
+    check_layout(out, experiments)
     check_settings(out, study.settings())
     began = time.perf_counter()
     sched = _Scheduler(study, experiments)
@@ -368,8 +334,10 @@ def run_study(out: str | Path = "runs/study", *, quick: bool = False, only: str 
         else:
             sched.run_pool(workers)
     study.total_wall = time.perf_counter() - began
+    study.errors = {n: study.errors[n] for n in experiments if n in study.errors}
     _load_others(study, experiments)
-    return write_report(study, machine=_machine())
+    study.report = write_report(study, machine=_machine())
+    return study
 
 
 def _load_others(study: StudyRun, selected: dict[str, Experiment]) -> None:

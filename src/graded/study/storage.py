@@ -1,7 +1,8 @@
 """Where the claims study keeps what it finished (:mod:`graded.study.runner` reads and writes
 through these): the output folder's paths, JSON written atomically, stored files read back or
-refused by name, and the check that a folder holds one setting (quick or full, seeds, first
-seed), ``study.json``, each experiment's ``findings.json`` and each stored job saying which.
+refused by name, the check that a folder holds one setting (quick or full, seeds, first
+seed), ``study.json``, each experiment's ``findings.json`` and each stored job saying which, and
+the check that its files and folders are of the kind the study writes.
 """
 
 from __future__ import annotations
@@ -9,12 +10,16 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from graded.study.core import atomic_write_text
+from graded.checks import check_float
+from graded.study.core import Finding, atomic_write_text
 
-__all__ = ["check_settings", "experiment_dir", "job_file", "slug"]
+__all__ = ["SETTINGS", "check_layout", "check_settings", "experiment_dir", "job_file", "slug"]
+
+SETTINGS = ("quick", "seeds", "seeds_given", "base_seed")  # what study.json holds
 
 
 def slug(name: str) -> str:
@@ -62,9 +67,40 @@ def _read_stored(path: Path, what: str, keys: tuple[str, ...] = ()) -> dict:
     return data
 
 
-def _job_result_from_json(data: dict) -> dict:
-    """A stored job's result as the runner had it (NaN read back for None), less the settings
-    stored beside it (:meth:`graded.study.runner._Scheduler.done` writes both)."""
+def _seconds(data: dict, key: str) -> float | None:
+    """``data[key]``, a stored time in seconds (None where absent or null); ``ValueError``
+    naming ``key`` for any other value."""
+    return None if data.get(key) is None else check_float(key, data[key], minimum=0.0)
+
+
+def _read_findings(path: Path, name: str) -> tuple[list[Finding], float, float | None]:
+    """The findings, wall time and summed job time (None if not stored) that
+    :meth:`graded.study.runner._Scheduler._finish` stored for experiment ``name``; a file
+    that does not hold them is refused by name."""
+    what = f"the stored findings of {name}"
+    stored = _read_stored(path, what, ("findings",))
+    try:
+        if not isinstance(stored["findings"], list):
+            raise TypeError(f"findings is {stored['findings']!r}; expected a list")
+        return ([Finding.from_dict(f) for f in stored["findings"]],
+                _seconds(stored, "wall_s") or 0.0, _seconds(stored, "job_seconds"))
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"{path} ({what}) is damaged: {e}; delete it to rerun {name}") from None
+
+
+def _read_job(path: Path, name: str, fields: tuple[str, ...] = ()) -> dict:
+    """A finished job of experiment ``name`` as the runner had it (NaN read back for None),
+    less the settings stored beside it (:meth:`graded.study.runner._Scheduler.done` writes
+    both). A file that lacks one of ``fields`` (the experiment's ``result_fields``) or whose
+    run time is not one is refused by name, as one that is not JSON is: its experiment's
+    summary would otherwise fail on a bare ``KeyError``."""
+    what = f"a finished job of {name}"
+    data = _read_stored(path, what, fields)
+    try:
+        _seconds(data, "_wall_s")
+    except ValueError as e:
+        raise ValueError(f"{path} ({what}) is damaged: {e}; delete it to redo what it "
+                         "stored") from None
     return {k: (math.nan if v is None and k in ("val", "test", "train_first", "train_last")
                 else v) for k, v in data.items() if k != "_settings"}
 
@@ -72,8 +108,7 @@ def _job_result_from_json(data: dict) -> dict:
 def _describe(settings: dict[str, Any]) -> str:
     """A folder's setting in the command's terms (``--quick, --seeds 3, first seed 0``); a
     stored one that lacks a field is shown as stored."""
-    if not (isinstance(settings, dict)
-            and all(k in settings for k in ("quick", "seeds", "seeds_given", "base_seed"))):
+    if not (isinstance(settings, dict) and all(k in settings for k in SETTINGS)):
         return repr(settings)
     seeds = (f"--seeds {settings['seeds']}" if settings["seeds_given"] else
              f"the mode's default seeds ({settings['seeds']}; no --seeds)")
@@ -89,7 +124,7 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
     path = out / "study.json"
     this = f"not of this call's {_describe(settings)}"
     if path.exists():
-        stored = _read_stored(path, "the folder's study settings")
+        stored = _read_stored(path, "the folder's study settings", SETTINGS)
         if {k: stored.get(k) for k in settings} != settings:
             raise ValueError(f"{out} holds a study run of {_describe(stored)}, {this}; use "
                              "another --out (or delete the folder) to start afresh")
@@ -105,3 +140,21 @@ def check_settings(out: Path, settings: dict[str, Any]) -> None:
                              f"delete {job.parent} (or use another --out) to rerun its "
                              "experiment's jobs")
     _write_json(path, settings)
+
+
+def check_layout(out: Path, names: Iterable[str]) -> None:
+    """Refuse by name, before anything runs, a folder edited by hand so that the study cannot
+    write its files: a folder where ``report.md`` or ``results.json`` goes, a file where the
+    folder of experiment ``names`` or its ``jobs`` go. The study would otherwise fail on a
+    bare ``OSError`` when it stores a result or writes the report, after the runs."""
+    for file in ("report.md", "results.json"):
+        if (out / file).is_dir():
+            raise ValueError(f"{out / file} is a folder; expected the study's {file} file (or "
+                             "nothing): move or delete it")
+    for name in names:
+        folder = experiment_dir(out, name)
+        for path, what in ((folder, f"the folder of experiment {name}"),
+                           (folder / "jobs", f"the folder of {name}'s stored jobs")):
+            if path.exists() and not path.is_dir():
+                raise ValueError(f"{path} is a file; expected {what} (or nothing): move or "
+                                 "delete it")

@@ -182,6 +182,10 @@ class SampleEfficiencyExperiment:
     title = "Sample efficiency: learning curves of aligned, misaligned, learned and no grading"
     claims = ("2", "000-S", "7", "000-I")
     stages = 2
+    # what every job's result holds (the job's own fields, then train_run's figures; a
+    # graded arm's also has "input_grades"): a stored job without one is refused by name
+    result_fields = ("task", "arm", "n", "seed", "lr", "val", "test", "train_first",
+                     "train_last", "diverged")
 
     # ------------------------------------------------------------------ jobs
     def plan(self, ctx: Context, stage: int, previous: dict[str, dict]) -> list[dict]:

@@ -91,10 +91,16 @@ def check_shared_qk(m: MultiheadAttention, add_bias_kv: bool) -> None:
 
 
 def check_backend(m: MultiheadAttention) -> None:
-    """Refuse at build time what the backend cannot serve (its declared capabilities)."""
+    """Refuse at build time what the backend cannot serve: its declared capabilities, and an
+    attention dropout it cannot apply (``check_attention_dropout``; a kernel backend, which
+    never forms the weights, refused it only at the first training call)."""
     if m.backend is None:
         return
     from graded.attention.backends import check_capability
+
+    check_dropout = getattr(m.backend, "check_attention_dropout", None)
+    if check_dropout is not None:  # a backend module of another library may not have it
+        check_dropout(m.dropout)
 
     if not isinstance(m.score, ScaledDotScore):
         check_capability(m.backend, m.backend_name, "custom_score",

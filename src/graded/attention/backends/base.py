@@ -170,6 +170,11 @@ class AttentionBackend(nn.Module):
                 raise ValueError(f"a {self.name} backend unpickled with {name}={value!r}, a "
                                  f"value its options refuse: {exc}") from None
 
+    def check_attention_dropout(self, dropout_p: float) -> None:
+        """Refuse an attention dropout this backend cannot apply; none here. The attention
+        module calls it when it is built, with its own dropout, so that a model the backend
+        cannot train is refused then rather than at its first training step."""
+
     def forward(  # pragma: no cover - interface
         self,
         q: Tensor,

@@ -158,6 +158,9 @@ class LinearBackend(AttentionBackend):
         self.eps = eps
         self.ignore_dropout = ignore_dropout
 
+    def check_attention_dropout(self, dropout_p: float) -> None:
+        check_dropout(self.name, dropout_p, self.ignore_dropout)
+
     def forward(
         self,
         q: Tensor,
@@ -173,7 +176,7 @@ class LinearBackend(AttentionBackend):
             is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         reject_attn_mask(self.name, attn_mask)
-        check_dropout(self.name, dropout_p, self.ignore_dropout)
+        self.check_attention_dropout(dropout_p)
         if is_causal:
             check_self_attention(self.name, q, k)
         empty = empty_output(q, k, v)
@@ -200,7 +203,7 @@ class LinearBackend(AttentionBackend):
         dropout_p: float = 0.0,
     ) -> tuple[Tensor, DecodeState]:
         check_inputs(self.name, q, k, v, key_padding_mask, None, dropout_p)
-        check_dropout(self.name, dropout_p, self.ignore_dropout)
+        self.check_attention_dropout(dropout_p)
         acc, out_dtype = compute_dtype(q.dtype), v.dtype  # as forward: half in float32
         phi_q, phi_k = elu_feature_map(q.to(acc)), elu_feature_map(k.to(acc))
         if key_padding_mask is not None:

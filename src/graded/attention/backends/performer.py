@@ -293,6 +293,9 @@ class PerformerBackend(AttentionBackend):
             )
         return True
 
+    def check_attention_dropout(self, dropout_p: float) -> None:
+        check_dropout(self.name, dropout_p, self.ignore_dropout)
+
     def forward(
         self,
         q: Tensor,
@@ -308,7 +311,7 @@ class PerformerBackend(AttentionBackend):
             is_causal = check_bool(f"{self.name} backend: is_causal", is_causal)
         check_inputs(self.name, q, k, v, key_padding_mask, attn_mask, dropout_p)
         reject_attn_mask(self.name, attn_mask)
-        check_dropout(self.name, dropout_p, self.ignore_dropout)
+        self.check_attention_dropout(dropout_p)
         if is_causal:
             check_self_attention(self.name, q, k)
         empty = empty_output(q, k, v)
@@ -359,7 +362,7 @@ class PerformerBackend(AttentionBackend):
         dropout_p: float = 0.0,
     ) -> tuple[Tensor, DecodeState]:
         check_inputs(self.name, q, k, v, key_padding_mask, None, dropout_p)
-        check_dropout(self.name, dropout_p, self.ignore_dropout)
+        self.check_attention_dropout(dropout_p)
         d = q.shape[-1]
         self._features_ready(d)
         draw = self.__dict__.get("_draw", 0)

@@ -66,3 +66,28 @@ def test_half_precision_dense_module_weights_are_the_float32_softmax_rounded(nam
     # 7-bit fraction); scores and softmax in bfloat16 were off by up to 0.0056 here
     err = (weights.double() - expected).abs() / expected.clamp_min(2**-30)
     assert err.max() <= 2**-8 * 1.01
+
+
+@pytest.mark.parametrize("name", ["explicit", "full"])
+@pytest.mark.parametrize("score", ["scaled_dot", "dot", "additive"])
+def test_half_precision_plain_named_backend_weights_are_the_float32_softmax_rounded(name, score):
+    # backend="explicit" by plain name (and "full" asked for weights) went through
+    # functional.attention's weights path, which formed bfloat16 scores, softmax and sum in
+    # bfloat16 (weights off by up to ~0.0056); the additive score's weights path likewise
+    torch.manual_seed(0)
+    module = MultiheadAttention(E, H, batch_first=True, backend=name, score=score).to(
+        torch.bfloat16)
+    x = torch.randn(B, T, E, dtype=torch.bfloat16)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[1, 3:] = True
+    out, weights = module(x, x, x, key_padding_mask=pad, average_attn_weights=False)
+    assert weights.dtype == out.dtype == torch.bfloat16
+    q, k, _ = (t.detach() for t in module.project(x, x, x))
+    if score == "additive":  # the score module runs on the bfloat16 heads, as given
+        scores = module.score(q, k).detach().double()
+    else:
+        scores = torch.einsum("bhid,bhjd->bhij", q.double(), k.double())
+        scores = scores / math.sqrt(q.shape[-1]) if score == "scaled_dot" else scores
+    expected = torch.softmax(scores.masked_fill(pad[:, None, None, :], float("-inf")), dim=-1)
+    err = (weights.double() - expected).abs() / expected.clamp_min(2**-30)
+    assert err.max() <= 2**-8 * 1.01  # half an ulp of bfloat16: rounded once from float32

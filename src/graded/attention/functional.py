@@ -103,7 +103,9 @@ def attention(
 
     Returns ``(out, weights)``: ``out`` is (B, H, Tq, Dv); ``weights`` is the (B, H, Tq, Tk)
     softmax matrix (after dropout, as ``torch.nn.MultiheadAttention`` returns it) when
-    ``need_weights`` is set, else ``None`` and the fused kernel is used.
+    ``need_weights`` is set, else ``None`` and the fused kernel is used. The weights' path
+    computes half-precision inputs in float32 and rounds the output and weights once, as the
+    fused kernels accumulate and the ``explicit`` backend computes.
     ``is_causal`` applies :func:`causal_mask` (bottom-right aligned) on top of ``attn_mask``.
     ``is_causal`` and ``need_weights`` take True or False only (a NumPy bool too), ``TypeError``
     otherwise: read truthily, ``need_weights="no"`` would materialise the weights and
@@ -131,13 +133,16 @@ def attention(
             q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
         )
         return out, None
+    from graded.attention.backends.softmax import compute_dtype  # the backends import this
+
     batch_heads = (max(q.shape[0], k.shape[0]), max(q.shape[1], k.shape[1]))
     check_explicit_size((*batch_heads, t_q, t_k), q.dtype, max_explicit_elements)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    acc = compute_dtype(q.dtype)  # half precision: scores, softmax and sum in float32
+    scores = torch.matmul(q.to(acc), k.to(acc).transpose(-2, -1)) * scale
     if attn_mask is not None:
         scores = scores + to_additive_mask(attn_mask, scores.dtype)
     weights = safe_softmax(scores)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, v), weights
+    return torch.matmul(weights, v.to(acc)).to(v.dtype), weights.to(v.dtype)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graded.attention.backends.softmax import compute_dtype
 from graded.attention.functional import (
     DEFAULT_MAX_EXPLICIT_ELEMENTS,
     attention,
@@ -305,13 +306,14 @@ class MultiheadAttention(HeadProjections):
         )
         if is_causal:
             attn_mask = merge_masks(attn_mask, causal_mask(t_q, t_k, q.device), q.dtype)
-        scores = self.score(q, k)
+        acc = compute_dtype(q.dtype)  # the score module runs on the inputs as given
+        scores = self.score(q, k).to(acc)
         if attn_mask is not None:
             scores = scores + to_additive_mask(attn_mask, scores.dtype)
         weights = safe_softmax(scores)
         if dropout_p > 0.0:
             weights = F.dropout(weights, p=dropout_p)
-        return torch.matmul(weights, v), weights
+        return torch.matmul(weights, v.to(acc)).to(v.dtype), weights.to(v.dtype)
 
     # ------------------------------------------------------------------ torch API
     def forward(

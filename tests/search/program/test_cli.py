@@ -131,3 +131,20 @@ def test_a_refused_search_writes_nothing_neither_a_new_folder_nor_into_an_old_on
     assert main([*base, "--out", str(mine)]) == 2
     assert expected in capsys.readouterr().err
     assert _contents(mine) == before
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--max-requests", "5"], "--max-requests 5"),
+    (["--base-url", "http://x/v1", "--model", "m"], "--base-url http://x/v1, --model m"),
+    (["--api-key-env", "KEY"], "--api-key-env KEY"),
+])
+def test_cli_language_model_flags_with_the_offline_proposer_are_refused(tmp_path, capsys,
+                                                                         flags, named):
+    # the offline proposer (the default) sends no request: these flags were ignored silently
+    code = main(["search", "program", "--problem", "cap-set", "--n", "2", "--budget", "2",
+                 "--workers", "1", *flags, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert (f"graded: error: {named} set the language model of --proposer openai or ensemble; "
+            "--proposer offline would ignore them") in err
+    assert not (tmp_path / "run").exists()

@@ -197,6 +197,26 @@ def test_the_exit_hook_closes_every_warm_sandbox(monkeypatch):
     assert closed == ["a", "b"]
 
 
+def test_evaluating_under_new_limits_stops_the_last_limits_waiting_children():
+    # one warm sandbox (two waiting children) was kept per (limits, isolation) ever used, for
+    # the life of the process: a test session held 37 idle children of 20 limits
+    import importlib
+
+    evaluate_module = importlib.import_module("graded.search.program.evaluate")
+    evaluate_module._close_sandboxes()
+    initial = parse_skeleton(SKELETON).initial
+    first = evaluate(_problem(time_limit_s=5.0), initial)
+    (sandbox,) = evaluate_module._SANDBOXES.values()
+    waiting = [child for child, _ in sandbox._spares]
+    assert first.ok and len(waiting) == 2 and all(child.poll() is None for child in waiting)
+    second = evaluate(_problem(time_limit_s=6.0), initial)
+    assert second.ok and second.score == first.score == 2.5
+    assert [key[0].wall_s for key in evaluate_module._SANDBOXES] == [6.0]
+    assert all(child.poll() is not None for child in waiting)
+    evaluate_module._close_sandboxes()
+    assert evaluate_module._SANDBOXES == {}
+
+
 def _exact_mean(values):
     return float(sum(map(Fraction, values)) / len(values))
 

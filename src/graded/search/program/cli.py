@@ -55,8 +55,10 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
       "model at --base-url, or both in turn (default offline)")
     a("--base-url", help="OpenAI-compatible endpoint (openai/ensemble proposers)")
     a("--model", help="model name at the endpoint")
-    a("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
-    a("--max-requests", type=int, default=1000, help="request budget of the openai proposer")
+    a("--api-key-env", help="environment variable holding the API key (openai/ensemble "
+      "proposers; default OPENAI_API_KEY)")
+    a("--max-requests", type=int, help="request budget of the openai/ensemble proposers "
+      "(default 1000)")
     a("--islands", type=int, default=4, help="independent program populations (default 4)")
     a("--programs-per-prompt", type=int, default=2,
       help="earlier programs shown to the proposer per request (default 2)")
@@ -90,11 +92,20 @@ def build_proposer(args: argparse.Namespace):
 
     offline = OfflineProposer(seed=args.seed)
     if args.proposer == "offline":
+        read_by_a_model = (("--base-url", args.base_url), ("--model", args.model),
+                           ("--api-key-env", args.api_key_env),
+                           ("--max-requests", args.max_requests))
+        ignored = [f"{flag} {value}" for flag, value in read_by_a_model if value is not None]
+        if ignored:  # the offline proposer sends no request: these were ignored, silently
+            raise ValueError(f"{', '.join(ignored)} set the language model of --proposer "
+                             "openai or ensemble; --proposer offline would ignore them")
         return offline
     if not args.base_url or not args.model:
         raise ValueError(f"--proposer {args.proposer} needs --base-url and --model")
-    llm = OpenAIProposer(base_url=args.base_url, model=args.model,
-                         api_key_env=args.api_key_env, max_requests=args.max_requests)
+    llm = OpenAIProposer(
+        base_url=args.base_url, model=args.model,
+        api_key_env="OPENAI_API_KEY" if args.api_key_env is None else args.api_key_env,
+        max_requests=1000 if args.max_requests is None else args.max_requests)
     if args.proposer == "openai":
         return llm
     return EnsembleProposer([offline, llm], [0.5, 0.5], seed=args.seed)

@@ -80,17 +80,24 @@ _SANDBOXES: dict[tuple[Limits, str], Sandbox] = {}
 
 
 def _sandbox(limits: Limits, isolation: str) -> Sandbox:
-    """One warm sandbox per (limits, isolation) and process: each evaluation still gets a
-    fresh child, started while the previous evaluation's results are being verified."""
+    """The warm sandbox of the last (limits, isolation) this process evaluated with: each
+    evaluation still gets a fresh child, started while the previous evaluation's results are
+    being verified. A search evaluates with one pair throughout; when another pair comes,
+    the previous sandbox's waiting children are stopped, so a process that evaluates under
+    many limits (a notebook, a test session) holds two children, not two per pair ever used."""
     key = (limits, isolation)
     if key not in _SANDBOXES:
+        _close_sandboxes()
         _SANDBOXES[key] = Sandbox(limits, isolation=isolation, warm=2)
     return _SANDBOXES[key]
 
 
 @atexit.register
 def _close_sandboxes() -> None:
-    for sandbox in _SANDBOXES.values():
+    """Stop every warm sandbox's waiting children and forget the sandboxes."""
+    sandboxes = list(_SANDBOXES.values())
+    _SANDBOXES.clear()
+    for sandbox in sandboxes:
         sandbox.close()
 
 

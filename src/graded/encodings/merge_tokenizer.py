@@ -16,8 +16,12 @@ other worker, so there the generator restarts from ``seed`` and the seed torch g
 (``get_worker_info().seed``, drawn from the loader's ``generator`` or the global torch seed): the
 workers differ, and a run seeded with ``torch.manual_seed`` repeats, as for the ``random``
 module that torch seeds in each worker. :meth:`~StochasticMergeTokenizer.reseed` called in the
-worker (a ``worker_init_fn``) chooses its draws instead. ``save`` keeps the seed, not the
-state: a loaded tokenizer starts again from the seed.
+worker (a ``worker_init_fn``) chooses its draws instead. Other process pools
+(``multiprocessing.Pool``, ``concurrent.futures.ProcessPoolExecutor``) give their workers no
+seed to mix in: there copies draw alike, as the ``random`` module's own generator does in them,
+and :meth:`~StochasticMergeTokenizer.reseed` in the pool's ``initializer`` (with, say, the
+worker's rank) sets each worker's draws. ``save`` keeps the seed, not the state: a loaded
+tokenizer starts again from the seed.
 """
 
 from __future__ import annotations

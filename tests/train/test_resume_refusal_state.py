@@ -1,5 +1,5 @@
 """A refused resume is all or nothing: every check that can refuse it (the config, train.steps,
-the checkpoint's stopper and scheduler states) runs before the first tensor is loaded, so the
+the checkpoints' stopper and scheduler states) runs before the first tensor is loaded, so the
 model, optimizer and scheduler are left bit for bit as they were, and a trainer as built still
 trains a new run with a plain ``fit()``. A resume that fails while torch loads the tensors
 leaves them part loaded: that trainer refuses a plain ``fit()``."""
@@ -75,13 +75,11 @@ def test_a_refused_resume_leaves_the_trainer_as_built_for_a_new_run(run, tmp_pat
 ], ids=["stopper", "scheduler"])
 def test_a_checkpoint_state_that_cannot_be_used_refuses_before_anything_loads(
         run, tmp_path, key, value, problem):
+    """Every checkpoint's state damaged (one older checkpoint that passes is resumed from:
+    tests/train/test_resume_damaged_state_falls_back.py)."""
+    for step in (4, 8):
+        _damage_state(run / "checkpoints" / f"step_{step:09d}" / ck.STATE_FILE, key, value)
     state_file = run / "checkpoints" / STEP8 / ck.STATE_FILE
-    state = json.loads(state_file.read_text())
-    if key == "scheduler":
-        state["scheduler"][value] = "x"
-    else:
-        state[key] = value
-    state_file.write_text(json.dumps(state))  # state.json carries no checksum of its own
     trainer = make_trainer(tmp_path / "new", steps=8, eval_every=4)
     before = _snapshot(trainer)
     with pytest.raises(CheckpointError, match=rf"{re.escape(str(state_file))}: {problem}"):
@@ -90,12 +88,22 @@ def test_a_checkpoint_state_that_cannot_be_used_refuses_before_anything_loads(
     assert trainer._holds is None and trainer._plan is None  # a plain fit() may start
 
 
+def _damage_state(state_file: Path, key: str, value) -> None:
+    """Set ``key`` of a checkpoint's state to ``value`` (of the scheduler state: its ``value``
+    to "x"); state.json carries no checksum of its own."""
+    state = json.loads(state_file.read_text())
+    if key == "scheduler":
+        state["scheduler"][value] = "x"
+    else:
+        state[key] = value
+    state_file.write_text(json.dumps(state))
+
+
 def test_a_refused_resume_keeps_the_plan_prepared_before_it(run, tmp_path):
     shutil.copytree(run, tmp_path / "other")
-    state_file = tmp_path / "other" / "checkpoints" / STEP8 / ck.STATE_FILE
-    state = json.loads(state_file.read_text())
-    state["stopper"] = ["not", "a", "stopper"]
-    state_file.write_text(json.dumps(state))
+    for step in (4, 8):
+        _damage_state(tmp_path / "other" / "checkpoints" / f"step_{step:09d}" / ck.STATE_FILE,
+                      "stopper", ["not", "a", "stopper"])
     trainer = make_trainer(tmp_path / "new", steps=8, eval_every=4)
     plan = trainer.prepare_resume(run)
     loaded = _snapshot(trainer)

@@ -16,6 +16,7 @@ from typing import Any
 
 import tomllib
 import yaml
+from pydantic import BaseModel
 
 from graded._io import YAML_AMBIGUOUS_NUMBER, YAML_FLOAT, YAML_NUMBER_START, dump_yaml
 from graded.config.sections import ConfigError, RunConfig
@@ -166,7 +167,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         for i, part in enumerate(parts[:-1]):
             if isinstance(node, list):
                 nxt = node[_list_index(item, parts[:i], part, node)]
+                _refuse_index_of_no_list(item, parts, i, nxt, True, value)
             else:
+                _refuse_index_of_no_list(item, parts, i, node.get(part), part in node, value)
                 nxt = node.setdefault(part, {})
                 if nxt is None or nxt is False:  # a section that is off (null, or false)
                     nxt = node[part] = {}
@@ -197,6 +200,53 @@ def _refuse_second_value(given: dict[tuple[str, ...], tuple[str, Any]],
                               f"--set {other!r} set a key of before; give the section first, "
                               "then the keys inside it")
     given[parts] = (item, value)
+
+
+def _refuse_index_of_no_list(item: str, parts: list[str], i: int, held: Any, present: bool,
+                             value: Any) -> None:
+    """ConfigError when the part after ``parts[i]`` is an index (digits) but the key
+    ``parts[: i + 1]`` holds no list to index (``held``: its value, if ``present``):
+    ``train.betas.0=0.8`` with ``betas`` absent made ``{'0': 0.8}``, which the config then
+    refused as a bad ``betas`` or, in a free-form section (``task.options``), kept. A mapping
+    that holds that very key (``{'0': ...}``, as a file may give it) is indexed by name."""
+    index = parts[i + 1]
+    if not index.isdigit() or isinstance(held, list) \
+            or (isinstance(held, dict) and index in held):
+        return
+    where = ".".join(parts[: i + 1])
+    for name in reversed(parts[i + 2:]):  # the item the key inside it names
+        value = {name: value}
+    whole = f"--set {where}={_example_list(parts[: i + 1], int(index), value)}"
+    if isinstance(held, dict):
+        keys = f" (keys: {', '.join(map(str, held))})" if held else " without keys"
+        raise ConfigError(f"--set {item!r}: {where} is a section{keys}, not a list, so it has "
+                          f"no item {index}; expected a key of it, or a list given whole: "
+                          f"{whole}")
+    got = (f"is {held!r}, not a list, so it has no item {index}" if present
+           else f"is not in the config: there is no list to set item {index} of")
+    raise ConfigError(f"--set {item!r}: {where} {got}; give the whole list, e.g. {whole}")
+
+
+def _example_list(parts: list[str], index: int, value: Any) -> str:
+    """The list ``--set KEY=[...]`` could give, in the override's own syntax: the key's default
+    with item ``index`` set to ``value`` when the run config's schema gives one that long
+    (``train.betas`` → ``[0.8, 0.98]``), else ``value`` in place among ``...``."""
+    model: Any = RunConfig
+    default: Any = None
+    for part in parts:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            default = None
+            break
+        default = field.get_default(call_default_factory=True)
+        model = type(default) if isinstance(default, BaseModel) else field.annotation
+    shown = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    shown = shown.removesuffix("...").strip()  # a plain scalar's document end marker
+    if isinstance(default, list | tuple) and index < len(default):
+        items = [shown if k == index else str(v) for k, v in enumerate(default)]
+    else:
+        items = ["..."] * index + [shown, "..."]
+    return f"[{', '.join(items)}]"
 
 
 def _list_index(item: str, where: list[str], part: str, items: list[Any]) -> int:

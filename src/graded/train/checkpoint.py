@@ -132,8 +132,10 @@ class CheckpointManager:
         raising ``reject`` skips the checkpoint. If no checkpoint is taken and ``accept``
         rejected any, its newest rejection is raised: the caller's reason comes first.
         ``confirm(path, state)`` sees the checkpoint to be taken once every check of its files
-        passed, before anything is loaded: what it raises is raised, with ``model`` and
-        ``optimizer`` as they were.
+        passed, before anything is loaded: a CheckpointError it raises (a part of the state
+        the caller cannot use: a resume's scheduler or gradient scaler state) skips the
+        checkpoint as damaged, as a failed check of its files does; anything else it raises
+        is raised, with ``model`` and ``optimizer`` as they were.
 
         A checkpoint whose folder is gone after it failed to load was removed while it was read
         (another process trains the run and rotated it away): it is not damaged, so it is not
@@ -149,18 +151,19 @@ class CheckpointManager:
             rejection: Exception | None = None
             for path in reversed(self.folders()):
                 taken: list[CheckedCheckpoint] = []  # once its files passed every check
+                loading: list[Path] = []  # once confirm passed too: the loading has begun
                 try:
                     if accept is not None:
                         accept(read_checkpoint_state(path))
                     load_checkpoint(path, model, optimizer, restore_rng=False,
-                                    confirm=_taking(path, taken, confirm))
+                                    confirm=_taking(path, taken, confirm, loading))
                 except CheckpointError as exc:
-                    if taken:  # the caller's refusal, or a failure while loading
+                    if loading:  # a failure while loading: the model may be part loaded
                         raise
                     skipped.append((path, str(exc)))
                     continue
                 except reject as exc:
-                    if taken:
+                    if taken:  # the caller's refusal in confirm
                         raise
                     rejection = rejection or exc
                     skipped.append((path, f"not accepted: {exc}"))
@@ -311,14 +314,16 @@ class CheckpointManager:
 
 def _taking(
     path: Path, taken: list[CheckedCheckpoint],
-    confirm: Callable[[Path, dict[str, Any]], object] | None,
+    confirm: Callable[[Path, dict[str, Any]], object] | None, loading: list[Path],
 ) -> Callable[[CheckedCheckpoint], None]:
     """A ``confirm`` for :func:`load_checkpoint` of ``path`` that keeps the checked checkpoint
-    in ``taken``, then asks the caller's ``confirm(path, state)``."""
+    in ``taken``, asks the caller's ``confirm(path, state)``, then notes in ``loading`` that
+    the loading begins."""
     def confirming(checked: CheckedCheckpoint) -> None:
         taken.append(checked)
         if confirm is not None:
             confirm(path, checked.meta)
+        loading.append(path)
     return confirming
 
 

@@ -4,7 +4,8 @@
 preflight) checks each checkpoint's config against the new one before reading any of its
 tensors, and loads the newest checkpoint that accepts it (a key the resume rule of
 :mod:`graded.train.runs` keeps fixed refuses it) and that is intact, into the model and
-optimizer (newer damaged or foreign ones are skipped, and listed; when none accepts the config,
+optimizer (newer damaged or foreign ones are skipped, and listed: damaged files, or a stopper,
+scheduler or fp16 gradient scaler state that cannot be used; when none accepts the config,
 the refusal is the error), its scheduler state, its best metric and early-stopping count
 (:class:`~graded.train.stopping.Stopper`), and the peak learning rates now configured
 (:func:`use_peak_lrs`). It is all or nothing: every check that can refuse the resume runs
@@ -28,7 +29,16 @@ import torch
 
 from graded.train.checkpoint import STATE_FILE, CheckpointManager, IntactCheckpoint
 from graded.train.checkpoint_folder import check_checkpoint
-from graded.train.runs import CONFIG_FILE, RunError, checked_changes
+from graded.train.runs import (
+    CONFIG_FILE,
+    RunError,
+    RunFolder,
+    checked_changes,
+    checkpoint_view,
+    holds_checkpoint,
+    last_run_view,
+    resume_changes,
+)
 from graded.train.state_tensors import CheckpointError, RngState, checkpoint_error
 from graded.train.stopping import Stopper
 
@@ -66,18 +76,27 @@ def plan_resume(
     now: dict[str, Any],
     *,
     loading: Callable[[Path], object] | None = None,
+    run: RunFolder | None = None,
 ) -> ResumePlan:
     """Check and load a resume from ``source`` (a run folder or one checkpoint folder) into
     ``model``, ``optimizer`` and ``scheduler`` as built for the config ``now`` (a
     :func:`graded.train.runs.run_view`); write nothing. Raises RunError for a config that cannot
     resume, CheckpointError when no checkpoint loads.
 
+    The plan's ``changes`` (what the resume records) are those of ``now`` against the config
+    the run last ran with: the checkpoint's, with the changes the history of ``run`` (the run
+    folder the resume writes, when the checkpoint is one of its own) recorded since
+    (:func:`graded.train.runs.last_run_view`).
+
     All or nothing: every check that can refuse (the config, ``train.steps``, the files, the
     stopper and scheduler states, an fp16 run's gradient scaler state) passes before the first
     tensor is loaded, so a refusal leaves ``model``, ``optimizer`` and ``scheduler`` as they
-    were. ``loading(checkpoint)`` is called once they passed, just before the loading starts:
-    an exception after that call (a failure of torch's own loading) may leave them part
-    loaded."""
+    were. In a run folder, a checkpoint whose files or states fail is skipped for the newest
+    older one that passes (:meth:`~graded.train.checkpoint.CheckpointManager.find_intact`,
+    listed in the plan's ``skipped``), its state being as damaged as a truncated file; the
+    refusal is the error only when none passes. ``loading(checkpoint)`` is called once they
+    passed, just before the loading starts: an exception after that call (a failure of
+    torch's own loading) may leave them part loaded."""
     source = Path(source)
     peaks = list(scheduler.base_lrs)  # as built from the options now
     checkpoints = CheckpointManager(source / "checkpoints")
@@ -113,6 +132,9 @@ def plan_resume(
         checked.load_into(model, optimizer)
         found = IntactCheckpoint(source, checked.meta, [], checked.rng)
     changes, stopper, scheduler_state = confirmed[-1]
+    if run is not None and holds_checkpoint(run.path, found.path):
+        changes, _ = resume_changes(last_run_view(checkpoint_view(found.meta), run.history()),
+                                    now)
     scheduler.load_state_dict(scheduler_state)
     use_peak_lrs(optimizer, scheduler, peaks)
     return ResumePlan(source, found.path, found.meta["step"], stopper, found.rng, found.skipped,
@@ -127,7 +149,8 @@ def _checked_resume(
     its files', changing nothing: the config changes ``now`` makes (RunError for one a run
     cannot make), ``train.steps`` not below its step (RunError), and its stopper and scheduler
     states and, under fp16, its gradient scaler state (CheckpointError naming
-    ``state.json``). Returns the changes, the stopper and the scheduler state to load."""
+    ``state.json``: the checkpoint is damaged, and a run folder's resume takes an older one).
+    Returns the changes, the stopper and the scheduler state to load."""
     changes = checked_changes(source, meta, now)
     steps = (now.get("train") or {}).get("steps")
     if isinstance(steps, int) and steps < meta["step"]:

@@ -277,17 +277,32 @@ class RunFolder:
     # ----------------------------------------------------------------- history
 
     def append_history(self, event: str, **fields: Any) -> None:
-        """Append one event line to ``history.jsonl``."""
+        """Append one event line to ``history.jsonl``, on a line of its own after a last line
+        cut short (a writer killed mid-line), which would otherwise swallow it."""
         if not self.writer:
             return
         line = json.dumps({"event": event, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            **fields}, default=str)
-        with self.lock(), self._writing(), (self.path / HISTORY_FILE).open("a") as fh:
-            fh.write(line + "\n")
+        with self.lock(), self._writing(), (self.path / HISTORY_FILE).open("a+b") as fh:
+            if fh.seek(0, os.SEEK_END):
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    line = "\n" + line
+            fh.write((line + "\n").encode())
 
     def history(self) -> list[dict[str, Any]]:
-        """The events of ``history.jsonl``, oldest first."""
+        """The events of ``history.jsonl``, oldest first; a line that is not an event (cut
+        short by a writer killed mid-line) is left out, as a resume reads the history to find
+        the config the run last ran with and must not fail on it."""
         path = self.path / HISTORY_FILE
         if not path.is_file():
             return []
-        return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln]
+        events = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                event = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+        return events

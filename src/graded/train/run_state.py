@@ -23,7 +23,7 @@ from graded.train.options import TrainOptions
 from graded.train.preflight import check_resume_from
 from graded.train.recipes import Recipe
 from graded.train.resume import ResumePlan, plan_resume
-from graded.train.runs import RunError, run_view
+from graded.train.runs import RunError, RunFolder, run_view
 from graded.train.state_tensors import (
     capture_rng_state,
     jsonable,
@@ -54,6 +54,7 @@ class RunState:
     scaler: torch.amp.GradScaler | None
     sampler: StepSampler
     checkpoints: CheckpointManager
+    run: RunFolder
     run_dir: Path
     seed: int
     config: dict[str, Any]
@@ -122,7 +123,7 @@ class RunState:
         loading: list[Path] = []
         try:
             plan = plan_resume(source, self.model, self.optimizer, self.scheduler, now,
-                               loading=loading.append)
+                               loading=loading.append, run=self.run)
         except BaseException:
             # refused before loading (every check runs first): the model, optimizer and
             # scheduler are as they were, and so is what they hold (as built, or an earlier

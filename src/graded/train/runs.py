@@ -23,13 +23,16 @@ A key added after runs were first recorded (:data:`ADDED_KEYS`: ``task.unseen``,
 ``train.precision``, ...) is compared, where a recorded config lacks it, as the default it was
 added with, which is what that run did: such a run resumes with the default, and a new value
 of a key that cannot change is refused like any other change.
-:func:`resume_changes` sorts the differences of two configs by that rule; each accepted one is
-recorded in ``history.jsonl``.
+:func:`resume_changes` sorts the differences of two configs by that rule: those of the new config
+against the checkpoint's decide what a resume refuses; those against the config the run last
+ran with (:func:`last_run_view`: a change made at one resume is recorded once, not again at
+each later resume from a checkpoint saved before it) are recorded in ``history.jsonl``.
 How a resume is checked and loaded before anything is written: :mod:`graded.train.resume`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -56,7 +59,8 @@ if TYPE_CHECKING:
 __all__ = ["ADDED_KEYS", "CONFIG_FILE", "HISTORY_FILE", "LIBRARY_ENTRIES", "LOCK_FILE",
            "LOCK_PURPOSES", "MANIFEST_FILE", "PATTERNBOOST_FILES", "PROGRAM_SEARCH_FILES",
            "RESUMABLE_KEYS", "SEARCH_RUN_FILES", "LockHolder", "RunError", "RunFolder",
-           "RunLockedError", "checked_changes", "may_change_on_resume", "open_run",
+           "RunLockedError", "checked_changes", "checkpoint_view", "holds_checkpoint",
+           "last_run_view", "may_change_on_resume", "open_run",
            "refusal_message", "refuse_search_run", "resume_changes", "run_view",
            "search_run_files", "training_run_files"]
 
@@ -168,18 +172,55 @@ def run_view(config: Mapping[str, Any], *, options: Mapping[str, Any], seed: Any
     return {**config, "seed": seed, "kind": kind, "train": dict(options)}
 
 
+def checkpoint_view(checkpoint_state: Mapping[str, Any]) -> dict[str, Any]:
+    """The :func:`run_view` of the run that saved a checkpoint (its JSON state)."""
+    return run_view(checkpoint_state.get("config") or {},
+                    options=checkpoint_state.get("options") or {},
+                    seed=checkpoint_state.get("seed"), kind=checkpoint_state.get("kind"))
+
+
 def checked_changes(
     run: str | os.PathLike[str], checkpoint_state: Mapping[str, Any], new: Mapping[str, Any]
 ) -> dict[str, tuple[Any, Any]]:
     """The accepted changes from a checkpoint's run to ``new`` (a :func:`run_view`); a refused
     one raises :class:`RunError` (:func:`refusal_message`)."""
-    old = run_view(checkpoint_state.get("config") or {},
-                   options=checkpoint_state.get("options") or {},
-                   seed=checkpoint_state.get("seed"), kind=checkpoint_state.get("kind"))
-    allowed, refused = resume_changes(old, new)
+    allowed, refused = resume_changes(checkpoint_view(checkpoint_state), new)
     if refused:
         raise RunError(refusal_message(run, refused))
     return allowed
+
+
+def holds_checkpoint(run_dir: str | os.PathLike[str], checkpoint: str | os.PathLike[str]) -> bool:
+    """Whether ``checkpoint`` is one of the run folder ``run_dir``'s own (not of another run
+    resumed into it)."""
+    return Path(checkpoint).resolve().is_relative_to(Path(run_dir).resolve())
+
+
+def last_run_view(saved: Mapping[str, Any],
+                  history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The config a run last ran with: ``saved`` (the :func:`checkpoint_view` of one of its
+    checkpoints) with each change its ``history`` recorded since the run last started
+    (``override`` events after the last ``start``) applied in order. A checkpoint keeps the
+    config of the run that saved it, so a change made at a resume that saved no checkpoint
+    before it stopped (or whose later checkpoints are damaged) is in the history only;
+    compared against the checkpoint alone, each later resume would record it again. An
+    override recorded before the checkpoint was saved sets what the
+    checkpoint holds already, or what a later override sets again, as the history is the
+    run's one line of events."""
+    view = copy.deepcopy(dict(saved))
+    starts = [i for i, event in enumerate(history) if event.get("event") == "start"]
+    for event in history[starts[-1] + 1 if starts else 0:]:
+        key = event.get("key")
+        if event.get("event") != "override" or not isinstance(key, str) or "new" not in event:
+            continue
+        *sections, name = key.split(".")
+        node = view
+        for section in sections:
+            if not isinstance(node.get(section), dict):
+                node[section] = {}
+            node = node[section]
+        node[name] = event["new"]
+    return view
 
 
 def open_run(run: RunFolder, config: Mapping[str, Any], plan: ResumePlan | None, *,
@@ -190,8 +231,7 @@ def open_run(run: RunFolder, config: Mapping[str, Any], plan: ResumePlan | None,
     stderr what was removed or skipped. A resume from a checkpoint of another folder is a new
     run here: it is refused over an ``existing`` run as a fresh run is (its checkpoints would
     replace those of the folder's own run, step by step)."""
-    elsewhere = plan is not None and not Path(plan.checkpoint).resolve().is_relative_to(
-        run.path.resolve())
+    elsewhere = plan is not None and not holds_checkpoint(run.path, plan.checkpoint)
     if existing and (plan is None or elsewhere):
         if not overwrite and plan is None:
             raise RunError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,7 +26,10 @@ from graded.train import distributed as D
 from graded.train.data import StepSampler, to_device
 from graded.train.options import TrainOptions
 from graded.train.recipes import Recipe
-from graded.train.step_values import StepValues, read_step_values
+from graded.train.step_values import SkippedSteps, StepValues, read_step_values
+
+if TYPE_CHECKING:
+    from graded.train.runs import RunFolder
 
 __all__ = ["AUTOCAST_DTYPES", "OptimizerStep"]
 
@@ -54,8 +58,10 @@ class OptimizerStep:
     output_grades: torch.Tensor | None
     graded_loss: bool
     inputs_checked: bool
+    run: RunFolder
     _autocast: torch.autocast
     _quiet_schedule_step: bool
+    _skipped_steps: SkippedSteps  # fp16: the steps the scaler skipped in a row, this fit
     # the recipe's values of the next step: what its last on_step or start_step prepared
     _recipe_values: Callable[[], dict[str, float]]
     _recipe_pending: Callable[[], dict[str, float]] | None = None
@@ -117,17 +123,21 @@ class OptimizerStep:
         # step below sets the next step's) and the recipe's λ, bound and grade learning rate
         lr = self.optimizer.param_groups[0]["lr"]
         recipe = self._recipe_values
+        grad_scale = None
         if self.scaler is None:
             self.optimizer.step()
         else:  # skips the step when the unscaled gradients are not finite
             self.scaler.step(self.optimizer)
             self.scaler.update()
+            # the scale tensor is updated in place: a copy, on the device, read with the rest
+            scale = self.scaler._get_scale_async()  # None only for a scaler that is off
+            grad_scale = None if scale is None else scale.detach().clone()
         self._step_schedule()
         if self.recipe is not None:  # bounds the next step's grade learning rate
             self._recipe_values = self._recipe_pending = self.recipe.start_step(
                 self.model, self.optimizer, step + 1, self.opts.steps)
         values = StepValues(step + 1, total, count, grad_norm.detach(), extra, lr, recipe,
-                            reg_total)
+                            reg_total, grad_scale)
         return values, items * self.ctx.world_size
 
     def _step_schedule(self) -> None:
@@ -156,18 +166,29 @@ class OptimizerStep:
 
     def _read(self, window: list[StepValues]) -> list[tuple[float, dict[str, float]]]:
         """The loss and scalars of each step of ``window``, read in one transfer
-        (:func:`~graded.train.step_values.read_step_values`); FloatingPointError naming the
-        first step whose loss is not finite, and under fp16 the last step of ``window`` once
-        the gradient scaler's scale has fallen to 0: halved at each skipped step from 2^16,
-        it gets there only after some 166 steps in a row with non-finite gradients, which
-        no smaller scale cures (a NaN gradient of the model itself), and from then on every
-        step is skipped, so the run would end "finished" with the weights it had."""
-        last = window[-1].step if window else None
+        (:func:`~graded.train.step_values.read_step_values`; under fp16 the gradient scaler's
+        scale after each step is among them, ``grad_scale``, logged with the step's other
+        scalars: no second read of the device). FloatingPointError naming the first step
+        whose loss is not finite, and under fp16 the last step of ``window`` once the scale
+        has fallen to 0: halved at each skipped step from 2^16, it gets there only after some
+        166 steps in a row with non-finite gradients, which no smaller scale cures (a NaN
+        gradient of the model itself), and from then on every step is skipped, so the run
+        would end "finished" with the weights it had. Long before that, at
+        :data:`~graded.train.step_values.SKIPS_WARNED` skipped steps in a row, a
+        ``RuntimeWarning`` naming them is shown once and recorded as a ``warning`` event in
+        ``history.jsonl`` (:class:`~graded.train.step_values.SkippedSteps`)."""
+        steps = [w.step for w in window]
         read = read_step_values(window, self.ctx, self.opts, has_recipe=self.recipe is not None)
-        if self.scaler is not None and last is not None and self.scaler.get_scale() == 0.0:
+        if self.scaler is None or not read:
+            return read
+        note = self._skipped_steps.observe(steps, read, self.opts.lr)
+        if note is not None and self.ctx.is_main:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            self.run.append_history("warning", message=note)
+        if read[-1][1].get("grad_scale") == 0.0:
             raise FloatingPointError(
-                f"the fp16 gradient scaler's scale fell to 0 by step {last}: the steps before "
-                "it all had non-finite gradients and were skipped, so the model no longer "
-                "trains; an operation of the model has no finite gradient there (sqrt or log "
-                f"at 0, a division by 0), or lower lr (now {self.opts.lr})")
+                f"the fp16 gradient scaler's scale fell to 0 by step {steps[-1]}: the steps "
+                "before it all had non-finite gradients and were skipped, so the model no "
+                "longer trains; an operation of the model has no finite gradient there (sqrt "
+                f"or log at 0, a division by 0), or lower lr (now {self.opts.lr})")
         return read

@@ -31,7 +31,9 @@ A step's loss, gradient norm and metrics stay on the device until the trainer ne
 reads every step since its last read in one transfer at a log step, before an evaluation or a
 checkpoint, and at the end (a non-finite loss, or a non-finite gradient norm outside fp16, then
 raises ``FloatingPointError`` naming its step, before anything more is saved; under fp16, a
-gradient scale fallen to 0 by skipped steps does too). The training data
+gradient scale fallen to 0 by skipped steps does too). Under fp16 the gradient scale after each
+step is read with them and logged as ``grad_scale``, and 16 steps skipped in a row warn once,
+naming them (:class:`~graded.train.step_values.SkippedSteps`). The training data
 are checked once, when the trainer is built (token ids against the model's vocabulary, token
 grades: ``TaskKind.check_data``; the evaluation data too), and the steps run inside
 :func:`graded.checks.checked_inputs`. So with plain AdamW a step never waits for a GPU, and the
@@ -97,7 +99,7 @@ from graded.train.state_tensors import (
     restore_rng_state,
 )
 from graded.train.step import AUTOCAST_DTYPES, OptimizerStep
-from graded.train.step_values import StepValues, no_values, progress_bar
+from graded.train.step_values import SkippedSteps, StepValues, no_values, progress_bar
 from graded.train.stopping import Stopper
 from graded.transformer.graded import held_gradings
 
@@ -189,6 +191,7 @@ class Trainer(OptimizerStep, RunState, ClosesAtExit):
                        if self.opts.precision == "fp16" else None)
         # whether the schedule's next step may be its first after a skipped optimizer step
         self._quiet_schedule_step = self.scaler is not None
+        self._skipped_steps = SkippedSteps()  # counted anew by each fit
         self.sampler = StepSampler(
             dataset_size(self.train_data), self.opts.batch_size, seed=seed,
             grad_accum=self.opts.grad_accum, world_size=self.ctx.world_size, rank=self.ctx.rank,
@@ -312,6 +315,7 @@ class Trainer(OptimizerStep, RunState, ClosesAtExit):
 
     def _loop(self, plan: ResumePlan | None, pause_after: int | None) -> TrainResult:
         start, stopper = 0, Stopper()
+        self._skipped_steps = SkippedSteps()
         if plan is not None:
             start, stopper = plan.step, replace(plan.stopper)  # the plan's own is left as read
             restore_rng_state(*plan.rng, rank=self.ctx.rank)

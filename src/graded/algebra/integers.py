@@ -74,9 +74,13 @@ def _pollard_brent(n: int, rng: random.Random) -> int:
 
 
 def factorize(n: int) -> dict[int, int]:
-    """Prime factorisation {p: e} of a non-zero integer (sign ignored); {} for ±1."""
-    if not isinstance(n, int) or isinstance(n, bool):
-        raise TypeError(f"factorize needs an int, got {n!r}")
+    """Prime factorisation {p: e} of a non-zero integer (sign ignored); {} for ±1.
+
+    Takes any integral number (a NumPy integer too, as :func:`weighted_gcd` does), not a bool
+    and not a float: a float's value may already be rounded (2.0**60 + 1 is 2.0**60)."""
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool):
+        raise TypeError(f"factorize needs an int, got {n!r} ({type(n).__name__})")
+    n = int(n)
     if n == 0:
         raise ValueError("factorize(0) is undefined: 0 has no prime factorisation")
     n = abs(n)

@@ -44,7 +44,8 @@ def power_norm(a: Tensor, p: float) -> Tensor:
 
     Computed as m·(Σ_i (a_i/m)^p)^{1/p} with m = max_i a_i, so the sum cannot overflow where the
     result does not (float32: a_i = 10^4 with p = 10 is 10^40). A NaN a_i gives NaN and an
-    infinite one ∞ (the result is ≥ m); the result for a = 0 is 0 with a zero gradient.
+    infinite one ∞ (the result is ≥ m); the result for a = 0 is 0 with a zero gradient, and a
+    zero a_i has slope 0 (for p < 1 its one-sided slope is ∞).
     """
     m = a.amax(-1, keepdim=True)
     if math.isinf(p):
@@ -52,7 +53,12 @@ def power_norm(a: Tensor, p: float) -> Tensor:
     # m != 0, not m > 0: a NaN m must reach the result, not be read as the zero vector
     nonzero = m != 0
     m_safe = torch.where(nonzero, m, torch.ones_like(m))
-    total = ((a / m_safe) ** p).sum(-1, keepdim=True)  # >= 1 wherever 0 < m < ∞
+    r = a / m_safe
+    # a zero a_i adds 0 with slope 0: for p < 1 the slope of r^p at 0 is ∞, and its product
+    # with ∂r/∂m = −a/m² = 0 made the gradient of every other a_i NaN
+    zero = r == 0
+    rp = torch.where(zero, torch.zeros_like(r), torch.where(zero, torch.ones_like(r), r) ** p)
+    total = rp.sum(-1, keepdim=True)  # >= 1 wherever 0 < m < ∞
     total = torch.where(nonzero, total, torch.ones_like(total))  # no 0^{1/p - 1} in backward
     n = m_safe * total ** (1.0 / p)
     n = torch.where(torch.isinf(m), m, n)  # a_i = ∞ made a_i/m = ∞/∞ = NaN
@@ -212,9 +218,12 @@ class GradedSpace:
         return {d: self.project(x, d) for d in self.distinct_grades}
 
     def is_homogeneous(self, x: Tensor, atol: float = 0.0) -> Tensor:
-        """Bool tensor (...,): x is non-zero in at most one grade component (0 counts)."""
+        """Bool tensor (...,): x is non-zero in at most one grade component (0 counts).
+
+        A coordinate counts as zero when |x_i| <= ``atol``; a NaN one does not (|NaN| > atol
+        is False, so (NaN, 1) on grades (1, 2) was called homogeneous)."""
         self._check(x)
-        nonzero = [(self.project(x, d).abs() > atol).any(-1) for d in self.distinct_grades]
+        nonzero = [(~(self.project(x, d).abs() <= atol)).any(-1) for d in self.distinct_grades]
         return torch.stack(nonzero, -1).sum(-1) <= 1
 
     # -- norms ---------------------------------------------------------------------------------

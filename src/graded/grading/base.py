@@ -238,9 +238,13 @@ class GradingMap(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         """``nn.Module``'s state without the kept values: a copy (``copy.deepcopy``, pickling)
         holds copies of their sources, whose storage would not pin the addresses its stamps
-        name, so a later tensor at one of them could pass for the original."""
+        name, so a later tensor at one of them could pass for the original. Nor the scales
+        held by :func:`shared_scales`: a copy made inside the block is outside it, and
+        returned the held scales for good (after ``set_grades`` too); with learnable grades
+        they are no graph leaves, which ``copy.deepcopy`` refused."""
         state = super().__getstate__()
         state.pop("_kept", None)
+        state.pop("_scales_memo", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -334,6 +338,18 @@ class GradingMap(nn.Module):
         :class:`graded.transformer.graded_stages.TokenGrading`); None gives :meth:`scales`."""
         raise NotImplementedError
 
+    def _check_multiplier(self, multiplier: Tensor) -> None:
+        """The checks of :meth:`scales_at`: a tensor of multipliers, and grades shared by all
+        features (per-head grades (H, dim) broadcast against the multipliers' last axis: s of
+        shape (T,) with T = H paired token t with head t, silently)."""
+        if not isinstance(multiplier, Tensor):
+            raise TypeError(f"scales_at takes a tensor of multipliers s (or None), got "
+                            f"{type(multiplier).__name__}")
+        if self.grades.ndim != 1:
+            raise ValueError(f"scales_at needs shared grades of shape ({self.dim},), one "
+                             f"grade per feature; this grading has per-head grades of shape "
+                             f"{tuple(self.grades.shape)}")
+
     def inverse_scales(self) -> Tensor:
         """The diagonal of the inverse grading matrix, shape ``grades.shape``."""
         return 1.0 / self.scales()
@@ -393,7 +409,11 @@ class GradingMap(nn.Module):
         s = self.scales()
         if s.ndim == 1:
             return x * s
-        axis = head_axis % x.ndim if x.ndim > 0 else 0
+        if not -x.ndim <= head_axis < x.ndim:  # taken modulo ndim, 4 read axis 0 of a 4-d x
+            raise ValueError(f"per-head grades of shape {tuple(s.shape)} need {s.shape[0]} "
+                             f"heads at axis head_axis={head_axis!r}, which is out of range "
+                             f"for an input of {x.ndim} dimensions (shape {tuple(x.shape)})")
+        axis = head_axis % x.ndim
         if x.ndim < 2 or axis == x.ndim - 1 or x.shape[axis] != s.shape[0]:
             raise ValueError(
                 f"per-head grades of shape {tuple(s.shape)} need {s.shape[0]} heads at axis "

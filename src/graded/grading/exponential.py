@@ -268,6 +268,7 @@ class ExponentialGrading(GradingMap):
         :meth:`scales` is but without a warning (:mod:`graded.grading`); None is s = 1."""
         if multiplier is None:
             return self.scales()
+        self._check_multiplier(multiplier)
         # s·q·ln λ in float32 at least, rounded once at the end to the dtype that s·q has
         out = torch.promote_types(multiplier.dtype, self.grades.dtype)
         e = self._exponent()

@@ -129,6 +129,7 @@ class LinearGrading(GradingMap):
         float32 and wider, computed in that dtype, it is not clamped."""
         if multiplier is None:
             return self._scales_from(self.grades, self.grades.dtype)
+        self._check_multiplier(multiplier)
         out = torch.promote_types(multiplier.dtype, self.grades.dtype)
         wide = at_least_float32(out)
         s = self._scales_from(multiplier.unsqueeze(-1).to(wide) * self.grades.to(wide), wide,

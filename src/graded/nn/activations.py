@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from graded._precision import at_least_float32
 from graded.checks import check_bool
 from graded.grading import GradesLike, as_grade_tensor, straight_through_floor
+from graded.grading.grades import has_values
 
 __all__ = [
     "DEFAULT_MAX_SLOPE",
@@ -181,15 +182,23 @@ def register_grades(module: nn.Module, grades: GradesLike, n: int | None, learna
     ``module.learnable_grades``; return the validated values.
 
     Numbers are validated on the host before the move, so that a module can be built on the
-    ``"meta"`` device (whose tensors have no values to check) and materialised later.
+    ``"meta"`` device (whose tensors have no values to check) and materialised later: with
+    ``device="meta"`` and inside ``with torch.device("meta")``, where the grades are made on
+    that device (validating them there raised "Tensor.item() cannot be called on meta
+    tensors"). Grades given as a meta tensor are not checked (they have no values); the
+    values returned are those checked (on the host), or the meta tensor.
     ``learnable`` takes True or False only (``TypeError`` naming it otherwise).
     """
     learnable = check_bool("learnable", learnable)
     if n is None and isinstance(grades, (int, float)) and not isinstance(grades, bool):
         raise ValueError(f"{what} got the single grade {grades!r} and no features= to say how "
                          f"many features carry it (or pass one grade per feature)")
-    q = _refuse_non_positive(as_grade_tensor(grades, dim=n, dtype=dtype, allow_heads=False)
-                             .detach().clone(), what)
+    q = as_grade_tensor(grades, dim=n, dtype=dtype, allow_heads=False).detach().clone()
+    checked = q
+    if not has_values(q) and not isinstance(grades, Tensor):  # made on "meta" by a context
+        checked = as_grade_tensor(grades, dim=n, dtype=dtype, device="cpu", allow_heads=False)
+    if has_values(checked):
+        _refuse_non_positive(checked, what)
     stored = q.to(device) if device is not None else q
     if learnable:
         module.grades = nn.Parameter(stored)
@@ -197,7 +206,7 @@ def register_grades(module: nn.Module, grades: GradesLike, n: int | None, learna
         module.register_buffer("grades", stored)
     module.learnable_grades = learnable
     module.register_load_state_dict_pre_hook(_check_loaded_grades)
-    return q
+    return checked
 
 
 def _check_loaded_grades(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:

@@ -151,9 +151,11 @@ class MultiplicativeGradedLinear(_LinearBase):
     - ``"power"``: the real power sgn(u)^{q}|u|^q, which needs integer grades (fixed ones);
     - ``"abs"``: |u|^q (signs dropped).
 
-    A factor that is exactly 0 makes the product 0. Its gradients are the true derivatives where
-    they exist: with one zero factor u_k of grade q_k = 1 (``"odd"``, ``"power"``) the slope in
-    u_k is the product of the other factors; for q_k > 1, or with two zero factors, it is 0.
+    A factor that is exactly 0 makes the product 0, also where the other factors' product is
+    beyond the dtype's range. Its gradients are the true derivatives where they exist: with one
+    zero factor u_k of grade q_k = 1 (``"odd"``, ``"power"``) the slope in u_k is the product
+    of the other factors (saturating at the dtype's largest value); for q_k > 1, or with two
+    zero factors, it is 0.
     Where the derivative is infinite (q_k < 1) or absent (|u| in ``"abs"``) it is taken as 0,
     so gradients stay finite. With b = 0 and λ > 0,
     β(λ⋆x) = λ^{Σ q_i²} β(x) (000 §3). Learnable grades that fall below ``min_grade`` in
@@ -178,7 +180,7 @@ class MultiplicativeGradedLinear(_LinearBase):
         super().__init__(in_features, out_features, bias, device, dtype)
         q = register_grades(self, grades, in_features, learnable_grades, device,
                             dtype or self.weight.dtype, "MultiplicativeGradedLinear")
-        if sign_mode == "power":
+        if sign_mode == "power" and q.device.type != "meta":  # meta grades: no values
             frac = torch.remainder(q, 1) != 0
             if bool(frac.any()):
                 i = int(frac.nonzero()[0, 0])
@@ -201,6 +203,14 @@ class MultiplicativeGradedLinear(_LinearBase):
         # times the error of the factors; float16/bfloat16 sum their logarithms in float32
         work = at_least_float32(a.dtype)
         log_mag = (q.to(work) * torch.log(a.to(work))).sum(-1)
+        n_zero = zero.sum(-1)
+        # with a zero factor the product is 0 and the other factors' product only carries a
+        # slope: where it overflows it is kept below the dtype's largest value, as ∞·0 made
+        # the output NaN (float16: x = (0, 300, 300), grades 1) and exp's backward ∞·0 the
+        # gradient NaN; an infinite factor (log_mag = ∞) still gives 0·∞ = NaN
+        cap = math.log(torch.finfo(a.dtype).max) - 1e-3
+        keep = (n_zero == 0) | torch.isinf(log_mag)
+        log_mag = torch.where(keep, log_mag, log_mag.clamp(max=cap))
         mag = torch.exp(log_mag).to(a.dtype)
         if self.sign_mode == "odd":
             neg = (u < 0).sum(-1)
@@ -210,7 +220,6 @@ class MultiplicativeGradedLinear(_LinearBase):
             neg = torch.zeros_like(mag, dtype=torch.int64)
         sign = 1.0 - 2.0 * torch.remainder(neg, 2).to(mag.dtype)
         rest = sign * mag  # the product of the non-zero factors
-        n_zero = zero.sum(-1)
         if self.sign_mode != "abs":
             # one zero factor u_k of grade 1: the product is rest·u_k, smooth at u_k = 0 with
             # slope rest (q_k > 1: slope 0; q_k < 1: infinite, taken as 0). The term below is 0

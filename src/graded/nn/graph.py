@@ -123,7 +123,8 @@ class _GraphAttention(nn.Module):
         logit_bias: Tensor | None = None,
         need_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend over N(i); ``logit_bias`` (broadcastable to (B, H, N, N)) is added to e_ij.
+        """Attend over N(i); ``logit_bias`` (broadcastable to (B, H, N, N)) is added to e_ij
+        in the logits' dtype (that of ``x``).
 
         Returns the new features (B?, N, H·F' or F') and, with ``need_weights``, α (B?, H, N, N).
         """
@@ -137,7 +138,9 @@ class _GraphAttention(nn.Module):
             mask = mask | torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
         e, messages = self.logits(xb)  # (B, H, N, N), (B, H, N, F')
         if logit_bias is not None:
-            e = e + logit_bias
+            # in the logits' dtype: a float32 bias promoted bfloat16 logits, and the float32
+            # weights then failed to multiply the bfloat16 messages
+            e = e + torch.as_tensor(logit_bias, dtype=e.dtype, device=e.device)
         # the dtype's lowest value, not -inf: a node with no neighbour gets a finite uniform row
         # (zeroed below) instead of NaN, so no NaN reaches the backward pass
         e = e.masked_fill(~mask.unsqueeze(1), torch.finfo(e.dtype).min)
@@ -242,6 +245,17 @@ class GATv2Layer(_GraphAttention):
         return (hidden * self.att[:, None, None, :]).sum(-1), zl  # (B, H, N, N)
 
 
+def _refuse_non_positive_weights(grades: Tensor) -> None:
+    """A ValueError naming the first grade q <= -1, whose linear weight 1 + q is not
+    positive (floored at 1e-6 it made the node all but invisible, silently)."""
+    bad = grades.detach() <= -1
+    if bool(bad.any()):
+        at = tuple(bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"the linear grading's weights 1 + q need grades q > -1, got "
+            f"{float(grades[at])!r} at index {at if len(at) > 1 else at[0]}")
+
+
 class GradedGraphAttention(nn.Module):
     """Graph attention whose nodes are graded by centrality (000 §8.9 (i)).
 
@@ -302,6 +316,11 @@ class GradedGraphAttention(nn.Module):
             finite = False
         if not finite:  # NaN gave NaN attention for every node, ±inf NaN or one-hot rows
             raise ValueError(f"grade_scale must be a finite number, got {grade_scale!r}")
+        if grading == "linear" and not learn_scale and float(grade_scale) <= -1:
+            # the most central node has q = s: its weight 1 + s <= 0 was floored at 1e-6
+            raise ValueError(
+                f"the linear grading's weights 1 + q need grades q > -1, and grade_scale="
+                f"{grade_scale!r} gives the most central node q = {float(grade_scale)!r}")
         self.centrality, self.grading, self.base, self.apply_to = (
             centrality,
             grading,
@@ -327,7 +346,9 @@ class GradedGraphAttention(nn.Module):
         return self.grade_scale * c / torch.where(top > 0, top, torch.ones_like(top))
 
     def log_weights(self, grades: Tensor) -> Tensor:
-        """log w(q): q ln λ (exponential) or log(1 + q) (linear, floored at 1e-6 > 0)."""
+        """log w(q): q ln λ (exponential) or log(1 + q) (linear, floored at 1e-6 > 0: grades
+        given to ``forward`` and a fixed ``grade_scale`` are refused at q <= -1, a learnable
+        scale that moves there is floored)."""
         if self.grading == "exponential":
             return grades * math.log(self.base)
         return torch.log(torch.clamp(1.0 + grades, min=1e-6))
@@ -351,16 +372,21 @@ class GradedGraphAttention(nn.Module):
                 raise ValueError(f"grades must have shape {' or '.join(map(str, allowed))} "
                                  f"(one per node), got {tuple(q.shape)}")
             q = as_grade_tensor(q, dim=adj.shape[-1])  # a real, finite tensor
-        log_w = self.log_weights(q.to(x.dtype))  # (B?, N)
+            if self.grading == "linear" and not torch.compiler.is_compiling():
+                _refuse_non_positive_weights(q)
+        # log w and w in float32 at least, rounded once to x's dtype: in bfloat16 q, q·ln λ
+        # (or 1 + q, its log) and exp were each rounded, four times the error of one rounding
+        work = at_least_float32(x.dtype)
+        log_w = self.log_weights(q.to(work))  # (B?, N)
         if self.apply_to == "features":
             # scale the batched features: x (N, F) with an adjacency (1, N, N) has grades (1, N),
             # which broadcasting would turn into a batch of one graph (the plain layer returns
             # (N, ·)), and with an adjacency (B, N, N) into B copies of x (the layer refuses it)
             xb, batched = _batch_features(x, adj)
-            scaled = xb * log_w.exp().unsqueeze(-1)  # (B, N, F)
+            scaled = (xb.to(work) * log_w.exp().unsqueeze(-1)).to(x.dtype)  # (B, N, F)
             return self.layer(scaled if batched else scaled.squeeze(0), adj,
                               need_weights=need_weights)
-        bias = log_w.unsqueeze(-2).unsqueeze(-2)  # over key nodes j: (B?, 1, 1, N)
+        bias = log_w.to(x.dtype).unsqueeze(-2).unsqueeze(-2)  # over key nodes j: (B?, 1, 1, N)
         if bias.dim() == 3:
             bias = bias.unsqueeze(0)
         return self.layer(x, adj, logit_bias=bias, need_weights=need_weights)

@@ -58,7 +58,8 @@ A diagonal grading next to a linear map is folded into the map's weights by the 
 while.
 
 The package's modules: :mod:`~graded.grading.grades` (grade tensors and their validation),
-:mod:`~graded.grading.base` (:class:`GradingMap` and the scales of several gradings at once),
+:mod:`~graded.grading.base` (:class:`GradingMap`), :mod:`~graded.grading.batching` (the scales
+of several gradings at once),
 :mod:`~graded.grading.linear` and :mod:`~graded.grading.exponential` (the two maps). Import
 from ``graded.grading``.
 """
@@ -68,11 +69,9 @@ from graded.folding import activation_grading
 from graded.grading.base import (
     GradingMap,
     _is_parameter,  # noqa: F401  (imported from here by tests/test_grading_kept_scales.py)
-    batched_scales,
     is_diagonal,
-    shared_scales,
-    stacked_scales,
 )
+from graded.grading.batching import batched_scales, shared_scales, stacked_scales
 from graded.grading.exponential import ExponentialGrading
 from graded.grading.grades import GradesLike, as_grade_tensor, straight_through_floor
 from graded.grading.linear import LINEAR_FUNCTIONS, LinearGrading

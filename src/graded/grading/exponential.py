@@ -15,7 +15,8 @@ from torch import Tensor
 
 from graded._precision import at_least_float32, held_precision, widen_loaded
 from graded.folding import _autocast_on
-from graded.grading.base import GradingMap, _stack_grades
+from graded.grading.base import GradingMap
+from graded.grading.batching import _stack_grades
 from graded.grading.grades import GradesLike, _describe_bad, has_values, straight_through_floor
 
 __all__ = ["ExponentialGrading"]

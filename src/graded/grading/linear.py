@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from graded._precision import at_least_float32
-from graded.grading.base import GradingMap, _stack_grades
+from graded.grading.base import GradingMap
+from graded.grading.batching import _stack_grades
 from graded.grading.grades import GradesLike, _describe_bad, straight_through_floor
 
 __all__ = ["LINEAR_FUNCTIONS", "LinearGrading"]

@@ -144,7 +144,8 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
                          reduction: str = "mean") -> Tensor:
     """Graded cross-entropy −Σ_i q_i y_i log ŷ_i (000 §3.3), one value per vector.
 
-    A term with y_i = 0 or q_i = 0 is 0, also where ŷ_i = 0 (0·log 0 = 0).
+    A term with y_i = 0 or q_i = 0 is 0, also where ŷ_i = 0 (0·log 0 = 0); any other term with
+    a NaN prediction ŷ_i is NaN, for probabilities as for logits.
 
     ``input`` (..., C) holds logits (``from_logits=True``; log-softmax is applied) or
     probabilities. ``target`` is (..., C) class probabilities or (...) class indices; index
@@ -168,9 +169,11 @@ def graded_cross_entropy(input: Tensor, target: Tensor, grades: GradesArg, *,
     if from_logits:
         logp = F.log_softmax(input, -1)
     else:
+        # log p, -inf for p <= 0; a NaN probability stays NaN (read as p = 0 it gave ∞)
         pos = input > 0
         logp = torch.log(torch.where(pos, input, torch.ones_like(input)))
-        logp = torch.where(pos, logp, torch.full_like(input, -torch.inf))
+        logp = torch.where(pos, logp, torch.where(input.isnan(), input,
+                                                  torch.full_like(input, -torch.inf)))
     keep = None
     if not target.is_floating_point():
         if target.dtype == torch.bool or target.is_complex():

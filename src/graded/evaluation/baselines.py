@@ -14,7 +14,9 @@ a test one:
 
 Features (``features``): real inputs are flattened (padding is zero); token inputs are one-hot
 per position, flattened, or bag-of-tokens counts (each divided by the length) when the one-hot
-would exceed ``max_onehot`` columns.
+would exceed ``max_onehot`` columns. Token and class ids of any integer dtype are read as int64
+(int32 ones, say from NumPy, as the kinds' losses read them; ``one_hot`` and the cross-entropy
+refused them).
 
 Each task kind of :mod:`graded.kinds` picks its family (:func:`sequence_baselines`,
 :func:`classification_baselines`, :func:`regression_baselines`);
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graded.checks import check_int
+from graded.evaluation.splits import padding_mask
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
 
 MAX_ONEHOT = 4096
@@ -56,9 +59,7 @@ def features(data: TaskDataset, *, vocab_size: int | None = None, length: int | 
     split has shorter train sequences).
     """
     x = data.inputs
-    pad = data.get("key_padding_mask")
-    if pad is None:
-        pad = torch.zeros(x.shape[:2], dtype=torch.bool)
+    pad = padding_mask(data)
     t = x.shape[1] if length is None else length
     if x.shape[1] < t:
         extra = t - x.shape[1]
@@ -71,7 +72,7 @@ def features(data: TaskDataset, *, vocab_size: int | None = None, length: int | 
         return x.reshape(x.shape[0], -1)
     if vocab_size is None:
         raise ValueError("token inputs need vocab_size to build one-hot features")
-    onehot = F.one_hot(x.clamp(min=0), vocab_size).double() * (~pad)[..., None]
+    onehot = F.one_hot(x.clamp(min=0).long(), vocab_size).double() * (~pad)[..., None]
     if t * vocab_size <= max_onehot:
         return onehot.reshape(x.shape[0], -1)
     lengths = (~pad).sum(1, keepdim=True).clamp(min=1)
@@ -102,6 +103,7 @@ def logistic_regression(x_train: Tensor, y_train: Tensor, x_test: Tensor, *,
     (strong Wolfe line search), in float64: deterministic.
     """
     c = int(num_classes or int(y_train.max()) + 1)
+    y = y_train.long()  # the cross-entropy takes int64 class ids only
     x = x_train.double()
     w = torch.zeros(x.shape[1], c, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(c, dtype=torch.float64, requires_grad=True)
@@ -110,7 +112,7 @@ def logistic_regression(x_train: Tensor, y_train: Tensor, x_test: Tensor, *,
 
     def closure() -> Tensor:
         opt.zero_grad()
-        loss = F.cross_entropy(x @ w + b, y_train) + 0.5 * l2 * (w * w).sum()
+        loss = F.cross_entropy(x @ w + b, y) + 0.5 * l2 * (w * w).sum()
         loss.backward()
         return loss
 
@@ -135,7 +137,7 @@ def knn_classify(x_train: Tensor, y_train: Tensor, x_test: Tensor, k: int = 5,
     """Majority vote of the k nearest train labels (smallest label on ties)."""
     c = int(num_classes or int(y_train.max()) + 1)
     idx = _neighbours(x_train, x_test, k)
-    votes = F.one_hot(y_train[idx], c).sum(1)
+    votes = F.one_hot(y_train.long()[idx], c).sum(1)
     return votes.argmax(-1)
 
 
@@ -216,15 +218,10 @@ def prompt_nearest_neighbour(train: TaskDataset, test: TaskDataset, vocab_size: 
             answer = torch.zeros_like(scored)  # input t + 1 is target t: part of the answer
             answer[:, 1:] = scored[:, :-1]
             x = torch.where(answer, torch.full_like(x, pad_id), x)
-        return F.one_hot(x, vocab_size).double().reshape(x.shape[0], -1)
+        return F.one_hot(x.long(), vocab_size).double().reshape(x.shape[0], -1)
 
     idx = _neighbours(prompt(train), prompt(test), 1)[:, 0]
     return _align(train.targets, t, IGNORE_INDEX)[idx].clamp(min=0)
-
-
-def _padding(data: TaskDataset) -> Tensor:
-    pad = data.get("key_padding_mask")
-    return torch.zeros(data.inputs.shape[:2], dtype=torch.bool) if pad is None else pad
 
 
 # ---- per kind (graded.kinds chooses; graded.kinds.run_baselines scores) -------------
@@ -236,7 +233,7 @@ def sequence_baselines(train: TaskDataset, test: TaskDataset, *, encoder_decoder
     out = {"majority": positional_majority(train, test, v),
            "bigram": bigram(train, test, v, encoder_decoder=encoder_decoder)}
     has_prompt = encoder_decoder or bool(
-        ((train.targets == IGNORE_INDEX) & ~_padding(train)).any())
+        ((train.targets == IGNORE_INDEX) & ~padding_mask(train)).any())
     if has_prompt:  # a task scored on every token (Dyck) has no prompt to match
         out["knn"] = prompt_nearest_neighbour(train, test, v, encoder_decoder=encoder_decoder)
     return out

@@ -3,9 +3,14 @@
 Predictions are class ids (long) or logits/scores with one more trailing dimension than the
 targets (then the argmax is taken); regression predictions have the targets' shape. A NaN among
 the logits of a scored entry makes the score NaN, as a NaN prediction makes the regression
-errors NaN (``argmax`` would take the NaN for the largest logit and count a guess). A NaN in
-the regression targets or predictions makes ``mse``, ``mae`` and ``r2`` NaN alike; so does an
-infinite target for ``r2``, whose spread about the mean is then undefined.
+errors NaN (``argmax`` would take the NaN for the largest logit and count a guess); so does a
+NaN among floating class ids, the mark :meth:`graded.kinds.TaskKind.prediction` leaves where
+the logits held one. A NaN in the regression targets or predictions makes ``mse``, ``mae`` and
+``r2`` NaN alike; so does an infinite target for ``r2``, whose spread about the mean is then
+undefined.
+
+Class targets are ids ≥ 0, or ``IGNORE_INDEX`` (-100) where nothing is scored: another negative
+id (-1, the ignore value of some code bases) would count as a wrong guess, silently.
 """
 
 from __future__ import annotations
@@ -22,16 +27,20 @@ from graded.tasks.base import IGNORE_INDEX, TaskDataset
 def as_labels(predictions: Tensor, targets: Tensor) -> Tensor:
     """Class ids from ids or from logits of shape (*targets.shape, C), C ≥ 2.
 
-    Floating predictions of the targets' shape are taken as ids only when they are whole
-    numbers: scores or probabilities there (one column per example) would otherwise be
-    truncated to ids. One class column (C = 1) is refused for the same reason: its argmax
-    is always 0."""
+    Floating predictions of the targets' shape are taken as ids only when they are finite
+    whole numbers or NaN (a NaN prediction, scored NaN by the metrics; its id here is 0):
+    scores or probabilities there (one column per example) would otherwise be truncated to
+    ids. One class column (C = 1) is refused for the same reason: its argmax is always 0."""
     if predictions.shape == targets.shape:
-        if predictions.is_floating_point() and not bool(
-                (predictions == predictions.round()).all()):
-            raise ValueError(f"predictions of the targets' shape {tuple(targets.shape)} are "
-                             f"{predictions.dtype} values that are not whole numbers; expected "
-                             "class ids, or logits with one more trailing class dimension")
+        if predictions.is_floating_point():
+            nan = predictions.isnan()
+            bad = ~nan & ((predictions != predictions.round()) | predictions.isinf())
+            if bool(bad.any()):
+                raise ValueError(f"predictions of the targets' shape {tuple(targets.shape)} are "
+                                 f"{predictions.dtype} values that are not whole numbers (e.g. "
+                                 f"{predictions[bad][0].item()}); expected class ids, or logits "
+                                 "with one more trailing class dimension")
+            return predictions.masked_fill(nan, 0).long()
         return predictions.long()
     if predictions.ndim == targets.ndim + 1 and predictions.shape[:-1] == targets.shape:
         if predictions.shape[-1] < 2:
@@ -45,22 +54,26 @@ def as_labels(predictions: Tensor, targets: Tensor) -> Tensor:
 
 
 def _nan_logits(predictions: Tensor, targets: Tensor, keep: Tensor) -> bool:
-    """Whether a kept entry's logits (one more trailing dimension than the targets) hold NaN."""
-    if predictions.ndim != targets.ndim + 1 or not predictions.is_floating_point():
+    """Whether a kept entry's prediction holds NaN: its logits (one more trailing dimension
+    than the targets) or its floating class id."""
+    if not predictions.is_floating_point():
         return False
-    return bool((predictions.isnan().any(-1) & keep).any())
+    nan = predictions.isnan()
+    return bool(((nan.any(-1) if predictions.ndim == targets.ndim + 1 else nan) & keep).any())
 
 
 def _mask(targets: Tensor, mask: Tensor | None) -> Tensor:
     """The kept entries: target != -100 and, with ``mask``, mask True.
 
-    Float targets are class ids only when whole numbers (a NaN or 0.5 would count as a wrong
-    guess, silently). The mask is boolean or holds only 0 and 1: ``bool()`` of a weight such as
-    0.5 would keep its entry, a weighted mean read as a plain one."""
-    if targets.is_floating_point() and not bool((targets == targets.round()).all()):
-        bad = targets[targets != targets.round()]
-        raise ValueError(f"targets are {targets.dtype} values that are not whole numbers (e.g. "
-                         f"{bad[0].item()}); expected class ids")
+    Float targets are class ids only when finite whole numbers (a NaN, ∞ or 0.5 would count as
+    a wrong guess, silently), and a kept target is an id ≥ 0 (module docstring). The mask is
+    boolean or holds only 0 and 1: ``bool()`` of a weight such as 0.5 would keep its entry, a
+    weighted mean read as a plain one."""
+    if targets.is_floating_point():
+        bad = (targets != targets.round()) | ~targets.isfinite()
+        if bool(bad.any()):
+            raise ValueError(f"targets are {targets.dtype} values that are not whole numbers "
+                             f"(e.g. {targets[bad][0].item()}); expected class ids")
     keep = targets != IGNORE_INDEX
     if mask is not None:
         if mask.shape != targets.shape:
@@ -71,6 +84,10 @@ def _mask(targets: Tensor, mask: Tensor | None) -> Tensor:
             raise ValueError(f"mask holds {bad[0].item()!r} ({mask.dtype}); expected a boolean "
                              "mask (True = scored) or one of only 0s and 1s")
         keep = keep & mask.bool()
+    negative = keep & (targets < 0)
+    if bool(negative.any()):
+        raise ValueError(f"targets hold the class id {targets[negative][0].item()}; expected ids "
+                         f">= 0, or {IGNORE_INDEX} (IGNORE_INDEX) where nothing is scored")
     return keep
 
 
@@ -148,8 +165,12 @@ def r2(predictions: Tensor, targets: Tensor) -> float:
 
 
 def _same_shape(predictions: Tensor, targets: Tensor, metric: str) -> None:
-    """Regression predictions and targets of one shape, with at least one entry (a mean over
-    none is not a score)."""
+    """Regression predictions and targets of one shape and real dtype (``double()`` of a
+    complex value drops its imaginary part), with at least one entry (a mean over none is not
+    a score)."""
+    for what, t in (("predictions", predictions), ("targets", targets)):
+        if t.is_complex():
+            raise TypeError(f"{metric} of {what} of dtype {t.dtype}; expected real values")
     if predictions.shape != targets.shape:
         raise ValueError(f"predictions of shape {tuple(predictions.shape)} do not match "
                          f"targets of shape {tuple(targets.shape)}")
@@ -183,6 +204,8 @@ def compute_metric(name: str, predictions: Tensor,
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; available: {sorted(METRICS)}")
     tensors = data.tensors if isinstance(data, TaskDataset) else data
+    if "targets" not in tensors:
+        raise ValueError(f"{name} needs a 'targets' tensor; the data has {sorted(tensors)}")
     targets = tensors["targets"]
     if name in ("mse", "mae", "r2"):
         return METRICS[name](predictions, targets)

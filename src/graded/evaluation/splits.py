@@ -120,12 +120,24 @@ def _later_sums(sizes: Sequence[int], limit: int) -> Iterator[tuple[int, int]]:
             yield g, sums[stop - 1 - g]
 
 
-def sequence_lengths(data: TaskDataset) -> Tensor:
-    """Number of non-padding tokens of every example (the full width without a mask)."""
+def padding_mask(data: TaskDataset) -> Tensor:
+    """The (N, T) ``key_padding_mask`` of ``data`` (True = padding); all False without one.
+
+    A mask of another dtype is refused: ``~`` of a 0/1 integer mask is -1/-2 (255/254 as
+    uint8), which counted a 2-token row as -4 tokens (764 as uint8), and a floating mask is
+    additive (-inf = padding, as attention reads it), not True/False."""
     pad = data.get("key_padding_mask")
     if pad is None:
-        return torch.full((len(data),), data.inputs.shape[1], dtype=torch.long)
-    return (~pad).sum(1)
+        return torch.zeros(data.inputs.shape[:2], dtype=torch.bool)
+    if pad.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask of dtype {pad.dtype}; expected a boolean mask "
+                        "(True = padding), e.g. mask.bool() of a 0/1 one")
+    return pad
+
+
+def sequence_lengths(data: TaskDataset) -> Tensor:
+    """Number of non-padding tokens of every example (the full width without a mask)."""
+    return (~padding_mask(data)).sum(1)
 
 
 def size_split(data: TaskDataset, threshold: float,

@@ -4,6 +4,7 @@ the :class:`MorphicModel` protocol, and the registry the kinds enter (:mod:`grad
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -239,8 +240,18 @@ class TaskKind:
 
     # ---- evaluation --------------------------------------------------------------------
     def prediction(self, output: Tensor, batch: Batch) -> Tensor:
-        """What the metrics read from an output: class or token ids (argmax)."""
-        return output.argmax(-1)
+        """What the metrics read from an output: class or token ids (argmax), as float64 with
+        NaN where an entry's logits hold a NaN, so that the metrics score it NaN as they do
+        its logits (:mod:`graded.evaluation.metrics`): ``argmax`` takes a NaN for the largest
+        logit, and the all-NaN logits of a diverged model were scored as guesses (accuracy
+        2/3 beside a NaN loss). Since it does, an entry's logits hold a NaN exactly where the
+        logit it picks is one: marked from that, without a read of the device or a mask the
+        size of the logits (float64 holds every id exactly)."""
+        ids = output.argmax(-1)
+        if not output.is_floating_point():
+            return ids
+        picked = output.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        return ids.double().masked_fill(picked.isnan(), math.nan)
 
     def raw_prediction(self, output: Tensor, batch: Batch) -> Tensor:
         """The output as :func:`graded.train.predict` returns it (logits, or a regression's
@@ -282,6 +293,13 @@ class TaskKind:
 
     def _answer(self, out: Tensor) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def _widened(output: Tensor) -> Tensor:
+    """A model output in float32 at least, the precision its loss is computed in: half
+    precision widened, float64 kept (``.float()`` rounded a float64 model's loss to float32: a
+    regression error of 8e-6 about targets near 1e8 read 0.0)."""
+    return output.to(torch.promote_types(output.dtype, torch.float32))
 
 
 def _weighted_sum(per_item: Tensor, weights: Tensor | None, item: str) -> Tensor:

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from graded.checks import check_finite, check_finite_nonnegative, check_id_range, inputs_checked
 from graded.evaluation import baselines as B
-from graded.kinds.base import Batch, LossSum, TaskKind, _weighted_sum
+from graded.kinds.base import Batch, LossSum, TaskKind, _weighted_sum, _widened
 from graded.tasks.base import TaskDataset
 from graded.train.losses import sequence_cross_entropy
 
@@ -97,9 +97,9 @@ class Classification(TaskKind):
             raise ValueError(f"classification needs (B,) class targets, got shape "
                              f"{tuple(targets.shape)}")
         if weights is not None:
-            return LossSum(_class_weighted_sum(output.float(), targets, weights, label_smoothing),
+            return LossSum(_class_weighted_sum(_widened(output), targets, weights, label_smoothing),
                            self._count(batch, count))
-        per_row = sequence_cross_entropy(output.float(), targets, ignore_index=_NO_IGNORED_CLASS,
+        per_row = sequence_cross_entropy(_widened(output), targets, ignore_index=_NO_IGNORED_CLASS,
                                          label_smoothing=label_smoothing, reduction="none")
         return LossSum(per_row.sum(), self._count(batch, count))
 
@@ -157,8 +157,8 @@ class Regression(Classification):
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
         self.check_options(label_smoothing=label_smoothing)
         targets = batch["targets"]
-        per_element = F.mse_loss(self.raw_prediction(output, batch).float(), targets.float(),
-                                 reduction="none")
+        values = _widened(self.raw_prediction(output, batch))
+        per_element = F.mse_loss(values, targets.to(values.dtype), reduction="none")
         return LossSum(_weighted_sum(per_element, weights, "target element"),
                        self._count(batch, count))
 

@@ -22,6 +22,7 @@ from graded.kinds.base import (
     _tokens,
     _vocabulary,
     _weighted_sum,
+    _widened,
 )
 from graded.prompt_grading import prompt_grading
 from graded.tasks.base import IGNORE_INDEX, TaskDataset
@@ -74,7 +75,7 @@ class LM(TaskKind):
     def output_loss(self, output: Tensor, batch: Batch, *, label_smoothing: float = 0.0,
                     weights: Tensor | None = None, count: int | None = None) -> LossSum:
         targets = batch["targets"]
-        per_token = sequence_cross_entropy(output.float(), targets, ignore_index=IGNORE_INDEX,
+        per_token = sequence_cross_entropy(_widened(output), targets, ignore_index=IGNORE_INDEX,
                                            label_smoothing=label_smoothing, reduction="none")
         return LossSum(_weighted_sum(per_token, weights, "target token"), self._count(batch, count))
 

@@ -35,9 +35,13 @@ def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
 
     A seed whose score is NaN (or infinite) is no measurement: means, spreads and the number of
     seeds behind a standard error count the finite scores only."""
-    from graded.evaluation import HIGHER_IS_BETTER
+    from graded.train.options import monitor_mode_of
 
-    sign = 1.0 if HIGHER_IS_BETTER.get(metric, True) else -1.0
+    mode = monitor_mode_of(metric)  # loss and perplexity too: a lower one is better
+    if mode is None:
+        raise ValueError(f"the demo's headline metric {metric!r} is not an evaluation metric; "
+                         "expected loss, perplexity or one of graded.evaluation.METRICS")
+    sign = 1.0 if mode == "max" else -1.0
     finite = {m: [v for v in vals if v is not None and math.isfinite(v)]
               for m, vals in by_model.items()}
     means = {m: mean_std(v) for m, v in finite.items() if v}

@@ -24,3 +24,20 @@ def test_the_standard_error_is_over_the_finite_seeds():
                                           "LGT": [0.60, math.nan, 0.62, 0.64]}, {}))
     se = math.sqrt(2 * 0.02 ** 2 / 3)
     assert f"Δ = +0.100 (standard error {se:.3f}" in text and "**better**" in text
+
+
+def test_a_lower_perplexity_or_loss_is_the_better_one():
+    # HIGHER_IS_BETTER.get(metric, True) read perplexity and loss as higher-is-better: the
+    # transformer with the largest perplexity was named the best
+    for metric in ("perplexity", "loss"):
+        text = "\n".join(_verdict("t", metric, {"baseline": [9.0, 9.1, 9.2],
+                                                "LGT": [3.0, 3.1, 3.2]}, {}))
+        assert "best transformer is **LGT**" in text
+        assert "**better**" in text and "**worse**" not in text
+
+
+def test_a_headline_metric_the_evaluation_does_not_know_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="headline metric 'bleu' is not an evaluation metric"):
+        _verdict("t", "bleu", {"LGT": [1.0]}, {})

@@ -41,7 +41,9 @@ def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
     """An LGT (``grading="linear"``) or EGT (``"exponential"``) with ``lm``'s weights and
     neutral grades (M = I), so that it computes the same outputs until its grades move.
     ``lm`` is a :class:`TransformerLM`, a :class:`TransformerEncoder` (as :func:`from_bert`
-    builds) or a :class:`~graded.Seq2SeqTransformer`; the graded model is of the same class.
+    builds) or a :class:`~graded.Seq2SeqTransformer`, ungraded (a graded one is refused: its
+    grades, loaded into the new grading, would make it neither neutral nor ``lm``'s function);
+    the graded model is of the same class.
 
     ``options`` are the other grading fields of :class:`TransformerConfig`
     (``learnable_grades``, ``grade_attention_variant``, ``grade_ffn``, ...); ``grade_init``
@@ -59,6 +61,12 @@ def graft_grading(lm: nn.Module, grading: str, **options: Any) -> nn.Module:
     if grading not in ("linear", "exponential"):  # None would give back an ungraded copy
         raise ValueError(f"graft_grading: grading must be 'linear' (LGT) or 'exponential' "
                          f"(EGT), got {grading!r}")
+    if lm.config.grading is not None:  # its grades would be loaded as the new grading's
+        raise ValueError(
+            f"graft_grading: the model is already graded (TransformerConfig.grading="
+            f"{lm.config.grading!r}); expected an ungraded model: its grades would be read as "
+            f"the grades of the {grading!r} grading, which then computes neither the model's "
+            "function nor the pretrained one (graft onto the model before grading)")
     not_grading = sorted(set(options) - _GRADING_FIELDS)
     if not_grading:
         raise ValueError(f"graft_grading sets grading fields only; got {not_grading}, expected "

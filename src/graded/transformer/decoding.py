@@ -78,9 +78,14 @@ def decode(
     check_decoding(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                    num_beams=num_beams, length_penalty=length_penalty,
                    eos_token_id=eos_token_id, vocab_size=vocab_size)
-    if early_stopping not in EARLY_STOPPING:
+    # a bool itself: 1 or 1.0 equal True, but beam search would read them as False
+    if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str)
+                                                 and early_stopping in EARLY_STOPPING)):
         raise ValueError(f"early_stopping must be one of {EARLY_STOPPING}, got "
                          f"{early_stopping!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__} {generator!r}")
     unknown = sorted(set(processors) - set(PROCESSOR_OPTIONS))
     if unknown:
         raise TypeError(f"unknown generation option(s) {unknown}; the logits processors are "
@@ -221,7 +226,9 @@ def _beam_search(
     acts on the log-probabilities, after the softmax, as Hugging Face's logits processors do
     in its beam search, each beam's history read from that beam's ids; ``start`` (B,) is each
     prompt's first real position (:func:`decode`); a hypothesis finishes at any of the ids
-    ``eos``."""
+    ``eos``. Each step reads the ``max(2, 1 + len(eos)) * num_beams`` best candidates of a row,
+    as Hugging Face's ``beams_to_keep``: with several EOS ids more than ``num_beams`` of them
+    may be EOS, and the running beams are the best of the others."""
     batch, prompt_len = input_ids.shape
     k = num_beams
     device = input_ids.device
@@ -237,6 +244,9 @@ def _beam_search(
     beam_scores = torch.zeros(batch, k, device=device, dtype=score_dtype)
     beam_scores[:, 1:] = float("-inf")
     start = None if start is None else start.repeat_interleave(k)
+    # candidates read per step: as Hugging Face's beams_to_keep, room for k running beams
+    # after every EOS candidate (with n EOS ids up to n * k of the best are EOS)
+    kept = max(2, 1 + len(eos)) * k
     for t in range(max_new_tokens):
         scores = logits[:, -1].to(score_dtype)
         logp = torch.log_softmax(scores, dim=-1)  # (B*K, V)
@@ -247,7 +257,7 @@ def _beam_search(
                               start=start)
         vocab = logp.shape[-1]
         cand = (beam_scores.view(-1, 1) + logp).view(batch, k * vocab)
-        top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)
+        top_scores, top_idx = cand.topk(min(kept, k * vocab), dim=-1)
         next_beam = torch.zeros(batch, k, dtype=torch.long, device=device)
         next_tok = torch.full((batch, k), pad, dtype=torch.long, device=device)
         next_scores = torch.full((batch, k), float("-inf"), device=device, dtype=score_dtype)

@@ -36,6 +36,9 @@ def check_prompt(input_ids: Tensor, max_new_tokens: int, max_len: int | None, *,
     caller) gives the real tokens; without it every token is real. A prompt holds at least one
     token (the next one is read at the last position). ``name`` names ``input_ids`` in the
     errors."""
+    if not isinstance(input_ids, Tensor):  # a list of lists, as a tokenizer may return
+        raise TypeError(f"{name} must be an integer torch.Tensor of shape (batch, length), got "
+                        f"a {type(input_ids).__name__} (e.g. torch.tensor(ids))")
     if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{name} must be an integer tensor of shape (batch, length), got "

@@ -115,13 +115,16 @@ def generate(
     beams a step cannot fill (more beams than candidates): with EOS ids or beams it must be a
     token id of the model. ``early_stopping`` (True, False or "never") decides when beam search
     ends, as in Hugging Face's ``generate``
-    (:func:`~graded.transformer.decoding._beam_search`). ``use_cache``: None caches
-    where every backend can (:func:`resolve_use_cache`), True requires it, False recomputes the
-    prefix each step; the tokens are the same (up to rounding: a graded model in bfloat16 or
-    float16 folds its gradings into the weights or scales the activations by the number of
-    rows, :func:`graded.folding.graded_linear`, so two scores within a rounding step may order
-    differently). Ids and counts may be NumPy integers. Hugging Face's options of these names
-    (:class:`~graded.transformer.logits.LogitsProcessing`): ``bad_words_ids`` (e.g.
+    (:func:`~graded.transformer.decoding._beam_search`); its default here is True, Hugging
+    Face's is False (pass ``early_stopping=False`` for the tokens of its defaults).
+    ``use_cache``: None caches where every backend can (:func:`resolve_use_cache`), True
+    requires it, False recomputes the prefix each step; the tokens are the same (up to
+    rounding: a graded model in bfloat16 or float16 folds its gradings into the weights or
+    scales the activations by the number of rows, :func:`graded.folding.graded_linear`, so two
+    scores within a rounding step may order differently). Ids and counts may be NumPy
+    integers, the EOS ids an integer tensor or array, the float options NumPy floats. Hugging
+    Face's options of these names (:class:`~graded.transformer.logits.LogitsProcessing`):
+    ``bad_words_ids`` (e.g.
     ``[[pad_id]]``: never generate the pad token; ``[[a, b]]``: never ``b`` right after ``a``),
     ``forced_eos_token_id`` (the last new token of an unfinished row is this EOS),
     ``sequence_bias`` (``{(a,): -2.0, (a, b): 1.5}``: add -2 to ``a``'s score, 1.5 to ``b``'s

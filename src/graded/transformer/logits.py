@@ -12,6 +12,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -354,11 +355,14 @@ def eos_ids(eos_token_id: object, vocab_size: int, *, name: str = "eos_token_id"
             ) -> tuple[int, ...]:
     """The ids that end a row, as a tuple (empty for None): ``eos_token_id`` is one token id
     or, as Hugging Face's ``generate`` takes it, a non-empty list of them, each in
-    [0, ``vocab_size``) (any other could never be emitted); refused naming ``name``."""
+    [0, ``vocab_size``) (any other could never be emitted), also as a 0-d or 1-d integer tensor
+    or NumPy array; refused naming ``name``."""
     if eos_token_id is None:
         return ()
-    ids = (tuple(eos_token_id) if isinstance(eos_token_id, (list, tuple))
-           else (eos_token_id,))
+    given = eos_token_id
+    if isinstance(given, (torch.Tensor, np.ndarray)) and given.ndim <= 1:
+        given = given.tolist()  # an int tensor or array, as Hugging Face's generate takes them
+    ids = tuple(given) if isinstance(given, (list, tuple)) else (given,)
     if not ids or not all(_is_token(i, vocab_size) for i in ids):
         raise ValueError(f"{name} must be a token id in [0, {vocab_size}) or a non-empty list "
                          f"of them, got {eos_token_id!r}: the model could never emit it to end "
@@ -367,4 +371,6 @@ def eos_ids(eos_token_id: object, vocab_size: int, *, name: str = "eos_token_id"
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real number: a Python int or float, or a NumPy scalar (``np.float32(0.7)``, as a
+    sweep over ``np.linspace(..., dtype=np.float32)`` gives), never a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

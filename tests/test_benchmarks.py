@@ -80,14 +80,11 @@ def ahead(request, tmp_path_factory):
     runs.close()
 
 
-#: the scripts whose quick run takes ten seconds or more of a core (on 2 cores): their quick
-#: runs are behind the slow marker; the others, and the scripts' own tests below, run by default
-SLOW_QUICK_RUNS = {"gpu_diagnostics", "host_overhead", "listops_backends", "long_sequence",
-                   "morphic_fixed_adder", "morphic_variable_k", "recipe_host", "trainer_overhead"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_QUICK_RUNS else []) for n in SCRIPTS])
+# Every script's quick run (a process of its own, 3 to 15 s of a core each on 2 cores) and the
+# runs of a script with options are behind the slow marker (`pytest -m slow`); the scripts'
+# own functions are tested below in the default run.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_benchmark_quick_run_succeeds(name, ahead):
     done, _ = ahead("quick", name)
     assert done.stdout.strip(), f"{name} printed nothing"
@@ -104,6 +101,7 @@ DEVICE_DTYPE = {"attention": ["--quick"], "graded_attention": ["--quick", "--rou
                 "lm_training_step": ["--quick", "--out", "{tmp}/lm"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(DEVICE_DTYPE))
 def test_benchmark_runs_in_bfloat16_and_refuses_a_missing_gpu(name, ahead, monkeypatch):
     """The bfloat16 run is a process of its own, as a user starts it; the refusal calls the
@@ -119,6 +117,7 @@ def test_benchmark_runs_in_bfloat16_and_refuses_a_missing_gpu(name, ahead, monke
         assert "CUDA is not available" in str(refused.value.code)
 
 
+@pytest.mark.slow
 def test_lm_training_step_times_every_model_in_one_run_at_the_shape_asked(tmp_path):
     shape = {"d_model": 32, "layers": 1, "heads": 2, "seq_len": 16, "batch": 2, "vocab": 64}
     flags = [x for k, v in shape.items() for x in (f"--{k.replace('_', '-')}", str(v))]
@@ -139,6 +138,7 @@ def test_lm_training_step_times_every_model_in_one_run_at_the_shape_asked(tmp_pa
     assert "| LGT |" in (tmp_path / "lm" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp_path, capsys):
     sys.path.insert(0, str(BENCHMARKS))
     try:
@@ -161,6 +161,7 @@ def test_lm_training_step_back_to_back_times_k_unsynchronised_steps_per_call(tmp
     assert "--back-to-back must be at least 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_lm_training_step_times_the_previous_folds_beside_in_one_run(tmp_path):
     """--compare-folds: a twin of each graded arm runs with the previous form of the folds
     (``_timing.previous_folds``: FoldedLinears.previous_form on for the twin's calls only,
@@ -329,6 +330,7 @@ def test_a_bad_round_count_or_length_is_named_not_a_bare_crash(capsys, monkeypat
     assert "--rounds must be at least 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_graded_attention_times_each_variant_unfolded_in_the_same_rounds(tmp_path):
     done = run_benchmark("graded_attention", ["--quick", "--rounds", "1", "--no-lm",
                                               "--compare-unfolded"], tmp_path)
@@ -340,6 +342,7 @@ def test_graded_attention_times_each_variant_unfolded_in_the_same_rounds(tmp_pat
         f"{r} unfolded" for r in folded]
 
 
+@pytest.mark.slow
 def test_morphic_split_comparison_times_layers_that_differ_only_in_the_split(tmp_path):
     """benchmarks/morphic.py --split-only: per-grade slices and one torch.split give the same
     components, and the two timed steps (same seed) the same gradient of the state."""
@@ -367,6 +370,7 @@ def test_morphic_split_comparison_times_layers_that_differ_only_in_the_split(tmp
     assert out["edges"] == 8 and out["slices_over_split"]["ratio_of_medians"] > 0
 
 
+@pytest.mark.slow
 def test_morphic_variable_k_trains_each_distillation_teacher_in_one_run(tmp_path):
     done = run_benchmark("morphic_variable_k", [
         "--quick", "--tool", "internal", "--train-routing", "utility", "--distill-teacher",
@@ -390,6 +394,7 @@ def test_morphic_fixed_adder_bayes_rate_matches_the_integral():
         assert bench.bayes_rate(7, noise, draws=200_000) == pytest.approx(exact, abs=0.003)
 
 
+@pytest.mark.slow
 def test_patternboost_step_cost_times_both_encodings_in_one_run(tmp_path):
     """patternboost_triangle_free.py --step-cost: one table, the packed and the raw encoding,
     with the tokens per object of an n-vertex graph's C(n, 2) upper-triangle bits."""

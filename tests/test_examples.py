@@ -37,8 +37,9 @@ def output_of(done: subprocess.CompletedProcess) -> str:
 
 
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
-# documents whose examples run for ten seconds or more (on 2 cores): behind the slow marker
-SLOW_DOCS = {"patternboost.md", "program_search.md", "tasks.md", "training.md"}
+# documents whose examples run for five seconds or more (on 2 cores): behind the slow marker
+SLOW_DOCS = {"analysis.md", "morphic.md", "patternboost.md", "program_search.md", "tasks.md",
+             "training.md"}
 
 
 def readme_example() -> str:

@@ -491,10 +491,11 @@ def test_demo_report_tables_come_from_the_results(tmp_path):
     assert (tmp_path / "polynomial_regression_eval_r2.png").exists()
 
 
-# one case in the default run; each starts the demo's processes (10 to 20 s on 2 cores)
+# each starts the demo's processes (7 to 20 s on 2 cores): behind the slow marker (a signal to
+# a training run is tested in the default run: test_sigint_during_graded_train_saves_...)
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "workers"), [
-    pytest.param(signal.SIGINT, 2, marks=pytest.mark.slow),
-    pytest.param(signal.SIGTERM, 2, marks=pytest.mark.slow), (signal.SIGTERM, 1)])
+    (signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGTERM, 1)])
 def test_a_signal_to_the_demo_main_process_alone_stops_it_within_10_s(tmp_path, sig, workers):
     out = tmp_path / "demo"
     env = dict(os.environ, OMP_NUM_THREADS="1")

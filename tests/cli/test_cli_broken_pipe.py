@@ -5,6 +5,8 @@ writer stopped by SIGPIPE."""
 import subprocess
 import sys
 
+import pytest
+
 from graded.cli import run_command
 
 WRITER = """
@@ -19,6 +21,7 @@ sys.exit(run_command(lines, None))
 """
 
 
+@pytest.mark.slow  # a CLI process into a closed pipe (3 s on 2 cores): `pytest -m slow`
 def test_a_reader_that_stops_early_ends_the_command_quietly():
     writer = subprocess.Popen([sys.executable, "-c", WRITER], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)

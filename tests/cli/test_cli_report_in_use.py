@@ -39,6 +39,7 @@ def _one_error_line(err: str) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow  # a training process held for the report (3 to 4 s on 2 cores): `pytest -m slow`
 def test_a_folder_of_runs_reports_a_run_in_training_as_training_not_interrupted(tmp_path):
     # it was "| cut | 2 (interrupted) |" and "cut was interrupted at step 2 of 1000"
     runs = tmp_path / "runs"
@@ -92,6 +93,7 @@ def test_a_lock_file_of_an_earlier_version_names_a_pid_alone_and_reads_as_traini
     assert LockHolder.parse("") is None and LockHolder.parse("\n") is None
 
 
+@pytest.mark.slow  # a training process held for the report (3 to 4 s on 2 cores): `pytest -m slow`
 def test_the_report_of_one_run_in_training_is_written_to_out_only(tmp_path, capsys):
     # it was refused ("in use by process N") without a word of --out, which works
     run = _interrupted_run(tmp_path / "runs" / "cut")

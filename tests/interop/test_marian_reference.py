@@ -361,7 +361,7 @@ def test_marian_generation_options_refuse_what_generate_cannot_do():
         model.generate(src, 4, bos_token_id=PAD, forced_eos_token_id=-1)
 
 
-@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("num_beams", [1, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("setting", [
     {"repetition_penalty": 3.0}, {"no_repeat_ngram_size": 1}, {"sequence_bias": {(3,): 4.0}},
     {"min_length": 3}, {"min_length": 4}, {"min_new_tokens": 3},
@@ -452,6 +452,7 @@ def test_a_generation_config_with_a_list_of_eos_ids_decodes_as_hugging_face():
         marian_generation_options(transformers.GenerationConfig(decoder_start_token_id=[0, 1]))
 
 
+@pytest.mark.slow  # six models' beam searches (2 to 3 s on 2 cores): `pytest -m slow`
 def test_renormalize_logits_of_the_generation_config_is_carried_and_gives_its_tokens():
     """A generation config with ``renormalize_logits=True`` (the log-softmax after the
     processors, which changes beam search's choices once the pad token is banned) was read

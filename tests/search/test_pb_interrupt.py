@@ -4,9 +4,12 @@ stops the run), not die with a traceback each."""
 import os
 import signal
 
+import pytest
+
 from graded.search.patternboost.parallel import make_executor
 
 
+@pytest.mark.slow  # worker processes and a signal (3 s on 2 cores): `pytest -m slow`
 def test_local_search_workers_survive_a_sigint():
     pool = make_executor(2)
     try:

@@ -17,6 +17,7 @@ from graded.study.experiments.e3_rank import BASES, RankExperiment, random_rank_
 from graded.study.statistics import mean_interval
 
 
+@pytest.mark.slow  # the quick experiment (4 s on 2 cores): `pytest -m slow`
 def test_rank_experiment_reports_random_and_trained_populations_as_separate_findings(
     tmp_path, check_findings, monkeypatch
 ):

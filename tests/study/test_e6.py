@@ -34,6 +34,7 @@ from graded.study.experiments.e6_gradients import (
 from graded.transformer.graded import GradedFeatures
 
 
+@pytest.mark.slow  # the quick experiment (3 to 4 s on 2 cores): `pytest -m slow`
 def test_gradients_experiment_quick_gives_two_claim_6_findings_and_claim_7(
     tmp_path, check_findings, monkeypatch
 ):

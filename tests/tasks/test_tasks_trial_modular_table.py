@@ -44,6 +44,7 @@ def test_a_random_split_of_given_sizes_is_the_prefix_of_the_table_order(operatio
     assert len(train) + len(test) == task.table()[0].shape[0]
 
 
+@pytest.mark.slow  # p = 3001 (3 s each on 2 cores): `pytest -m slow`
 @pytest.mark.parametrize("kind", ["random", "relabelled"])
 def test_a_small_split_of_a_large_table_does_not_build_the_table(kind):
     # p = 3001: 9 million pairs; encoding all of them took ~1 GB for a random split of 10 + 10,

@@ -124,6 +124,7 @@ def test_a_folder_with_only_a_users_own_files_is_accepted(tmp_path):
     assert (tmp_path / "notes" / "README.txt").read_text() == "my notes"
 
 
+@pytest.mark.slow  # a whole search of 3 to 5 s on 2 cores: `pytest -m slow`
 def test_failures_are_counted_by_reason(tmp_path):
     result = run(tmp_path, "f", 30)
     assert sum(result.failures.values()) == sum(
@@ -148,6 +149,7 @@ def test_sigterm_stops_after_the_round_and_the_run_resumes(tmp_path):
     assert resumed.evaluations == stopped.evaluations + 4 and not resumed.stopped
 
 
+@pytest.mark.slow  # a whole search of 3 to 5 s on 2 cores: `pytest -m slow`
 def test_search_over_a_skeleton_of_several_files(tmp_path):
     files = {"main.py": "import tools\n\n\ndef solve(x):\n    return float(tools.value(x))\n",
              "tools.py": "# EVOLVE-BLOCK-START\ndef value(x):\n    return 0.0\n"
@@ -162,6 +164,7 @@ def test_search_over_a_skeleton_of_several_files(tmp_path):
     assert "import tools" in (tmp_path / "m" / "best.py").read_text()
 
 
+@pytest.mark.slow  # a whole search of 3 to 5 s on 2 cores: `pytest -m slow`
 def test_resume_after_a_budget_that_cuts_a_round_is_exact(tmp_path):
     # budgets 3 and 7 end in the middle of a round of two: the rest of that round and the
     # round proposed beside it must be the ones an uninterrupted run evaluates
@@ -183,6 +186,7 @@ def test_resume_after_a_budget_that_cuts_a_round_is_exact(tmp_path):
     assert logged and resumed.failures == straight.failures == logged
 
 
+@pytest.mark.slow  # a whole search of 3 to 5 s on 2 cores: `pytest -m slow`
 def test_rows_logged_after_the_last_saved_state_are_not_logged_twice(tmp_path):
     # a run killed after appending a round's rows but before saving its state
     straight = run(tmp_path, "straight", 8)
@@ -233,6 +237,7 @@ def test_a_second_sigint_aborts_at_once_while_the_proposer_is_slow(tmp_path):
     assert "nothing to resume" in (tmp_path / "slow" / "run.log").read_text()
 
 
+@pytest.mark.slow  # a whole search of 3 to 5 s on 2 cores: `pytest -m slow`
 def test_programs_with_other_named_scores_fail_and_pareto_selection_goes_on(tmp_path):
     # a program without the initial program's named score "near" joined the database, and the
     # Pareto front raised KeyError 'near' out of the search

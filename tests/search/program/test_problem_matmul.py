@@ -166,6 +166,7 @@ def test_default_skeleton_finds_strassen_rank_7_exactly():
     assert exact / 16 == score["success"]
 
 
+@pytest.mark.slow  # a 2x2x3 search of 3 s on 2 cores (Strassen's stays): `pytest -m slow`
 def test_default_skeleton_finds_an_exact_rank_11_decomposition_of_2x2x3():
     # Hopcroft and Kerr (1971): <2,2,3> needs 11 products
     problem = matmul_problem(2, 2, 3, rank=11, restarts=8, seed=0)

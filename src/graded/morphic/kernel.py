@@ -21,7 +21,8 @@ out of ``routed_groups``, of the entropy and of the REINFORCE log-probability (l
 Modes: "soft"; "hard" (argmax forward, straight-through gradient: 004's hard mode has none);
 "gumbel" (Gumbel-softmax, straight-through, biased); "reinforce" (a sample per group, no
 pathwise gradient: the objective adds the score-function term, §6.3.1, Remark 4.17). Stochastic
-modes route by argmax when ``stochastic=False`` (evaluation).
+modes route by argmax when ``stochastic=False`` (evaluation); ties go to the first option (the
+edges in order, then the stay option), under top-k too.
 
 Top-k (``top_k`` = k ≥ 1, mode "hard", softmax normalisations): each group keeps its k most
 probable options S (stay included; all of them when the group has fewer), with forward weights
@@ -147,14 +148,16 @@ class RoutingKernel:
         x = self._mask(logits, disabled)
         x = self._extend(x if self.temperature == 1.0 else x / self.temperature)
         if self.single_group:
-            return torch.log_softmax(x, dim=-1)
+            return torch.log_softmax(_infinite_limit(x, x.detach().amax(-1, keepdim=True))[0],
+                                     dim=-1)
         # a segment log-softmax over all groups at once: shift by each group's max (a constant
         # per group, so detached), then log Σ exp per group by index_add
         gid = self.group_of_column.to(x.device)
         n_groups = len(self.ext_groups)
         top = x.detach().new_full((*x.shape[:-1], n_groups), float("-inf")).scatter_reduce(
             -1, gid.expand(x.shape), x.detach(), "amax")
-        shifted = x - top.index_select(-1, gid)
+        x, top = _infinite_limit(x, top.index_select(-1, gid))
+        shifted = x - top
         total = shifted.new_zeros(top.shape).index_add(-1, gid, shifted.exp())
         return shifted - total.log().index_select(-1, gid)
 
@@ -194,7 +197,7 @@ class RoutingKernel:
         rest (a group with no option left adds 0), a disabled gate is shut and adds 0."""
         self.check_logits(logits)
         if self.normalization == "logistic":
-            x = logits / self.temperature
+            x = _finite_gate_logits(logits / self.temperature)
             p, logp, log1m = torch.sigmoid(x), F.logsigmoid(x), F.logsigmoid(-x)
             h = -(p * logp + (1 - p) * log1m)
             if disabled:
@@ -241,6 +244,15 @@ class RoutingKernel:
         return [torch.tensor(g, dtype=torch.long)
                 for g, r in zip(left, self._group_routed()) if r and len(g) >= least]
 
+    def _top_options(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The k largest options of one group (…, n) and their columns, ties broken as argmax
+        breaks them (k = 1): the first column first, the edges in order, then the stay option.
+        ``topk`` leaves the order of ties unspecified (on CPU it kept a later edge and the stay
+        option over the group's first edge), so the selection depended on the kernel."""
+        k = min(self.top_k, x.shape[-1])
+        top, where = x.sort(dim=-1, descending=True, stable=True)
+        return top[..., :k], where[..., :k]
+
     def _group_routed(self) -> list[bool]:
         return [len(g) > 1 or self.normalization == "logistic" for g in self.ext_groups]
 
@@ -256,7 +268,8 @@ class RoutingKernel:
         self.check_logits(teacher_logits, "teacher_logits")
         self.check_logits(student_logits, "student_logits")
         if self.normalization == "logistic":
-            xt, xs = teacher_logits / self.temperature, student_logits / self.temperature
+            xt = _finite_gate_logits(teacher_logits / self.temperature)
+            xs = _finite_gate_logits(student_logits / self.temperature)
             pt = torch.sigmoid(xt)
             kl = (pt * (F.logsigmoid(xt) - F.logsigmoid(xs))
                   + (1 - pt) * (F.logsigmoid(-xt) - F.logsigmoid(-xs)))
@@ -325,7 +338,7 @@ class RoutingKernel:
             idx = idx.to(p.device)
             pg = p if self.single_group else p.index_select(-1, idx)
             if self.top_k > 1 and not sample:  # renormalised top-k of the group (module doc)
-                top, where = pg.topk(min(self.top_k, pg.shape[-1]), dim=-1)
+                top, where = self._top_options(pg)
                 total = top.sum(-1, keepdim=True)
                 share = torch.where(total > 0, top / total.clamp_min(1e-30), 0.0)
                 hard.scatter_(-1, where if self.single_group else idx[where], share)
@@ -358,9 +371,30 @@ class RoutingKernel:
         out = torch.zeros_like(x)
         for idx in self.ext_groups:
             idx = idx.to(x.device)
-            y = F.softmax((x.index_select(-1, idx) + g.index_select(-1, idx))
-                          / self.gumbel_temperature, dim=-1).nan_to_num(0.0)
+            v = x.index_select(-1, idx) + g.index_select(-1, idx)
+            v = _infinite_limit(v, v.detach().amax(-1, keepdim=True))[0]
+            y = F.softmax(v / self.gumbel_temperature, dim=-1).nan_to_num(0.0)
             hard = F.one_hot(y.argmax(-1), y.shape[-1]).to(y.dtype)
             hard = hard * (y.detach().sum(-1, keepdim=True) > 0)  # every option disabled: none
             out[..., idx] = hard + y - y.detach()
         return out
+
+
+def _infinite_limit(x: Tensor, top: Tensor) -> tuple[Tensor, Tensor]:
+    """Softmax inputs ``x`` and their group maxima ``top`` (broadcast to x) with a group whose
+    maximum is +∞ replaced by its limit: its +∞ options share the group's mass equally
+    (logit 0), the others get none (−∞), and the maximum becomes 0. Plain softmax gives NaN
+    there (∞ − ∞), which read as "no option": a utility logit ℓ̃ = ℓ + β(ΔL − τ) that
+    overflows (float16 holds at most 65504) took the best edge out of its group."""
+    inf = top == float("inf")
+    at_inf = x == float("inf")  # masked_fill keeps x's dtype (where with floats made float32)
+    x = x.masked_fill(inf & ~at_inf, float("-inf")).masked_fill(inf & at_inf, 0.0)
+    return x, top.masked_fill(inf, 0.0)
+
+
+def _finite_gate_logits(x: Tensor) -> Tensor:
+    """Gate logits with ±∞ moved to ±(largest finite value): σ is then exactly 1 or 0, as at
+    ±∞, and the Bernoulli entropy and KL terms 0 · log 0 come out 0 instead of NaN (NaN stays
+    NaN)."""
+    big = torch.finfo(x.dtype).max
+    return x.clamp(-big, big)

@@ -25,7 +25,7 @@ when it is exact: a non-soft router, no probe, and α without gradient (and neve
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,13 +101,44 @@ def _check_call(e: Edge, block: nn.Module) -> None:
             "(x_src, x_dst=None) that ignores x_dst, or LinearBlock / FFNBlock") from None
 
 
+def _threshold_tensor(thresholds: float | Sequence[float] | Tensor | Mapping[str, float],
+                      edges: EdgeSet) -> Tensor:
+    """τ as given, in float64: one float, one per edge, or a mapping {edge name: τ_e} (the
+    edges it does not name keep τ_e = 0); a ValueError naming an unknown edge name, the layer's
+    edges, or a value that is not a number (a dict or a string used to fail in torch with
+    "must be real number, not dict")."""
+    if isinstance(thresholds, Mapping):
+        names = [e.name for e in edges]
+        unknown = [k for k in thresholds if k not in names]
+        if unknown:
+            raise ValueError(f"thresholds name unknown edges {unknown}; expected names of the "
+                             f"layer's edges {names}")
+        thresholds = [thresholds.get(name, 0.0) for name in names]
+    try:
+        return torch.as_tensor(thresholds, dtype=THRESHOLD_DTYPE).detach()
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"thresholds must be a float, {len(edges)} floats (one per edge) or a "
+                         f"mapping {{edge name: float}}, got {thresholds!r}") from None
+
+
+def _check_threshold_values(tau: Tensor, where: str = "") -> None:
+    """τ_e finite and ≥ 0, at construction and when a state dict is loaded (a negative or NaN
+    τ loaded from a state dict used to be taken as it was)."""
+    if not bool((torch.isfinite(tau) & (tau >= 0)).all()):
+        raise ValueError(
+            f"thresholds must be finite and >= 0, got {tau.tolist()}{where}: τ_e is the margin a "
+            "utility must clear (004 §3.3, τ_e ≥ 0); a negative one would favour an edge whose "
+            "update raises the loss")
+
+
 class MorphicLayer(nn.Module):
     def __init__(
         self, space: GradedStateSpace, edges: EdgeSet,
         blocks: Sequence[nn.Module] | BandedBlocks, *,
         router: Router | dict | None = None, update: str = "gated_replace",
         pre_norm: str | None = None, eta: float = 1.0, beta: float = 5.0,
-        thresholds: float | Sequence[float] | Tensor = 0.0, execution: str = "auto",
+        thresholds: float | Sequence[float] | Tensor | Mapping[str, float] = 0.0,
+        execution: str = "auto",
         train_routing: str = "context",
     ) -> None:
         super().__init__()
@@ -168,16 +199,12 @@ class MorphicLayer(nn.Module):
         # each use casts it to the dtype of the logits. It stays float64 through casts of the
         # layer (``_apply``) and loads (``_load_from_state_dict``)
         # a copy: never the caller's tensor (shared with another layer, or carrying its graph)
-        tau = torch.as_tensor(thresholds, dtype=THRESHOLD_DTYPE).detach()
+        tau = _threshold_tensor(thresholds, edges)
         tau = tau.expand(len(edges)).clone() if tau.dim() == 0 else tau.clone()
         if tau.shape != (len(edges),):
             raise ValueError(f"thresholds must be a float or {len(edges)} values (one per edge), "
                              f"got shape {tuple(tau.shape)}")
-        if not bool((torch.isfinite(tau) & (tau >= 0)).all()):
-            raise ValueError(
-                f"thresholds must be finite and >= 0, got {tau.tolist()}: τ_e is the margin a "
-                "utility must clear (004 §3.3, τ_e ≥ 0); a negative one would favour an edge "
-                "whose update raises the loss")
+        _check_threshold_values(tau)
         self.register_buffer("thresholds", tau)
         self.disabled: set[int] = set()
         if execution not in EXECUTIONS:
@@ -201,6 +228,9 @@ class MorphicLayer(nn.Module):
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str,
                               *args: Any, **kwargs: Any) -> None:
         widen_loaded(state_dict, prefix, _HELD)  # narrow thresholds of an older state dict
+        loaded = state_dict.get(prefix + "thresholds")
+        if isinstance(loaded, Tensor) and loaded.shape == self.thresholds.shape:
+            _check_threshold_values(loaded, f" in the state dict at {prefix}thresholds")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def candidates(self, z: Tensor, parts: dict[str, Tensor] | None = None) -> list[Tensor]:

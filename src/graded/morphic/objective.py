@@ -32,6 +32,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from graded.checks import check_float
+
 OMEGAS = ("entropy_penalty", "entropy_bonus", "group_lasso", "none")
 #: The utility penalty's forms: ψ summed over the edges, or weighted by the kernel's p_e.
 PENALTIES = ("sum", "expectation")
@@ -41,7 +43,36 @@ def utility_augmented_logits(
     context_logits: Tensor, utilities: Tensor, beta: float, thresholds: Tensor
 ) -> Tensor:
     """ℓ̃ = ℓ + β(ΔL − τ) with ΔL detached (004 §4.2.3, Lemma 4.4)."""
+    beta = check_utility_terms(utilities, thresholds, beta)
+    if tuple(getattr(context_logits, "shape", ())) != tuple(utilities.shape):
+        raise ValueError(f"context_logits must have the utilities' shape "
+                         f"{tuple(utilities.shape)} (one logit per token and edge), got "
+                         f"{tuple(getattr(context_logits, 'shape', ()))}")
     return context_logits + beta * (utilities.detach() - thresholds)
+
+
+def check_utility_terms(utilities: Tensor, thresholds: Tensor | float, beta: float,
+                        valid: Tensor | None = None, weights: Tensor | None = None) -> float:
+    """β as a float, once it is checked finite and > 0 (NaN compared false with ``beta <= 0``
+    and made every term NaN), with a ValueError naming the value and the expected shape for
+    thresholds that are not one τ_e per edge, (|E|,) or one shared 0-d value (a (|E|+1,) τ
+    broadcast against a (…, 1) utility silently), and for ``valid`` that is not the utilities'
+    (B, T), or ``weights`` (the kernel's p_t(e)) that are not the utilities' (B, T, |E|).
+    Shapes only: no tensor value is read (a device sync per layer and step)."""
+    beta = check_float("beta", beta, minimum=0, strict_min=True)
+    n = utilities.shape[-1]
+    shape = tuple(getattr(thresholds, "shape", ()))
+    if shape not in ((), (n,)):
+        raise ValueError(f"thresholds must hold one τ_e per edge, shape ({n},), or one value "
+                         f"for all; got shape {shape}")
+    if valid is not None and tuple(valid.shape) != tuple(utilities.shape[:-1]):
+        raise ValueError(f"valid must mark the utilities' tokens, shape "
+                         f"{tuple(utilities.shape[:-1])}; got shape {tuple(valid.shape)}")
+    if weights is not None and weights.shape != utilities.shape:
+        raise ValueError(f"weights must have the utilities' shape {tuple(utilities.shape)} "
+                         f"(one kernel probability per token and edge), got "
+                         f"{tuple(weights.shape)}")
+    return beta
 
 
 def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: Tensor, *,
@@ -53,14 +84,9 @@ def utility_penalty(utilities: Tensor, thresholds: Tensor, beta: float, valid: T
     The sum runs over the edges the router can choose: ``disabled`` edge positions
     (``MorphicLayer.disabled``, edge ablation) are not options and add nothing, nor any
     gradient to their blocks."""
-    if beta <= 0:
-        raise ValueError(f"beta must be > 0, got {beta}")
+    beta = check_utility_terms(utilities, thresholds, beta, valid, weights)
     per_edge = F.softplus(beta * (thresholds - utilities))  # (B, T, |E|)
     if weights is not None:
-        if weights.shape != per_edge.shape:
-            raise ValueError(f"weights must have the utilities' shape {tuple(per_edge.shape)} "
-                             f"(one kernel probability per token and edge), got "
-                             f"{tuple(weights.shape)}")
         per_edge = per_edge * weights
     return _masked_mean(_drop_edges(per_edge, disabled).sum(-1), valid)
 
@@ -174,6 +200,8 @@ def threshold_gradient(utilities: Tensor, thresholds: Tensor, *, beta: float, la
     ``disabled`` edges, which the penalty leaves out. With ``weights`` (the expectation form
     of :func:`utility_penalty`) each token's term is weighted by its p_t(e) (held fixed: the
     kernel does not depend on τ)."""
+    beta = check_utility_terms(utilities, thresholds, beta, valid, weights)
+    lam = check_float("lam", lam, minimum=0)
     s = torch.sigmoid(beta * (thresholds - utilities))
     if weights is not None:
         s = s * weights

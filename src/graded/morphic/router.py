@@ -164,6 +164,10 @@ class Router(RoutingKernel, nn.Module):
         ``input_ids`` (B, T) as well.
 
         ``parts`` is ``space.split(z)`` when the caller has it already."""
+        if not isinstance(z, Tensor) or z.dim() != 3:
+            raise ValueError(f"state must be a (B, T, D) tensor with D = Σ d_g = "
+                             f"{self.space.total_dim}, got shape "
+                             f"{tuple(getattr(z, 'shape', ()))}")
         if self.input_type != "context":
             if input_ids is None:
                 raise ValueError(f"a router with input_type {self.input_type!r} reads the "

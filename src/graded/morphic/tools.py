@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graded.checks import check_float
+from graded.checks import check_float, check_int
 
 
 class OneHotEncoder:
@@ -113,7 +113,12 @@ class ExternalTool(nn.Module):
                                    dtype=torch.long, device=values.device)
             self.calls += unique.numel()
             self.rows += values.numel()
-            out = self.encode(results[inverse])
+            try:
+                out = self.encode(results[inverse])
+            except ValueError as exc:  # e.g. a result outside the encoder's domain {0..n−1}
+                pairs = dict(zip(unique.tolist(), results.tolist()))
+                raise ValueError(f"tool {self.name!r}: encode refused its results {pairs} "
+                                 f"(input: result): {exc}") from exc
         return out.to(x_src.dtype)
 
     def _integer(self, x: int) -> int:
@@ -140,7 +145,12 @@ class ExternalTool(nn.Module):
 
 def calculator_adder(k: int, p: int, *, scale: float = 1.0, calculator: Calculator | None = None
                      ) -> ExternalTool:
-    """The tool x ↦ (x + k) mod p computed by ``Calculator`` on the string "(x + k) % p"."""
+    """The tool x ↦ (x + k) mod p computed by ``Calculator`` on the string "(x + k) % p".
+
+    ``k`` and ``p`` are checked here, as ints (p ≥ 1): a float k was written into the string
+    and refused by the calculator only at the first forward pass, as an "unsupported
+    expression element" naming neither k nor the tool."""
+    k, p = check_int("k", k), check_int("p", p, minimum=1)
     calc = calculator or Calculator()
     return ExternalTool(
         lambda x: calc(f"({x} + {k}) % {p}"),

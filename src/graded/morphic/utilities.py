@@ -50,6 +50,9 @@ def _prepare(z, candidates, edges, space, weight, bias, targets, ignore_index, a
     if weight.shape[1] != space.total_dim:
         raise ValueError(
             f"readout weight is {tuple(weight.shape)}, expected (V, {space.total_dim})")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"readout bias has shape {tuple(bias.shape)}; expected "
+                         f"({weight.shape[0]},), one per row of the readout weight")
     valid = targets != ignore_index
     if attach == "phi":
         z, weight = z.detach(), weight.detach()

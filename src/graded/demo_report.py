@@ -37,16 +37,16 @@ def _verdict(task: str, metric: str, by_model: dict[str, list[float]],
     seeds behind a standard error count the finite scores only."""
     from graded.train.options import monitor_mode_of
 
-    mode = monitor_mode_of(metric)  # loss and perplexity too: a lower one is better
-    if mode is None:
-        raise ValueError(f"the demo's headline metric {metric!r} is not an evaluation metric; "
-                         "expected loss, perplexity or one of graded.evaluation.METRICS")
-    sign = 1.0 if mode == "max" else -1.0
     finite = {m: [v for v in vals if v is not None and math.isfinite(v)]
               for m, vals in by_model.items()}
     means = {m: mean_std(v) for m, v in finite.items() if v}
     if not means:
         return [f"- **{task}**: no model finished with a finite {metric}."]
+    mode = monitor_mode_of(metric)  # loss and perplexity too: a lower one is better
+    if mode is None:
+        raise ValueError(f"the demo's headline metric {metric!r} is not an evaluation metric; "
+                         "expected loss, perplexity or one of graded.evaluation.METRICS")
+    sign = 1.0 if mode == "max" else -1.0
     best = max(means, key=lambda m: sign * means[m][0])
     lines = [f"- **{task}** ({metric}): best transformer is **{best}** "
              f"({_fmt(by_model[best])})."]

@@ -122,6 +122,7 @@ def test_train_graded_classifier_example_learns(tmp_path):
     assert (tmp_path / "runs" / "example-egt" / "metrics.json").exists()
 
 
+@pytest.mark.slow  # the example's process, 7 s on 2 cores: `pytest -m slow`
 def test_finetune_gpt2_with_grades_example_starts_from_gpt2_and_moves_the_grades(ahead):
     pytest.importorskip("transformers")
     out, tmp_path = ahead("finetune_gpt2_with_grades.py")

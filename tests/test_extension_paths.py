@@ -253,6 +253,7 @@ assert any(isinstance(m, NegatedScore) for m in parts.model.modules())
 """)
 
 
+@pytest.mark.slow  # a subprocess run of 6 s on 2 cores: `pytest -m slow`
 def test_a_new_graded_attention_variant_is_a_name_and_its_graded_parts(tmp_path):
     """docs/models.md "A graded-attention variant": keys only, softmax(Q (KM)ᵀ/√d) V."""
     _run_edited(

@@ -159,7 +159,8 @@ LATER_PATTERNS = [  # (name, options at construction, options set later, keep ru
 ]
 
 
-@pytest.mark.parametrize("kernel", ["native", "flex"])
+# FlexAttention on the CPU: 2 to 3 s a case on 2 cores, behind `pytest -m slow`
+@pytest.mark.parametrize("kernel", ["native", pytest.param("flex", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name,options,later,rule", LATER_PATTERNS)
 def test_pattern_options_set_later_are_the_pattern_of_the_next_call_and_of_decoding(
         name, options, later, rule, kernel):

@@ -35,9 +35,15 @@ def padding(kind, b, t):
     return pad
 
 
-@pytest.mark.parametrize("pad_kind", PADDING)
-@pytest.mark.parametrize("t", [1, 13])
-@pytest.mark.parametrize("kernel", ["native", "flex"])
+# FlexAttention on the CPU takes 0.3 to 1.5 s a case (on 2 cores): two of its eight shapes per
+# pattern in the default run, every one with `pytest -m slow`
+FLEX_BY_DEFAULT = {(13, "half_of_a_row"), (1, "a_whole_row")}
+SHAPES = [pytest.param(kernel, t, pad_kind, id=f"{kernel}-{t}-{pad_kind}", marks=(
+    [pytest.mark.slow] if kernel == "flex" and (t, pad_kind) not in FLEX_BY_DEFAULT else []))
+    for kernel in ("native", "flex") for t in (1, 13) for pad_kind in PADDING]
+
+
+@pytest.mark.parametrize(("kernel", "t", "pad_kind"), SHAPES)
 @pytest.mark.parametrize("case", sorted(PATTERNS))
 def test_pattern_kernels_on_odd_shapes_equal_masked_softmax_over_their_keep_set(
         case, kernel, t, pad_kind):

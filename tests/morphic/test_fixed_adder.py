@@ -151,6 +151,7 @@ def test_bad_digits_batches_and_builder_arguments_are_named():
 # ---------------------------------------------------------------------------- training
 
 
+@pytest.mark.slow  # a training run of 4 s on 2 cores: `pytest -m slow`
 def test_a1_p7_learns_the_three_layer_program_and_the_adder_up_to_gain_and_shifts():
     """p = 7, k = 3, 200 steps (about 3 s): answers, per-layer routing and the learned adder.
 

@@ -71,6 +71,7 @@ def test_grades_of_different_dimensions_compile_without_a_graph_break():
     assert _graph_breaks(model, ids) == []
 
 
+@pytest.mark.slow  # torch.compile, 4 s on 2 cores: `pytest -m slow`
 def test_a_hard_router_trained_by_utilities_compiles_without_a_graph_break():
     # training_terms runs a gradient-free context pass, which "auto" executed sparsely (nonzero,
     # a data-dependent shape) even under torch.compile

@@ -81,6 +81,7 @@ def test_held_out_moduli_are_never_trained_and_need_only_trained_digits_and_answ
         task.split_moduli([6])
 
 
+@pytest.mark.slow  # a training run of 3.5 s on 2 cores: `pytest -m slow`
 def test_modular_model_applies_to_held_out_moduli_after_training_on_the_others():
     task = ModularAdditionTask((5, 7, 11), (1, 2, 3))
     train, held = task.split_moduli([7])

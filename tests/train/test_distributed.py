@@ -100,6 +100,7 @@ def unclosed_run(tmp_path_factory) -> tuple[Path, list[float]]:
     return tmp_path, _torchrun(tmp_path, "--steps", "6", "--dropout", "0", "--no-close")
 
 
+@pytest.mark.slow  # one shared torchrun launch of 9 s on 2 cores
 def test_two_process_torchrun_matches_one_process_with_the_same_global_batch(tmp_path,
                                                                            unclosed_run):
     folder, ddp = unclosed_run
@@ -221,6 +222,7 @@ def test_under_a_device_backend_the_stop_vote_travels_over_a_gloo_group_of_its_o
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # one shared torchrun launch of 9 s on 2 cores
 def test_a_torchrun_script_that_never_closes_its_trainer_exits_cleanly(unclosed_run):
     _, ddp = unclosed_run  # _torchrun checked the exit status and that no launch hung
     assert len(ddp) == 6

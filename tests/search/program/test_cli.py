@@ -75,6 +75,7 @@ def test_cli_map_elites_selection_runs_over_the_descriptors_given(tmp_path, caps
     assert len((out / "evaluations.csv").read_text().splitlines()) == 1 + 2
 
 
+@pytest.mark.slow  # searches of 7 s on 2 cores: `pytest -m slow`
 def test_cli_names_descriptors_that_are_not_two_named_scores(tmp_path, capsys):
     base = ["search", "program", "--problem", "matmul", "--selection", "map-elites",
             "--budget", "2", "--workers", "1"]

@@ -81,6 +81,7 @@ def test_evaluate_scores_with_the_verifier_and_names_failures():
     assert evaluate(problem(nan_score), good).failure == "non_finite"
 
 
+@pytest.mark.slow  # 5 s on 2 cores: `pytest -m slow`
 def test_cascade_stops_at_a_failing_precheck():
     skeleton = parse_skeleton(TWO_BLOCKS)
     slow_on_big = Program(("def a(x):\n    if x > 50:\n        while True:\n            pass\n"
